@@ -1,0 +1,100 @@
+"""The error hierarchy: one base, one class per way things go wrong.
+
+Split in the h11 manner: ``SpecError`` (the flow author wrote something wrong),
+``WireError`` (a host sent bytes or a dict that is not a valid event),
+``EventRejected`` (a well-formed event that cannot apply to this run),
+``SnapshotMismatch`` (a state decoded against the wrong flow) and
+``ReplayDivergence`` (a recorded log disagrees with the interpreter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "EventRejected",
+    "FlowcoreError",
+    "Problem",
+    "ReplayDivergence",
+    "SnapshotMismatch",
+    "SpecError",
+    "WireError",
+]
+
+
+class FlowcoreError(Exception):
+    """Base of every error flowcore raises on purpose."""
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with a spec.
+
+    ``path`` is the location inside the document (``steps[3].call_tool.tool``);
+    ``line`` and ``column`` are 1-based and present when the spec was text.
+    """
+
+    path: str
+    message: str
+    source: str = "<spec>"
+    line: int | None = None
+    column: int | None = None
+
+    @property
+    def location(self) -> str:
+        if self.line is None:
+            return f"{self.source}:{self.path or '$'}"
+        return f"{self.source}:{self.line}:{self.column}"
+
+    def __str__(self) -> str:
+        where = self.location
+        if self.line is not None:
+            where = f"{where} ({self.path or '$'})"
+        return f"{where}: {self.message}"
+
+
+class SpecError(FlowcoreError, ValueError):
+    """A flow spec is invalid. ``problems`` lists every problem found at once."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        n = len(self.problems)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''} in flow spec:\n{lines}")
+
+
+class WireError(FlowcoreError, ValueError):
+    """A wire value (event dict, encoded bytes) is malformed.
+
+    ``path`` names the bad field (``$.error.type``), when one can be named.
+    """
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class EventRejected(FlowcoreError):
+    """A valid event that cannot apply to the run; the state is unchanged."""
+
+    def __init__(self, reason: str, key: str | None = None) -> None:
+        self.reason = reason
+        self.key = key
+        super().__init__(reason if key is None else f"{reason} [{key}]")
+
+
+class SnapshotMismatch(FlowcoreError, ValueError):
+    """A snapshot was decoded against a flow other than the one it pins."""
+
+
+class ReplayDivergence(FlowcoreError):
+    """A recorded log disagrees with what the interpreter derives from it."""
+
+    def __init__(self, index: int, expected: Any, actual: Any, message: str = "") -> None:
+        self.index = index
+        self.expected = expected
+        self.actual = actual
+        text = message or "replay diverged"
+        super().__init__(f"{text} at index {index}: expected {expected!r}, got {actual!r}")

@@ -1,0 +1,333 @@
+"""Expressions in specs: ``${...}`` templates holding JMESPath.
+
+A string that is exactly one ``${...}`` yields the raw value; any other string
+with ``${...}`` in it is interpolated as text; strings without any are
+constants. Mappings and lists are templates when anything inside them is.
+Conditions (``if``, ``until``) are bare JMESPath, with an optional ``${...}``
+wrapper.
+
+Every expression is compiled once, when the spec is parsed. The JMESPath
+language itself is the ``jmespath`` package's; this module only finds the
+``${`` ... ``}`` delimiters, works out statically which step results an
+expression reads (so evaluation never copies the run's whole history), and
+evaluates plain field chains (``steps.fetch.output.title``) without going
+through the generic tree interpreter, which is the common case and several
+times faster.
+
+An expression can read only its context: ``input``, ``steps``, ``run`` and
+the loop variables. This module must never do I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast
+
+import jmespath
+from jmespath import exceptions as jmes_errors
+from jmespath import functions as jmes_functions
+
+__all__ = [
+    "Cond",
+    "Resolver",
+    "Template",
+    "TemplateError",
+    "compile_cond",
+    "compile_template",
+    "find_expressions",
+    "truthy",
+]
+
+
+class TemplateError(ValueError):
+    """A template or expression does not compile; the message says why."""
+
+
+class Resolver(Protocol):
+    """What an expression can see. ``step`` returns a step's result record."""
+
+    def root(self, name: str) -> Any: ...
+
+    def step(self, step_id: str) -> Any: ...
+
+
+_OPTIONS = jmespath.Options(custom_functions=jmes_functions.Functions())
+
+
+def find_expressions(text: str) -> list[tuple[int, int]]:
+    """Spans ``(start, end)`` of each ``${...}`` in ``text``, end exclusive.
+
+    The closing brace is found by balancing braces outside JMESPath string
+    literals, so ``${ {a: b} }`` (a multi-select hash) is one expression.
+    """
+    spans: list[tuple[int, int]] = []
+    i = 0
+    n = len(text)
+    while True:
+        start = text.find("${", i)
+        if start < 0:
+            return spans
+        depth = 0
+        j = start + 2
+        quote = ""
+        while j < n:
+            ch = text[j]
+            if quote:
+                if ch == "\\":
+                    j += 2
+                    continue
+                if ch == quote:
+                    quote = ""
+            elif ch in "'\"`":
+                quote = ch
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                if depth == 0:
+                    break
+                depth -= 1
+            j += 1
+        if j >= n:
+            raise TemplateError(f"unclosed '${{' at offset {start}")
+        spans.append((start, j + 1))
+        i = j + 1
+
+
+def _flatten_fields(node: dict[str, Any]) -> list[str] | None:
+    """The field names of a pure ``a.b.c`` chain, or None if it is anything else."""
+    kind = node["type"]
+    if kind == "field":
+        return [node["value"]]
+    if kind == "subexpression":
+        names: list[str] = []
+        for child in node["children"]:
+            sub = _flatten_fields(child)
+            if sub is None:
+                return None
+            names.extend(sub)
+        return names
+    return None
+
+
+def _step_refs(node: Any, refs: set[str]) -> bool:
+    """Collect ids read as ``steps.<id>``; True if ``steps`` is read wholesale."""
+    if not isinstance(node, dict):
+        return False
+    kind = node.get("type")
+    if kind == "subexpression":
+        children = node["children"]
+        first = children[0]
+        if first.get("type") == "field" and first.get("value") == "steps":
+            nxt = children[1] if len(children) > 1 else None
+            if nxt is not None and nxt.get("type") == "field":
+                refs.add(nxt["value"])
+                return any(_step_refs(c, refs) for c in children[2:])
+            if nxt is not None and nxt.get("type") == "subexpression":
+                inner = nxt["children"][0]
+                if inner.get("type") == "field":
+                    refs.add(inner["value"])
+                    return any(_step_refs(c, refs) for c in nxt["children"][1:])
+            return True
+    if kind == "field" and node.get("value") == "steps":
+        return True
+    wholesale = False
+    for child in node.get("children", ()):
+        wholesale = _step_refs(child, refs) or wholesale
+    return wholesale
+
+
+class _Expr:
+    """One compiled JMESPath expression."""
+
+    __slots__ = ("_chain", "_parsed", "refs", "source", "wholesale")
+
+    def __init__(self, source: str) -> None:
+        source = source.strip()
+        if not source:
+            raise TemplateError("empty expression")
+        try:
+            self._parsed = jmespath.compile(source)
+        except jmes_errors.JMESPathError as exc:
+            detail = getattr(exc, "msg", "") or str(exc).strip().splitlines()[0]
+            raise TemplateError(f"invalid JMESPath {source!r}: {detail}") from None
+        self.source = source
+        refs: set[str] = set()
+        self.wholesale = _step_refs(self._parsed.parsed, refs)
+        self.refs = frozenset(refs)
+        self._chain = _flatten_fields(cast(dict[str, Any], self._parsed.parsed))
+
+    def evaluate(self, resolver: Resolver) -> Any:
+        chain = self._chain
+        if chain is not None:
+            if chain[0] == "steps" and len(chain) > 1:
+                value = resolver.step(chain[1])
+                rest = chain[2:]
+            else:
+                value = resolver.root(chain[0])
+                rest = chain[1:]
+            for name in rest:
+                if not isinstance(value, dict):
+                    return None
+                value = value.get(name)
+            return value
+        return self._search(resolver)
+
+    def _search(self, resolver: Resolver) -> Any:
+        context: dict[str, Any] = {}
+        for name in _ROOTS:
+            value = resolver.root(name)
+            if value is not None:
+                context[name] = value
+        extra = resolver.root("$locals")
+        if isinstance(extra, Mapping):
+            context.update(extra)
+        if self.wholesale:
+            context["steps"] = resolver.root("$all_steps")
+        else:
+            context["steps"] = {ref: resolver.step(ref) for ref in self.refs}
+        try:
+            return self._parsed.search(context, options=_OPTIONS)
+        except jmes_errors.JMESPathError as exc:
+            raise TemplateError(f"{self.source!r}: {exc}") from None
+
+
+_ROOTS = ("input", "run", "error", "fire_count")
+
+
+def truthy(value: Any) -> bool:
+    """JMESPath truthiness: false, null and empty string/list/object are false."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, (str, list, dict, tuple)) and not value:
+        return False
+    return True
+
+
+class Template:
+    """A compiled template: evaluates to a JSON value against a resolver."""
+
+    __slots__ = ("_eval", "constant", "refs", "source", "wholesale")
+
+    def __init__(
+        self,
+        source: Any,
+        evaluate: Callable[[Resolver], Any] | None,
+        refs: frozenset[str],
+        wholesale: bool,
+    ) -> None:
+        self.source = source
+        self._eval = evaluate
+        self.constant = evaluate is None
+        self.refs = refs
+        self.wholesale = wholesale
+
+    def evaluate(self, resolver: Resolver) -> Any:
+        if self._eval is None:
+            return self.source
+        return self._eval(resolver)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Template) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.source, sort_keys=True, default=str))
+
+    def __repr__(self) -> str:
+        return f"Template({self.source!r})"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def _compile(source: Any, exprs: list[_Expr]) -> Callable[[Resolver], Any] | None:
+    if isinstance(source, str):
+        spans = find_expressions(source)
+        if not spans:
+            return None
+        if len(spans) == 1 and spans[0] == (0, len(source)):
+            expr = _Expr(source[2:-1])
+            exprs.append(expr)
+            return expr.evaluate
+        parts: list[str | _Expr] = []
+        pos = 0
+        for start, end in spans:
+            if start > pos:
+                parts.append(source[pos:start])
+            expr = _Expr(source[start + 2 : end - 1])
+            exprs.append(expr)
+            parts.append(expr)
+            pos = end
+        if pos < len(source):
+            parts.append(source[pos:])
+
+        def interpolate(resolver: Resolver) -> str:
+            return "".join(p if isinstance(p, str) else _text(p.evaluate(resolver)) for p in parts)
+
+        return interpolate
+    if isinstance(source, dict):
+        items = [(k, _compile(v, exprs), v) for k, v in source.items()]
+        if all(fn is None for _, fn, _ in items):
+            return None
+
+        def build_dict(resolver: Resolver) -> dict[str, Any]:
+            return {k: (v if fn is None else fn(resolver)) for k, fn, v in items}
+
+        return build_dict
+    if isinstance(source, (list, tuple)):
+        elems = [(_compile(v, exprs), v) for v in source]
+        if all(fn is None for fn, _ in elems):
+            return None
+
+        def build_list(resolver: Resolver) -> list[Any]:
+            return [v if fn is None else fn(resolver) for fn, v in elems]
+
+        return build_list
+    return None
+
+
+def compile_template(source: Any) -> Template:
+    """Compile a JSON value whose strings may hold ``${...}`` expressions."""
+    exprs: list[_Expr] = []
+    fn = _compile(source, exprs)
+    refs = frozenset().union(*(e.refs for e in exprs)) if exprs else frozenset()
+    return Template(source, fn, refs, any(e.wholesale for e in exprs))
+
+
+class Cond:
+    """A compiled condition: bare JMESPath (``${...}`` around it is allowed)."""
+
+    __slots__ = ("_expr", "source")
+
+    def __init__(self, source: str) -> None:
+        text = source.strip()
+        spans = find_expressions(text) if "${" in text else []
+        if len(spans) == 1 and spans[0] == (0, len(text)):
+            text = text[2:-1]
+        self.source = source
+        self._expr = _Expr(text)
+
+    @property
+    def refs(self) -> frozenset[str]:
+        return self._expr.refs
+
+    def test(self, resolver: Resolver) -> bool:
+        return truthy(self._expr.evaluate(resolver))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Cond) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(self.source)
+
+    def __repr__(self) -> str:
+        return f"Cond({self.source!r})"
+
+
+def compile_cond(source: str) -> Cond:
+    return Cond(source)

@@ -1,0 +1,1764 @@
+"""The interpreter: ``start`` and ``advance``, the only place transitions live.
+
+Theory of operation
+-------------------
+
+A run is a tree of *frames*. A ``SeqFrame`` runs a list of steps one after
+another; a ``StepFrame`` is one running step. Composite steps (switch,
+parallel, for_each, repeat, try, declared teams) own child ``SeqFrame``s.
+Every frame has a deterministic id built from step ids and loop indices
+(``per_service[2]/triage``), so ids, idempotency keys and effects are the same
+on every replay.
+
+Everything the run waits for is in ``pending``, by idempotency key: work
+effects, human questions, signals and timers. An event names a key (or, for
+signals, a signal name); ``advance`` looks the key up (O(1)), lets the frame
+that owns it react, and when a step finishes its outcome travels up the
+parent chain until some frame starts new work or the root list ends. The cost
+of an event is therefore proportional to the depth of the tree and the number
+of branches the event touches, never to the length of the history.
+
+One ``advance`` works on a ``_Txn``: a scratch copy of the state's fields
+whose persistent maps are updated by path copying. The input state is never
+touched; if the event is rejected the scratch copy is dropped.
+
+Order of effects within one decision is fixed: the order in which the
+interpreter reaches them, depth first, branches and members in declared
+order; a step's timeout timer comes before the step's own effect; at start
+the wall-clock deadline timer comes first. A decision that settles the run
+holds exactly one effect, ``settled``: work emitted earlier in the same
+decision never reaches the host and is reported as not-started.
+
+Results that arrive for abandoned work (timed out, lost a race, cancelled)
+are accepted once, recorded in the report and otherwise ignored.
+
+This module must never do I/O, read a clock or draw a random number.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+from typing import Any, NoReturn, assert_never
+
+import immutables
+import msgspec
+
+from ._errors import EventRejected, FlowcoreError
+from ._expr import TemplateError
+from ._spec import (
+    AskHumanStep,
+    AwaitSignalStep,
+    Budget,
+    CallToolStep,
+    CancelScheduledStep,
+    Flow,
+    ForEachStep,
+    ParallelStep,
+    RepeatStep,
+    RunAgentStep,
+    RunSubflowStep,
+    RunTeamStep,
+    ScheduleStep,
+    SleepStep,
+    Step,
+    SwitchStep,
+    TryStep,
+)
+from ._state import (
+    CompLink,
+    Ending,
+    Env,
+    ForEachProgress,
+    Held,
+    Ledger,
+    ParallelProgress,
+    Pending,
+    RepeatProgress,
+    ReportRow,
+    Sched,
+    SeqFrame,
+    State,
+    Status,
+    StepFrame,
+    TeamProgress,
+    TryProgress,
+)
+from ._wire import (
+    AskHuman,
+    AwaitSignal,
+    BudgetRemaining,
+    CallTool,
+    CancelRequested,
+    Effect,
+    EffectFailed,
+    EffectOutcomeUnknown,
+    EffectSucceeded,
+    ErrorInfo,
+    Event,
+    HumanAnswered,
+    ReportEntry,
+    RunAgent,
+    RunSubflow,
+    RunTeam,
+    Settled,
+    SignalReceived,
+    Sleep,
+    SubflowSettled,
+    TimerFired,
+    Usage,
+)
+
+__all__ = ["DEFAULT_STEP_BUDGET", "Decision", "InputError", "advance", "start"]
+
+DEFAULT_STEP_BUDGET = 1000
+"""Steps a run may spend when neither the spec nor the caller sets a budget."""
+
+DEFAULT_UNKNOWN_REISSUES = 3
+"""Issues of a readonly/idempotent call after unknown outcomes, without a retry policy."""
+
+_EMPTY: immutables.Map[Any, Any] = immutables.Map()
+_OK = True
+_FAIL = False
+
+# Outcome of a step or list: (ok, value) where value is the output on success
+# and an ErrorInfo on failure. A plain tuple: this is the hottest value here.
+Outcome = tuple[bool, Any]
+
+
+class InputError(FlowcoreError, ValueError):
+    """The run's input does not match the flow's ``input_schema``."""
+
+    def __init__(self, flow_id: str, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"input rejected by the input_schema of flow {flow_id!r}:\n{lines}")
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """The result of ``start`` or ``advance``: the next state and what to do."""
+
+    state: State
+    effects: tuple[Effect, ...]
+
+
+class _Exhausted(Exception):
+    def __init__(self, limit: str) -> None:
+        self.limit = limit
+
+
+def _err(kind: str, message: str, retryable: bool = False) -> ErrorInfo:
+    return ErrorInfo(type=kind, message=message, retryable=retryable)
+
+
+def _error_dict(error: ErrorInfo) -> dict[str, Any]:
+    return {"type": error.type, "message": error.message, "retryable": error.retryable}
+
+
+def _ms_to_dt(ms: int) -> _dt.datetime:
+    return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(milliseconds=ms)
+
+
+def _dt_to_ms(value: _dt.datetime) -> int:
+    delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+    return delta // _dt.timedelta(milliseconds=1)
+
+
+def _unit_fraction(key: str) -> float:
+    """A number in [0, 1) derived from a key: jitter that replays agree on."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class _Resolver:
+    """The expression context of one frame: see ``_expr.Resolver``."""
+
+    __slots__ = ("attempt", "env", "extra", "t")
+
+    def __init__(self, t: _Txn, env: str, attempt: int, extra: dict[str, Any] | None) -> None:
+        self.t = t
+        self.env = env
+        self.attempt = attempt
+        self.extra = extra
+
+    def root(self, name: str) -> Any:
+        t = self.t
+        if name == "input":
+            return t.input
+        if name == "run":
+            flow = t.flow
+            return {
+                "id": t.run_id,
+                "flow": flow.id,
+                "version": flow.version,
+                "depth": t.depth,
+                "attempt": self.attempt,
+            }
+        if name == "$all_steps":
+            return self._all_steps()
+        if name == "$locals":
+            return self._locals()
+        if self.extra is not None and name in self.extra:
+            return self.extra[name]
+        env_id: str | None = self.env
+        envs = t.envs
+        while env_id is not None:
+            env = envs[env_id]
+            if name in env.vars:
+                return env.vars[name]
+            env_id = env.parent
+        return None
+
+    def step(self, step_id: str) -> Any:
+        env_id: str | None = self.env
+        envs = self.t.envs
+        results = self.t.results
+        while env_id is not None:
+            env = envs[env_id]
+            record = results.get(env.scope + step_id)
+            if record is not None:
+                return record
+            env_id = env.parent
+        return None
+
+    def _scopes(self) -> list[str]:
+        scopes: list[str] = []
+        env_id: str | None = self.env
+        while env_id is not None:
+            env = self.t.envs[env_id]
+            if env.scope not in scopes:
+                scopes.append(env.scope)
+            env_id = env.parent
+        return scopes
+
+    def _all_steps(self) -> dict[str, Any]:
+        # Reading ``steps`` wholesale costs O(steps in the flow); only
+        # expressions that do so pay it.
+        out: dict[str, Any] = {}
+        for step_id in self.t.flow.by_id:
+            record = self.step(step_id)
+            if record is not None:
+                out[step_id] = record
+        return out
+
+    def _locals(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        chain: list[Env] = []
+        env_id: str | None = self.env
+        while env_id is not None:
+            env = self.t.envs[env_id]
+            chain.append(env)
+            env_id = env.parent
+        for env in reversed(chain):
+            out.update(env.vars)
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+
+class _Txn:
+    """Scratch space for one transition. See the module docstring."""
+
+    def __init__(self, s: State) -> None:
+        self.flow = s.flow
+        self.run_id = s.run_id
+        self.depth = s.depth
+        self.input = s.input
+        self.status: Status = s.status
+        self.started_ms = s.started_ms
+        self.now = s.now_ms
+        self.ledger = s.ledger
+        self.seq = s.seq
+        self.frames = s.frames
+        self.envs = s.envs
+        self.pending = s.pending
+        self.results = s.results
+        self.report = s.report
+        self.resolved = s.resolved
+        self.signals = s.signals
+        self.waiters = s.waiters
+        self.queue = s.queue
+        self.queue_head = s.queue_head
+        self.queue_tail = s.queue_tail
+        self.in_flight = s.in_flight
+        self.compensations = s.compensations
+        self.compensating = s.compensating
+        self.scheduled = s.scheduled
+        self.settled = s.settled
+        self.error = s.error
+        self.effects: list[Effect] = []
+        self.emitted: list[str] = []  # work keys emitted in this decision
+
+    def freeze(self) -> State:
+        return State(
+            flow=self.flow,
+            run_id=self.run_id,
+            depth=self.depth,
+            input=self.input,
+            status=self.status,
+            started_ms=self.started_ms,
+            now_ms=self.now,
+            ledger=self.ledger,
+            seq=self.seq,
+            frames=self.frames,
+            envs=self.envs,
+            pending=self.pending,
+            results=self.results,
+            report=self.report,
+            resolved=self.resolved,
+            signals=self.signals,
+            waiters=self.waiters,
+            queue=self.queue,
+            queue_head=self.queue_head,
+            queue_tail=self.queue_tail,
+            in_flight=self.in_flight,
+            compensations=self.compensations,
+            compensating=self.compensating,
+            scheduled=self.scheduled,
+            settled=self.settled,
+            error=self.error,
+        )
+
+    # --- helpers ------------------------------------------------------------------
+
+    def key(self, frame_id: str, attempt: int) -> str:
+        return f"{self.run_id}/{frame_id}#{attempt}"
+
+    def resolver(
+        self, env: str, attempt: int = 1, extra: dict[str, Any] | None = None
+    ) -> _Resolver:
+        return _Resolver(self, env, attempt, extra)
+
+    def budget_remaining(self) -> BudgetRemaining:
+        led = self.ledger
+        wall = None
+        if led.wall_clock_ms is not None:
+            wall = max(0, self.started_ms + led.wall_clock_ms - self.now)
+        return BudgetRemaining(
+            steps=max(0, (led.steps or 0) - led.used_steps),
+            cost_minor_units=None if led.cost is None else max(0, led.cost - led.used_cost),
+            wall_clock_ms=wall,
+        )
+
+    def timer(self, key: str, until_ms: int, kind: str, frame: str) -> None:
+        self.effects.append(Sleep(until_ms=until_ms, idempotency_key=key))
+        self.pending = self.pending.set(key, Pending(kind, frame))
+
+    def drop_key(self, key: str, how: str = "abandoned") -> None:
+        """Stop waiting for ``key``; a late answer is then recorded and ignored."""
+        entry = self.pending.get(key)
+        if entry is None:
+            return
+        self.pending = self.pending.delete(key)
+        self.resolved = self.resolved.set(key, how)
+        if entry.kind in ("work", "sched-call"):
+            self.in_flight -= 1
+        elif entry.kind == "signal":
+            self.unwait(key)
+
+    def unwait(self, key: str) -> None:
+        for name, keys in self.waiters.items():
+            if key in keys:
+                rest = tuple(k for k in keys if k != key)
+                self.waiters = self.waiters.set(name, rest) if rest else self.waiters.delete(name)
+                return
+
+    def step_of(self, frame: StepFrame) -> Step:
+        return self.flow.by_id[frame.step]
+
+    def child_prefix(self, frame: StepFrame) -> str:
+        # Children of a retried composite get their own keys per attempt.
+        if frame.attempt == 1:
+            return frame.prefix
+        return f"{frame.prefix}{frame.step}#{frame.attempt}/"
+
+    def scope_of(self, env: str) -> str:
+        return self.envs[env].scope
+
+    # --- budget ---------------------------------------------------------------------
+
+    def charge_usage(self, usage: Usage | None) -> None:
+        if usage is None or (usage.steps == 0 and usage.cost_minor_units == 0):
+            return
+        led = self.ledger
+        led = Ledger(
+            led.steps,
+            led.cost,
+            led.wall_clock_ms,
+            led.used_steps + usage.steps,
+            led.used_cost + usage.cost_minor_units,
+        )
+        self.ledger = led
+        if led.steps is not None and led.used_steps > led.steps:
+            raise _Exhausted("steps")
+        if led.cost is not None and led.used_cost > led.cost:
+            raise _Exhausted("cost")
+
+    def check_clock(self) -> None:
+        wall = self.ledger.wall_clock_ms
+        if wall is not None and self.now >= self.started_ms + wall:
+            raise _Exhausted("wall-clock")
+
+    # --- emitting work ----------------------------------------------------------------
+
+    def emit_work(
+        self,
+        frame: str,
+        effect: RunAgent | RunTeam | CallTool | RunSubflow,
+        target: str,
+        member: str = "",
+    ) -> None:
+        self.seq += 1
+        cap = self.flow.limits.max_concurrency
+        key = effect.idempotency_key
+        if cap is not None and self.in_flight >= cap:
+            self.queue = self.queue.set(self.queue_tail, Held(frame, effect))
+            self.queue_tail += 1
+            row = ReportRow(self.seq, _tag(effect), target, "not-started")
+            self.report = self.report.set(key, row)
+            return
+        self.report = self.report.set(key, ReportRow(self.seq, _tag(effect), target, "uncertain"))
+        self.issue(frame, effect, member)
+
+    def issue(
+        self,
+        frame: str,
+        effect: RunAgent | RunTeam | CallTool | RunSubflow,
+        member: str = "",
+    ) -> None:
+        led = self.ledger
+        if led.steps is not None and led.used_steps + 1 > led.steps:
+            raise _Exhausted("steps")
+        if led.cost is not None and led.used_cost >= led.cost:
+            raise _Exhausted("cost")
+        self.ledger = Ledger(
+            led.steps, led.cost, led.wall_clock_ms, led.used_steps + 1, led.used_cost
+        )
+        if isinstance(effect, (RunAgent, RunSubflow)):
+            effect = msgspec.structs.replace(effect, budget_remaining=self.budget_remaining())
+        key = effect.idempotency_key
+        kind = _tag(effect)
+        self.effects.append(effect)
+        self.emitted.append(key)
+        self.pending = self.pending.set(key, Pending("work", frame, kind, member))
+        row = self.report.get(key)
+        if row is not None and row.status != "uncertain":
+            self.report = self.report.set(key, msgspec.structs.replace(row, status="uncertain"))
+        self.in_flight += 1
+
+    def drain_queue(self) -> None:
+        cap = self.flow.limits.max_concurrency
+        while self.queue_head < self.queue_tail and (cap is None or self.in_flight < cap):
+            held = self.queue[self.queue_head]
+            self.queue = self.queue.delete(self.queue_head)
+            self.queue_head += 1
+            frame = self.frames.get(held.frame)
+            if frame is None or not self.still_wanted(frame, held):
+                continue
+            member = ""
+            if isinstance(held.effect, RunAgent) and held.effect.member is not None:
+                member = held.effect.member
+            self.issue(held.frame, held.effect, member)
+
+    def still_wanted(self, frame: Any, held: Held) -> bool:
+        key = held.effect.idempotency_key
+        if isinstance(frame, StepFrame):
+            if frame.key == key:
+                return True
+            prog = frame.progress
+            return isinstance(prog, TeamProgress) and key in prog.running
+        return False
+
+    # --- lists --------------------------------------------------------------------
+
+    def step_list(self, owner: str, label: str) -> tuple[Step, ...]:
+        if not owner:
+            return self.flow.steps
+        step = self.flow.by_id[owner]
+        body = step.body
+        if label == "comp":
+            return step.compensate
+        if label == "body":
+            assert isinstance(body, (ForEachStep, RepeatStep))
+            return body.steps
+        if label == "try":
+            assert isinstance(body, TryStep)
+            return body.steps
+        head, _, arg = label.partition(":")
+        if head == "b":
+            assert isinstance(body, ParallelStep)
+            return body.branches[arg]
+        if head == "c":
+            assert isinstance(body, SwitchStep)
+            return body.cases[int(arg)].steps
+        if head == "k":
+            assert isinstance(body, TryStep)
+            return body.catch[int(arg)].steps
+        raise AssertionError(f"unknown step list {owner}/{label}")
+
+    def start_list(
+        self, seq_id: str, parent: str | None, env: str, prefix: str, owner: str, label: str
+    ) -> Outcome | None:
+        frame = SeqFrame(id=seq_id, parent=parent, env=env, prefix=prefix, owner=owner, label=label)
+        return self.run_seq(frame, self.step_list(owner, label))
+
+    def run_seq(self, frame: SeqFrame, steps: tuple[Step, ...]) -> Outcome | None:
+        i = frame.index
+        last = frame.last
+        n = len(steps)
+        while i < n:
+            out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
+            if out is None:
+                self.frames = self.frames.set(
+                    frame.id,
+                    SeqFrame(
+                        id=frame.id,
+                        parent=frame.parent,
+                        env=frame.env,
+                        prefix=frame.prefix,
+                        owner=frame.owner,
+                        label=frame.label,
+                        index=i,
+                        last=last,
+                    ),
+                )
+                return None
+            if not out[0]:
+                self.frames = (
+                    self.frames.delete(frame.id) if frame.id in self.frames else self.frames
+                )
+                return out
+            last = out[1]
+            i += 1
+        if frame.id in self.frames:
+            self.frames = self.frames.delete(frame.id)
+        return (_OK, last)
+
+    # --- steps ----------------------------------------------------------------------
+
+    def start_step(self, step: Step, parent: str, env: str, prefix: str) -> Outcome | None:
+        fid = prefix + step.id
+        frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id)
+        if step.timeout_ms is not None:
+            timer = f"{self.run_id}/{fid}/timeout"
+            self.timer(timer, self.now + step.timeout_ms, "timeout", fid)
+            frame = msgspec.structs.replace(frame, timer=timer)
+        return self.begin(frame, step)
+
+    def begin(self, frame: StepFrame, step: Step) -> Outcome | None:
+        """Start (an attempt of) ``step``; returns its outcome if it ends at once."""
+        try:
+            out = self.begin_body(frame, step)
+        except TemplateError as exc:
+            out = (_FAIL, _err("expression-error", f"step {step.id!r}: {exc}"))
+        if out is None:
+            return None
+        if frame.id not in self.frames:
+            self.frames = self.frames.set(frame.id, frame)  # it ended before it waited
+        return self.finish_step(frame.id, out)
+
+    def begin_body(self, frame: StepFrame, step: Step) -> Outcome | None:
+        body = step.body
+        fid = frame.id
+        if isinstance(body, CallToolStep):
+            r = self.resolver(frame.env, frame.attempt)
+            key = self.key(fid, frame.attempt)
+            self.set_frame(frame, key=key)
+            effect = CallTool(tool=body.tool, input=body.input.evaluate(r), idempotency_key=key)
+            self.emit_work(fid, effect, body.tool)
+            return None
+        if isinstance(body, RunAgentStep):
+            r = self.resolver(frame.env, frame.attempt)
+            key = self.key(fid, frame.attempt)
+            self.set_frame(frame, key=key)
+            self.emit_work(
+                fid,
+                RunAgent(
+                    agent_id=body.agent,
+                    prompt=_as_text(body.prompt.evaluate(r)),
+                    instructions=None
+                    if body.instructions is None
+                    else _as_text(body.instructions.evaluate(r)),
+                    member=body.member,
+                    idempotency_key=key,
+                    budget_remaining=_NO_BUDGET,
+                ),
+                body.agent,
+            )
+            return None
+        if isinstance(body, RunTeamStep):
+            return self.begin_team(frame, body)
+        if isinstance(body, RunSubflowStep):
+            if self.depth + 1 > self.flow.limits.max_subflow_depth:
+                return (
+                    _FAIL,
+                    _err(
+                        "depth-exceeded",
+                        f"subflow {body.flow!r} at depth {self.depth + 1} exceeds "
+                        f"max_subflow_depth {self.flow.limits.max_subflow_depth}",
+                    ),
+                )
+            r = self.resolver(frame.env, frame.attempt)
+            key = self.key(fid, frame.attempt)
+            self.set_frame(frame, key=key)
+            self.emit_work(
+                fid,
+                RunSubflow(
+                    flow_id=body.flow,
+                    depth=self.depth + 1,
+                    idempotency_key=key,
+                    input=body.input.evaluate(r),
+                    budget_remaining=_NO_BUDGET,
+                ),
+                body.flow,
+            )
+            return None
+        if isinstance(body, AskHumanStep):
+            r = self.resolver(frame.env, frame.attempt)
+            key = self.key(fid, frame.attempt)
+            self.set_frame(frame, key=key)
+            self.effects.append(
+                AskHuman(
+                    question=_as_text(body.question.evaluate(r)),
+                    options=body.options,
+                    idempotency_key=key,
+                )
+            )
+            self.pending = self.pending.set(key, Pending("ask", fid))
+            if body.timeout_ms is not None:
+                self.timer(f"{key}/timeout", self.now + body.timeout_ms, "ask-timeout", fid)
+            return None
+        if isinstance(body, SleepStep):
+            if body.for_ms is not None:
+                until = self.now + body.for_ms
+            else:
+                assert body.until is not None
+                until = _instant(body.until.evaluate(self.resolver(frame.env, frame.attempt)))
+            if until <= self.now:
+                return (_OK, None)
+            key = self.key(fid, frame.attempt)
+            self.set_frame(frame, key=key)
+            self.timer(key, until, "wait", fid)
+            return None
+        if isinstance(body, AwaitSignalStep):
+            buffered = self.signals.get(body.signal)
+            if buffered:
+                rest = buffered[1:]
+                self.signals = (
+                    self.signals.set(body.signal, rest)
+                    if rest
+                    else self.signals.delete(body.signal)
+                )
+                return (_OK, buffered[0])
+            key = self.key(fid, frame.attempt)
+            self.set_frame(frame, key=key)
+            self.effects.append(AwaitSignal(signal=body.signal, idempotency_key=key))
+            self.pending = self.pending.set(key, Pending("signal", fid))
+            self.waiters = self.waiters.set(body.signal, (*self.waiters.get(body.signal, ()), key))
+            if body.timeout_ms is not None:
+                self.timer(f"{key}/timeout", self.now + body.timeout_ms, "signal-timeout", fid)
+            return None
+        if isinstance(body, SwitchStep):
+            r = self.resolver(frame.env, frame.attempt)
+            for i, case in enumerate(body.cases):
+                if case.cond is None or case.cond.test(r):
+                    self.set_frame(frame)
+                    return self.start_list(
+                        f"{fid}:c{i}", fid, frame.env, self.child_prefix(frame), step.id, f"c:{i}"
+                    )
+            return (_OK, None)
+        if isinstance(body, TryStep):
+            self.set_frame(frame, progress=TryProgress())
+            return self.child_outcome(
+                fid,
+                self.start_list(
+                    f"{fid}:try", fid, frame.env, self.child_prefix(frame), step.id, "try"
+                ),
+            )
+        if isinstance(body, ParallelStep):
+            return self.begin_parallel(frame, step, body)
+        if isinstance(body, ForEachStep):
+            return self.begin_for_each(frame, step, body)
+        if isinstance(body, RepeatStep):
+            self.set_frame(frame, progress=RepeatProgress(due_ms=self.now))
+            self.arm_tick(fid, body, 1, self.now)
+            return None
+        if isinstance(body, ScheduleStep):
+            r = self.resolver(frame.env, frame.attempt)
+            sid = f"{self.run_id}/{fid}#{frame.attempt}"
+            self.scheduled = self.scheduled.set(
+                sid,
+                Sched("pending", body.tool, body.input.evaluate(r), body.outlive_run),
+            )
+            self.timer(f"{sid}/delay", self.now + body.delay_ms, "sched-delay", sid)
+            return (_OK, sid)
+        if isinstance(body, CancelScheduledStep):
+            sid = body.id.evaluate(self.resolver(frame.env, frame.attempt))
+            sched = self.scheduled.get(sid) if isinstance(sid, str) else None
+            if sched is None or sched.status != "pending":
+                return (_OK, False)
+            self.scheduled = self.scheduled.set(
+                sid, msgspec.structs.replace(sched, status="cancelled")
+            )
+            self.drop_key(f"{sid}/delay")
+            return (_OK, True)
+        assert_never(body)
+
+    def set_frame(self, frame: StepFrame, **changes: Any) -> StepFrame:
+        if changes:
+            frame = msgspec.structs.replace(frame, **changes)
+        self.frames = self.frames.set(frame.id, frame)
+        return frame
+
+    # --- finishing steps --------------------------------------------------------------
+
+    def finish_step(self, fid: str, out: Outcome) -> Outcome | None:
+        """A step's attempt ended: retry it, or record it and hand the outcome up."""
+        frame = self.frames[fid]
+        assert isinstance(frame, StepFrame)
+        step = self.step_of(frame)
+        if not out[0] and self.should_retry(step, frame, out[1]):
+            self.abandon_children(fid)
+            retry = step.retry
+            assert retry is not None
+            delay = min(
+                retry.initial_interval_ms * retry.backoff ** (frame.attempt - 1),
+                retry.max_interval_ms,
+            )
+            key = f"{self.key(fid, frame.attempt)}/backoff"
+            if retry.jitter:
+                delay *= 1.0 - retry.jitter * _unit_fraction(key)
+            self.set_frame(frame, key=None, backoff=key, progress=None, unknowns=0)
+            self.timer(key, self.now + int(delay), "backoff", fid)
+            return None
+        if frame.timer is not None:
+            self.drop_key(frame.timer)
+        self.frames = self.frames.delete(fid)
+        scope = self.scope_of(frame.env)
+        if out[0]:
+            record: dict[str, Any] = {"status": "succeeded", "output": out[1]}
+            if isinstance(step.body, AskHumanStep):
+                record["answer"] = out[1]
+            if step.compensate:
+                self.compensations = CompLink(step.id, frame.env, frame.prefix, self.compensations)
+        else:
+            record = {"status": "failed", "output": None, "error": _error_dict(out[1])}
+        self.results = self.results.set(scope + step.id, record)
+        return out
+
+    def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
+        retry = step.retry
+        if retry is None or frame.attempt >= retry.max_attempts:
+            return False
+        if error.type == "timeout" and frame.timer is not None and frame.timer not in self.pending:
+            return False  # the step's own deadline passed: no time left to retry in
+        if retry.errors is None:
+            return error.retryable
+        return "*" in retry.errors or error.type in retry.errors
+
+    def propagate(self, child: str, parent: str | None, out: Outcome) -> None:
+        """Hand a finished child's outcome up the tree until something waits."""
+        while True:
+            if parent is None:
+                self.root_done(child, out)
+                return
+            frame = self.frames.get(parent)
+            if frame is None:
+                return  # the parent was abandoned meanwhile
+            if isinstance(frame, SeqFrame):
+                if out[0]:
+                    steps = self.step_list(frame.owner, frame.label)
+                    res = self.run_seq(
+                        msgspec.structs.replace(frame, index=frame.index + 1, last=out[1]), steps
+                    )
+                else:
+                    self.frames = self.frames.delete(frame.id)
+                    res = out
+                if res is None:
+                    return
+                child, parent, out = frame.id, frame.parent, res
+                continue
+            res = self.child_done(frame, child, out)
+            if res is None:
+                return
+            res = self.finish_step(frame.id, res)
+            if res is None:
+                return
+            child, parent, out = frame.id, frame.parent, res
+
+    def child_outcome(self, fid: str, out: Outcome | None) -> Outcome | None:
+        """A child list of ``fid`` ended at once: let ``fid`` react to it."""
+        if out is None:
+            return None
+        frame = self.frames[fid]
+        assert isinstance(frame, StepFrame)
+        return self.child_done(frame, "", out, sync=True)
+
+    def child_done(
+        self, frame: StepFrame, child: str, out: Outcome, sync: bool = False
+    ) -> Outcome | None:
+        """A child list of a composite step ended. Returns the step's outcome, if any."""
+        step = self.step_of(frame)
+        body = step.body
+        if isinstance(body, SwitchStep):
+            return out
+        if isinstance(body, TryStep):
+            return self.try_child_done(frame, step, body, out)
+        if isinstance(body, ParallelStep):
+            name = child.rsplit(":b:", 1)[1] if child else ""
+            return self.parallel_child_done(frame, body, name, out)
+        if isinstance(body, ForEachStep):
+            index = int(child.rsplit("[", 1)[1].rstrip("]:")) if child else -1
+            return self.for_each_child_done(frame, step, body, index, out)
+        if isinstance(body, RepeatStep):
+            return self.repeat_child_done(frame, body, out)
+        raise AssertionError(f"step {step.id} has no children")
+
+    # --- try / catch -------------------------------------------------------------------
+
+    def try_child_done(
+        self, frame: StepFrame, step: Step, body: TryStep, out: Outcome
+    ) -> Outcome | None:
+        prog = frame.progress
+        assert isinstance(prog, TryProgress)
+        if out[0] or prog.phase == "catch":
+            return out
+        error: ErrorInfo = out[1]
+        for i, clause in enumerate(body.catch):
+            if "*" in clause.errors or error.type in clause.errors:
+                env_id = f"{frame.id}!catch"
+                self.envs = self.envs.set(
+                    env_id,
+                    Env(
+                        parent=frame.env,
+                        scope=self.scope_of(frame.env),
+                        vars={"error": _error_dict(error)},
+                    ),
+                )
+                self.set_frame(frame, progress=TryProgress(phase="catch"))
+                res = self.start_list(
+                    f"{frame.id}:k{i}",
+                    frame.id,
+                    env_id,
+                    self.child_prefix(frame),
+                    step.id,
+                    f"k:{i}",
+                )
+                return res
+        return out
+
+    # --- parallel --------------------------------------------------------------------------
+
+    def begin_parallel(self, frame: StepFrame, step: Step, body: ParallelStep) -> Outcome | None:
+        names = tuple(body.branches)
+        if not names:
+            return (_OK, {})
+        width = body.max_concurrency or len(names)
+        first, later = names[:width], names[width:]
+        frame = self.set_frame(frame, progress=ParallelProgress(waiting=later, running=first))
+        for name in first:
+            res = self.start_branch(frame, step, name)
+            if res is not None:
+                out = self.parallel_child_done(self.frames[frame.id], body, name, res)  # type: ignore[arg-type]
+                if out is not None:
+                    return out
+        return None
+
+    def start_branch(self, frame: StepFrame, step: Step, name: str) -> Outcome | None:
+        return self.start_list(
+            f"{frame.id}:b:{name}",
+            frame.id,
+            frame.env,
+            self.child_prefix(frame),
+            step.id,
+            f"b:{name}",
+        )
+
+    def parallel_child_done(
+        self, frame: StepFrame, body: ParallelStep, name: str, out: Outcome
+    ) -> Outcome | None:
+        prog = frame.progress
+        assert isinstance(prog, ParallelProgress)
+        mode = body.mode
+        record: dict[str, Any] = (
+            {"status": "succeeded", "output": out[1]}
+            if out[0]
+            else {"status": "failed", "error": _error_dict(out[1])}
+        )
+        outcomes = {**prog.outcomes, name: record}
+        running = tuple(n for n in prog.running if n != name)
+        decided: Outcome | None = None
+        if mode == "race":
+            decided = (_OK, {name: out[1]}) if out[0] else out
+        elif mode == "any" and out[0]:
+            decided = (_OK, {name: out[1]})
+        elif mode == "all" and not out[0]:
+            decided = out
+        if decided is not None:
+            for other in (*running, *prog.waiting):
+                self.abandon_frame(f"{frame.id}:b:{other}")
+            self.set_frame(frame, progress=ParallelProgress(outcomes=outcomes))
+            return decided
+        waiting = prog.waiting
+        frame = (
+            self.set_frame(
+                frame,
+                progress=ParallelProgress(
+                    waiting=waiting[1:], running=(*running, *waiting[:1]), outcomes=outcomes
+                ),
+            )
+            if waiting
+            else self.set_frame(
+                frame, progress=ParallelProgress(waiting=(), running=running, outcomes=outcomes)
+            )
+        )
+        if waiting:
+            step = self.step_of(frame)
+            res = self.start_branch(frame, step, waiting[0])
+            if res is not None:
+                return self.parallel_child_done(self.frames[frame.id], body, waiting[0], res)  # type: ignore[arg-type]
+            return None
+        if running:
+            return None
+        # Every branch has ended.
+        if mode == "all":
+            return (_OK, {n: outcomes[n]["output"] for n in body.branches})
+        if mode == "all_settled":
+            return (_OK, {n: outcomes[n] for n in body.branches})
+        failures = "; ".join(f"{n}: {outcomes[n]['error']['type']}" for n in body.branches)
+        return (_FAIL, _err("all-branches-failed", f"every branch failed ({failures})"))
+
+    # --- for_each ------------------------------------------------------------------------------
+
+    def begin_for_each(self, frame: StepFrame, step: Step, body: ForEachStep) -> Outcome | None:
+        items = body.items.evaluate(self.resolver(frame.env, frame.attempt))
+        if not isinstance(items, list):
+            return (
+                _FAIL,
+                _err("expression-error", f"for_each {step.id!r}: items is not a list: {items!r}"),
+            )
+        if not items:
+            return (_OK, [])
+        frame = self.set_frame(frame, progress=ForEachProgress(items=tuple(items)))
+        return self.fill_for_each(frame, step, body)
+
+    def fill_for_each(self, frame: StepFrame, step: Step, body: ForEachStep) -> Outcome | None:
+        width = body.max_concurrency or 1_000_000_000
+        while True:
+            prog = frame.progress
+            assert isinstance(prog, ForEachProgress)
+            if prog.next >= len(prog.items) or prog.running >= width:
+                return None
+            i = prog.next
+            frame = self.set_frame(
+                frame, progress=msgspec.structs.replace(prog, next=i + 1, running=prog.running + 1)
+            )
+            scope = f"{self.child_prefix(frame)}{step.id}[{i}]/"
+            self.envs = self.envs.set(
+                scope,
+                Env(parent=frame.env, scope=scope, vars={body.as_: prog.items[i], body.index: i}),
+            )
+            res = self.start_list(f"{frame.id}[{i}]:", frame.id, scope, scope, step.id, "body")
+            if res is not None:
+                out = self.for_each_child_done(frame, step, body, i, res, refill=False)
+                if out is not None:
+                    return out
+            current = self.frames.get(frame.id)
+            if not isinstance(current, StepFrame):
+                return None
+            frame = current
+
+    def for_each_child_done(
+        self,
+        frame: StepFrame,
+        step: Step,
+        body: ForEachStep,
+        index: int,
+        out: Outcome,
+        refill: bool = True,
+    ) -> Outcome | None:
+        frame_now = self.frames[frame.id]
+        assert isinstance(frame_now, StepFrame)
+        prog = frame_now.progress
+        assert isinstance(prog, ForEachProgress)
+        if not out[0]:
+            for j in range(prog.next):
+                if j not in prog.outputs and j != index:
+                    self.abandon_frame(f"{frame.id}[{j}]:")
+            return out
+        outputs = {**prog.outputs, index: out[1]}
+        prog = msgspec.structs.replace(
+            prog, running=prog.running - 1, done=prog.done + 1, outputs=outputs
+        )
+        frame_now = self.set_frame(frame_now, progress=prog)
+        if prog.done == len(prog.items):
+            return (_OK, [outputs[i] for i in range(len(prog.items))])
+        if refill:
+            return self.fill_for_each(frame_now, step, body)
+        return None
+
+    # --- repeat --------------------------------------------------------------------------------
+
+    def arm_tick(self, fid: str, body: RepeatStep, fire: int, after_ms: int) -> None:
+        if body.every_ms is not None:
+            due = after_ms + body.every_ms
+        else:
+            assert body.cron is not None
+            from cronsim import CronSim
+
+            due = _dt_to_ms(next(CronSim(body.cron, _ms_to_dt(max(after_ms, self.now)))))
+        frame = self.frames[fid]
+        assert isinstance(frame, StepFrame)
+        prog = frame.progress
+        assert isinstance(prog, RepeatProgress)
+        self.set_frame(frame, progress=msgspec.structs.replace(prog, due_ms=due))
+        self.timer(
+            f"{self.run_id}/{self.child_prefix(frame)}{frame.step}[{fire}]/tick", due, "tick", fid
+        )
+
+    def fire_repeat(self, frame: StepFrame) -> Outcome | None:
+        step = self.step_of(frame)
+        body = step.body
+        assert isinstance(body, RepeatStep)
+        prog = frame.progress
+        assert isinstance(prog, RepeatProgress)
+        fire = prog.fires + 1
+        frame = self.set_frame(frame, progress=msgspec.structs.replace(prog, fires=fire))
+        scope = f"{self.child_prefix(frame)}{step.id}[{fire}]/"
+        self.envs = self.envs.set(
+            scope, Env(parent=frame.env, scope=scope, vars={"fire_count": fire})
+        )
+        res = self.start_list(f"{frame.id}[{fire}]:", frame.id, scope, scope, step.id, "body")
+        if res is None:
+            return None
+        return self.repeat_child_done(frame, body, res)
+
+    def repeat_child_done(self, frame: StepFrame, body: RepeatStep, out: Outcome) -> Outcome | None:
+        frame_now = self.frames[frame.id]
+        assert isinstance(frame_now, StepFrame)
+        prog = frame_now.progress
+        assert isinstance(prog, RepeatProgress)
+        if not out[0]:
+            return out
+        fire = prog.fires
+        scope = f"{self.child_prefix(frame_now)}{frame_now.step}[{fire}]/"
+        done = body.max_fires is not None and fire >= body.max_fires
+        if not done and body.until is not None:
+            done = body.until.test(self.resolver(scope, frame_now.attempt))
+        # The fire's loop scope is finished with: drop it so that a repeat
+        # that fires for ever keeps a bounded state.
+        self.envs = self.envs.delete(scope) if scope in self.envs else self.envs
+        self.set_frame(frame_now, progress=msgspec.structs.replace(prog, last=out[1]))
+        if done:
+            return (_OK, out[1])
+        step = self.step_of(frame_now)
+        assert isinstance(step.body, RepeatStep)
+        self.arm_tick(frame_now.id, body, fire + 1, prog.due_ms)
+        return None
+
+    # --- teams ------------------------------------------------------------------------------
+
+    def begin_team(self, frame: StepFrame, body: RunTeamStep) -> Outcome | None:
+        team = self.flow.teams.get(body.team)
+        fid = frame.id
+        if team is None:
+            r = self.resolver(frame.env, frame.attempt)
+            key = self.key(fid, frame.attempt)
+            self.set_frame(frame, key=key)
+            self.emit_work(
+                fid,
+                RunTeam(
+                    team_id=body.team, prompt=_as_text(body.prompt.evaluate(r)), idempotency_key=key
+                ),
+                body.team,
+            )
+            return None
+        frame = self.set_frame(frame, progress=TeamProgress())
+        if team.mode == "parallel":
+            for i in range(len(team.members)):
+                frame = self.emit_member(frame, body, i)
+        else:
+            self.emit_member(frame, body, 0)
+        return None
+
+    def member_key(self, frame: StepFrame, member: str) -> str:
+        return f"{self.run_id}/{frame.id}/{member}#{frame.attempt}"
+
+    def emit_member(self, frame: StepFrame, body: RunTeamStep, index: int) -> StepFrame:
+        team = self.flow.teams[body.team]
+        member = team.members[index]
+        prog = frame.progress
+        assert isinstance(prog, TeamProgress)
+        key = self.member_key(frame, member.member)
+        frame = self.set_frame(
+            frame,
+            progress=msgspec.structs.replace(prog, next=index + 1, running=(*prog.running, key)),
+        )
+        r = self.resolver(frame.env, frame.attempt, {"members": dict(prog.outputs)})
+        self.emit_work(
+            frame.id,
+            RunAgent(
+                agent_id=member.agent,
+                prompt=_as_text(body.prompt.evaluate(r)),
+                instructions=None
+                if member.instructions is None
+                else _as_text(member.instructions.evaluate(r)),
+                member=member.member,
+                idempotency_key=key,
+                budget_remaining=_NO_BUDGET,
+            ),
+            member.agent,
+            member.member,
+        )
+        return frame
+
+    def member_done(
+        self, frame: StepFrame, entry: Pending, key: str, out: Outcome
+    ) -> Outcome | None:
+        step = self.step_of(frame)
+        body = step.body
+        assert isinstance(body, RunTeamStep)
+        team = self.flow.teams[body.team]
+        prog = frame.progress
+        assert isinstance(prog, TeamProgress)
+        running = tuple(k for k in prog.running if k != key)
+        if not out[0]:
+            for other in running:
+                self.drop_key(other)
+            self.set_frame(frame, progress=msgspec.structs.replace(prog, running=()))
+            return out
+        outputs = {**prog.outputs, entry.member: out[1]}
+        frame = self.set_frame(
+            frame, progress=msgspec.structs.replace(prog, running=running, outputs=outputs)
+        )
+        if len(outputs) == len(team.members):
+            return (_OK, {m.member: outputs[m.member] for m in team.members})
+        if team.mode == "sequential" and not running:
+            self.emit_member(frame, body, prog.next)
+        return None
+
+    # --- abandoning ---------------------------------------------------------------------------
+
+    def descendants(self, root: str) -> set[str]:
+        """Frame ids at or under ``root``: O(active frames x depth)."""
+        frames = self.frames
+        out = {root} if root in frames else set()
+        for fid, frame in frames.items():
+            parent = frame.parent
+            while parent is not None:
+                if parent == root or parent in out:
+                    out.add(fid)
+                    break
+                above = frames.get(parent)
+                parent = above.parent if above is not None else None
+        return out
+
+    def abandon_frame(self, root: str) -> None:
+        self.abandon(self.descendants(root))
+
+    def abandon_children(self, fid: str) -> None:
+        gone = self.descendants(fid)
+        gone.discard(fid)
+        self.abandon(gone)
+        frame = self.frames.get(fid)
+        if isinstance(frame, StepFrame):
+            if frame.key is not None:
+                self.drop_key(frame.key)
+            prog = frame.progress
+            if isinstance(prog, TeamProgress):
+                for key in prog.running:
+                    self.drop_key(key)
+            if frame.backoff is not None:
+                self.drop_key(frame.backoff)
+
+    def abandon(self, gone: set[str]) -> None:
+        if not gone:
+            return
+        for key, entry in list(self.pending.items()):
+            if entry.frame in gone:
+                self.drop_key(key)
+        frames = self.frames
+        for fid in gone:
+            if fid in frames:
+                frames = frames.delete(fid)
+        self.frames = frames
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def take(self, key: str, event_kind: str, accepts: tuple[str, ...]) -> Pending | None:
+        """The pending entry an event answers, or None for an accepted late answer."""
+        entry = self.pending.get(key)
+        if entry is None:
+            how = self.resolved.get(key)
+            if how == "abandoned":
+                self.resolved = self.resolved.set(key, "late")
+                return None
+            if how is not None:
+                raise EventRejected(f"duplicate {event_kind}: {key} is already {how}", key)
+            raise EventRejected(f"{event_kind} for unknown idempotency key {key}", key)
+        if entry.kind not in accepts:
+            raise EventRejected(f"{event_kind} cannot answer {_describe_pending(entry)} {key}", key)
+        self.check_clock()
+        return entry
+
+    def late_work(self, key: str, status: str) -> None:
+        row = self.report.get(key)
+        if row is not None:
+            self.report = self.report.set(key, msgspec.structs.replace(row, status=status))
+
+    def resolve_work(self, key: str, entry: Pending, status: str) -> None:
+        self.pending = self.pending.delete(key)
+        self.resolved = self.resolved.set(key, status)
+        self.in_flight -= 1
+        row = self.report[key]
+        self.report = self.report.set(key, ReportRow(row.seq, row.effect, row.target, status))
+
+    def on_succeeded(self, ev: EffectSucceeded) -> None:
+        key = ev.idempotency_key
+        entry = self.take(key, "effect-succeeded", ("work", "sched-call"))
+        if entry is None:
+            self.late_work(key, "succeeded")
+            self.charge_usage(ev.usage)
+            return
+        if entry.effect == "run-subflow":
+            raise EventRejected(
+                f"a subflow answers with subflow-settled, not effect-succeeded: {key}", key
+            )
+        self.resolve_work(key, entry, "succeeded")
+        self.charge_usage(ev.usage)
+        self.work_done(key, entry, (_OK, ev.output))
+
+    def on_failed(self, ev: EffectFailed) -> None:
+        key = ev.idempotency_key
+        entry = self.take(key, "effect-failed", ("work", "sched-call"))
+        if entry is None:
+            self.late_work(key, "failed")
+            return
+        self.resolve_work(key, entry, "failed")
+        self.work_done(key, entry, (_FAIL, ev.error))
+
+    def on_unknown(self, ev: EffectOutcomeUnknown) -> None:
+        key = ev.idempotency_key
+        entry = self.take(key, "effect-outcome-unknown", ("work", "sched-call"))
+        if entry is None:
+            return
+        if entry.kind == "sched-call":
+            self.resolve_work(key, entry, "uncertain")
+            self.work_done(key, entry, (_FAIL, _err("outcome-unknown", key)))
+            return
+        frame = self.frames[entry.frame]
+        assert isinstance(frame, StepFrame)
+        step = self.step_of(frame)
+        if self.may_reissue(step, entry, frame):
+            # Same key: the tool can deduplicate. Counts as an issue of the step.
+            self.pending = self.pending.delete(key)
+            self.in_flight -= 1
+            self.set_frame(frame, unknowns=frame.unknowns + 1)
+            effect = self.rebuild(frame, step, key, entry)
+            self.issue(entry.frame, effect, entry.member)
+            return
+        self.resolve_work(key, entry, "uncertain")
+        error = _err(
+            "outcome-unknown",
+            f"{entry.effect} {key} may or may not have happened and is not safe to repeat",
+        )
+        self.work_done(key, entry, (_FAIL, error))
+
+    def may_reissue(self, step: Step, entry: Pending, frame: StepFrame) -> bool:
+        body = step.body
+        if isinstance(body, CallToolStep):
+            decl = self.flow.tools.get(body.tool)
+            safe = decl is not None and decl.exec_class in ("readonly", "idempotent")
+        else:
+            safe = isinstance(body, RunSubflowStep)  # the key names the child run
+        if not safe:
+            return False
+        limit = step.retry.max_attempts if step.retry else DEFAULT_UNKNOWN_REISSUES
+        return frame.attempt + frame.unknowns < limit
+
+    def rebuild(self, frame: StepFrame, step: Step, key: str, entry: Pending) -> Any:
+        """The effect behind ``key``, exactly as first emitted (inputs re-derived)."""
+        body = step.body
+        r = self.resolver(frame.env, frame.attempt)
+        if isinstance(body, CallToolStep):
+            return CallTool(tool=body.tool, input=body.input.evaluate(r), idempotency_key=key)
+        assert isinstance(body, RunSubflowStep)
+        return RunSubflow(
+            flow_id=body.flow,
+            depth=self.depth + 1,
+            idempotency_key=key,
+            input=body.input.evaluate(r),
+            budget_remaining=_NO_BUDGET,
+        )
+
+    def work_done(self, key: str, entry: Pending, out: Outcome) -> None:
+        if entry.kind == "sched-call":
+            sched = self.scheduled[entry.frame]
+            status = (
+                "succeeded"
+                if out[0]
+                else ("uncertain" if out[1].type == "outcome-unknown" else "failed")
+            )
+            self.scheduled = self.scheduled.set(
+                entry.frame, msgspec.structs.replace(sched, status=status)
+            )
+            self.maybe_finish_draining()
+            return
+        frame = self.frames[entry.frame]
+        assert isinstance(frame, StepFrame)
+        if entry.member:
+            res = self.member_done(frame, entry, key, out)
+        else:
+            self.set_frame(frame, key=None)
+            res = out
+        if res is None:
+            return
+        self.step_ended(frame.id, res)
+
+    def step_ended(self, fid: str, out: Outcome) -> None:
+        frame = self.frames[fid]
+        res = self.finish_step(fid, out)
+        if res is not None:
+            self.propagate(fid, frame.parent, res)
+
+    def on_answered(self, ev: HumanAnswered) -> None:
+        key = ev.idempotency_key
+        entry = self.take(key, "human-answered", ("ask",))
+        if entry is None:
+            return
+        frame = self.frames[entry.frame]
+        assert isinstance(frame, StepFrame)
+        body = self.step_of(frame).body
+        assert isinstance(body, AskHumanStep)
+        if body.options is not None and (
+            not isinstance(ev.answer, str) or ev.answer not in body.options
+        ):
+            raise EventRejected(
+                f"answer {ev.answer!r} is not one of {list(body.options)} for {key}", key
+            )
+        self.pending = self.pending.delete(key)
+        self.resolved = self.resolved.set(key, "answered")
+        if body.timeout_ms is not None:
+            self.drop_key(f"{key}/timeout")
+        self.set_frame(frame, key=None)
+        self.step_ended(frame.id, (_OK, ev.answer))
+
+    def on_signal(self, ev: SignalReceived) -> None:
+        self.check_clock()
+        keys = self.waiters.get(ev.signal)
+        if not keys:
+            limit = self.flow.limits.max_buffered_signals
+            total = sum(len(v) for v in self.signals.values())
+            if total >= limit:
+                raise EventRejected(
+                    f"signal {ev.signal!r} rejected: {total} signals already buffered "
+                    f"(limit {limit})"
+                )
+            self.signals = self.signals.set(
+                ev.signal, (*self.signals.get(ev.signal, ()), ev.payload)
+            )
+            return
+        key = keys[0]
+        entry = self.pending[key]
+        self.pending = self.pending.delete(key)
+        self.resolved = self.resolved.set(key, "signalled")
+        self.waiters = (
+            self.waiters.set(ev.signal, keys[1:])
+            if len(keys) > 1
+            else self.waiters.delete(ev.signal)
+        )
+        frame = self.frames[entry.frame]
+        assert isinstance(frame, StepFrame)
+        body = self.step_of(frame).body
+        assert isinstance(body, AwaitSignalStep)
+        if body.timeout_ms is not None:
+            self.drop_key(f"{key}/timeout")
+        self.set_frame(frame, key=None)
+        self.step_ended(frame.id, (_OK, ev.payload))
+
+    def on_timer(self, ev: TimerFired) -> None:
+        key = ev.idempotency_key
+        entry = self.take(
+            key,
+            "timer-fired",
+            (
+                "wait",
+                "timeout",
+                "backoff",
+                "deadline",
+                "tick",
+                "ask-timeout",
+                "signal-timeout",
+                "sched-delay",
+            ),
+        )
+        if entry is None:
+            return
+        self.pending = self.pending.delete(key)
+        self.resolved = self.resolved.set(key, "fired")
+        kind = entry.kind
+        if kind == "deadline":
+            raise _Exhausted("wall-clock")
+        if kind == "sched-delay":
+            self.fire_scheduled(entry.frame)
+            return
+        frame = self.frames[entry.frame]
+        assert isinstance(frame, StepFrame)
+        if kind == "wait":
+            self.set_frame(frame, key=None)
+            self.step_ended(frame.id, (_OK, None))
+        elif kind == "timeout":
+            self.abandon_children(frame.id)
+            step = self.step_of(frame)
+            error = _err("timeout", f"step {step.id!r} timed out after {step.timeout_ms} ms")
+            self.step_ended(frame.id, (_FAIL, error))
+        elif kind == "backoff":
+            step = self.step_of(frame)
+            frame = self.set_frame(frame, attempt=frame.attempt + 1, backoff=None)
+            out = self.begin(frame, step)
+            if out is not None:
+                self.propagate(frame.id, frame.parent, out)
+        elif kind == "tick":
+            out = self.fire_repeat(frame)
+            if out is not None:
+                self.step_ended(frame.id, out)
+        elif kind == "ask-timeout":
+            body = self.step_of(frame).body
+            assert isinstance(body, AskHumanStep) and frame.key is not None
+            self.drop_key(frame.key)
+            self.set_frame(frame, key=None)
+            if body.default is not None:
+                self.step_ended(frame.id, (_OK, body.default))
+            else:
+                error = _err("timeout", f"no answer to {frame.key} within {body.timeout_ms} ms")
+                self.step_ended(frame.id, (_FAIL, error))
+        elif kind == "signal-timeout":
+            body = self.step_of(frame).body
+            assert isinstance(body, AwaitSignalStep) and frame.key is not None
+            self.drop_key(frame.key)
+            self.set_frame(frame, key=None)
+            error = _err(
+                "timeout", f"signal {body.signal!r} not received within {body.timeout_ms} ms"
+            )
+            self.step_ended(frame.id, (_FAIL, error))
+        else:
+            raise AssertionError(kind)
+
+    def fire_scheduled(self, sid: str) -> None:
+        sched = self.scheduled[sid]
+        self.scheduled = self.scheduled.set(sid, msgspec.structs.replace(sched, status="called"))
+        key = f"{sid}/call"
+        self.seq += 1
+        self.report = self.report.set(
+            key, ReportRow(self.seq, "call-tool", sched.tool, "uncertain")
+        )
+        led = self.ledger
+        if led.steps is not None and led.used_steps + 1 > led.steps:
+            raise _Exhausted("steps")
+        self.ledger = Ledger(
+            led.steps, led.cost, led.wall_clock_ms, led.used_steps + 1, led.used_cost
+        )
+        self.effects.append(CallTool(tool=sched.tool, input=sched.input, idempotency_key=key))
+        self.emitted.append(key)
+        self.pending = self.pending.set(key, Pending("sched-call", sid, "call-tool"))
+        self.in_flight += 1
+
+    def on_subflow(self, ev: SubflowSettled) -> None:
+        key = ev.idempotency_key
+        entry = self.take(key, "subflow-settled", ("work",))
+        if entry is None:
+            self.late_work(key, "succeeded" if ev.status == "completed" else "failed")
+            self.charge_usage(ev.usage)
+            return
+        if entry.effect != "run-subflow":
+            raise EventRejected(f"subflow-settled cannot answer {entry.effect} {key}", key)
+        ok = ev.status == "completed"
+        self.resolve_work(key, entry, "succeeded" if ok else "failed")
+        self.charge_usage(ev.usage)
+        if ok:
+            self.work_done(key, entry, (_OK, ev.output))
+        else:
+            error = _err(f"subflow-{ev.status}", f"subflow {key} settled {ev.status}")
+            self.work_done(key, entry, (_FAIL, error))
+
+    def on_cancel(self, ev: CancelRequested) -> None:
+        if self.compensating is not None:
+            raise EventRejected("the run is already winding down (compensating or draining)")
+        self.check_clock()
+        error = _err("cancelled", ev.reason or "cancel requested")
+        self.abandon(set(self.frames.keys()))
+        self.wind_down(Ending("cancelled", None, error))
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    def root_done(self, child: str, out: Outcome) -> None:
+        if child.startswith("!comp"):
+            self.next_compensation()
+            return
+        if not out[0]:
+            self.abandon(set(self.frames.keys()))
+            self.wind_down(Ending("failed", None, out[1]))
+            return
+        output = None
+        if self.flow.output is not None:
+            try:
+                output = self.flow.output.evaluate(self.resolver(""))
+            except TemplateError as exc:
+                self.wind_down(Ending("failed", None, _err("expression-error", f"output: {exc}")))
+                return
+        self.wind_down(Ending("completed", output, None))
+
+    def wind_down(self, ending: Ending) -> None:
+        """Run compensations (on failure or cancel), wait for outliving calls, settle."""
+        self.compensating = ending
+        if ending.status in ("failed", "cancelled") and self.compensations is not None:
+            self.next_compensation()
+            return
+        self.cancel_scheduled_calls()
+        self.maybe_finish_draining()
+
+    def next_compensation(self) -> None:
+        while self.compensations is not None:
+            link = self.compensations
+            self.compensations = link.rest
+            out = self.start_list(
+                f"!comp:{link.prefix}{link.step}", None, link.env, link.prefix, link.step, "comp"
+            )
+            if out is None:
+                return
+        self.cancel_scheduled_calls()
+        self.maybe_finish_draining()
+
+    def cancel_scheduled_calls(self) -> None:
+        for sid, sched in list(self.scheduled.items()):
+            if sched.status == "pending" and not sched.outlive:
+                self.scheduled = self.scheduled.set(
+                    sid, msgspec.structs.replace(sched, status="cancelled")
+                )
+                self.drop_key(f"{sid}/delay")
+
+    def maybe_finish_draining(self) -> None:
+        ending = self.compensating
+        if ending is None or self.frames:
+            return
+        for sched in self.scheduled.values():
+            if sched.status in ("pending", "called"):
+                return  # an outliving scheduled call is still due
+        self.settle(ending.status, ending.output, ending.error, None)
+
+    def settle(
+        self, status: str, output: Any, error: ErrorInfo | None, exhausted: str | None
+    ) -> None:
+        # Work emitted in this very decision never reaches the host.
+        for key in self.emitted:
+            row = self.report.get(key)
+            if row is not None and key in self.pending:
+                self.report = self.report.set(
+                    key, msgspec.structs.replace(row, status="not-started")
+                )
+        rows = sorted(self.report.items(), key=lambda kv: kv[1].seq)
+        report = tuple(
+            ReportEntry(idempotency_key=k, effect=r.effect, target=r.target, status=r.status)  # type: ignore[arg-type]
+            for k, r in rows
+        )
+        settled = Settled(
+            status=status,  # type: ignore[arg-type]
+            output=output,
+            error=error,
+            exhausted=exhausted,  # type: ignore[arg-type]
+            report=report,
+        )
+        self.status = settled.status
+        self.settled = settled
+        self.error = error
+        self.compensating = None
+        for key in list(self.pending.keys()):
+            self.pending = self.pending.delete(key)
+            self.resolved = self.resolved.set(key, "abandoned")
+        self.in_flight = 0
+        self.frames = _EMPTY
+        self.queue = _EMPTY
+        self.queue_head = self.queue_tail
+        self.effects = [settled]
+
+    def exhaust(self, limit: str) -> None:
+        self.abandon(set(self.frames.keys()))
+        message = {
+            "steps": "step budget exhausted",
+            "cost": "cost budget exhausted",
+            "wall-clock": "wall-clock budget exhausted",
+        }[limit]
+        self.settle("budget-exhausted", None, _err("budget-exhausted", message), limit)
+
+
+_NO_BUDGET = BudgetRemaining(steps=0)
+
+
+def _tag(effect: Effect) -> str:
+    tag = effect.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value).decode()
+
+
+def _instant(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TemplateError(f"sleep until: expected epoch milliseconds or ISO 8601, got {value!r}")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            moment = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise TemplateError(f"sleep until: {value!r} is not an ISO 8601 instant") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=_dt.UTC)
+        return _dt_to_ms(moment)
+    raise TemplateError(f"sleep until: expected epoch milliseconds or ISO 8601, got {value!r}")
+
+
+def _describe_pending(entry: Pending) -> str:
+    return {
+        "work": entry.effect,
+        "sched-call": "scheduled call-tool",
+        "ask": "ask-human",
+        "signal": "await-signal",
+        "wait": "sleep",
+    }.get(entry.kind, f"{entry.kind} timer")
+
+
+def _settled_reject(state: State, key: str | None) -> NoReturn:
+    assert state.settled is not None
+    raise EventRejected(
+        f"run {state.run_id} has already settled ({state.settled.status}); no event applies",
+        key,
+    )
+
+
+def _tighter(own: int | None, given: int | None) -> int | None:
+    if own is None:
+        return given
+    return own if given is None else min(own, given)
+
+
+# --- the public entry points -------------------------------------------------------------
+
+
+def start(
+    flow: Flow,
+    input: Any = None,
+    run_id: str = "run",
+    now_ms: int = 0,
+    budget: Budget | BudgetRemaining | None = None,
+    depth: int = 0,
+) -> Decision:
+    """Begin a run of ``flow``. Raises ``InputError`` if the input fails the schema.
+
+    ``budget`` caps the run below the spec's own budget: a child run gets the
+    parent's remaining budget from its ``run-subflow`` effect.
+    """
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError("run_id must be a non-empty string")
+    if isinstance(now_ms, bool) or not isinstance(now_ms, int) or now_ms < 0:
+        raise ValueError(f"now_ms must be a non-negative integer, got {now_ms!r}")
+    if flow.input_schema is not None:
+        from ._validate import input_problems
+
+        problems = input_problems(flow.input_schema, input)
+        if problems:
+            raise InputError(flow.id, problems)
+    steps: int | None = flow.budget.steps
+    cost: int | None = flow.budget.cost_minor_units
+    wall: int | None = flow.budget.wall_clock_ms
+    if budget is not None:
+        steps = _tighter(steps, budget.steps)
+        cost = _tighter(cost, budget.cost_minor_units)
+        wall = _tighter(wall, budget.wall_clock_ms)
+    if steps is None:
+        steps = DEFAULT_STEP_BUDGET
+    root_env = Env(parent=None, scope="")
+    state = State(
+        flow=flow,
+        run_id=run_id,
+        depth=depth,
+        input=input,
+        status="running",
+        started_ms=now_ms,
+        now_ms=now_ms,
+        ledger=Ledger(steps, cost, wall),
+        seq=0,
+        frames=_EMPTY,
+        envs=immutables.Map({"": root_env}),
+        pending=_EMPTY,
+        results=_EMPTY,
+        report=_EMPTY,
+        resolved=_EMPTY,
+        signals=_EMPTY,
+        waiters=_EMPTY,
+        queue=_EMPTY,
+        queue_head=0,
+        queue_tail=0,
+        in_flight=0,
+        compensations=None,
+        compensating=None,
+        scheduled=_EMPTY,
+        settled=None,
+        error=None,
+    )
+    t = _Txn(state)
+    try:
+        if depth > flow.limits.max_subflow_depth:
+            error = _err(
+                "depth-exceeded",
+                f"run at depth {depth} exceeds max_subflow_depth {flow.limits.max_subflow_depth}",
+            )
+            t.settle("failed", None, error, None)
+        else:
+            if wall is not None:
+                t.timer(f"{run_id}/$deadline", now_ms + wall, "deadline", "")
+            out = t.start_list("", None, "", "", "", "")
+            if out is not None:
+                t.root_done("", out)
+            t.drain_queue()
+    except _Exhausted as exc:
+        t.exhaust(exc.limit)
+    return Decision(t.freeze(), tuple(t.effects))
+
+
+def advance(state: State, event: Event) -> Decision:
+    """Apply one reported event. Raises ``EventRejected`` (state untouched) if it cannot apply."""
+    if state.settled is not None:
+        _settled_reject(state, getattr(event, "idempotency_key", None))
+    t = _Txn(state)
+    if event.at_ms > t.now:
+        t.now = event.at_ms
+    try:
+        match event:
+            case EffectSucceeded():
+                t.on_succeeded(event)
+            case EffectFailed():
+                t.on_failed(event)
+            case EffectOutcomeUnknown():
+                t.on_unknown(event)
+            case HumanAnswered():
+                t.on_answered(event)
+            case TimerFired():
+                t.on_timer(event)
+            case SignalReceived():
+                t.on_signal(event)
+            case SubflowSettled():
+                t.on_subflow(event)
+            case CancelRequested():
+                t.on_cancel(event)
+            case _:
+                assert_never(event)
+        if t.settled is None:
+            t.drain_queue()
+    except _Exhausted as exc:
+        t.exhaust(exc.limit)
+    return Decision(t.freeze(), tuple(t.effects))

@@ -1,0 +1,1178 @@
+"""Flow specs: the model, and ``parse_flow`` that builds it from YAML or JSON.
+
+Parsing happens in two passes that both always run, so that a bad spec is
+reported with every problem at once:
+
+1. structure: cattrs turns the untrusted mapping into the frozen attrs model,
+   collecting every type error, unknown key, bad number, bad expression and
+   bad cron string with the exact path of the field;
+2. cross-references: a tolerant walk over the raw mapping finds duplicate step
+   ids, calls to undeclared tools and expressions that read unknown step ids.
+
+Paths look like ``steps[3].parallel.branches.sec[0].call_tool.tool``; when the
+spec was text, each problem also carries the 1-based line and column, taken
+from the YAML node tree (JSON is parsed by the same YAML reader, so JSON
+specs get positions too).
+
+Reading files is I/O: this module parses text, the caller reads the file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import re
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, NewType, TypeAlias, cast
+
+import attrs
+import cattrs
+import msgspec
+import yaml
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, override
+
+from ._errors import Problem, SpecError
+from ._expr import Cond, Template, TemplateError, compile_cond, compile_template, find_expressions
+
+__all__ = [
+    "AskHumanStep",
+    "AwaitSignalStep",
+    "Budget",
+    "CallToolStep",
+    "CancelScheduledStep",
+    "CatchClause",
+    "Flow",
+    "ForEachStep",
+    "Limits",
+    "ParallelStep",
+    "RepeatStep",
+    "Retry",
+    "RunAgentStep",
+    "RunSubflowStep",
+    "RunTeamStep",
+    "ScheduleStep",
+    "SleepStep",
+    "Step",
+    "SwitchCase",
+    "SwitchStep",
+    "TeamDecl",
+    "TeamMember",
+    "ToolDecl",
+    "TryStep",
+    "parse_flow",
+]
+
+# --- constrained scalars --------------------------------------------------------
+
+Ms = NewType("Ms", int)  # a duration or instant in milliseconds
+Count = NewType("Count", int)  # a positive count
+Amount = NewType("Amount", int)  # a non-negative budget amount
+Factor = NewType("Factor", float)  # a backoff factor
+Fraction = NewType("Fraction", float)  # a jitter fraction
+Ident = NewType("Ident", str)  # a step id, usable unquoted in JMESPath
+Name = NewType("Name", str)  # a non-empty name (tool, agent, signal...)
+
+MAX_MS = 10 * 366 * 24 * 3600 * 1000  # ten years
+MAX_COUNT = 1_000_000_000
+MAX_AMOUNT = 10**15
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+ExecClass: TypeAlias = Literal["readonly", "idempotent", "uncertain"]
+ParallelMode: TypeAlias = Literal["all", "all_settled", "race", "any"]
+TeamMode: TypeAlias = Literal["sequential", "parallel"]
+
+# --- the model -------------------------------------------------------------------
+
+
+@attrs.frozen
+class ToolDecl:
+    exec_class: ExecClass = "uncertain"
+
+
+@attrs.frozen
+class TeamMember:
+    member: Name
+    agent: Name
+    instructions: Template | None = None
+
+
+@attrs.frozen
+class TeamDecl:
+    members: tuple[TeamMember, ...]
+    mode: TeamMode = "sequential"
+
+
+@attrs.frozen
+class Budget:
+    steps: Amount | None = None
+    cost_minor_units: Amount | None = None
+    wall_clock_ms: Ms | None = None
+
+
+@attrs.frozen
+class Limits:
+    max_subflow_depth: Amount = Amount(4)
+    max_concurrency: Count | None = None
+    max_buffered_signals: Amount = Amount(64)
+
+
+@attrs.frozen
+class Retry:
+    max_attempts: Count = Count(3)
+    initial_interval_ms: Ms = Ms(1000)
+    backoff: Factor = Factor(2.0)
+    max_interval_ms: Ms = Ms(60000)
+    jitter: Fraction = Fraction(0.0)
+    errors: tuple[Name, ...] | None = None  # None: errors marked retryable
+
+
+@attrs.frozen
+class CallToolStep:
+    tool: Name
+    input: Template = attrs.field(factory=lambda: compile_template(None))
+
+
+@attrs.frozen
+class RunAgentStep:
+    agent: Name
+    prompt: Template
+    instructions: Template | None = None
+    member: Name | None = None
+
+
+@attrs.frozen
+class RunTeamStep:
+    team: Name
+    prompt: Template
+
+
+@attrs.frozen
+class AskHumanStep:
+    question: Template
+    options: tuple[str, ...] | None = None
+    timeout_ms: Ms | None = None
+    default: str | None = None
+
+
+@attrs.frozen
+class SleepStep:
+    for_ms: Ms | None = None
+    until: Template | None = None
+
+
+@attrs.frozen
+class AwaitSignalStep:
+    signal: Name
+    timeout_ms: Ms | None = None
+
+
+@attrs.frozen
+class RunSubflowStep:
+    flow: Name
+    input: Template = attrs.field(factory=lambda: compile_template(None))
+
+
+@attrs.frozen
+class SwitchCase:
+    cond: Cond | None  # None: the else branch
+    steps: tuple[Step, ...]
+
+
+@attrs.frozen
+class SwitchStep:
+    cases: tuple[SwitchCase, ...]
+
+
+@attrs.frozen
+class ParallelStep:
+    branches: dict[str, tuple[Step, ...]]
+    mode: ParallelMode = "all"
+    max_concurrency: Count | None = None
+
+
+@attrs.frozen
+class ForEachStep:
+    items: Template
+    steps: tuple[Step, ...]
+    as_: Ident = Ident("item")
+    index: Ident = Ident("index")
+    max_concurrency: Count | None = None
+
+
+@attrs.frozen
+class RepeatStep:
+    steps: tuple[Step, ...]
+    every_ms: Ms | None = None
+    cron: str | None = None
+    max_fires: Count | None = None
+    until: Cond | None = None
+
+
+@attrs.frozen
+class ScheduleStep:
+    tool: Name
+    delay_ms: Ms
+    input: Template = attrs.field(factory=lambda: compile_template(None))
+    outlive_run: bool = False
+
+
+@attrs.frozen
+class CancelScheduledStep:
+    id: Template
+
+
+@attrs.frozen
+class CatchClause:
+    steps: tuple[Step, ...]
+    errors: tuple[Name, ...] = (Name("*"),)
+
+
+@attrs.frozen
+class TryStep:
+    steps: tuple[Step, ...]
+    catch: tuple[CatchClause, ...] = ()
+
+
+Body: TypeAlias = (
+    CallToolStep
+    | RunAgentStep
+    | RunTeamStep
+    | AskHumanStep
+    | SleepStep
+    | AwaitSignalStep
+    | RunSubflowStep
+    | SwitchStep
+    | ParallelStep
+    | ForEachStep
+    | RepeatStep
+    | ScheduleStep
+    | CancelScheduledStep
+    | TryStep
+)
+
+
+@attrs.frozen
+class Step:
+    id: str
+    kind: str
+    body: Body
+    retry: Retry | None = None
+    timeout_ms: Ms | None = None
+    compensate: tuple[Step, ...] = ()
+    path: str = ""
+
+
+@attrs.frozen(eq=False)
+class Flow:
+    """A parsed, validated flow. ``spec_hash`` pins snapshots and logs to it."""
+
+    id: str
+    version: int
+    steps: tuple[Step, ...]
+    tools: dict[str, ToolDecl]
+    teams: dict[str, TeamDecl]
+    budget: Budget
+    limits: Limits
+    input_schema: dict[str, Any] | None
+    output: Template | None
+    spec_hash: str
+    source_name: str
+    by_id: dict[str, Step]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Flow) and other.spec_hash == self.spec_hash
+
+    def __hash__(self) -> int:
+        return int(self.spec_hash[:16], 16)
+
+
+# --- structuring ------------------------------------------------------------------
+
+_KINDS: dict[str, type[Any]] = {
+    "call_tool": CallToolStep,
+    "run_agent": RunAgentStep,
+    "run_team": RunTeamStep,
+    "ask_human": AskHumanStep,
+    "sleep": SleepStep,
+    "await_signal": AwaitSignalStep,
+    "run_subflow": RunSubflowStep,
+    "switch": SwitchStep,
+    "parallel": ParallelStep,
+    "for_each": ForEachStep,
+    "repeat": RepeatStep,
+    "schedule": ScheduleStep,
+    "cancel_scheduled": CancelScheduledStep,
+    "try": TryStep,
+}
+_COMMON = ("id", "retry", "timeout_ms", "compensate", "catch", "description")
+_TOP = (
+    "flow",
+    "version",
+    "description",
+    "input_schema",
+    "budget",
+    "limits",
+    "tools",
+    "teams",
+    "steps",
+    "output",
+)
+
+
+class _Msg(ValueError):
+    """A problem message raised from inside a structure hook."""
+
+
+def _note_attr(exc: Exception, name: str) -> Exception:
+    exc.__notes__ = [*getattr(exc, "__notes__", []), AttributeValidationNote(name, name, object)]
+    return exc
+
+
+def _note_index(exc: Exception, index: int) -> Exception:
+    exc.__notes__ = [
+        *getattr(exc, "__notes__", []),
+        IterableValidationNote(str(index), index, object),
+    ]
+    return exc
+
+
+def _strict_int(value: Any, lo: int, hi: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Msg(f"expected {what}, got {_describe(value)}")
+    if not lo <= value <= hi:
+        raise _Msg(f"{value} is out of range: expected {what} in {lo}..{hi}")
+    return value
+
+
+def _strict_float(value: Any, lo: float, hi: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Msg(f"expected {what}, got {_describe(value)}")
+    if not lo <= value <= hi:
+        raise _Msg(f"{value} is out of range: expected {what} in {lo}..{hi}")
+    return float(value)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _str(value: Any, _: Any = None) -> str:
+    if not isinstance(value, str):
+        raise _Msg(f"expected a string, got {_describe(value)}")
+    return value
+
+
+def _name(value: Any, _: Any) -> str:
+    text = _str(value)
+    if not text.strip():
+        raise _Msg("expected a non-empty name")
+    return text
+
+
+def _ident(value: Any, _: Any) -> str:
+    text = _str(value)
+    if not _IDENT.match(text):
+        raise _Msg(
+            f"{text!r} is not a valid id: use letters, digits and '_', not starting with a digit"
+        )
+    return text
+
+
+def _template(value: Any, _: Any) -> Template:
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        raise _Msg(f"expected a JSON value, got {_describe(value)}") from None
+    try:
+        return compile_template(value)
+    except TemplateError:
+        pass
+    # Name the exact string that does not compile, however deep it sits.
+    errors: list[Exception] = []
+    for text, path in _strings(value, (), frozenset()):
+        try:
+            compile_template(text)
+        except TemplateError as exc:
+            err: Exception = _Msg(str(exc))
+            for part in path:
+                err = _note_index(err, part) if isinstance(part, int) else _note_attr(err, part)
+            errors.append(err)
+    _gather("template", errors, Template)
+    raise _Msg("invalid template")  # unreachable: some string failed above
+
+
+def _cond(value: Any, _: Any) -> Cond:
+    try:
+        return compile_cond(_str(value))
+    except TemplateError as exc:
+        raise _Msg(str(exc)) from None
+
+
+def _cron(value: Any) -> str:
+    from cronsim import CronSim, CronSimError
+
+    text = _str(value)
+    if len(text.split()) != 5:
+        raise _Msg(f"invalid cron {text!r}: expected 5 fields (minute hour day month weekday)")
+    try:
+        CronSim(text, _EPOCH)
+    except CronSimError as exc:
+        raise _Msg(f"invalid cron {text!r}: {exc}") from None
+    return text
+
+
+def _seq(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _Msg(f"expected a list of {what}, got {_describe(value)}")
+    return value
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Msg(f"expected a mapping of {what}, got {_describe(value)}")
+    return value
+
+
+def _gather(where: str, errors: list[Exception], cl: type[Any]) -> None:
+    if errors:
+        raise ClassValidationError(f"While structuring {where}", errors, cl)
+
+
+def _build_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    conv.register_structure_hook(str, _str)
+    conv.register_structure_hook(
+        bool,
+        lambda v, _: (
+            v if isinstance(v, bool) else _raise(f"expected true or false, got {_describe(v)}")
+        ),
+    )
+    conv.register_structure_hook(int, lambda v, _: _strict_int(v, -(2**53), 2**53, "an integer"))
+    conv.register_structure_hook(Name, _name)
+    conv.register_structure_hook(Ident, _ident)
+    conv.register_structure_hook(
+        Ms, lambda v, _: _strict_int(v, 0, MAX_MS, "a duration in milliseconds")
+    )
+    conv.register_structure_hook(
+        Count, lambda v, _: _strict_int(v, 1, MAX_COUNT, "a positive integer")
+    )
+    conv.register_structure_hook(
+        Amount, lambda v, _: _strict_int(v, 0, MAX_AMOUNT, "a non-negative integer")
+    )
+    conv.register_structure_hook(
+        Factor, lambda v, _: _strict_float(v, 1.0, 100.0, "a backoff factor")
+    )
+    conv.register_structure_hook(
+        Fraction, lambda v, _: _strict_float(v, 0.0, 1.0, "a fraction between 0 and 1")
+    )
+    conv.register_structure_hook_func(_is_literal, _literal)
+    conv.register_structure_hook(Template, _template)
+    conv.register_structure_hook(Cond, _cond)
+
+    def tuple_of(inner: Any, what: str) -> Any:
+        def hook(value: Any, _: Any) -> tuple[Any, ...]:
+            items = _seq(value, what)
+            out: list[Any] = []
+            errors: list[Exception] = []
+            for i, item in enumerate(items):
+                try:
+                    out.append(conv.structure(item, inner))
+                except Exception as exc:
+                    errors.append(_note_index(exc, i))
+            if errors:
+                raise IterableValidationError(f"While structuring {what}", errors, tuple)
+            return tuple(out)
+
+        return hook
+
+    _register_generic(conv, tuple[Step, ...], tuple_of(Step, "steps"))
+    _register_generic(conv, tuple[Name, ...], tuple_of(Name, "names"))
+    _register_generic(conv, tuple[str, ...], tuple_of(str, "strings"))
+    _register_generic(conv, tuple[TeamMember, ...], tuple_of(TeamMember, "team members"))
+    _register_generic(conv, tuple[CatchClause, ...], tuple_of(CatchClause, "catch clauses"))
+
+    def dict_of(inner: Any, what: str, key: Any = _str) -> Any:
+        def hook(value: Any, _: Any) -> dict[str, Any]:
+            items = _mapping(value, what)
+            out: dict[str, Any] = {}
+            errors: list[Exception] = []
+            for k, v in items.items():
+                try:
+                    key(k, None)
+                    out[k] = conv.structure(v if v is not None else {}, inner)
+                except Exception as exc:
+                    errors.append(_note_attr(exc, str(k)))
+            _gather(what, errors, dict)
+            return out
+
+        return hook
+
+    _register_generic(conv, dict[str, ToolDecl], dict_of(ToolDecl, "tools", _name))
+    _register_generic(conv, dict[str, TeamDecl], dict_of(TeamDecl, "teams", _name))
+    _register_generic(
+        conv, dict[str, tuple[Step, ...]], dict_of(tuple[Step, ...], "branches", _ident)
+    )
+    conv.register_structure_hook(
+        ToolDecl,
+        make_dict_structure_fn(
+            ToolDecl, conv, exec_class=override(rename="class"), _cattrs_forbid_extra_keys=True
+        ),
+    )
+    conv.register_structure_hook(ForEachStep, _mapping_first(conv, ForEachStep))
+    plain: tuple[type[Any], ...] = (
+        Budget,
+        Limits,
+        Retry,
+        TeamDecl,
+        TeamMember,
+        RunAgentStep,
+        RunTeamStep,
+        CallToolStep,
+        AskHumanStep,
+        AwaitSignalStep,
+        RunSubflowStep,
+        ScheduleStep,
+    )
+    for cl in plain:
+        conv.register_structure_hook(cl, _mapping_first(conv, cl))
+    conv.register_structure_hook(ParallelStep, _mapping_first(conv, ParallelStep))
+
+    def sleep_hook(value: Any, _: Any) -> SleepStep:
+        step = cast(SleepStep, _mapping_first(conv, SleepStep, generated=True)(value, SleepStep))
+        if (step.for_ms is None) == (step.until is None):
+            raise _Msg("sleep needs exactly one of 'for_ms' or 'until'")
+        return step
+
+    conv.register_structure_hook(SleepStep, sleep_hook)
+
+    def repeat_hook(value: Any, _: Any) -> RepeatStep:
+        raw = _mapping(value, "repeat settings")
+        errors: list[Exception] = []
+        cron = raw.get("cron")
+        if cron is not None:
+            try:
+                _cron(cron)
+            except _Msg as exc:
+                errors.append(_note_attr(exc, "cron"))
+        try:
+            step = cast(
+                RepeatStep, _mapping_first(conv, RepeatStep, generated=True)(raw, RepeatStep)
+            )
+        except ClassValidationError as exc:
+            errors.extend(exc.exceptions)
+            step = None
+        if step is not None and (step.every_ms is None) == (step.cron is None):
+            errors.append(_Msg("repeat needs exactly one of 'every_ms' or 'cron'"))
+        if step is not None and step.every_ms == 0:
+            errors.append(_note_attr(_Msg("every_ms must be positive"), "every_ms"))
+        _gather("repeat", errors, RepeatStep)
+        assert step is not None
+        return step
+
+    conv.register_structure_hook(RepeatStep, repeat_hook)
+
+    def cancel_hook(value: Any, _: Any) -> CancelScheduledStep:
+        raw = _mapping(value, "cancel_scheduled settings")
+        return cast(
+            CancelScheduledStep,
+            _mapping_first(conv, CancelScheduledStep, generated=True)(raw, CancelScheduledStep),
+        )
+
+    conv.register_structure_hook(CancelScheduledStep, cancel_hook)
+
+    def switch_hook(value: Any, _: Any) -> SwitchStep:
+        items = _seq(value, "switch cases")
+        cases: list[SwitchCase] = []
+        errors: list[Exception] = []
+        for i, item in enumerate(items):
+            try:
+                cases.append(_switch_case(conv, item, last=i == len(items) - 1))
+            except Exception as exc:
+                errors.append(_note_index(exc, i))
+        if errors:
+            raise IterableValidationError("While structuring switch", errors, tuple)
+        if not cases:
+            raise _Msg("a switch needs at least one case")
+        return SwitchStep(tuple(cases))
+
+    conv.register_structure_hook(SwitchStep, switch_hook)
+    conv.register_structure_hook(CatchClause, _mapping_first(conv, CatchClause))
+    conv.register_structure_hook(Step, lambda v, _: _structure_step(conv, v))
+    return conv
+
+
+def _literal(value: Any, typ: Any) -> Any:
+    allowed = typing.get_args(typ)
+    if value not in allowed or not isinstance(value, str):
+        shown = ", ".join(allowed)
+        raise _Msg(f"{value!r} is not one of: {shown}")
+    return value
+
+
+def _is_literal(typ: Any) -> bool:
+    return typing.get_origin(typ) is typing.Literal
+
+
+def _register_generic(conv: cattrs.Converter, typ: Any, hook: Any) -> None:
+    conv.register_structure_hook_func(lambda t: t == typ, hook)
+
+
+def _raise(message: str) -> Any:
+    raise _Msg(message)
+
+
+def _mapping_first(conv: cattrs.Converter, cl: type[Any], generated: bool = False) -> Any:
+    """A structure hook that first insists on a mapping, then runs cattrs'."""
+    inner = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True)
+    if cl is ForEachStep:
+        inner = make_dict_structure_fn(
+            cl, conv, as_=override(rename="as"), _cattrs_forbid_extra_keys=True
+        )
+    what = cl.__name__
+
+    def hook(value: Any, _: Any) -> Any:
+        return inner(_mapping(value, f"{what} settings"), cl)
+
+    return hook
+
+
+def _switch_case(conv: cattrs.Converter, item: Any, last: bool) -> SwitchCase:
+    raw = _mapping(item, "switch case fields ('if' and 'steps', or 'else')")
+    errors: list[Exception] = []
+    if "else" in raw:
+        for key in raw:
+            if key != "else":
+                errors.append(_note_attr(_Msg(f"unknown key {key!r} in an else case"), key))
+        if not last:
+            errors.append(_note_attr(_Msg("'else' must be the last case"), "else"))
+        steps: tuple[Step, ...] = ()
+        try:
+            steps = conv.structure(raw["else"], tuple[Step, ...])
+        except Exception as exc:
+            errors.append(_note_attr(exc, "else"))
+        _gather("switch case", errors, SwitchCase)
+        return SwitchCase(None, steps)
+    cond: Cond | None = None
+    for key in raw:
+        if key not in ("if", "steps"):
+            errors.append(_note_attr(_Msg(f"unknown key {key!r} in a switch case"), key))
+    if "if" not in raw:
+        errors.append(_Msg("a switch case needs 'if' (or is an 'else' case)"))
+    else:
+        try:
+            cond = conv.structure(raw["if"], Cond)
+        except Exception as exc:
+            errors.append(_note_attr(exc, "if"))
+    steps = ()
+    try:
+        steps = conv.structure(raw.get("steps", []), tuple[Step, ...])
+    except Exception as exc:
+        errors.append(_note_attr(exc, "steps"))
+    _gather("switch case", errors, SwitchCase)
+    return SwitchCase(cond, steps)
+
+
+_KIND_LIST = ", ".join(_KINDS)
+
+
+def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
+    raw = _mapping(value, "step fields (an 'id' and one step kind)")
+    errors: list[Exception] = []
+    kinds = [k for k in raw if k in _KINDS]
+    for key in raw:
+        if key in _KINDS or key in _COMMON:
+            continue
+        if kinds:
+            errors.append(_note_attr(_Msg(f"unknown key {key!r}"), str(key)))
+        else:
+            errors.append(
+                _note_attr(_Msg(f"unknown step kind {key!r} (expected one of {_KIND_LIST})"), key)
+            )
+    if not kinds and all(k in _COMMON for k in raw):
+        errors.append(_Msg(f"missing step kind: expected one of {_KIND_LIST}"))
+    for extra in kinds[1:]:
+        errors.append(
+            _note_attr(
+                _Msg(f"a step has exactly one kind; found {kinds[0]!r} and {extra!r}"), extra
+            )
+        )
+    step_id = ""
+    if "id" not in raw:
+        errors.append(_Msg("missing required key 'id'"))
+    else:
+        try:
+            step_id = _ident(raw["id"], None)
+        except _Msg as exc:
+            errors.append(_note_attr(exc, "id"))
+    kind = kinds[0] if kinds else ""
+    body: Any = None
+    if kind:
+        try:
+            if kind == "try":
+                body = TryStep(conv.structure(raw["try"], tuple[Step, ...]))
+            else:
+                body = conv.structure(raw[kind], _KINDS[kind])
+        except Exception as exc:
+            errors.append(_note_attr(exc, kind))
+    if "catch" in raw:
+        if kind != "try":
+            errors.append(_note_attr(_Msg("'catch' is only allowed on a 'try' step"), "catch"))
+        else:
+            try:
+                catch = conv.structure(raw["catch"], tuple[CatchClause, ...])
+                if body is not None:
+                    body = attrs.evolve(body, catch=catch)
+            except Exception as exc:
+                errors.append(_note_attr(exc, "catch"))
+    common: dict[str, Any] = {}
+    for key, typ in (
+        ("retry", Retry),
+        ("timeout_ms", Ms),
+        ("compensate", tuple[Step, ...]),
+        ("description", str),
+    ):
+        if key in raw:
+            try:
+                common[key] = conv.structure(raw[key], typ)
+            except Exception as exc:
+                errors.append(_note_attr(exc, key))
+    if common.get("timeout_ms") == 0:
+        errors.append(_note_attr(_Msg("timeout_ms must be positive"), "timeout_ms"))
+    _gather("step", errors, Step)
+    common.pop("description", None)
+    return Step(id=step_id, kind=kind, body=body, **common)
+
+
+_EPOCH = _dt.datetime(2000, 1, 1, tzinfo=_dt.UTC)
+
+
+def _collect(
+    exc: BaseException, path: tuple[Any, ...], out: list[tuple[tuple[Any, ...], str]]
+) -> None:
+    """Turn a (nested) cattrs error into ``(path, message)`` pairs."""
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote):
+            path = (*path, _wire_key(note.name))
+        elif isinstance(note, IterableValidationNote):
+            path = (*path, note.index)
+    if isinstance(exc, ForbiddenExtraKeysError):
+        for key in sorted(exc.extra_fields, key=str):
+            out.append(((*path, key), f"unknown key {key!r}"))
+        return
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            _collect(sub, path, out)
+        return
+    if isinstance(exc, KeyError):
+        key = exc.args[0] if exc.args else "?"
+        if isinstance(key, str) and key:
+            out.append((path, f"missing required key {_wire_key(key)!r}"))
+            return
+    if isinstance(exc, _Msg):
+        out.append((path, str(exc)))
+        return
+    out.append((path, f"invalid value: {exc}"))
+
+
+def _wire_key(name: str) -> str:
+    return {"exec_class": "class", "as_": "as"}.get(name, name)
+
+
+# --- cross-references on the raw mapping ------------------------------------------
+
+
+def _step_lists(
+    step: Mapping[str, Any], path: tuple[Any, ...]
+) -> Iterator[tuple[list[Any], tuple[Any, ...]]]:
+    """Every nested list of steps inside one raw step, with its path."""
+    for kind in ("for_each", "repeat"):
+        body = step.get(kind)
+        if isinstance(body, dict) and isinstance(body.get("steps"), list):
+            yield body["steps"], (*path, kind, "steps")
+    if isinstance(step.get("try"), list):
+        yield step["try"], (*path, "try")
+    for key in ("catch",):
+        clauses = step.get(key)
+        if isinstance(clauses, list):
+            for i, clause in enumerate(clauses):
+                if isinstance(clause, dict) and isinstance(clause.get("steps"), list):
+                    yield clause["steps"], (*path, key, i, "steps")
+    if isinstance(step.get("compensate"), list):
+        yield step["compensate"], (*path, "compensate")
+    cases = step.get("switch")
+    if isinstance(cases, list):
+        for i, case in enumerate(cases):
+            if isinstance(case, dict):
+                for key in ("steps", "else"):
+                    if isinstance(case.get(key), list):
+                        yield case[key], (*path, "switch", i, key)
+    par = step.get("parallel")
+    if isinstance(par, dict) and isinstance(par.get("branches"), dict):
+        for name, branch in par["branches"].items():
+            if isinstance(branch, list):
+                yield branch, (*path, "parallel", "branches", name)
+
+
+def _walk_steps(
+    steps: list[Any], path: tuple[Any, ...]
+) -> Iterator[tuple[dict[str, Any], tuple[Any, ...]]]:
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            continue
+        here = (*path, i)
+        yield step, here
+        for inner, inner_path in _step_lists(step, here):
+            yield from _walk_steps(inner, inner_path)
+
+
+def _strings(
+    value: Any, path: tuple[Any, ...], skip: frozenset[str]
+) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    if isinstance(value, str):
+        yield value, path
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k not in skip:
+                yield from _strings(v, (*path, k), frozenset())
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, (*path, i), frozenset())
+
+
+_NESTED = frozenset({"steps", "else", "branches", "try", "catch", "compensate"})
+_COND_KEYS = ("if", "until")
+
+
+def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    out: list[tuple[tuple[Any, ...], str]] = []
+    steps = raw.get("steps")
+    if not isinstance(steps, list):
+        return out
+    tools = raw.get("tools") if isinstance(raw.get("tools"), dict) else {}
+    seen: dict[str, tuple[Any, ...]] = {}
+    expressions: list[tuple[str, tuple[Any, ...], bool]] = []
+    for step, path in _walk_steps(steps, ("steps",)):
+        sid = step.get("id")
+        if isinstance(sid, str) and _IDENT.match(sid):
+            if sid in seen:
+                first = _format_path(seen[sid])
+                out.append(((*path, "id"), f"duplicate step id {sid!r} (first used at {first})"))
+            else:
+                seen[sid] = path
+        for kind in ("call_tool", "schedule"):
+            body = step.get(kind)
+            if isinstance(body, dict) and isinstance(body.get("tool"), str):
+                tool = body["tool"]
+                if tools is not None and tool not in tools:
+                    out.append(
+                        ((*path, kind, "tool"), f"tool {tool!r} is not declared under 'tools'")
+                    )
+        for key, value in step.items():
+            if key in _COMMON and key != "timeout_ms":
+                continue
+            for text, spath in _strings(value, (*path, key), _NESTED):
+                cond = spath[-1] in _COND_KEYS and key in ("switch", "repeat")
+                expressions.append((text, spath, cond))
+    output = raw.get("output")
+    for text, spath in _strings(output, ("output",), frozenset()):
+        expressions.append((text, spath, False))
+    for text, spath, cond in expressions:
+        refs: set[str] = set()
+        try:
+            if cond:
+                refs |= compile_cond(text).refs
+            elif find_expressions(text):
+                refs |= compile_template(text).refs
+        except TemplateError:
+            continue  # reported by the structure pass
+        for ref in sorted(refs - seen.keys()):
+            out.append((spath, f"expression reads unknown step {ref!r}"))
+    return out
+
+
+# --- YAML with positions ----------------------------------------------------------
+
+
+class _Loader(yaml.CSafeLoader):
+    """Safe YAML without implicit timestamps: spec values stay JSON values."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for ch, resolvers in yaml.CSafeLoader.yaml_implicit_resolvers.items()
+}
+
+Positions: TypeAlias = dict[tuple[Any, ...], tuple[int, int]]
+
+
+def _positions(
+    node: yaml.Node, path: tuple[Any, ...], out: Positions, dups: list[tuple[tuple[Any, ...], str]]
+) -> None:
+    out[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                dups.append(((*path, key), f"duplicate key {key!r}"))
+            seen.add(key)
+            out[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            _positions(value_node, (*path, key, "$value"), out, dups)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _positions(item, (*path, i), out, dups)
+
+
+def _locate(path: tuple[Any, ...], positions: Positions) -> tuple[int, int] | None:
+    # A key's own position is the most precise place for "unknown key" and for
+    # problems with its value; fall back to the nearest enclosing node.
+    probe = path
+    while True:
+        if probe in positions:
+            return positions[probe]
+        if not probe:
+            return None
+        probe = probe[:-1]
+
+
+def _value_positions(positions: Positions) -> Positions:
+    # Keys were stored at (*path, key); values at (*path, key, "$value").
+    # Paths from the structure pass address values through keys, so a path
+    # (..., key) should point at the key, and (..., key, i) into the value.
+    out: Positions = {}
+    for p, pos in positions.items():
+        if "$value" in p:
+            clean = tuple(x for x in p if x != "$value")
+            out.setdefault((*clean, "$value"), pos)
+            out.setdefault(clean, pos)
+        else:
+            out[p] = pos
+    return out
+
+
+def _format_path(path: tuple[Any, ...]) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+# --- entry point ------------------------------------------------------------------
+
+_CONVERTER: cattrs.Converter | None = None
+
+
+def _converter() -> cattrs.Converter:
+    global _CONVERTER
+    if _CONVERTER is None:
+        _CONVERTER = _build_converter()
+    return _CONVERTER
+
+
+def _load_text(text: str, source: str) -> tuple[Any, Positions, list[Problem]]:
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark else None
+        col = mark.column + 1 if mark else None
+        return None, {}, [Problem("", f"not valid YAML/JSON: {exc.problem}", source, line, col)]
+    except yaml.YAMLError as exc:
+        return None, {}, [Problem("", f"not valid YAML/JSON: {exc}", source)]
+    positions: Positions = {}
+    dups: list[tuple[tuple[Any, ...], str]] = []
+    if node is not None:
+        _positions(node, (), positions, dups)
+    positions = _value_positions(positions)
+    problems = [_problem(p, m, source, positions) for p, m in dups]
+    return data, positions, problems
+
+
+def _problem(path: tuple[Any, ...], message: str, source: str, positions: Positions) -> Problem:
+    pos = _locate(path, positions)
+    line, col = pos if pos else (None, None)
+    return Problem(_format_path(path), message, source, line, col)
+
+
+def _index(steps: tuple[Step, ...], path: str, out: dict[str, Step]) -> tuple[Step, ...]:
+    """Give every step its path and index it by id (ids are unique per flow)."""
+    placed: list[Step] = []
+    for i, step in enumerate(steps):
+        here = f"{path}[{i}]"
+        body = step.body
+        if isinstance(body, SwitchStep):
+            body = SwitchStep(
+                tuple(
+                    SwitchCase(
+                        c.cond,
+                        _index(
+                            c.steps,
+                            f"{here}.switch[{j}].{'else' if c.cond is None else 'steps'}",
+                            out,
+                        ),
+                    )
+                    for j, c in enumerate(body.cases)
+                )
+            )
+        elif isinstance(body, ParallelStep):
+            body = attrs.evolve(
+                body,
+                branches={
+                    name: _index(b, f"{here}.parallel.branches.{name}", out)
+                    for name, b in body.branches.items()
+                },
+            )
+        elif isinstance(body, (ForEachStep, RepeatStep)):
+            kind = "for_each" if isinstance(body, ForEachStep) else "repeat"
+            body = attrs.evolve(body, steps=_index(body.steps, f"{here}.{kind}.steps", out))
+        elif isinstance(body, TryStep):
+            body = TryStep(
+                _index(body.steps, f"{here}.try", out),
+                tuple(
+                    attrs.evolve(c, steps=_index(c.steps, f"{here}.catch[{j}].steps", out))
+                    for j, c in enumerate(body.catch)
+                ),
+            )
+        comp = _index(step.compensate, f"{here}.compensate", out)
+        placed_step = attrs.evolve(step, body=body, compensate=comp, path=here)
+        out[step.id] = placed_step
+        placed.append(placed_step)
+    return tuple(placed)
+
+
+def _canonical_hash(data: Any) -> str:
+    # Content hash of the spec's data, independent of formatting, key order
+    # and YAML-vs-JSON: snapshots and logs pin this.
+    canonical = msgspec.json.encode(_sorted(data))
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _sorted(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>") -> Flow:
+    """Parse and validate a flow spec (YAML or JSON text, or a mapping).
+
+    Raises ``SpecError`` listing every problem at once, each with its path and,
+    for text, its line and column.
+    """
+    positions: Positions = {}
+    problems: list[Problem] = []
+    if isinstance(spec, bytes):
+        try:
+            spec = spec.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError([Problem("", f"not UTF-8 text: {exc}", source_name)]) from None
+    if isinstance(spec, str):
+        data, positions, problems = _load_text(spec, source_name)
+        if data is None and problems:
+            raise SpecError(problems)
+    else:
+        data = spec
+    if not isinstance(data, dict):
+        raise SpecError(
+            [
+                Problem(
+                    "",
+                    f"a flow spec must be a mapping, got {_describe(data)}",
+                    source_name,
+                    1 if positions else None,
+                    1 if positions else None,
+                )
+            ]
+        )
+    raw: dict[str, Any] = dict(data)
+    found: list[tuple[tuple[Any, ...], str]] = []
+    for key in raw:
+        if key not in _TOP:
+            found.append(((key,), f"unknown key {key!r}"))
+    conv = _converter()
+
+    def field(key: str, typ: Any, default: Any, required: bool = False) -> Any:
+        if key not in raw:
+            if required:
+                found.append(((), f"missing required key {key!r}"))
+            return default
+        try:
+            return conv.structure(raw[key], typ)
+        except Exception as exc:
+            _collect(exc, (key,), found)
+            return default
+
+    flow_id = field("flow", Name, "", required=True)
+    version = field("version", Amount, 1)
+    field("description", str, None)
+    tools = field("tools", dict[str, ToolDecl], {})
+    teams = field("teams", dict[str, TeamDecl], {})
+    budget = field("budget", Budget, Budget())
+    limits = field("limits", Limits, Limits())
+    steps = field("steps", tuple[Step, ...], (), required=True)
+    output = field("output", Template, None)
+    input_schema = raw.get("input_schema")
+    if input_schema is not None:
+        input_schema = _check_schema(input_schema, found)
+    if "steps" in raw and isinstance(raw["steps"], list) and not raw["steps"]:
+        found.append((("steps",), "a flow needs at least one step"))
+    found.extend(_cross_check(raw))
+    problems.extend(_problem(p, m, source_name, positions) for p, m in found)
+    if problems:
+        problems.sort(key=lambda p: (p.line or 0, p.column or 0))
+        raise SpecError(problems)
+    by_id: dict[str, Step] = {}
+    placed = _index(steps, "steps", by_id)
+    return Flow(
+        id=flow_id,
+        version=version,
+        steps=placed,
+        tools=tools,
+        teams=teams,
+        budget=budget,
+        limits=limits,
+        input_schema=input_schema,
+        output=output,
+        spec_hash=_canonical_hash(raw),
+        source_name=source_name,
+        by_id=by_id,
+    )
+
+
+def _check_schema(schema: Any, found: list[tuple[tuple[Any, ...], str]]) -> dict[str, Any] | None:
+    from ._validate import schema_problems
+
+    if not isinstance(schema, dict):
+        found.append(
+            (("input_schema",), f"expected a JSON Schema mapping, got {_describe(schema)}")
+        )
+        return None
+    for message in schema_problems(schema):
+        found.append((("input_schema",), message))
+    return schema
