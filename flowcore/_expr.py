@@ -110,31 +110,72 @@ def _flatten_fields(node: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _step_refs(node: Any, refs: set[str]) -> bool:
-    """Collect ids read as ``steps.<id>``; True if ``steps`` is read wholesale."""
+# Node types whose first child is evaluated against the current context and
+# whose other children are evaluated against each element (or a piped value).
+_RESCOPING = frozenset(
+    {
+        "subexpression",
+        "index_expression",
+        "projection",
+        "value_projection",
+        "filter_projection",
+        "flatten",
+        "pipe",
+    }
+)
+
+
+def _step_refs(node: Any, refs: set[str], rooted: bool = True) -> bool:
+    """Collect ids read as ``steps.<id>``; True if ``steps`` is read wholesale.
+
+    Only ``steps`` read from the root context counts: inside a projection or
+    a filter, ``steps`` is a field of the current element, not the run's steps.
+    """
     if not isinstance(node, dict):
         return False
     kind = node.get("type")
-    if kind == "subexpression":
-        children = node["children"]
-        first = children[0]
-        if first.get("type") == "field" and first.get("value") == "steps":
-            nxt = children[1] if len(children) > 1 else None
-            if nxt is not None and nxt.get("type") == "field":
-                refs.add(nxt["value"])
-                return any(_step_refs(c, refs) for c in children[2:])
-            if nxt is not None and nxt.get("type") == "subexpression":
-                inner = nxt["children"][0]
-                if inner.get("type") == "field":
-                    refs.add(inner["value"])
-                    return any(_step_refs(c, refs) for c in nxt["children"][1:])
-            return True
-    if kind == "field" and node.get("value") == "steps":
-        return True
+    children = node.get("children", ())
+    if kind == "field":
+        return rooted and node.get("value") == "steps"
+    if kind == "expref":
+        return any(_step_refs(c, refs, False) for c in children)
+    if kind in _RESCOPING and children:
+        if kind == "subexpression" and rooted:
+            names = _flatten_fields(node)
+            head = children[0]
+            if head.get("type") == "field" and head.get("value") == "steps":
+                second = children[1] if len(children) > 1 else None
+                if second is not None and second.get("type") == "field":
+                    refs.add(second["value"])
+                    return any(_step_refs(c, refs, False) for c in children[2:])
+                if names is None and second is not None and second.get("type") == "subexpression":
+                    inner = second["children"][0]
+                    if inner.get("type") == "field":
+                        refs.add(inner["value"])
+                        return False
+                return True
+        wholesale = _step_refs(children[0], refs, rooted)
+        for child in children[1:]:
+            wholesale = _step_refs(child, refs, False) or wholesale
+        return wholesale
     wholesale = False
-    for child in node.get("children", ()):
-        wholesale = _step_refs(child, refs) or wholesale
+    for child in children:
+        wholesale = _step_refs(child, refs, rooted) or wholesale
     return wholesale
+
+
+def _explain(exc: Exception) -> str:
+    """A one-line reason from jmespath's error, with the column it points at."""
+    position = getattr(exc, "lex_position", None)
+    at = f" at column {position + 1}" if isinstance(position, int) else ""
+    if isinstance(exc, jmes_errors.LexerError):
+        return f"{exc.message}{at}"
+    if isinstance(exc, jmes_errors.IncompleteExpressionError):
+        return f"incomplete expression{at}"
+    if isinstance(exc, jmes_errors.ParseError):
+        token = getattr(exc, "token_value", None)
+        return f"unexpected token {token!r}{at}"
+    return str(exc).strip().splitlines()[0]
 
 
 class _Expr:
@@ -149,8 +190,7 @@ class _Expr:
         try:
             self._parsed = jmespath.compile(source)
         except jmes_errors.JMESPathError as exc:
-            detail = getattr(exc, "msg", "") or str(exc).strip().splitlines()[0]
-            raise TemplateError(f"invalid JMESPath {source!r}: {detail}") from None
+            raise TemplateError(f"invalid JMESPath {source!r}: {_explain(exc)}") from None
         self.source = source
         refs: set[str] = set()
         self.wholesale = _step_refs(self._parsed.parsed, refs)
@@ -160,7 +200,9 @@ class _Expr:
     def evaluate(self, resolver: Resolver) -> Any:
         chain = self._chain
         if chain is not None:
-            if chain[0] == "steps" and len(chain) > 1:
+            if chain[0] == "steps":
+                if len(chain) == 1:
+                    return resolver.root("$all_steps")
                 value = resolver.step(chain[1])
                 rest = chain[2:]
             else:
@@ -193,6 +235,21 @@ class _Expr:
 
 
 _ROOTS = ("input", "run", "error", "fire_count")
+
+# Compiled expressions are immutable, so one per source text is shared; parse
+# compiles every expression twice (structure, then cross-references).
+_CACHE: dict[str, _Expr] = {}
+_CACHE_LIMIT = 200_000
+
+
+def _expr_for(source: str) -> _Expr:
+    expr = _CACHE.get(source)
+    if expr is None:
+        expr = _Expr(source)
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[source] = expr
+    return expr
 
 
 def truthy(value: Any) -> bool:
@@ -251,7 +308,7 @@ def _compile(source: Any, exprs: list[_Expr]) -> Callable[[Resolver], Any] | Non
         if not spans:
             return None
         if len(spans) == 1 and spans[0] == (0, len(source)):
-            expr = _Expr(source[2:-1])
+            expr = _expr_for(source[2:-1])
             exprs.append(expr)
             return expr.evaluate
         parts: list[str | _Expr] = []
@@ -259,7 +316,7 @@ def _compile(source: Any, exprs: list[_Expr]) -> Callable[[Resolver], Any] | Non
         for start, end in spans:
             if start > pos:
                 parts.append(source[pos:start])
-            expr = _Expr(source[start + 2 : end - 1])
+            expr = _expr_for(source[start + 2 : end - 1])
             exprs.append(expr)
             parts.append(expr)
             pos = end
@@ -310,7 +367,7 @@ class Cond:
         if len(spans) == 1 and spans[0] == (0, len(text)):
             text = text[2:-1]
         self.source = source
-        self._expr = _Expr(text)
+        self._expr = _expr_for(text)
 
     @property
     def refs(self) -> frozenset[str]:

@@ -75,6 +75,7 @@ from ._state import (
     ParallelProgress,
     Pending,
     RepeatProgress,
+    ReportLink,
     ReportRow,
     Sched,
     SeqFrame,
@@ -83,6 +84,7 @@ from ._state import (
     StepFrame,
     TeamProgress,
     TryProgress,
+    report_rows,
 )
 from ._wire import (
     AskHuman,
@@ -118,6 +120,7 @@ DEFAULT_UNKNOWN_REISSUES = 3
 """Issues of a readonly/idempotent call after unknown outcomes, without a retry policy."""
 
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
+_RECENT_BATCH = 64  # see _state: results are merged into the big map in batches
 _OK = True
 _FAIL = False
 
@@ -213,9 +216,13 @@ class _Resolver:
         env_id: str | None = self.env
         envs = self.t.envs
         results = self.t.results
+        recent = self.t.recent
         while env_id is not None:
             env = envs[env_id]
-            record = results.get(env.scope + step_id)
+            name = env.scope + step_id
+            record = recent.get(name)
+            if record is None:
+                record = results.get(name)
             if record is not None:
                 return record
             env_id = env.parent
@@ -273,6 +280,7 @@ class _Txn:
         self.envs = s.envs
         self.pending = s.pending
         self.results = s.results
+        self.recent = s.recent
         self.report = s.report
         self.resolved = s.resolved
         self.signals = s.signals
@@ -304,6 +312,7 @@ class _Txn:
             envs=self.envs,
             pending=self.pending,
             results=self.results,
+            recent=self.recent,
             report=self.report,
             resolved=self.resolved,
             signals=self.signals,
@@ -353,6 +362,7 @@ class _Txn:
         self.resolved = self.resolved.set(key, how)
         if entry.kind in ("work", "sched-call"):
             self.in_flight -= 1
+            self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain"))
         elif entry.kind == "signal":
             self.unwait(key)
 
@@ -410,22 +420,23 @@ class _Txn:
     ) -> None:
         self.seq += 1
         cap = self.flow.limits.max_concurrency
-        key = effect.idempotency_key
         if cap is not None and self.in_flight >= cap:
-            self.queue = self.queue.set(self.queue_tail, Held(frame, effect))
+            self.queue = self.queue.set(self.queue_tail, Held(frame, effect, self.seq, target))
             self.queue_tail += 1
-            row = ReportRow(self.seq, _tag(effect), target, "not-started")
-            self.report = self.report.set(key, row)
             return
-        self.report = self.report.set(key, ReportRow(self.seq, _tag(effect), target, "uncertain"))
-        self.issue(frame, effect, member)
+        self.issue(frame, effect, member, self.seq, target)
 
     def issue(
         self,
         frame: str,
         effect: RunAgent | RunTeam | CallTool | RunSubflow,
-        member: str = "",
+        member: str,
+        seq: int,
+        target: str,
     ) -> None:
+        # Report rows are written when work stops being pending (answered or
+        # abandoned); pending work is reported from ``pending`` at settlement.
+        # That keeps the big, growing report map to one update per effect.
         led = self.ledger
         if led.steps is not None and led.used_steps + 1 > led.steps:
             raise _Exhausted("steps")
@@ -437,13 +448,11 @@ class _Txn:
         if isinstance(effect, (RunAgent, RunSubflow)):
             effect = msgspec.structs.replace(effect, budget_remaining=self.budget_remaining())
         key = effect.idempotency_key
-        kind = _tag(effect)
         self.effects.append(effect)
         self.emitted.append(key)
-        self.pending = self.pending.set(key, Pending("work", frame, kind, member))
-        row = self.report.get(key)
-        if row is not None and row.status != "uncertain":
-            self.report = self.report.set(key, msgspec.structs.replace(row, status="uncertain"))
+        self.pending = self.pending.set(
+            key, Pending("work", frame, _tag(effect), member, seq, target)
+        )
         self.in_flight += 1
 
     def drain_queue(self) -> None:
@@ -453,12 +462,16 @@ class _Txn:
             self.queue = self.queue.delete(self.queue_head)
             self.queue_head += 1
             frame = self.frames.get(held.frame)
+            key = held.effect.idempotency_key
             if frame is None or not self.still_wanted(frame, held):
+                self.add_row(
+                    ReportRow(key, held.seq, _tag(held.effect), held.target, "not-started")
+                )
                 continue
             member = ""
             if isinstance(held.effect, RunAgent) and held.effect.member is not None:
                 member = held.effect.member
-            self.issue(held.frame, held.effect, member)
+            self.issue(held.frame, held.effect, member, held.seq, held.target)
 
     def still_wanted(self, frame: Any, held: Held) -> bool:
         key = held.effect.idempotency_key
@@ -502,9 +515,9 @@ class _Txn:
         frame = SeqFrame(id=seq_id, parent=parent, env=env, prefix=prefix, owner=owner, label=label)
         return self.run_seq(frame, self.step_list(owner, label))
 
-    def run_seq(self, frame: SeqFrame, steps: tuple[Step, ...]) -> Outcome | None:
-        i = frame.index
-        last = frame.last
+    def run_seq(
+        self, frame: SeqFrame, steps: tuple[Step, ...], i: int = 0, last: Any = None
+    ) -> Outcome | None:
         n = len(steps)
         while i < n:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
@@ -728,7 +741,7 @@ class _Txn:
             key = f"{self.key(fid, frame.attempt)}/backoff"
             if retry.jitter:
                 delay *= 1.0 - retry.jitter * _unit_fraction(key)
-            self.set_frame(frame, key=None, backoff=key, progress=None, unknowns=0)
+            self.set_frame(frame, key=None, backoff=key, progress=None, unknowns=0)  # fresh attempt
             self.timer(key, self.now + int(delay), "backoff", fid)
             return None
         if frame.timer is not None:
@@ -743,8 +756,18 @@ class _Txn:
                 self.compensations = CompLink(step.id, frame.env, frame.prefix, self.compensations)
         else:
             record = {"status": "failed", "output": None, "error": _error_dict(out[1])}
-        self.results = self.results.set(scope + step.id, record)
+        self.record(scope + step.id, record)
         return out
+
+    def record(self, name: str, record: dict[str, Any]) -> None:
+        recent = self.recent.set(name, record)
+        if len(recent) >= _RECENT_BATCH:
+            with self.results.mutate() as merged:
+                for key, value in recent.items():
+                    merged[key] = value
+                self.results = merged.finish()
+            recent = _EMPTY
+        self.recent = recent
 
     def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
         retry = step.retry
@@ -768,9 +791,7 @@ class _Txn:
             if isinstance(frame, SeqFrame):
                 if out[0]:
                     steps = self.step_list(frame.owner, frame.label)
-                    res = self.run_seq(
-                        msgspec.structs.replace(frame, index=frame.index + 1, last=out[1]), steps
-                    )
+                    res = self.run_seq(frame, steps, frame.index + 1, out[1])
                 else:
                     self.frames = self.frames.delete(frame.id)
                     res = out
@@ -1195,23 +1216,34 @@ class _Txn:
                 return None
             if how is not None:
                 raise EventRejected(f"duplicate {event_kind}: {key} is already {how}", key)
-            raise EventRejected(f"{event_kind} for unknown idempotency key {key}", key)
+            # Answered work keys are not remembered one by one (that would
+            # cost a second map update per event): unknown and duplicate
+            # read the same here.
+            raise EventRejected(
+                f"{event_kind} for {key}: no such effect is pending "
+                "(an unknown key, or one already answered)",
+                key,
+            )
         if entry.kind not in accepts:
             raise EventRejected(f"{event_kind} cannot answer {_describe_pending(entry)} {key}", key)
         self.check_clock()
         return entry
 
-    def late_work(self, key: str, status: str) -> None:
-        row = self.report.get(key)
-        if row is not None:
-            self.report = self.report.set(key, msgspec.structs.replace(row, status=status))
+    def add_row(self, row: ReportRow) -> None:
+        self.report = ReportLink(row, self.report)
+
+    def late_work(self, key: str, entry_status: str) -> None:
+        """A late answer for abandoned work: the report shows how it really ended."""
+        link = self.report
+        while link is not None and link.row.key != key:
+            link = link.rest
+        if link is not None:
+            self.add_row(msgspec.structs.replace(link.row, status=entry_status))
 
     def resolve_work(self, key: str, entry: Pending, status: str) -> None:
         self.pending = self.pending.delete(key)
-        self.resolved = self.resolved.set(key, status)
         self.in_flight -= 1
-        row = self.report[key]
-        self.report = self.report.set(key, ReportRow(row.seq, row.effect, row.target, status))
+        self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, status))
 
     def on_succeeded(self, ev: EffectSucceeded) -> None:
         key = ev.idempotency_key
@@ -1255,7 +1287,7 @@ class _Txn:
             self.in_flight -= 1
             self.set_frame(frame, unknowns=frame.unknowns + 1)
             effect = self.rebuild(frame, step, key, entry)
-            self.issue(entry.frame, effect, entry.member)
+            self.issue(entry.frame, effect, entry.member, entry.seq, entry.target)
             return
         self.resolve_work(key, entry, "uncertain")
         error = _err(
@@ -1309,7 +1341,6 @@ class _Txn:
         if entry.member:
             res = self.member_done(frame, entry, key, out)
         else:
-            self.set_frame(frame, key=None)
             res = out
         if res is None:
             return
@@ -1449,9 +1480,6 @@ class _Txn:
         self.scheduled = self.scheduled.set(sid, msgspec.structs.replace(sched, status="called"))
         key = f"{sid}/call"
         self.seq += 1
-        self.report = self.report.set(
-            key, ReportRow(self.seq, "call-tool", sched.tool, "uncertain")
-        )
         led = self.ledger
         if led.steps is not None and led.used_steps + 1 > led.steps:
             raise _Exhausted("steps")
@@ -1460,7 +1488,9 @@ class _Txn:
         )
         self.effects.append(CallTool(tool=sched.tool, input=sched.input, idempotency_key=key))
         self.emitted.append(key)
-        self.pending = self.pending.set(key, Pending("sched-call", sid, "call-tool"))
+        self.pending = self.pending.set(
+            key, Pending("sched-call", sid, "call-tool", "", self.seq, sched.tool)
+        )
         self.in_flight += 1
 
     def on_subflow(self, ev: SubflowSettled) -> None:
@@ -1549,15 +1579,23 @@ class _Txn:
     def settle(
         self, status: str, output: Any, error: ErrorInfo | None, exhausted: str | None
     ) -> None:
+        report: dict[str, ReportRow] = {}
+        for row in report_rows(self.report):
+            report.setdefault(row.key, row)  # newest first: later rows win
+        for key, entry in self.pending.items():
+            if entry.kind in ("work", "sched-call"):
+                report[key] = ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain")
+        for i in range(self.queue_head, self.queue_tail):
+            held = self.queue[i]
+            key = held.effect.idempotency_key
+            report[key] = ReportRow(key, held.seq, _tag(held.effect), held.target, "not-started")
         # Work emitted in this very decision never reaches the host.
         for key in self.emitted:
-            row = self.report.get(key)
-            if row is not None and key in self.pending:
-                self.report = self.report.set(
-                    key, msgspec.structs.replace(row, status="not-started")
-                )
-        rows = sorted(self.report.items(), key=lambda kv: kv[1].seq)
-        report = tuple(
+            fresh = report.get(key)
+            if fresh is not None and fresh.status == "uncertain":
+                report[key] = msgspec.structs.replace(fresh, status="not-started")
+        rows = sorted(report.items(), key=lambda kv: kv[1].seq)
+        entries = tuple(
             ReportEntry(idempotency_key=k, effect=r.effect, target=r.target, status=r.status)  # type: ignore[arg-type]
             for k, r in rows
         )
@@ -1566,12 +1604,14 @@ class _Txn:
             output=output,
             error=error,
             exhausted=exhausted,  # type: ignore[arg-type]
-            report=report,
+            report=entries,
         )
         self.status = settled.status
         self.settled = settled
         self.error = error
         self.compensating = None
+        for row in sorted(report.values(), key=lambda r: r.seq):
+            self.add_row(row)
         for key in list(self.pending.keys()):
             self.pending = self.pending.delete(key)
             self.resolved = self.resolved.set(key, "abandoned")
@@ -1696,7 +1736,8 @@ def start(
         envs=immutables.Map({"": root_env}),
         pending=_EMPTY,
         results=_EMPTY,
-        report=_EMPTY,
+        recent=_EMPTY,
+        report=None,
         resolved=_EMPTY,
         signals=_EMPTY,
         waiters=_EMPTY,

@@ -83,7 +83,7 @@ Name = NewType("Name", str)  # a non-empty name (tool, agent, signal...)
 MAX_MS = 10 * 366 * 24 * 3600 * 1000  # ten years
 MAX_COUNT = 1_000_000_000
 MAX_AMOUNT = 10**15
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 ExecClass: TypeAlias = Literal["readonly", "idempotent", "uncertain"]
 ParallelMode: TypeAlias = Literal["all", "all_settled", "race", "any"]
@@ -641,6 +641,17 @@ def _raise(message: str) -> Any:
     raise _Msg(message)
 
 
+_SETTINGS_NAME: dict[type[Any], str] = {
+    Budget: "budget",
+    Limits: "limits",
+    Retry: "retry",
+    TeamDecl: "team",
+    TeamMember: "team member",
+    CatchClause: "catch clause",
+    **{cl: kind for kind, cl in _KINDS.items()},
+}
+
+
 def _mapping_first(conv: cattrs.Converter, cl: type[Any], generated: bool = False) -> Any:
     """A structure hook that first insists on a mapping, then runs cattrs'."""
     inner = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True)
@@ -648,10 +659,10 @@ def _mapping_first(conv: cattrs.Converter, cl: type[Any], generated: bool = Fals
         inner = make_dict_structure_fn(
             cl, conv, as_=override(rename="as"), _cattrs_forbid_extra_keys=True
         )
-    what = cl.__name__
+    what = _SETTINGS_NAME.get(cl, cl.__name__)
 
     def hook(value: Any, _: Any) -> Any:
-        return inner(_mapping(value, f"{what} settings"), cl)
+        return inner(_mapping(value, f"{what} fields"), cl)
 
     return hook
 
@@ -859,8 +870,35 @@ def _strings(
             yield from _strings(v, (*path, i), frozenset())
 
 
-_NESTED = frozenset({"steps", "else", "branches", "try", "catch", "compensate"})
-_COND_KEYS = ("if", "until")
+def _own_strings(
+    step: Mapping[str, Any], path: tuple[Any, ...]
+) -> Iterator[tuple[str, tuple[Any, ...], bool]]:
+    """The strings of one raw step that are its own (not in nested steps).
+
+    Yields ``(text, path, is_condition)``: switch ``if`` and repeat ``until``
+    are bare JMESPath conditions, everything else is a template.
+    """
+    for kind, body in step.items():
+        if kind not in _KINDS:
+            continue
+        here = (*path, kind)
+        if kind == "try":
+            continue  # a list of steps, walked on its own
+        if kind == "switch":
+            if isinstance(body, list):
+                for i, case in enumerate(body):
+                    if isinstance(case, dict) and isinstance(case.get("if"), str):
+                        yield case["if"], (*here, i, "if"), True
+            continue
+        if isinstance(body, dict):
+            for key, value in body.items():
+                if key in ("steps", "branches"):
+                    continue
+                if kind == "repeat" and key == "until" and isinstance(value, str):
+                    yield value, (*here, key), True
+                    continue
+                for text, spath in _strings(value, (*here, key), frozenset()):
+                    yield text, spath, False
 
 
 def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
@@ -887,12 +925,8 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                     out.append(
                         ((*path, kind, "tool"), f"tool {tool!r} is not declared under 'tools'")
                     )
-        for key, value in step.items():
-            if key in _COMMON and key != "timeout_ms":
-                continue
-            for text, spath in _strings(value, (*path, key), _NESTED):
-                cond = spath[-1] in _COND_KEYS and key in ("switch", "repeat")
-                expressions.append((text, spath, cond))
+        for text, spath, cond in _own_strings(step, path):
+            expressions.append((text, spath, cond))
     output = raw.get("output")
     for text, spath in _strings(output, ("output",), frozenset()):
         expressions.append((text, spath, False))
@@ -905,7 +939,7 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                 refs |= compile_template(text).refs
         except TemplateError:
             continue  # reported by the structure pass
-        for ref in sorted(refs - seen.keys()):
+        for ref in sorted(r for r in refs if r not in seen):
             out.append((spath, f"expression reads unknown step {ref!r}"))
     return out
 
@@ -925,19 +959,20 @@ _Loader.yaml_implicit_resolvers = {
 Positions: TypeAlias = dict[tuple[Any, ...], tuple[int, int]]
 
 
-def _positions(
-    node: yaml.Node, path: tuple[Any, ...], out: Positions, dups: list[tuple[tuple[Any, ...], str]]
-) -> None:
-    out[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+def _positions(node: yaml.Node, path: tuple[Any, ...], out: Positions, dups: list[Any]) -> None:
+    """Record where each key (and each list item) sits; note duplicate keys."""
+    out.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
         for key_node, value_node in node.value:
             key = key_node.value
+            here = (*path, key)
+            mark = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             if key in seen:
-                dups.append(((*path, key), f"duplicate key {key!r}"))
+                dups.append((here, f"duplicate key {key!r}", mark))
             seen.add(key)
-            out[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            _positions(value_node, (*path, key, "$value"), out, dups)
+            out.setdefault(here, mark)
+            _positions(value_node, here, out, dups)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _positions(item, (*path, i), out, dups)
@@ -953,21 +988,6 @@ def _locate(path: tuple[Any, ...], positions: Positions) -> tuple[int, int] | No
         if not probe:
             return None
         probe = probe[:-1]
-
-
-def _value_positions(positions: Positions) -> Positions:
-    # Keys were stored at (*path, key); values at (*path, key, "$value").
-    # Paths from the structure pass address values through keys, so a path
-    # (..., key) should point at the key, and (..., key, i) into the value.
-    out: Positions = {}
-    for p, pos in positions.items():
-        if "$value" in p:
-            clean = tuple(x for x in p if x != "$value")
-            out.setdefault((*clean, "$value"), pos)
-            out.setdefault(clean, pos)
-        else:
-            out[p] = pos
-    return out
 
 
 def _format_path(path: tuple[Any, ...]) -> str:
@@ -1004,11 +1024,10 @@ def _load_text(text: str, source: str) -> tuple[Any, Positions, list[Problem]]:
     except yaml.YAMLError as exc:
         return None, {}, [Problem("", f"not valid YAML/JSON: {exc}", source)]
     positions: Positions = {}
-    dups: list[tuple[tuple[Any, ...], str]] = []
+    dups: list[Any] = []
     if node is not None:
         _positions(node, (), positions, dups)
-    positions = _value_positions(positions)
-    problems = [_problem(p, m, source, positions) for p, m in dups]
+    problems = [Problem(_format_path(p), m, source, line, col) for p, m, (line, col) in dups]
     return data, positions, problems
 
 
@@ -1105,8 +1124,8 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
                     "",
                     f"a flow spec must be a mapping, got {_describe(data)}",
                     source_name,
-                    1 if positions else None,
-                    1 if positions else None,
+                    1 if isinstance(spec, str) else None,
+                    1 if isinstance(spec, str) else None,
                 )
             ]
         )
@@ -1114,7 +1133,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     found: list[tuple[tuple[Any, ...], str]] = []
     for key in raw:
         if key not in _TOP:
-            found.append(((key,), f"unknown key {key!r}"))
+            found.append(((str(key),), f"unknown key {key!r}"))
     conv = _converter()
 
     def field(key: str, typ: Any, default: Any, required: bool = False) -> Any:
@@ -1173,6 +1192,6 @@ def _check_schema(schema: Any, found: list[tuple[tuple[Any, ...], str]]) -> dict
             (("input_schema",), f"expected a JSON Schema mapping, got {_describe(schema)}")
         )
         return None
-    for message in schema_problems(schema):
-        found.append((("input_schema",), message))
+    for path, message in schema_problems(schema):
+        found.append((("input_schema", *path), message))
     return schema

@@ -11,16 +11,17 @@ from typing import Any
 __all__ = ["input_problems", "schema_problems"]
 
 
-def schema_problems(schema: dict[str, Any]) -> list[str]:
-    """Why ``schema`` is not a valid JSON Schema (empty when it is)."""
+def schema_problems(schema: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """Why ``schema`` is not a valid JSON Schema: ``(path inside it, message)`` pairs."""
     from jsonschema import exceptions, validators
 
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         cls.check_schema(schema)
     except exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        return [f"invalid JSON Schema{' at ' + where if where else ''}: {exc.message}"]
+        path = tuple(exc.absolute_path)
+        where = "/".join(str(p) for p in path)
+        return [(path, f"invalid JSON Schema{' at ' + where if where else ''}: {exc.message}")]
     return []
 
 

@@ -1,0 +1,95 @@
+"""How much one ``advance`` costs, and whether it grows with the run's history.
+
+Sequential: a generated flow of N call_tool steps, each reading the previous
+step's output through an expression, driven to completion for N = 1k, 10k,
+100k. Prints the median microseconds per event at each size and the growth
+ratio 100k/1k (target: <= 10 us, growth <= 1.2x).
+
+Run: ``python benchmarks/bench_advance.py`` (``--quick`` for smaller sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import flowcore
+from flowcore import CallTool, EffectSucceeded, Flow
+
+
+def sequential_flow(n: int) -> Flow:
+    steps: list[dict[str, Any]] = [{"id": "s0", "call_tool": {"tool": "t", "input": {"v": 0}}}]
+    for i in range(1, n):
+        steps.append(
+            {
+                "id": f"s{i}",
+                "call_tool": {"tool": "t", "input": {"prev": f"${{steps.s{i - 1}.output.v}}"}},
+            }
+        )
+    spec = {
+        "flow": f"seq-{n}",
+        "tools": {"t": {"class": "idempotent"}},
+        "budget": {"steps": n + 10},
+        "steps": steps,
+    }
+    return flowcore.parse_flow(spec, source_name=f"seq-{n}")
+
+
+def drive(flow: Flow, answer: Callable[[CallTool, int], Any]) -> list[int]:
+    """Run the flow to the end; return the nanoseconds each advance took."""
+    decision = flowcore.start(flow, {}, run_id="r", now_ms=0)
+    timings: list[int] = []
+    clock = 0
+    queue = [e for e in decision.effects if isinstance(e, CallTool)]
+    state = decision.state
+    perf = time.perf_counter_ns
+    while queue:
+        effect = queue.pop(0)
+        clock += 1
+        event = EffectSucceeded(
+            idempotency_key=effect.idempotency_key, output=answer(effect, clock), at_ms=clock
+        )
+        t0 = perf()
+        decision = flowcore.advance(state, event)
+        timings.append(perf() - t0)
+        state = decision.state
+        queue.extend(e for e in decision.effects if isinstance(e, CallTool))
+    assert state.settled is not None and state.settled.status == "completed", state.settled
+    return timings
+
+
+def median_us(timings: list[int]) -> float:
+    return statistics.median(timings) / 1000
+
+
+def bench_sequential(sizes: list[int]) -> dict[int, float]:
+    results: dict[int, float] = {}
+    for n in sizes:
+        flow = sequential_flow(n)
+        gc.collect()
+        timings = drive(flow, lambda e, i: {"v": i})
+        results[n] = median_us(timings)
+        mean = statistics.fmean(timings) / 1000
+        print(
+            f"sequential  N={n:>7,}  events={len(timings):>7,}  "
+            f"median {results[n]:6.2f} us/event  (mean {mean:6.2f})"
+        )
+    first, last = sizes[0], sizes[-1]
+    print(f"sequential  growth {last:,}/{first:,}: {results[last] / results[first]:.2f}x")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    args = parser.parse_args()
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    bench_sequential(sizes)
+
+
+if __name__ == "__main__":
+    main()
