@@ -83,10 +83,59 @@ def bench_sequential(sizes: list[int]) -> dict[int, float]:
     return results
 
 
+def bench_model() -> None:
+    """attrs vs msgspec for the state's records: build one, derive a changed copy."""
+    import timeit
+
+    import attrs
+    import msgspec
+
+    @attrs.frozen
+    class AttrsFrame:
+        id: str
+        parent: str
+        env: str
+        prefix: str
+        step: str
+        attempt: int = 1
+        key: str | None = None
+
+    class StructFrame(msgspec.Struct, frozen=True):
+        id: str
+        parent: str
+        env: str
+        prefix: str
+        step: str
+        attempt: int = 1
+        key: str | None = None
+
+    n = 200_000
+    a = AttrsFrame("a", "", "", "", "a")
+    m = StructFrame("a", "", "", "", "a")
+    timings: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
+        "attrs  ": (
+            lambda: AttrsFrame("a", "", "", "", "a"),
+            lambda: attrs.evolve(a, key="k"),
+        ),
+        "msgspec": (
+            lambda: StructFrame("a", "", "", "", "a"),
+            lambda: msgspec.structs.replace(m, key="k"),
+        ),
+    }
+    for label, (build_fn, change_fn) in timings.items():
+        build = min(timeit.repeat(build_fn, number=n, repeat=5)) / n * 1e6
+        change = min(timeit.repeat(change_fn, number=n, repeat=5)) / n * 1e6
+        print(f"model {label}  build {build:5.2f} us  replace {change:5.2f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--model", action="store_true", help="attrs vs msgspec records only")
     args = parser.parse_args()
+    if args.model:
+        bench_model()
+        return
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     bench_sequential(sizes)
 

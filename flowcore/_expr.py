@@ -20,6 +20,7 @@ the loop variables. This module must never do I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
@@ -252,6 +253,12 @@ def _expr_for(source: str) -> _Expr:
     return expr
 
 
+def _digest(source: Any) -> int:
+    # Stable across processes, unlike hash() of a string.
+    text = json.dumps(source, sort_keys=True, default=str).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
+
+
 def truthy(value: Any) -> bool:
     """JMESPath truthiness: false, null and empty string/list/object are false."""
     if value is None or value is False:
@@ -288,7 +295,7 @@ class Template:
         return isinstance(other, Template) and other.source == self.source
 
     def __hash__(self) -> int:
-        return hash(json.dumps(self.source, sort_keys=True, default=str))
+        return _digest(self.source)
 
     def __repr__(self) -> str:
         return f"Template({self.source!r})"
@@ -380,7 +387,7 @@ class Cond:
         return isinstance(other, Cond) and other.source == self.source
 
     def __hash__(self) -> int:
-        return hash(self.source)
+        return _digest(self.source)
 
     def __repr__(self) -> str:
         return f"Cond({self.source!r})"

@@ -951,10 +951,20 @@ class _Loader(yaml.CSafeLoader):
     """Safe YAML without implicit timestamps: spec values stay JSON values."""
 
 
-_Loader.yaml_implicit_resolvers = {
-    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for ch, resolvers in yaml.CSafeLoader.yaml_implicit_resolvers.items()
-}
+# YAML 1.1 reads yes/no/on/off as booleans and dates as datetimes, which
+# breaks options like [yes, no]; specs follow YAML 1.2's core schema instead:
+# only true/false are booleans and there are no implicit timestamps.
+_BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_Loader.yaml_implicit_resolvers = {}
+for _ch, _resolvers in yaml.CSafeLoader.yaml_implicit_resolvers.items():
+    for _tag, _rx in _resolvers:
+        if _tag == "tag:yaml.org,2002:timestamp":
+            continue
+        if _tag == "tag:yaml.org,2002:bool":
+            if _ch not in "tTfF":
+                continue
+            _rx = _BOOL_12
+        _Loader.yaml_implicit_resolvers.setdefault(_ch, []).append((_tag, _rx))
 
 Positions: TypeAlias = dict[tuple[Any, ...], tuple[int, int]]
 

@@ -7,10 +7,12 @@ New results go to a small map of recent ones first and are merged into the
 big map in batches: an update of a 100k-entry HAMT touches four levels of
 nodes that are no longer in the CPU cache, and doing that once per batch
 instead of once per event is what keeps the cost per event flat as a run
-grows (``benchmarks/bench_advance.py``). Frames and their progress records are frozen msgspec Structs: they are
-created on every event, and msgspec builds them several times faster than
-attrs classes (measured in ``benchmarks/bench_advance.py --model``), and they
-encode to snapshot bytes without a conversion layer.
+grows (``benchmarks/bench_advance.py``).
+
+Frames and their progress records are frozen msgspec Structs rather than attrs
+classes: they are created on every event, msgspec builds them several times
+faster (``benchmarks/bench_advance.py --model`` measures both side by side),
+and they encode to snapshot bytes without a conversion layer.
 
 A snapshot (``encode_state``) never embeds the spec; it pins the spec by its
 content hash, and ``decode_state`` refuses a different spec.

@@ -1,0 +1,22 @@
+"""Hypothesis profiles: ``ci`` is derandomized (a fixed seed) and used when the
+``CI`` environment variable is set; ``dev`` explores with fresh randomness.
+``FLOWCORE_HYPOTHESIS_PROFILE`` picks one explicitly."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=100,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=50)
+settings.load_profile(
+    os.environ.get("FLOWCORE_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)

@@ -1,0 +1,78 @@
+"""The public surface is pinned: adding or removing a name is a decision."""
+
+from __future__ import annotations
+
+import flowcore
+
+EXPECTED = {
+    "DEFAULT_STEP_BUDGET",
+    "AskHuman",
+    "AwaitSignal",
+    "Budget",
+    "BudgetRemaining",
+    "CallTool",
+    "CancelRequested",
+    "Decision",
+    "Effect",
+    "EffectFailed",
+    "EffectOutcomeUnknown",
+    "EffectSucceeded",
+    "ErrorInfo",
+    "Event",
+    "EventRejected",
+    "Flow",
+    "FlowcoreError",
+    "HumanAnswered",
+    "InputError",
+    "Problem",
+    "ReplayDivergence",
+    "ReportEntry",
+    "RunAgent",
+    "RunSubflow",
+    "RunTeam",
+    "Settled",
+    "SignalReceived",
+    "SnapshotMismatch",
+    "SpecError",
+    "Sleep",
+    "State",
+    "SubflowSettled",
+    "TimerFired",
+    "Usage",
+    "WireError",
+    "advance",
+    "decode_effect",
+    "decode_event",
+    "decode_state",
+    "effect_from_wire",
+    "effect_to_wire",
+    "encode_effect",
+    "encode_event",
+    "encode_state",
+    "event_from_wire",
+    "event_to_wire",
+    "parse_flow",
+    "start",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(flowcore.__all__) == EXPECTED
+    assert len(flowcore.__all__) == len(set(flowcore.__all__))
+
+
+def test_every_public_name_exists() -> None:
+    for name in flowcore.__all__:
+        assert hasattr(flowcore, name), name
+
+
+def test_errors_share_one_base() -> None:
+    for cls in (
+        flowcore.SpecError,
+        flowcore.EventRejected,
+        flowcore.ReplayDivergence,
+        flowcore.WireError,
+        flowcore.SnapshotMismatch,
+        flowcore.InputError,
+    ):
+        assert issubclass(cls, flowcore.FlowcoreError)
