@@ -420,7 +420,8 @@ class _Txn:
     ) -> None:
         self.seq += 1
         cap = self.flow.limits.max_concurrency
-        if cap is not None and self.in_flight >= cap:
+        if cap is not None and (self.in_flight >= cap or self.queue_head < self.queue_tail):
+            # Held work goes first: new work queues behind it, in request order.
             self.queue = self.queue.set(self.queue_tail, Held(frame, effect, self.seq, target))
             self.queue_tail += 1
             return
@@ -753,7 +754,9 @@ class _Txn:
             if isinstance(step.body, AskHumanStep):
                 record["answer"] = out[1]
             if step.compensate:
-                self.compensations = CompLink(step.id, frame.env, frame.prefix, self.compensations)
+                below = self.compensations
+                depth = 1 + (below.depth if below is not None else 0)
+                self.compensations = CompLink(step.id, frame.env, frame.prefix, depth, below)
         else:
             record = {"status": "failed", "output": None, "error": _error_dict(out[1])}
         self.record(scope + step.id, record)
@@ -772,6 +775,10 @@ class _Txn:
     def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
         retry = step.retry
         if retry is None or frame.attempt >= retry.max_attempts:
+            return False
+        if error.type == "outcome-unknown":
+            # Re-running it under a new key could do the unsafe thing twice;
+            # safe re-issues (same key) already happened. Catch it instead.
             return False
         if error.type == "timeout" and frame.timer is not None and frame.timer not in self.pending:
             return False  # the step's own deadline passed: no time left to retry in
@@ -874,16 +881,38 @@ class _Txn:
         names = tuple(body.branches)
         if not names:
             return (_OK, {})
-        width = body.max_concurrency or len(names)
-        first, later = names[:width], names[width:]
-        frame = self.set_frame(frame, progress=ParallelProgress(waiting=later, running=first))
-        for name in first:
+        self.set_frame(frame, progress=ParallelProgress(waiting=names))
+        return self.fill_parallel(frame.id, step, body)
+
+    def fill_parallel(self, fid: str, step: Step, body: ParallelStep) -> Outcome | None:
+        """Start waiting branches, in declared order, up to max_concurrency."""
+        width = body.max_concurrency or len(body.branches)
+        while True:
+            frame = self.frames.get(fid)
+            if not isinstance(frame, StepFrame):
+                return None
+            prog = frame.progress
+            assert isinstance(prog, ParallelProgress)
+            if not prog.waiting or len(prog.running) >= width:
+                return None
+            name = prog.waiting[0]
+            frame = self.set_frame(
+                frame,
+                progress=msgspec.structs.replace(
+                    prog, waiting=prog.waiting[1:], running=(*prog.running, name)
+                ),
+            )
             res = self.start_branch(frame, step, name)
             if res is not None:
-                out = self.parallel_child_done(self.frames[frame.id], body, name, res)  # type: ignore[arg-type]
+                out = self.parallel_child_done(
+                    self.frames[fid],  # type: ignore[arg-type]
+                    body,
+                    name,
+                    res,
+                    refill=False,
+                )
                 if out is not None:
                     return out
-        return None
 
     def start_branch(self, frame: StepFrame, step: Step, name: str) -> Outcome | None:
         return self.start_list(
@@ -896,7 +925,12 @@ class _Txn:
         )
 
     def parallel_child_done(
-        self, frame: StepFrame, body: ParallelStep, name: str, out: Outcome
+        self,
+        frame: StepFrame,
+        body: ParallelStep,
+        name: str,
+        out: Outcome,
+        refill: bool = True,
     ) -> Outcome | None:
         prog = frame.progress
         assert isinstance(prog, ParallelProgress)
@@ -916,28 +950,27 @@ class _Txn:
         elif mode == "all" and not out[0]:
             decided = out
         if decided is not None:
-            for other in (*running, *prog.waiting):
+            for other in running:
                 self.abandon_frame(f"{frame.id}:b:{other}")
             self.set_frame(frame, progress=ParallelProgress(outcomes=outcomes))
             return decided
-        waiting = prog.waiting
-        frame = (
-            self.set_frame(
-                frame,
-                progress=ParallelProgress(
-                    waiting=waiting[1:], running=(*running, *waiting[:1]), outcomes=outcomes
-                ),
-            )
-            if waiting
-            else self.set_frame(
-                frame, progress=ParallelProgress(waiting=(), running=running, outcomes=outcomes)
-            )
+        self.set_frame(
+            frame,
+            progress=ParallelProgress(waiting=prog.waiting, running=running, outcomes=outcomes),
         )
-        if waiting:
-            step = self.step_of(frame)
-            res = self.start_branch(frame, step, waiting[0])
+        if refill and prog.waiting:
+            res = self.fill_parallel(frame.id, self.step_of(frame), body)
             if res is not None:
-                return self.parallel_child_done(self.frames[frame.id], body, waiting[0], res)  # type: ignore[arg-type]
+                return res
+            current = self.frames.get(frame.id)
+            if not isinstance(current, StepFrame):
+                return None
+            prog = current.progress
+            assert isinstance(prog, ParallelProgress)
+            running, outcomes = prog.running, prog.outcomes
+            if prog.waiting:
+                return None
+        elif prog.waiting:
             return None
         if running:
             return None
@@ -1023,6 +1056,10 @@ class _Txn:
     def arm_tick(self, fid: str, body: RepeatStep, fire: int, after_ms: int) -> None:
         if body.every_ms is not None:
             due = after_ms + body.every_ms
+            if due <= self.now:
+                # Fires that were missed (the body overran) are skipped: the
+                # next tick is the next point on the cadence after now.
+                due += ((self.now - due) // body.every_ms + 1) * body.every_ms
         else:
             assert body.cron is not None
             from cronsim import CronSim
@@ -1044,7 +1081,10 @@ class _Txn:
         prog = frame.progress
         assert isinstance(prog, RepeatProgress)
         fire = prog.fires + 1
-        frame = self.set_frame(frame, progress=msgspec.structs.replace(prog, fires=fire))
+        marks = self.compensations.depth if self.compensations is not None else 0
+        frame = self.set_frame(
+            frame, progress=msgspec.structs.replace(prog, fires=fire, comp_depth=marks)
+        )
         scope = f"{self.child_prefix(frame)}{step.id}[{fire}]/"
         self.envs = self.envs.set(
             scope, Env(parent=frame.env, scope=scope, vars={"fire_count": fire})
@@ -1067,8 +1107,11 @@ class _Txn:
         if not done and body.until is not None:
             done = body.until.test(self.resolver(scope, frame_now.attempt))
         # The fire's loop scope is finished with: drop it so that a repeat
-        # that fires for ever keeps a bounded state.
-        self.envs = self.envs.delete(scope) if scope in self.envs else self.envs
+        # that fires for ever keeps a bounded state, unless a compensation
+        # recorded during the fire will need it later.
+        depth = self.compensations.depth if self.compensations is not None else 0
+        if depth == prog.comp_depth and scope in self.envs:
+            self.envs = self.envs.delete(scope)
         self.set_frame(frame_now, progress=msgspec.structs.replace(prog, last=out[1]))
         if done:
             return (_OK, out[1])
@@ -1178,19 +1221,25 @@ class _Txn:
         self.abandon(self.descendants(root))
 
     def abandon_children(self, fid: str) -> None:
+        """Stop everything ``fid`` waits for, but its own timeout, and drop its children."""
         gone = self.descendants(fid)
-        gone.discard(fid)
-        self.abandon(gone)
         frame = self.frames.get(fid)
-        if isinstance(frame, StepFrame):
-            if frame.key is not None:
-                self.drop_key(frame.key)
-            prog = frame.progress
-            if isinstance(prog, TeamProgress):
-                for key in prog.running:
-                    self.drop_key(key)
-            if frame.backoff is not None:
-                self.drop_key(frame.backoff)
+        own_timer = frame.timer if isinstance(frame, StepFrame) else None
+        for key, entry in list(self.pending.items()):
+            if entry.frame in gone and key != own_timer:
+                self.drop_key(key)
+        gone.discard(fid)
+        frames = self.frames
+        for child in gone:
+            frames = frames.delete(child)
+        self.frames = frames
+
+    def abandon_all(self) -> None:
+        """The run is ending: stop waiting for anything but scheduled calls and the deadline."""
+        for key, entry in list(self.pending.items()):
+            if entry.kind not in ("sched-delay", "sched-call", "deadline"):
+                self.drop_key(key)
+        self.frames = _EMPTY
 
     def abandon(self, gone: set[str]) -> None:
         if not gone:
@@ -1512,11 +1561,23 @@ class _Txn:
             self.work_done(key, entry, (_FAIL, error))
 
     def on_cancel(self, ev: CancelRequested) -> None:
+        if self.compensating is not None and not self.frames:
+            # Only outliving scheduled calls are left: cancel them and settle.
+            self.check_clock()
+            for sid, sched in list(self.scheduled.items()):
+                if sched.status == "pending":
+                    self.scheduled = self.scheduled.set(
+                        sid, msgspec.structs.replace(sched, status="cancelled")
+                    )
+                    self.drop_key(f"{sid}/delay")
+            error = _err("cancelled", ev.reason or "cancel requested")
+            self.settle("cancelled", None, error, None)
+            return
         if self.compensating is not None:
-            raise EventRejected("the run is already winding down (compensating or draining)")
+            raise EventRejected("the run is already compensating; it settles when they finish")
         self.check_clock()
         error = _err("cancelled", ev.reason or "cancel requested")
-        self.abandon(set(self.frames.keys()))
+        self.abandon_all()
         self.wind_down(Ending("cancelled", None, error))
 
     # --- the end ---------------------------------------------------------------------------------
@@ -1526,7 +1587,7 @@ class _Txn:
             self.next_compensation()
             return
         if not out[0]:
-            self.abandon(set(self.frames.keys()))
+            self.abandon_all()
             self.wind_down(Ending("failed", None, out[1]))
             return
         output = None
@@ -1572,7 +1633,7 @@ class _Txn:
         if ending is None or self.frames:
             return
         for sched in self.scheduled.values():
-            if sched.status in ("pending", "called"):
+            if sched.outlive and sched.status in ("pending", "called"):
                 return  # an outliving scheduled call is still due
         self.settle(ending.status, ending.output, ending.error, None)
 
@@ -1622,7 +1683,7 @@ class _Txn:
         self.effects = [settled]
 
     def exhaust(self, limit: str) -> None:
-        self.abandon(set(self.frames.keys()))
+        self.abandon_all()
         message = {
             "steps": "step budget exhausted",
             "cost": "cost budget exhausted",

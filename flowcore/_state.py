@@ -125,6 +125,7 @@ class RepeatProgress(_S, frozen=True, tag="repeat"):
     fires: int = 0
     due_ms: int = 0
     last: Any = None
+    comp_depth: int = 0  # compensation stack depth when the current fire began
 
 
 class TeamProgress(_S, frozen=True, tag="team"):
@@ -189,6 +190,7 @@ class CompLink(_S, frozen=True, array_like=True):
     step: str
     env: str
     prefix: str
+    depth: int = 1  # links in the stack, this one included
     rest: CompLink | None = None
 
 
