@@ -5,7 +5,16 @@ step's output through an expression, driven to completion for N = 1k, 10k,
 100k. Prints the median microseconds per event at each size and the growth
 ratio 100k/1k (target: <= 10 us, growth <= 1.2x).
 
-Run: ``python benchmarks/bench_advance.py`` (``--quick`` for smaller sizes).
+Branches: a for_each with max_concurrency equal to its width W (1, 100,
+1000), each iteration a sequence of call_tool steps, answered round-robin so
+that W branches stay active; prints the median per event and the ratio of
+1000 to 1 (target <= 3x).
+
+Repeat: a repeat that fires N times (1k and 100k), each fire one call_tool;
+prints the median per event and the growth 100k/1k (target <= 1.2x).
+
+Run: ``python benchmarks/bench_advance.py`` (``--quick`` for smaller sizes,
+``--only sequential|branches|repeat`` for one part).
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import flowcore
-from flowcore import CallTool, EffectSucceeded, Flow
+from flowcore import CallTool, EffectSucceeded, Flow, Sleep, TimerFired
 
 
 def sequential_flow(n: int) -> Flow:
@@ -83,6 +92,127 @@ def bench_sequential(sizes: list[int]) -> dict[int, float]:
     return results
 
 
+def wide_flow(width: int, length: int) -> Flow:
+    body = [{"id": "w0", "call_tool": {"tool": "t", "input": {"item": "${it}"}}}]
+    for i in range(1, length):
+        body.append(
+            {"id": f"w{i}", "call_tool": {"tool": "t", "input": f"${{steps.w{i - 1}.output}}"}}
+        )
+    spec = {
+        "flow": f"wide-{width}",
+        "tools": {"t": {"class": "idempotent"}},
+        "budget": {"steps": width * length + 10},
+        "steps": [
+            {
+                "id": "each",
+                "for_each": {
+                    "items": "${input.items}",
+                    "as": "it",
+                    "max_concurrency": width,
+                    "steps": body,
+                },
+            }
+        ],
+    }
+    return flowcore.parse_flow(spec, source_name=f"wide-{width}")
+
+
+def bench_branches(widths: list[int], events: int) -> dict[int, float]:
+    results: dict[int, float] = {}
+    for width in widths:
+        length = max(2, events // width)
+        flow = wide_flow(width, length)
+        decision = flowcore.start(flow, {"items": list(range(width))}, run_id="r")
+        state = decision.state
+        queue = [e for e in decision.effects if isinstance(e, CallTool)]
+        assert len(queue) == width
+        timings: list[int] = []
+        clock = 0
+        perf = time.perf_counter_ns
+        gc.collect()
+        while queue:
+            effect = queue.pop(0)
+            clock += 1
+            event = EffectSucceeded(
+                idempotency_key=effect.idempotency_key, output=clock, at_ms=clock
+            )
+            active = len(queue) + 1
+            t0 = perf()
+            decision = flowcore.advance(state, event)
+            elapsed = perf() - t0
+            if active == width:
+                timings.append(elapsed)  # only events with every branch active
+            state = decision.state
+            queue.extend(e for e in decision.effects if isinstance(e, CallTool))
+        assert state.settled is not None and state.settled.status == "completed"
+        results[width] = median_us(timings)
+        print(
+            f"branches    W={width:>5,}  events={len(timings):>7,}  "
+            f"median {results[width]:6.2f} us/event"
+        )
+    print(
+        f"branches    ratio {widths[-1]:,}/{widths[0]:,}: {results[widths[-1]] / results[widths[0]]:.2f}x"
+    )
+    return results
+
+
+def repeat_flow(fires: int) -> Flow:
+    spec = {
+        "flow": f"repeat-{fires}",
+        "tools": {"t": {"class": "idempotent"}},
+        "budget": {"steps": fires + 10},
+        "steps": [
+            {
+                "id": "rec",
+                "repeat": {
+                    "every_ms": 1000,
+                    "max_fires": fires,
+                    "steps": [{"id": "ping", "call_tool": {"tool": "t", "input": "${fire_count}"}}],
+                },
+            }
+        ],
+    }
+    return flowcore.parse_flow(spec, source_name=f"repeat-{fires}")
+
+
+def bench_repeat(sizes: list[int]) -> dict[int, float]:
+    results: dict[int, float] = {}
+    for fires in sizes:
+        flow = repeat_flow(fires)
+        decision = flowcore.start(flow, {}, run_id="r")
+        state = decision.state
+        pending = list(decision.effects)
+        timings: list[int] = []
+        perf = time.perf_counter_ns
+        gc.collect()
+        while pending:
+            effect = pending.pop(0)
+            event: TimerFired | EffectSucceeded
+            if isinstance(effect, Sleep):
+                event = TimerFired(idempotency_key=effect.idempotency_key, at_ms=effect.until_ms)
+            elif isinstance(effect, CallTool):
+                event = EffectSucceeded(
+                    idempotency_key=effect.idempotency_key, output="pong", at_ms=state.now_ms
+                )
+            else:
+                continue
+            t0 = perf()
+            decision = flowcore.advance(state, event)
+            timings.append(perf() - t0)
+            state = decision.state
+            pending.extend(decision.effects)
+        assert state.settled is not None and state.settled.status == "completed"
+        results[fires] = median_us(timings)
+        mean = statistics.fmean(timings) / 1000
+        print(
+            f"repeat      fires={fires:>7,}  events={len(timings):>7,}  "
+            f"median {results[fires]:6.2f} us/event  (mean {mean:6.2f})"
+        )
+    first, last = sizes[0], sizes[-1]
+    print(f"repeat      growth {last:,}/{first:,}: {results[last] / results[first]:.2f}x")
+    return results
+
+
 def bench_model() -> None:
     """attrs vs msgspec for the state's records: build one, derive a changed copy."""
     import timeit
@@ -132,12 +262,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--model", action="store_true", help="attrs vs msgspec records only")
+    parser.add_argument("--only", choices=["sequential", "branches", "repeat"])
     args = parser.parse_args()
     if args.model:
         bench_model()
         return
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    bench_sequential(sizes)
+    if args.only in (None, "sequential"):
+        bench_sequential([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
+    if args.only in (None, "branches"):
+        bench_branches([1, 100, 1000], 5_000 if args.quick else 20_000)
+    if args.only in (None, "repeat"):
+        bench_repeat([1_000, 10_000] if args.quick else [1_000, 100_000])
 
 
 if __name__ == "__main__":
