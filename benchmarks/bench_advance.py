@@ -150,9 +150,8 @@ def bench_branches(widths: list[int], events: int) -> dict[int, float]:
             f"branches    W={width:>5,}  events={len(timings):>7,}  "
             f"median {results[width]:6.2f} us/event"
         )
-    print(
-        f"branches    ratio {widths[-1]:,}/{widths[0]:,}: {results[widths[-1]] / results[widths[0]]:.2f}x"
-    )
+    ratio = results[widths[-1]] / results[widths[0]]
+    print(f"branches    ratio {widths[-1]:,}/{widths[0]:,}: {ratio:.2f}x")
     return results
 
 

@@ -15,6 +15,17 @@ from ._errors import (
     WireError,
 )
 from ._interp import DEFAULT_STEP_BUDGET, Decision, InputError, advance, start
+from ._log import (
+    LogCorrupt,
+    LogRead,
+    Record,
+    Recorder,
+    TornTail,
+    decode_log,
+    encode_record,
+    encode_records,
+    iter_records,
+)
 from ._spec import Budget, Flow, parse_flow
 from ._state import State, decode_state, encode_state
 from ._wire import (
@@ -70,7 +81,11 @@ __all__ = [
     "FlowcoreError",
     "HumanAnswered",
     "InputError",
+    "LogCorrupt",
+    "LogRead",
     "Problem",
+    "Record",
+    "Recorder",
     "ReplayDivergence",
     "ReportEntry",
     "RunAgent",
@@ -84,19 +99,24 @@ __all__ = [
     "State",
     "SubflowSettled",
     "TimerFired",
+    "TornTail",
     "Usage",
     "WireError",
     "advance",
     "decode_effect",
     "decode_event",
+    "decode_log",
     "decode_state",
     "effect_from_wire",
     "effect_to_wire",
     "encode_effect",
     "encode_event",
+    "encode_record",
+    "encode_records",
     "encode_state",
     "event_from_wire",
     "event_to_wire",
+    "iter_records",
     "parse_flow",
     "start",
 ]

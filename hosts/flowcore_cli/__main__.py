@@ -1,0 +1,3 @@
+from flowcore_cli.main import main
+
+main()
