@@ -27,7 +27,14 @@ from ._log import (
     iter_records,
 )
 from ._spec import Budget, Flow, parse_flow
-from ._state import State, decode_state, encode_state
+from ._state import (
+    State,
+    decode_state,
+    encode_hot,
+    encode_state,
+    restore_state,
+    state_changes,
+)
 from ._wire import (
     AskHuman,
     AwaitSignal,
@@ -111,6 +118,7 @@ __all__ = [
     "effect_to_wire",
     "encode_effect",
     "encode_event",
+    "encode_hot",
     "encode_record",
     "encode_records",
     "encode_state",
@@ -118,5 +126,7 @@ __all__ = [
     "event_to_wire",
     "iter_records",
     "parse_flow",
+    "restore_state",
     "start",
+    "state_changes",
 ]

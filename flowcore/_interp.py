@@ -71,6 +71,7 @@ from ._state import (
     Env,
     ForEachProgress,
     Held,
+    Journal,
     Ledger,
     ParallelProgress,
     Pending,
@@ -295,6 +296,8 @@ class _Txn:
         self.settled = s.settled
         self.error = s.error
         self.effects: list[Effect] = []
+        self.written: list[str] = []  # result names written: the journal
+        self.rows = 0  # report rows added: the journal
         self.emitted: list[str] = []  # work keys emitted in this decision
 
     def freeze(self) -> State:
@@ -326,6 +329,7 @@ class _Txn:
             scheduled=self.scheduled,
             settled=self.settled,
             error=self.error,
+            journal=Journal(tuple(self.written), self.rows),
         )
 
     # --- helpers ------------------------------------------------------------------
@@ -763,6 +767,7 @@ class _Txn:
         return out
 
     def record(self, name: str, record: dict[str, Any]) -> None:
+        self.written.append(name)
         recent = self.recent.set(name, record)
         if len(recent) >= _RECENT_BATCH:
             with self.results.mutate() as merged:
@@ -1280,6 +1285,7 @@ class _Txn:
 
     def add_row(self, row: ReportRow) -> None:
         self.report = ReportLink(row, self.report)
+        self.rows += 1
 
     def late_work(self, key: str, entry_status: str) -> None:
         """A late answer for abandoned work: the report shows how it really ended."""

@@ -22,6 +22,7 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal, TypeAlias
 
 import immutables
@@ -36,6 +37,7 @@ __all__ = [
     "Ending",
     "Env",
     "Held",
+    "Journal",
     "ForEachProgress",
     "Frame",
     "ParallelProgress",
@@ -51,7 +53,10 @@ __all__ = [
     "TeamProgress",
     "TryProgress",
     "decode_state",
+    "encode_hot",
     "encode_state",
+    "restore_state",
+    "state_changes",
 ]
 
 SNAPSHOT_FORMAT = 1
@@ -175,6 +180,18 @@ class StepFrame(_S, frozen=True, tag="step"):
 Frame: TypeAlias = SeqFrame | StepFrame
 
 
+class Journal(_S, frozen=True, array_like=True):
+    """What the last transition added to the parts of the state that only grow.
+
+    Hosts that persist a run incrementally store these as rows (see
+    ``state_changes`` and ``restore_state``) instead of re-writing the whole
+    history on every event.
+    """
+
+    results: tuple[str, ...] = ()  # scoped step ids whose result was (re)written
+    report: int = 0  # report rows added at the head of the report list
+
+
 class Held(_S, frozen=True, array_like=True):
     """A work effect held back by ``limits.max_concurrency``."""
 
@@ -254,6 +271,7 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     scheduled: immutables.Map[str, Sched]
     settled: Settled | None
     error: ErrorInfo | None
+    journal: Journal = Journal()
 
 
 # --- snapshots -------------------------------------------------------------------
@@ -290,6 +308,7 @@ class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     scheduled: dict[str, Sched]
     settled: Settled | None
     error: ErrorInfo | None
+    journal: Journal = Journal()
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -361,3 +380,82 @@ def report_rows(link: ReportLink | None) -> list[ReportRow]:
         rows.append(link.row)
         link = link.rest
     return rows
+
+
+# --- incremental persistence -------------------------------------------------------------
+
+_COLD = ("results", "recent", "report")
+
+
+def encode_hot(state: State) -> bytes:
+    """A snapshot without the parts that only grow (results, report).
+
+    Its size depends on what is active now, not on the history: a host can
+    store it on every event. Pair it with the rows from ``state_changes``.
+    """
+    fields: dict[str, Any] = {
+        name: getattr(state, name)
+        for name in _Snapshot.__struct_fields__
+        if name not in ("format", "flow_id", "flow_version", "spec_hash")
+    }
+    for name in _MAPS:
+        fields[name] = dict(fields[name].items())
+    fields["results"] = {}
+    fields["recent"] = {}
+    fields["report"] = []
+    snap = _Snapshot(
+        format=SNAPSHOT_FORMAT,
+        flow_id=state.flow.id,
+        flow_version=state.flow.version,
+        spec_hash=state.flow.spec_hash,
+        **fields,
+    )
+    return _encoder.encode(snap)
+
+
+def state_changes(state: State) -> tuple[list[tuple[str, Any]], list[ReportRow]]:
+    """The result records and report rows the last transition wrote.
+
+    Results are ``(scoped id, record)`` pairs (a later write replaces an earlier
+    one); report rows are newest last. A host that stores these and the hot
+    snapshot can rebuild the state with ``restore_state``.
+    """
+    results = []
+    for name in state.journal.results:
+        record = state.recent.get(name)
+        if record is None:
+            record = state.results.get(name)
+        results.append((name, record))
+    rows: list[ReportRow] = []
+    link = state.report
+    for _ in range(state.journal.report):
+        assert link is not None
+        rows.append(link.row)
+        link = link.rest
+    rows.reverse()
+    return results, rows
+
+
+def restore_state(
+    hot: bytes,
+    results: Iterable[tuple[str, Any]],
+    report: Iterable[ReportRow],
+    flow: Flow,
+) -> State:
+    """Rebuild a state from ``encode_hot`` bytes plus the stored rows.
+
+    ``report`` rows may repeat a key (a later status for the same effect); they
+    must come oldest first. The result equals the original for every purpose
+    of ``advance``, though its internal layout may differ.
+    """
+    state = decode_state(hot, flow)
+    link: ReportLink | None = None
+    for row in report:
+        link = ReportLink(row, link)
+    return msgspec.structs.replace(
+        state,
+        results=immutables.Map(results),
+        recent=immutables.Map(),
+        report=link,
+        journal=Journal(),
+    )

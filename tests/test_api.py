@@ -57,11 +57,14 @@ EXPECTED = {
     "effect_to_wire",
     "encode_effect",
     "encode_event",
+    "encode_hot",
     "encode_state",
     "event_from_wire",
     "event_to_wire",
     "parse_flow",
+    "restore_state",
     "start",
+    "state_changes",
 }
 
 

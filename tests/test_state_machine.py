@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flowcore
-from flowcore import EventRejected, Settled
+from flowcore import EventRejected, Settled, encode_hot, restore_state, state_changes
 from flowcore.testing import EVENT_KINDS, apply, event_of_kind, events_for, flow_inputs, flows
 
 
@@ -20,6 +20,16 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
     flow = flowcore.parse_flow(spec, source_name="generated")
     decision = flowcore.start(flow, inp, run_id="r", now_ms=0)
     state = decision.state
+    # What an incremental host stores: the hot snapshot plus growing rows.
+    stored_results: dict[str, Any] = {}
+    stored_rows: list[Any] = []
+
+    def store(s: flowcore.State) -> None:
+        results, rows = state_changes(s)
+        stored_results.update(results)
+        stored_rows.extend(rows)
+
+    store(state)
     for _ in range(steps):
         # Snapshots round-trip exactly, and probing never mutates the state.
         data_before = flowcore.encode_state(state)
@@ -40,8 +50,13 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
             break
         event = data.draw(events_for(state))
         moved = apply(state, event)
-        if moved is not None:
+        restored = restore_state(encode_hot(state), stored_results.items(), stored_rows, flow)
+        again = apply(restored, event)
+        assert (moved is None) == (again is None), "restored state accepts differently"
+        if moved is not None and again is not None:
+            assert moved.effects == again.effects, "restored state decides differently"
             state = moved.state
+            store(state)
 
 
 @given(spec=flows(), inp=flow_inputs(), data=st.data())

@@ -1,0 +1,164 @@
+"""The handler contract shared by every flowcore host.
+
+A *tools module* is an ordinary Python module with up to three mappings:
+
+    TOOLS  = {"pagerduty.get_incident": get_incident, ...}   # call-tool
+    AGENTS = {"triager": triage, ...}                        # run-agent
+    TEAMS  = {"reviewers": review, ...}                      # run-team (undeclared teams)
+
+Each handler is a plain callable, sync or ``async``, that receives the effect
+(a ``flowcore.CallTool``, ``RunAgent`` or ``RunTeam``: input or prompt, the
+idempotency key, the remaining budget) and returns its output, or a
+``Result(output, usage)`` to report usage. Raising ``HandlerError(type,
+message, retryable=...)`` fails the effect with that error type; any other
+exception fails it with the exception's class name as the type.
+
+The same module works on every host (local, Temporal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowcore import (
+    CallTool,
+    EffectFailed,
+    EffectSucceeded,
+    ErrorInfo,
+    RunAgent,
+    RunTeam,
+    Usage,
+)
+
+__all__ = [
+    "Handler",
+    "HandlerError",
+    "Registry",
+    "Result",
+    "call_handler",
+    "load_registry",
+    "outcome_event",
+    "registry_from_module",
+]
+
+Handler = Callable[[Any], Any]
+WorkEffect = CallTool | RunAgent | RunTeam
+
+
+@dataclass(frozen=True)
+class Result:
+    """A handler's output with the usage it incurred (steps, cost in minor units)."""
+
+    output: Any = None
+    usage: Usage | None = None
+
+
+class HandlerError(Exception):
+    """A failure a handler reports on purpose, with the type flows can catch."""
+
+    def __init__(self, type: str, message: str = "", retryable: bool = False) -> None:
+        super().__init__(message or type)
+        self.type = type
+        self.message = message
+        self.retryable = retryable
+
+
+class RegistryError(ValueError):
+    """The tools module cannot be loaded or is not shaped like one."""
+
+
+@dataclass(frozen=True)
+class Registry:
+    tools: Mapping[str, Handler] = field(default_factory=dict)
+    agents: Mapping[str, Handler] = field(default_factory=dict)
+    teams: Mapping[str, Handler] = field(default_factory=dict)
+    module: str = ""
+
+    def handler_for(self, effect: WorkEffect) -> Handler | None:
+        if isinstance(effect, CallTool):
+            return self.tools.get(effect.tool)
+        if isinstance(effect, RunAgent):
+            return self.agents.get(effect.agent_id)
+        return self.teams.get(effect.team_id)
+
+
+def registry_from_module(module: Any) -> Registry:
+    found: dict[str, dict[str, Handler]] = {}
+    for attr in ("TOOLS", "AGENTS", "TEAMS"):
+        table = getattr(module, attr, {})
+        if not isinstance(table, Mapping) or not all(
+            isinstance(k, str) and callable(v) for k, v in table.items()
+        ):
+            raise RegistryError(
+                f"{getattr(module, '__name__', module)}.{attr} must map names to callables"
+            )
+        found[attr] = dict(table)
+    return Registry(
+        found["TOOLS"], found["AGENTS"], found["TEAMS"], getattr(module, "__name__", "")
+    )
+
+
+def load_registry(name: str | None) -> Registry:
+    """Import a tools module by dotted name (``None``: no handlers)."""
+    if not name:
+        return Registry()
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:  # an import can fail in any way; say which module
+        raise RegistryError(f"cannot import tools module {name!r}: {exc}") from None
+    return registry_from_module(module)
+
+
+def _error_of(exc: BaseException) -> ErrorInfo:
+    if isinstance(exc, HandlerError):
+        return ErrorInfo(type=exc.type, message=exc.message, retryable=exc.retryable)
+    return ErrorInfo(
+        type=type(exc).__name__,
+        message=str(exc),
+        retryable=bool(getattr(exc, "retryable", False)),
+    )
+
+
+def outcome_event(
+    effect: WorkEffect, outcome: Any, error: BaseException | None, at_ms: int
+) -> EffectSucceeded | EffectFailed:
+    """The event that reports a handler's return value or exception."""
+    key = effect.idempotency_key
+    if error is not None:
+        return EffectFailed(idempotency_key=key, error=_error_of(error), at_ms=at_ms)
+    if isinstance(outcome, Result):
+        return EffectSucceeded(
+            idempotency_key=key, output=outcome.output, usage=outcome.usage, at_ms=at_ms
+        )
+    return EffectSucceeded(idempotency_key=key, output=outcome, at_ms=at_ms)
+
+
+async def call_handler(
+    registry: Registry, effect: WorkEffect, now_ms: Callable[[], int]
+) -> EffectSucceeded | EffectFailed:
+    """Run the effect's handler (sync ones in a thread) and report how it went."""
+    handler = registry.handler_for(effect)
+    if handler is None:
+        what = effect.__struct_config__.tag
+        name = (
+            getattr(effect, "tool", None)
+            or getattr(effect, "agent_id", None)
+            or getattr(effect, "team_id", "")
+        )
+        error = HandlerError("no-handler", f"no handler for {what} {name!r} in the tools module")
+        return outcome_event(effect, None, error, now_ms())
+    try:
+        if inspect.iscoroutinefunction(handler):
+            outcome = await handler(effect)
+        else:
+            outcome = await asyncio.to_thread(handler, effect)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+    except Exception as exc:  # every handler failure becomes effect-failed
+        return outcome_event(effect, None, exc, now_ms())
+    return outcome_event(effect, outcome, None, now_ms())
