@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo demo-core test lint typecheck unit bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +12,20 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+DEMO_INPUT := '{"incident_id": "INC-7"}'
+DEMO := specs/examples/incident.yaml --input $(DEMO_INPUT) --tools specs/examples/demo_tools.py --db demo.db --run-id demo
+
+# The incident-response flow on the local host: start it, send the "fix
+# deployed" signal early (the run buffers it), then process the run to the
+# end, answering the human question at the terminal.
 demo: $(VENV)/.installed
+	rm -f demo.db demo.db-wal demo.db-shm
+	$(VENV)/bin/flowcore run $(DEMO) --detach
+	$(VENV)/bin/flowcore signal demo fix-deployed --data '{"commit": "a1b2c3"}' --db demo.db
+	$(VENV)/bin/flowcore run $(DEMO)
+
+# The pure core alone: a scripted flow, every effect printed.
+demo-core: $(VENV)/.installed
 	$(PY) examples/demo.py
 
 lint: $(VENV)/.installed

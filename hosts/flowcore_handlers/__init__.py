@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flowcore import (
@@ -38,6 +42,7 @@ from flowcore import (
 __all__ = [
     "Handler",
     "HandlerError",
+    "RegistryError",
     "Registry",
     "Result",
     "call_handler",
@@ -104,11 +109,28 @@ def registry_from_module(module: Any) -> Registry:
 
 
 def load_registry(name: str | None) -> Registry:
-    """Import a tools module by dotted name (``None``: no handlers)."""
+    """Import a tools module by dotted name, or from a ``.py`` file path.
+
+    ``None`` gives an empty registry (every effect then fails with no-handler).
+    """
     if not name:
         return Registry()
     try:
-        module = importlib.import_module(name)
+        if name.endswith(".py") or "/" in name:
+            path = Path(name).resolve()
+            module_name = f"flowcore_tools_{path.stem}"
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"no Python module at {path}")
+            module = sys.modules.get(module_name)
+            if module is None:
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[module_name] = module
+                spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(name)
     except Exception as exc:  # an import can fail in any way; say which module
         raise RegistryError(f"cannot import tools module {name!r}: {exc}") from None
     return registry_from_module(module)

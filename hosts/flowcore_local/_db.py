@@ -1,0 +1,144 @@
+"""The SQLite database of the local host: opening it, checking it, migrating it.
+
+One file, WAL mode, ``synchronous=FULL`` (an fsync per commit) unless the
+caller turns durability down. The schema is versioned with ``user_version``;
+migrations are applied in order when the file is opened. A file that is not
+empty and not a flowcore database is refused rather than touched.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "NotAFlowcoreDatabase", "connect", "default_db_path"]
+
+APPLICATION_ID = 0x466C4F57  # "FlOW"
+DB_ENV = "FLOWCORE_DB"
+
+MIGRATIONS: list[list[str]] = [
+    # 1: the first schema
+    [
+        """CREATE TABLE flows (
+            spec_hash TEXT PRIMARY KEY,
+            flow_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            added_ms INTEGER NOT NULL
+        )""",
+        "CREATE INDEX flows_by_id ON flows (flow_id, added_ms)",
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            flow_id TEXT NOT NULL,
+            spec_hash TEXT NOT NULL REFERENCES flows (spec_hash),
+            parent_run TEXT,
+            parent_key TEXT,
+            depth INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            input TEXT NOT NULL,
+            budget TEXT,
+            output TEXT,
+            error TEXT,
+            tools TEXT,
+            created_ms INTEGER NOT NULL,
+            updated_ms INTEGER NOT NULL,
+            next_index INTEGER NOT NULL
+        )""",
+        "CREATE INDEX runs_by_status ON runs (status)",
+        "CREATE INDEX runs_by_parent ON runs (parent_run)",
+        """CREATE TABLE log (
+            run_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, idx)
+        ) WITHOUT ROWID""",
+        "CREATE TABLE hot (run_id TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID",
+        """CREATE TABLE results (
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            record BLOB NOT NULL,
+            PRIMARY KEY (run_id, name)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE report (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            row BLOB NOT NULL,
+            PRIMARY KEY (run_id, n)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE outbox (
+            run_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            effect BLOB NOT NULL,
+            status TEXT NOT NULL,
+            due_ms INTEGER,
+            exec_class TEXT NOT NULL,
+            dispatches INTEGER NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_until INTEGER,
+            note TEXT,
+            PRIMARY KEY (run_id, key)
+        )""",
+        "CREATE INDEX outbox_by_status ON outbox (status, due_ms)",
+        """CREATE TABLE workers (
+            worker_id TEXT PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            hostname TEXT NOT NULL,
+            heartbeat_ms INTEGER NOT NULL
+        )""",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class NotAFlowcoreDatabase(Exception):
+    """The file exists and holds something other than a flowcore database."""
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get(DB_ENV) or "flowcore.db")
+
+
+def connect(path: str | Path, durable: bool = True) -> sqlite3.Connection:
+    """Open (creating if needed) and migrate a flowcore database."""
+    path = Path(path)
+    if path.exists() and path.is_dir():
+        raise NotAFlowcoreDatabase(f"{path} is a directory, not a flowcore database")
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise NotAFlowcoreDatabase(f"{path} is not a flowcore database ({exc})") from None
+    if app != APPLICATION_ID and tables:
+        conn.close()
+        raise NotAFlowcoreDatabase(f"{path} is not a flowcore database")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    migrate(conn)
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise NotAFlowcoreDatabase(
+                f"database schema {version} is newer than this flowcore ({SCHEMA_VERSION})"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[number]:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

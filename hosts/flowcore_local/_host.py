@@ -1,0 +1,607 @@
+"""The local host: asyncio + SQLite, the embedded default.
+
+``LocalHost`` is both the Python API (start runs, signal, answer, cancel,
+wait, read events) and a worker (``work``) that executes effects: handlers
+from a tools module run concurrently under a host-wide limit (sync handlers in
+threads), timers fire when due (also after a restart), subflows become child
+runs in the same database, and results are applied to runs in group commits:
+every event that finished while the previous commit was running is applied in
+the next transaction, each in its own savepoint.
+
+Crash safety rests on the order of writes: an effect is recorded as
+dispatched to this worker in the same transaction that created it, before its
+handler starts; its result and everything that follows from it is one later
+transaction. After a crash, work whose worker is gone is recovered: readonly
+and idempotent effects run again with the same key, uncertain ones are
+reported as ``effect-outcome-unknown``, and an effect dispatched too many
+times goes to the dead letters and fails its step.
+
+All database access happens on one thread dedicated to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import flowcore
+from flowcore import (
+    EffectFailed,
+    EffectOutcomeUnknown,
+    ErrorInfo,
+    Event,
+    HumanAnswered,
+    SignalReceived,
+    TimerFired,
+)
+from flowcore_handlers import Registry, call_handler, load_registry
+
+from ._db import connect, default_db_path
+from ._store import Applied, Claimed, HostError, RunRow, Store
+
+__all__ = ["LocalHost"]
+
+T = TypeVar("T")
+SAFE = ("readonly", "idempotent")
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LocalHost:
+    """A flowcore host on one SQLite file. Use as ``async with LocalHost(...) as host``."""
+
+    def __init__(
+        self,
+        db: str | Path | None = None,
+        tools: str | None = None,
+        *,
+        durable: bool = True,
+        concurrency: int = 64,
+        lease_ms: int = 10_000,
+        max_recoveries: int = 3,
+        poll_ms: int = 50,
+        registry: Registry | None = None,
+    ) -> None:
+        self.db_path = Path(db) if db is not None else default_db_path()
+        self.tools = tools
+        self.durable = durable
+        self.concurrency = concurrency
+        self.lease_ms = lease_ms
+        self.max_recoveries = max_recoveries
+        self.poll_ms = poll_ms
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="flowcore-db")
+        self._store: Store | None = None
+        self._registries: dict[str | None, Registry] = {}
+        if registry is not None:
+            self._registries[tools] = registry
+        self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._firing: set[tuple[str, str]] = set()
+        self._queue: list[tuple[str, Event, asyncio.Future[Applied]]] = []
+        self._queue_event: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._heart: asyncio.Task[None] | None = None
+        self.now: Callable[[], int] = wall_ms
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> LocalHost:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        def opening() -> Store:
+            conn = connect(self.db_path, durable=self.durable)
+            return Store(conn, self.worker_id, self.lease_ms)
+
+        self._store = await self._db(opening)
+        self._queue_event = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._sem = asyncio.Semaphore(self.concurrency)
+
+    async def close(self) -> None:
+        for task in (self._writer, self._heart):
+            if task is not None:
+                task.cancel()
+        for task in list(self._running.values()):
+            task.cancel()
+        if self._store is not None:
+            store = self._store
+
+            def closing() -> None:
+                store.conn.execute("DELETE FROM workers WHERE worker_id = ?", (self.worker_id,))
+                store.conn.close()
+
+            await self._db(closing)
+            self._store = None
+        self._executor.shutdown(wait=True)
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise HostError("the host is not open")
+        return self._store
+
+    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    def _registry(self, name: str | None) -> Registry:
+        name = name or self.tools
+        if name not in self._registries:
+            self._registries[name] = load_registry(name)
+        return self._registries[name]
+
+    # --- the API ----------------------------------------------------------------------
+
+    async def start(
+        self,
+        spec: str | Path,
+        input: Any = None,
+        run_id: str | None = None,
+        *,
+        tools: str | None = None,
+        flows: Iterable[str | Path] = (),
+    ) -> str:
+        """Start a run of ``spec`` (a path, or spec text). Idempotent by ``run_id``.
+
+        ``flows`` are more spec files (or directories of them) that subflows may
+        name. Returns the run id.
+        """
+        texts: list[tuple[str, str, bool]] = []  # (text, source, came from a directory)
+        if isinstance(spec, Path):
+            texts.append((spec.read_text(encoding="utf-8"), str(spec), False))
+        else:
+            texts.append((spec, "<spec>", False))
+        for extra in flows:
+            path = Path(extra)
+            if path.is_dir():
+                for file in sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")):
+                    texts.append((file.read_text(encoding="utf-8"), str(file), True))
+            else:
+                texts.append((path.read_text(encoding="utf-8"), str(path), False))
+        tools = tools or self.tools
+        now = self.now()
+
+        def starting() -> Applied:
+            store = self.store
+            with store.tx():
+                flow = store.register_flow(texts[0][0], texts[0][1], now)
+                for text, source, scanned in texts[1:]:
+                    try:
+                        store.register_flow(text, source, now)
+                    except flowcore.SpecError:
+                        if scanned:
+                            continue  # a directory may hold files that are not flows
+                        raise
+                rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
+                _, applied = store.start_run(flow, input, rid, now, tools)
+                applied.run_id = rid
+                return applied
+
+        applied = await self._db(starting)
+        self._after([applied])
+        return applied.run_id
+
+    async def _apply_now(self, run_id: str, event: Event) -> Applied:
+        def applying() -> list[Applied]:
+            store = self.store
+            with store.tx():
+                store.run_row(run_id)
+                applied = store.apply(run_id, event, self.now())
+                if applied.rejected is not None:
+                    raise HostError(applied.rejected)
+                return [applied, *store.take_extra()]
+
+        applied = await self._db(applying)
+        self._after(applied)
+        return applied[0]
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        await self._apply_now(
+            run_id, SignalReceived(signal=name, payload=payload, at_ms=self.now())
+        )
+
+    async def answer(self, run_id: str, key: str, answer: Any) -> None:
+        await self._apply_now(
+            run_id, HumanAnswered(idempotency_key=key, answer=answer, at_ms=self.now())
+        )
+
+    async def cancel(self, run_id: str, reason: str = "") -> None:
+        await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
+
+    async def run(self, run_id: str) -> RunRow:
+        return await self._db(self.store.run_row, run_id)
+
+    async def runs(self, status: str | None = None) -> list[RunRow]:
+        return await self._db(self.store.runs, status)
+
+    async def children(self, run_id: str) -> list[str]:
+        return await self._db(self.store.children, run_id)
+
+    async def records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
+        await self.run(run_id)
+        return await self._db(self.store.log_records, run_id, start)
+
+    async def export(self, run_id: str) -> bytes:
+        return flowcore.encode_records(await self.records(run_id))
+
+    async def events(
+        self, run_id: str, start_index: int = 0, follow: bool = False
+    ) -> AsyncIterator[flowcore.Record]:
+        """The run's log records from ``start_index``; with ``follow``, until it settles."""
+        index = start_index
+        while True:
+            batch = await self.records(run_id, index)
+            for record in batch:
+                yield record
+                index = record.index + 1
+            if not follow:
+                return
+            row = await self.run(run_id)
+            if row.status != "running" and row.next_index <= index:
+                return
+            await asyncio.sleep(self.poll_ms / 1000)
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> RunRow:
+        """Wait until the run settles (someone must be running a worker)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            row = await self.run(run_id)
+            if row.status != "running":
+                return row
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} has not settled within {timeout} s")
+            await asyncio.sleep(self.poll_ms / 1000)
+
+    async def show(self, run_id: str) -> dict[str, Any]:
+        """Status, pending effects and questions, budget used and left, dead letters."""
+
+        def showing() -> dict[str, Any]:
+            store = self.store
+            row = store.run_row(run_id)
+            state = store.state(run_id)
+            outbox = store.outbox_rows(run_id)
+            ledger = state.ledger
+            return {
+                "runId": row.run_id,
+                "flowId": row.flow_id,
+                "status": row.status,
+                "parent": row.parent_run,
+                "depth": row.depth,
+                "output": row.output,
+                "error": row.error,
+                "budget": {
+                    "stepsUsed": ledger.used_steps,
+                    "stepsLeft": None if ledger.steps is None else ledger.steps - ledger.used_steps,
+                    "costUsed": ledger.used_cost,
+                    "costLeft": None if ledger.cost is None else ledger.cost - ledger.used_cost,
+                },
+                "pending": [o for o in outbox if o["status"] in ("ready", "dispatched", "timer")],
+                "questions": [
+                    {
+                        "key": o["key"],
+                        "question": o["effect"].get("question"),
+                        "options": o["effect"].get("options"),
+                    }
+                    for o in outbox
+                    if o["kind"] == "ask-human" and o["status"] == "waiting"
+                ],
+                "waitingFor": [
+                    o["effect"].get("signal")
+                    for o in outbox
+                    if o["kind"] == "await-signal" and o["status"] == "waiting"
+                ],
+                "deadLetters": [o for o in outbox if o["status"] == "dead"],
+                "children": store.children(run_id),
+            }
+
+        return await self._db(showing)
+
+    # --- the worker ---------------------------------------------------------------------
+
+    async def work(
+        self,
+        stop: asyncio.Event | None = None,
+        until_settled: str | None = None,
+    ) -> None:
+        """Process every run in the database until ``stop`` is set (or the run settles)."""
+        stop = stop or asyncio.Event()
+        assert self._wake is not None
+        await self._db(self._register_worker)
+        self._writer = asyncio.create_task(self._write_loop())
+        self._heart = asyncio.create_task(self._heartbeat())
+        last_recovery = 0.0
+        try:
+            while not stop.is_set():
+                if time.monotonic() - last_recovery > self.lease_ms / 2000:
+                    await self._recover()
+                    last_recovery = time.monotonic()
+                await self._fire_timers()
+                await self._start_subflows()
+                await self._claim_ready()
+                if until_settled is not None:
+                    row = await self.run(until_settled)
+                    if row.status != "running":
+                        return
+                self._wake.clear()
+                delay = self.poll_ms / 1000
+                nxt = await self._db(self.store.next_timer)
+                if nxt is not None:
+                    delay = min(delay, max(0.0, (nxt - self.now()) / 1000))
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+        finally:
+            await self._drain()
+
+    async def _drain(self) -> None:
+        """Let running handlers finish and their results commit."""
+        if self._running:
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+        while self._queue:
+            assert self._queue_event is not None
+            self._queue_event.set()
+            await asyncio.sleep(0.001)
+        if self._writer is not None:
+            self._writer.cancel()
+            self._writer = None
+        if self._heart is not None:
+            self._heart.cancel()
+            self._heart = None
+
+    def _register_worker(self) -> None:
+        conn = self.store.conn
+        conn.execute(
+            "INSERT OR REPLACE INTO workers (worker_id, pid, hostname, heartbeat_ms)"
+            " VALUES (?, ?, ?, ?)",
+            (self.worker_id, os.getpid(), socket.gethostname(), self.now()),
+        )
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            keys = list(self._running)
+            now = self.now()
+
+            await self._db(self._beat, keys, now)
+
+    def _beat(self, keys: list[tuple[str, str]], now: int) -> None:
+        store = self.store
+        with store.tx():
+            store.conn.execute(
+                "UPDATE workers SET heartbeat_ms = ? WHERE worker_id = ?",
+                (now, self.worker_id),
+            )
+            store.extend_leases(keys, now)
+
+    def _dead_workers(self) -> list[str]:
+        conn = self.store.conn
+        here = socket.gethostname()
+        now = self.now()
+        dead = []
+        for worker_id, pid, hostname, beat in conn.execute(
+            "SELECT worker_id, pid, hostname, heartbeat_ms FROM workers"
+        ):
+            if worker_id == self.worker_id:
+                continue
+            gone = beat < now - 3 * self.lease_ms
+            if hostname == here and not gone:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    gone = True
+                except PermissionError:
+                    gone = False
+            if gone:
+                dead.append(worker_id)
+        return dead
+
+    async def _recover(self) -> None:
+        now = self.now()
+
+        def recovering() -> list[Applied]:
+            store = self.store
+            out: list[Applied] = []
+            with store.tx():
+                dead = self._dead_workers()
+                for run_id, key, exec_class, dispatches, kind in store.expired(now, dead):
+                    if (run_id, key) in self._running:
+                        continue
+                    if dispatches > self.max_recoveries:
+                        error = ErrorInfo(
+                            type="dead-letter",
+                            message=(
+                                f"{kind} {key} was dispatched {dispatches} times and never"
+                                " finished (the host died while running it); moved to the"
+                                " dead letters"
+                            ),
+                        )
+                        with store.savepoint():
+                            out.append(
+                                store.apply(
+                                    run_id,
+                                    EffectFailed(idempotency_key=key, error=error, at_ms=now),
+                                    now,
+                                )
+                            )
+                        store.mark(run_id, key, "dead", error.message)
+                    elif exec_class in SAFE:
+                        store.requeue(run_id, key)
+                    else:
+                        with store.savepoint():
+                            event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
+                            out.append(store.apply(run_id, event, now))
+                        store.mark(run_id, key, "done")
+                    out.extend(store.take_extra())
+                marks = ",".join("?" * len(dead))
+                if dead:
+                    store.conn.execute(f"DELETE FROM workers WHERE worker_id IN ({marks})", dead)
+            return out
+
+        self._after(await self._db(recovering))
+
+    async def _fire_timers(self) -> None:
+        now = self.now()
+        due = await self._db(self.store.due_timers, now)
+        for run_id, key, due_ms in due:
+            if (run_id, key) in self._firing:
+                continue
+            self._firing.add((run_id, key))
+            event = TimerFired(idempotency_key=key, at_ms=max(now, due_ms))
+            future = self._submit(run_id, event, close_key=key)
+            future.add_done_callback(self._fired(run_id, key))
+
+    def _fired(self, run_id: str, key: str) -> Callable[[asyncio.Future[Applied]], None]:
+        def done(_: asyncio.Future[Applied]) -> None:
+            self._firing.discard((run_id, key))
+
+        return done
+
+    async def _start_subflows(self) -> None:
+        now = self.now()
+
+        def starting() -> list[Applied]:
+            store = self.store
+            out: list[Applied] = []
+            ready = store.ready_subflows()
+            if not ready:
+                return out
+            with store.tx():
+                for run_id, key, effect in ready:
+                    parent = store.run_row(run_id)
+                    flow = store.flow_by_id(effect.flow_id)
+                    with store.savepoint():
+                        if flow is None:
+                            error = ErrorInfo(
+                                type="unknown-flow",
+                                message=f"no flow {effect.flow_id!r} is registered with the host",
+                            )
+                            event = EffectFailed(idempotency_key=key, error=error, at_ms=now)
+                            out.append(store.apply(run_id, event, now))
+                        else:
+                            store.mark(run_id, key, "dispatched")
+                            _, applied = store.start_run(
+                                flow,
+                                effect.input,
+                                key,
+                                now,
+                                parent.tools,
+                                parent_run=run_id,
+                                parent_key=key,
+                                budget=effect.budget_remaining,
+                                depth=effect.depth,
+                            )
+                            out.append(applied)
+                    out.extend(store.take_extra())
+            return out
+
+        self._after(await self._db(starting))
+
+    async def _claim_ready(self) -> None:
+        free = self.concurrency - len(self._running)
+        if free <= 0:
+            return
+        now = self.now()
+
+        def claiming() -> list[Claimed]:
+            store = self.store
+            with store.tx():
+                return store.claim_ready_work(now, free)
+
+        for claimed in await self._db(claiming):
+            self._spawn(claimed)
+
+    # --- running handlers and committing their results --------------------------------
+
+    def _after(self, applied: Iterable[Applied]) -> None:
+        for item in applied:
+            for claimed in item.claimed:
+                self._spawn(claimed)
+        if self._wake is not None:
+            self._wake.set()
+
+    def _spawn(self, claimed: Claimed) -> None:
+        ident = (claimed.run_id, claimed.key)
+        if ident in self._running:
+            return
+        self._running[ident] = asyncio.create_task(self._execute(claimed))
+
+    async def _execute(self, claimed: Claimed) -> None:
+        assert self._sem is not None
+        try:
+            async with self._sem:
+                registry = self._registry(claimed.tools)
+                event = await call_handler(registry, claimed.effect, self.now)
+            await self._submit(claimed.run_id, event, close_key=claimed.key)
+        finally:
+            self._running.pop((claimed.run_id, claimed.key), None)
+
+    def _submit(
+        self, run_id: str, event: Event, close_key: str | None = None
+    ) -> asyncio.Future[Applied]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Applied] = loop.create_future()
+        self._queue.append((run_id, event, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop())
+        assert self._queue_event is not None
+        self._queue_event.set()
+        return future
+
+    def _commit(
+        self, batch: list[tuple[str, Event, asyncio.Future[Applied]]], now: int
+    ) -> list[tuple[Applied, list[Applied]]]:
+        """One group commit: every queued event, each in its own savepoint."""
+        store = self.store
+        out: list[tuple[Applied, list[Applied]]] = []
+        with store.tx():
+            for run_id, event, _ in batch:
+                try:
+                    with store.savepoint():
+                        applied = store.apply(run_id, event, now)
+                except HostError as exc:
+                    applied = Applied(run_id, rejected=str(exc))
+                if applied.rejected is not None:
+                    key = getattr(event, "idempotency_key", None)
+                    if key is not None:
+                        store.mark(run_id, key, "done")
+                out.append((applied, store.take_extra()))
+        return out
+
+    async def _write_loop(self) -> None:
+        assert self._queue_event is not None
+        while True:
+            await self._queue_event.wait()
+            self._queue_event.clear()
+            if not self._queue:
+                continue
+            batch, self._queue = self._queue, []
+            now = self.now()
+
+            try:
+                results = await self._db(self._commit, batch, now)
+            except Exception as exc:  # the whole batch rolled back: fail every waiter
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (applied, extra), (_, _, future) in zip(results, batch, strict=True):
+                self._after([applied, *extra])
+                if not future.done():
+                    future.set_result(applied)

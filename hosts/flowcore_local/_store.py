@@ -1,0 +1,629 @@
+"""Persistence of runs in the local host's SQLite database.
+
+Everything here is synchronous and runs on the host's single database thread.
+The unit of work is a transaction (``Store.tx``); inside one, ``start_run``
+and ``apply`` do the whole job for one run and one event: append the log
+records, store the hot snapshot and the new result and report rows, insert the
+outbox rows of the new effects, close the rows that are no longer pending
+and, when a child run settles, report that to its parent. A crash before the
+commit leaves nothing behind; after it, everything.
+
+A run's state is cached in memory between events (keyed by the index of its
+next log record, so a write by another process is noticed and the state
+reloaded).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+import flowcore
+from flowcore import (
+    AskHuman,
+    AwaitSignal,
+    CallTool,
+    CancelRequested,
+    Effect,
+    Event,
+    EventRejected,
+    Flow,
+    RunAgent,
+    RunSubflow,
+    RunTeam,
+    Settled,
+    Sleep,
+    State,
+    SubflowSettled,
+    Usage,
+)
+from flowcore._state import ReportRow
+
+__all__ = ["OPEN", "Applied", "Claimed", "HostError", "RunRow", "Store"]
+
+OPEN = ("ready", "dispatched", "timer", "waiting")
+WORK = ("call-tool", "run-agent", "run-team")
+
+_json = msgspec.json.Encoder()
+_json_decode = msgspec.json.decode
+_report_enc = msgspec.msgpack.Encoder()
+_report_dec = msgspec.msgpack.Decoder(ReportRow)
+_effect_dec: msgspec.json.Decoder[Effect] = msgspec.json.Decoder(Effect)
+
+
+class HostError(Exception):
+    """A request the host cannot carry out (unknown run, conflicting start, ...)."""
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    flow_id: str
+    spec_hash: str
+    parent_run: str | None
+    parent_key: str | None
+    depth: int
+    status: str
+    input: Any
+    output: Any
+    error: Any
+    tools: str | None
+    created_ms: int
+    updated_ms: int
+    next_index: int
+
+
+@dataclass
+class _Cached:
+    next_index: int
+    state: State
+    open_keys: set[str]
+
+
+@dataclass
+class Claimed:
+    """A work effect this worker recorded as dispatched and must now run."""
+
+    run_id: str
+    key: str
+    effect: CallTool | RunAgent | RunTeam
+    tools: str | None
+
+
+@dataclass
+class Applied:
+    """What one start or event did: new work this worker now owns, and more."""
+
+    run_id: str
+    claimed: list[Claimed] = field(default_factory=list)
+    settled: Settled | None = None
+    rejected: str | None = None
+    effects: tuple[Effect, ...] = ()
+
+
+def _dumps(value: Any) -> str:
+    return _json.encode(value).decode()
+
+
+class Store:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        worker_id: str,
+        lease_ms: int = 10_000,
+    ) -> None:
+        self.conn = conn
+        self.worker_id = worker_id
+        self.lease_ms = lease_ms
+        self._flows: dict[str, Flow] = {}
+        self._cache: dict[str, _Cached] = {}
+        self._touched: set[str] = set()
+        self._pending_applied: list[Applied] = []
+
+    # --- transactions ----------------------------------------------------------------
+
+    @contextmanager
+    def tx(self) -> Iterator[None]:
+        """One write transaction. On failure, cached states it touched are dropped."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        self._touched = set()
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            for run_id in self._touched:
+                self._cache.pop(run_id, None)
+            raise
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        touched = set(self._touched)
+        self._touched = set()
+        self.conn.execute("SAVEPOINT item")
+        try:
+            yield
+            self.conn.execute("RELEASE item")
+        except BaseException:
+            self.conn.execute("ROLLBACK TO item")
+            self.conn.execute("RELEASE item")
+            for run_id in self._touched:
+                self._cache.pop(run_id, None)
+            raise
+        finally:
+            self._touched |= touched
+
+    # --- flows ------------------------------------------------------------------------
+
+    def register_flow(self, spec: str, source: str, now: int) -> Flow:
+        flow = flowcore.parse_flow(spec, source_name=source)
+        self.conn.execute(
+            "INSERT OR IGNORE INTO flows (spec_hash, flow_id, version, source, spec, added_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (flow.spec_hash, flow.id, flow.version, source, spec, now),
+        )
+        self._flows[flow.spec_hash] = flow
+        return flow
+
+    def flow_by_hash(self, spec_hash: str) -> Flow:
+        flow = self._flows.get(spec_hash)
+        if flow is None:
+            row = self.conn.execute(
+                "SELECT spec, source FROM flows WHERE spec_hash = ?", (spec_hash,)
+            ).fetchone()
+            if row is None:
+                raise HostError(f"no flow spec with hash {spec_hash[:12]} in the database")
+            flow = flowcore.parse_flow(row[0], source_name=row[1])
+            self._flows[spec_hash] = flow
+        return flow
+
+    def flow_by_id(self, flow_id: str) -> Flow | None:
+        row = self.conn.execute(
+            "SELECT spec_hash FROM flows WHERE flow_id = ? ORDER BY added_ms DESC, version DESC"
+            " LIMIT 1",
+            (flow_id,),
+        ).fetchone()
+        return None if row is None else self.flow_by_hash(row[0])
+
+    # --- runs -------------------------------------------------------------------------
+
+    def run_row(self, run_id: str) -> RunRow:
+        row = self.conn.execute(
+            "SELECT run_id, flow_id, spec_hash, parent_run, parent_key, depth, status, input,"
+            " output, error, tools, created_ms, updated_ms, next_index FROM runs"
+            " WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            raise HostError(f"no run {run_id!r} in the database")
+        values = list(row)
+        for i in (7, 8, 9):
+            values[i] = None if values[i] is None else _json_decode(values[i])
+        return RunRow(*values)
+
+    def runs(self, status: str | None = None) -> list[RunRow]:
+        query = "SELECT run_id FROM runs"
+        args: tuple[Any, ...] = ()
+        if status:
+            query += " WHERE status = ?"
+            args = (status,)
+        ids = [r[0] for r in self.conn.execute(query + " ORDER BY created_ms, run_id", args)]
+        return [self.run_row(i) for i in ids]
+
+    def start_run(
+        self,
+        flow: Flow,
+        input: Any,
+        run_id: str,
+        now: int,
+        tools: str | None,
+        parent_run: str | None = None,
+        parent_key: str | None = None,
+        budget: flowcore.BudgetRemaining | None = None,
+        depth: int = 0,
+    ) -> tuple[bool, Applied]:
+        """Start a run; an existing run with this id and input is returned as is."""
+        existing = self.conn.execute(
+            "SELECT input, spec_hash FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if existing is not None:
+            if _json_decode(existing[0]) != input or existing[1] != flow.spec_hash:
+                raise HostError(
+                    f"run {run_id!r} already exists with a different "
+                    f"{'input' if existing[1] == flow.spec_hash else 'flow spec'}"
+                )
+            return False, Applied(run_id)
+        decision = flowcore.start(
+            flow, input, run_id=run_id, now_ms=now, budget=budget, depth=depth
+        )
+        recorder = flowcore.Recorder(run_id)
+        records = recorder.started(flow, input, now, decision, budget=budget, depth=depth)
+        self.conn.execute(
+            "INSERT INTO runs (run_id, flow_id, spec_hash, parent_run, parent_key, depth, status,"
+            " input, budget, tools, created_ms, updated_ms, next_index)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 0)",
+            (
+                run_id,
+                flow.id,
+                flow.spec_hash,
+                parent_run,
+                parent_key,
+                depth,
+                _dumps(input),
+                None if budget is None else _dumps(budget),
+                tools,
+                now,
+                now,
+            ),
+        )
+        cached = _Cached(0, decision.state, set())
+        applied = Applied(run_id, effects=decision.effects)
+        self._persist(run_id, cached, decision, records, now, applied, tools)
+        return True, applied
+
+    # --- state ------------------------------------------------------------------------
+
+    def load(self, run_id: str) -> _Cached:
+        row = self.conn.execute(
+            "SELECT next_index, spec_hash FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise HostError(f"no run {run_id!r} in the database")
+        cached = self._cache.get(run_id)
+        if cached is not None and cached.next_index == row[0]:
+            return cached
+        flow = self.flow_by_hash(row[1])
+        hot = self.conn.execute("SELECT state FROM hot WHERE run_id = ?", (run_id,)).fetchone()
+        results = (
+            (name, _json_decode(record))
+            for name, record in self.conn.execute(
+                "SELECT name, record FROM results WHERE run_id = ?", (run_id,)
+            )
+        )
+        rows = (
+            _report_dec.decode(blob)
+            for (blob,) in self.conn.execute(
+                "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
+            )
+        )
+        state = flowcore.restore_state(hot[0], results, rows, flow)
+        open_keys = {
+            key
+            for (key,) in self.conn.execute(
+                "SELECT key FROM outbox WHERE run_id = ? AND status IN (?, ?, ?, ?)",
+                (run_id, *OPEN),
+            )
+        }
+        cached = _Cached(row[0], state, open_keys)
+        self._cache[run_id] = cached
+        return cached
+
+    def state(self, run_id: str) -> State:
+        return self.load(run_id).state
+
+    # --- applying events -------------------------------------------------------------
+
+    def apply(self, run_id: str, event: Event, now: int) -> Applied:
+        """Apply one event inside the current transaction; rejected ones change nothing."""
+        cached = self.load(run_id)
+        try:
+            decision = flowcore.advance(cached.state, event)
+        except EventRejected as exc:
+            return Applied(run_id, rejected=exc.reason)
+        recorder = flowcore.Recorder(run_id)
+        recorder.index = cached.next_index
+        records = recorder.applied(event, decision)
+        row = self.conn.execute("SELECT tools FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        applied = Applied(run_id, effects=decision.effects)
+        self._persist(run_id, cached, decision, records, now, applied, row[0] if row else None)
+        return applied
+
+    def _persist(
+        self,
+        run_id: str,
+        cached: _Cached,
+        decision: flowcore.Decision,
+        records: list[flowcore.Record],
+        now: int,
+        applied: Applied,
+        tools: str | None,
+    ) -> None:
+        self._touched.add(run_id)
+        conn = self.conn
+        state = decision.state
+        conn.executemany(
+            "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
+            [(run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records],
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO hot (run_id, state) VALUES (?, ?)",
+            (run_id, flowcore.encode_hot(state)),
+        )
+        results, rows = flowcore.state_changes(state)
+        if results:
+            conn.executemany(
+                "INSERT OR REPLACE INTO results (run_id, name, record) VALUES (?, ?, ?)",
+                [(run_id, name, _json.encode(record)) for name, record in results],
+            )
+        if rows:
+            start = conn.execute(
+                "SELECT coalesce(max(n), -1) + 1 FROM report WHERE run_id = ?", (run_id,)
+            ).fetchone()[0]
+            conn.executemany(
+                "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
+                [(run_id, start + i, _report_enc.encode(r)) for i, r in enumerate(rows)],
+            )
+        flow = state.flow
+        for effect in decision.effects:
+            self._outbox(run_id, flow, effect, now, applied, tools, cached)
+        # Close what the run no longer waits for: answered, fired, or abandoned.
+        gone = [k for k in cached.open_keys if k not in state.pending]
+        for key in gone:
+            cached.open_keys.discard(key)
+            kind = conn.execute(
+                "SELECT kind, status FROM outbox WHERE run_id = ? AND key = ?", (run_id, key)
+            ).fetchone()
+            conn.execute(
+                "UPDATE outbox SET status = 'done', lease_owner = NULL"
+                " WHERE run_id = ? AND key = ?",
+                (run_id, key),
+            )
+            if kind is not None and kind[0] == "run-subflow" and state.settled is None:
+                self._cancel_child(key, now)
+        next_index = cached.next_index + len(records)
+        settled = state.settled
+        if settled is not None:
+            conn.execute(
+                "UPDATE runs SET status = ?, output = ?, error = ?, updated_ms = ?, next_index = ?"
+                " WHERE run_id = ?",
+                (
+                    settled.status,
+                    _dumps(settled.output),
+                    None if settled.error is None else _dumps(settled.error),
+                    now,
+                    next_index,
+                    run_id,
+                ),
+            )
+            for key in list(cached.open_keys):
+                self._close_child_if_subflow(run_id, key, now)
+            conn.execute(
+                "UPDATE outbox SET status = 'done', lease_owner = NULL"
+                " WHERE run_id = ? AND status IN (?, ?, ?, ?)",
+                (run_id, *OPEN),
+            )
+            cached.open_keys.clear()
+            applied.settled = settled
+        else:
+            conn.execute(
+                "UPDATE runs SET updated_ms = ?, next_index = ? WHERE run_id = ?",
+                (now, next_index, run_id),
+            )
+        self._cache[run_id] = _Cached(next_index, state, cached.open_keys)
+        if settled is not None:
+            self._notify_parent(run_id, state, settled, now)
+
+    def _outbox(
+        self,
+        run_id: str,
+        flow: Flow,
+        effect: Effect,
+        now: int,
+        applied: Applied,
+        tools: str | None,
+        cached: _Cached,
+    ) -> None:
+        if isinstance(effect, Settled):
+            return
+        key = effect.idempotency_key
+        kind = effect.__struct_config__.tag
+        exec_class = "uncertain"
+        status = "waiting"
+        due: int | None = None
+        lease_owner: str | None = None
+        lease_until: int | None = None
+        dispatches = 0
+        if isinstance(effect, CallTool):
+            decl = flow.tools.get(effect.tool)
+            exec_class = decl.exec_class if decl is not None else "uncertain"
+        if isinstance(effect, (CallTool, RunAgent, RunTeam)):
+            # Recorded as dispatched to this worker in the same transaction
+            # that created it: the worker runs it right after the commit.
+            status, lease_owner, lease_until, dispatches = (
+                "dispatched",
+                self.worker_id,
+                now + self.lease_ms,
+                1,
+            )
+            applied.claimed.append(Claimed(run_id, key, effect, tools))
+        elif isinstance(effect, RunSubflow):
+            status, exec_class = "ready", "idempotent"
+        elif isinstance(effect, Sleep):
+            status, due = "timer", effect.until_ms
+        elif isinstance(effect, (AskHuman, AwaitSignal)):
+            status = "waiting"
+        self.conn.execute(
+            "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
+            " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?,"
+            " coalesce((SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0) + ?,"
+            " ?, ?)",
+            (
+                run_id,
+                key,
+                kind,
+                _json.encode(effect),
+                status,
+                due,
+                exec_class,
+                run_id,
+                key,
+                dispatches,
+                lease_owner,
+                lease_until,
+            ),
+        )
+        cached.open_keys.add(key)
+
+    def _notify_parent(self, run_id: str, state: State, settled: Settled, now: int) -> None:
+        row = self.conn.execute(
+            "SELECT parent_run, parent_key FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return
+        parent_run, parent_key = row
+        usage = Usage(steps=state.ledger.used_steps, cost_minor_units=state.ledger.used_cost)
+        event = SubflowSettled(
+            idempotency_key=parent_key,
+            status=settled.status,
+            output=settled.output,
+            usage=usage,
+            at_ms=now,
+        )
+        parent_status = self.conn.execute(
+            "SELECT status FROM runs WHERE run_id = ?", (parent_run,)
+        ).fetchone()
+        if parent_status is not None and parent_status[0] == "running":
+            self._pending_applied.append(self.apply(parent_run, event, now))
+
+    def _close_child_if_subflow(self, run_id: str, key: str, now: int) -> None:
+        kind = self.conn.execute(
+            "SELECT kind FROM outbox WHERE run_id = ? AND key = ?", (run_id, key)
+        ).fetchone()
+        if kind is not None and kind[0] == "run-subflow":
+            self._cancel_child(key, now)
+
+    def _cancel_child(self, child_id: str, now: int) -> None:
+        row = self.conn.execute("SELECT status FROM runs WHERE run_id = ?", (child_id,)).fetchone()
+        if row is not None and row[0] == "running":
+            event = CancelRequested(reason="the parent no longer waits for it", at_ms=now)
+            self._pending_applied.append(self.apply(child_id, event, now))
+
+    def take_extra(self) -> list[Applied]:
+        """Applies made on the side (parents told, children cancelled) since last asked."""
+        extra, self._pending_applied = self._pending_applied, []
+        return extra
+
+    # --- the worker's queries ----------------------------------------------------------
+
+    def due_timers(self, now: int, limit: int = 256) -> list[tuple[str, str, int]]:
+        return list(
+            self.conn.execute(
+                "SELECT run_id, key, due_ms FROM outbox WHERE status = 'timer' AND due_ms <= ?"
+                " ORDER BY due_ms LIMIT ?",
+                (now, limit),
+            )
+        )
+
+    def next_timer(self) -> int | None:
+        row = self.conn.execute("SELECT min(due_ms) FROM outbox WHERE status = 'timer'").fetchone()
+        return None if row is None else row[0]
+
+    def ready_subflows(self, limit: int = 64) -> list[tuple[str, str, RunSubflow]]:
+        out = []
+        for run_id, key, blob in self.conn.execute(
+            "SELECT run_id, key, effect FROM outbox WHERE status = 'ready' AND kind = 'run-subflow'"
+            " LIMIT ?",
+            (limit,),
+        ):
+            effect = _effect_dec.decode(blob)
+            assert isinstance(effect, RunSubflow)
+            out.append((run_id, key, effect))
+        return out
+
+    def mark(self, run_id: str, key: str, status: str, note: str | None = None) -> None:
+        self.conn.execute(
+            "UPDATE outbox SET status = ?, note = coalesce(?, note), lease_owner = NULL"
+            " WHERE run_id = ? AND key = ?",
+            (status, note, run_id, key),
+        )
+
+    def claim_ready_work(self, now: int, limit: int) -> list[Claimed]:
+        """Work left ``ready`` (e.g. by recovery): record it as dispatched to us."""
+        rows = list(
+            self.conn.execute(
+                "SELECT o.run_id, o.key, o.effect, r.tools FROM outbox o JOIN runs r USING (run_id)"
+                " WHERE o.status = 'ready' AND o.kind IN (?, ?, ?) LIMIT ?",
+                (*WORK, limit),
+            )
+        )
+        out = []
+        for run_id, key, blob, tools in rows:
+            self.conn.execute(
+                "UPDATE outbox SET status = 'dispatched', dispatches = dispatches + 1,"
+                " lease_owner = ?, lease_until = ?"
+                " WHERE run_id = ? AND key = ? AND status = 'ready'",
+                (self.worker_id, now + self.lease_ms, run_id, key),
+            )
+            effect = _effect_dec.decode(blob)
+            assert isinstance(effect, (CallTool, RunAgent, RunTeam))
+            out.append(Claimed(run_id, key, effect, tools))
+        return out
+
+    def expired(self, now: int, dead_owners: list[str]) -> list[tuple[str, str, str, int, str]]:
+        """Dispatched work whose worker is gone: (run, key, class, dispatches, kind)."""
+        marks = ",".join("?" * len(dead_owners)) or "''"
+        return list(
+            self.conn.execute(
+                "SELECT run_id, key, exec_class, dispatches, kind FROM outbox"
+                f" WHERE status = 'dispatched' AND kind IN (?, ?, ?) AND (lease_until < ?"
+                f" OR lease_owner IN ({marks}))",
+                (*WORK, now, *dead_owners),
+            )
+        )
+
+    def requeue(self, run_id: str, key: str) -> None:
+        self.conn.execute(
+            "UPDATE outbox SET status = 'ready', lease_owner = NULL WHERE run_id = ? AND key = ?",
+            (run_id, key),
+        )
+
+    def extend_leases(self, keys: list[tuple[str, str]], now: int) -> None:
+        self.conn.executemany(
+            "UPDATE outbox SET lease_until = ? WHERE run_id = ? AND key = ? AND lease_owner = ?",
+            [(now + self.lease_ms, run_id, key, self.worker_id) for run_id, key in keys],
+        )
+
+    # --- reading for the CLI -----------------------------------------------------------
+
+    def log_records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
+        return [
+            flowcore.Record(type_, idx, run_id, at, _json_decode(data))
+            for idx, type_, at, data in self.conn.execute(
+                "SELECT idx, type, at, data FROM log WHERE run_id = ? AND idx >= ? ORDER BY idx",
+                (run_id, start),
+            )
+        ]
+
+    def outbox_rows(self, run_id: str) -> list[dict[str, Any]]:
+        out = []
+        for key, kind, status, due, dispatches, note, blob in self.conn.execute(
+            "SELECT key, kind, status, due_ms, dispatches, note, effect FROM outbox"
+            " WHERE run_id = ? ORDER BY rowid",
+            (run_id,),
+        ):
+            out.append(
+                {
+                    "key": key,
+                    "kind": kind,
+                    "status": status,
+                    "dueMs": due,
+                    "dispatches": dispatches,
+                    "note": note,
+                    "effect": _json_decode(blob),
+                }
+            )
+        return out
+
+    def children(self, run_id: str) -> list[str]:
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT run_id FROM runs WHERE parent_run = ? ORDER BY created_ms, run_id",
+                (run_id,),
+            )
+        ]
