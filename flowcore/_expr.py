@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
 import jmespath
+import msgspec
 from jmespath import exceptions as jmes_errors
 from jmespath import functions as jmes_functions
 
@@ -304,9 +305,7 @@ class Template:
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    if value is None:
-        return "null"
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return msgspec.json.encode(value, order="sorted").decode()
 
 
 def _compile(source: Any, exprs: list[_Expr]) -> Callable[[Resolver], Any] | None:

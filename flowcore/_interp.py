@@ -121,6 +121,7 @@ DEFAULT_UNKNOWN_REISSUES = 3
 """Issues of a readonly/idempotent call after unknown outcomes, without a retry policy."""
 
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
+_NO_ANSWER = object()
 _RECENT_BATCH = 64  # see _state: results are merged into the big map in batches
 _OK = True
 _FAIL = False
@@ -296,6 +297,7 @@ class _Txn:
         self.settled = s.settled
         self.error = s.error
         self.effects: list[Effect] = []
+        self.emitted_now: set[str] = set()  # keys of every effect emitted in this decision
         self.written: list[str] = []  # result names written: the journal
         self.rows = 0  # report rows added: the journal
         self.emitted: list[str] = []  # work keys emitted in this decision
@@ -355,20 +357,47 @@ class _Txn:
 
     def timer(self, key: str, until_ms: int, kind: str, frame: str) -> None:
         self.effects.append(Sleep(until_ms=until_ms, idempotency_key=key))
+        self.emitted_now.add(key)
         self.pending = self.pending.set(key, Pending(kind, frame))
 
     def drop_key(self, key: str, how: str = "abandoned") -> None:
-        """Stop waiting for ``key``; a late answer is then recorded and ignored."""
+        """Stop waiting for ``key``; a late answer is then recorded and ignored.
+
+        What the key waited for is remembered (``abandoned <kind> <step>``) so
+        that a late answer of the wrong kind, or not among the options, is
+        still rejected. An effect emitted in this very decision never reaches
+        the host: it is taken back (and its step refunded).
+        """
         entry = self.pending.get(key)
         if entry is None:
             return
         self.pending = self.pending.delete(key)
-        self.resolved = self.resolved.set(key, how)
+        step = ""
+        if entry.kind == "ask":
+            frame = self.frames.get(entry.frame)
+            step = frame.step if isinstance(frame, StepFrame) else ""
+        taken_back = key in self.emitted_now and self.take_back(key)
+        self.resolved = self.resolved.set(
+            key, "taken back" if taken_back else f"{how} {entry.kind} {step}".rstrip()
+        )
         if entry.kind in ("work", "sched-call"):
             self.in_flight -= 1
-            self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain"))
+            status = "not-started" if taken_back else "uncertain"
+            self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, status))
+            if taken_back:
+                led = self.ledger
+                self.ledger = Ledger(
+                    led.steps, led.cost, led.wall_clock_ms, led.used_steps - 1, led.used_cost
+                )
         elif entry.kind == "signal":
             self.unwait(key)
+
+    def take_back(self, key: str) -> bool:
+        for i, effect in enumerate(self.effects):
+            if getattr(effect, "idempotency_key", None) == key:
+                del self.effects[i]
+                return True
+        return False
 
     def unwait(self, key: str) -> None:
         for name, keys in self.waiters.items():
@@ -455,8 +484,10 @@ class _Txn:
         key = effect.idempotency_key
         self.effects.append(effect)
         self.emitted.append(key)
+        self.emitted_now.add(key)
+        kind = "sched-call" if frame in self.scheduled else "work"
         self.pending = self.pending.set(
-            key, Pending("work", frame, _tag(effect), member, seq, target)
+            key, Pending(kind, frame, _tag(effect), member, seq, target)
         )
         self.in_flight += 1
 
@@ -468,7 +499,9 @@ class _Txn:
             self.queue_head += 1
             frame = self.frames.get(held.frame)
             key = held.effect.idempotency_key
-            if frame is None or not self.still_wanted(frame, held):
+            if (frame is None and held.frame not in self.scheduled) or not self.still_wanted(
+                frame, held
+            ):
                 self.add_row(
                     ReportRow(key, held.seq, _tag(held.effect), held.target, "not-started")
                 )
@@ -480,6 +513,9 @@ class _Txn:
 
     def still_wanted(self, frame: Any, held: Held) -> bool:
         key = held.effect.idempotency_key
+        sched = self.scheduled.get(held.frame)
+        if sched is not None:
+            return sched.status == "called"
         if isinstance(frame, StepFrame):
             if frame.key == key:
                 return True
@@ -642,6 +678,7 @@ class _Txn:
                     idempotency_key=key,
                 )
             )
+            self.emitted_now.add(key)
             self.pending = self.pending.set(key, Pending("ask", fid))
             if body.timeout_ms is not None:
                 self.timer(f"{key}/timeout", self.now + body.timeout_ms, "ask-timeout", fid)
@@ -671,6 +708,7 @@ class _Txn:
             key = self.key(fid, frame.attempt)
             self.set_frame(frame, key=key)
             self.effects.append(AwaitSignal(signal=body.signal, idempotency_key=key))
+            self.emitted_now.add(key)
             self.pending = self.pending.set(key, Pending("signal", fid))
             self.waiters = self.waiters.set(body.signal, (*self.waiters.get(body.signal, ()), key))
             if body.timeout_ms is not None:
@@ -994,7 +1032,11 @@ class _Txn:
         if not isinstance(items, list):
             return (
                 _FAIL,
-                _err("expression-error", f"for_each {step.id!r}: items is not a list: {items!r}"),
+                _err(
+                    "expression-error",
+                    f"for_each {step.id!r}: items is not a list: "
+                    f"{msgspec.json.encode(items, order='sorted').decode()}",
+                ),
             )
         if not items:
             return (_OK, [])
@@ -1110,7 +1152,10 @@ class _Txn:
         scope = f"{self.child_prefix(frame_now)}{frame_now.step}[{fire}]/"
         done = body.max_fires is not None and fire >= body.max_fires
         if not done and body.until is not None:
-            done = body.until.test(self.resolver(scope, frame_now.attempt))
+            try:
+                done = body.until.test(self.resolver(scope, frame_now.attempt))
+            except TemplateError as exc:
+                return (_FAIL, _err("expression-error", f"repeat {frame_now.step!r} until: {exc}"))
         # The fire's loop scope is finished with: drop it so that a repeat
         # that fires for ever keeps a bounded state, unless a compensation
         # recorded during the fire will need it later.
@@ -1203,7 +1248,10 @@ class _Txn:
         if len(outputs) == len(team.members):
             return (_OK, {m.member: outputs[m.member] for m in team.members})
         if team.mode == "sequential" and not running:
-            self.emit_member(frame, body, prog.next)
+            try:
+                self.emit_member(frame, body, prog.next)
+            except TemplateError as exc:
+                return (_FAIL, _err("expression-error", f"team {body.team!r}: {exc}"))
         return None
 
     # --- abandoning ---------------------------------------------------------------------------
@@ -1260,12 +1308,25 @@ class _Txn:
 
     # --- events ---------------------------------------------------------------------------------
 
-    def take(self, key: str, event_kind: str, accepts: tuple[str, ...]) -> Pending | None:
-        """The pending entry an event answers, or None for an accepted late answer."""
+    def take(
+        self, key: str, event_kind: str, accepts: tuple[str, ...], answer: Any = _NO_ANSWER
+    ) -> Pending | None:
+        """The pending entry an event answers, or None for an accepted late answer.
+
+        The caller checks the wall clock once the answer has been recorded.
+        """
         entry = self.pending.get(key)
         if entry is None:
             how = self.resolved.get(key)
-            if how == "abandoned":
+            if how is not None and how.startswith("abandoned"):
+                _, kind, *step = how.split(" ")
+                if kind not in accepts:
+                    raise EventRejected(
+                        f"{event_kind} cannot answer {_describe_pending(Pending(kind, ''))} {key}",
+                        key,
+                    )
+                if answer is not _NO_ANSWER and step:
+                    self.check_answer(key, step[0], answer)
                 self.resolved = self.resolved.set(key, "late")
                 return None
             if how is not None:
@@ -1280,8 +1341,15 @@ class _Txn:
             )
         if entry.kind not in accepts:
             raise EventRejected(f"{event_kind} cannot answer {_describe_pending(entry)} {key}", key)
-        self.check_clock()
         return entry
+
+    def check_answer(self, key: str, step_id: str, answer: Any) -> None:
+        body = self.flow.by_id[step_id].body
+        assert isinstance(body, AskHumanStep)
+        if body.options is not None and (not isinstance(answer, str) or answer not in body.options):
+            raise EventRejected(
+                f"answer {answer!r} is not one of {list(body.options)} for {key}", key
+            )
 
     def add_row(self, row: ReportRow) -> None:
         self.report = ReportLink(row, self.report)
@@ -1313,6 +1381,7 @@ class _Txn:
             )
         self.resolve_work(key, entry, "succeeded")
         self.charge_usage(ev.usage)
+        self.check_clock()
         self.work_done(key, entry, (_OK, ev.output))
 
     def on_failed(self, ev: EffectFailed) -> None:
@@ -1322,6 +1391,7 @@ class _Txn:
             self.late_work(key, "failed")
             return
         self.resolve_work(key, entry, "failed")
+        self.check_clock()
         self.work_done(key, entry, (_FAIL, ev.error))
 
     def on_unknown(self, ev: EffectOutcomeUnknown) -> None:
@@ -1329,6 +1399,7 @@ class _Txn:
         entry = self.take(key, "effect-outcome-unknown", ("work", "sched-call"))
         if entry is None:
             return
+        self.check_clock()
         if entry.kind == "sched-call":
             self.resolve_work(key, entry, "uncertain")
             self.work_done(key, entry, (_FAIL, _err("outcome-unknown", key)))
@@ -1345,20 +1416,25 @@ class _Txn:
             self.issue(entry.frame, effect, entry.member, entry.seq, entry.target)
             return
         self.resolve_work(key, entry, "uncertain")
+        why = (
+            f"was issued {frame.attempt + frame.unknowns} times without an answer"
+            if self.may_reissue_class(step)
+            else "is not safe to repeat"
+        )
         error = _err(
-            "outcome-unknown",
-            f"{entry.effect} {key} may or may not have happened and is not safe to repeat",
+            "outcome-unknown", f"{entry.effect} {key} may or may not have happened and {why}"
         )
         self.work_done(key, entry, (_FAIL, error))
 
-    def may_reissue(self, step: Step, entry: Pending, frame: StepFrame) -> bool:
+    def may_reissue_class(self, step: Step) -> bool:
         body = step.body
         if isinstance(body, CallToolStep):
             decl = self.flow.tools.get(body.tool)
-            safe = decl is not None and decl.exec_class in ("readonly", "idempotent")
-        else:
-            safe = isinstance(body, RunSubflowStep)  # the key names the child run
-        if not safe:
+            return decl is not None and decl.exec_class in ("readonly", "idempotent")
+        return isinstance(body, RunSubflowStep)  # the key names the child run
+
+    def may_reissue(self, step: Step, entry: Pending, frame: StepFrame) -> bool:
+        if entry.member or not self.may_reissue_class(step):
             return False
         limit = step.retry.max_attempts if step.retry else DEFAULT_UNKNOWN_REISSUES
         return frame.attempt + frame.unknowns < limit
@@ -1409,19 +1485,15 @@ class _Txn:
 
     def on_answered(self, ev: HumanAnswered) -> None:
         key = ev.idempotency_key
-        entry = self.take(key, "human-answered", ("ask",))
+        entry = self.take(key, "human-answered", ("ask",), ev.answer)
         if entry is None:
             return
         frame = self.frames[entry.frame]
         assert isinstance(frame, StepFrame)
         body = self.step_of(frame).body
         assert isinstance(body, AskHumanStep)
-        if body.options is not None and (
-            not isinstance(ev.answer, str) or ev.answer not in body.options
-        ):
-            raise EventRejected(
-                f"answer {ev.answer!r} is not one of {list(body.options)} for {key}", key
-            )
+        self.check_answer(key, frame.step, ev.answer)
+        self.check_clock()
         self.pending = self.pending.delete(key)
         self.resolved = self.resolved.set(key, "answered")
         if body.timeout_ms is not None:
@@ -1480,6 +1552,7 @@ class _Txn:
         )
         if entry is None:
             return
+        self.check_clock()
         self.pending = self.pending.delete(key)
         self.resolved = self.resolved.set(key, "fired")
         kind = entry.kind
@@ -1531,22 +1604,11 @@ class _Txn:
             raise AssertionError(kind)
 
     def fire_scheduled(self, sid: str) -> None:
+        """A scheduled call's delay is over: issue it like any work (budget, limits)."""
         sched = self.scheduled[sid]
         self.scheduled = self.scheduled.set(sid, msgspec.structs.replace(sched, status="called"))
-        key = f"{sid}/call"
-        self.seq += 1
-        led = self.ledger
-        if led.steps is not None and led.used_steps + 1 > led.steps:
-            raise _Exhausted("steps")
-        self.ledger = Ledger(
-            led.steps, led.cost, led.wall_clock_ms, led.used_steps + 1, led.used_cost
-        )
-        self.effects.append(CallTool(tool=sched.tool, input=sched.input, idempotency_key=key))
-        self.emitted.append(key)
-        self.pending = self.pending.set(
-            key, Pending("sched-call", sid, "call-tool", "", self.seq, sched.tool)
-        )
-        self.in_flight += 1
+        effect = CallTool(tool=sched.tool, input=sched.input, idempotency_key=f"{sid}/call")
+        self.emit_work(sid, effect, sched.tool)
 
     def on_subflow(self, ev: SubflowSettled) -> None:
         key = ev.idempotency_key
@@ -1560,6 +1622,7 @@ class _Txn:
         ok = ev.status == "completed"
         self.resolve_work(key, entry, "succeeded" if ok else "failed")
         self.charge_usage(ev.usage)
+        self.check_clock()
         if ok:
             self.work_done(key, entry, (_OK, ev.output))
         else:
@@ -1584,6 +1647,7 @@ class _Txn:
         self.check_clock()
         error = _err("cancelled", ev.reason or "cancel requested")
         self.abandon_all()
+        self.cancel_scheduled_calls(everything=True)
         self.wind_down(Ending("cancelled", None, error))
 
     # --- the end ---------------------------------------------------------------------------------
@@ -1626,9 +1690,10 @@ class _Txn:
         self.cancel_scheduled_calls()
         self.maybe_finish_draining()
 
-    def cancel_scheduled_calls(self) -> None:
+    def cancel_scheduled_calls(self, everything: bool = False) -> None:
+        """Cancel scheduled calls not yet due (``everything``: outliving ones too)."""
         for sid, sched in list(self.scheduled.items()):
-            if sched.status == "pending" and not sched.outlive:
+            if sched.status == "pending" and (everything or not sched.outlive):
                 self.scheduled = self.scheduled.set(
                     sid, msgspec.structs.replace(sched, status="cancelled")
                 )
@@ -1639,6 +1704,8 @@ class _Txn:
         if ending is None or self.frames:
             return
         for sched in self.scheduled.values():
+            if ending.status == "cancelled":
+                break  # a cancelled run waits for nothing
             if sched.outlive and sched.status in ("pending", "called"):
                 return  # an outliving scheduled call is still due
         self.settle(ending.status, ending.output, ending.error, None)
@@ -1708,9 +1775,10 @@ def _tag(effect: Effect) -> str:
 
 
 def _as_text(value: Any) -> str:
+    # Same text as interpolation gives (_expr._text): compact, keys sorted.
     if isinstance(value, str):
         return value
-    return msgspec.json.encode(value).decode()
+    return msgspec.json.encode(value, order="sorted").decode()
 
 
 def _instant(value: Any) -> int:
@@ -1730,6 +1798,7 @@ def _instant(value: Any) -> int:
 
 
 def _describe_pending(entry: Pending) -> str:
+    """What a pending entry waits for, in wire words."""
     return {
         "work": entry.effect,
         "sched-call": "scheduled call-tool",

@@ -85,6 +85,8 @@ MAX_COUNT = 1_000_000_000
 MAX_AMOUNT = 10**15
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
+RESERVED_NAMES = frozenset({"input", "steps", "run", "error", "fire_count", "members"})
+
 ExecClass: TypeAlias = Literal["readonly", "idempotent", "uncertain"]
 ParallelMode: TypeAlias = Literal["all", "all_settled", "race", "any"]
 TeamMode: TypeAlias = Literal["sequential", "parallel"]
@@ -538,7 +540,6 @@ def _build_converter() -> cattrs.Converter:
             ToolDecl, conv, exec_class=override(rename="class"), _cattrs_forbid_extra_keys=True
         ),
     )
-    conv.register_structure_hook(ForEachStep, _mapping_first(conv, ForEachStep))
     plain: tuple[type[Any], ...] = (
         Budget,
         Limits,
@@ -555,6 +556,59 @@ def _build_converter() -> cattrs.Converter:
     )
     for cl in plain:
         conv.register_structure_hook(cl, _mapping_first(conv, cl))
+
+    def team_hook(value: Any, _: Any) -> TeamDecl:
+        team = cast(TeamDecl, _mapping_first(conv, TeamDecl)(value, TeamDecl))
+        errors: list[Exception] = []
+        if not team.members:
+            errors.append(_note_attr(_Msg("a team needs at least one member"), "members"))
+        seen: set[str] = set()
+        for i, member in enumerate(team.members):
+            if member.member in seen:
+                err = _note_attr(_Msg(f"duplicate member name {member.member!r}"), "member")
+                errors.append(_note_attr(_note_index(err, i), "members"))
+            seen.add(member.member)
+        _gather("team", errors, TeamDecl)
+        return team
+
+    conv.register_structure_hook(TeamDecl, team_hook)
+
+    def ask_hook(value: Any, _: Any) -> AskHumanStep:
+        ask = cast(AskHumanStep, _mapping_first(conv, AskHumanStep)(value, AskHumanStep))
+        errors: list[Exception] = []
+        if ask.options is not None and not ask.options:
+            errors.append(_note_attr(_Msg("options must not be empty"), "options"))
+        if ask.options is not None and len(set(ask.options)) != len(ask.options):
+            errors.append(_note_attr(_Msg("options must be distinct"), "options"))
+        if ask.default is not None and ask.options and ask.default not in ask.options:
+            errors.append(
+                _note_attr(
+                    _Msg(f"default {ask.default!r} is not one of {list(ask.options)}"), "default"
+                )
+            )
+        if ask.default is not None and ask.timeout_ms is None:
+            errors.append(_note_attr(_Msg("a default answer needs a timeout_ms"), "default"))
+        _gather("ask_human", errors, AskHumanStep)
+        return ask
+
+    conv.register_structure_hook(AskHumanStep, ask_hook)
+
+    def for_each_hook(value: Any, _: Any) -> ForEachStep:
+        each = cast(ForEachStep, _mapping_first(conv, ForEachStep)(value, ForEachStep))
+        errors: list[Exception] = []
+        for key, name in (("as", each.as_), ("index", each.index)):
+            if name in RESERVED_NAMES:
+                errors.append(
+                    _note_attr(
+                        _Msg(f"{name!r} is reserved in expressions; choose another name"), key
+                    )
+                )
+        if each.as_ == each.index:
+            errors.append(_note_attr(_Msg("'as' and 'index' must differ"), "index"))
+        _gather("for_each", errors, ForEachStep)
+        return each
+
+    conv.register_structure_hook(ForEachStep, for_each_hook)
     conv.register_structure_hook(ParallelStep, _mapping_first(conv, ParallelStep))
 
     def sleep_hook(value: Any, _: Any) -> SleepStep:

@@ -525,7 +525,7 @@ def test_for_each_empty_list_completes_at_once_with_empty_output() -> None:
 
 @pytest.mark.parametrize(
     ("items", "shown"),
-    [("nope", "'nope'"), ({"a": 1}, "{'a': 1}"), (None, "None"), (7, "7")],
+    [("nope", '"nope"'), ({"a": 1}, '{"a":1}'), (None, "null"), (7, "7")],
 )
 def test_for_each_items_not_a_list_is_an_expression_error(items: Any, shown: str) -> None:
     r = Run(FOR_EACH % "", {"items": items})
@@ -762,7 +762,7 @@ def test_cancel_scheduled_false_when_already_ran() -> None:
     assert r.settled.output == [False, False, False]
 
 
-def test_cancelled_scheduled_call_timer_is_accepted_and_ignored_while_running() -> None:
+def test_a_call_cancelled_in_the_decision_that_scheduled_it_never_reaches_the_host() -> None:
     spec = """
 flow: t
 tools: {remind: {}, a: {}}
@@ -775,10 +775,10 @@ steps:
     call_tool: {tool: a, input: "${steps.stop.output}"}
 """
     r = Run(spec)
-    assert r.wire() == [sleep("r/nudge#1/delay", 100), call("r/work#1", "a", True)]
-    r.fire("r/nudge#1/delay")  # the host fired it anyway: no call follows
-    assert r.wire() == []
-    rejected(r, lambda: r.fire("r/nudge#1/delay"))
+    # The delay timer was emitted and taken back within one decision.
+    assert r.wire() == [call("r/work#1", "a", True)]
+    err = rejected(r, lambda: r.fire("r/nudge#1/delay"))
+    assert err.reason == "duplicate timer-fired: r/nudge#1/delay is already taken back"
     r.ok("r/work#1")
     assert r.report() == {"r/work#1": "succeeded"}
 

@@ -288,7 +288,8 @@ steps:
     run = Run(spec)
     run.ok("r/a#1", at=150)
     assert run.settled is not None and run.settled.exhausted == "wall-clock"
-    assert run.report() == {"r/a#1": "uncertain"}
+    # The result arrived too late to be used, but the report says what happened.
+    assert run.report() == {"r/a#1": "succeeded"}
 
 
 def test_default_step_budget_applies_without_one() -> None:

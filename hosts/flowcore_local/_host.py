@@ -323,6 +323,7 @@ class LocalHost:
         stop = stop or asyncio.Event()
         assert self._wake is not None
         await self._db(self._register_worker)
+        self.store.dispatching = True
         self._writer = asyncio.create_task(self._write_loop())
         self._heart = asyncio.create_task(self._heartbeat())
         last_recovery = 0.0
@@ -349,6 +350,7 @@ class LocalHost:
                     pass
         finally:
             await self._drain()
+            self.store.dispatching = False
 
     async def _drain(self) -> None:
         """Let running handlers finish and their results commit."""

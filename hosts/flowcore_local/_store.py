@@ -124,6 +124,9 @@ class Store:
         self._cache: dict[str, _Cached] = {}
         self._touched: set[str] = set()
         self._pending_applied: list[Applied] = []
+        # True while this process runs a worker: new work is then recorded as
+        # dispatched to it in the transaction that creates it, and run at once.
+        self.dispatching = False
 
     # --- transactions ----------------------------------------------------------------
 
@@ -432,15 +435,18 @@ class Store:
             decl = flow.tools.get(effect.tool)
             exec_class = decl.exec_class if decl is not None else "uncertain"
         if isinstance(effect, (CallTool, RunAgent, RunTeam)):
-            # Recorded as dispatched to this worker in the same transaction
-            # that created it: the worker runs it right after the commit.
-            status, lease_owner, lease_until, dispatches = (
-                "dispatched",
-                self.worker_id,
-                now + self.lease_ms,
-                1,
-            )
-            applied.claimed.append(Claimed(run_id, key, effect, tools))
+            if self.dispatching:
+                # Recorded as dispatched to this worker in the same transaction
+                # that created it: the worker runs it right after the commit.
+                status, lease_owner, lease_until, dispatches = (
+                    "dispatched",
+                    self.worker_id,
+                    now + self.lease_ms,
+                    1,
+                )
+                applied.claimed.append(Claimed(run_id, key, effect, tools))
+            else:
+                status = "ready"
         elif isinstance(effect, RunSubflow):
             status, exec_class = "ready", "idempotent"
         elif isinstance(effect, Sleep):
