@@ -26,3 +26,19 @@ settings.register_profile(
 settings.load_profile(
     os.environ.get("FLOWCORE_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+
+def pytest_sessionfinish(session: object, exitstatus: int) -> None:
+    """End without interpreter teardown once a Temporal client was used.
+
+    temporalio's native runtime can abort the process while Python finalizes
+    ("Fatal Python error: PyGILState_Release", exit 134; temporalio/sdk-python
+    issue #300). The results are already reported when this hook runs, so the
+    process exits at once with the real status.
+    """
+    import sys
+
+    if "temporalio.client" in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(exitstatus))

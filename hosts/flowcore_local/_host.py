@@ -38,7 +38,10 @@ from flowcore import (
     ErrorInfo,
     Event,
     HumanAnswered,
+    RunSubflow,
+    Settled,
     SignalReceived,
+    Sleep,
     TimerFired,
 )
 from flowcore_handlers import Registry, call_handler, load_registry
@@ -137,8 +140,11 @@ class LocalHost:
         return self._store
 
     async def _db(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        # SQLite work runs on the event loop's own thread: a hop to another
+        # thread costs more than most statements, and while a commit waits for
+        # its fsync the handlers (in their threads) keep running; their
+        # results are committed together in the next group commit.
+        return fn(*args)
 
     def _registry(self, name: str | None) -> Registry:
         name = name or self.tools
@@ -523,6 +529,8 @@ class LocalHost:
 
         def claiming() -> list[Claimed]:
             store = self.store
+            if not store.has_ready_work():
+                return []
             with store.tx():
                 return store.claim_ready_work(now, free)
 
@@ -532,10 +540,16 @@ class LocalHost:
     # --- running handlers and committing their results --------------------------------
 
     def _after(self, applied: Iterable[Applied]) -> None:
+        wake = False
         for item in applied:
             for claimed in item.claimed:
                 self._spawn(claimed)
-        if self._wake is not None:
+            # Work this worker claimed is already running; the main loop only
+            # needs waking for what it handles: timers, subflows, settlement.
+            wake = wake or not item.claimed or any(
+                isinstance(e, (Sleep, RunSubflow, Settled)) for e in item.effects
+            )
+        if wake and self._wake is not None:
             self._wake.set()
 
     def _spawn(self, claimed: Claimed) -> None:
@@ -575,8 +589,11 @@ class LocalHost:
         with store.tx():
             for run_id, event, _ in batch:
                 try:
-                    with store.savepoint():
+                    if len(batch) == 1:
                         applied = store.apply(run_id, event, now)
+                    else:
+                        with store.savepoint():
+                            applied = store.apply(run_id, event, now)
                 except HostError as exc:
                     applied = Applied(run_id, rejected=str(exc))
                 if applied.rejected is not None:

@@ -82,7 +82,9 @@ class RunRow:
 class _Cached:
     next_index: int
     state: State
-    open_keys: set[str]
+    open_keys: dict[str, str]  # outbox rows still open: key -> effect kind
+    tools: str | None
+    report_rows: int
 
 
 @dataclass
@@ -121,6 +123,7 @@ class Store:
         self.worker_id = worker_id
         self.lease_ms = lease_ms
         self._flows: dict[str, Flow] = {}
+        self._parsed: dict[str, Flow] = {}  # spec text -> flow, for this process
         self._cache: dict[str, _Cached] = {}
         self._touched: set[str] = set()
         self._pending_applied: list[Applied] = []
@@ -164,7 +167,10 @@ class Store:
     # --- flows ------------------------------------------------------------------------
 
     def register_flow(self, spec: str, source: str, now: int) -> Flow:
-        flow = flowcore.parse_flow(spec, source_name=source)
+        flow = self._parsed.get(spec)
+        if flow is None:
+            flow = flowcore.parse_flow(spec, source_name=source)
+            self._parsed[spec] = flow
         self.conn.execute(
             "INSERT OR IGNORE INTO flows (spec_hash, flow_id, version, source, spec, added_ms)"
             " VALUES (?, ?, ?, ?, ?, ?)",
@@ -264,7 +270,7 @@ class Store:
                 now,
             ),
         )
-        cached = _Cached(0, decision.state, set())
+        cached = _Cached(0, decision.state, {}, tools, 0)
         applied = Applied(run_id, effects=decision.effects)
         self._persist(run_id, cached, decision, records, now, applied, tools)
         return True, applied
@@ -273,7 +279,7 @@ class Store:
 
     def load(self, run_id: str) -> _Cached:
         row = self.conn.execute(
-            "SELECT next_index, spec_hash FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT next_index, spec_hash, tools FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if row is None:
             raise HostError(f"no run {run_id!r} in the database")
@@ -288,21 +294,21 @@ class Store:
                 "SELECT name, record FROM results WHERE run_id = ?", (run_id,)
             )
         )
-        rows = (
+        rows = [
             _report_dec.decode(blob)
             for (blob,) in self.conn.execute(
                 "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
             )
-        )
+        ]
         state = flowcore.restore_state(hot[0], results, rows, flow)
         open_keys = {
-            key
-            for (key,) in self.conn.execute(
-                "SELECT key FROM outbox WHERE run_id = ? AND status IN (?, ?, ?, ?)",
+            key: kind
+            for key, kind in self.conn.execute(
+                "SELECT key, kind FROM outbox WHERE run_id = ? AND status IN (?, ?, ?, ?)",
                 (run_id, *OPEN),
             )
         }
-        cached = _Cached(row[0], state, open_keys)
+        cached = _Cached(int(row[0]), state, open_keys, row[2], len(rows))
         self._cache[run_id] = cached
         return cached
 
@@ -321,9 +327,8 @@ class Store:
         recorder = flowcore.Recorder(run_id)
         recorder.index = cached.next_index
         records = recorder.applied(event, decision)
-        row = self.conn.execute("SELECT tools FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         applied = Applied(run_id, effects=decision.effects)
-        self._persist(run_id, cached, decision, records, now, applied, row[0] if row else None)
+        self._persist(run_id, cached, decision, records, now, applied, cached.tools)
         return applied
 
     def _persist(
@@ -354,29 +359,25 @@ class Store:
                 [(run_id, name, _json.encode(record)) for name, record in results],
             )
         if rows:
-            start = conn.execute(
-                "SELECT coalesce(max(n), -1) + 1 FROM report WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
+            start = cached.report_rows
             conn.executemany(
                 "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
                 [(run_id, start + i, _report_enc.encode(r)) for i, r in enumerate(rows)],
             )
+            cached.report_rows += len(rows)
         flow = state.flow
         for effect in decision.effects:
             self._outbox(run_id, flow, effect, now, applied, tools, cached)
         # Close what the run no longer waits for: answered, fired, or abandoned.
         gone = [k for k in cached.open_keys if k not in state.pending]
         for key in gone:
-            cached.open_keys.discard(key)
-            kind = conn.execute(
-                "SELECT kind, status FROM outbox WHERE run_id = ? AND key = ?", (run_id, key)
-            ).fetchone()
+            kind = cached.open_keys.pop(key)
             conn.execute(
                 "UPDATE outbox SET status = 'done', lease_owner = NULL"
                 " WHERE run_id = ? AND key = ?",
                 (run_id, key),
             )
-            if kind is not None and kind[0] == "run-subflow" and state.settled is None:
+            if kind == "run-subflow" and state.settled is None:
                 self._cancel_child(key, now)
         next_index = cached.next_index + len(records)
         settled = state.settled
@@ -393,8 +394,9 @@ class Store:
                     run_id,
                 ),
             )
-            for key in list(cached.open_keys):
-                self._close_child_if_subflow(run_id, key, now)
+            for key, kind in list(cached.open_keys.items()):
+                if kind == "run-subflow":
+                    self._cancel_child(key, now)
             conn.execute(
                 "UPDATE outbox SET status = 'done', lease_owner = NULL"
                 " WHERE run_id = ? AND status IN (?, ?, ?, ?)",
@@ -407,7 +409,9 @@ class Store:
                 "UPDATE runs SET updated_ms = ?, next_index = ? WHERE run_id = ?",
                 (now, next_index, run_id),
             )
-        self._cache[run_id] = _Cached(next_index, state, cached.open_keys)
+        self._cache[run_id] = _Cached(
+            next_index, state, cached.open_keys, cached.tools, cached.report_rows
+        )
         if settled is not None:
             self._notify_parent(run_id, state, settled, now)
 
@@ -424,7 +428,7 @@ class Store:
         if isinstance(effect, Settled):
             return
         key = effect.idempotency_key
-        kind = effect.__struct_config__.tag
+        kind = str(effect.__struct_config__.tag)
         exec_class = "uncertain"
         status = "waiting"
         due: int | None = None
@@ -473,7 +477,7 @@ class Store:
                 lease_until,
             ),
         )
-        cached.open_keys.add(key)
+        cached.open_keys[key] = kind
 
     def _notify_parent(self, run_id: str, state: State, settled: Settled, now: int) -> None:
         row = self.conn.execute(
@@ -495,13 +499,6 @@ class Store:
         ).fetchone()
         if parent_status is not None and parent_status[0] == "running":
             self._pending_applied.append(self.apply(parent_run, event, now))
-
-    def _close_child_if_subflow(self, run_id: str, key: str, now: int) -> None:
-        kind = self.conn.execute(
-            "SELECT kind FROM outbox WHERE run_id = ? AND key = ?", (run_id, key)
-        ).fetchone()
-        if kind is not None and kind[0] == "run-subflow":
-            self._cancel_child(key, now)
 
     def _cancel_child(self, child_id: str, now: int) -> None:
         row = self.conn.execute("SELECT status FROM runs WHERE run_id = ?", (child_id,)).fetchone()
@@ -547,6 +544,12 @@ class Store:
             " WHERE run_id = ? AND key = ?",
             (status, note, run_id, key),
         )
+
+    def has_ready_work(self) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM outbox WHERE status = 'ready' AND kind IN (?, ?, ?) LIMIT 1", WORK
+        ).fetchone()
+        return row is not None
 
     def claim_ready_work(self, now: int, limit: int) -> list[Claimed]:
         """Work left ``ready`` (e.g. by recovery): record it as dispatched to us."""

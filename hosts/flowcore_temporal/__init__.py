@@ -1,0 +1,1 @@
+"""flowcore on Temporal: a generic workflow runs the pure interpreter."""
