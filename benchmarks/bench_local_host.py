@@ -107,7 +107,7 @@ def bench_throughput(db: Path, runs: int, steps: int) -> float:
 
 
 def prepare_resume(db: Path, fires: int) -> None:
-    """A run whose history has about ``2 * fires`` events, then left waiting."""
+    """A run whose history has about ``2 * fires`` events, left waiting for a signal."""
     from flowcore_local import LocalHost
 
     spec = json.dumps(
@@ -124,6 +124,7 @@ def prepare_resume(db: Path, fires: int) -> None:
                         "steps": [{"id": "ping", "call_tool": {"tool": "noop", "input": 1}}],
                     },
                 },
+                {"id": "go", "await_signal": {"signal": "go"}},
                 {"id": "last", "call_tool": {"tool": "noop", "input": "last"}},
             ],
         }
@@ -132,35 +133,32 @@ def prepare_resume(db: Path, fires: int) -> None:
     async def main() -> None:
         async with LocalHost(db, registry=flowcore_registry(), durable=False) as host:
             rid = await host.start(spec, {}, "r")
-
-            async def stop_before_last() -> None:
-                while True:
-                    rows = [o for o in (await host.show(rid))["pending"] if "last" in o["key"]]
-                    if rows:
-                        stop.set()
-                        return
-                    await asyncio.sleep(0.02)
-
             stop = asyncio.Event()
-            watcher = asyncio.create_task(stop_before_last())
+
+            async def until_waiting() -> None:
+                while not (await host.show(rid))["waitingFor"]:
+                    await asyncio.sleep(0.05)
+                stop.set()
+
+            watcher = asyncio.create_task(until_waiting())
             await host.work(stop)
             await watcher
 
     asyncio.run(main())
-    # Leave the last effect as if its worker had died: the resume must find it.
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE outbox SET status = 'ready', lease_owner = NULL WHERE status = 'dispatched'")
-    conn.commit()
-    conn.close()
 
 
 def bench_resume(db: Path) -> float:
-    """Seconds from opening the database to the resumed run's next effect done."""
+    """Seconds from opening the database to the resumed run settled.
+
+    The run's state is loaded from the database (as after a restart) when the
+    signal it waits for arrives; then its last call runs.
+    """
     from flowcore_local import LocalHost
 
     async def main() -> float:
         t0 = time.perf_counter()
         async with LocalHost(db, registry=flowcore_registry(), durable=True) as host:
+            await host.signal("r", "go")
             await host.work(until_settled="r")
             elapsed = time.perf_counter() - t0
             assert (await host.run("r")).status == "completed"

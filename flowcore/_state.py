@@ -396,10 +396,11 @@ def encode_hot(state: State) -> bytes:
     fields: dict[str, Any] = {
         name: getattr(state, name)
         for name in _Snapshot.__struct_fields__
-        if name not in ("format", "flow_id", "flow_version", "spec_hash")
+        if name not in ("format", "flow_id", "flow_version", "spec_hash", *_COLD)
     }
     for name in _MAPS:
-        fields[name] = dict(fields[name].items())
+        if name not in _COLD:
+            fields[name] = dict(fields[name].items())
     fields["results"] = {}
     fields["recent"] = {}
     fields["report"] = []

@@ -44,7 +44,8 @@ MIGRATIONS: list[list[str]] = [
             tools TEXT,
             created_ms INTEGER NOT NULL,
             updated_ms INTEGER NOT NULL,
-            next_index INTEGER NOT NULL
+            next_index INTEGER NOT NULL,
+            state BLOB
         )""",
         "CREATE INDEX runs_by_status ON runs (status)",
         "CREATE INDEX runs_by_parent ON runs (parent_run)",
@@ -56,7 +57,6 @@ MIGRATIONS: list[list[str]] = [
             data TEXT NOT NULL,
             PRIMARY KEY (run_id, idx)
         ) WITHOUT ROWID""",
-        "CREATE TABLE hot (run_id TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID",
         """CREATE TABLE results (
             run_id TEXT NOT NULL,
             name TEXT NOT NULL,
@@ -84,6 +84,15 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, key)
         )""",
         "CREATE INDEX outbox_by_status ON outbox (status, due_ms)",
+        """CREATE TABLE dead_letters (
+            run_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            dispatches INTEGER NOT NULL,
+            note TEXT NOT NULL,
+            at_ms INTEGER NOT NULL,
+            PRIMARY KEY (run_id, key)
+        )""",
         """CREATE TABLE workers (
             worker_id TEXT PRIMARY KEY,
             pid INTEGER NOT NULL,
@@ -120,6 +129,9 @@ def connect(path: str | Path, durable: bool = True) -> sqlite3.Connection:
         raise NotAFlowcoreDatabase(f"{path} is not a flowcore database")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+    # Checkpoint the WAL less often than the default 1000 pages: each one
+    # costs fsyncs of the main file in the middle of some commit.
+    conn.execute("PRAGMA wal_autocheckpoint = 8000")
     conn.execute("PRAGMA foreign_keys = ON")
     migrate(conn)
     return conn

@@ -111,6 +111,8 @@ class LocalHost:
             conn = connect(self.db_path, durable=self.durable)
             return Store(conn, self.worker_id, self.lease_ms)
 
+        if self.tools is not None and self.tools not in self._registries:
+            self._registries[self.tools] = load_registry(self.tools)  # fail fast on a bad module
         self._store = await self._db(opening)
         self._queue_event = asyncio.Event()
         self._wake = asyncio.Event()
@@ -312,7 +314,7 @@ class LocalHost:
                     for o in outbox
                     if o["kind"] == "await-signal" and o["status"] == "waiting"
                 ],
-                "deadLetters": [o for o in outbox if o["status"] == "dead"],
+                "deadLetters": store.dead_letters(run_id),
                 "children": store.children(run_id),
             }
 
@@ -448,14 +450,15 @@ class LocalHost:
                                     now,
                                 )
                             )
-                        store.mark(run_id, key, "dead", error.message)
+                        store.dead_letter(run_id, key, kind, dispatches, error.message, now)
+                        store.close(run_id, key)
                     elif exec_class in SAFE:
                         store.requeue(run_id, key)
                     else:
                         with store.savepoint():
                             event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
                             out.append(store.apply(run_id, event, now))
-                        store.mark(run_id, key, "done")
+                        store.close(run_id, key)
                     out.extend(store.take_extra())
                 marks = ",".join("?" * len(dead))
                 if dead:
@@ -546,8 +549,10 @@ class LocalHost:
                 self._spawn(claimed)
             # Work this worker claimed is already running; the main loop only
             # needs waking for what it handles: timers, subflows, settlement.
-            wake = wake or not item.claimed or any(
-                isinstance(e, (Sleep, RunSubflow, Settled)) for e in item.effects
+            wake = (
+                wake
+                or not item.claimed
+                or any(isinstance(e, (Sleep, RunSubflow, Settled)) for e in item.effects)
             )
         if wake and self._wake is not None:
             self._wake.set()
@@ -599,7 +604,7 @@ class LocalHost:
                 if applied.rejected is not None:
                     key = getattr(event, "idempotency_key", None)
                     if key is not None:
-                        store.mark(run_id, key, "done")
+                        store.close(run_id, key)
                 out.append((applied, store.take_extra()))
         return out
 

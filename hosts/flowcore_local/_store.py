@@ -124,6 +124,7 @@ class Store:
         self.lease_ms = lease_ms
         self._flows: dict[str, Flow] = {}
         self._parsed: dict[str, Flow] = {}  # spec text -> flow, for this process
+        self._data_version = -1
         self._cache: dict[str, _Cached] = {}
         self._touched: set[str] = set()
         self._pending_applied: list[Applied] = []
@@ -132,6 +133,17 @@ class Store:
         self.dispatching = False
 
     # --- transactions ----------------------------------------------------------------
+
+    def _unchanged(self) -> bool:
+        """True if no other connection committed since this one last checked.
+
+        ``PRAGMA data_version`` changes exactly when another connection commits
+        to the file; our own commits leave it alone.
+        """
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        same = bool(version == self._data_version)
+        self._data_version = version
+        return same
 
     @contextmanager
     def tx(self) -> Iterator[None]:
@@ -278,16 +290,18 @@ class Store:
     # --- state ------------------------------------------------------------------------
 
     def load(self, run_id: str) -> _Cached:
+        cached = self._cache.get(run_id)
+        if cached is not None and self._unchanged():
+            return cached  # no other connection has written since we last looked
         row = self.conn.execute(
             "SELECT next_index, spec_hash, tools FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if row is None:
             raise HostError(f"no run {run_id!r} in the database")
-        cached = self._cache.get(run_id)
         if cached is not None and cached.next_index == row[0]:
             return cached
         flow = self.flow_by_hash(row[1])
-        hot = self.conn.execute("SELECT state FROM hot WHERE run_id = ?", (run_id,)).fetchone()
+        hot = self.conn.execute("SELECT state FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         results = (
             (name, _json_decode(record))
             for name, record in self.conn.execute(
@@ -348,10 +362,6 @@ class Store:
             "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
             [(run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records],
         )
-        conn.execute(
-            "INSERT OR REPLACE INTO hot (run_id, state) VALUES (?, ?)",
-            (run_id, flowcore.encode_hot(state)),
-        )
         results, rows = flowcore.state_changes(state)
         if results:
             conn.executemany(
@@ -372,42 +382,37 @@ class Store:
         gone = [k for k in cached.open_keys if k not in state.pending]
         for key in gone:
             kind = cached.open_keys.pop(key)
-            conn.execute(
-                "UPDATE outbox SET status = 'done', lease_owner = NULL"
-                " WHERE run_id = ? AND key = ?",
-                (run_id, key),
-            )
+            # Done rows are deleted: the log keeps the history, and the outbox
+            # stays as small as what is in flight.
+            conn.execute("DELETE FROM outbox WHERE run_id = ? AND key = ?", (run_id, key))
             if kind == "run-subflow" and state.settled is None:
                 self._cancel_child(key, now)
         next_index = cached.next_index + len(records)
         settled = state.settled
         if settled is not None:
             conn.execute(
-                "UPDATE runs SET status = ?, output = ?, error = ?, updated_ms = ?, next_index = ?"
-                " WHERE run_id = ?",
+                "UPDATE runs SET status = ?, output = ?, error = ?, updated_ms = ?, next_index = ?,"
+                " state = ? WHERE run_id = ?",
                 (
                     settled.status,
                     _dumps(settled.output),
                     None if settled.error is None else _dumps(settled.error),
                     now,
                     next_index,
+                    flowcore.encode_hot(state),
                     run_id,
                 ),
             )
             for key, kind in list(cached.open_keys.items()):
                 if kind == "run-subflow":
                     self._cancel_child(key, now)
-            conn.execute(
-                "UPDATE outbox SET status = 'done', lease_owner = NULL"
-                " WHERE run_id = ? AND status IN (?, ?, ?, ?)",
-                (run_id, *OPEN),
-            )
+            conn.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
             cached.open_keys.clear()
             applied.settled = settled
         else:
             conn.execute(
-                "UPDATE runs SET updated_ms = ?, next_index = ? WHERE run_id = ?",
-                (now, next_index, run_id),
+                "UPDATE runs SET updated_ms = ?, next_index = ?, state = ? WHERE run_id = ?",
+                (now, next_index, flowcore.encode_hot(state), run_id),
             )
         self._cache[run_id] = _Cached(
             next_index, state, cached.open_keys, cached.tools, cached.report_rows
@@ -538,12 +543,36 @@ class Store:
             out.append((run_id, key, effect))
         return out
 
-    def mark(self, run_id: str, key: str, status: str, note: str | None = None) -> None:
+    def mark(self, run_id: str, key: str, status: str) -> None:
         self.conn.execute(
-            "UPDATE outbox SET status = ?, note = coalesce(?, note), lease_owner = NULL"
-            " WHERE run_id = ? AND key = ?",
-            (status, note, run_id, key),
+            "UPDATE outbox SET status = ?, lease_owner = NULL WHERE run_id = ? AND key = ?",
+            (status, run_id, key),
         )
+
+    def close(self, run_id: str, key: str) -> None:
+        self.conn.execute("DELETE FROM outbox WHERE run_id = ? AND key = ?", (run_id, key))
+        cached = self._cache.get(run_id)
+        if cached is not None:
+            cached.open_keys.pop(key, None)
+
+    def dead_letter(
+        self, run_id: str, key: str, kind: str, dispatches: int, note: str, now: int
+    ) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO dead_letters (run_id, key, kind, dispatches, note, at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, key, kind, dispatches, note, now),
+        )
+
+    def dead_letters(self, run_id: str) -> list[dict[str, Any]]:
+        return [
+            {"key": key, "kind": kind, "dispatches": n, "note": note, "atMs": at}
+            for key, kind, n, note, at in self.conn.execute(
+                "SELECT key, kind, dispatches, note, at_ms FROM dead_letters WHERE run_id = ?"
+                " ORDER BY at_ms, key",
+                (run_id,),
+            )
+        ]
 
     def has_ready_work(self) -> bool:
         row = self.conn.execute(
@@ -614,7 +643,7 @@ class Store:
             "SELECT key, kind, status, due_ms, dispatches, note, effect FROM outbox"
             " WHERE run_id = ? ORDER BY rowid",
             (run_id,),
-        ):
+        ):  # only what is still open: done rows are deleted
             out.append(
                 {
                     "key": key,
