@@ -29,6 +29,7 @@ from ._log import (
 from ._spec import Budget, Flow, parse_flow
 from ._state import (
     State,
+    StateChanges,
     decode_state,
     encode_hot,
     encode_state,
@@ -104,6 +105,7 @@ __all__ = [
     "SpecError",
     "Sleep",
     "State",
+    "StateChanges",
     "SubflowSettled",
     "TimerFired",
     "TornTail",

@@ -299,6 +299,7 @@ class _Txn:
         self.effects: list[Effect] = []
         self.emitted_now: set[str] = set()  # keys of every effect emitted in this decision
         self.written: list[str] = []  # result names written: the journal
+        self.resolved_now: list[str] = []  # resolved keys written: the journal
         self.rows = 0  # report rows added: the journal
         self.emitted: list[str] = []  # work keys emitted in this decision
 
@@ -331,7 +332,7 @@ class _Txn:
             scheduled=self.scheduled,
             settled=self.settled,
             error=self.error,
-            journal=Journal(tuple(self.written), self.rows),
+            journal=Journal(tuple(self.written), self.rows, tuple(self.resolved_now)),
         )
 
     # --- helpers ------------------------------------------------------------------
@@ -377,9 +378,7 @@ class _Txn:
             frame = self.frames.get(entry.frame)
             step = frame.step if isinstance(frame, StepFrame) else ""
         taken_back = key in self.emitted_now and self.take_back(key)
-        self.resolved = self.resolved.set(
-            key, "taken back" if taken_back else f"{how} {entry.kind} {step}".rstrip()
-        )
+        self.resolve(key, "taken back" if taken_back else f"{how} {entry.kind} {step}".rstrip())
         if entry.kind in ("work", "sched-call"):
             self.in_flight -= 1
             status = "not-started" if taken_back else "uncertain"
@@ -391,6 +390,10 @@ class _Txn:
                 )
         elif entry.kind == "signal":
             self.unwait(key)
+
+    def resolve(self, key: str, how: str) -> None:
+        self.resolved = self.resolved.set(key, how)
+        self.resolved_now.append(key)
 
     def take_back(self, key: str) -> bool:
         for i, effect in enumerate(self.effects):
@@ -1327,7 +1330,7 @@ class _Txn:
                     )
                 if answer is not _NO_ANSWER and step:
                     self.check_answer(key, step[0], answer)
-                self.resolved = self.resolved.set(key, "late")
+                self.resolve(key, "late")
                 return None
             if how is not None:
                 raise EventRejected(f"duplicate {event_kind}: {key} is already {how}", key)
@@ -1495,7 +1498,10 @@ class _Txn:
         self.check_answer(key, frame.step, ev.answer)
         self.check_clock()
         self.pending = self.pending.delete(key)
-        self.resolved = self.resolved.set(key, "answered")
+        # Answered, signalled and fired keys are not remembered: a repeat is
+        # rejected as "no such effect is pending". Only keys whose late answer
+        # must still be accepted (abandoned) are kept, so the state does not
+        # grow with every timer of a long-running run.
         if body.timeout_ms is not None:
             self.drop_key(f"{key}/timeout")
         self.set_frame(frame, key=None)
@@ -1519,7 +1525,6 @@ class _Txn:
         key = keys[0]
         entry = self.pending[key]
         self.pending = self.pending.delete(key)
-        self.resolved = self.resolved.set(key, "signalled")
         self.waiters = (
             self.waiters.set(ev.signal, keys[1:])
             if len(keys) > 1
@@ -1554,7 +1559,6 @@ class _Txn:
             return
         self.check_clock()
         self.pending = self.pending.delete(key)
-        self.resolved = self.resolved.set(key, "fired")
         kind = entry.kind
         if kind == "deadline":
             raise _Exhausted("wall-clock")
@@ -1746,9 +1750,7 @@ class _Txn:
         self.compensating = None
         for row in sorted(report.values(), key=lambda r: r.seq):
             self.add_row(row)
-        for key in list(self.pending.keys()):
-            self.pending = self.pending.delete(key)
-            self.resolved = self.resolved.set(key, "abandoned")
+        self.pending = _EMPTY  # after settlement every event is rejected anyway
         self.in_flight = 0
         self.frames = _EMPTY
         self.queue = _EMPTY

@@ -49,6 +49,7 @@ __all__ = [
     "report_rows",
     "SeqFrame",
     "State",
+    "StateChanges",
     "StepFrame",
     "TeamProgress",
     "TryProgress",
@@ -190,6 +191,7 @@ class Journal(_S, frozen=True, array_like=True):
 
     results: tuple[str, ...] = ()  # scoped step ids whose result was (re)written
     report: int = 0  # report rows added at the head of the report list
+    resolved: tuple[str, ...] = ()  # keys whose resolution was (re)written
 
 
 class Held(_S, frozen=True, array_like=True):
@@ -384,7 +386,7 @@ def report_rows(link: ReportLink | None) -> list[ReportRow]:
 
 # --- incremental persistence -------------------------------------------------------------
 
-_COLD = ("results", "recent", "report")
+_COLD = ("results", "recent", "report", "resolved")
 
 
 def encode_hot(state: State) -> bytes:
@@ -404,6 +406,7 @@ def encode_hot(state: State) -> bytes:
     fields["results"] = {}
     fields["recent"] = {}
     fields["report"] = []
+    fields["resolved"] = {}
     snap = _Snapshot(
         format=SNAPSHOT_FORMAT,
         flow_id=state.flow.id,
@@ -414,12 +417,19 @@ def encode_hot(state: State) -> bytes:
     return _encoder.encode(snap)
 
 
-def state_changes(state: State) -> tuple[list[tuple[str, Any]], list[ReportRow]]:
-    """The result records and report rows the last transition wrote.
+class StateChanges(msgspec.Struct, frozen=True):
+    """What the last transition wrote to the parts of the state that only grow."""
 
-    Results are ``(scoped id, record)`` pairs (a later write replaces an earlier
-    one); report rows are newest last. A host that stores these and the hot
-    snapshot can rebuild the state with ``restore_state``.
+    results: list[tuple[str, Any]]  # (scoped step id, result record); later replaces earlier
+    report: list[ReportRow]  # newest last
+    resolved: list[tuple[str, str]]  # (key, how it was resolved); later replaces earlier
+
+
+def state_changes(state: State) -> StateChanges:
+    """The result records, report rows and resolved keys the last transition wrote.
+
+    A host that stores these and the ``encode_hot`` snapshot can rebuild the
+    state with ``restore_state``.
     """
     results = []
     for name in state.journal.results:
@@ -434,7 +444,8 @@ def state_changes(state: State) -> tuple[list[tuple[str, Any]], list[ReportRow]]
         rows.append(link.row)
         link = link.rest
     rows.reverse()
-    return results, rows
+    resolved = [(key, state.resolved[key]) for key in state.journal.resolved]
+    return StateChanges(results, rows, resolved)
 
 
 def restore_state(
@@ -442,6 +453,7 @@ def restore_state(
     results: Iterable[tuple[str, Any]],
     report: Iterable[ReportRow],
     flow: Flow,
+    resolved: Iterable[tuple[str, str]] = (),
 ) -> State:
     """Rebuild a state from ``encode_hot`` bytes plus the stored rows.
 
@@ -458,5 +470,6 @@ def restore_state(
         results=immutables.Map(results),
         recent=immutables.Map(),
         report=link,
+        resolved=immutables.Map(resolved),
         journal=Journal(),
     )

@@ -45,6 +45,7 @@ EXPECTED = {
     "SpecError",
     "Sleep",
     "State",
+    "StateChanges",
     "SubflowSettled",
     "TimerFired",
     "Usage",

@@ -23,11 +23,13 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
     # What an incremental host stores: the hot snapshot plus growing rows.
     stored_results: dict[str, Any] = {}
     stored_rows: list[Any] = []
+    stored_resolved: dict[str, str] = {}
 
     def store(s: flowcore.State) -> None:
-        results, rows = state_changes(s)
-        stored_results.update(results)
-        stored_rows.extend(rows)
+        changes = state_changes(s)
+        stored_results.update(changes.results)
+        stored_rows.extend(changes.report)
+        stored_resolved.update(changes.resolved)
 
     store(state)
     for _ in range(steps):
@@ -50,7 +52,9 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
             break
         event = data.draw(events_for(state))
         moved = apply(state, event)
-        restored = restore_state(encode_hot(state), stored_results.items(), stored_rows, flow)
+        restored = restore_state(
+            encode_hot(state), stored_results.items(), stored_rows, flow, stored_resolved.items()
+        )
         again = apply(restored, event)
         assert (moved is None) == (again is None), "restored state accepts differently"
         if moved is not None and again is not None:

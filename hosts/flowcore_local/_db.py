@@ -84,6 +84,12 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, key)
         )""",
         "CREATE INDEX outbox_by_status ON outbox (status, due_ms)",
+        """CREATE TABLE resolved (
+            run_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            how TEXT NOT NULL,
+            PRIMARY KEY (run_id, key)
+        ) WITHOUT ROWID""",
         """CREATE TABLE dead_letters (
             run_id TEXT NOT NULL,
             key TEXT NOT NULL,

@@ -314,7 +314,10 @@ class Store:
                 "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
             )
         ]
-        state = flowcore.restore_state(hot[0], results, rows, flow)
+        resolved = self.conn.execute(
+            "SELECT key, how FROM resolved WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        state = flowcore.restore_state(hot[0], results, rows, flow, resolved)
         open_keys = {
             key: kind
             for key, kind in self.conn.execute(
@@ -362,7 +365,13 @@ class Store:
             "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
             [(run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records],
         )
-        results, rows = flowcore.state_changes(state)
+        changes = flowcore.state_changes(state)
+        results, rows = changes.results, changes.report
+        if changes.resolved:
+            conn.executemany(
+                "INSERT OR REPLACE INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
+                [(run_id, key, how) for key, how in changes.resolved],
+            )
         if results:
             conn.executemany(
                 "INSERT OR REPLACE INTO results (run_id, name, record) VALUES (?, ?, ?)",
