@@ -47,9 +47,7 @@ def sequential_spec(steps: int, name: str = "seq") -> dict[str, Any]:
         "flow": name,
         "tools": {"noop": {"class": "idempotent"}},
         "budget": {"steps": steps * 2 + 10},
-        "steps": [
-            {"id": f"s{i}", "call_tool": {"tool": "noop", "input": i}} for i in range(steps)
-        ],
+        "steps": [{"id": f"s{i}", "call_tool": {"tool": "noop", "input": i}} for i in range(steps)],
     }
 
 
@@ -216,7 +214,6 @@ def bench_dbos(db: Path, steps: int) -> float:
         config={
             "name": "bench",
             "system_database_url": f"sqlite:///{db}",
-            "run_admin_server": False,
             "log_level": "WARNING",
         }
     )

@@ -26,6 +26,7 @@ from ._log import (
     encode_records,
     iter_records,
 )
+from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
 from ._spec import Budget, Flow, parse_flow
 from ._state import (
     State,
@@ -95,6 +96,8 @@ __all__ = [
     "Record",
     "Recorder",
     "ReplayDivergence",
+    "ReplayError",
+    "ReplayReport",
     "ReportEntry",
     "RunAgent",
     "RunSubflow",
@@ -109,6 +112,7 @@ __all__ = [
     "SubflowSettled",
     "TimerFired",
     "TornTail",
+    "TrajectoryEntry",
     "Usage",
     "WireError",
     "advance",
@@ -128,6 +132,7 @@ __all__ = [
     "event_to_wire",
     "iter_records",
     "parse_flow",
+    "replay",
     "restore_state",
     "start",
     "state_changes",

@@ -458,7 +458,8 @@ class _Txn:
         cap = self.flow.limits.max_concurrency
         if cap is not None and (self.in_flight >= cap or self.queue_head < self.queue_tail):
             # Held work goes first: new work queues behind it, in request order.
-            self.queue = self.queue.set(self.queue_tail, Held(frame, effect, self.seq, target))
+            held = Held(frame, effect, self.seq, target, member)
+            self.queue = self.queue.set(self.queue_tail, held)
             self.queue_tail += 1
             return
         self.issue(frame, effect, member, self.seq, target)
@@ -509,10 +510,7 @@ class _Txn:
                     ReportRow(key, held.seq, _tag(held.effect), held.target, "not-started")
                 )
                 continue
-            member = ""
-            if isinstance(held.effect, RunAgent) and held.effect.member is not None:
-                member = held.effect.member
-            self.issue(held.frame, held.effect, member, held.seq, held.target)
+            self.issue(held.frame, held.effect, held.member, held.seq, held.target)
 
     def still_wanted(self, frame: Any, held: Held) -> bool:
         key = held.effect.idempotency_key
@@ -818,6 +816,10 @@ class _Txn:
             recent = _EMPTY
         self.recent = recent
 
+    def lookup(self, name: str) -> Any:
+        record = self.recent.get(name)
+        return record if record is not None else self.results[name]
+
     def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
         retry = step.retry
         if retry is None or frame.attempt >= retry.max_attempts:
@@ -1087,16 +1089,17 @@ class _Txn:
         assert isinstance(prog, ForEachProgress)
         if not out[0]:
             for j in range(prog.next):
-                if j not in prog.outputs and j != index:
+                if j != index and f"{frame.id}[{j}]:" in self.frames:
                     self.abandon_frame(f"{frame.id}[{j}]:")
             return out
-        outputs = {**prog.outputs, index: out[1]}
-        prog = msgspec.structs.replace(
-            prog, running=prog.running - 1, done=prog.done + 1, outputs=outputs
-        )
+        # Each iteration's output is kept with the step results (not in the
+        # progress record, which would then be copied whole on every event).
+        self.record(f"{self.child_prefix(frame_now)}{step.id}[{index}]/$output", {"output": out[1]})
+        prog = msgspec.structs.replace(prog, running=prog.running - 1, done=prog.done + 1)
         frame_now = self.set_frame(frame_now, progress=prog)
         if prog.done == len(prog.items):
-            return (_OK, [outputs[i] for i in range(len(prog.items))])
+            base = f"{self.child_prefix(frame_now)}{step.id}"
+            return (_OK, [self.lookup(f"{base}[{i}]/$output")["output"] for i in range(prog.done)])
         if refill:
             return self.fill_for_each(frame_now, step, body)
         return None
@@ -1412,6 +1415,8 @@ class _Txn:
         step = self.step_of(frame)
         if self.may_reissue(step, entry, frame):
             # Same key: the tool can deduplicate. Counts as an issue of the step.
+            # The row stands in the report should the re-issue exhaust the budget.
+            self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain"))
             self.pending = self.pending.delete(key)
             self.in_flight -= 1
             self.set_frame(frame, unknowns=frame.unknowns + 1)

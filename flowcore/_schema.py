@@ -1,4 +1,6 @@
-"""JSON Schemas for the wire protocol, derived from the msgspec types in ``_wire``.
+"""JSON Schemas for the wire protocol and the event log, derived from msgspec types.
+
+Effects and events come from ``_wire``, log records from ``_log``.
 
 ``wire_schemas()`` is the single source of the committed files under
 ``specs/schema/``; ``scripts/gen_schemas.py`` writes them and a test keeps them
@@ -16,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from ._log import TypedRecord
 from ._wire import Effect, Event
 
 __all__ = ["SCHEMA_BASE_URI", "render_schema", "wire_schemas"]
@@ -37,6 +40,14 @@ _UNIONS: dict[str, tuple[Any, str, str]] = {
         "flowcore event",
         "An event a host reports back to the flowcore interpreter (host -> core). "
         "A tagged union discriminated by `kind`.",
+    ),
+    "records": (
+        TypedRecord,
+        "flowcore log record",
+        "One record of a flowcore event log (specs/log.md): an envelope "
+        "{type, index, runId, at, data}, one per NDJSON line or length-framed MessagePack "
+        "map, discriminated by `type`. Readers skip record types they do not know and "
+        "ignore unknown fields, so that new ones never break old logs.",
     ),
 }
 
@@ -60,7 +71,7 @@ def _document(key: str, union: Any, title: str, description: str) -> dict[str, A
 
 
 def wire_schemas() -> dict[str, dict[str, Any]]:
-    """The JSON Schemas of the wire unions, keyed ``"effects"`` and ``"events"``.
+    """The JSON Schemas, keyed ``"effects"``, ``"events"`` and ``"records"``.
 
     Returns fresh dicts on every call; callers may mutate them.
     """

@@ -557,8 +557,13 @@ def _build_converter() -> cattrs.Converter:
     for cl in plain:
         conv.register_structure_hook(cl, _mapping_first(conv, cl))
 
+    base = {
+        cl: _mapping_first(conv, cl)
+        for cl in (TeamDecl, AskHumanStep, ForEachStep, SleepStep, RepeatStep, CancelScheduledStep)
+    }
+
     def team_hook(value: Any, _: Any) -> TeamDecl:
-        team = cast(TeamDecl, _mapping_first(conv, TeamDecl)(value, TeamDecl))
+        team = cast(TeamDecl, base[TeamDecl](value, TeamDecl))
         errors: list[Exception] = []
         if not team.members:
             errors.append(_note_attr(_Msg("a team needs at least one member"), "members"))
@@ -574,7 +579,7 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(TeamDecl, team_hook)
 
     def ask_hook(value: Any, _: Any) -> AskHumanStep:
-        ask = cast(AskHumanStep, _mapping_first(conv, AskHumanStep)(value, AskHumanStep))
+        ask = cast(AskHumanStep, base[AskHumanStep](value, AskHumanStep))
         errors: list[Exception] = []
         if ask.options is not None and not ask.options:
             errors.append(_note_attr(_Msg("options must not be empty"), "options"))
@@ -594,7 +599,7 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(AskHumanStep, ask_hook)
 
     def for_each_hook(value: Any, _: Any) -> ForEachStep:
-        each = cast(ForEachStep, _mapping_first(conv, ForEachStep)(value, ForEachStep))
+        each = cast(ForEachStep, base[ForEachStep](value, ForEachStep))
         errors: list[Exception] = []
         for key, name in (("as", each.as_), ("index", each.index)):
             if name in RESERVED_NAMES:
@@ -612,7 +617,7 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(ParallelStep, _mapping_first(conv, ParallelStep))
 
     def sleep_hook(value: Any, _: Any) -> SleepStep:
-        step = cast(SleepStep, _mapping_first(conv, SleepStep, generated=True)(value, SleepStep))
+        step = cast(SleepStep, base[SleepStep](value, SleepStep))
         if (step.for_ms is None) == (step.until is None):
             raise _Msg("sleep needs exactly one of 'for_ms' or 'until'")
         return step
@@ -629,9 +634,7 @@ def _build_converter() -> cattrs.Converter:
             except _Msg as exc:
                 errors.append(_note_attr(exc, "cron"))
         try:
-            step = cast(
-                RepeatStep, _mapping_first(conv, RepeatStep, generated=True)(raw, RepeatStep)
-            )
+            step = cast(RepeatStep, base[RepeatStep](raw, RepeatStep))
         except ClassValidationError as exc:
             errors.extend(exc.exceptions)
             step = None
@@ -649,7 +652,7 @@ def _build_converter() -> cattrs.Converter:
         raw = _mapping(value, "cancel_scheduled settings")
         return cast(
             CancelScheduledStep,
-            _mapping_first(conv, CancelScheduledStep, generated=True)(raw, CancelScheduledStep),
+            base[CancelScheduledStep](raw, CancelScheduledStep),
         )
 
     conv.register_structure_hook(CancelScheduledStep, cancel_hook)

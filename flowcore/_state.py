@@ -124,7 +124,6 @@ class ForEachProgress(_S, frozen=True, tag="for_each"):
     next: int = 0
     running: int = 0
     done: int = 0
-    outputs: dict[int, Any] = {}
 
 
 class RepeatProgress(_S, frozen=True, tag="repeat"):
@@ -201,6 +200,7 @@ class Held(_S, frozen=True, array_like=True):
     effect: RunAgent | RunTeam | CallTool | RunSubflow
     seq: int
     target: str
+    member: str = ""  # a team member's name, when the work is a member's run-agent
 
 
 class CompLink(_S, frozen=True, array_like=True):
@@ -337,7 +337,7 @@ def encode_state(state: State) -> bytes:
         if name not in ("format", "flow_id", "flow_version", "spec_hash")
     }
     for name in _MAPS:
-        fields[name] = dict(fields[name].items())
+        fields[name] = _ordered(fields[name])
     fields["report"] = report_rows(state.report)[::-1]
     snap = _Snapshot(
         format=SNAPSHOT_FORMAT,
@@ -347,6 +347,12 @@ def encode_state(state: State) -> bytes:
         **fields,
     )
     return _encoder.encode(snap)
+
+
+def _ordered(mapping: immutables.Map[Any, Any]) -> dict[Any, Any]:
+    # A HAMT iterates in hash order, and str hashes differ between processes:
+    # snapshots list entries in key order so their bytes are the same anywhere.
+    return dict(sorted(mapping.items()))
 
 
 def decode_state(data: bytes, flow: Flow) -> State:
@@ -402,7 +408,7 @@ def encode_hot(state: State) -> bytes:
     }
     for name in _MAPS:
         if name not in _COLD:
-            fields[name] = dict(fields[name].items())
+            fields[name] = _ordered(fields[name])
     fields["results"] = {}
     fields["recent"] = {}
     fields["report"] = []

@@ -1,46 +1,150 @@
-"""Property-testing kit: hypothesis strategies for flows and for hosts' events.
+"""Property-test flows with hypothesis: a simulator, strategies, invariants, a state machine.
 
-``flows()`` generates valid flow specs (as mappings) that use every construct
-of the language, bounded by knobs. ``pending_events(state)`` lists the events
-a well-behaved host could send to a run now, and ``hostile_events(state)``
-the ones a broken or malicious host might send; ``events_for(state)`` draws
-from both.
+Four parts, all usable on your own flows (``specs/testing.md`` walks through
+them):
 
-Like the rest of flowcore this module does no I/O: it only builds values.
+* **The simulator** (``Simulator``, ``simulate``; responses ``Ok``, ``Fail``,
+  ``Unknown``, ``Hang``, ``Responses``; ``Fault``, ``Signal``): a
+  synchronous host with a virtual clock that runs a flow, its subflows and a
+  scripted world to the end and returns a ``Trajectory``.
+* **Strategies**: ``flows()`` generates valid specs that use every construct
+  of the language; ``event_streams(flow, input)`` generates what a host may
+  report to a run, hostile reports included (duplicates, unknown keys, wrong
+  options, wrong kinds, reordering, clocks going backwards, oversize payloads,
+  events after settlement); ``faults()`` generates fault injections for the
+  simulator.
+* **Invariants**: ``check_run(flow, input, events)`` drives a run and checks
+  everything below; each check also exists alone (``check_determinism``,
+  ``check_budget``, ``check_keys``, ``check_settlement``,
+  ``check_work_accounted``, ``check_rejections``) and takes either
+  ``(flow, input, events)`` or a ``RunHistory``; ``check_trajectory`` checks a
+  simulation, every child run included. They raise ``AssertionError`` with a
+  message that names the run, the turn and the event.
+* **``FlowMachine``**: a hypothesis ``RuleBasedStateMachine`` that drives one
+  run with rules (deliver a result, fail, outcome unknown, duplicate, advance
+  the clock, signal, answer, cancel, hostile events) and checks the invariants
+  after every rule. Subclass it with ``flow = ...`` and ``input = ...``.
+
+Like the rest of flowcore this module does no I/O, reads no clock and draws
+no random number of its own: every choice comes from hypothesis or from the
+caller.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, TypeAlias
 
+import msgspec
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from ._errors import EventRejected
 from ._interp import Decision, advance
-from ._state import State
+from ._sim import (
+    FAULT_KINDS,
+    Call,
+    Entry,
+    Fail,
+    Fault,
+    Hang,
+    Ok,
+    Responses,
+    RunHistory,
+    Signal,
+    SimulationError,
+    Simulator,
+    Spec,
+    Trajectory,
+    Turn,
+    Unknown,
+    UsageLine,
+    UsageReport,
+    as_flow,
+    drive,
+    simulate,
+)
+from ._spec import Budget, Flow
+from ._state import State, decode_state, encode_state
 from ._wire import (
+    AskHuman,
+    AwaitSignal,
+    BudgetRemaining,
+    CallTool,
     CancelRequested,
+    Effect,
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
     ErrorInfo,
     Event,
     HumanAnswered,
+    RunAgent,
+    RunSubflow,
+    RunTeam,
+    Settled,
     SignalReceived,
+    Sleep,
     SubflowSettled,
     TimerFired,
     Usage,
+    encode_effect,
+    event_from_wire,
+    event_to_wire,
 )
 
 __all__ = [
+    "CHILD_SPEC",
     "EVENT_KINDS",
+    "FAULT_KINDS",
+    "MOVES",
+    "SIGNALS",
+    "TEAMS",
     "TOOLS",
+    "Call",
+    "Entry",
+    "Fail",
+    "Fault",
+    "FlowMachine",
+    "Hang",
+    "Ok",
+    "Responses",
+    "RunHistory",
+    "Signal",
+    "SimulationError",
+    "Simulator",
+    "Trajectory",
+    "Turn",
+    "Unknown",
+    "UsageLine",
+    "UsageReport",
     "apply",
+    "check_budget",
+    "check_determinism",
+    "check_history",
+    "check_keys",
+    "check_rejections",
+    "check_run",
+    "check_settlement",
+    "check_trajectory",
+    "check_work_accounted",
+    "drive",
     "event_of_kind",
+    "event_streams",
     "events_for",
+    "events_from_moves",
+    "faults",
+    "flow_inputs",
     "flows",
+    "generated_world",
     "hostile_events",
+    "moves",
     "pending_events",
+    "play",
+    "simulate",
 ]
+
+# --- the vocabulary of generated flows ---------------------------------------------------
 
 TOOLS = {
     "read": {"class": "readonly"},
@@ -55,11 +159,33 @@ TEAMS = {
     },
     "pair": {
         "mode": "parallel",
-        "members": [{"member": "left", "agent": "a3"}, {"member": "right", "agent": "a4"}],
+        "members": [
+            {"member": "left", "agent": "a3", "instructions": "lean left"},
+            {"member": "right", "agent": "a4"},
+        ],
     },
 }
+AGENTS = ("bot", "a1", "a2", "a3", "a4")
 SIGNALS = ("go", "stop")
 ERROR_TYPES = ("boom", "busy", "timeout", "outcome-unknown")
+_TOOL_NAMES = tuple(sorted(TOOLS))
+
+CHILD_SPEC: dict[str, Any] = {
+    "flow": "child",
+    "tools": {"read": {"class": "readonly"}},
+    "limits": {"max_subflow_depth": 3},
+    "steps": [
+        {"id": "look", "call_tool": {"tool": "read", "input": {"v": "${input.v}"}}},
+        {
+            "id": "deeper",
+            "try": [{"id": "again", "run_subflow": {"flow": "child", "input": {"v": 1}}}],
+            "catch": [{"errors": ["*"], "steps": [{"id": "rest", "sleep": {"for_ms": 10}}]}],
+        },
+    ],
+    "output": "${steps.look.output}",
+}
+"""The flow that generated ``run_subflow`` steps start: it calls a tool, then
+itself, until its depth limit fails the innermost call (which it catches)."""
 
 EVENT_KINDS = (
     "effect-succeeded",
@@ -72,6 +198,22 @@ EVENT_KINDS = (
     "cancel-requested",
 )
 
+STEP_KINDS = (
+    "call_tool",
+    "run_agent",
+    "run_team",
+    "ask_human",
+    "sleep",
+    "await_signal",
+    "run_subflow",
+    "schedule",
+    "cancel_scheduled",
+    "switch",
+    "parallel",
+    "for_each",
+    "repeat",
+    "try",
+)
 _LEAF_KINDS = (
     "call_tool",
     "run_agent",
@@ -84,6 +226,8 @@ _LEAF_KINDS = (
 )
 _NEST_KINDS = ("switch", "parallel", "for_each", "repeat", "try")
 
+# --- flows -------------------------------------------------------------------------------
+
 
 class _Ids:
     """Hands out step ids unique within one generated flow."""
@@ -91,6 +235,7 @@ class _Ids:
     def __init__(self) -> None:
         self.n = 0
         self.scheduled: list[str] = []
+        self.teams: set[str] = set()
 
     def next(self) -> str:
         self.n += 1
@@ -98,36 +243,54 @@ class _Ids:
 
 
 def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str, Any]:
+    # Few draws per step, each deciding several things: the number of draws
+    # is what generating a flow costs.
     sid = ids.next()
     ref = f"${{steps.{draw(st.sampled_from(earlier))}.output}}" if earlier else "${input.n}"
     step: dict[str, Any] = {"id": sid}
     if kind == "call_tool":
-        step["call_tool"] = {"tool": draw(st.sampled_from(sorted(TOOLS))), "input": {"v": ref}}
+        step["call_tool"] = {"tool": draw(st.sampled_from(_TOOL_NAMES)), "input": {"v": ref}}
     elif kind == "run_agent":
-        step["run_agent"] = {"agent": "bot", "prompt": f"do {ref}"}
+        agent: dict[str, Any] = {"agent": "bot", "prompt": f"do {ref}"}
+        if draw(st.integers(0, 3)) == 3:
+            agent["instructions"] = "be brief"
+            agent["member"] = "solo"
+        step["run_agent"] = agent
     elif kind == "run_team":
-        step["run_team"] = {"team": draw(st.sampled_from(["duo", "pair", "crowd"])), "prompt": "p"}
+        team = draw(st.sampled_from(["duo", "pair", "crowd"]))
+        ids.teams.add(team)
+        step["run_team"] = {"team": team, "prompt": "p"}
     elif kind == "ask_human":
-        ask: dict[str, Any] = {"question": f"ok {ref}?", "options": ["yes", "no"]}
-        if draw(st.booleans()):
+        # options 4 in 5; a timeout 1 in 2, with a default 1 in 2 of those
+        shape = draw(st.integers(0, 19))
+        ask: dict[str, Any] = {"question": f"ok {ref}?"}
+        if shape % 5 != 4:
+            ask["options"] = ["yes", "no"]
+        if shape // 5 % 2:
             ask["timeout_ms"] = draw(st.integers(1, 5000))
-            if draw(st.booleans()):
+            if shape // 10:
                 ask["default"] = "no"
         step["ask_human"] = ask
     elif kind == "sleep":
-        step["sleep"] = {"for_ms": draw(st.integers(0, 5000))}
+        wait_ms = draw(st.integers(0, 6000))
+        if wait_ms > 5000:  # an instant instead, mostly already past
+            step["sleep"] = {"until": f"1970-01-01T00:00:0{wait_ms % 10}Z"}
+        else:
+            step["sleep"] = {"for_ms": wait_ms}
     elif kind == "await_signal":
-        wait: dict[str, Any] = {"signal": draw(st.sampled_from(SIGNALS))}
-        if draw(st.booleans()):
+        shape = draw(st.integers(0, 3))
+        wait: dict[str, Any] = {"signal": SIGNALS[shape % 2]}
+        if shape // 2:
             wait["timeout_ms"] = draw(st.integers(1, 5000))
         step["await_signal"] = wait
     elif kind == "run_subflow":
         step["run_subflow"] = {"flow": "child", "input": {"v": ref}}
     elif kind == "schedule":
+        shape = draw(st.integers(0, 7))
         step["schedule"] = {
-            "tool": draw(st.sampled_from(sorted(TOOLS))),
+            "tool": _TOOL_NAMES[shape % 4],
             "delay_ms": draw(st.integers(0, 5000)),
-            "outlive_run": draw(st.booleans()),
+            "outlive_run": shape >= 4,
         }
         ids.scheduled.append(sid)
     else:  # pragma: no cover - the callers pass leaf kinds only
@@ -135,20 +298,31 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
     return step
 
 
+class _Knobs:
+    def __init__(self, kinds: Collection[str] | None) -> None:
+        self.leaves = tuple(k for k in _LEAF_KINDS if kinds is None or k in kinds)
+        self.nests = tuple(k for k in _NEST_KINDS if kinds is None or k in kinds)
+        self.cancel = kinds is None or "cancel_scheduled" in kinds
+        if not self.leaves:
+            raise ValueError(f"flows(kinds=...) needs at least one leaf kind of {_LEAF_KINDS}")
+
+
 def _steps(
-    draw: st.DrawFn, ids: _Ids, depth: int, max_len: int, earlier: list[str]
+    draw: st.DrawFn, ids: _Ids, knobs: _Knobs, depth: int, max_len: int, earlier: list[str]
 ) -> list[dict[str, Any]]:
     n = draw(st.integers(1, max_len))
     out: list[dict[str, Any]] = []
     for _ in range(n):
-        out.append(_step(draw, ids, depth, earlier))
+        out.append(_step(draw, ids, knobs, depth, earlier))
         earlier = [*earlier, out[-1]["id"]]
     return out
 
 
-def _step(draw: st.DrawFn, ids: _Ids, depth: int, earlier: list[str]) -> dict[str, Any]:
-    kinds = _LEAF_KINDS + (_NEST_KINDS if depth > 0 else ())
-    if ids.scheduled:
+def _step(
+    draw: st.DrawFn, ids: _Ids, knobs: _Knobs, depth: int, earlier: list[str]
+) -> dict[str, Any]:
+    kinds = knobs.leaves + (knobs.nests if depth > 0 else ())
+    if ids.scheduled and knobs.cancel:
         kinds = (*kinds, "cancel_scheduled")
     kind = draw(st.sampled_from(kinds))
     if kind in _LEAF_KINDS:
@@ -161,58 +335,71 @@ def _step(draw: st.DrawFn, ids: _Ids, depth: int, earlier: list[str]) -> dict[st
         inner = depth - 1
         if kind == "switch":
             cases: list[dict[str, Any]] = [
-                {"if": "input.flag", "steps": _steps(draw, ids, inner, 2, earlier)}
+                {"if": "input.flag", "steps": _steps(draw, ids, knobs, inner, 2, earlier)}
             ]
             if draw(st.booleans()):
-                cases.append({"else": _steps(draw, ids, inner, 2, earlier)})
+                cases.append({"else": _steps(draw, ids, knobs, inner, 2, earlier)})
             step = {"id": sid, "switch": cases}
         elif kind == "parallel":
-            names = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, unique=True))
+            # branches: a non-empty subset of a, b, c; a mode; max_concurrency none, 1 or 2
+            shape = draw(st.integers(0, 7 * 4 * 3 - 1))
+            names = [n for i, n in enumerate("abc") if (1 + shape % 7) >> i & 1]
             par: dict[str, Any] = {
-                "mode": draw(st.sampled_from(["all", "all_settled", "race", "any"])),
-                "branches": {n: _steps(draw, ids, inner, 2, earlier) for n in names},
+                "mode": ("all", "all_settled", "race", "any")[shape // 7 % 4],
+                "branches": {n: _steps(draw, ids, knobs, inner, 2, earlier) for n in names},
             }
-            if draw(st.booleans()):
-                par["max_concurrency"] = draw(st.integers(1, 2))
+            if shape // 28:
+                par["max_concurrency"] = shape // 28
             step = {"id": sid, "parallel": par}
         elif kind == "for_each":
+            width = draw(st.integers(0, 2))
             each: dict[str, Any] = {
                 "items": "${input.items}",
                 "as": "it",
-                "steps": _steps(draw, ids, inner, 2, earlier),
+                "steps": _steps(draw, ids, knobs, inner, 2, earlier),
             }
-            if draw(st.booleans()):
-                each["max_concurrency"] = draw(st.integers(1, 2))
+            if width:
+                each["max_concurrency"] = width
             step = {"id": sid, "for_each": each}
         elif kind == "repeat":
+            # max_fires 1..3; a cron cadence 1 in 6 (else every_ms); an until 1 in 2
+            shape = draw(st.integers(0, 3 * 6 * 2 - 1))
             rep: dict[str, Any] = {
-                "every_ms": draw(st.integers(1, 5000)),
-                "max_fires": draw(st.integers(1, 3)),
-                "steps": _steps(draw, ids, inner, 2, earlier),
+                "max_fires": 1 + shape % 3,
+                "steps": _steps(draw, ids, knobs, inner, 2, earlier),
             }
-            if draw(st.booleans()):
+            if shape // 3 % 6 == 5:
+                rep["cron"] = "*/5 * * * *"
+            else:
+                rep["every_ms"] = draw(st.integers(1, 5000))
+            if shape // 18:
                 rep["until"] = "fire_count >= `2`"
             step = {"id": sid, "repeat": rep}
         else:
-            body = _steps(draw, ids, inner, 2, earlier)
+            body = _steps(draw, ids, knobs, inner, 2, earlier)
             errors = draw(st.sampled_from([["*"], ["timeout"], ["boom", "outcome-unknown"]]))
             step = {
                 "id": sid,
                 "try": body,
-                "catch": [{"errors": errors, "steps": _steps(draw, ids, inner, 1, earlier)}],
+                "catch": [{"errors": errors, "steps": _steps(draw, ids, knobs, inner, 1, earlier)}],
             }
-    if draw(st.integers(0, 4)) == 0:
+    # One draw decides the decorations (about 1 in 5 steps gets a timeout, 1
+    # in 5 a retry, 1 in 6 a compensation): draws are what generation costs.
+    deco = draw(st.integers(0, 149))
+    if deco % 5 == 4:
         step["timeout_ms"] = draw(st.integers(1, 10000))
-    if draw(st.integers(0, 4)) == 0:
+    if deco // 5 % 5 == 4:
+        # max_attempts 1..3, the interval, jitter on or off, an errors filter or not.
+        shape = draw(st.integers(0, 11))
         step["retry"] = {
-            "max_attempts": draw(st.integers(1, 3)),
+            "max_attempts": 1 + shape % 3,
             "initial_interval_ms": draw(st.integers(0, 1000)),
             "backoff": 2.0,
             "max_interval_ms": 2000,
-            "jitter": draw(st.sampled_from([0.0, 0.5])),
-            **({"errors": ["*"]} if draw(st.booleans()) else {}),
+            "jitter": 0.5 if shape // 3 % 2 else 0.0,
+            **({"errors": ["*"]} if shape // 6 else {}),
         }
-    if draw(st.integers(0, 5)) == 0:
+    if "call_tool" in knobs.leaves and deco // 25 == 5:
         step["compensate"] = [_leaf(draw, ids, "call_tool", earlier)]
     return step
 
@@ -224,21 +411,33 @@ def flows(
     max_steps: int = 4,
     budget: bool = True,
     concurrency: bool = True,
+    kinds: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """Valid flow specs (mappings) using every construct, bounded in size.
 
-    ``max_depth`` bounds nesting, ``max_steps`` the length of each step list.
-    Generated flows read ``input.flag`` (bool), ``input.items`` (list) and
-    ``input.n``; use ``flow_inputs()`` for matching inputs.
+    ``max_depth`` bounds nesting, ``max_steps`` the length of the top-level
+    step list (nested lists hold one or two steps); ``budget`` and
+    ``concurrency`` allow budgets and ``max_concurrency`` limits; ``kinds``
+    restricts the step kinds (see ``STEP_KINDS``). Generated flows read
+    ``input.flag`` (bool), ``input.items`` (list) and ``input.n``: use
+    ``flow_inputs()`` for matching inputs. They call the tools in ``TOOLS``,
+    the agents ``bot``, ``a1``..``a4``, the teams in ``TEAMS`` (declared when
+    used) and an undeclared team ``crowd``, the signals in ``SIGNALS`` and the subflow
+    ``child`` (``CHILD_SPEC``).
     """
+    knobs = _Knobs(kinds)
     ids = _Ids()
     spec: dict[str, Any] = {
         "flow": "generated",
         "tools": TOOLS,
-        "teams": TEAMS,
-        "steps": _steps(draw, ids, max_depth, max_steps, []),
+        "steps": _steps(draw, ids, knobs, max_depth, max_steps, []),
         "output": "${input.n}",
     }
+    # Only the teams the steps use are declared: parsing each declaration
+    # costs as much as a step.
+    teams = {name: decl for name, decl in TEAMS.items() if name in ids.teams}
+    if teams:
+        spec["teams"] = teams
     if budget and draw(st.booleans()):
         spec["budget"] = {
             "steps": draw(st.integers(1, 30)),
@@ -248,7 +447,11 @@ def flows(
     limits: dict[str, Any] = {"max_subflow_depth": draw(st.integers(0, 3))}
     if concurrency and draw(st.booleans()):
         limits["max_concurrency"] = draw(st.integers(1, 3))
+    if draw(st.integers(0, 4)) == 0:
+        limits["max_buffered_signals"] = draw(st.integers(0, 2))
     spec["limits"] = limits
+    if draw(st.integers(0, 9)) == 0:
+        spec["input_schema"] = {"type": "object", "required": ["n"]}
     return spec
 
 
@@ -263,11 +466,7 @@ def flow_inputs() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-# --- events ----------------------------------------------------------------------------------
-
-
-def _later(state: State, step: int) -> int:
-    return state.now_ms + step
+# --- single events for a state (kept for the exhaustive state x event test) --------------
 
 
 def pending_events(state: State) -> list[Event]:
@@ -306,12 +505,13 @@ def pending_events(state: State) -> list[Event]:
     return out
 
 
-def hostile_events(state: State) -> list[Event]:
-    """Events a broken host might send: unknown keys, wrong kinds, bad answers."""
+def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
+    """Events a broken host might send: unknown keys, wrong kinds, bad answers, time
+    travel, oversize payloads, and duplicates of the events in ``sent``."""
     at = state.now_ms
     keys = sorted(state.pending.keys()) or ["nobody/none#1"]
     key = keys[0]
-    return [
+    out: list[Event] = [
         EffectSucceeded(idempotency_key=f"{key}-ghost", at_ms=at),
         EffectFailed(idempotency_key="???", error=ErrorInfo(type="x"), at_ms=at),
         HumanAnswered(idempotency_key=key, answer="maybe", at_ms=at),
@@ -321,6 +521,8 @@ def hostile_events(state: State) -> list[Event]:
         EffectSucceeded(idempotency_key=key, output="x" * 10_000, at_ms=0),
         SignalReceived(signal="nobody-waits", payload=list(range(100)), at_ms=at),
     ]
+    out.extend(sent[-3:])
+    return out
 
 
 def event_of_kind(kind: str, state: State, choice: int) -> Event:
@@ -363,9 +565,1062 @@ def events_for(state: State) -> st.SearchStrategy[Event]:
 
 def apply(state: State, event: Event) -> Decision | None:
     """``advance``, or None when the event is rejected (the state is then unchanged)."""
-    from ._errors import EventRejected
-
     try:
         return advance(state, event)
     except EventRejected:
         return None
+
+
+# --- event streams: a host that makes up its reports --------------------------------------
+
+MOVES: tuple[tuple[str, int], ...] = (
+    # A move is (op, choice); the op is drawn from 0..99 and these are the
+    # ops' shares. Well-behaved ops come first so that streams shrink
+    # towards plain successes.
+    ("succeed", 30),
+    ("fire", 10),
+    ("answer", 8),
+    ("fail", 8),
+    ("unknown", 6),
+    ("subflow", 6),
+    ("signal", 5),
+    ("stale", 3),
+    ("cancel", 2),
+    # hostile
+    ("duplicate", 4),
+    ("ghost", 2),
+    ("bad-answer", 2),
+    ("wrong-kind", 3),
+    ("time-travel", 2),
+    ("oversize", 3),
+    ("flood", 3),
+    ("early-timer", 3),
+)
+_OPS: tuple[str, ...] = tuple(name for name, share in MOVES for _ in range(share))
+_FRIENDLY = 78  # ops below this index are what a well-behaved host sends
+assert len(_OPS) == 100 and _OPS[_FRIENDLY - 1] == "cancel" and _OPS[_FRIENDLY] == "duplicate"
+_WORK_KINDS = ("work", "sched-call")
+_TIMER_KINDS = (
+    "wait",
+    "timeout",
+    "backoff",
+    "deadline",
+    "tick",
+    "ask-timeout",
+    "signal-timeout",
+    "sched-delay",
+)
+
+
+def _output(choice: int) -> Any:
+    shape = choice % 5
+    if shape == 0:
+        return {"v": choice, "green": choice % 2 == 0, "items": [choice % 3]}
+    if shape == 1:
+        return choice
+    if shape == 2:
+        return None
+    if shape == 3:
+        return f"text {choice}"
+    return [choice, {"k": "v"}]
+
+
+def _oversize(choice: int) -> Any:
+    shape = choice % 3
+    if shape == 0:
+        return "x" * 100_000
+    if shape == 1:
+        return list(range(5_000))
+    nested: Any = choice
+    for _ in range(100):
+        nested = {"n": nested}
+    return nested
+
+
+_ANSWERS = (EffectSucceeded, EffectFailed, EffectOutcomeUnknown, SubflowSettled)
+
+
+class _Host:
+    """What a host knows about one run while it makes up events to report."""
+
+    def __init__(
+        self,
+        history: RunHistory,
+        paranoid: bool = True,
+        outputs: Callable[[Effect, int], Any] | None = None,
+    ) -> None:
+        self.h = history
+        self.paranoid = paranoid
+        self.outputs = outputs
+        self.timers: dict[str, int] = {}
+        self.work: dict[str, Effect] = {}
+        self.signal_names: set[str] = set(SIGNALS)
+        self.sent: list[Event] = []
+        self.answered: set[str] = set()  # work keys an accepted event answered
+        self.clock = history.state.now_ms
+        for turn in history.turns:
+            self.learn(turn.effects)
+
+    @property
+    def state(self) -> State:
+        return self.h.state
+
+    def learn(self, effects: Iterable[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Sleep):
+                self.timers[effect.idempotency_key] = effect.until_ms
+            elif isinstance(effect, (CallTool, RunAgent, RunTeam, RunSubflow)):
+                self.work[effect.idempotency_key] = effect
+            elif isinstance(effect, AwaitSignal):
+                self.signal_names.add(effect.signal)
+
+    def send(self, event: Event) -> Turn:
+        turn = self.h.record(event, self.paranoid)
+        self.sent.append(event)
+        if turn.rejected is None and isinstance(event, _ANSWERS):
+            self.answered.add(event.idempotency_key)
+        self.clock = max(self.clock, turn.state.now_ms)
+        self.learn(turn.effects)
+        return turn
+
+    # --- what is pending ------------------------------------------------------------------
+
+    def pending(self, *kinds: str) -> list[str]:
+        return sorted(k for k, e in self.state.pending.items() if e.kind in kinds)
+
+    def pending_work(self, subflow: bool | None = None) -> list[str]:
+        out = []
+        for key, entry in sorted(self.state.pending.items()):
+            if entry.kind not in _WORK_KINDS:
+                continue
+            if subflow is None or (entry.effect == "run-subflow") == subflow:
+                out.append(key)
+        return out
+
+    def has(self, what: str) -> bool:
+        if what == "work":
+            return bool(self.pending_work())
+        if what == "tool":
+            return bool(self.pending_work(subflow=False))
+        if what == "subflow":
+            return bool(self.pending_work(subflow=True))
+        if what == "ask":
+            return bool(self.pending("ask"))
+        if what == "timer":
+            return bool(self.pending(*_TIMER_KINDS))
+        if what == "sent":
+            return bool(self.sent)
+        raise ValueError(what)
+
+    def at(self, choice: int) -> int:
+        return self.clock + choice % 3
+
+    # --- making events ------------------------------------------------------------------------
+
+    def make(self, op: str, choice: int) -> Event:
+        """An event for ``op``; when nothing fits the op, one that moves the run on."""
+        event = getattr(self, "op_" + op.replace("-", "_"))(choice)
+        return event if event is not None else self.progress(choice)
+
+    def succeed_event(self, key: str, choice: int) -> Event:
+        effect = self.work.get(key)
+        if isinstance(effect, RunSubflow):
+            usage = Usage(steps=choice % 3, cost_minor_units=choice % 40)
+            return SubflowSettled(
+                idempotency_key=key,
+                status="completed",
+                output=_output(choice),
+                usage=usage,
+                at_ms=self.at(choice),
+            )
+        output = _output(choice)
+        if self.outputs is not None and effect is not None:
+            output = self.outputs(effect, choice)
+        reported: Usage | None = None
+        if choice % 4 == 0:
+            reported = Usage(steps=choice // 4 % 2, cost_minor_units=choice % 50)
+        return EffectSucceeded(
+            idempotency_key=key, output=output, usage=reported, at_ms=self.at(choice)
+        )
+
+    def op_succeed(self, choice: int) -> Event | None:
+        keys = self.pending_work()
+        return self.succeed_event(keys[choice % len(keys)], choice) if keys else None
+
+    def op_fail(self, choice: int) -> Event | None:
+        keys = self.pending_work()
+        if not keys:
+            return None
+        error = ErrorInfo(
+            type=ERROR_TYPES[choice % len(ERROR_TYPES)],
+            message=f"failure {choice}",
+            retryable=choice // 4 % 2 == 0,
+        )
+        return EffectFailed(
+            idempotency_key=keys[choice % len(keys)], error=error, at_ms=self.at(choice)
+        )
+
+    def op_unknown(self, choice: int) -> Event | None:
+        keys = self.pending_work()
+        if not keys:
+            return None
+        return EffectOutcomeUnknown(idempotency_key=keys[choice % len(keys)], at_ms=self.at(choice))
+
+    def op_subflow(self, choice: int) -> Event | None:
+        keys = self.pending_work(subflow=True)
+        if not keys:
+            return None
+        status = ("completed", "failed", "cancelled", "budget-exhausted")[choice % 4]
+        return SubflowSettled(
+            idempotency_key=keys[choice % len(keys)],
+            status=status,  # type: ignore[arg-type]
+            output=_output(choice) if status == "completed" else None,
+            usage=Usage(steps=choice % 3, cost_minor_units=choice % 40),
+            at_ms=self.at(choice),
+        )
+
+    def options(self, key: str) -> tuple[str, ...] | None:
+        entry = self.state.pending[key]
+        frame = self.state.frames.get(entry.frame)
+        step = self.state.flow.by_id.get(getattr(frame, "step", ""))
+        body = getattr(step, "body", None)
+        options = getattr(body, "options", None)
+        return options if isinstance(options, tuple) else None
+
+    def op_answer(self, choice: int) -> Event | None:
+        keys = self.pending("ask")
+        if not keys:
+            return None
+        key = keys[choice % len(keys)]
+        options = self.options(key)
+        answer: Any = options[choice % len(options)] if options else f"answer {choice}"
+        return HumanAnswered(idempotency_key=key, answer=answer, at_ms=self.at(choice))
+
+    def due_timers(self) -> list[tuple[int, str]]:
+        return sorted((self.timers.get(k, self.clock), k) for k in self.pending(*_TIMER_KINDS))
+
+    def op_fire(self, choice: int) -> Event | None:
+        due = self.due_timers()
+        if not due:
+            return None
+        until, key = due[0]
+        return TimerFired(idempotency_key=key, at_ms=max(until, self.clock))
+
+    def op_signal(self, choice: int) -> Event | None:
+        names = sorted(self.signal_names)
+        return SignalReceived(
+            signal=names[choice % len(names)], payload={"n": choice}, at_ms=self.at(choice)
+        )
+
+    def op_cancel(self, choice: int) -> Event | None:
+        return CancelRequested(reason=f"cancel {choice}", at_ms=self.at(choice))
+
+    def op_stale(self, choice: int) -> Event | None:
+        """A late result for work the run abandoned (emitted, never answered)."""
+        pending = self.state.pending
+        keys = sorted(k for k in self.work if k not in pending and k not in self.answered)
+        if not keys:
+            return None
+        key = keys[choice % len(keys)]
+        if choice % 2:
+            return self.succeed_event(key, choice)
+        error = ErrorInfo(type="late", message="too late")
+        return EffectFailed(idempotency_key=key, error=error, at_ms=self.at(choice))
+
+    # hostile ---------------------------------------------------------------------------------
+
+    def op_duplicate(self, choice: int) -> Event | None:
+        return self.sent[choice % len(self.sent)] if self.sent else None
+
+    def op_ghost(self, choice: int) -> Event | None:
+        at = self.at(choice)
+        rid = self.h.run_id
+        return (
+            EffectSucceeded(idempotency_key=f"{rid}/ghost{choice}#1", output=1, at_ms=at),
+            EffectFailed(idempotency_key="elsewhere/x#1", error=ErrorInfo(type="boom"), at_ms=at),
+            HumanAnswered(idempotency_key=f"{rid}/ghost#1", answer="yes", at_ms=at),
+            TimerFired(idempotency_key=f"{rid}/ghost#1/timeout", at_ms=at),
+            EffectOutcomeUnknown(idempotency_key="", at_ms=at),
+        )[choice % 5]
+
+    def op_bad_answer(self, choice: int) -> Event | None:
+        keys = self.pending("ask") or self.pending_work()
+        if not keys:
+            return None
+        bad: Any = ("maybe", None, ["yes"], {"answer": "yes"}, "YES", "")[choice % 6]
+        return HumanAnswered(
+            idempotency_key=keys[choice % len(keys)], answer=bad, at_ms=self.at(choice)
+        )
+
+    def op_wrong_kind(self, choice: int) -> Event | None:
+        pending = sorted(self.state.pending.items())
+        if not pending:
+            return None
+        key, entry = pending[choice % len(pending)]
+        at = self.at(choice)
+        if entry.kind in _WORK_KINDS:
+            if entry.effect == "run-subflow":
+                return EffectSucceeded(idempotency_key=key, output=1, at_ms=at)
+            options: tuple[Event, ...] = (
+                TimerFired(idempotency_key=key, at_ms=at),
+                HumanAnswered(idempotency_key=key, answer="yes", at_ms=at),
+                SubflowSettled(idempotency_key=key, status="completed", at_ms=at),
+            )
+            return options[choice % 3]
+        if entry.kind in ("ask", "signal"):
+            return (
+                EffectSucceeded(idempotency_key=key, at_ms=at),
+                TimerFired(idempotency_key=key, at_ms=at),
+                EffectOutcomeUnknown(idempotency_key=key, at_ms=at),
+            )[choice % 3]
+        return (
+            EffectSucceeded(idempotency_key=key, at_ms=at),
+            HumanAnswered(idempotency_key=key, answer="yes", at_ms=at),
+            EffectFailed(idempotency_key=key, error=ErrorInfo(type="boom"), at_ms=at),
+        )[choice % 3]
+
+    def op_time_travel(self, choice: int) -> Event | None:
+        keys = self.pending_work(subflow=False)
+        if keys:
+            key = keys[choice % len(keys)]
+            return EffectSucceeded(idempotency_key=key, output=_output(choice), at_ms=0)
+        return SignalReceived(signal=sorted(self.signal_names)[0], payload=choice, at_ms=0)
+
+    def op_oversize(self, choice: int) -> Event | None:
+        keys = self.pending_work(subflow=False)
+        if keys and choice % 4:
+            key = keys[choice % len(keys)]
+            return EffectSucceeded(
+                idempotency_key=key, output=_oversize(choice), at_ms=self.at(choice)
+            )
+        names = sorted(self.signal_names)
+        return SignalReceived(
+            signal=names[choice % len(names)], payload=_oversize(choice), at_ms=self.at(choice)
+        )
+
+    def op_flood(self, choice: int) -> Event | None:
+        return SignalReceived(signal=f"nobody{choice % 3}", payload=choice, at_ms=self.at(choice))
+
+    def op_early_timer(self, choice: int) -> Event | None:
+        keys = self.pending(*_TIMER_KINDS)
+        if not keys:
+            return None
+        return TimerFired(idempotency_key=keys[choice % len(keys)], at_ms=self.clock)
+
+    def progress(self, choice: int) -> Event:
+        """Something that moves the run on: answer work, a question, a timer, a wait."""
+        for op in ("succeed", "answer", "fire"):
+            event = getattr(self, "op_" + op)(choice)
+            if event is not None:
+                assert isinstance(
+                    event, (EffectSucceeded, SubflowSettled, HumanAnswered, TimerFired)
+                )
+                return event
+        waiting = sorted(self.state.waiters.keys())
+        if waiting:
+            name = waiting[choice % len(waiting)]
+            return SignalReceived(signal=name, payload={"n": choice}, at_ms=self.at(choice))
+        return CancelRequested(reason="nothing else to do", at_ms=self.at(choice))
+
+
+def moves(max_size: int = 40, hostile: bool = True) -> st.SearchStrategy[list[tuple[int, int]]]:
+    """Lists of ``(op, choice)`` moves for ``events_from_moves`` (see ``MOVES``)."""
+    top = 99 if hostile else _FRIENDLY - 1
+    return st.lists(st.tuples(st.integers(0, top), st.integers(0, 2**16)), max_size=max_size)
+
+
+def play(
+    flow: Spec,
+    input: Any = None,
+    moves: Iterable[tuple[int, int]] = (),
+    *,
+    run_id: str = "r",
+    now_ms: int = 0,
+    budget: Budget | BudgetRemaining | None = None,
+    depth: int = 0,
+    paranoid: bool = True,
+    finish: bool = False,
+    max_finish: int = 2_000,
+) -> RunHistory:
+    """Drive a run with events made up from ``moves``; the run's full history.
+
+    With ``finish``, a well-behaved host then keeps answering whatever the run
+    waits for (results, answers, timers, signals) until it settles, at most
+    ``max_finish`` more events.
+    """
+    history = drive(flow, input, run_id=run_id, now_ms=now_ms, budget=budget, depth=depth)
+    host = _Host(history, paranoid)
+    for op, choice in moves:
+        host.send(host.make(_OPS[op % 100], choice))
+    if finish:
+        for n in range(max_finish):
+            if history.state.settled is not None:
+                break
+            host.send(host.progress(n))
+    return history
+
+
+def events_from_moves(
+    flow: Spec,
+    input: Any = None,
+    moves: Iterable[tuple[int, int]] = (),
+    **start: Any,
+) -> list[Event]:
+    """The events ``play`` reports for ``moves``: replayable with ``check_run``."""
+    return play(flow, input, moves, paranoid=False, **start).events()
+
+
+def event_streams(
+    flow: Spec,
+    input: Any = None,
+    *,
+    hostile: bool = True,
+    max_events: int = 40,
+    run_id: str = "r",
+    now_ms: int = 0,
+    budget: Budget | BudgetRemaining | None = None,
+    depth: int = 0,
+) -> st.SearchStrategy[list[Event]]:
+    """Streams of events a host reports to one run of ``flow``.
+
+    Events are made up against the run as it moves: results for the work it
+    emitted (in any order: reordering), failures, unknown outcomes, answers,
+    timers fired at their due times, signals, subflow results, late results
+    for abandoned work, cancellation. With ``hostile`` (the default) about a
+    fifth are hostile: duplicates, unknown keys, answers that are not among
+    the options, events of the wrong kind for a key, clocks going backwards,
+    oversize payloads, floods of signals nobody waits for, timers fired
+    early; and a stream goes on after the run settles. Use the same
+    ``run_id``/``now_ms``/``budget``/``depth`` when replaying it.
+    """
+    parsed = as_flow(flow)
+    return moves(max_events, hostile).map(
+        lambda ms: events_from_moves(
+            parsed, input, ms, run_id=run_id, now_ms=now_ms, budget=budget, depth=depth
+        )
+    )
+
+
+# --- a world for generated flows ----------------------------------------------------------
+
+
+def _echo(call: Call) -> Any:
+    if call.kind == "run-agent":
+        return Ok({"n": call.n, "green": call.n % 2 == 0}, steps=call.n % 2, cost=call.n % 7)
+    return {"n": call.n, "green": call.n % 2 == 0}
+
+
+def _answer_humans(call: Call) -> Any:
+    options = call.options
+    return options[call.n % len(options)] if options else f"answer {call.n}"
+
+
+def faults(
+    targets: Sequence[str] = (*sorted(TOOLS), *AGENTS, "crowd", "child"), max_size: int = 3
+) -> st.SearchStrategy[list[Fault]]:
+    """Fault injections for the simulator, aimed at ``targets`` (or at every call)."""
+    return st.lists(
+        st.builds(
+            Fault,
+            kind=st.sampled_from(FAULT_KINDS),
+            target=st.sampled_from(("*", *targets)),
+            calls=st.one_of(st.none(), st.lists(st.integers(1, 4), min_size=1, max_size=2)),
+            delay_ms=st.integers(0, 20_000),
+        ),
+        max_size=max_size,
+    )
+
+
+def generated_world(
+    faults: Iterable[Fault] = (),
+    signals: Iterable[Signal] = (),
+    order: Sequence[int] = (),
+    cancel_at_ms: int | None = None,
+    paranoid: bool = True,
+    subflows: Mapping[str, Spec] | None = None,
+) -> Simulator:
+    """A simulator that can run any flow from ``flows()``: every tool, agent and team
+    answers, humans pick an option (or answer with text), ``child`` is
+    ``CHILD_SPEC``; ``subflows`` adds flows to that registry."""
+    return Simulator(
+        default=_echo,
+        humans=_answer_humans,
+        subflows={"child": CHILD_SPEC, **(subflows or {})},
+        faults=faults,
+        signals=signals,
+        order=order,
+        cancel_at_ms=cancel_at_ms,
+        paranoid=paranoid,
+        max_events=5_000,
+    )
+
+
+# --- invariants ------------------------------------------------------------------------------
+
+
+Events: TypeAlias = Iterable[Event | Mapping[str, Any]]
+"""Events, or their wire dicts (validated with ``event_from_wire``)."""
+
+
+def _history(
+    run: RunHistory | Spec, input: Any, events: Events, start: Mapping[str, Any]
+) -> RunHistory:
+    if isinstance(run, RunHistory):
+        return run
+    evs = [e if not isinstance(e, Mapping) else event_from_wire(dict(e)) for e in events]
+    return drive(run, input, evs, paranoid=True, **start)
+
+
+_EVENT_TYPES = (
+    EffectSucceeded,
+    EffectFailed,
+    EffectOutcomeUnknown,
+    HumanAnswered,
+    TimerFired,
+    SignalReceived,
+    SubflowSettled,
+    CancelRequested,
+)
+
+
+def _show(value: Effect | Event | None) -> str:
+    if value is None:
+        return "start"
+    if isinstance(value, _EVENT_TYPES):
+        text = msgspec.json.encode(event_to_wire(value)).decode()
+    else:
+        text = encode_effect(value).decode()
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _at(h: RunHistory, i: int) -> str:
+    return f"run {h.run_id}, turn {i} ({_show(h.turns[i].event)})"
+
+
+def _fail(message: str) -> None:
+    raise AssertionError(message)
+
+
+def check_settlement(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """Nothing is emitted or accepted after ``settled``; ``settled`` is alone and last
+    in its decision; the state agrees; the clock never goes backwards."""
+    h = _history(run, input, events, start)
+    settled_at: int | None = None
+    now = h.turns[0].state.now_ms
+    for i, turn in enumerate(h.turns):
+        state = turn.state
+        if state.now_ms < now:
+            _fail(f"{_at(h, i)}: the run's clock went back from {now} to {state.now_ms}")
+        now = state.now_ms
+        if settled_at is not None:
+            if turn.rejected is None or turn.effects:
+                _fail(
+                    f"{_at(h, i)}: accepted (effects {[_show(e) for e in turn.effects]}) after "
+                    f"the run settled at turn {settled_at}; every event must be rejected"
+                )
+            continue
+        settles = [e for e in turn.effects if isinstance(e, Settled)]
+        if settles:
+            if len(turn.effects) != 1:
+                _fail(
+                    f"{_at(h, i)}: a settling decision must hold only settled, got "
+                    f"{[_show(e) for e in turn.effects]}"
+                )
+            if state.settled != settles[0] or state.status != settles[0].status:
+                _fail(f"{_at(h, i)}: the state does not record the settled effect it emitted")
+            settled_at = i
+        elif state.settled is not None or state.status != "running":
+            _fail(f"{_at(h, i)}: status {state.status} without a settled effect")
+    return h
+
+
+def _same_but_budget(a: Effect, b: Effect) -> bool:
+    if isinstance(a, RunSubflow) and isinstance(b, RunSubflow):
+        a = msgspec.structs.replace(a, budget_remaining=b.budget_remaining)
+    return encode_effect(a) == encode_effect(b)
+
+
+def check_keys(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """Idempotency keys are unique within the run and carry its run id. The one
+    exception: a safe call re-issued, same key and same call, right after an
+    unknown outcome for that key. (Stable across replays: ``check_determinism``.)"""
+    h = _history(run, input, events, start)
+    seen: dict[str, tuple[int, Effect]] = {}
+    prefix = h.run_id + "/"
+    for i, turn in enumerate(h.turns):
+        ev = turn.event
+        for effect in turn.effects:
+            if isinstance(effect, Settled):
+                continue
+            key = effect.idempotency_key
+            if not key.startswith(prefix):
+                _fail(f"{_at(h, i)}: key {key!r} does not start with the run id {prefix!r}")
+            if key in seen:
+                j, first = seen[key]
+                reissue = (
+                    isinstance(ev, EffectOutcomeUnknown)
+                    and ev.idempotency_key == key
+                    and isinstance(effect, (CallTool, RunSubflow))
+                    and _same_but_budget(effect, first)
+                )
+                if not reissue:
+                    _fail(
+                        f"{_at(h, i)}: key {key!r} emitted again as {_show(effect)}; "
+                        f"first emitted at turn {j} as {_show(first)}"
+                    )
+            seen[key] = (i, effect)
+    return h
+
+
+_WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow)
+
+
+def check_budget(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """The budget is never exceeded by the core and never negative.
+
+    Every ``budgetRemaining`` is non-negative, within the limits and never
+    grows; the run never issues more work effects than its step limit, never
+    emits work once its wall clock is up, stays within every limit unless it
+    settles ``budget-exhausted`` (only reported usage can overshoot, and then
+    the run stops), and ``exhausted`` names a limit that really was reached.
+    """
+    h = _history(run, input, events, start)
+    first = h.turns[0].state
+    limits = first.ledger
+    deadline = None if limits.wall_clock_ms is None else first.started_ms + limits.wall_clock_ms
+    issued = 0
+    last: BudgetRemaining | None = None
+    for i, turn in enumerate(h.turns):
+        state = turn.state
+        led = state.ledger
+        if (led.steps, led.cost, led.wall_clock_ms) != (
+            limits.steps,
+            limits.cost,
+            limits.wall_clock_ms,
+        ):
+            _fail(f"{_at(h, i)}: the budget's limits changed from {limits} to {led}")
+        if led.used_steps < 0 or led.used_cost < 0:
+            _fail(f"{_at(h, i)}: negative usage in {led}")
+        for effect in turn.effects:
+            if not isinstance(effect, _WORK_EFFECTS):
+                continue
+            issued += 1
+            if deadline is not None and state.now_ms >= deadline:
+                _fail(
+                    f"{_at(h, i)}: {_show(effect)} emitted at {state.now_ms}, at or after the "
+                    f"wall-clock deadline {deadline}"
+                )
+            if isinstance(effect, (RunAgent, RunSubflow)):
+                br = effect.budget_remaining
+                values = (br.steps, br.cost_minor_units, br.wall_clock_ms)
+                if any(v is not None and v < 0 for v in values):
+                    _fail(f"{_at(h, i)}: negative budgetRemaining in {_show(effect)}")
+                for name, value, limit in (
+                    ("steps", br.steps, limits.steps),
+                    ("cost", br.cost_minor_units, limits.cost),
+                    ("wall clock", br.wall_clock_ms, limits.wall_clock_ms),
+                ):
+                    if limit is not None and (value is None or value > limit):
+                        _fail(
+                            f"{_at(h, i)}: budgetRemaining {name} {value} in {_show(effect)} "
+                            f"is not within the limit {limit}"
+                        )
+                if last is not None:
+                    for name, now_v, before in (
+                        ("steps", br.steps, last.steps),
+                        ("cost", br.cost_minor_units, last.cost_minor_units),
+                        ("wall clock", br.wall_clock_ms, last.wall_clock_ms),
+                    ):
+                        if now_v is not None and before is not None and now_v > before:
+                            _fail(
+                                f"{_at(h, i)}: budgetRemaining {name} grew from {before} to "
+                                f"{now_v} in {_show(effect)}"
+                            )
+                last = br
+        settled = state.settled
+        if settled is not None and turn.effects and settled.status == "budget-exhausted":
+            # The host's timers are the authority on time: the deadline timer
+            # firing is the deadline, whatever the clock in the event says.
+            ev = turn.event
+            fired = isinstance(ev, TimerFired) and ev.idempotency_key == f"{h.run_id}/$deadline"
+            # Work taken back in the settling decision has its step refunded
+            # (and is reported not-started), so the steps used at the moment of
+            # exhaustion may be up to that many more than the ledger now says.
+            refunded = sum(1 for r in settled.report if r.status == "not-started")
+            reached = {
+                "steps": limits.steps is not None and led.used_steps + refunded >= limits.steps,
+                "cost": limits.cost is not None and led.used_cost >= limits.cost,
+                "wall-clock": deadline is not None and (state.now_ms >= deadline or fired),
+            }
+            if settled.exhausted is None or not reached[settled.exhausted]:
+                _fail(
+                    f"{_at(h, i)}: settled budget-exhausted ({settled.exhausted}) but that "
+                    f"limit was not reached: {led}, now {state.now_ms}, deadline {deadline}"
+                )
+        elif settled is None or settled.status != "budget-exhausted":
+            if limits.steps is not None and led.used_steps > limits.steps:
+                _fail(f"{_at(h, i)}: {led.used_steps} steps used of {limits.steps}")
+            if limits.cost is not None and led.used_cost > limits.cost:
+                _fail(f"{_at(h, i)}: cost {led.used_cost} used of {limits.cost}")
+    if limits.steps is not None and issued > limits.steps:
+        _fail(f"run {h.run_id}: {issued} work effects issued with a step limit of {limits.steps}")
+    return h
+
+
+_EMITTED_AS = {
+    "work": _WORK_EFFECTS,
+    "sched-call": (CallTool,),
+    "ask": (AskHuman,),
+    "signal": (AwaitSignal,),
+}
+
+
+def check_work_accounted(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """Every pending work effect is eventually answered or abandoned.
+
+    While the run goes on, everything it waits for was emitted, and a running
+    run waits for something (else nothing could ever move it). At settlement
+    nothing is pending any more, and every work effect ever emitted is in the
+    settled report with the status its last accepted answer gave it
+    (succeeded, failed, or uncertain when unknown or never answered); report
+    rows for work never emitted are ``not-started``.
+    """
+    h = _history(run, input, events, start)
+    emitted: dict[str, Effect] = {}
+    status: dict[str, str] = {}
+    for i, turn in enumerate(h.turns):
+        ev = turn.event
+        # An answer at or after the wall-clock deadline settles the run
+        # budget-exhausted, and the report still records how the work ended
+        # (language.md, decisions): no exception here.
+        if turn.rejected is None and ev is not None:
+            key = getattr(ev, "idempotency_key", None)
+            if key in emitted:
+                if isinstance(ev, EffectSucceeded):
+                    status[key] = "succeeded"
+                elif isinstance(ev, EffectFailed):
+                    status[key] = "failed"
+                elif isinstance(ev, EffectOutcomeUnknown):
+                    status[key] = "uncertain"
+                elif isinstance(ev, SubflowSettled):
+                    status[key] = "succeeded" if ev.status == "completed" else "failed"
+        for effect in turn.effects:
+            if isinstance(effect, _WORK_EFFECTS):
+                emitted[effect.idempotency_key] = effect
+                status.pop(effect.idempotency_key, None)
+            elif not isinstance(effect, Settled):
+                emitted[effect.idempotency_key] = effect
+        state = turn.state
+        if state.settled is None:
+            for key, entry in state.pending.items():
+                kinds = _EMITTED_AS.get(entry.kind, (Sleep,))
+                if not isinstance(emitted.get(key), kinds):
+                    _fail(f"{_at(h, i)}: the run waits for {key!r} ({entry.kind}), never emitted")
+            if not state.pending:
+                _fail(f"{_at(h, i)}: the run is {state.status} but waits for nothing: stuck")
+            continue
+        if turn.rejected is not None:
+            continue
+        if state.pending or state.in_flight:
+            _fail(
+                f"{_at(h, i)}: settled with {len(state.pending)} keys pending and "
+                f"{state.in_flight} in flight: {sorted(state.pending.keys())[:5]}"
+            )
+        report: dict[str, str] = {}
+        for row in state.settled.report:
+            if row.idempotency_key in report:
+                _fail(f"{_at(h, i)}: {row.idempotency_key!r} twice in the settled report")
+            report[row.idempotency_key] = row.status
+        for key, effect in emitted.items():
+            if not isinstance(effect, _WORK_EFFECTS):
+                continue
+            if key not in report:
+                _fail(
+                    f"{_at(h, i)}: work effect {key!r} ({_show(effect)}) is missing from "
+                    "the settled report"
+                )
+            want = status.get(key, "uncertain")
+            if report[key] != want:
+                _fail(
+                    f"{_at(h, i)}: the settled report says {key!r} {report[key]}, but its "
+                    f"last accepted answer makes it {want}"
+                )
+        for key, row_status in report.items():
+            if key not in emitted and row_status != "not-started":
+                _fail(
+                    f"{_at(h, i)}: the settled report says {key!r} {row_status}, but it "
+                    "was never emitted (it must be not-started)"
+                )
+    return h
+
+
+def check_rejections(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """Rejected events leave the state byte-identical, and ``advance`` never mutates
+    the state it is given (checked on histories recorded with ``paranoid``)."""
+    h = _history(run, input, events, start)
+    for i, turn in enumerate(h.turns):
+        if turn.before is not None and turn.input_after is not None:
+            if turn.before != turn.input_after:
+                what = "rejecting" if turn.rejected is not None else "applying"
+                _fail(f"{_at(h, i)}: {what} the event changed the state it was given")
+        if turn.rejected is not None:
+            if turn.effects:
+                _fail(f"{_at(h, i)}: a rejected event emitted effects")
+            if i and turn.state is not h.turns[i - 1].state:
+                _fail(f"{_at(h, i)}: a rejected event replaced the state")
+    return h
+
+
+def _state_bytes(state: State, cache: dict[int, bytes], i: int) -> bytes:
+    data = cache.get(i)
+    if data is None:
+        data = encode_state(state)
+        cache[i] = data
+    return data
+
+
+def check_determinism(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """Same flow + same events => same effects and states, byte for byte.
+
+    The run is driven a second time from the start, and resumed from a
+    snapshot (``encode_state``/``decode_state``) before every event: each
+    decision, rejection reason, effect and state snapshot must be identical,
+    so idempotency keys are stable across replays.
+    """
+    h = _history(run, input, events, start)
+    again = drive(
+        h.flow,
+        h.input,
+        h.events(),
+        run_id=h.run_id,
+        now_ms=h.now_ms,
+        budget=h.budget,
+        depth=h.depth,
+    )
+    mine: dict[int, bytes] = {}
+    for i, (a, b) in enumerate(zip(h.turns, again.turns, strict=True)):
+        _same_turn(h, i, a, b, _state_bytes(a.state, mine, i), "a second run over the same events")
+    for i in range(len(h.turns) - 1):
+        state = decode_state(_state_bytes(h.turns[i].state, mine, i), h.flow)
+        nxt = h.turns[i + 1]
+        assert nxt.event is not None
+        try:
+            d = advance(state, nxt.event)
+        except EventRejected as exc:
+            resumed = Turn(nxt.event, (), state, exc.reason)
+        else:
+            resumed = Turn(nxt.event, d.effects, d.state)
+        _same_turn(
+            h,
+            i + 1,
+            nxt,
+            resumed,
+            _state_bytes(nxt.state, mine, i + 1),
+            f"a run resumed from the snapshot after turn {i}",
+        )
+    return h
+
+
+def _same_turn(h: RunHistory, i: int, a: Turn, b: Turn, a_bytes: bytes, how: str) -> None:
+    if a.rejected != b.rejected:
+        _fail(f"{_at(h, i)}: rejected {a.rejected!r}, but {how} says {b.rejected!r}")
+    ea = [encode_effect(e) for e in a.effects]
+    eb = [encode_effect(e) for e in b.effects]
+    if ea != eb:
+        _fail(
+            f"{_at(h, i)}: effects differ in {how}:\n  "
+            + "\n  ".join(x.decode() for x in ea)
+            + "\nvs\n  "
+            + "\n  ".join(x.decode() for x in eb)
+        )
+    if a_bytes != encode_state(b.state):
+        _fail(f"{_at(h, i)}: the state snapshot differs in {how}")
+
+
+def check_history(run: RunHistory) -> RunHistory:
+    """Every check that needs no re-run: settlement, keys, budget, work, rejections."""
+    check_settlement(run)
+    check_keys(run)
+    check_budget(run)
+    check_work_accounted(run)
+    check_rejections(run)
+    return run
+
+
+def check_run(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """Drive a run over ``events`` (or take a recorded history) and check every
+    invariant; ``start`` takes ``run_id``, ``now_ms``, ``budget``, ``depth``.
+    Returns the run's history."""
+    h = _history(run, input, events, start)
+    check_history(h)
+    check_determinism(h)
+    return h
+
+
+def check_trajectory(trajectory: Trajectory, determinism: bool = True) -> None:
+    """Check a simulation: every run (children too) keeps every invariant, children
+    never get more budget than their parent had left, logs are well formed, and
+    no run was left waiting for an answer the simulator could give."""
+    runs = trajectory.histories
+    for run_id, h in runs.items():
+        check_history(h)
+        if determinism:
+            check_determinism(h)
+        records = trajectory.log_of(run_id)
+        if [r.index for r in records] != list(range(len(records))):
+            _fail(f"run {run_id}: log indices are not 0..{len(records) - 1}")
+        if not records or records[0].type != "run.started":
+            _fail(f"run {run_id}: the log does not open with run.started")
+        settled_records = [r for r in records if r.type == "run.settled"]
+        if len(settled_records) != (1 if h.state.settled is not None else 0):
+            _fail(f"run {run_id}: {len(settled_records)} run.settled records")
+        emitted = sum(1 for r in records if r.type == "effect.emitted")
+        if emitted != len(h.effects()):
+            _fail(f"run {run_id}: {emitted} effect.emitted records for {len(h.effects())} effects")
+        if isinstance(h.budget, BudgetRemaining):
+            given = h.budget
+            led = h.turns[0].state.ledger
+            for name, got, limit in (
+                ("steps", led.steps, given.steps),
+                ("cost", led.cost, given.cost_minor_units),
+                ("wall clock", led.wall_clock_ms, given.wall_clock_ms),
+            ):
+                if limit is not None and (got is None or got > limit):
+                    _fail(
+                        f"child run {run_id} got a {name} budget of {got}, more than the "
+                        f"{limit} its parent had left"
+                    )
+
+
+# --- the state machine -------------------------------------------------------------------------
+
+_CHOICE = st.integers(0, 2**16)
+
+
+class FlowMachine(RuleBasedStateMachine):
+    """Drive one run of ``flow`` with hypothesis rules; check the invariants after each.
+
+    Subclass it and set ``flow`` (a ``Flow`` or a spec) and ``input``; hypothesis
+    then explores sequences of rules: deliver a result, fail, report an
+    unknown outcome, re-send an event (duplicate), advance the clock (fire the
+    timers that are due), send a signal, answer a question, cancel, and send
+    hostile events. ``outputs`` maps a tool, agent or team id to the output
+    its results carry (a value, or a callable taking the effect). After every
+    rule the history so far must pass ``check_history``; at the end of each
+    example, ``check_determinism``.
+
+    Use it as ``TestMyFlow = MyFlowMachine.TestCase``.
+    """
+
+    flow: ClassVar[Flow | str | Mapping[str, Any] | None] = None
+    input: ClassVar[Any] = None
+    run_id: ClassVar[str] = "r"
+    outputs: ClassVar[Mapping[str, Any]] = {}
+    _parsed: ClassVar[dict[type, Flow]] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        cls = type(self)
+        flow = cls._parsed.get(cls)
+        if flow is None:
+            if cls.flow is None:
+                raise TypeError(f"{cls.__name__} must set flow = <a Flow or a spec>")
+            flow = as_flow(cls.flow)
+            cls._parsed[cls] = flow
+        history = drive(flow, cls.input, run_id=cls.run_id)
+        self.host = _Host(history, paranoid=True, outputs=self._output_for)
+
+    def _output_for(self, effect: Effect, choice: int) -> Any:
+        target = getattr(effect, "tool", None) or getattr(effect, "agent_id", None)
+        target = target or getattr(effect, "team_id", None)
+        if isinstance(target, str) and target in self.outputs:
+            out = self.outputs[target]
+            return out(effect) if callable(out) else out
+        return _output(choice)
+
+    @property
+    def history(self) -> RunHistory:
+        return self.host.h
+
+    def send(self, event: Event) -> Turn:
+        return self.host.send(event)
+
+    @precondition(lambda self: self.host.has("work"))
+    @rule(choice=_CHOICE)
+    def deliver_result(self, choice: int) -> None:
+        self.send(self.host.make("succeed", choice))
+
+    @precondition(lambda self: self.host.has("work"))
+    @rule(choice=_CHOICE)
+    def fail(self, choice: int) -> None:
+        self.send(self.host.make("fail", choice))
+
+    @precondition(lambda self: self.host.has("work"))
+    @rule(choice=_CHOICE)
+    def outcome_unknown(self, choice: int) -> None:
+        self.send(self.host.make("unknown", choice))
+
+    @precondition(lambda self: self.host.has("subflow"))
+    @rule(choice=_CHOICE)
+    def settle_subflow(self, choice: int) -> None:
+        self.send(self.host.make("subflow", choice))
+
+    @precondition(lambda self: self.host.has("sent"))
+    @rule(choice=_CHOICE)
+    def duplicate(self, choice: int) -> None:
+        self.send(self.host.make("duplicate", choice))
+
+    @precondition(lambda self: self.host.has("timer"))
+    @rule(ms=st.integers(0, 100_000_000))
+    def advance_clock(self, ms: int) -> None:
+        """Fire, in due order, every timer due within ``ms`` of the host's clock."""
+        horizon = self.host.clock + ms
+        for _ in range(100):  # a cadence of 1 ms would otherwise take a while
+            due = self.host.due_timers()
+            if not due or due[0][0] > horizon:
+                break
+            until, key = due[0]
+            self.send(TimerFired(idempotency_key=key, at_ms=max(until, self.host.clock)))
+        self.host.clock = max(self.host.clock, horizon)
+
+    @rule(choice=_CHOICE)
+    def signal(self, choice: int) -> None:
+        self.send(self.host.make("signal", choice))
+
+    @precondition(lambda self: self.host.has("ask"))
+    @rule(choice=_CHOICE)
+    def answer(self, choice: int) -> None:
+        self.send(self.host.make("answer", choice))
+
+    @rule(choice=_CHOICE)
+    def cancel(self, choice: int) -> None:
+        self.send(self.host.make("cancel", choice))
+
+    @rule(op=st.integers(_FRIENDLY, 99), choice=_CHOICE)
+    def hostile(self, op: int, choice: int) -> None:
+        self.send(self.host.make(_OPS[op], choice))
+
+    @rule(choice=_CHOICE)
+    def late_result(self, choice: int) -> None:
+        self.send(self.host.make("stale", choice))
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        check_history(self.host.h)
+
+    def teardown(self) -> None:
+        check_determinism(self.host.h)

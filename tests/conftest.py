@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import os
+import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -28,17 +30,23 @@ settings.load_profile(
 )
 
 
+_status = {"code": 0}
+
+
 def pytest_sessionfinish(session: object, exitstatus: int) -> None:
+    _status["code"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: object) -> None:
     """End without interpreter teardown once a Temporal client was used.
 
     temporalio's native runtime can abort the process while Python finalizes
     ("Fatal Python error: PyGILState_Release", exit 134; temporalio/sdk-python
-    issue #300). The results are already reported when this hook runs, so the
-    process exits at once with the real status.
+    issue #300). This runs after pytest has printed its summary and torn down
+    its fixtures, so the process exits at once with the real status.
     """
-    import sys
-
     if "temporalio.client" in sys.modules:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(int(exitstatus))
+        os._exit(_status["code"])

@@ -1,0 +1,327 @@
+"""``flowcore replay LOG``: re-derive a run's effects from its log and compare.
+
+Exit 0 when the log replays (a torn last record is reported, not an error),
+1 on divergence, 2 on bad input: a missing or unreadable file, bytes that are
+not a flowcore log, corruption in the middle of a log, a spec that is invalid
+or belongs to another flow. Without ``--spec`` the spec is looked for next to
+the log: ``flow.yaml`` (``.yml``, ``.json``), then any spec file there whose
+flow id is the log's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import flowcore
+from flowcore import Flow, FlowcoreError, SpecError, Usage
+from flowcore._log import RUN_STARTED, LogCorrupt, detect_format, read_raw_log
+from flowcore._replay import ReplayError, ReplayReport, TrajectoryEntry
+from flowcore._replay import replay as replay_log
+
+from ._common import CliError, load_spec, read_bytes
+
+__all__ = ["replay", "report_to_json"]
+
+_SPEC_NAMES = ("flow.yaml", "flow.yml", "flow.json")
+
+
+class _StartedData(msgspec.Struct, rename="camel"):
+    flow_id: str = ""
+    spec_hash: str = ""
+
+
+def _log_flow(data: bytes, path: str) -> tuple[str, str]:
+    """The flow id and spec hash a log records (for finding its spec)."""
+    try:
+        log = read_raw_log(data)
+    except LogCorrupt as exc:
+        raise CliError(f"{path}: {exc}") from None
+    if not log.records or log.records[0].type != RUN_STARTED:
+        raise CliError(f"{path}: not a flowcore log (it does not begin with run.started)")
+    codec: Any = msgspec.json if detect_format(data) == "json" else msgspec.msgpack
+    try:
+        started = codec.decode(bytes(log.records[0].data), type=_StartedData)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CliError(f"{path}: run.started is not valid: {exc}") from None
+    return started.flow_id, started.spec_hash
+
+
+def _find_spec(log_path: str, data: bytes) -> Flow:
+    flow_id, spec_hash = _log_flow(data, log_path)
+    folder = Path(log_path).resolve().parent
+    for name in _SPEC_NAMES:
+        candidate = folder / name
+        if candidate.is_file():
+            return load_spec(str(candidate))
+    matches: list[Flow] = []
+    for candidate in sorted(folder.iterdir()):
+        if candidate.suffix not in (".yaml", ".yml", ".json") or not candidate.is_file():
+            continue
+        try:
+            flow = flowcore.parse_flow(candidate.read_bytes(), source_name=str(candidate))
+        except (SpecError, OSError):
+            continue
+        if flow.id == flow_id:
+            matches.append(flow)
+    for flow in matches:
+        if flow.spec_hash == spec_hash:
+            return flow
+    if matches:
+        return matches[0]
+    raise CliError(
+        f"{log_path}: no spec for flow {flow_id!r} found next to the log; pass --spec SPEC"
+    )
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    """For values JSON has no type for (MessagePack bytes, say): their repr."""
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", "replace")
+    return repr(value)
+
+
+def _compact(value: Any, width: int = 60) -> str:
+    if value is None:
+        return ""
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, ensure_ascii=False, default=_jsonable)
+    )
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {"steps": usage.steps, "costMinorUnits": usage.cost_minor_units}
+
+
+def _entry_to_json(entry: TrajectoryEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "index": entry.index,
+        "kind": entry.kind,
+        "key": entry.key,
+        "target": entry.target,
+        "member": entry.member,
+        "input": entry.input,
+        "status": entry.status,
+        "output": entry.output,
+        "error": None if entry.error is None else msgspec.to_builtins(entry.error),
+        "usage": None if entry.usage is None else _usage(entry.usage),
+        "at": entry.at,
+        "endedAt": entry.ended_at,
+        "issues": entry.issues,
+        "note": entry.note,
+    }
+    return out
+
+
+def report_to_json(report: ReplayReport) -> dict[str, Any]:
+    """The report as the ``--json`` document (specs/cli.md)."""
+    settled = report.settled
+    divergence = report.divergence
+    return {
+        "ok": report.ok,
+        "runId": report.run_id,
+        "flowId": report.flow_id,
+        "version": report.version,
+        "specHash": report.spec_hash,
+        "replayedSpecHash": report.replayed_spec_hash,
+        "specMatches": report.spec_matches,
+        "firstIndex": report.first_index,
+        "lastIndex": report.last_index,
+        "records": report.records,
+        "events": report.events,
+        "rejected": report.rejected,
+        "effects": report.effects,
+        "status": report.status,
+        "output": None if settled is None else settled.output,
+        "error": None
+        if settled is None or settled.error is None
+        else msgspec.to_builtins(settled.error),
+        "exhausted": None if settled is None else settled.exhausted,
+        "usage": _usage(report.usage),
+        "usageByMember": {m: _usage(u) for m, u in report.usage_by_member.items()},
+        "ledger": {"stepsUsed": report.steps_used, "costUsed": report.cost_used},
+        "trajectory": [_entry_to_json(e) for e in report.trajectory],
+        "unrecorded": [flowcore.effect_to_wire(e) for e in report.unrecorded],
+        "torn": None if report.torn is None else msgspec.to_builtins(report.torn),
+        "divergence": None
+        if divergence is None
+        else {
+            "index": divergence.index,
+            "message": str(divergence).split(" at index ", 1)[0],
+            "expected": divergence.expected,
+            "actual": divergence.actual,
+        },
+    }
+
+
+_STATUS_STYLE = {
+    "succeeded": "green",
+    "answered": "green",
+    "received": "green",
+    "delivered": "green",
+    "fired": "cyan",
+    "completed": "green",
+    "failed": "red",
+    "uncertain": "yellow",
+    "abandoned": "yellow",
+    "not-started": "dim",
+    "cancelled": "dim",
+    "pending": "blue",
+    "buffered": "blue",
+    "rejected": "magenta",
+    "requested": "magenta",
+}
+
+
+def _table(report: ReplayReport) -> Table:
+    table = Table(title=None, show_lines=False, header_style="bold", expand=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("key / target", no_wrap=True)
+    table.add_column("input", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("output / error", overflow="fold")
+    table.add_column("usage", justify="right", no_wrap=True)
+    table.add_column("at", justify="right", no_wrap=True)
+    for e in report.trajectory:
+        who = e.target if not e.member else f"{e.target} ({e.member})"
+        key = e.key.split("/", 1)[1] if "/" in e.key else e.key
+        where = f"{key}\n{who}" if key and who else key or who
+        result = f"{e.error.type}: {e.error.message}" if e.error is not None else _compact(e.output)
+        if e.note:
+            result = f"{result}\n[{e.note}]" if result else f"[{e.note}]"
+        status = e.status if e.issues == 1 else f"{e.status} x{e.issues}"
+        usage = ""
+        if e.usage is not None:
+            usage = f"{e.usage.steps} st / {e.usage.cost_minor_units}"
+        at = str(e.at) if e.ended_at is None else f"{e.at}→{e.ended_at}"
+        table.add_row(
+            str(e.index),
+            e.kind,
+            where,
+            _compact(e.input),
+            Text(status, style=_STATUS_STYLE.get(e.status, "")),
+            result,
+            usage,
+            at,
+        )
+    return table
+
+
+def _print_report(report: ReplayReport, log_path: str) -> None:
+    out = Console(highlight=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out = Console(highlight=False, width=160)  # a pipe or a CI log: room for the table
+    span = f"{report.first_index}-{report.last_index}" if report.records else "none"
+    spec = report.replayed_spec_hash[:12]
+    head = (
+        f"[bold]{log_path}[/]: run [bold]{report.run_id}[/] of flow "
+        f"[bold]{report.flow_id}[/] v{report.version}, records {span} "
+        f"({report.records}: {report.events} events, {report.effects} effects"
+        + (f", {report.rejected} rejected" if report.rejected else "")
+        + ")"
+    )
+    out.print(head)
+    if report.spec_matches:
+        out.print(f"spec {spec} (the one the log recorded)")
+    else:
+        out.print(
+            f"[yellow]spec {spec} differs from the recorded {report.spec_hash[:12]}[/]: "
+            "replaying against another version of the flow"
+        )
+    if report.trajectory:
+        out.print(_table(report))
+    parts = [f"reported usage {report.usage.steps} steps, {report.usage.cost_minor_units} cost"]
+    if report.usage_by_member:
+        members = ", ".join(
+            f"{m} {u.steps} steps/{u.cost_minor_units} cost"
+            for m, u in report.usage_by_member.items()
+        )
+        parts.append(f"by member: {members}")
+    parts.append(f"ledger {report.steps_used} steps, {report.cost_used} cost")
+    out.print("; ".join(parts))
+    settled = report.settled
+    if settled is not None:
+        line = f"status [bold]{settled.status}[/]"
+        if settled.exhausted:
+            line += f" ({settled.exhausted})"
+        if settled.error is not None:
+            line += f": {settled.error.type}: {settled.error.message}"
+        if settled.output is not None:
+            line += f" · output {_compact(settled.output, 200)}"
+        out.print(line, markup=True)
+    else:
+        out.print(f"status [bold]{report.status}[/] (the log ends before the run settles)")
+    if report.torn is not None:
+        out.print(
+            f"[yellow]torn last record at byte {report.torn.offset}[/] "
+            f"({report.torn.length} bytes: {report.torn.reason}); "
+            "the complete records before it were replayed"
+        )
+    if report.unrecorded:
+        out.print(
+            f"{len(report.unrecorded)} effect(s) derived after the end of the log were not "
+            "recorded (the log was cut): "
+            + ", ".join(
+                flowcore.effect_to_wire(e).get("idempotencyKey", "settled")
+                for e in report.unrecorded
+            )
+        )
+    divergence = report.divergence
+    if divergence is None:
+        verdict = "every recorded effect was re-derived identically"
+        if not report.spec_matches:
+            verdict += ": this run can continue on this version"
+        out.print(f"[green]replays[/]: {verdict}")
+        return
+    message = str(divergence).split(" at index ", 1)[0]
+    out.print(f"[red bold]DIVERGED at index {divergence.index}[/]: {message}")
+    for label, value in (
+        ("expected (the log):   ", divergence.expected),
+        ("actual (the flow now):", divergence.actual),
+    ):
+        out.print(f"  {label} {json.dumps(value, ensure_ascii=False, default=_jsonable)}")
+    if not report.spec_matches:
+        out.print(
+            f"this run cannot move to this version: it would act differently at index "
+            f"{divergence.index}"
+        )
+
+
+@click.command()
+@click.argument("log", metavar="LOG")
+@click.option("--spec", "spec_path", metavar="SPEC", help="The flow to replay against.")
+@click.option("--until", type=int, metavar="INDEX", help="Stop after the record with this index.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+def replay(log: str, spec_path: str | None, until: int | None, as_json: bool) -> int:
+    """Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.
+
+    Prints the trajectory, or the first divergence. Exit 0 when the log
+    replays, 1 on divergence, 2 on bad input.
+    """
+    data = read_bytes(log, "log file")
+    flow = load_spec(spec_path) if spec_path is not None else _find_spec(log, data)
+    try:
+        report = replay_log(data, flow, until=until, raise_on_divergence=False)
+    except (LogCorrupt, ReplayError, FlowcoreError) as exc:
+        raise CliError(f"{log}: {exc}") from None
+    if as_json:
+        click.echo(json.dumps(report_to_json(report), ensure_ascii=False, default=_jsonable))
+    else:
+        _print_report(report, log)
+    return 0 if report.ok else 1

@@ -1,0 +1,91 @@
+"""The ``flowcore_work`` activity: runs a tool, agent or team handler in a worker.
+
+Handlers come from a tools module exactly as on the local host
+(``flowcore_handlers``): the same module works on both. The handler receives
+the effect, idempotency key included, and its return value or exception is
+reported as the ``effect-succeeded`` / ``effect-failed`` event, which the
+workflow applies at its own clock.
+
+The activity heartbeats while the handler runs, so a worker that dies
+mid-call is noticed after the heartbeat timeout rather than the full
+start-to-close timeout; either way the workflow reports the outcome as
+unknown. Temporal never retries the activity (one attempt): retries belong to
+flowcore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+import flowcore
+from flowcore import CallTool, EffectFailed, ErrorInfo, RunAgent, RunTeam
+from flowcore_handlers import Registry, RegistryError, call_handler, load_registry
+
+from ._types import ACTIVITY_NAME
+
+__all__ = ["FlowcoreActivities"]
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FlowcoreActivities:
+    """The activity, bound to a worker's tools module (``tools``) or ``registry``.
+
+    A run may name another tools module (``RunArgs.tools``); it is imported in
+    the worker on first use and kept.
+    """
+
+    def __init__(self, tools: str | None = None, *, registry: Registry | None = None) -> None:
+        self.tools = tools
+        self._registries: dict[str | None, Registry] = {}
+        if registry is not None:
+            self._registries[tools] = registry
+
+    def registry(self, name: str | None = None) -> Registry:
+        """The registry of tools module ``name`` (the worker's own when ``None``)."""
+        name = name or self.tools
+        if name not in self._registries:
+            self._registries[name] = load_registry(name)
+        return self._registries[name]
+
+    @activity.defn(name=ACTIVITY_NAME)
+    async def work(self, wire: dict[str, Any], tools: str | None = None) -> dict[str, Any]:
+        """Run the handler of ``wire`` (an effect) from tools module ``tools``; the event."""
+        try:
+            effect = flowcore.effect_from_wire(wire)
+        except flowcore.WireError as exc:
+            raise ApplicationError(str(exc), type="bad-effect", non_retryable=True) from None
+        if not isinstance(effect, (CallTool, RunAgent, RunTeam)):
+            raise ApplicationError(
+                f"flowcore_work runs call-tool, run-agent and run-team, not {wire!r}",
+                type="bad-effect",
+                non_retryable=True,
+            )
+        try:
+            registry = self.registry(tools)
+        except RegistryError as exc:
+            error = ErrorInfo(type="tools-module", message=str(exc))
+            failed = EffectFailed(
+                idempotency_key=effect.idempotency_key, error=error, at_ms=_wall_ms()
+            )
+            return flowcore.event_to_wire(failed)
+        call = asyncio.ensure_future(call_handler(registry, effect, _wall_ms))
+        beat = activity.info().heartbeat_timeout
+        try:
+            if beat:
+                every = max(0.05, beat.total_seconds() / 3)
+                while not call.done():
+                    await asyncio.wait({call}, timeout=every)
+                    activity.heartbeat()
+            event = await call
+        finally:
+            if not call.done():  # the activity was cancelled: stop waiting for the handler
+                call.cancel()
+        return flowcore.event_to_wire(event)

@@ -1,0 +1,390 @@
+"""The client side of the Temporal host: start runs, signal, answer, cancel, read logs.
+
+``TemporalHost`` wraps a ``temporalio.client.Client``. A flowcore run is one
+``flowcore`` workflow whose workflow id is the run id. Everything a user can
+get wrong (a server that cannot be reached, an unknown run, a rejected
+answer, a bad spec) raises ``TemporalHostError`` with one clear line.
+
+``history_to_log`` turns a run's Temporal history into flowcore's log records
+by replaying it locally through the workflow (Temporal's ``Replayer``): no
+worker needed, and the records are the ones the run wrote.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+from temporalio import workflow
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    Replayer,
+    UnsandboxedWorkflowRunner,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+import flowcore
+from flowcore import Flow, Record
+
+from ._types import (
+    ANSWER_UPDATE,
+    DEFAULT_ACTIVITY_TIMEOUT_MS,
+    DEFAULT_HEARTBEAT_TIMEOUT_MS,
+    DEFAULT_TASK_QUEUE,
+    LOG_QUERY,
+    QUESTIONS_QUERY,
+    STATUS_QUERY,
+    WORKFLOW_NAME,
+    RunArgs,
+)
+from ._workflow import FlowcoreWorkflow
+
+__all__ = [
+    "TemporalHost",
+    "TemporalHostError",
+    "TemporalUnavailable",
+    "collect_flows",
+    "connect",
+    "history_to_log",
+    "records_from_wire",
+]
+
+_QUERY_TIMEOUT = timedelta(seconds=10)
+
+
+class TemporalHostError(Exception):
+    """Something the user can fix; the message is one line."""
+
+
+class TemporalUnavailable(TemporalHostError):
+    """The Temporal server cannot be reached."""
+
+
+async def connect(address: str, namespace: str = "default") -> Client:
+    """A client for ``address``; ``TemporalUnavailable`` (one line) if nobody answers there."""
+    try:
+        return await Client.connect(address, namespace=namespace)
+    except RuntimeError as exc:
+        text = str(exc)
+        reason = "connection refused" if "refused" in text.lower() else text.split(": ", 1)[-1]
+        if "dns error" in text.lower():
+            reason = "unknown host"
+        raise TemporalUnavailable(
+            f"cannot reach the Temporal server at {address}: {reason}"
+            " (is it running? `temporal server start-dev`)"
+        ) from None
+
+
+def collect_flows(paths: Iterable[str | Path]) -> dict[str, str]:
+    """``{flow id: spec text}`` of spec files and of the ``*.yaml``/``*.yml`` in directories.
+
+    A file named on purpose must be a valid spec (``SpecError`` otherwise);
+    files in a directory that are not flows are skipped.
+    """
+    flows: dict[str, str] = {}
+    for entry in paths:
+        path = Path(entry)
+        scanned = path.is_dir()
+        files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")) if scanned else [path]
+        for file in files:
+            try:
+                text = file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise TemporalHostError(f"{file}: cannot read: {exc.strerror or exc}") from None
+            try:
+                flow = flowcore.parse_flow(text, source_name=str(file))
+            except flowcore.SpecError:
+                if scanned:
+                    continue
+                raise
+            flows.setdefault(flow.id, text)
+    return flows
+
+
+def records_from_wire(items: Iterable[Mapping[str, Any]]) -> list[Record]:
+    return [
+        Record(
+            str(item["type"]),
+            int(item["index"]),
+            str(item["runId"]),
+            int(item["at"]),
+            item.get("data"),
+        )
+        for item in items
+    ]
+
+
+class TemporalHost:
+    """flowcore runs on a Temporal cluster, through one client.
+
+    ``async with await TemporalHost.connect("localhost:7233") as host: ...``
+    """
+
+    def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls, address: str, namespace: str = "default", task_queue: str = DEFAULT_TASK_QUEUE
+    ) -> TemporalHost:
+        return cls(await connect(address, namespace), task_queue)
+
+    async def __aenter__(self) -> TemporalHost:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    # --- starting ------------------------------------------------------------------------
+
+    async def start(
+        self,
+        spec: str | Path,
+        input: Any = None,
+        run_id: str | None = None,
+        *,
+        flows: Iterable[str | Path] | Mapping[str, str] = (),
+        tools: str | None = None,
+        budget: Mapping[str, int] | None = None,
+        activity_timeout_ms: int = DEFAULT_ACTIVITY_TIMEOUT_MS,
+        heartbeat_timeout_ms: int | None = DEFAULT_HEARTBEAT_TIMEOUT_MS,
+        clock_origin_ms: int | None = None,
+        clock_scale: float = 1.0,
+    ) -> str:
+        """Start a run of ``spec`` (a path, or spec text); returns its run id.
+
+        The spec and the input are checked here first, so a bad one is a
+        ``SpecError`` / ``InputError`` for the caller rather than a failed
+        workflow. ``flows`` are spec files or directories (or a ready
+        ``{flow id: text}`` map) that ``run_subflow`` may name; a path spec's
+        own directory is always searched. Starting again with the ``run_id``
+        of an existing run (going or ended) starts nothing and returns it.
+        """
+        if isinstance(spec, Path):
+            try:
+                text = spec.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise TemporalHostError(f"{spec}: cannot read: {exc.strerror or exc}") from None
+            source = str(spec)
+        else:
+            text, source = spec, "<spec>"
+        flow = flowcore.parse_flow(text, source_name=source)
+        self._check_input(flow, input)
+        if isinstance(flows, Mapping):
+            known = dict(flows)
+        else:
+            extra = list(flows)
+            if isinstance(spec, Path):
+                extra.append(spec.parent)
+            known = collect_flows(extra)
+        known[flow.id] = text
+        rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
+        args = RunArgs(
+            spec=text,
+            input=input,
+            run_id=rid,
+            budget=dict(budget) if budget is not None else None,
+            flows=known,
+            tools=tools,
+            source_name=source,
+            activity_timeout_ms=activity_timeout_ms,
+            heartbeat_timeout_ms=heartbeat_timeout_ms,
+            clock_origin_ms=clock_origin_ms,
+            clock_scale=clock_scale,
+        )
+        try:
+            await self._call(
+                self.client.start_workflow(
+                    FlowcoreWorkflow.run,
+                    args,
+                    id=rid,
+                    task_queue=self.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    static_summary=f"flowcore {flow.id}",
+                ),
+                rid,
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # a run with this id has already ended: that run is the answer
+        return rid
+
+    @staticmethod
+    def _check_input(flow: Flow, input: Any) -> None:
+        # start() validates the input against the flow's input_schema; the
+        # decision itself is thrown away (the workflow makes the real one).
+        flowcore.start(flow, input, "check")
+
+    # --- talking to runs -----------------------------------------------------------------
+
+    def handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(run_id)
+
+    async def _call(self, awaitable: Any, run_id: str) -> Any:
+        try:
+            return await awaitable
+        except RPCError as exc:
+            raise self._rpc_error(exc, run_id) from None
+
+    def _rpc_error(self, exc: RPCError, run_id: str) -> TemporalHostError:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            if "already completed" in exc.message:
+                return TemporalHostError(
+                    f"run {run_id!r} has already settled (its workflow is closed)"
+                )
+            return TemporalHostError(f"no run {run_id!r} on Temporal")
+        if exc.status == RPCStatusCode.UNAVAILABLE:
+            return TemporalUnavailable(f"the Temporal server stopped answering: {exc.message}")
+        if "no poller" in exc.message or exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
+            return TemporalHostError(
+                f"run {run_id!r} did not answer in time: is a worker polling task queue"
+                f" {self.task_queue!r}? (`flowcore temporal worker`)"
+            )
+        return TemporalHostError(f"{run_id}: {exc.message}")
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send signal ``name``; a run that does not wait for it yet buffers it."""
+        handle = self.handle(run_id)
+        if payload is None:
+            await self._call(handle.signal(name), run_id)
+        else:
+            await self._call(handle.signal(name, payload), run_id)
+
+    async def answer(self, run_id: str, key: str, answer: Any) -> None:
+        """Answer question ``key``; a wrong answer raises and changes nothing."""
+        handle = self.handle(run_id)
+        try:
+            await self._call(
+                handle.execute_update(
+                    ANSWER_UPDATE, args=[key, answer], rpc_timeout=_QUERY_TIMEOUT
+                ),
+                run_id,
+            )
+        except WorkflowUpdateFailedError as exc:
+            raise TemporalHostError(_failure_text(exc.cause)) from None
+
+    async def cancel(self, run_id: str, reason: str = "") -> None:
+        """Cancel the run: pending work is abandoned, compensations run, it settles cancelled."""
+        await self._call(self.handle(run_id).cancel(reason=reason), run_id)
+
+    async def _query(self, run_id: str, name: str, *args: Any) -> Any:
+        handle = self.handle(run_id)
+        try:
+            return await self._call(
+                handle.query(name, args=list(args), rpc_timeout=_QUERY_TIMEOUT), run_id
+            )
+        except WorkflowQueryFailedError as exc:
+            raise TemporalHostError(f"{run_id}: query {name} failed: {exc.message}") from None
+
+    async def questions(self, run_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._query(run_id, QUESTIONS_QUERY)
+        return result
+
+    async def status(self, run_id: str) -> dict[str, Any]:
+        """What the run is doing: status, budget, pending work, questions, signals waited for.
+
+        A closed run is described from its history (no worker needed).
+        """
+        handle = self.handle(run_id)
+        desc = await self._call(handle.describe(), run_id)
+        if desc.workflow_type != WORKFLOW_NAME:
+            raise TemporalHostError(f"{run_id} is a {desc.workflow_type} workflow, not flowcore")
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            info: dict[str, Any] = await self._query(run_id, STATUS_QUERY)
+            info["temporal"] = "RUNNING"
+            return info
+        temporal = desc.status.name if desc.status is not None else "UNKNOWN"
+        try:
+            result = await self.result(run_id)
+        except TemporalHostError as exc:
+            return {"runId": run_id, "status": "failed", "temporal": temporal, "error": str(exc)}
+        return {**result, "temporal": temporal, "pending": [], "questions": [], "waitingFor": []}
+
+    async def result(self, run_id: str) -> dict[str, Any]:
+        """Wait for the run to settle; its result (status, output, error, usage, report)."""
+        try:
+            result: dict[str, Any] = await self._call(self.handle(run_id).result(), run_id)
+        except WorkflowFailureError as exc:
+            raise TemporalHostError(f"run {run_id} failed: {_failure_text(exc.cause)}") from None
+        return result
+
+    async def records(self, run_id: str, start: int = 0) -> list[Record]:
+        """The run's flowcore log records, from the live workflow (the ``log`` query)."""
+        items = await self._query(run_id, LOG_QUERY, start)
+        return records_from_wire(items)
+
+    async def history(self, run_id: str) -> WorkflowHistory:
+        history: WorkflowHistory = await self._call(self.handle(run_id).fetch_history(), run_id)
+        return history
+
+    async def export(self, run_id: str) -> bytes:
+        """The run's log as NDJSON (what ``flowcore replay`` reads), from its history."""
+        return flowcore.encode_records(await history_to_log(await self.history(run_id)))
+
+
+def _failure_text(error: BaseException | None) -> str:
+    if isinstance(error, ApplicationError | FailureError):
+        return error.message
+    return str(error)
+
+
+class _Capture(Interceptor):
+    """Keeps the workflow instances a replay creates, so their records can be read."""
+
+    instances: ClassVar[dict[str, FlowcoreWorkflow]] = {}
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        return _CaptureInbound
+
+
+class _CaptureInbound(WorkflowInboundInterceptor):
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        instance = workflow.instance()
+        if isinstance(instance, FlowcoreWorkflow):
+            _Capture.instances[workflow.info().workflow_id] = instance
+        return await self.next.execute_workflow(input)
+
+
+async def history_to_log(history: WorkflowHistory) -> list[Record]:
+    """flowcore's log records of the run a Temporal history recorded.
+
+    The history is replayed through ``FlowcoreWorkflow`` outside the sandbox
+    (so the workflow object, and the records it kept, can be read back); a
+    history that does not replay raises ``TemporalHostError``.
+    """
+    replayer = Replayer(
+        workflows=[FlowcoreWorkflow],
+        interceptors=[_Capture()],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    _Capture.instances.pop(history.workflow_id, None)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    if result.replay_failure is not None:
+        _Capture.instances.pop(history.workflow_id, None)
+        raise TemporalHostError(
+            f"the history of {history.workflow_id} does not replay: {result.replay_failure}"
+        )
+    instance = _Capture.instances.pop(history.workflow_id, None)
+    if instance is None:
+        raise TemporalHostError(f"{history.workflow_id} is not a flowcore run")
+    return list(instance.records)

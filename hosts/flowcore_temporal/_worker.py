@@ -1,0 +1,99 @@
+"""Building a Temporal worker that runs flowcore: sandbox settings, activities.
+
+flowcore and the libraries it uses are passed through Temporal's workflow
+sandbox: the core is pure (no I/O, no clock, no randomness; a test enforces
+it), so re-importing it for every workflow run would only cost time. The
+sandbox still applies its runtime restrictions to the workflow code itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Interceptor, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from flowcore_handlers import Registry
+
+from ._activities import FlowcoreActivities
+from ._types import DEFAULT_TASK_QUEUE
+from ._workflow import FlowcoreWorkflow
+
+__all__ = [
+    "LIBRARIES",
+    "PASSTHROUGH_MODULES",
+    "new_worker",
+    "sandbox_restrictions",
+    "workflow_runner",
+]
+
+LIBRARIES = (
+    "msgspec",
+    "attr",
+    "attrs",
+    "cattr",
+    "cattrs",
+    "jmespath",
+    "yaml",
+    "immutables",
+    "cronsim",
+    "jsonschema",
+    "jsonschema_specifications",
+    "referencing",
+    "rpds",
+    "typing_extensions",
+)
+"""The libraries flowcore uses. PyYAML, for one, breaks when re-imported in the
+sandbox (its constructors are registered on the outer classes)."""
+
+PASSTHROUGH_MODULES = ("flowcore", "flowcore_handlers", "flowcore_temporal._flows", *LIBRARIES)
+"""Modules the workflow sandbox forwards instead of re-importing per run
+(``flowcore_temporal._flows`` keeps parsed flows for every run of the process)."""
+
+
+def sandbox_restrictions(flowcore: bool = True) -> SandboxRestrictions:
+    """Temporal's default restrictions with ``PASSTHROUGH_MODULES`` passed through.
+
+    ``flowcore=False`` passes only the libraries through, so that flowcore
+    itself is imported and run under the sandbox's eyes (the tests do this to
+    show it touches nothing nondeterministic).
+    """
+    modules = PASSTHROUGH_MODULES if flowcore else LIBRARIES
+    return SandboxRestrictions.default.with_passthrough_modules(*modules)
+
+
+def workflow_runner(flowcore: bool = True) -> SandboxedWorkflowRunner:
+    return SandboxedWorkflowRunner(restrictions=sandbox_restrictions(flowcore))
+
+
+def new_worker(
+    client: Client,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    tools: str | None = None,
+    registry: Registry | None = None,
+    max_concurrent_activities: int = 100,
+    interceptors: Sequence[Interceptor] = (),
+    **options: Any,
+) -> Worker:
+    """A worker that runs the ``flowcore`` workflow and the ``flowcore_work`` activity.
+
+    ``tools`` is the tools module (dotted name or ``.py`` path) handlers come
+    from, unless a run names its own; ``registry`` supplies it ready-made.
+    Other ``options`` go to ``temporalio.worker.Worker`` (``workflow_runner``
+    defaults to the sandbox with ``PASSTHROUGH_MODULES``). Run it with
+    ``async with worker:`` or ``await worker.run()``.
+    """
+    activities = FlowcoreActivities(tools, registry=registry)
+    options.setdefault("workflow_runner", workflow_runner())
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[FlowcoreWorkflow],
+        activities=[activities.work],
+        max_concurrent_activities=max_concurrent_activities,
+        interceptors=interceptors,
+        **options,
+    )

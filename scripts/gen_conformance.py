@@ -1,0 +1,1571 @@
+"""Generate the conformance vectors under ``specs/conformance/``.
+
+Usage: ``python scripts/gen_conformance.py`` from anywhere.
+
+Each case drives one flow through ``flowcore.start`` / ``flowcore.advance``
+with a scripted event sequence, records the run with ``flowcore.Recorder``
+and writes ``specs/conformance/<case>/``:
+
+``flow.yaml``      the spec to replay the log against
+``log.ndjson``     the full log (``specs/log.md``)
+``README.md``      one line: what the case shows
+``expect.json``    what replaying the log must find: the final status, or the
+                   exact index of the divergence, the torn tail, the error
+``recorded.yaml``  only for version cases: the spec the log was recorded with
+
+Divergent cases take a faithful log and edit it (or replay it against a newer
+spec); the generator checks that replay finds the divergence at the index the
+case declares before writing anything. ``tests/test_conformance.py``
+regenerates every file in memory and fails when the committed copies differ,
+so the vectors cannot go stale.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a plain script, without an installed flowcore
+    sys.path.insert(0, str(ROOT))
+
+import flowcore  # noqa: E402
+from flowcore import (  # noqa: E402
+    Budget,
+    CancelRequested,
+    Effect,
+    EffectFailed,
+    EffectOutcomeUnknown,
+    EffectSucceeded,
+    ErrorInfo,
+    Event,
+    EventRejected,
+    HumanAnswered,
+    Record,
+    Recorder,
+    SignalReceived,
+    Sleep,
+    SubflowSettled,
+    TimerFired,
+    Usage,
+)
+from flowcore._log import LogCorrupt, encode_records  # noqa: E402
+from flowcore._replay import replay  # noqa: E402
+
+OUT_DIR = ROOT / "specs" / "conformance"
+RUN_ID = "r-1"
+
+
+class Driver:
+    """Drives one run and records its log. Keys are given without the ``r-1/`` prefix."""
+
+    def __init__(
+        self,
+        spec: str,
+        input: Any = None,
+        *,
+        budget: Budget | None = None,
+        depth: int = 0,
+        now: int = 0,
+    ) -> None:
+        self.flow = flowcore.parse_flow(spec, source_name="flow.yaml")
+        self.recorder = Recorder(RUN_ID)
+        self.now = now
+        decision = flowcore.start(
+            self.flow, input, run_id=RUN_ID, now_ms=now, budget=budget, depth=depth
+        )
+        self.records: list[Record] = self.recorder.started(
+            self.flow, input, now, decision, budget=budget, depth=depth
+        )
+        self.state = decision.state
+        self.timers: dict[str, int] = {}
+        self._note(decision.effects)
+
+    def _note(self, effects: tuple[Effect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, Sleep):
+                self.timers[effect.idempotency_key] = effect.until_ms
+
+    def _at(self, at: int | None) -> int:
+        self.now = self.now + 1 if at is None else max(self.now, at)
+        return self.now
+
+    def send(self, event: Event, reject: bool = False) -> None:
+        try:
+            decision = flowcore.advance(self.state, event)
+        except EventRejected as exc:
+            if not reject:
+                raise AssertionError(f"unexpected rejection of {event}: {exc}") from None
+            self.records.extend(self.recorder.rejected(event, exc.reason))
+            return
+        if reject:
+            raise AssertionError(f"expected a rejection of {event}")
+        self.state = decision.state
+        self.records.extend(self.recorder.applied(event, decision))
+        self._note(decision.effects)
+
+    @staticmethod
+    def key(short: str) -> str:
+        return f"{RUN_ID}/{short}"
+
+    # --- events ------------------------------------------------------------------------
+
+    def ok(
+        self,
+        key: str,
+        output: Any = None,
+        *,
+        usage: Usage | None = None,
+        at: int | None = None,
+        reject: bool = False,
+    ) -> None:
+        event = EffectSucceeded(
+            idempotency_key=self.key(key), output=output, usage=usage, at_ms=self._at(at)
+        )
+        self.send(event, reject)
+
+    def fail(
+        self,
+        key: str,
+        type: str = "boom",
+        *,
+        retryable: bool = False,
+        at: int | None = None,
+        reject: bool = False,
+    ) -> None:
+        error = ErrorInfo(type=type, message=f"{type} happened", retryable=retryable)
+        self.send(
+            EffectFailed(idempotency_key=self.key(key), error=error, at_ms=self._at(at)), reject
+        )
+
+    def unknown(self, key: str, *, at: int | None = None, reject: bool = False) -> None:
+        self.send(EffectOutcomeUnknown(idempotency_key=self.key(key), at_ms=self._at(at)), reject)
+
+    def answer(self, key: str, answer: Any, *, at: int | None = None, reject: bool = False) -> None:
+        self.send(
+            HumanAnswered(idempotency_key=self.key(key), answer=answer, at_ms=self._at(at)), reject
+        )
+
+    def fire(self, key: str, *, at: int | None = None, reject: bool = False) -> None:
+        """Fire a timer, by default at the time its sleep effect asked for."""
+        full = self.key(key)
+        due = self.timers.get(full, self.now + 1) if at is None else at
+        self.send(TimerFired(idempotency_key=full, at_ms=self._at(due)), reject)
+
+    def signal(
+        self, name: str, payload: Any = None, *, at: int | None = None, reject: bool = False
+    ) -> None:
+        self.send(SignalReceived(signal=name, payload=payload, at_ms=self._at(at)), reject)
+
+    def child(
+        self,
+        key: str,
+        status: str = "completed",
+        output: Any = None,
+        *,
+        usage: Usage | None = None,
+        at: int | None = None,
+        reject: bool = False,
+    ) -> None:
+        event = SubflowSettled(
+            idempotency_key=self.key(key),
+            status=status,  # type: ignore[arg-type]
+            output=output,
+            usage=usage,
+            at_ms=self._at(at),
+        )
+        self.send(event, reject)
+
+    def cancel(self, reason: str = "", *, at: int | None = None, reject: bool = False) -> None:
+        self.send(CancelRequested(reason=reason, at_ms=self._at(at)), reject)
+
+
+Script = Callable[[Driver], None]
+Edit = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+
+
+@dataclass
+class Case:
+    name: str
+    about: str
+    spec: str
+    script: Script
+    input: Any = None
+    budget: Budget | None = None
+    depth: int = 0
+    # divergent cases
+    edit: Edit | None = None
+    newer_spec: str | None = None  # replay against this instead of ``spec``
+    diverges_at: int | None = None
+    # log-level cases
+    tear: int | None = None  # bytes cut off the end of the log
+    corrupt_line: int | None = None  # 0-based line replaced by garbage
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CASES: list[Case] = []
+
+
+def case(name: str, about: str, spec: str, **options: Any) -> Callable[[Script], Script]:
+    def register(script: Script) -> Script:
+        CASES.append(Case(name, about, spec.strip() + "\n", script, **options))
+        return script
+
+    return register
+
+
+# =====================================================================================
+# Constructs
+# =====================================================================================
+
+SEQUENCE = """
+flow: sequence
+tools: {lookup: {class: readonly}, store: {class: idempotent}}
+steps:
+  - id: fetch
+    call_tool: {tool: lookup, input: {id: "${input.id}"}}
+  - id: enrich
+    call_tool: {tool: lookup, input: {name: "${steps.fetch.output.name}"}}
+  - id: save
+    call_tool:
+      tool: store
+      input: "${ {name: steps.fetch.output.name, tier: steps.enrich.output.tier} }"
+output: "${ {saved: steps.save.output, name: steps.fetch.output.name} }"
+"""
+
+
+@case(
+    "sequence-call-tool",
+    "Three call_tool steps in sequence; inputs built from earlier outputs; the output expression.",
+    SEQUENCE,
+    input={"id": "u-7"},
+)
+def _sequence(d: Driver) -> None:
+    d.ok("fetch#1", {"name": "Ada"})
+    d.ok("enrich#1", {"tier": "gold"})
+    d.ok("save#1", True)
+
+
+@case(
+    "run-agent",
+    "run_agent with instructions and member; reported usage shrinks budgetRemaining of the "
+    "next agent.",
+    """
+flow: agents
+budget: {steps: 20, cost_minor_units: 1000, wall_clock_ms: 600000}
+steps:
+  - id: draft
+    run_agent:
+      agent: writer
+      prompt: "Draft a reply to ${input.ticket}"
+      instructions: "Be brief."
+  - id: review
+    run_agent: {agent: reviewer, member: lead, prompt: "Review: ${steps.draft.output}"}
+output: "${steps.review.output}"
+""",
+    input={"ticket": "T-9"},
+)
+def _run_agent(d: Driver) -> None:
+    d.ok("draft#1", "Hello!", usage=Usage(steps=2, cost_minor_units=120))
+    d.ok("review#1", "LGTM", usage=Usage(steps=1, cost_minor_units=30))
+
+
+TEAMS = """
+flow: teams
+budget: {steps: 20, cost_minor_units: 1000}
+teams:
+  reviewers:
+    mode: sequential
+    members:
+      - {member: security, agent: sec-bot}
+      - {member: style, agent: style-bot, instructions: "Earlier: ${members.security}"}
+  voters:
+    mode: parallel
+    members: [{member: a, agent: vote-a}, {member: b, agent: vote-b}]
+steps:
+  - id: review
+    run_team: {team: reviewers, prompt: "Review PR ${input.pr}"}
+output: "${steps.review.output}"
+"""
+
+
+@case(
+    "team-sequential",
+    "A declared sequential team: one member run-agent at a time, later members see earlier "
+    "outputs; usage per member.",
+    TEAMS,
+    input={"pr": 42},
+)
+def _team_sequential(d: Driver) -> None:
+    d.ok("review/security#1", "no secrets", usage=Usage(steps=1, cost_minor_units=10))
+    d.ok("review/style#1", "fine", usage=Usage(steps=1, cost_minor_units=20))
+
+
+@case(
+    "team-parallel",
+    "A declared parallel team: every member's run-agent at once; the output maps members.",
+    TEAMS.replace("run_team: {team: reviewers", "run_team: {team: voters"),
+    input={"pr": 7},
+)
+def _team_parallel(d: Driver) -> None:
+    d.ok("review/b#1", "yes", usage=Usage(steps=1, cost_minor_units=5))
+    d.ok("review/a#1", "no", usage=Usage(steps=1, cost_minor_units=7))
+
+
+@case(
+    "team-undeclared",
+    "run_team of a team the spec does not declare: one run-team effect for the host.",
+    """
+flow: host-team
+steps:
+  - id: panel
+    run_team: {team: experts, prompt: "Assess ${input.topic}"}
+output: "${steps.panel.output}"
+""",
+    input={"topic": "latency"},
+)
+def _team_undeclared(d: Driver) -> None:
+    d.ok("panel#1", {"verdict": "ok"}, usage=Usage(steps=3, cost_minor_units=50))
+
+
+ASK = """
+flow: ask
+steps:
+  - id: decide
+    ask_human:
+      question: "Page ${input.owner}?"
+      options: [page, ignore]
+      timeout_ms: 60000
+      default: ignore
+  - id: strict
+    ask_human: {question: "Really?", options: [yes, no], timeout_ms: 1000}
+output: "${ {decide: steps.decide.answer, strict: steps.strict.answer} }"
+"""
+
+
+@case(
+    "ask-human-answered",
+    "ask_human with options answered in time; the timeout timers are dropped.",
+    ASK,
+    input={"owner": "ana"},
+)
+def _ask_answered(d: Driver) -> None:
+    d.answer("decide#1", "page")
+    d.answer("strict#1", "yes")
+
+
+@case(
+    "ask-human-timeout",
+    "ask_human timeouts: one falls back to its default answer, one without a default fails "
+    "the run.",
+    ASK,
+    input={"owner": "ana"},
+)
+def _ask_timeout(d: Driver) -> None:
+    d.fire("decide#1/timeout")
+    d.fire("strict#1/timeout")
+
+
+@case(
+    "sleep",
+    "sleep for_ms and sleep until an instant from the input (ISO 8601); timer-fired wakes "
+    "each; an instant already past does not sleep.",
+    """
+flow: sleeper
+steps:
+  - id: nap
+    sleep: {for_ms: 5000}
+  - id: until
+    sleep: {until: "${input.wake_at}"}
+  - id: past
+    sleep: {until: 0}
+output: done
+""",
+    input={"wake_at": "1970-01-01T00:01:00Z"},
+)
+def _sleep(d: Driver) -> None:
+    d.fire("nap#1")
+    d.fire("until#1")
+
+
+SIGNALS = """
+flow: signals
+limits: {max_buffered_signals: 2}
+steps:
+  - id: first
+    await_signal: {signal: go, timeout_ms: 30000}
+  - id: second
+    await_signal: {signal: go}
+  - id: third
+    await_signal: {signal: go}
+output: "${ [steps.first.output, steps.second.output, steps.third.output] }"
+"""
+
+
+@case(
+    "await-signal",
+    "await_signal: the payload becomes the step's output; the signal timeout is dropped.",
+    SIGNALS,
+)
+def _await_signal(d: Driver) -> None:
+    d.signal("go", {"n": 1})
+    d.signal("go", {"n": 2})
+    d.signal("go", {"n": 3})
+
+
+@case(
+    "signal-buffered",
+    "Signals sent before the flow waits are buffered (up to max_buffered_signals, the next "
+    "is rejected) and consumed in order without await-signal effects.",
+    """
+flow: buffered
+limits: {max_buffered_signals: 2}
+tools: {work: {class: readonly}}
+steps:
+  - id: busy
+    call_tool: {tool: work}
+  - id: first
+    await_signal: {signal: go}
+  - id: second
+    await_signal: {signal: go}
+  - id: third
+    await_signal: {signal: go}
+output: "${ [steps.first.output, steps.second.output, steps.third.output] }"
+""",
+)
+def _signal_buffered(d: Driver) -> None:
+    d.signal("go", "a")
+    d.signal("go", "b")
+    d.signal("go", "c", reject=True)
+    d.ok("busy#1", None)
+    d.signal("go", "c")
+
+
+@case(
+    "await-signal-timeout",
+    "await_signal with a timeout that fires: the step fails with error type timeout and the "
+    "run fails.",
+    SIGNALS,
+)
+def _await_signal_timeout(d: Driver) -> None:
+    d.fire("first#1/timeout")
+
+
+SUBFLOW = """
+flow: parent
+budget: {steps: 30, cost_minor_units: 500}
+limits: {max_subflow_depth: 2}
+steps:
+  - id: child
+    run_subflow: {flow: postmortem, input: {incident: "${input.incident}"}}
+output: "${steps.child.output}"
+"""
+
+
+@case(
+    "subflow-completed",
+    "run_subflow: the child gets the parent's remaining budget; its usage comes back into "
+    "the parent's ledger.",
+    SUBFLOW,
+    input={"incident": "INC-1"},
+)
+def _subflow_completed(d: Driver) -> None:
+    d.child("child#1", "completed", {"doc": "pm.md"}, usage=Usage(steps=4, cost_minor_units=80))
+
+
+@case(
+    "subflow-failed",
+    "A child that settles failed fails the run_subflow step (error type subflow-failed).",
+    SUBFLOW,
+    input={"incident": "INC-2"},
+)
+def _subflow_failed(d: Driver) -> None:
+    d.child("child#1", "failed", usage=Usage(steps=1))
+
+
+@case(
+    "subflow-depth",
+    "A run started at depth 2 with a budget from its parent: its run_subflow would exceed "
+    "max_subflow_depth and fails at once.",
+    SUBFLOW,
+    input={"incident": "INC-3"},
+    depth=2,
+    budget=Budget(steps=5, cost_minor_units=100),  # type: ignore[arg-type]
+)
+def _subflow_depth(d: Driver) -> None:
+    pass
+
+
+SWITCH = """
+flow: router
+tools: {pagerduty.page: {class: idempotent}, slack.post: {}}
+steps:
+  - id: route
+    switch:
+      - if: "input.severity == 'high'"
+        steps:
+          - id: page
+            call_tool: {tool: pagerduty.page, input: {who: "${input.owner}"}}
+      - if: "input.severity == 'low'"
+        steps: []
+      - else:
+          - id: note
+            call_tool: {tool: slack.post, input: {text: "sev ${input.severity}"}}
+output: "${steps.route.output}"
+"""
+
+
+@case(
+    "switch",
+    "switch: the first matching case runs; the step's output is its last step's output.",
+    SWITCH,
+    input={"severity": "high", "owner": "ana"},
+)
+def _switch(d: Driver) -> None:
+    d.ok("page#1", {"paged": True})
+
+
+@case(
+    "switch-else", "switch: nothing matches, the else case runs.", SWITCH, input={"severity": "mid"}
+)
+def _switch_else(d: Driver) -> None:
+    d.ok("note#1", {"ts": 1})
+
+
+def parallel(mode: str, extra: str = "", tail: str = "") -> str:
+    return f"""
+flow: fan-out
+tools: {{a: {{class: readonly}}, b: {{class: readonly}}, c: {{class: readonly}}}}
+steps:
+  - id: fan
+    parallel:
+      mode: {mode}{extra}
+      branches:
+        left: [{{id: l, call_tool: {{tool: a}}}}]
+        mid: [{{id: m, call_tool: {{tool: b}}}}]
+        right: [{{id: r, call_tool: {{tool: c}}}}]
+{tail}output: "${{steps.fan.output}}"
+"""
+
+
+@case(
+    "parallel-all",
+    "parallel mode all: every branch starts in declared order; the output maps branches.",
+    parallel("all"),
+)
+def _parallel_all(d: Driver) -> None:
+    d.ok("r#1", 3)
+    d.ok("l#1", 1)
+    d.ok("m#1", 2)
+
+
+@case(
+    "parallel-all-settled",
+    "parallel mode all_settled: a failed branch does not fail the step; the output holds "
+    "status and output or error per branch.",
+    parallel("all_settled"),
+)
+def _parallel_all_settled(d: Driver) -> None:
+    d.fail("m#1", "boom")
+    d.ok("l#1", 1)
+    d.ok("r#1", 3)
+
+
+@case(
+    "parallel-race",
+    "parallel mode race: the first branch to finish wins, the others are abandoned; a "
+    "loser's late result is accepted and ignored, a duplicate is rejected.",
+    parallel("race", tail="  - id: after\n    ask_human: {question: done?}\n"),
+)
+def _parallel_race(d: Driver) -> None:
+    d.ok("m#1", "mid wins")
+    d.ok("l#1", "too late")
+    d.ok("l#1", "duplicate", reject=True)
+    d.answer("after#1", "yes")
+
+
+@case(
+    "parallel-any",
+    "parallel mode any: failures are tolerated until one branch succeeds.",
+    parallel("any"),
+)
+def _parallel_any(d: Driver) -> None:
+    d.fail("l#1", "nope")
+    d.ok("r#1", "right")
+
+
+@case(
+    "parallel-max-concurrency",
+    "parallel with max_concurrency 1: branches start one after another in declared order.",
+    parallel("all", "\n      max_concurrency: 1"),
+)
+def _parallel_max_concurrency(d: Driver) -> None:
+    d.ok("l#1", 1)
+    d.ok("m#1", 2)
+    d.ok("r#1", 3)
+
+
+@case(
+    "for-each",
+    "for_each with max_concurrency 2: the loop variable and index, keys per item, outputs "
+    "in item order whatever the completion order.",
+    """
+flow: per-service
+tools: {check: {class: readonly}}
+steps:
+  - id: per
+    for_each:
+      items: "${input.services}"
+      as: svc
+      max_concurrency: 2
+      steps:
+        - id: look
+          call_tool: {tool: check, input: {service: "${svc}", n: "${index}"}}
+output: "${steps.per.output}"
+""",
+    input={"services": ["api", "db", "web"]},
+)
+def _for_each(d: Driver) -> None:
+    d.ok("per[1]/look#1", "db ok")
+    d.ok("per[0]/look#1", "api ok")
+    d.ok("per[2]/look#1", "web ok")
+
+
+@case(
+    "repeat-every",
+    "repeat every_ms with max_fires: a tick timer per fire, fire_count visible to the body.",
+    """
+flow: reminder
+tools: {ping: {class: readonly}}
+steps:
+  - id: recheck
+    repeat:
+      every_ms: 60000
+      max_fires: 3
+      steps:
+        - id: poll
+          call_tool: {tool: ping, input: {fire: "${fire_count}"}}
+output: "${steps.recheck.output}"
+""",
+)
+def _repeat_every(d: Driver) -> None:
+    for fire in (1, 2, 3):
+        d.fire(f"recheck[{fire}]/tick")
+        d.ok(f"recheck[{fire}]/poll#1", {"fire": fire})
+
+
+@case(
+    "repeat-cron-until",
+    "repeat on a 5-field UTC cron with an until condition checked after each fire.",
+    """
+flow: cron
+tools: {ci: {class: readonly}}
+steps:
+  - id: recheck
+    repeat:
+      cron: "*/5 * * * *"
+      until: "steps.status.output.green"
+      steps:
+        - id: status
+          call_tool: {tool: ci}
+output: "${steps.recheck.output}"
+""",
+)
+def _repeat_cron(d: Driver) -> None:
+    d.fire("recheck[1]/tick")
+    d.ok("recheck[1]/status#1", {"green": False})
+    d.fire("recheck[2]/tick")
+    d.ok("recheck[2]/status#1", {"green": True})
+
+
+SCHEDULE = """
+flow: nudger
+tools: {send_reminder: {}, cleanup: {class: idempotent}}
+steps:
+  - id: nudge
+    schedule: {tool: send_reminder, input: {to: "${input.who}"}, delay_ms: 1000}
+  - id: later
+    schedule: {tool: cleanup, delay_ms: 2000}
+  - id: drop
+    cancel_scheduled: {id: "${steps.later.output}"}
+  - id: wait
+    sleep: {for_ms: 5000}
+output: "${ {nudge: steps.nudge.output, dropped: steps.drop.output} }"
+"""
+
+
+@case(
+    "schedule",
+    "schedule returns its id at once; the delay fires a detached call-tool whose failure "
+    "never fails the flow; cancel_scheduled cancels another before its delay reaches the host.",
+    SCHEDULE,
+    input={"who": "ana"},
+)
+def _schedule(d: Driver) -> None:
+    d.fire("nudge#1/delay")
+    d.fail("nudge#1/call", "smtp-down")
+    d.fire("wait#1")
+
+
+@case(
+    "schedule-outlive",
+    "schedule with outlive_run: the run waits for the call after its steps end.",
+    """
+flow: outlive
+tools: {audit: {class: idempotent}}
+steps:
+  - id: log
+    schedule: {tool: audit, input: {event: done}, delay_ms: 10000, outlive_run: true}
+output: "${steps.log.output}"
+""",
+)
+def _schedule_outlive(d: Driver) -> None:
+    d.fire("log#1/delay")
+    d.ok("log#1/call", "logged")
+
+
+RETRY = """
+flow: retrying
+tools: {flaky: {class: idempotent}}
+steps:
+  - id: call
+    call_tool: {tool: flaky, input: {n: 1}}
+    retry:
+      max_attempts: 3
+      initial_interval_ms: 1000
+      backoff: 2.0
+      max_interval_ms: 60000
+      jitter: 0.5
+output: "${steps.call.output}"
+"""
+
+
+@case(
+    "retry-backoff",
+    "retry with exponential backoff and deterministic jitter: new key per attempt, a "
+    "backoff timer between attempts.",
+    RETRY,
+)
+def _retry_backoff(d: Driver) -> None:
+    d.fail("call#1", "busy", retryable=True)
+    d.fire("call#1/backoff")
+    d.fail("call#2", "busy", retryable=True)
+    d.fire("call#2/backoff")
+    d.ok("call#3", "third time lucky")
+
+
+@case(
+    "retry-exhausted",
+    "retry gives up after max_attempts; a non-retryable error is not retried at all.",
+    RETRY,
+)
+def _retry_exhausted(d: Driver) -> None:
+    d.fail("call#1", "busy", retryable=True)
+    d.fire("call#1/backoff")
+    d.fail("call#2", "bad-request", retryable=False)
+
+
+@case(
+    "step-timeout",
+    "timeout_ms on a step: the timer fails it with error type timeout (caught here); the "
+    "late result is accepted once and ignored, a duplicate of it is rejected.",
+    """
+flow: slow
+tools: {slow: {class: readonly}, fast: {class: readonly}}
+steps:
+  - id: guard
+    try:
+      - id: call
+        call_tool: {tool: slow}
+        timeout_ms: 2000
+    catch:
+      - errors: [timeout]
+        steps: []
+  - id: next
+    call_tool: {tool: fast}
+output: "${steps.call.error.type}"
+""",
+)
+def _step_timeout(d: Driver) -> None:
+    d.fire("call/timeout")
+    d.ok("call#1", "too late")
+    d.ok("call#1", "again", reject=True)
+    d.ok("next#1", "fast")
+
+
+@case(
+    "try-catch",
+    "try/catch by error type: the handler sees the error; an uncaught type would propagate.",
+    """
+flow: guarded
+tools: {risky: {class: idempotent}, fallback: {class: readonly}}
+steps:
+  - id: guard
+    try:
+      - id: attempt
+        call_tool: {tool: risky}
+    catch:
+      - errors: [quota]
+        steps:
+          - id: degrade
+            call_tool: {tool: fallback, input: {why: "${error.type}", msg: "${error.message}"}}
+      - errors: ["*"]
+        steps: []
+output: "${steps.guard.output}"
+""",
+)
+def _try_catch(d: Driver) -> None:
+    d.fail("attempt#1", "quota")
+    d.ok("degrade#1", "cached answer")
+
+
+SAGA = """
+flow: saga
+tools:
+  charge: {class: idempotent}
+  refund: {class: idempotent}
+  book: {class: idempotent}
+  unbook: {class: idempotent}
+  ship: {}
+steps:
+  - id: pay
+    call_tool: {tool: charge, input: {amount: "${input.amount}"}}
+    compensate:
+      - id: undo_pay
+        call_tool: {tool: refund, input: {charge: "${steps.pay.output.id}"}}
+  - id: reserve
+    call_tool: {tool: book}
+    compensate:
+      - id: undo_reserve
+        call_tool: {tool: unbook, input: {booking: "${steps.reserve.output}"}}
+  - id: deliver
+    call_tool: {tool: ship}
+output: done
+"""
+
+
+@case(
+    "compensation-on-failure",
+    "saga: a later step fails, so completed steps' compensations run in reverse order "
+    "before the run settles failed.",
+    SAGA,
+    input={"amount": 30},
+)
+def _compensation_failure(d: Driver) -> None:
+    d.ok("pay#1", {"id": "ch_1"})
+    d.ok("reserve#1", "bk_9")
+    d.fail("deliver#1", "no-stock")
+    d.ok("undo_reserve#1", True)
+    d.ok("undo_pay#1", True)
+
+
+@case(
+    "compensation-on-cancel",
+    "saga: a cancel request abandons pending work and runs the compensations before the run "
+    "settles cancelled; a second cancel while compensating is rejected.",
+    SAGA,
+    input={"amount": 12},
+)
+def _compensation_cancel(d: Driver) -> None:
+    d.ok("pay#1", {"id": "ch_2"})
+    d.cancel("customer changed their mind")
+    d.cancel("again", reject=True)
+    d.ok("undo_pay#1", True)
+
+
+@case(
+    "cancel",
+    "cancel-requested while the run waits on work, a question, a signal and a timer: "
+    "everything is abandoned and the run settles cancelled.",
+    """
+flow: waiting
+tools: {long: {class: readonly}}
+steps:
+  - id: all
+    parallel:
+      branches:
+        work: [{id: job, call_tool: {tool: long}}]
+        ask: [{id: q, ask_human: {question: "Continue?"}}]
+        wait: [{id: sig, await_signal: {signal: done}}]
+        nap: [{id: zz, sleep: {for_ms: 100000}}]
+""",
+)
+def _cancel(d: Driver) -> None:
+    d.cancel("operator stop")
+    d.ok("job#1", "late", reject=True)
+    d.answer("q#1", "yes", reject=True)
+
+
+@case(
+    "max-concurrency",
+    "limits.max_concurrency: work beyond the limit is held and released in request order "
+    "as earlier work finishes.",
+    """
+flow: throttled
+limits: {max_concurrency: 2}
+tools: {t: {class: readonly}}
+steps:
+  - id: per
+    for_each:
+      items: "${input.items}"
+      steps:
+        - id: do
+          call_tool: {tool: t, input: "${item}"}
+""",
+    input={"items": [1, 2, 3, 4]},
+)
+def _max_concurrency(d: Driver) -> None:
+    d.ok("per[1]/do#1", "b")
+    d.ok("per[0]/do#1", "a")
+    d.ok("per[2]/do#1", "c")
+    d.ok("per[3]/do#1", "d")
+
+
+@case(
+    "expression-error",
+    "An expression that fails at run time (sleep until a non-instant) fails its step with "
+    "error type expression-error, which try/catch can catch.",
+    """
+flow: bad-expr
+steps:
+  - id: guard
+    try:
+      - id: nap
+        sleep: {until: "${input.when}"}
+    catch:
+      - errors: [expression-error]
+        steps:
+          - id: ask
+            ask_human: {question: "Bad time ${input.when}: ${error.message}"}
+output: "${steps.ask.answer}"
+""",
+    input={"when": "soon"},
+)
+def _expression_error(d: Driver) -> None:
+    d.answer("ask#1", "use tomorrow")
+
+
+def _triage_spec() -> str:
+    return (ROOT / "specs" / "examples" / "triage.yaml").read_text(encoding="utf-8")
+
+
+@case(
+    "triage-example",
+    "The example flow specs/examples/triage.yaml end to end: input schema, retry, timeout, "
+    "ask_human, switch, await_signal, wall-clock deadline, output.",
+    "",
+    input={"incident_id": "INC-42"},
+    extra={"spec_from": "triage"},
+)
+def _triage(d: Driver) -> None:
+    d.fail("fetch#1", "unavailable", retryable=True)
+    d.fire("fetch#1/backoff")
+    d.ok("fetch#2", {"title": "checkout latency p99 > 2s", "services": ["api"]})
+    d.ok(
+        "triage#1",
+        {"owner": "payments-oncall", "severity": "high"},
+        usage=Usage(steps=1, cost_minor_units=42),
+    )
+    d.answer("decide#1", "page")
+    d.ok("page#1", {"paged": True})
+    d.signal("fix-deployed", {"commit": "a1b2c3"})
+
+
+# =====================================================================================
+# Budgets
+# =====================================================================================
+
+LOOP = """
+flow: spender
+budget: {steps: 3, cost_minor_units: 100, wall_clock_ms: 60000}
+tools: {t: {class: readonly}}
+steps:
+  - id: a
+    call_tool: {tool: t}
+  - id: b
+    call_tool: {tool: t}
+  - id: c
+    call_tool: {tool: t}
+  - id: d
+    call_tool: {tool: t}
+"""
+
+
+@case(
+    "budget-steps",
+    "Step budget: the fourth work effect would exceed steps 3; the run settles "
+    "budget-exhausted (steps) and no call is issued.",
+    LOOP,
+)
+def _budget_steps(d: Driver) -> None:
+    d.ok("a#1", 1)
+    d.ok("b#1", 2)
+    d.ok("c#1", 3)
+
+
+@case(
+    "budget-cost",
+    "Cost budget: reported usage passes cost_minor_units and the run settles "
+    "budget-exhausted (cost).",
+    LOOP,
+)
+def _budget_cost(d: Driver) -> None:
+    d.ok("a#1", 1, usage=Usage(cost_minor_units=60))
+    d.ok("b#1", 2, usage=Usage(cost_minor_units=60))
+
+
+@case(
+    "budget-wall-clock",
+    "Wall-clock budget: the deadline timer armed at start fires and the run settles "
+    "budget-exhausted (wall-clock).",
+    LOOP,
+)
+def _budget_wall(d: Driver) -> None:
+    d.ok("a#1", 1)
+    d.fire("$deadline")
+
+
+@case(
+    "budget-wall-clock-late-event",
+    "Wall-clock budget: an event reported after the deadline (before its timer) settles the "
+    "run budget-exhausted.",
+    LOOP,
+)
+def _budget_wall_late(d: Driver) -> None:
+    d.ok("a#1", 1, at=70000)
+
+
+@case(
+    "budget-from-parent",
+    "A budget passed to start (a child's share) caps the spec's own budget: steps 2 of the "
+    "spec's 3.",
+    LOOP,
+    budget=Budget(steps=2),  # type: ignore[arg-type]
+    depth=1,
+)
+def _budget_parent(d: Driver) -> None:
+    d.ok("a#1", 1)
+    d.ok("b#1", 2)
+
+
+# =====================================================================================
+# Unknown outcomes, one per execution class
+# =====================================================================================
+
+UNKNOWN = """
+flow: unsure
+tools: {read: {class: readonly}, put: {class: idempotent}, send: {class: uncertain}, poke: {}}
+steps:
+  - id: guard
+    try:
+      - id: call
+        call_tool: {tool: TOOL, input: {x: 1}}
+    catch:
+      - errors: [outcome-unknown]
+        steps:
+          - id: reconcile
+            ask_human: {question: "Reconcile: ${error.message}", options: [done, not-done]}
+output: "${steps.call.output}"
+"""
+
+
+@case(
+    "unknown-readonly",
+    "effect-outcome-unknown for a readonly tool: re-issued under the same key, then succeeds.",
+    UNKNOWN.replace("TOOL", "read"),
+)
+def _unknown_readonly(d: Driver) -> None:
+    d.unknown("call#1")
+    d.ok("call#1", "read it")
+
+
+@case(
+    "unknown-idempotent",
+    "effect-outcome-unknown for an idempotent tool: re-issued with the same key until the "
+    "bound, then the step fails outcome-unknown (caught).",
+    UNKNOWN.replace("TOOL", "put"),
+)
+def _unknown_idempotent(d: Driver) -> None:
+    d.unknown("call#1")
+    d.unknown("call#1")
+    d.unknown("call#1")
+    d.answer("reconcile#1", "not-done")
+
+
+@case(
+    "unknown-uncertain",
+    "effect-outcome-unknown for an uncertain tool: never re-issued; the step fails "
+    "outcome-unknown and the catch asks a human to reconcile.",
+    UNKNOWN.replace("TOOL", "send"),
+)
+def _unknown_uncertain(d: Driver) -> None:
+    d.unknown("call#1")
+    d.answer("reconcile#1", "done")
+
+
+@case(
+    "unknown-unclassified",
+    "A tool declared without a class is uncertain (fail-closed): an unknown outcome fails "
+    "the step; uncaught, it fails the run.",
+    """
+flow: unclassified
+tools: {poke: {}}
+steps:
+  - id: call
+    call_tool: {tool: poke}
+""",
+)
+def _unknown_unclassified(d: Driver) -> None:
+    d.unknown("call#1")
+
+
+@case(
+    "unknown-subflow",
+    "effect-outcome-unknown for a run-subflow: re-issued under the same key (the key names "
+    "the child run).",
+    SUBFLOW,
+    input={"incident": "INC-9"},
+)
+def _unknown_subflow(d: Driver) -> None:
+    d.unknown("child#1")
+    d.child("child#1", "completed", "ok")
+
+
+@case(
+    "unknown-scheduled-call",
+    "effect-outcome-unknown for a scheduled call: reported uncertain, the flow is unaffected.",
+    SCHEDULE,
+    input={"who": "bo"},
+)
+def _unknown_scheduled(d: Driver) -> None:
+    d.fire("nudge#1/delay")
+    d.unknown("nudge#1/call")
+    d.fire("wait#1")
+
+
+# =====================================================================================
+# Rejected events
+# =====================================================================================
+
+
+@case(
+    "rejected-events",
+    "Events that cannot apply are logged as event.rejected and must still be rejected: an "
+    "unknown key, an answer not among the options, a duplicate, anything after settlement.",
+    """
+flow: picky
+tools: {t: {class: readonly}}
+steps:
+  - id: q
+    ask_human: {question: "Pick", options: [a, b]}
+  - id: w
+    call_tool: {tool: t}
+output: "${steps.q.answer}"
+""",
+)
+def _rejected(d: Driver) -> None:
+    d.ok("nope#1", 1, reject=True)
+    d.answer("q#1", "c", reject=True)
+    d.answer("q#1", "a")
+    d.answer("q#1", "b", reject=True)
+    d.ok("q#1", 1, reject=True)
+    d.ok("w#1", "done")
+    d.signal("late", reject=True)
+    d.cancel("too late", reject=True)
+
+
+# =====================================================================================
+# Divergent logs: each must be detected at the declared index
+# =====================================================================================
+
+
+def _index_of(records: list[dict[str, Any]], pred: Callable[[dict[str, Any]], bool]) -> int:
+    for i, record in enumerate(records):
+        if pred(record):
+            return i
+    raise AssertionError("no such record")
+
+
+def _renumber(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**r, "index": i} for i, r in enumerate(records)]
+
+
+def _effect_with_key(key: str) -> Callable[[dict[str, Any]], bool]:
+    full = f"{RUN_ID}/{key}"
+    return lambda r: r["type"] == "effect.emitted" and r["data"].get("idempotencyKey") == full
+
+
+def _edit_tool_input(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    i = _index_of(records, _effect_with_key("enrich#1"))
+    records[i]["data"]["input"] = {"name": "Grace"}
+    return records
+
+
+@case(
+    "diverge-effect-edited",
+    "Divergent: a recorded call-tool input was edited; replay reports that index, expected "
+    "(recorded) and actual (re-derived) effect.",
+    SEQUENCE,
+    input={"id": "u-7"},
+    edit=_edit_tool_input,
+    diverges_at=3,
+)
+def _diverge_edited(d: Driver) -> None:
+    _sequence(d)
+
+
+def _drop_effect(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    i = _index_of(records, _effect_with_key("m#1"))
+    return _renumber(records[:i] + records[i + 1 :])
+
+
+@case(
+    "diverge-effect-missing",
+    "Divergent: one effect of a parallel fan-out is missing from the log; the interpreter "
+    "emits it where the log has the next record.",
+    parallel("all"),
+    edit=_drop_effect,
+    diverges_at=2,
+)
+def _diverge_missing(d: Driver) -> None:
+    _parallel_all(d)
+
+
+def _insert_effect(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    i = _index_of(records, _effect_with_key("enrich#1"))
+    extra = {**records[i], "data": {**records[i]["data"], "idempotencyKey": "r-1/extra#1"}}
+    return _renumber([*records[: i + 1], extra, *records[i + 1 :]])
+
+
+@case(
+    "diverge-extra-effect",
+    "Divergent: the log records an effect the interpreter never emits.",
+    SEQUENCE,
+    input={"id": "u-7"},
+    edit=_insert_effect,
+    diverges_at=4,
+)
+def _diverge_extra(d: Driver) -> None:
+    _sequence(d)
+
+
+def _edit_event_output(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    i = _index_of(
+        records,
+        lambda r: r["type"] == "event.reported" and r["data"].get("idempotencyKey") == "r-1/q#1",
+    )
+    records[i]["data"]["answer"] = "b"
+    return records
+
+
+@case(
+    "diverge-event-edited",
+    "Divergent: a human answer was edited, so the switch takes another branch and the next "
+    "recorded effect no longer matches.",
+    """
+flow: branchy
+tools: {a: {class: readonly}, b: {class: readonly}}
+steps:
+  - id: q
+    ask_human: {question: "Which?", options: [a, b]}
+  - id: go
+    switch:
+      - if: "steps.q.answer == 'a'"
+        steps: [{id: do_a, call_tool: {tool: a}}]
+      - else: [{id: do_b, call_tool: {tool: b}}]
+""",
+    edit=_edit_event_output,
+    diverges_at=3,
+)
+def _diverge_event(d: Driver) -> None:
+    d.answer("q#1", "a")
+    d.ok("do_a#1", "A")
+
+
+def _unreject(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    i = _index_of(records, lambda r: r["type"] == "event.rejected")
+    records[i]["data"]["event"]["answer"] = "a"
+    return records
+
+
+@case(
+    "diverge-rejected-now-applies",
+    "Divergent: an event.rejected record whose event the interpreter applies.",
+    """
+flow: picky2
+steps:
+  - id: q
+    ask_human: {question: "Pick", options: [a, b]}
+output: "${steps.q.answer}"
+""",
+    edit=_unreject,
+    diverges_at=2,
+)
+def _diverge_unreject(d: Driver) -> None:
+    d.answer("q#1", "c", reject=True)
+    d.answer("q#1", "b")
+
+
+def _reported_bad_answer(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    i = _index_of(records, lambda r: r["type"] == "event.reported")
+    records[i]["data"]["answer"] = "maybe"
+    return records
+
+
+@case(
+    "diverge-applied-now-rejected",
+    "Divergent: an event.reported record the interpreter rejects (an answer not among the "
+    "options).",
+    """
+flow: picky3
+steps:
+  - id: q
+    ask_human: {question: "Pick", options: [a, b]}
+output: "${steps.q.answer}"
+""",
+    edit=_reported_bad_answer,
+    diverges_at=2,
+)
+def _diverge_reject(d: Driver) -> None:
+    d.answer("q#1", "a")
+
+
+def _settled_status(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    records[-1]["data"]["status"] = "completed"
+    return records
+
+
+@case(
+    "diverge-settled-edited",
+    "Divergent: the run.settled record says completed where the settled effect says failed.",
+    """
+flow: failing
+tools: {t: {class: readonly}}
+steps:
+  - id: x
+    call_tool: {tool: t}
+""",
+    edit=_settled_status,
+    diverges_at=4,
+)
+def _diverge_settled(d: Driver) -> None:
+    d.fail("x#1", "boom")
+
+
+def _swap_effects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    i = _index_of(records, _effect_with_key("l#1"))
+    j = _index_of(records, _effect_with_key("m#1"))
+    records[i]["data"], records[j]["data"] = records[j]["data"], records[i]["data"]
+    return records
+
+
+@case(
+    "diverge-effect-order",
+    "Divergent: two effects of one decision are swapped; the order of effects is part of "
+    "the contract.",
+    parallel("all"),
+    edit=_swap_effects,
+    diverges_at=1,
+)
+def _diverge_order(d: Driver) -> None:
+    _parallel_all(d)
+
+
+def _drop_tail_effects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return records[:-2]
+
+
+@case(
+    "diverge-log-ends-early",
+    "Divergent: a complete (untorn) log that lacks the last decision's effects; the "
+    "interpreter emits one where the log ends.",
+    SEQUENCE,
+    input={"id": "u-7"},
+    edit=_drop_tail_effects,
+    diverges_at=7,
+)
+def _diverge_ends(d: Driver) -> None:
+    _sequence(d)
+
+
+# Version 2 renames the second call's input field: v1 runs cannot move to it.
+SEQUENCE_V2 = SEQUENCE.replace("flow: sequence\n", "flow: sequence\nversion: 2\n").replace(
+    'input: {name: "${steps.fetch.output.name}"}', 'input: {user: "${steps.fetch.output.name}"}'
+)
+# Version 2 adds a timeout to the last step only: runs that have not reached it can move.
+SEQUENCE_V2_COMPATIBLE = SEQUENCE.replace(
+    "flow: sequence\n", "flow: sequence\nversion: 2\n"
+).replace("  - id: save\n", "  - id: save\n    timeout_ms: 30000\n")
+
+
+@case(
+    "version-divergent",
+    "Newer spec: an in-flight run recorded with version 1 cannot move to version 2, which "
+    "calls the second tool with another input; the divergence names the first index where "
+    "v2 acts differently.",
+    SEQUENCE,
+    input={"id": "u-7"},
+    newer_spec=SEQUENCE_V2,
+    diverges_at=3,
+)
+def _version_divergent(d: Driver) -> None:
+    d.ok("fetch#1", {"name": "Ada"})
+    d.ok("enrich#1", {"tier": "gold"})
+
+
+@case(
+    "version-compatible",
+    "Newer spec: version 2 only changes a step the in-flight run has not reached, so every "
+    "recorded effect is re-derived and the run can continue on v2 (the spec hash differs).",
+    SEQUENCE,
+    input={"id": "u-7"},
+    newer_spec=SEQUENCE_V2_COMPATIBLE,
+)
+def _version_compatible(d: Driver) -> None:
+    d.ok("fetch#1", {"name": "Ada"})
+
+
+# =====================================================================================
+# Log damage
+# =====================================================================================
+
+
+@case(
+    "torn-tail",
+    "A crash mid-write tore the last line: it is reported with its byte offset and the "
+    "complete records before it replay (the derived effects past the tear are unrecorded).",
+    SEQUENCE,
+    input={"id": "u-7"},
+    tear=40,
+)
+def _torn(d: Driver) -> None:
+    d.ok("fetch#1", {"name": "Ada"})
+    d.ok("enrich#1", {"tier": "gold"})
+
+
+@case(
+    "corrupt-middle",
+    "A damaged record in the middle of a log is an error (LogCorrupt with its line and byte "
+    "offset), never skipped.",
+    SEQUENCE,
+    input={"id": "u-7"},
+    corrupt_line=3,
+)
+def _corrupt(d: Driver) -> None:
+    _sequence(d)
+
+
+# =====================================================================================
+# Building the files
+# =====================================================================================
+
+
+def _json_line(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def build(c: Case) -> dict[str, bytes]:
+    """The files of one case, by name."""
+    spec = _triage_spec() if c.extra.get("spec_from") == "triage" else c.spec
+    driver = Driver(spec, c.input, budget=c.budget, depth=c.depth)
+    c.script(driver)
+    log = encode_records(driver.records, "json")
+    replay_spec = spec if c.newer_spec is None else c.newer_spec.strip() + "\n"
+    flow = flowcore.parse_flow(replay_spec, source_name="flow.yaml")
+    files: dict[str, bytes] = {"flow.yaml": replay_spec.encode()}
+    if c.newer_spec is not None:
+        files["recorded.yaml"] = spec.encode()
+    if c.edit is not None:
+        records = [json.loads(line) for line in log.splitlines()]
+        log = b"".join(_json_line(r) for r in c.edit(records))
+    expect: dict[str, Any] = {}
+    if c.corrupt_line is not None:
+        lines = log.splitlines(keepends=True)
+        offset = sum(len(line) for line in lines[: c.corrupt_line])
+        lines[c.corrupt_line] = b'{"type":"event.reported","index":\x00garbage\n'
+        log = b"".join(lines)
+        try:
+            replay(log, flow)
+        except LogCorrupt as exc:
+            assert exc.offset == offset, (exc.offset, offset)
+            expect = {"error": "corrupt", "offset": offset, "line": c.corrupt_line + 1}
+        else:
+            raise AssertionError(f"{c.name}: corruption not detected")
+    else:
+        if c.tear is not None:
+            log = log[: -c.tear]
+        report = replay(log, flow, raise_on_divergence=False)
+        found = report.divergence.index if report.divergence is not None else None
+        if found != c.diverges_at:
+            raise AssertionError(f"{c.name}: divergence at {found}, declared {c.diverges_at}")
+        expect = {
+            "replays": report.divergence is None,
+            "divergenceIndex": found,
+            "status": report.status,
+            "specMatches": report.spec_matches,
+            "lastIndex": report.last_index,
+            "tornOffset": None if report.torn is None else report.torn.offset,
+            "unrecorded": len(report.unrecorded),
+        }
+        if c.tear is not None:
+            assert report.torn is not None, f"{c.name}: the tear was not detected"
+    files["log.ndjson"] = log
+    files["expect.json"] = (json.dumps(expect, indent=2) + "\n").encode()
+    files["README.md"] = f"# {c.name}\n\n{c.about}\n".encode()
+    return files
+
+
+def build_all() -> dict[str, bytes]:
+    """Every file under ``specs/conformance/``, by path relative to it."""
+    out: dict[str, bytes] = {}
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names)), "duplicate case names"
+    rows = []
+    for c in CASES:
+        for name, data in build(c).items():
+            out[f"{c.name}/{name}"] = data
+        rows.append(f"| [{c.name}]({c.name}/) | {c.about} |")
+    out["README.md"] = (
+        "# Conformance vectors\n\n"
+        "Each directory holds a flow (`flow.yaml`), the full log of one run of it\n"
+        "(`log.ndjson`, format in [../log.md](../log.md)), what replaying that log must\n"
+        "find (`expect.json`) and one line saying what the case shows. Divergent cases\n"
+        "hold a log edited to differ (or a newer spec, with the recording one in\n"
+        "`recorded.yaml`); replay must report the divergence at exactly\n"
+        "`divergenceIndex`. Every host must produce logs that replay identically.\n\n"
+        "Generated by `python scripts/gen_conformance.py`; `tests/test_conformance.py`\n"
+        "replays every case and fails when these files are stale.\n\n"
+        "| Case | What it shows |\n|---|---|\n" + "\n".join(rows) + "\n"
+    ).encode()
+    return out
+
+
+def main() -> int:
+    files = build_all()
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    wanted = {OUT_DIR / rel for rel in files}
+    for path in sorted(OUT_DIR.rglob("*")):
+        if path.is_file() and path not in wanted:
+            path.unlink()
+            print(f"removed {path.relative_to(ROOT)}")
+    for path in sorted(OUT_DIR.iterdir()):
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    written = 0
+    for rel, data in sorted(files.items()):
+        path = OUT_DIR / rel
+        if path.exists() and path.read_bytes() == data:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        written += 1
+    print(f"{len(CASES)} cases, {len(files)} files, {written} written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Crash safety with real processes: a worker is SIGKILLed at random moments
+(seeded), restarted, and the run must end as if nothing had happened.
+
+Also: two workers on one database run every effect once, and an effect that
+kills its worker every time ends in the dead letters instead of looping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flowcore
+
+HERE = Path(__file__).resolve().parent
+FLOW = HERE / "crash_flow.yaml"
+TOOLS = HERE / "crash_tools.py"
+KILLS = int(os.environ.get("FLOWCORE_CRASH_KILLS", "20"))
+INPUT = {"seed": "s", "items": ["i0", "i1", "i2", "i3", "i4", "i5"]}
+
+
+def flowcore_cmd(*args: str, env: dict[str, str]) -> list[str]:
+    return [sys.executable, "-m", "flowcore_cli", *args]
+
+
+def environment(tmp: Path, delay: str = "0.02") -> dict[str, str]:
+    env = dict(os.environ)
+    env["FLOWCORE_TEST_JOURNAL"] = str(tmp / "journal.txt")
+    env["FLOWCORE_TEST_DELAY"] = delay
+    return env
+
+
+def start(db: Path, run_id: str, env: dict[str, str]) -> None:
+    subprocess.run(
+        flowcore_cmd(
+            "run",
+            str(FLOW),
+            "--input",
+            json.dumps(INPUT),
+            "--tools",
+            str(TOOLS),
+            "--db",
+            str(db),
+            "--run-id",
+            run_id,
+            "--detach",
+            env=env,
+        ),
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def worker(db: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        flowcore_cmd("worker", "--db", str(db), "--until-idle", env=env),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def finish(db: Path, env: dict[str, str]) -> None:
+    proc = worker(db, env)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr.decode()
+
+
+def show(db: Path, run_id: str, env: dict[str, str]) -> dict[str, Any]:
+    out = subprocess.run(
+        flowcore_cmd("show", run_id, "--db", str(db), "--json", env=env),
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def exported(db: Path, run_id: str, env: dict[str, str]) -> bytes:
+    out = subprocess.run(
+        flowcore_cmd("export", run_id, "--db", str(db), env=env),
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return out.stdout
+
+
+def journal(tmp: Path) -> tuple[Counter[str], Counter[str]]:
+    starts: Counter[str] = Counter()
+    ends: Counter[str] = Counter()
+    path = tmp / "journal.txt"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            mark, key, _ = line.split(" ")
+            (starts if mark == "S" else ends)[key] += 1
+    return starts, ends
+
+
+def uncertain(key: str) -> bool:
+    return "/tell#" in key or "/ping_call#" in key
+
+
+@pytest.fixture(scope="module")
+def clean_output(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("clean")
+    env = environment(tmp)
+    db = tmp / "clean.db"
+    start(db, "run", env)
+    finish(db, env)
+    info = show(db, "run", env)
+    assert info["status"] == "completed"
+    return info["output"]
+
+
+def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_work(
+    tmp_path: Path, clean_output: Any
+) -> None:
+    env = environment(tmp_path)
+    db = tmp_path / "crash.db"
+    rng = random.Random(20261130)
+    start(db, "run", env)
+    kills = 0
+    while kills < KILLS:
+        proc = worker(db, env)
+        time.sleep(rng.uniform(0.15, 0.6))
+        if proc.poll() is not None:
+            break  # the run finished before this kill: nothing left to crash
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        kills += 1
+    finish(db, env)
+    info = show(db, "run", env)
+    assert info["status"] == "completed", info
+    assert info["output"] == clean_output
+    starts, _ = journal(tmp_path)
+    repeats = {k: n for k, n in starts.items() if n > 1}
+    assert not any(uncertain(k) for k in repeats), f"an uncertain call ran twice: {repeats}"
+    assert sum(n - 1 for n in repeats.values()) <= kills, repeats
+    assert all(n <= 1 + kills for n in starts.values())
+    records = flowcore.decode_log(exported(db, "run", env)).records
+    report = flowcore.replay(records, flowcore.parse_flow(FLOW.read_text()))
+    assert report.status == "completed"
+    assert kills >= min(KILLS, 3), "the run finished too fast to be crashed"
+
+
+def test_two_workers_on_one_database_run_every_effect_once(tmp_path: Path) -> None:
+    env = environment(tmp_path, delay="0.005")
+    db = tmp_path / "two.db"
+    runs = [f"run{i}" for i in range(6)]
+    for run_id in runs:
+        start(db, run_id, env)
+    a, b = worker(db, env), worker(db, env)
+    for proc in (a, b):
+        _, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 0, stderr.decode()
+    starts, ends = journal(tmp_path)
+    assert starts and all(n == 1 for n in starts.values()), {
+        k: n for k, n in starts.items() if n > 1
+    }
+    assert starts == ends
+    for run_id in runs:
+        assert show(db, run_id, env)["status"] == "completed"
+
+
+def test_an_effect_that_keeps_killing_its_worker_goes_to_the_dead_letters(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    db = tmp_path / "dead.db"
+    spec = tmp_path / "dead.yaml"
+    spec.write_text(
+        "flow: deadly\ntools: {crash: {class: idempotent}}\n"
+        "steps:\n  - {id: boom, call_tool: {tool: crash}}\n"
+    )
+    subprocess.run(
+        flowcore_cmd(
+            "run",
+            str(spec),
+            "--tools",
+            str(TOOLS),
+            "--db",
+            str(db),
+            "--run-id",
+            "d",
+            "--detach",
+            env=env,
+        ),
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    for _ in range(10):
+        proc = worker(db, env)
+        proc.wait(timeout=60)
+        if proc.returncode == 0:
+            break
+    info = show(db, "d", env)
+    assert info["status"] == "failed"
+    assert info["error"]["type"] == "dead-letter"
+    assert [d["key"] for d in info["deadLetters"]] == ["d/boom#1"]
+    starts, _ = journal(tmp_path)
+    assert starts["d/boom#1"] == 4  # the first dispatch and three recoveries

@@ -1,0 +1,215 @@
+"""The local host through its Python API, on real SQLite files."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flowcore
+from flowcore import CallTool, RunAgent
+from flowcore_handlers import HandlerError, Registry, Result
+from flowcore_local import HostError, LocalHost, NotAFlowcoreDatabase
+
+CALLS: list[str] = []
+
+
+def echo(call: CallTool) -> Any:
+    CALLS.append(call.idempotency_key)
+    return {"echo": call.input}
+
+
+async def slow(call: CallTool) -> Any:
+    await asyncio.sleep(0.05)
+    return "slow"
+
+
+def broken(call: CallTool) -> Any:
+    raise HandlerError("busy", "come back later", retryable=True)
+
+
+def agent(run: RunAgent) -> Result:
+    return Result(f"done: {run.prompt}", flowcore.Usage(steps=1, cost_minor_units=7))
+
+
+REGISTRY = Registry(
+    tools={"echo": echo, "slow": slow, "broken": broken, "undo": echo},
+    agents={"bot": agent},
+)
+
+FLOW = """
+flow: api
+budget: {steps: 50, cost_minor_units: 100}
+tools: {echo: {class: readonly}, slow: {}, broken: {}, undo: {}}
+steps:
+  - {id: a, call_tool: {tool: echo, input: "${input.x}"}}
+  - {id: b, run_agent: {agent: bot, prompt: "hi ${steps.a.output.echo}"}}
+  - {id: c, call_tool: {tool: slow}}
+output: "${ {a: steps.a.output, b: steps.b.output, c: steps.c.output} }"
+"""
+
+
+def run_host(db: Path, body: Any, **options: Any) -> Any:
+    async def main() -> Any:
+        async with LocalHost(db, registry=REGISTRY, **options) as host:
+            return await body(host)
+
+    return asyncio.run(main())
+
+
+def test_a_run_goes_from_start_to_settled_and_its_log_replays(tmp_path: Path) -> None:
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(FLOW, {"x": 5}, "r1")
+        await host.work(until_settled=rid)
+        return await host.run(rid), await host.export(rid), await host.show(rid)
+
+    row, log, info = run_host(tmp_path / "f.db", body)
+    assert row.status == "completed"
+    assert row.output == {"a": {"echo": 5}, "b": "done: hi 5", "c": "slow"}
+    assert info["budget"] == {"stepsUsed": 4, "stepsLeft": 46, "costUsed": 7, "costLeft": 93}
+    flow = flowcore.parse_flow(FLOW)
+    report = flowcore.replay(flowcore.decode_log(log).records, flow)
+    assert report.status == "completed"
+
+
+def test_start_is_idempotent_by_run_id_and_conflicting_input_is_an_error(tmp_path: Path) -> None:
+    async def body(host: LocalHost) -> Any:
+        first = await host.start(FLOW, {"x": 1}, "same")
+        again = await host.start(FLOW, {"x": 1}, "same")
+        with pytest.raises(HostError, match="already exists with a different input"):
+            await host.start(FLOW, {"x": 2}, "same")
+        return first, again, len(await host.runs())
+
+    assert run_host(tmp_path / "f.db", body) == ("same", "same", 1)
+
+
+def test_timers_are_durable_across_a_restart(tmp_path: Path) -> None:
+    spec = "flow: t\nsteps:\n  - {id: nap, sleep: {for_ms: 300}}\noutput: done\n"
+    db = tmp_path / "t.db"
+
+    async def first(host: LocalHost) -> str:
+        rid = await host.start(spec, {}, "sleepy")
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.05, stop.set)
+        await host.work(stop)  # stops long before the timer is due
+        assert (await host.run(rid)).status == "running"
+        return rid
+
+    rid = run_host(db, first)
+
+    async def second(host: LocalHost) -> Any:
+        await asyncio.sleep(0.3)  # the timer falls due while no host runs
+        await host.work(until_settled=rid)
+        return await host.run(rid)
+
+    row = run_host(db, second)
+    assert (row.status, row.output) == ("completed", "done")
+
+
+def test_signals_are_buffered_answers_checked_and_cancel_compensates(tmp_path: Path) -> None:
+    spec = """
+flow: s
+tools: {echo: {class: readonly}, undo: {}}
+steps:
+  - id: charge
+    call_tool: {tool: echo, input: charge}
+    compensate: [{id: refund, call_tool: {tool: undo, input: refund}}]
+  - {id: q, ask_human: {question: "go?", options: [yes, no]}}
+  - {id: w, await_signal: {signal: go}}
+  - {id: w2, await_signal: {signal: never}}
+output: "${steps.w.output}"
+"""
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(spec, {}, "sig")
+        await host.signal(rid, "go", {"n": 1})  # before the flow waits for it
+        stop = asyncio.Event()
+        worker = asyncio.create_task(host.work(stop))
+        while not (await host.show(rid))["questions"]:
+            await asyncio.sleep(0.01)
+        with pytest.raises(HostError, match=r"answer 'maybe' is not one of \['yes', 'no'\]"):
+            await host.answer(rid, "sig/q#1", "maybe")
+        await host.answer(rid, "sig/q#1", "yes")
+        while (await host.show(rid))["waitingFor"] != ["never"]:
+            await asyncio.sleep(0.01)
+        await host.cancel(rid, "enough")
+        row = await host.wait(rid, timeout=10)
+        stop.set()
+        await worker
+        return row, [r.data for r in await host.records(rid)]
+
+    row, records = run_host(tmp_path / "s.db", body)
+    assert row.status == "cancelled"
+    tools = [d.get("tool") for d in records if isinstance(d, dict) and d.get("kind") == "call-tool"]
+    assert tools == ["echo", "undo"]
+
+
+def test_subflows_run_as_child_runs_sharing_the_budget(tmp_path: Path) -> None:
+    parent = """
+flow: parent
+budget: {steps: 10}
+steps:
+  - {id: kid, run_subflow: {flow: child, input: {x: 3}}}
+output: "${steps.kid.output}"
+"""
+    child = tmp_path / "child.yaml"
+    child.write_text(
+        "flow: child\ntools: {echo: {class: readonly}}\n"
+        "steps:\n  - {id: e, call_tool: {tool: echo, input: '${input.x}'}}\n"
+        "output: '${steps.e.output}'\n"
+    )
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(parent, {}, "p", flows=[child])
+        await host.work(until_settled=rid)
+        kid = await host.run("p/kid#1")
+        return await host.run(rid), kid, await host.show(rid)
+
+    row, kid, info = run_host(tmp_path / "p.db", body)
+    assert row.output == {"echo": 3}
+    assert (kid.parent_run, kid.depth, kid.status) == ("p", 1, "completed")
+    assert info["children"] == ["p/kid#1"]
+    assert info["budget"]["stepsUsed"] == 2  # the subflow effect + the child's call
+
+
+def test_unknown_subflow_fails_the_step_clearly(tmp_path: Path) -> None:
+    spec = "flow: p\nsteps:\n  - {id: kid, run_subflow: {flow: nowhere}}\n"
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(spec, {}, "p")
+        await host.work(until_settled=rid)
+        return await host.run(rid)
+
+    row = run_host(tmp_path / "u.db", body)
+    assert row.status == "failed"
+    assert row.error["type"] == "unknown-flow"
+
+
+def test_handler_errors_become_effect_failed_with_their_type(tmp_path: Path) -> None:
+    spec = "flow: b\ntools: {broken: {}}\nsteps:\n  - {id: x, call_tool: {tool: broken}}\n"
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(spec, {}, "b")
+        await host.work(until_settled=rid)
+        return await host.run(rid)
+
+    row = run_host(tmp_path / "b.db", body)
+    assert row.error == {"type": "busy", "message": "come back later", "retryable": True}
+
+
+def test_a_file_that_is_not_a_flowcore_database_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE mine (x)")
+    conn.commit()
+    conn.close()
+
+    async def body(host: LocalHost) -> None:
+        return None
+
+    with pytest.raises(NotAFlowcoreDatabase):
+        run_host(other, body)
+    assert sqlite3.connect(other).execute("SELECT count(*) FROM mine").fetchone() == (0,)

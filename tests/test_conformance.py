@@ -1,0 +1,239 @@
+"""The conformance vectors in specs/conformance/: fresh, complete, and replaying as declared.
+
+Every case's log replays against its flow (in NDJSON and in MessagePack) to
+exactly what its ``expect.json`` says: the final status, or the index of the
+divergence, the torn tail's offset, the corruption. Snapshots taken after any
+of the first ten events and replayed with the tail give the same state as a
+full replay. The committed files are regenerated in memory and compared, so
+they cannot go stale.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import flowcore
+from flowcore import Flow
+from flowcore._log import LogCorrupt, decode_log, encode_records
+from flowcore._replay import ReplayReport, replay
+
+REPO = Path(__file__).resolve().parent.parent
+DIR = REPO / "specs" / "conformance"
+GENERATOR = REPO / "scripts" / "gen_conformance.py"
+REGENERATE = "run `python scripts/gen_conformance.py` and commit the result"
+
+CASES = sorted(p.name for p in DIR.iterdir() if p.is_dir())
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_conformance", GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_conformance"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load(case: str) -> tuple[Flow, bytes, dict[str, Any]]:
+    folder = DIR / case
+    flow = flowcore.parse_flow((folder / "flow.yaml").read_bytes(), source_name="flow.yaml")
+    expect = json.loads((folder / "expect.json").read_text(encoding="utf-8"))
+    return flow, (folder / "log.ndjson").read_bytes(), expect
+
+
+def _check(report: ReplayReport, expect: dict[str, Any]) -> None:
+    found = report.divergence.index if report.divergence is not None else None
+    assert found == expect["divergenceIndex"]
+    assert report.ok == expect["replays"]
+    assert report.status == expect["status"]
+    assert report.spec_matches == expect["specMatches"]
+    assert report.last_index == expect["lastIndex"]
+    assert len(report.unrecorded) == expect["unrecorded"]
+
+
+def test_the_committed_vectors_are_up_to_date() -> None:
+    files = _generator().build_all()
+    committed = {
+        str(p.relative_to(DIR)): p.read_bytes() for p in sorted(DIR.rglob("*")) if p.is_file()
+    }
+    assert sorted(committed) == sorted(files), f"files differ: {REGENERATE}"
+    stale = [name for name, data in files.items() if committed[name] != data]
+    assert stale == [], f"stale: {stale}: {REGENERATE}"
+
+
+def test_there_are_enough_cases_each_with_its_files() -> None:
+    assert len(CASES) >= 40
+    for case in CASES:
+        names = {p.name for p in (DIR / case).iterdir()}
+        assert {"flow.yaml", "log.ndjson", "README.md", "expect.json"} <= names, case
+        about = (DIR / case / "README.md").read_text(encoding="utf-8").strip().splitlines()
+        assert about[0] == f"# {case}" and about[-1], case
+    divergent = [c for c in CASES if _load(c)[2].get("divergenceIndex") is not None]
+    assert len(divergent) >= 8
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_vector_replays_as_declared(case: str) -> None:
+    flow, log, expect = _load(case)
+    if expect.get("error") == "corrupt":
+        with pytest.raises(LogCorrupt) as info:
+            replay(log, flow)
+        assert (info.value.offset, info.value.line) == (expect["offset"], expect["line"])
+        return
+    report = replay(log, flow, raise_on_divergence=False)
+    _check(report, expect)
+    torn = expect["tornOffset"]
+    assert (report.torn.offset if report.torn is not None else None) == torn
+    if report.divergence is not None:
+        with pytest.raises(flowcore.ReplayDivergence) as raised:
+            replay(log, flow)
+        assert raised.value.index == expect["divergenceIndex"]
+    if torn is None:
+        # The same records as MessagePack replay to the same result.
+        packed = encode_records(decode_log(log).records, "msgpack")
+        again = replay(packed, flow, raise_on_divergence=False)
+        _check(again, expect)
+        assert again.trajectory == report.trajectory
+
+
+def _event_lines(lines: list[bytes]) -> list[int]:
+    return [i for i, line in enumerate(lines) if b'"type":"event.' in line]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_snapshot_every_k_events_plus_the_tail_equals_a_full_replay(case: str) -> None:
+    flow, log, expect = _load(case)
+    if expect.get("error") == "corrupt":
+        pytest.skip("a corrupt log does not replay")
+    full = replay(log, flow, raise_on_divergence=False)
+    lines = log.splitlines(keepends=True)
+    events = _event_lines(lines)
+    for k in range(1, 11):
+        cut = events[k - 1] if k <= len(events) else len(lines)
+        head = replay(b"".join(lines[:cut]), flow, raise_on_divergence=False)
+        assert head.state is not None, (case, k)
+        if head.divergence is not None:  # it diverges before the snapshot point
+            assert full.divergence is not None
+            assert head.divergence.index == full.divergence.index
+            continue
+        snapshot = flowcore.encode_state(
+            flowcore.decode_state(flowcore.encode_state(head.state), flow)
+        )
+        tail = replay(b"".join(lines[cut:]), flow, snapshot=snapshot, raise_on_divergence=False)
+        assert tail.state is not None and full.state is not None
+        assert flowcore.encode_state(tail.state) == flowcore.encode_state(full.state), (case, k)
+        found = tail.divergence.index if tail.divergence is not None else None
+        assert found == expect["divergenceIndex"], (case, k)
+
+
+def _vector_events() -> list[dict[str, Any]]:
+    out = []
+    for case in CASES:
+        for line in (DIR / case / "log.ndjson").read_bytes().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # the torn and the corrupt lines
+    return out
+
+
+def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
+    records = _vector_events()
+    events = {r["data"]["kind"] for r in records if r["type"] == "event.reported"}
+    assert events == {
+        "effect-succeeded",
+        "effect-failed",
+        "effect-outcome-unknown",
+        "human-answered",
+        "timer-fired",
+        "signal-received",
+        "subflow-settled",
+        "cancel-requested",
+    }
+    effects = {r["data"]["kind"] for r in records if r["type"] == "effect.emitted"}
+    assert effects == {
+        "run-agent",
+        "run-team",
+        "call-tool",
+        "ask-human",
+        "sleep",
+        "await-signal",
+        "run-subflow",
+        "settled",
+    }
+    assert {r["type"] for r in records} == {
+        "run.started",
+        "event.reported",
+        "event.rejected",
+        "effect.emitted",
+        "run.settled",
+    }
+    settled = [r["data"] for r in records if r["type"] == "run.settled"]
+    assert {s["status"] for s in settled} == {
+        "completed",
+        "failed",
+        "cancelled",
+        "budget-exhausted",
+    }
+    assert {s.get("exhausted") for s in settled} >= {"steps", "cost", "wall-clock"}
+    kinds: set[str] = set()
+    features: set[str] = set()
+    classes_unknown: set[str] = set()
+    for case in CASES:
+        flow = flowcore.parse_flow((DIR / case / "flow.yaml").read_bytes())
+        for step in flow.by_id.values():
+            kinds.add(step.kind)
+            if step.retry is not None:
+                features.add("retry")
+            if step.timeout_ms is not None:
+                features.add("timeout")
+            if step.compensate:
+                features.add("compensate")
+        if flow.output is not None:
+            features.add("output")
+        if flow.teams:
+            features.add("teams")
+        if flow.limits.max_concurrency is not None:
+            features.add("max_concurrency")
+        if flow.input_schema is not None:
+            features.add("input_schema")
+        log = (DIR / case / "log.ndjson").read_bytes()
+        if b"effect-outcome-unknown" in log and "unknown-" in case:
+            for decl_name, decl in flow.tools.items():
+                if f'"tool":"{decl_name}"'.encode() in log:
+                    classes_unknown.add(decl.exec_class)
+    assert kinds == {
+        "call_tool",
+        "run_agent",
+        "run_team",
+        "ask_human",
+        "sleep",
+        "await_signal",
+        "run_subflow",
+        "switch",
+        "parallel",
+        "for_each",
+        "repeat",
+        "schedule",
+        "cancel_scheduled",
+        "try",
+    }
+    assert features == {
+        "retry",
+        "timeout",
+        "compensate",
+        "output",
+        "teams",
+        "max_concurrency",
+        "input_schema",
+    }
+    assert classes_unknown == {"readonly", "idempotent", "uncertain"}
+    for name in ("signal-buffered", "compensation-on-failure", "compensation-on-cancel", "cancel"):
+        assert name in CASES
