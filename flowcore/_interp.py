@@ -268,6 +268,42 @@ class _Resolver:
 class _Txn:
     """Scratch space for one transition. See the module docstring."""
 
+    __slots__ = (
+        "compensating",
+        "compensations",
+        "depth",
+        "effects",
+        "emitted",
+        "emitted_now",
+        "envs",
+        "error",
+        "flow",
+        "frames",
+        "in_flight",
+        "input",
+        "ledger",
+        "now",
+        "pending",
+        "queue",
+        "queue_head",
+        "queue_tail",
+        "recent",
+        "report",
+        "resolved",
+        "resolved_now",
+        "results",
+        "rows",
+        "run_id",
+        "scheduled",
+        "seq",
+        "settled",
+        "signals",
+        "started_ms",
+        "status",
+        "waiters",
+        "written",
+    )
+
     def __init__(self, s: State) -> None:
         self.flow = s.flow
         self.run_id = s.run_id
