@@ -255,7 +255,7 @@ def _expr_for(source: str) -> _Expr:
 
 
 def _digest(source: Any) -> int:
-    # Stable across processes, unlike hash() of a string.
+    # A digest, not the built-in string hash: the same in every process.
     text = json.dumps(source, sort_keys=True, default=str).encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
 

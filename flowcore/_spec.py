@@ -534,12 +534,7 @@ def _build_converter() -> cattrs.Converter:
     _register_generic(
         conv, dict[str, tuple[Step, ...]], dict_of(tuple[Step, ...], "branches", _ident)
     )
-    conv.register_structure_hook(
-        ToolDecl,
-        make_dict_structure_fn(
-            ToolDecl, conv, exec_class=override(rename="class"), _cattrs_forbid_extra_keys=True
-        ),
-    )
+    conv.register_structure_hook(ToolDecl, _structure_fn(conv, ToolDecl))
     plain: tuple[type[Any], ...] = (
         Budget,
         Limits,
@@ -709,13 +704,19 @@ _SETTINGS_NAME: dict[type[Any], str] = {
 }
 
 
-def _mapping_first(conv: cattrs.Converter, cl: type[Any], generated: bool = False) -> Any:
+def _structure_fn(conv: cattrs.Converter, cl: type[Any]) -> Any:
+    """cattrs' structure function for ``cl``, fields renamed to their spec names."""
+    renames: dict[str, Any] = {
+        f.name: override(rename=_WIRE_NAMES[f.name])
+        for f in attrs.fields(cl)
+        if f.name in _WIRE_NAMES
+    }
+    return make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True, **renames)
+
+
+def _mapping_first(conv: cattrs.Converter, cl: type[Any]) -> Any:
     """A structure hook that first insists on a mapping, then runs cattrs'."""
-    inner = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True)
-    if cl is ForEachStep:
-        inner = make_dict_structure_fn(
-            cl, conv, as_=override(rename="as"), _cattrs_forbid_extra_keys=True
-        )
+    inner = _structure_fn(conv, cl)
     what = _SETTINGS_NAME.get(cl, cl.__name__)
 
     def hook(value: Any, _: Any) -> Any:
@@ -862,8 +863,12 @@ def _collect(
     out.append((path, f"invalid value: {exc}"))
 
 
+# Model fields whose spec key is a Python keyword.
+_WIRE_NAMES = {"exec_class": "class", "as_": "as"}
+
+
 def _wire_key(name: str) -> str:
-    return {"exec_class": "class", "as_": "as"}.get(name, name)
+    return _WIRE_NAMES.get(name, name)
 
 
 # --- cross-references on the raw mapping ------------------------------------------
