@@ -134,16 +134,17 @@ class Store:
 
     # --- transactions ----------------------------------------------------------------
 
-    def _unchanged(self) -> bool:
-        """True if no other connection committed since this one last checked.
+    def _drop_stale(self) -> None:
+        """Forget every cached state if another connection committed since we looked.
 
         ``PRAGMA data_version`` changes exactly when another connection commits
-        to the file; our own commits leave it alone.
+        to the file (our own commits leave it alone). It says nothing about
+        *which* run was written, so the whole cache goes.
         """
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-        same = bool(version == self._data_version)
-        self._data_version = version
-        return same
+        if version != self._data_version:
+            self._cache.clear()
+            self._data_version = version
 
     @contextmanager
     def tx(self) -> Iterator[None]:
@@ -290,16 +291,15 @@ class Store:
     # --- state ------------------------------------------------------------------------
 
     def load(self, run_id: str) -> _Cached:
+        self._drop_stale()
         cached = self._cache.get(run_id)
-        if cached is not None and self._unchanged():
-            return cached  # no other connection has written since we last looked
+        if cached is not None:
+            return cached  # nobody else has written since it was cached
         row = self.conn.execute(
             "SELECT next_index, spec_hash, tools FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if row is None:
             raise HostError(f"no run {run_id!r} in the database")
-        if cached is not None and cached.next_index == row[0]:
-            return cached
         flow = self.flow_by_hash(row[1])
         hot = self.conn.execute("SELECT state FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         results = (
