@@ -66,6 +66,7 @@ from ._spec import (
     TryStep,
 )
 from ._state import (
+    GONE,
     CompLink,
     Ending,
     Env,
@@ -85,6 +86,8 @@ from ._state import (
     StepFrame,
     TeamProgress,
     TryProgress,
+    find_result,
+    merge_results,
     report_rows,
 )
 from ._wire import (
@@ -125,6 +128,45 @@ _NO_ANSWER = object()
 _RECENT_BATCH = 64  # see _state: results are merged into the big map in batches
 _OK = True
 _FAIL = False
+_SCOPED: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def _scoped_ids(flow: Flow, loop: Step) -> tuple[str, ...]:
+    """Ids of the steps whose results land in one iteration (or fire) of ``loop``.
+
+    Nested loops open scopes of their own and are not entered; the ids of
+    compensation steps are included (they run in the scope of their step).
+    """
+    key = (flow.spec_hash, loop.id)
+    ids = _SCOPED.get(key)
+    if ids is None:
+        found: list[str] = []
+
+        def walk(steps: tuple[Step, ...]) -> None:
+            for step in steps:
+                found.append(step.id)
+                walk(step.compensate)
+                body = step.body
+                if isinstance(body, SwitchStep):
+                    for case in body.cases:
+                        walk(case.steps)
+                elif isinstance(body, ParallelStep):
+                    for branch in body.branches.values():
+                        walk(branch)
+                elif isinstance(body, TryStep):
+                    walk(body.steps)
+                    for clause in body.catch:
+                        walk(clause.steps)
+
+        body = loop.body
+        assert isinstance(body, ForEachStep | RepeatStep)
+        walk(body.steps)
+        ids = tuple(found)
+        if len(_SCOPED) > 4096:
+            _SCOPED.clear()
+        _SCOPED[key] = ids
+    return ids
+
 
 # Outcome of a step or list: (ok, value) where value is the output on success
 # and an ErrorInfo on failure. A plain tuple: this is the hottest value here.
@@ -221,10 +263,7 @@ class _Resolver:
         recent = self.t.recent
         while env_id is not None:
             env = envs[env_id]
-            name = env.scope + step_id
-            record = recent.get(name)
-            if record is None:
-                record = results.get(name)
+            record = find_result(recent, results, env.scope + step_id)
             if record is not None:
                 return record
             env_id = env.parent
@@ -841,20 +880,45 @@ class _Txn:
         self.record(scope + step.id, record)
         return out
 
-    def record(self, name: str, record: dict[str, Any]) -> None:
+    def record(self, name: str, record: Any) -> None:
         self.written.append(name)
         recent = self.recent.set(name, record)
         if len(recent) >= _RECENT_BATCH:
-            with self.results.mutate() as merged:
-                for key, value in recent.items():
-                    merged[key] = value
-                self.results = merged.finish()
+            self.results = merge_results(recent, self.results)
             recent = _EMPTY
         self.recent = recent
 
+    def forget(self, name: str) -> None:
+        """Delete a result (its loop scope is finished with)."""
+        if name in self.recent and not any(name in segment for segment in self.results):
+            self.written.append(name)
+            self.recent = self.recent.delete(name)
+        elif find_result(self.recent, self.results, name) is not None:
+            self.record(name, GONE)
+
+    def end_scope(self, scope: str, loop: Step) -> None:
+        """An iteration or fire ended: drop its results and variables.
+
+        A run that loops for ever then keeps a bounded state, and a host
+        restores it without reading the history. A scope that a recorded
+        compensation will run in is kept.
+        """
+        link = self.compensations
+        while link is not None:
+            env = self.envs.get(link.env)
+            if env is None or env.scope.startswith(scope):
+                return
+            link = link.rest
+        for step_id in _scoped_ids(self.flow, loop):
+            self.forget(scope + step_id)
+        if scope in self.envs:
+            self.envs = self.envs.delete(scope)
+
     def lookup(self, name: str) -> Any:
-        record = self.recent.get(name)
-        return record if record is not None else self.results[name]
+        record = find_result(self.recent, self.results, name)
+        if record is None:
+            raise KeyError(name)
+        return record
 
     def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
         retry = step.retry
@@ -1130,12 +1194,17 @@ class _Txn:
             return out
         # Each iteration's output is kept with the step results (not in the
         # progress record, which would then be copied whole on every event).
-        self.record(f"{self.child_prefix(frame_now)}{step.id}[{index}]/$output", {"output": out[1]})
+        base = f"{self.child_prefix(frame_now)}{step.id}"
+        self.end_scope(f"{base}[{index}]/", step)
+        self.record(f"{base}[{index}]/$output", {"output": out[1]})
         prog = msgspec.structs.replace(prog, running=prog.running - 1, done=prog.done + 1)
         frame_now = self.set_frame(frame_now, progress=prog)
         if prog.done == len(prog.items):
-            base = f"{self.child_prefix(frame_now)}{step.id}"
-            return (_OK, [self.lookup(f"{base}[{i}]/$output")["output"] for i in range(prog.done)])
+            outputs = []
+            for i in range(prog.done):
+                outputs.append(self.lookup(f"{base}[{i}]/$output")["output"])
+                self.forget(f"{base}[{i}]/$output")
+            return (_OK, outputs)
         if refill:
             return self.fill_for_each(frame_now, step, body)
         return None
@@ -1202,8 +1271,8 @@ class _Txn:
         # that fires for ever keeps a bounded state, unless a compensation
         # recorded during the fire will need it later.
         depth = self.compensations.depth if self.compensations is not None else 0
-        if depth == prog.comp_depth and scope in self.envs:
-            self.envs = self.envs.delete(scope)
+        if depth == prog.comp_depth:
+            self.end_scope(scope, self.step_of(frame_now))
         self.set_frame(frame_now, progress=msgspec.structs.replace(prog, last=out[1]))
         if done:
             return (_OK, out[1])
@@ -1914,7 +1983,7 @@ def start(
         frames=_EMPTY,
         envs=immutables.Map({"": root_env}),
         pending=_EMPTY,
-        results=_EMPTY,
+        results=(),
         recent=_EMPTY,
         report=None,
         resolved=_EMPTY,

@@ -1,13 +1,17 @@
 """The run state: a value, never mutated, cheap to derive the next one from.
 
 Everything that grows with a run's history shares structure with the
-previous state instead of being copied: step results live in a persistent hash
-map (``immutables.Map``), the report of work effects in a persistent list.
-New results go to a small map of recent ones first and are merged into the
-big map in batches: an update of a 100k-entry HAMT touches four levels of
-nodes that are no longer in the CPU cache, and doing that once per batch
-instead of once per event is what keeps the cost per event flat as a run
-grows (``benchmarks/bench_advance.py``).
+previous state instead of being copied: the report of work effects is a
+persistent list, and step results are a small persistent map of recent ones
+(``immutables.Map``) in front of a stack of frozen dicts, newest first. A
+full batch of recent results becomes a new dict; dicts of equal size are
+merged like the carries of a binary counter, so each result is copied
+O(log n) times in all, by fast sequential dict copies, and a dict once built
+is never changed (old states stay valid). A persistent hash map of every
+result was the first design: inserting into a 100k-entry HAMT touches four
+levels of nodes that are no longer in the CPU cache, and the cost per event
+grew by half from 1k to 100k events (``benchmarks/bench_replay.py``).
+A result is deleted by writing ``GONE`` over it; the oldest dict drops them.
 
 Frames and their progress records are frozen msgspec Structs rather than attrs
 classes: they are created on every event, msgspec builds them several times
@@ -53,14 +57,68 @@ __all__ = [
     "StepFrame",
     "TeamProgress",
     "TryProgress",
+    "GONE",
+    "Results",
+    "all_results",
     "decode_state",
     "encode_hot",
+    "find_result",
+    "merge_results",
     "encode_state",
     "restore_state",
     "state_changes",
 ]
 
 SNAPSHOT_FORMAT = 1
+
+
+class _Gone:
+    """The value that marks a deleted result until the oldest dict drops it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "GONE"
+
+
+GONE: Any = _Gone()
+
+Results: TypeAlias = tuple[dict[str, Any], ...]  # frozen dicts of results, newest first
+
+
+def find_result(recent: immutables.Map[str, Any], results: Results, name: str) -> Any:
+    """A result record by scoped id, or None."""
+    record = recent.get(name)
+    if record is None:
+        for segment in results:
+            record = segment.get(name)
+            if record is not None:
+                break
+        else:
+            return None
+    return None if record is GONE else record
+
+
+def merge_results(recent: immutables.Map[str, Any], results: Results) -> Results:
+    """Move the recent results into a new dict, merging dicts of no larger size."""
+    segment = dict(recent.items())
+    rest = list(results)
+    while rest and len(rest[0]) <= len(segment):
+        merged = rest.pop(0).copy()
+        merged.update(segment)  # the newer value wins
+        segment = merged
+    if not rest and GONE in segment.values():
+        segment = {name: record for name, record in segment.items() if record is not GONE}
+    return (segment, *rest)
+
+
+def all_results(recent: immutables.Map[str, Any], results: Results) -> dict[str, Any]:
+    """Every live result, by scoped id."""
+    out: dict[str, Any] = {}
+    for segment in reversed(results):
+        out.update(segment)
+    out.update(recent.items())
+    return {name: record for name, record in out.items() if record is not GONE}
 
 
 class _S(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -258,7 +316,7 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     frames: immutables.Map[str, Frame]
     envs: immutables.Map[str, Env]
     pending: immutables.Map[str, Pending]
-    results: immutables.Map[str, Any]  # step results by scoped id ...
+    results: Results  # step results by scoped id (see find_result) ...
     recent: immutables.Map[str, Any]  # ... and the newest ones, merged in batches
     report: ReportLink | None
     resolved: immutables.Map[str, str]  # keys answered or abandoned -> how
@@ -336,6 +394,12 @@ def encode_state(state: State) -> bytes:
         for name in _Snapshot.__struct_fields__
         if name not in ("format", "flow_id", "flow_version", "spec_hash")
     }
+    gone = [name for name, record in state.recent.items() if record is GONE]
+    fields["results"] = all_results(_EMPTY, state.results)
+    if gone:
+        for name in gone:
+            fields["results"].pop(name, None)
+        fields["recent"] = {k: v for k, v in state.recent.items() if v is not GONE}
     for name in _MAPS:
         fields[name] = _ordered(fields[name])
     fields["report"] = report_rows(state.report)[::-1]
@@ -349,7 +413,10 @@ def encode_state(state: State) -> bytes:
     return _encoder.encode(snap)
 
 
-def _ordered(mapping: immutables.Map[Any, Any]) -> dict[Any, Any]:
+_EMPTY: immutables.Map[Any, Any] = immutables.Map()
+
+
+def _ordered(mapping: immutables.Map[Any, Any] | dict[Any, Any]) -> dict[Any, Any]:
     # A HAMT iterates in hash order, and str hashes differ between processes:
     # snapshots list entries in key order so their bytes are the same anywhere.
     return dict(sorted(mapping.items()))
@@ -374,6 +441,7 @@ def decode_state(data: bytes, flow: Flow) -> State:
     }
     for name in _MAPS:
         fields[name] = immutables.Map(fields[name])
+    fields["results"] = (snap.results,) if snap.results else ()
     link: ReportLink | None = None
     for row in fields["report"]:
         link = ReportLink(row, link)
@@ -426,7 +494,7 @@ def encode_hot(state: State) -> bytes:
 class StateChanges(msgspec.Struct, frozen=True):
     """What the last transition wrote to the parts of the state that only grow."""
 
-    results: list[tuple[str, Any]]  # (scoped step id, result record); later replaces earlier
+    results: list[tuple[str, Any]]  # (scoped step id, result record or None: deleted)
     report: list[ReportRow]  # newest last
     resolved: list[tuple[str, str]]  # (key, how it was resolved); later replaces earlier
 
@@ -437,12 +505,9 @@ def state_changes(state: State) -> StateChanges:
     A host that stores these and the ``encode_hot`` snapshot can rebuild the
     state with ``restore_state``.
     """
-    results = []
-    for name in state.journal.results:
-        record = state.recent.get(name)
-        if record is None:
-            record = state.results.get(name)
-        results.append((name, record))
+    results = [
+        (name, find_result(state.recent, state.results, name)) for name in state.journal.results
+    ]
     rows: list[ReportRow] = []
     link = state.report
     for _ in range(state.journal.report):
@@ -463,6 +528,7 @@ def restore_state(
 ) -> State:
     """Rebuild a state from ``encode_hot`` bytes plus the stored rows.
 
+    ``results`` rows whose record is None (deleted) are skipped.
     ``report`` rows may repeat a key (a later status for the same effect); they
     must come oldest first. The result equals the original for every purpose
     of ``advance``, though its internal layout may differ.
@@ -473,8 +539,8 @@ def restore_state(
         link = ReportLink(row, link)
     return msgspec.structs.replace(
         state,
-        results=immutables.Map(results),
-        recent=immutables.Map(),
+        results=({name: record for name, record in results if record is not None},),
+        recent=_EMPTY,
         report=link,
         resolved=immutables.Map(resolved),
         journal=Journal(),

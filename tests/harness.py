@@ -20,6 +20,7 @@ from flowcore import (
     TimerFired,
     Usage,
 )
+from flowcore._state import find_result
 
 
 class Run:
@@ -62,8 +63,7 @@ class Run:
 
     def result(self, scoped_id: str) -> Any:
         """A step's result record (``{status, output, ...}``) by scoped id."""
-        record = self.state.recent.get(scoped_id)
-        return record if record is not None else self.state.results.get(scoped_id)
+        return find_result(self.state.recent, self.state.results, scoped_id)
 
     def report(self) -> dict[str, str]:
         assert self.settled is not None

@@ -375,8 +375,11 @@ class Store:
         if results:
             conn.executemany(
                 "INSERT OR REPLACE INTO results (run_id, name, record) VALUES (?, ?, ?)",
-                [(run_id, name, _json.encode(record)) for name, record in results],
+                [(run_id, name, _json.encode(rec)) for name, rec in results if rec is not None],
             )
+            deleted = [(run_id, name) for name, rec in results if rec is None]
+            if deleted:  # a finished loop scope: its results are deleted
+                conn.executemany("DELETE FROM results WHERE run_id = ? AND name = ?", deleted)
         if rows:
             start = cached.report_rows
             conn.executemany(

@@ -1,0 +1,150 @@
+"""The step results store: recent map plus frozen dicts, and loop scopes that end.
+
+Results live in a small persistent map of recent ones in front of a stack of
+frozen dicts merged like a binary counter (``flowcore._state``). A finished
+for_each iteration or repeat fire deletes its results and variables unless a
+recorded compensation will still run in it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import immutables
+from hypothesis import given
+from hypothesis import strategies as st
+
+import flowcore
+from flowcore._state import GONE, Results, all_results, find_result, merge_results
+from tests.harness import Run
+
+# --- the store alone, against a dict -----------------------------------------------------
+
+_NAMES = st.sampled_from([f"s{i}" for i in range(40)])
+_OPS = st.lists(
+    st.tuples(_NAMES, st.one_of(st.none(), st.integers(0, 9).map(lambda v: {"output": v}))),
+    max_size=400,
+)
+
+
+@given(ops=_OPS, batch=st.integers(1, 9))
+def test_store_agrees_with_a_dict(ops: list[tuple[str, Any]], batch: int) -> None:
+    """Writes (a record) and deletions (None) in any order read back like a dict.
+
+    Old versions stay readable as they were: each is checked again at the end.
+    """
+    model: dict[str, Any] = {}
+    recent: immutables.Map[str, Any] = immutables.Map()
+    results: Results = ()
+    versions: list[tuple[immutables.Map[str, Any], Results, dict[str, Any]]] = []
+    for name, record in ops:
+        if record is None:
+            model.pop(name, None)
+            recent = recent.set(name, GONE)
+        else:
+            model[name] = record
+            recent = recent.set(name, record)
+        if len(recent) >= batch:
+            results = merge_results(recent, results)
+            recent = immutables.Map()
+        versions.append((recent, results, dict(model)))
+        assert all_results(recent, results) == model
+    for recent, results, expected in versions:
+        assert all_results(recent, results) == expected
+        for i in range(40):
+            assert find_result(recent, results, f"s{i}") == expected.get(f"s{i}")
+    # Merges keep O(log n) dicts, and the oldest never holds deletion marks.
+    assert len(results) <= max(1, len(ops)).bit_length() + 1
+    if results:
+        assert GONE not in results[-1].values()
+
+
+# --- loop scopes ---------------------------------------------------------------------------
+
+FOR_EACH = """
+flow: t
+tools: {a: {}}
+steps:
+  - id: each
+    for_each:
+      items: "${input.items}"
+      max_concurrency: 3
+      steps:
+        - id: work
+          call_tool: {tool: a, input: "${item}"}
+        - id: check
+          switch:
+            - if: "${steps.work.output == 'odd'}"
+              steps: [{id: inner, call_tool: {tool: a, input: "${steps.work.output}"}}]
+        - id: post
+          call_tool: {tool: a, input: "${steps.work.output}"}
+  - id: after
+    call_tool: {tool: a, input: {work: "${steps.work}", n: "${length(steps.each.output)}"}}
+output: "${steps.each.output}"
+"""
+
+
+def _live(run: Run) -> dict[str, Any]:
+    return all_results(run.state.recent, run.state.results)
+
+
+def test_finished_iterations_forget_their_results_and_variables() -> None:
+    n = 300  # several merges of the recent map
+    r = Run(FOR_EACH, {"items": list(range(n))})
+    biggest = 0
+    for i in range(n):
+        r.ok(f"r/each[{i}]/work#1", "odd" if i % 2 else "even")
+        if i % 2:
+            r.ok(f"r/each[{i}]/inner#1", "I")
+        r.ok(f"r/each[{i}]/post#1", f"P{i}")
+        live = _live(r)
+        # One output per finished iteration (running ones have no results yet).
+        if i < n - 1:
+            assert sorted(live) == sorted(f"each[{j}]/$output" for j in range(i + 1))
+        biggest = max(biggest, len(r.state.envs))
+    assert biggest <= 4  # the root and at most three running iterations
+    (effect,) = r.effects
+    assert flowcore.effect_to_wire(effect)["input"] == {"work": None, "n": n}
+    assert list(_live(r)) == ["each"]  # the outputs went into the for_each's own result
+    assert _live(r)["each"]["output"] == [f"P{i}" for i in range(n)]
+    r.ok("r/after#1", "A")
+    assert r.settled is not None and r.settled.output == [f"P{i}" for i in range(n)]
+
+
+REPEAT_SAGA = """
+flow: t
+tools: {a: {}, undo: {}, pay: {}}
+steps:
+  - id: rec
+    repeat:
+      every_ms: 10
+      max_fires: 3
+      steps:
+        - id: book
+          call_tool: {tool: a, input: "${fire_count}"}
+          compensate:
+            - {id: unbook, call_tool: {tool: undo, input: "${steps.book.output}"}}
+  - id: charge
+    call_tool: {tool: pay}
+"""
+
+
+def test_a_scope_with_a_recorded_compensation_is_kept_until_it_runs() -> None:
+    r = Run(REPEAT_SAGA)
+    for fire in (1, 2, 3):
+        r.fire(f"r/rec[{fire}]/tick")
+        r.ok(f"r/rec[{fire}]/book#1", f"B{fire}")
+    assert {"rec[1]/book", "rec[2]/book", "rec[3]/book"} <= set(_live(r))
+    r.fail("r/charge#1", "declined")
+    # Each compensation reads its own fire's result.
+    for fire in (3, 2, 1):
+        assert r.wire() == [
+            {
+                "kind": "call-tool",
+                "tool": "undo",
+                "input": f"B{fire}",
+                "idempotencyKey": f"r/rec[{fire}]/unbook#1",
+            }
+        ]
+        r.ok(f"r/rec[{fire}]/unbook#1")
+    assert r.settled is not None and r.settled.status == "failed"
