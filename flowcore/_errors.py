@@ -18,6 +18,7 @@ __all__ = [
     "FlowcoreError",
     "Problem",
     "ReplayDivergence",
+    "ReportNeeded",
     "SnapshotMismatch",
     "SpecError",
     "WireError",
@@ -87,6 +88,17 @@ class EventRejected(FlowcoreError):
 
 class SnapshotMismatch(FlowcoreError, ValueError):
     """A snapshot was decoded against a flow other than the one it pins."""
+
+
+class ReportNeeded(FlowcoreError):
+    """The state was restored without its report rows, and this needs them.
+
+    ``restore_state(..., report_loaded=False)`` skips reading the report (the
+    one part of a run that grows with every work effect). The few transitions
+    that read it (settling, a late answer for abandoned work) and
+    ``encode_state`` raise this instead; restore again with the rows and
+    repeat the call.
+    """
 
 
 class ReplayDivergence(FlowcoreError):

@@ -44,7 +44,7 @@ from typing import Any, NoReturn, assert_never
 import immutables
 import msgspec
 
-from ._errors import EventRejected, FlowcoreError
+from ._errors import EventRejected, FlowcoreError, ReportNeeded
 from ._expr import TemplateError
 from ._spec import (
     AskHumanStep,
@@ -328,6 +328,7 @@ class _Txn:
         "queue_tail",
         "recent",
         "report",
+        "report_loaded",
         "resolved",
         "resolved_now",
         "results",
@@ -359,6 +360,7 @@ class _Txn:
         self.results = s.results
         self.recent = s.recent
         self.report = s.report
+        self.report_loaded = s.report_loaded
         self.resolved = s.resolved
         self.signals = s.signals
         self.waiters = s.waiters
@@ -395,6 +397,7 @@ class _Txn:
             results=self.results,
             recent=self.recent,
             report=self.report,
+            report_loaded=self.report_loaded,
             resolved=self.resolved,
             signals=self.signals,
             waiters=self.waiters,
@@ -1471,6 +1474,8 @@ class _Txn:
         link = self.report
         while link is not None and link.row.key != key:
             link = link.rest
+        if link is None and not self.report_loaded:
+            raise ReportNeeded(f"a late answer for {key} needs the report rows")
         if link is not None:
             self.add_row(msgspec.structs.replace(link.row, status=entry_status))
 
@@ -1827,6 +1832,8 @@ class _Txn:
     def settle(
         self, status: str, output: Any, error: ErrorInfo | None, exhausted: str | None
     ) -> None:
+        if not self.report_loaded:
+            raise ReportNeeded("settling the run needs the report rows")
         report: dict[str, ReportRow] = {}
         for row in report_rows(self.report):
             report.setdefault(row.key, row)  # newest first: later rows win

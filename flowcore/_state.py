@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeAlias
 import immutables
 import msgspec
 
-from ._errors import SnapshotMismatch, WireError
+from ._errors import ReportNeeded, SnapshotMismatch, WireError
 from ._spec import Flow
 from ._wire import CallTool, ErrorInfo, RunAgent, RunSubflow, RunTeam, Settled
 
@@ -332,6 +332,7 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     settled: Settled | None
     error: ErrorInfo | None
     journal: Journal = Journal()
+    report_loaded: bool = True  # False: the oldest rows were not restored (ReportNeeded)
 
 
 # --- snapshots -------------------------------------------------------------------
@@ -402,6 +403,8 @@ def encode_state(state: State) -> bytes:
         fields["recent"] = {k: v for k, v in state.recent.items() if v is not GONE}
     for name in _MAPS:
         fields[name] = _ordered(fields[name])
+    if not state.report_loaded:
+        raise ReportNeeded("encode_state needs the report rows: restore them first")
     fields["report"] = report_rows(state.report)[::-1]
     snap = _Snapshot(
         format=SNAPSHOT_FORMAT,
@@ -437,7 +440,9 @@ def decode_state(data: bytes, flow: Flow) -> State:
             f"(spec {flow.spec_hash[:12]})"
         )
     fields: dict[str, Any] = {
-        name: getattr(snap, name) for name in State.__struct_fields__ if name != "flow"
+        name: getattr(snap, name)
+        for name in State.__struct_fields__
+        if name not in ("flow", "report_loaded")
     }
     for name in _MAPS:
         fields[name] = immutables.Map(fields[name])
@@ -525,6 +530,8 @@ def restore_state(
     report: Iterable[ReportRow],
     flow: Flow,
     resolved: Iterable[tuple[str, str]] = (),
+    *,
+    report_loaded: bool = True,
 ) -> State:
     """Rebuild a state from ``encode_hot`` bytes plus the stored rows.
 
@@ -532,6 +539,13 @@ def restore_state(
     ``report`` rows may repeat a key (a later status for the same effect); they
     must come oldest first. The result equals the original for every purpose
     of ``advance``, though its internal layout may differ.
+
+    With ``report_loaded=False`` the report rows are left out (pass none):
+    restoring then costs what the run holds now, not what its history holds.
+    ``advance`` raises ``ReportNeeded`` on the rare transition that reads the
+    report (settling, a late answer for abandoned work); the host restores
+    again with the rows and repeats it. Rows added after such a restore come
+    out of ``state_changes`` as usual.
     """
     state = decode_state(hot, flow)
     link: ReportLink | None = None
@@ -544,4 +558,5 @@ def restore_state(
         report=link,
         resolved=immutables.Map(resolved),
         journal=Journal(),
+        report_loaded=report_loaded,
     )

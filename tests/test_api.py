@@ -44,6 +44,7 @@ EXPECTED = {
     "RunTeam",
     "Settled",
     "SignalReceived",
+    "ReportNeeded",
     "SnapshotMismatch",
     "SpecError",
     "Sleep",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import immutables
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -148,3 +149,57 @@ def test_a_scope_with_a_recorded_compensation_is_kept_until_it_runs() -> None:
         ]
         r.ok(f"r/rec[{fire}]/unbook#1")
     assert r.settled is not None and r.settled.status == "failed"
+
+
+# --- restoring without the report ---------------------------------------------------------
+
+SEQ = """
+flow: t
+tools: {a: {}}
+steps:
+  - {id: one, call_tool: {tool: a}}
+  - {id: two, call_tool: {tool: a}}
+  - {id: three, call_tool: {tool: a}}
+"""
+
+
+def test_restored_without_the_report_settling_asks_for_it() -> None:
+    r = Run(SEQ)
+    rows: list[Any] = []
+    results: dict[str, Any] = {}
+
+    def store() -> None:
+        changes = flowcore.state_changes(r.state)
+        rows.extend(changes.report)
+        results.update(changes.results)
+
+    store()
+    r.ok("r/one#1", 1)
+    store()
+    r.ok("r/two#1", 2)
+    store()
+    hot = flowcore.encode_hot(r.state)
+    partial = flowcore.restore_state(hot, results.items(), [], r.flow, report_loaded=False)
+    # Going on without the report works until the run settles ...
+    done = flowcore.EffectSucceeded(idempotency_key="r/three#1", output=3, at_ms=9)
+    with pytest.raises(flowcore.ReportNeeded, match="settling"):
+        flowcore.advance(partial, done)
+    with pytest.raises(flowcore.ReportNeeded):
+        flowcore.encode_state(partial)
+    # ... and with the rows restored, the settled report is whole.
+    full = flowcore.restore_state(hot, results.items(), rows, r.flow)
+    (settled,) = flowcore.advance(full, done).effects
+    assert isinstance(settled, flowcore.Settled)
+    assert [e.idempotency_key for e in settled.report] == ["r/one#1", "r/two#1", "r/three#1"]
+    assert settled.report == r.send(done)[0].report  # type: ignore[attr-defined]
+
+
+def test_rows_added_after_a_partial_restore_come_out_of_state_changes() -> None:
+    r = Run(SEQ)
+    r.ok("r/one#1", 1)
+    hot = flowcore.encode_hot(r.state)
+    partial = flowcore.restore_state(hot, [], [], r.flow, report_loaded=False)
+    event = flowcore.EffectSucceeded(idempotency_key="r/two#1", output=2, at_ms=5)
+    moved = flowcore.advance(partial, event)
+    assert [row.key for row in flowcore.state_changes(moved.state).report] == ["r/two#1"]
+    assert moved.effects == r.send(event)

@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flowcore
-from flowcore import EventRejected, Settled, encode_hot, restore_state, state_changes
+from flowcore import (
+    EventRejected,
+    ReportNeeded,
+    Settled,
+    encode_hot,
+    restore_state,
+    state_changes,
+)
 from flowcore.testing import EVENT_KINDS, apply, event_of_kind, events_for, flow_inputs, flows
 
 
@@ -57,6 +64,27 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
         )
         again = apply(restored, event)
         assert (moved is None) == (again is None), "restored state accepts differently"
+        # Restored without the report rows: the same decision, or ReportNeeded
+        # (and only where the report is read: settling, late answers).
+        partial = restore_state(
+            encode_hot(state),
+            stored_results.items(),
+            [],
+            flow,
+            stored_resolved.items(),
+            report_loaded=False,
+        )
+        try:
+            third = apply(partial, event)
+        except ReportNeeded:
+            assert moved is not None
+            late = moved.state.journal.report > 0 and not moved.effects
+            assert moved.state.settled is not None or late, "ReportNeeded where none is read"
+        else:
+            assert (moved is None) == (third is None), "partly restored state accepts differently"
+            if moved is not None and third is not None:
+                assert moved.effects == third.effects, "partly restored state decides differently"
+                assert third.state.report_loaded is False
         if moved is not None and again is not None:
             assert moved.effects == again.effects, "restored state decides differently"
             state = moved.state

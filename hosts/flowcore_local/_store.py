@@ -290,10 +290,17 @@ class Store:
 
     # --- state ------------------------------------------------------------------------
 
-    def load(self, run_id: str) -> _Cached:
+    def load(self, run_id: str, report: bool = False) -> _Cached:
+        """A run's state, from the cache or restored from its rows.
+
+        The report rows (one per work effect ever run) are read only when
+        ``report`` is set: restoring costs what the run holds now, not its
+        history, and the rare transition that needs them raises
+        ``ReportNeeded`` (see ``apply``).
+        """
         self._drop_stale()
         cached = self._cache.get(run_id)
-        if cached is not None:
+        if cached is not None and (cached.state.report_loaded or not report):
             return cached  # nobody else has written since it was cached
         row = self.conn.execute(
             "SELECT next_index, spec_hash, tools FROM runs WHERE run_id = ?", (run_id,)
@@ -308,16 +315,23 @@ class Store:
                 "SELECT name, record FROM results WHERE run_id = ?", (run_id,)
             )
         )
-        rows = [
-            _report_dec.decode(blob)
-            for (blob,) in self.conn.execute(
-                "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
-            )
-        ]
+        if report:
+            rows = [
+                _report_dec.decode(blob)
+                for (blob,) in self.conn.execute(
+                    "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
+                )
+            ]
+            count = len(rows)
+        else:
+            rows = []
+            (count,) = self.conn.execute(
+                "SELECT COALESCE(MAX(n) + 1, 0) FROM report WHERE run_id = ?", (run_id,)
+            ).fetchone()
         resolved = self.conn.execute(
             "SELECT key, how FROM resolved WHERE run_id = ?", (run_id,)
         ).fetchall()
-        state = flowcore.restore_state(hot[0], results, rows, flow, resolved)
+        state = flowcore.restore_state(hot[0], results, rows, flow, resolved, report_loaded=report)
         open_keys = {
             key: kind
             for key, kind in self.conn.execute(
@@ -325,7 +339,7 @@ class Store:
                 (run_id, *OPEN),
             )
         }
-        cached = _Cached(int(row[0]), state, open_keys, row[2], len(rows))
+        cached = _Cached(int(row[0]), state, open_keys, row[2], count)
         self._cache[run_id] = cached
         return cached
 
@@ -338,7 +352,11 @@ class Store:
         """Apply one event inside the current transaction; rejected ones change nothing."""
         cached = self.load(run_id)
         try:
-            decision = flowcore.advance(cached.state, event)
+            try:
+                decision = flowcore.advance(cached.state, event)
+            except flowcore.ReportNeeded:
+                cached = self.load(run_id, report=True)
+                decision = flowcore.advance(cached.state, event)
         except EventRejected as exc:
             return Applied(run_id, rejected=exc.reason)
         recorder = flowcore.Recorder(run_id)

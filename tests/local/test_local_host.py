@@ -213,3 +213,61 @@ def test_a_file_that_is_not_a_flowcore_database_is_refused(tmp_path: Path) -> No
     with pytest.raises(NotAFlowcoreDatabase):
         run_host(other, body)
     assert sqlite3.connect(other).execute("SELECT count(*) FROM mine").fetchone() == (0,)
+
+
+LOOP = """
+flow: loop
+tools: {echo: {class: readonly}}
+steps:
+  - id: each
+    for_each:
+      items: "${input.items}"
+      steps: [{id: one, call_tool: {tool: echo, input: "${item}"}}]
+  - {id: go, await_signal: {signal: go}}
+  - {id: last, call_tool: {tool: echo, input: last}}
+output: "${length(steps.each.output)}"
+"""
+
+
+def test_a_restart_restores_what_the_run_holds_not_its_history(tmp_path: Path) -> None:
+    """After a restart the loop's results and report rows are not read back.
+
+    Finished iterations deleted their result rows; the report rows are read
+    once, when the run settles.
+    """
+    db = tmp_path / "loop.db"
+
+    async def first(host: LocalHost) -> Any:
+        rid = await host.start(LOOP, {"items": list(range(150))}, "loop")
+        stop = asyncio.Event()
+
+        async def until_waiting() -> None:
+            while not (await host.show(rid))["waitingFor"]:
+                await asyncio.sleep(0.02)
+            stop.set()
+
+        waiter = asyncio.create_task(until_waiting())
+        await host.work(stop)
+        await waiter
+
+    run_host(db, first)
+    with sqlite3.connect(db) as conn:
+        (results,) = conn.execute("SELECT count(*) FROM results WHERE run_id = 'loop'").fetchone()
+        (rows,) = conn.execute("SELECT count(*) FROM report WHERE run_id = 'loop'").fetchone()
+    assert results == 1  # the for_each's own result; no per-iteration rows
+    assert rows == 150
+
+    async def second(host: LocalHost) -> Any:
+        state = host.store.state("loop")
+        assert state.report_loaded is False
+        await host.signal("loop", "go")
+        await host.work(until_settled="loop")
+        return await host.run("loop"), await host.export("loop")
+
+    row, log = run_host(db, second)
+    assert (row.status, row.output) == ("completed", 150)
+    records = flowcore.decode_log(log).records
+    settled = records[-2].data
+    assert len(settled["report"]) == 151  # every call, read back for settlement
+    report = flowcore.replay(records, flowcore.parse_flow(LOOP))
+    assert report.status == "completed"
