@@ -1,11 +1,19 @@
 """Replay throughput: read + decode + fold + compare, in replayed steps per second.
 
-A step is one work effect and its result: the benchmark flow is N sequential
-``call_tool`` steps, each reading the previous step's output through an
-expression (the flow of ``bench_advance.py``). Its log holds 2N + 4 records:
-``run.started``, one ``event.reported`` and one ``effect.emitted`` per step,
-the ``settled`` effect and ``run.settled``. The log is written once per size
-(setup, not timed) as NDJSON and as framed MessagePack; each timed run is one
+A step is one work effect and its result. Two flows, each run for N steps:
+
+* ``sequential``: N distinct ``call_tool`` steps, each reading the previous
+  step's output through an expression (the flow of ``bench_advance.py``).
+  Its spec grows with N as well: each event works on a step of the spec that
+  no other event touched, so the growth it shows mixes history length with
+  spec size.
+* ``loop``: one ``call_tool`` step in a ``for_each`` over N items: a small
+  spec and a long history, which is what a long-running flow looks like.
+
+Each log holds about 2N records: ``run.started``, one ``event.reported`` and
+one ``effect.emitted`` per step, the ``settled`` effect and ``run.settled``.
+The log is written once per size (setup, not timed) as NDJSON and as framed
+MessagePack; each timed run is one
 ``flowcore.replay(log_bytes, flow)`` call from bytes to a checked report with
 the trajectory.
 
@@ -17,7 +25,8 @@ the largest size (target <= 1.2x). Target: >= 100,000 steps/s for
 MessagePack. For scale, Temporal's own Replayer replays about 420
 activities/s (2,500 history events/s) on this kind of machine.
 
-Run: ``python benchmarks/bench_replay.py`` (``--quick`` for 1k and 10k only,
+Run: ``python benchmarks/bench_replay.py`` (``--flow sequential|loop`` for
+one flow, ``--quick`` for 1k and 10k only,
 ``--no-gc`` to run the timed parts with the garbage collector off, which shows
 how much of the cost is collection of the many short-lived state nodes).
 """
@@ -55,11 +64,38 @@ def sequential_flow(n: int) -> Flow:
     return flowcore.parse_flow(spec, source_name=f"seq-{n}")
 
 
-def record_run(flow: Flow) -> tuple[list[Record], list[Event]]:
+def loop_flow(n: int) -> Flow:
+    """One call_tool step in a for_each over N items: the spec stays small."""
+    spec = {
+        "flow": "loop",
+        "tools": {"t": {"class": "idempotent"}},
+        "budget": {"steps": n + 10},
+        "steps": [
+            {
+                "id": "each",
+                "for_each": {
+                    "items": "${input.items}",
+                    "max_concurrency": 1,
+                    "steps": [{"id": "s", "call_tool": {"tool": "t", "input": {"i": "${item}"}}}],
+                },
+            }
+        ],
+    }
+    return flowcore.parse_flow(spec, source_name="loop")
+
+
+FLOWS: dict[str, Callable[[int], tuple[Flow, Any]]] = {
+    "sequential": lambda n: (sequential_flow(n), {}),
+    "loop": lambda n: (loop_flow(n), {"items": list(range(n))}),
+}
+
+
+def record_run(flow: Flow, inp: Any = None) -> tuple[list[Record], list[Event]]:
     """Drive the flow to completion, recording its log; also return the events."""
+    inp = {} if inp is None else inp
     recorder = Recorder("r-bench")
-    decision = flowcore.start(flow, {}, run_id="r-bench", now_ms=0)
-    records = recorder.started(flow, {}, 0, decision)
+    decision = flowcore.start(flow, inp, run_id="r-bench", now_ms=0)
+    records = recorder.started(flow, inp, 0, decision)
     events: list[Event] = []
     state = decision.state
     queue = [e for e in decision.effects if isinstance(e, CallTool)]
@@ -93,8 +129,8 @@ def best_seconds(fn: Callable[[], object], repeats: int, collect: bool) -> float
     return best
 
 
-def advance_only(flow: Flow, events: list[Event]) -> None:
-    state = flowcore.start(flow, {}, run_id="r-bench", now_ms=0).state
+def advance_only(flow: Flow, inp: Any, events: list[Event]) -> None:
+    state = flowcore.start(flow, inp, run_id="r-bench", now_ms=0).state
     advance = flowcore.advance
     for event in events:
         state = advance(state, event).state
@@ -106,41 +142,45 @@ def decode_only(data: bytes, fmt: LogFormat) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="1k and 10k steps only")
+    parser.add_argument("--quick", action="store_true", help="1k and 10k only")
     parser.add_argument("--no-gc", action="store_true", help="time with the GC disabled")
+    parser.add_argument("--flow", choices=[*FLOWS, "both"], default="both")
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     collect = not args.no_gc
     formats: tuple[LogFormat, ...] = ("json", "msgpack")
-    per_step: dict[tuple[LogFormat, int], float] = {}
-    print(f"replay of N sequential call_tool steps (gc {'on' if collect else 'off'})")
-    for n in sizes:
-        flow = sequential_flow(n)
-        records, events = record_run(flow)
-        repeats = 30 if n <= 1_000 else 10 if n <= 10_000 else 3
-        fold = best_seconds(partial(advance_only, flow, events), repeats, collect)
-        logs = {fmt: flowcore.encode_records(records, fmt) for fmt in formats}
-        n_records = len(records)
-        del records, events  # only the log bytes stay alive while replay is timed
-        for fmt in formats:
-            data = logs[fmt]
-            report = replay(data, flow)
-            assert report.ok and report.status == "completed" and report.effects == n + 1
-            del report  # its trajectory and state would tax the collector in the timed runs
-            total = best_seconds(partial(replay, data, flow), repeats, collect)
-            decode = best_seconds(partial(decode_only, data, fmt), repeats, collect)
-            us = total / n * 1e6
-            per_step[(fmt, n)] = us
-            print(
-                f"{fmt:<8} N={n:>7,}  records={n_records:>7,}  {len(data) / 1e6:6.1f} MB  "
-                f"{n / total:>9,.0f} steps/s  {us:6.2f} us/step  "
-                f"(decode {decode / n * 1e6:5.2f}, advance {fold / n * 1e6:5.2f}, "
-                f"compare+trajectory {(total - decode - fold) / n * 1e6:5.2f})"
-            )
+    per_step: dict[tuple[str, LogFormat, int], float] = {}
+    kinds = list(FLOWS) if args.flow == "both" else [args.flow]
+    print(f"replay of N call_tool steps (gc {'on' if collect else 'off'})")
+    for kind in kinds:
+        for n in sizes:
+            flow, inp = FLOWS[kind](n)
+            records, events = record_run(flow, inp)
+            repeats = 30 if n <= 1_000 else 10 if n <= 10_000 else 3
+            fold = best_seconds(partial(advance_only, flow, inp, events), repeats, collect)
+            logs = {fmt: flowcore.encode_records(records, fmt) for fmt in formats}
+            n_records = len(records)
+            del records, events  # only the log bytes stay alive while replay is timed
+            for fmt in formats:
+                data = logs[fmt]
+                report = replay(data, flow)
+                assert report.ok and report.status == "completed" and report.effects == n + 1
+                del report  # its trajectory and state would tax the collector in the timed runs
+                total = best_seconds(partial(replay, data, flow), repeats, collect)
+                decode = best_seconds(partial(decode_only, data, fmt), repeats, collect)
+                us = total / n * 1e6
+                per_step[(kind, fmt, n)] = us
+                print(
+                    f"{kind:<10} {fmt:<8} N={n:>7,}  records={n_records:>7,}  "
+                    f"{len(data) / 1e6:5.1f} MB  {n / total:>8,.0f} steps/s  {us:6.2f} us/step  "
+                    f"(decode {decode / n * 1e6:5.2f}, advance {fold / n * 1e6:5.2f}, "
+                    f"compare+trajectory {(total - decode - fold) / n * 1e6:5.2f})"
+                )
     first, last = sizes[0], sizes[-1]
-    for fmt in formats:
-        growth = per_step[(fmt, last)] / per_step[(fmt, first)]
-        print(f"{fmt:<8} per-step cost growth {last:,}/{first:,}: {growth:.2f}x")
+    for kind in kinds:
+        for fmt in formats:
+            growth = per_step[(kind, fmt, last)] / per_step[(kind, fmt, first)]
+            print(f"{kind:<10} {fmt:<8} per-step cost growth {last:,}/{first:,}: {growth:.2f}x")
 
 
 if __name__ == "__main__":

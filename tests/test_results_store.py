@@ -203,3 +203,18 @@ def test_rows_added_after_a_partial_restore_come_out_of_state_changes() -> None:
     moved = flowcore.advance(partial, event)
     assert [row.key for row in flowcore.state_changes(moved.state).report] == ["r/two#1"]
     assert moved.effects == r.send(event)
+
+
+def test_a_very_long_report_is_freed_without_exhausting_the_c_stack() -> None:
+    """Dropping a report of 300k links must not recurse once per link.
+
+    Links are tracked by the garbage collector, whose dealloc trashcan frees
+    a long chain iteratively; an untracked (``gc=False``) link crashed here.
+    """
+    from flowcore._state import ReportLink, ReportRow
+
+    row = ReportRow("r/k#1", 0, "call-tool", "t", "succeeded")
+    link = None
+    for _ in range(300_000):
+        link = ReportLink(row, link)
+    del link
