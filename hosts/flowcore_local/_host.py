@@ -16,7 +16,7 @@ and idempotent effects run again with the same key, uncertain ones are
 reported as ``effect-outcome-unknown``, and an effect dispatched too many
 times goes to the dead letters and fails its step.
 
-All database access happens on one thread dedicated to it.
+All database access happens on the event loop's thread (see ``_db``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -82,7 +81,6 @@ class LocalHost:
         self.max_recoveries = max_recoveries
         self.poll_ms = poll_ms
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="flowcore-db")
         self._store: Store | None = None
         self._registries: dict[str | None, Registry] = {}
         if registry is not None:
@@ -133,7 +131,6 @@ class LocalHost:
 
             await self._db(closing)
             self._store = None
-        self._executor.shutdown(wait=True)
 
     @property
     def store(self) -> Store:
@@ -588,25 +585,42 @@ class LocalHost:
     def _commit(
         self, batch: list[tuple[str, Event, asyncio.Future[Applied]]], now: int
     ) -> list[tuple[Applied, list[Applied]]]:
-        """One group commit: every queued event, each in its own savepoint."""
+        """One group commit: every queued event applied in one transaction.
+
+        An event that fails with a HostError (say, its run is gone) must not
+        take the others down, nor leave half its writes behind. That is rare,
+        so a batch first runs without a savepoint per event (two statements
+        each); if any event fails that way, the transaction is rolled back and
+        the batch runs again with each event in its own savepoint.
+        """
         store = self.store
-        out: list[tuple[Applied, list[Applied]]] = []
+        try:
+            with store.tx():
+                return [self._apply_one(run_id, event, now) for run_id, event, _ in batch]
+        except HostError:
+            store.take_extra()  # side applies of the rolled-back attempt
         with store.tx():
+            out: list[tuple[Applied, list[Applied]]] = []
             for run_id, event, _ in batch:
                 try:
-                    if len(batch) == 1:
-                        applied = store.apply(run_id, event, now)
-                    else:
-                        with store.savepoint():
-                            applied = store.apply(run_id, event, now)
+                    with store.savepoint():
+                        out.append(self._apply_one(run_id, event, now))
                 except HostError as exc:
-                    applied = Applied(run_id, rejected=str(exc))
-                if applied.rejected is not None:
-                    key = getattr(event, "idempotency_key", None)
-                    if key is not None:
-                        store.close(run_id, key)
-                out.append((applied, store.take_extra()))
-        return out
+                    store.take_extra()
+                    out.append(self._rejected(run_id, event, str(exc)))
+            return out
+
+    def _apply_one(self, run_id: str, event: Event, now: int) -> tuple[Applied, list[Applied]]:
+        applied = self.store.apply(run_id, event, now)
+        if applied.rejected is not None:
+            return self._rejected(run_id, event, applied.rejected)
+        return applied, self.store.take_extra()
+
+    def _rejected(self, run_id: str, event: Event, why: str) -> tuple[Applied, list[Applied]]:
+        key = getattr(event, "idempotency_key", None)
+        if key is not None:
+            self.store.close(run_id, key)
+        return Applied(run_id, rejected=why), self.store.take_extra()
 
     async def _write_loop(self) -> None:
         assert self._queue_event is not None

@@ -128,6 +128,14 @@ class Store:
         self._cache: dict[str, _Cached] = {}
         self._touched: set[str] = set()
         self._pending_applied: list[Applied] = []
+        self._in_tx = False
+        # Rows written by the events of one transaction, sent to SQLite in one
+        # statement per table when it commits (see _flush): a group commit of
+        # many events then costs a few statements, not a few per event.
+        self._log_rows: list[tuple[str, int, str, int, str]] = []
+        self._result_rows: dict[tuple[str, str], bytes | None] = {}  # None: delete
+        self._report_rows: list[tuple[str, int, bytes]] = []
+        self._run_rows: dict[str, tuple[int, int, bytes]] = {}  # a running run's new state
         # True while this process runs a worker: new work is then recorded as
         # dispatched to it in the transaction that creates it, and run at once.
         self.dispatching = False
@@ -150,25 +158,71 @@ class Store:
     def tx(self) -> Iterator[None]:
         """One write transaction. On failure, cached states it touched are dropped."""
         self.conn.execute("BEGIN IMMEDIATE")
+        # Holding the write lock, nobody else can commit until we do: one
+        # look at data_version serves every load in this transaction.
+        self._drop_stale()
+        self._in_tx = True
         self._touched = set()
         try:
             yield
+            self._flush()
             self.conn.execute("COMMIT")
         except BaseException:
+            self._discard()
             self.conn.execute("ROLLBACK")
             for run_id in self._touched:
                 self._cache.pop(run_id, None)
             raise
+        finally:
+            self._in_tx = False
+
+    def _flush(self) -> None:
+        """Write the buffered rows (in the open transaction)."""
+        conn = self.conn
+        if self._log_rows:
+            conn.executemany(
+                "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
+                self._log_rows,
+            )
+        if self._result_rows:
+            items = self._result_rows.items()
+            conn.executemany(
+                "INSERT OR REPLACE INTO results (run_id, name, record) VALUES (?, ?, ?)",
+                [(run_id, name, rec) for (run_id, name), rec in items if rec is not None],
+            )
+            conn.executemany(
+                "DELETE FROM results WHERE run_id = ? AND name = ?",
+                [ident for ident, rec in items if rec is None],
+            )
+        if self._report_rows:
+            conn.executemany(
+                "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)", self._report_rows
+            )
+        if self._run_rows:
+            conn.executemany(
+                "UPDATE runs SET updated_ms = ?, next_index = ?, state = ? WHERE run_id = ?",
+                [(*row, run_id) for run_id, row in self._run_rows.items()],
+            )
+        self._discard()
+
+    def _discard(self) -> None:
+        self._log_rows = []
+        self._result_rows = {}
+        self._report_rows = []
+        self._run_rows = {}
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         touched = set(self._touched)
         self._touched = set()
+        self._flush()  # what came before the savepoint survives a rollback to it
         self.conn.execute("SAVEPOINT item")
         try:
             yield
+            self._flush()
             self.conn.execute("RELEASE item")
         except BaseException:
+            self._discard()
             self.conn.execute("ROLLBACK TO item")
             self.conn.execute("RELEASE item")
             for run_id in self._touched:
@@ -298,10 +352,12 @@ class Store:
         history, and the rare transition that needs them raises
         ``ReportNeeded`` (see ``apply``).
         """
-        self._drop_stale()
+        if not self._in_tx:
+            self._drop_stale()
         cached = self._cache.get(run_id)
         if cached is not None and (cached.state.report_loaded or not report):
             return cached  # nobody else has written since it was cached
+        self._flush()  # the rows read below may be buffered still
         row = self.conn.execute(
             "SELECT next_index, spec_hash, tools FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
@@ -379,10 +435,7 @@ class Store:
         self._touched.add(run_id)
         conn = self.conn
         state = decision.state
-        conn.executemany(
-            "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
-            [(run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records],
-        )
+        self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
         changes = flowcore.state_changes(state)
         results, rows = changes.results, changes.report
         if changes.resolved:
@@ -390,19 +443,13 @@ class Store:
                 "INSERT OR REPLACE INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
                 [(run_id, key, how) for key, how in changes.resolved],
             )
-        if results:
-            conn.executemany(
-                "INSERT OR REPLACE INTO results (run_id, name, record) VALUES (?, ?, ?)",
-                [(run_id, name, _json.encode(rec)) for name, rec in results if rec is not None],
-            )
-            deleted = [(run_id, name) for name, rec in results if rec is None]
-            if deleted:  # a finished loop scope: its results are deleted
-                conn.executemany("DELETE FROM results WHERE run_id = ? AND name = ?", deleted)
+        buffered = self._result_rows
+        for name, rec in results:  # None: a finished loop scope's result, deleted
+            buffered[(run_id, name)] = None if rec is None else _json.encode(rec)
         if rows:
             start = cached.report_rows
-            conn.executemany(
-                "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
-                [(run_id, start + i, _report_enc.encode(r)) for i, r in enumerate(rows)],
+            self._report_rows.extend(
+                (run_id, start + i, _report_enc.encode(r)) for i, r in enumerate(rows)
             )
             cached.report_rows += len(rows)
         flow = state.flow
@@ -420,6 +467,7 @@ class Store:
         next_index = cached.next_index + len(records)
         settled = state.settled
         if settled is not None:
+            self._run_rows.pop(run_id, None)
             conn.execute(
                 "UPDATE runs SET status = ?, output = ?, error = ?, updated_ms = ?, next_index = ?,"
                 " state = ? WHERE run_id = ?",
@@ -440,10 +488,7 @@ class Store:
             cached.open_keys.clear()
             applied.settled = settled
         else:
-            conn.execute(
-                "UPDATE runs SET updated_ms = ?, next_index = ?, state = ? WHERE run_id = ?",
-                (now, next_index, flowcore.encode_hot(state), run_id),
-            )
+            self._run_rows[run_id] = (now, next_index, flowcore.encode_hot(state))
         self._cache[run_id] = _Cached(
             next_index, state, cached.open_keys, cached.tools, cached.report_rows
         )
@@ -492,26 +537,47 @@ class Store:
             status, due = "timer", effect.until_ms
         elif isinstance(effect, (AskHuman, AwaitSignal)):
             status = "waiting"
-        self.conn.execute(
-            "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
-            " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?,"
-            " coalesce((SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0) + ?,"
-            " ?, ?)",
-            (
-                run_id,
-                key,
-                kind,
-                _json.encode(effect),
-                status,
-                due,
-                exec_class,
-                run_id,
-                key,
-                dispatches,
-                lease_owner,
-                lease_until,
-            ),
-        )
+        blob = _json.encode(effect)
+        if key not in cached.open_keys:
+            # Rows leave the outbox when done, so an effect that is not open
+            # has no row: a plain insert (the usual case) is enough.
+            self.conn.execute(
+                "INSERT INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
+                " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    key,
+                    kind,
+                    blob,
+                    status,
+                    due,
+                    exec_class,
+                    dispatches,
+                    lease_owner,
+                    lease_until,
+                ),
+            )
+        else:  # re-issued under the same key: its dispatches so far still count
+            self.conn.execute(
+                "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms,"
+                " exec_class, dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?,"
+                " coalesce((SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0) + ?,"
+                " ?, ?)",
+                (
+                    run_id,
+                    key,
+                    kind,
+                    blob,
+                    status,
+                    due,
+                    exec_class,
+                    run_id,
+                    key,
+                    dispatches,
+                    lease_owner,
+                    lease_until,
+                ),
+            )
         cached.open_keys[key] = kind
 
     def _notify_parent(self, run_id: str, state: State, settled: Settled, now: int) -> None:

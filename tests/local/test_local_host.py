@@ -271,3 +271,26 @@ def test_a_restart_restores_what_the_run_holds_not_its_history(tmp_path: Path) -
     assert len(settled["report"]) == 151  # every call, read back for settlement
     report = flowcore.replay(records, flowcore.parse_flow(LOOP))
     assert report.status == "completed"
+
+
+def test_a_failing_event_in_a_group_commit_leaves_the_others_applied(tmp_path: Path) -> None:
+    """One bad event rolls the optimistic batch back; the retry isolates it."""
+    wait_spec = "flow: w\nsteps:\n  - {id: go, await_signal: {signal: go}}\noutput: done\n"
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(wait_spec, {}, "good")
+        loop = asyncio.get_running_loop()
+        batch = [
+            ("good", flowcore.SignalReceived(signal="go", at_ms=1), loop.create_future()),
+            ("missing", flowcore.SignalReceived(signal="go", at_ms=1), loop.create_future()),
+        ]
+        results = host._commit(batch, 1)
+        return results, await host.run(rid), await host.records(rid)
+
+    results, row, records = run_host(tmp_path / "g.db", body)
+    (good, _), (missing, _) = results
+    assert good.rejected is None and good.settled is not None
+    assert missing.rejected == "no run 'missing' in the database"
+    assert (row.status, row.output) == ("completed", "done")
+    # Written once: the rolled-back attempt left no rows behind.
+    assert [r.type for r in records].count("event.reported") == 1
