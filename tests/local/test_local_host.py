@@ -280,7 +280,7 @@ def test_a_failing_event_in_a_group_commit_leaves_the_others_applied(tmp_path: P
     async def body(host: LocalHost) -> Any:
         rid = await host.start(wait_spec, {}, "good")
         loop = asyncio.get_running_loop()
-        batch = [
+        batch: list[tuple[str, flowcore.Event, asyncio.Future[Any]]] = [
             ("good", flowcore.SignalReceived(signal="go", at_ms=1), loop.create_future()),
             ("missing", flowcore.SignalReceived(signal="go", at_ms=1), loop.create_future()),
         ]
