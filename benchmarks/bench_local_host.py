@@ -271,6 +271,28 @@ def child(system: str, steps: int) -> None:
     print(json.dumps(value))
 
 
+def commit_floor(directory: Path, commits: int = 300) -> float:
+    """Median seconds of one fsync'd SQLite commit of a single small row.
+
+    A sequential step needs one durable commit before its next effect may
+    run (the dispatch must be on disk first), so this is a floor under the
+    per-step figure of any SQLite host on this disk.
+    """
+    conn = sqlite3.connect(directory / "floor.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)")
+    times = []
+    for _ in range(commits):
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO t (b) VALUES (?)", (b"x" * 200,))
+        t0 = time.perf_counter()
+        conn.execute("COMMIT")
+        times.append(time.perf_counter() - t0)
+    conn.close()
+    return statistics.median(times)
+
+
 def measure(system: str, steps: int) -> float:
     out = subprocess.run(
         [sys.executable, __file__, "--child", system, "--steps", str(steps)],
@@ -298,7 +320,10 @@ def main() -> None:
     for system in ("flowcore", "langgraph", "dbos"):
         runs = [measure(system, steps) / steps * 1000 for _ in range(args.repeat)]
         per_step[system] = statistics.median(runs)
+    with tempfile.TemporaryDirectory() as tmp:
+        floor = commit_floor(Path(tmp))
     print(f"sequential flow of {steps} steps, fsync on, median of {args.repeat} runs")
+    print(f"(one fsync'd SQLite commit of a single row on this disk: {floor * 1000:.3f} ms)")
     print(f"{'system':<12}{'ms/step':>10}{'vs flowcore':>14}")
     for system, value in per_step.items():
         print(f"{system:<12}{value:>10.3f}{value / per_step['flowcore']:>13.1f}x")

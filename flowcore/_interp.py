@@ -77,7 +77,6 @@ from ._state import (
     ParallelProgress,
     Pending,
     RepeatProgress,
-    ReportLink,
     ReportRow,
     Sched,
     SeqFrame,
@@ -86,7 +85,9 @@ from ._state import (
     StepFrame,
     TeamProgress,
     TryProgress,
+    add_report_row,
     find_result,
+    iter_report,
     merge_results,
     report_rows,
 )
@@ -1466,18 +1467,16 @@ class _Txn:
             )
 
     def add_row(self, row: ReportRow) -> None:
-        self.report = ReportLink(row, self.report)
+        self.report = add_report_row(self.report, row)
         self.rows += 1
 
     def late_work(self, key: str, entry_status: str) -> None:
         """A late answer for abandoned work: the report shows how it really ended."""
-        link = self.report
-        while link is not None and link.row.key != key:
-            link = link.rest
-        if link is None and not self.report_loaded:
+        found = next((row for row in iter_report(self.report) if row.key == key), None)
+        if found is None and not self.report_loaded:
             raise ReportNeeded(f"a late answer for {key} needs the report rows")
-        if link is not None:
-            self.add_row(msgspec.structs.replace(link.row, status=entry_status))
+        if found is not None:
+            self.add_row(msgspec.structs.replace(found, status=entry_status))
 
     def resolve_work(self, key: str, entry: Pending, status: str) -> None:
         self.pending = self.pending.delete(key)

@@ -26,7 +26,8 @@ This module must never do I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any, Literal, TypeAlias
 
 import immutables
@@ -50,6 +51,8 @@ __all__ = [
     "Sched",
     "ReportLink",
     "ReportRow",
+    "add_report_row",
+    "iter_report",
     "report_rows",
     "SeqFrame",
     "State",
@@ -153,14 +156,37 @@ class ReportRow(_S, frozen=True, array_like=True):
 
 
 class ReportLink(_S, frozen=True, array_like=True):
-    """The report as a persistent list, newest first: O(1) to add to.
+    """The report as a persistent list of chunks, newest chunk first.
+
+    A chunk holds up to ``REPORT_CHUNK`` rows, oldest first; adding a row
+    copies the head chunk's tuple (a few dozen pointers) or starts a new
+    chunk. A long run thus holds one link per chunk, not per work effect,
+    and the garbage collector's full passes have that much less to walk (a
+    link per row was most of what a long replay kept tracked).
 
     A later row for the same key (a late result for abandoned work) overrides
     an earlier one when the report is folded at settlement.
     """
 
-    row: ReportRow
+    rows: tuple[ReportRow, ...]
     rest: ReportLink | None = None
+
+
+REPORT_CHUNK = 64
+
+
+def add_report_row(head: ReportLink | None, row: ReportRow) -> ReportLink:
+    """The report with one more row."""
+    if head is None or len(head.rows) >= REPORT_CHUNK:
+        return ReportLink((row,), head)
+    return ReportLink((*head.rows, row), head.rest)
+
+
+def iter_report(link: ReportLink | None) -> Iterator[ReportRow]:
+    """The report's rows, newest first (iteratively: the list can be long)."""
+    while link is not None:
+        yield from reversed(link.rows)
+        link = link.rest
 
 
 class Env(_S, frozen=True, array_like=True):
@@ -449,18 +475,14 @@ def decode_state(data: bytes, flow: Flow) -> State:
     fields["results"] = (snap.results,) if snap.results else ()
     link: ReportLink | None = None
     for row in fields["report"]:
-        link = ReportLink(row, link)
+        link = add_report_row(link, row)
     fields["report"] = link
     return State(flow=flow, **fields)
 
 
 def report_rows(link: ReportLink | None) -> list[ReportRow]:
-    """The report's rows, newest first (iteratively: the list can be long)."""
-    rows: list[ReportRow] = []
-    while link is not None:
-        rows.append(link.row)
-        link = link.rest
-    return rows
+    """The report's rows, newest first."""
+    return list(iter_report(link))
 
 
 # --- incremental persistence -------------------------------------------------------------
@@ -513,12 +535,7 @@ def state_changes(state: State) -> StateChanges:
     results = [
         (name, find_result(state.recent, state.results, name)) for name in state.journal.results
     ]
-    rows: list[ReportRow] = []
-    link = state.report
-    for _ in range(state.journal.report):
-        assert link is not None
-        rows.append(link.row)
-        link = link.rest
+    rows = list(islice(iter_report(state.report), state.journal.report))
     rows.reverse()
     resolved = [(key, state.resolved[key]) for key in state.journal.resolved]
     return StateChanges(results, rows, resolved)
@@ -550,7 +567,7 @@ def restore_state(
     state = decode_state(hot, flow)
     link: ReportLink | None = None
     for row in report:
-        link = ReportLink(row, link)
+        link = add_report_row(link, row)
     return msgspec.structs.replace(
         state,
         results=({name: record for name, record in results if record is not None},),

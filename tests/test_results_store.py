@@ -207,7 +207,7 @@ def test_rows_added_after_a_partial_restore_come_out_of_state_changes() -> None:
 
 
 def test_a_very_long_report_is_freed_without_exhausting_the_c_stack() -> None:
-    """Dropping a report of 300k links must not recurse once per link.
+    """Dropping a chain of 300k report links must not recurse once per link.
 
     Links are tracked by the garbage collector, whose dealloc trashcan frees
     a long chain iteratively; an untracked (``gc=False``) link crashed here.
@@ -217,5 +217,27 @@ def test_a_very_long_report_is_freed_without_exhausting_the_c_stack() -> None:
     row = ReportRow("r/k#1", 0, "call-tool", "t", "succeeded")
     link = None
     for _ in range(300_000):
-        link = ReportLink(row, link)
+        link = ReportLink((row,), link)
     del link
+
+
+@given(n=st.integers(0, 300), head=st.integers(0, 300))
+def test_report_chunks_keep_every_row_in_order(n: int, head: int) -> None:
+    from flowcore._state import REPORT_CHUNK, ReportRow, add_report_row, iter_report
+
+    rows = [ReportRow(f"r/k#{i}", i, "call-tool", "t", "succeeded") for i in range(n)]
+    link = None
+    versions = []
+    for row in rows:
+        link = add_report_row(link, row)
+        versions.append(link)
+    assert list(iter_report(link)) == rows[::-1]
+    # Older versions are unchanged by later additions.
+    for i, version in enumerate(versions[: min(head, n)]):
+        assert list(iter_report(version)) == rows[: i + 1][::-1]
+    chunks = 0
+    while link is not None:
+        assert 1 <= len(link.rows) <= REPORT_CHUNK
+        chunks += 1
+        link = link.rest
+    assert chunks == -(-n // REPORT_CHUNK)
