@@ -126,7 +126,11 @@ def load_registry(name: str | None) -> Registry:
             if module is None:
                 module = importlib.util.module_from_spec(spec)
                 sys.modules[module_name] = module
-                spec.loader.exec_module(module)
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[module_name]  # as import does: no half-run module stays
+                    raise
         else:
             if "" not in sys.path and os.getcwd() not in sys.path:
                 sys.path.insert(0, os.getcwd())

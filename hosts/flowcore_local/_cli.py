@@ -160,7 +160,7 @@ async def _ask(
                 return
 
 
-async def _watch(host: LocalHost, root: str, stop: asyncio.Event) -> None:
+async def _watch(host: LocalHost, root: str, stop: asyncio.Event, console: Console) -> None:
     """Print the run tree's records as they are written; ask its questions."""
     seen: dict[str, int] = {}
     asked: set[str] = set()
@@ -176,7 +176,7 @@ async def _watch(host: LocalHost, root: str, stop: asyncio.Event) -> None:
                 seen[run_id] = record.index + 1
                 text = _line(record)
                 if text is not None:
-                    out.print(text)
+                    console.print(text)
                 data = record.data if isinstance(record.data, dict) else {}
                 if record.type == "effect.emitted" and data.get("kind") == "ask-human":
                     key = data["idempotencyKey"]
@@ -226,7 +226,8 @@ def run(
         if detach:
             return {"runId": rid}
         stop = asyncio.Event()
-        watcher = asyncio.create_task(_watch(host, rid, stop))
+        # With --json, stdout holds the JSON document alone: progress goes to stderr.
+        watcher = asyncio.create_task(_watch(host, rid, stop, err if as_json else out))
         try:
             await host.work(until_settled=rid)
         finally:
@@ -341,9 +342,11 @@ def show(run_id: str, as_json: bool, db: Path) -> None:
         return
     out.print(f"[bold]{info['runId']}[/]  flow {info['flowId']}  [bold]{info['status']}[/]")
     budget = info["budget"]
+    steps_left = "unlimited" if budget["stepsLeft"] is None else budget["stepsLeft"]
+    cost_left = "unlimited" if budget["costLeft"] is None else budget["costLeft"]
     out.print(
-        f"budget: {budget['stepsUsed']} steps used, {budget['stepsLeft']} left;"
-        f" cost {budget['costUsed']} used, {budget['costLeft']} left"
+        f"budget: {budget['stepsUsed']} steps used, {steps_left} left;"
+        f" cost {budget['costUsed']} used, {cost_left} left"
     )
     if info["output"] is not None:
         out.print(f"output: {json.dumps(info['output'])}")

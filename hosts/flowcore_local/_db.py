@@ -123,6 +123,8 @@ def connect(path: str | Path, durable: bool = True) -> sqlite3.Connection:
     path = Path(path)
     if path.exists() and path.is_dir():
         raise NotAFlowcoreDatabase(f"{path} is a directory, not a flowcore database")
+    if not path.parent.is_dir():
+        raise NotAFlowcoreDatabase(f"cannot create {path}: no directory {path.parent}")
     try:
         conn = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 30000")
@@ -139,7 +141,11 @@ def connect(path: str | Path, durable: bool = True) -> sqlite3.Connection:
     # costs fsyncs of the main file in the middle of some commit.
     conn.execute("PRAGMA wal_autocheckpoint = 8000")
     conn.execute("PRAGMA foreign_keys = ON")
-    migrate(conn)
+    try:
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

@@ -6,7 +6,7 @@ from a tools module run concurrently under a host-wide limit (sync handlers in
 threads), timers fire when due (also after a restart), subflows become child
 runs in the same database, and results are applied to runs in group commits:
 every event that finished while the previous commit was running is applied in
-the next transaction, each in its own savepoint.
+the next transaction (see ``_commit``).
 
 Crash safety rests on the order of writes: an effect is recorded as
 dispatched to this worker in the same transaction that created it, before its
@@ -43,7 +43,14 @@ from flowcore import (
     Sleep,
     TimerFired,
 )
-from flowcore_handlers import Registry, call_handler, load_registry
+from flowcore_handlers import (
+    HandlerError,
+    Registry,
+    RegistryError,
+    call_handler,
+    load_registry,
+    outcome_event,
+)
 
 from ._db import connect, default_db_path
 from ._store import Applied, Claimed, HostError, RunRow, Store
@@ -472,7 +479,7 @@ class LocalHost:
                 continue
             self._firing.add((run_id, key))
             event = TimerFired(idempotency_key=key, at_ms=max(now, due_ms))
-            future = self._submit(run_id, event, close_key=key)
+            future = self._submit(run_id, event)
             future.add_done_callback(self._fired(run_id, key))
 
     def _fired(self, run_id: str, key: str) -> Callable[[asyncio.Future[Applied]], None]:
@@ -564,15 +571,18 @@ class LocalHost:
         assert self._sem is not None
         try:
             async with self._sem:
-                registry = self._registry(claimed.tools)
-                event = await call_handler(registry, claimed.effect, self.now)
-            await self._submit(claimed.run_id, event, close_key=claimed.key)
+                try:
+                    registry = self._registry(claimed.tools)
+                except RegistryError as exc:  # the step fails now, not after a lease expires
+                    error = HandlerError("tools-module-error", str(exc))
+                    event: Event = outcome_event(claimed.effect, None, error, self.now())
+                else:
+                    event = await call_handler(registry, claimed.effect, self.now)
+            await self._submit(claimed.run_id, event)
         finally:
             self._running.pop((claimed.run_id, claimed.key), None)
 
-    def _submit(
-        self, run_id: str, event: Event, close_key: str | None = None
-    ) -> asyncio.Future[Applied]:
+    def _submit(self, run_id: str, event: Event) -> asyncio.Future[Applied]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Applied] = loop.create_future()
         self._queue.append((run_id, event, future))

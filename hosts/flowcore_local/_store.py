@@ -456,14 +456,18 @@ class Store:
         for effect in decision.effects:
             self._outbox(run_id, flow, effect, now, applied, tools, cached)
         # Close what the run no longer waits for: answered, fired, or abandoned.
+        # A child run the run no longer waits for (abandoned, or the run
+        # settled) is cancelled, once this run's own writes are complete:
+        # cancelling it may tell this run, re-entering apply.
+        orphans: list[str] = []
         gone = [k for k in cached.open_keys if k not in state.pending]
         for key in gone:
             kind = cached.open_keys.pop(key)
             # Done rows are deleted: the log keeps the history, and the outbox
             # stays as small as what is in flight.
             conn.execute("DELETE FROM outbox WHERE run_id = ? AND key = ?", (run_id, key))
-            if kind == "run-subflow" and state.settled is None:
-                self._cancel_child(key, now)
+            if kind == "run-subflow":
+                orphans.append(key)
         next_index = cached.next_index + len(records)
         settled = state.settled
         if settled is not None:
@@ -481,9 +485,7 @@ class Store:
                     run_id,
                 ),
             )
-            for key, kind in list(cached.open_keys.items()):
-                if kind == "run-subflow":
-                    self._cancel_child(key, now)
+            orphans.extend(k for k, kind in cached.open_keys.items() if kind == "run-subflow")
             conn.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
             cached.open_keys.clear()
             applied.settled = settled
@@ -492,6 +494,8 @@ class Store:
         self._cache[run_id] = _Cached(
             next_index, state, cached.open_keys, cached.tools, cached.report_rows
         )
+        for key in orphans:
+            self._cancel_child(key, now)
         if settled is not None:
             self._notify_parent(run_id, state, settled, now)
 

@@ -137,3 +137,23 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path) -> None:
     assert bad("run", str(spec), "--input", '{"a": 1}', "--db", str(db), "--run-id", "s1") == (
         "flowcore: run 's1' already exists with a different input"
     )
+
+
+def test_run_json_keeps_stdout_for_the_document_and_show_says_unlimited(tmp_path: Path) -> None:
+    db = str(tmp_path / "j.db")
+    spec = tmp_path / "nap.yaml"
+    spec.write_text("flow: nap\nsteps:\n  - {id: a, sleep: {for_ms: 1}}\noutput: rested\n")
+    proc = fc("run", str(spec), "--db", db, "--run-id", "j1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "runId": "j1",
+        "status": "completed",
+        "output": "rested",
+        "error": None,
+    }
+    assert "settled completed" in proc.stderr  # the progress lines
+    assert "cost 0 used, unlimited left" in ok("show", "j1", "--db", db)
+    missing = tmp_path / "no" / "such" / "dir.db"
+    assert bad("run", str(spec), "--db", str(missing)) == (
+        f"flowcore: cannot create {missing}: no directory {missing.parent}"
+    )

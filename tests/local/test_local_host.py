@@ -175,6 +175,63 @@ output: "${steps.kid.output}"
     assert info["budget"]["stepsUsed"] == 2  # the subflow effect + the child's call
 
 
+WAITING_CHILD = "flow: kid\nsteps:\n  - {id: w, await_signal: {signal: never}}\n"
+
+
+def test_a_subflow_abandoned_by_a_timeout_is_cancelled_and_the_parent_goes_on(
+    tmp_path: Path,
+) -> None:
+    parent = """
+flow: impatient
+tools: {echo: {class: readonly}}
+steps:
+  - id: t
+    try:
+      - {id: k, run_subflow: {flow: kid}, timeout_ms: 200}
+    catch:
+      - steps: [{id: fallback, call_tool: {tool: echo, input: gave up}}]
+output: "${steps.t.output}"
+"""
+    child = tmp_path / "kid.yaml"
+    child.write_text(WAITING_CHILD)
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(parent, {}, "p", flows=[child])
+        await asyncio.wait_for(host.work(until_settled=rid), timeout=20)
+        return await host.run(rid), await host.run("p/k#1"), await host.export(rid)
+
+    row, kid, log = run_host(tmp_path / "a.db", body)
+    assert (row.status, row.output) == ("completed", {"echo": "gave up"})
+    assert kid.status == "cancelled"
+    records = flowcore.decode_log(log).records
+    assert flowcore.replay(records, flowcore.parse_flow(parent)).status == "completed"
+
+
+def test_cancelling_a_parent_cancels_its_running_children(tmp_path: Path) -> None:
+    parent = "flow: p\nsteps:\n  - {id: k, run_subflow: {flow: kid}}\n"
+    child = tmp_path / "kid.yaml"
+    child.write_text(WAITING_CHILD)
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(parent, {}, "p", flows=[child])
+        stop = asyncio.Event()
+
+        async def until_child_waits() -> None:
+            while not await host.children(rid) or (await host.run("p/k#1")).status != "running":
+                await asyncio.sleep(0.02)
+            stop.set()
+
+        waiter = asyncio.create_task(until_child_waits())
+        await asyncio.wait_for(host.work(stop), timeout=20)
+        await waiter
+        await host.cancel(rid, "no longer needed")
+        return await host.run(rid), await host.run("p/k#1")
+
+    row, kid = run_host(tmp_path / "c.db", body)
+    assert row.status == "cancelled"
+    assert kid.status == "cancelled"
+
+
 def test_unknown_subflow_fails_the_step_clearly(tmp_path: Path) -> None:
     spec = "flow: p\nsteps:\n  - {id: kid, run_subflow: {flow: nowhere}}\n"
 
@@ -294,3 +351,29 @@ def test_a_failing_event_in_a_group_commit_leaves_the_others_applied(tmp_path: P
     assert (row.status, row.output) == ("completed", "done")
     # Written once: the rolled-back attempt left no rows behind.
     assert [r.type for r in records].count("event.reported") == 1
+
+
+def test_a_tools_file_that_fails_to_import_fails_the_step_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    tools = tmp_path / "broken_tools.py"
+    tools.write_text("raise RuntimeError('no network here')\nTOOLS = {}\n")
+    spec = "flow: t\ntools: {x: {}}\nsteps:\n  - {id: a, call_tool: {tool: x}}\n"
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(spec, {}, "t1", tools=str(tools))
+        await asyncio.wait_for(host.work(until_settled=rid), timeout=20)
+        return await host.run(rid)
+
+    async def main() -> Any:
+        async with LocalHost(tmp_path / "t.db") as host:
+            first = await body(host)
+        async with LocalHost(tmp_path / "t.db") as host:  # a second load fails alike
+            rid = await host.start(spec, {}, "t2", tools=str(tools))
+            await asyncio.wait_for(host.work(until_settled=rid), timeout=20)
+            return first, await host.run(rid)
+
+    for row in asyncio.run(main()):
+        assert row.status == "failed"
+        assert row.error["type"] == "tools-module-error"
+        assert "no network here" in row.error["message"]
