@@ -19,12 +19,15 @@ The same module works on every host (local, Temporal).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,9 +168,16 @@ def outcome_event(
 
 
 async def call_handler(
-    registry: Registry, effect: WorkEffect, now_ms: Callable[[], int]
+    registry: Registry,
+    effect: WorkEffect,
+    now_ms: Callable[[], int],
+    executor: Executor | None = None,
 ) -> EffectSucceeded | EffectFailed:
-    """Run the effect's handler (sync ones in a thread) and report how it went."""
+    """Run the effect's handler and report how it went.
+
+    A sync handler runs in a thread of ``executor`` (the loop's default one
+    when None, which holds only a few threads); an async one on the loop.
+    """
     handler = registry.handler_for(effect)
     if handler is None:
         what = effect.__struct_config__.tag
@@ -182,7 +192,11 @@ async def call_handler(
         if inspect.iscoroutinefunction(handler):
             outcome = await handler(effect)
         else:
-            outcome = await asyncio.to_thread(handler, effect)
+            if executor is None:
+                outcome = await asyncio.to_thread(handler, effect)
+            else:
+                call = functools.partial(contextvars.copy_context().run, handler, effect)
+                outcome = await asyncio.get_running_loop().run_in_executor(executor, call)
             if inspect.isawaitable(outcome):
                 outcome = await outcome
     except Exception as exc:  # every handler failure becomes effect-failed

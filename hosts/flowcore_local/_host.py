@@ -27,6 +27,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,6 +89,7 @@ class LocalHost:
         self.max_recoveries = max_recoveries
         self.poll_ms = poll_ms
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._threads: ThreadPoolExecutor | None = None
         self._store: Store | None = None
         self._registries: dict[str | None, Registry] = {}
         if registry is not None:
@@ -119,6 +121,9 @@ class LocalHost:
         if self.tools is not None and self.tools not in self._registries:
             self._registries[self.tools] = load_registry(self.tools)  # fail fast on a bad module
         self._store = await self._db(opening)
+        # Sync handlers get a thread each, up to the host-wide limit (the
+        # loop's default pool holds only a few threads).
+        self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flowcore-handler")
         self._queue_event = asyncio.Event()
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(self.concurrency)
@@ -138,6 +143,9 @@ class LocalHost:
 
             await self._db(closing)
             self._store = None
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._threads = None
 
     @property
     def store(self) -> Store:
@@ -577,7 +585,7 @@ class LocalHost:
                     error = HandlerError("tools-module-error", str(exc))
                     event: Event = outcome_event(claimed.effect, None, error, self.now())
                 else:
-                    event = await call_handler(registry, claimed.effect, self.now)
+                    event = await call_handler(registry, claimed.effect, self.now, self._threads)
             await self._submit(claimed.run_id, event)
         finally:
             self._running.pop((claimed.run_id, claimed.key), None)

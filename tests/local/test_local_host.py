@@ -377,3 +377,35 @@ def test_a_tools_file_that_fails_to_import_fails_the_step_with_the_reason(
         assert row.status == "failed"
         assert row.error["type"] == "tools-module-error"
         assert "no network here" in row.error["message"]
+
+
+def test_sync_handlers_run_up_to_the_host_concurrency_at_once(tmp_path: Path) -> None:
+    """Twelve blocking sync handlers meet at a barrier: all must run at once."""
+    import threading
+
+    barrier = threading.Barrier(12, timeout=10)
+
+    def meet(call: CallTool) -> Any:
+        barrier.wait()
+        return call.input
+
+    spec = """
+flow: fan
+tools: {meet: {class: readonly}}
+steps:
+  - id: all
+    for_each:
+      items: "${input.items}"
+      steps: [{id: m, call_tool: {tool: meet, input: "${item}"}}]
+output: "${steps.all.output}"
+"""
+
+    async def main() -> Any:
+        registry = Registry(tools={"meet": meet})
+        async with LocalHost(tmp_path / "fan.db", registry=registry, concurrency=16) as host:
+            rid = await host.start(spec, {"items": list(range(12))}, "fan")
+            await asyncio.wait_for(host.work(until_settled=rid), timeout=30)
+            return await host.run(rid)
+
+    row = asyncio.run(main())
+    assert (row.status, row.output) == ("completed", list(range(12)))
