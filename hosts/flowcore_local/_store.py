@@ -541,47 +541,27 @@ class Store:
             status, due = "timer", effect.until_ms
         elif isinstance(effect, (AskHuman, AwaitSignal)):
             status = "waiting"
-        blob = _json.encode(effect)
-        if key not in cached.open_keys:
-            # Rows leave the outbox when done, so an effect that is not open
-            # has no row: a plain insert (the usual case) is enough.
-            self.conn.execute(
-                "INSERT INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
-                " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    key,
-                    kind,
-                    blob,
-                    status,
-                    due,
-                    exec_class,
-                    dispatches,
-                    lease_owner,
-                    lease_until,
-                ),
-            )
-        else:  # re-issued under the same key: its dispatches so far still count
-            self.conn.execute(
-                "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms,"
-                " exec_class, dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?,"
-                " coalesce((SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0) + ?,"
-                " ?, ?)",
-                (
-                    run_id,
-                    key,
-                    kind,
-                    blob,
-                    status,
-                    due,
-                    exec_class,
-                    run_id,
-                    key,
-                    dispatches,
-                    lease_owner,
-                    lease_until,
-                ),
-            )
+        if key in cached.open_keys:  # re-issued under the same key: its dispatches still count
+            row = self.conn.execute(
+                "SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?", (run_id, key)
+            ).fetchone()
+            dispatches += row[0] if row is not None else 0
+        self.conn.execute(
+            "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
+            " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                key,
+                kind,
+                _json.encode(effect),
+                status,
+                due,
+                exec_class,
+                dispatches,
+                lease_owner,
+                lease_until,
+            ),
+        )
         cached.open_keys[key] = kind
 
     def _notify_parent(self, run_id: str, state: State, settled: Settled, now: int) -> None:
