@@ -293,6 +293,23 @@ def commit_floor(directory: Path, commits: int = 300) -> float:
     return statistics.median(times)
 
 
+def thread_round_trip(calls: int = 2000) -> float:
+    """Median seconds for an event loop to run a no-op in a thread and resume.
+
+    A sync handler costs at least this per step on top of the commit.
+    """
+
+    async def main() -> float:
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            await asyncio.to_thread(noop, None)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    return asyncio.run(main())
+
+
 def measure(system: str, steps: int) -> float:
     out = subprocess.run(
         [sys.executable, __file__, "--child", system, "--steps", str(steps)],
@@ -323,7 +340,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         floor = commit_floor(Path(tmp))
     print(f"sequential flow of {steps} steps, fsync on, median of {args.repeat} runs")
-    print(f"(one fsync'd SQLite commit of a single row on this disk: {floor * 1000:.3f} ms)")
+    print(f"(one fsync'd SQLite commit of a single row on this disk: {floor * 1000:.3f} ms;")
+    hop = thread_round_trip()
+    print(f" a no-op's round trip from the event loop to a thread: {hop * 1000:.3f} ms)")
     print(f"{'system':<12}{'ms/step':>10}{'vs flowcore':>14}")
     for system, value in per_step.items():
         print(f"{system:<12}{value:>10.3f}{value / per_step['flowcore']:>13.1f}x")
