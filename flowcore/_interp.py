@@ -900,14 +900,15 @@ class _Txn:
         elif find_result(self.recent, self.results, name) is not None:
             self.record(name, GONE)
 
-    def end_scope(self, scope: str, loop: Step) -> None:
+    def end_scope(self, scope: str, loop: Step, uncompensated: bool = False) -> None:
         """An iteration or fire ended: drop its results and variables.
 
         A run that loops for ever then keeps a bounded state, and a host
         restores it without reading the history. A scope that a recorded
-        compensation will run in is kept.
+        compensation will run in is kept; ``uncompensated`` says the caller
+        knows none was recorded in it (no need to walk the stack).
         """
-        link = self.compensations
+        link = None if uncompensated else self.compensations
         while link is not None:
             env = self.envs.get(link.env)
             if env is None or env.scope.startswith(scope):
@@ -1276,7 +1277,7 @@ class _Txn:
         # recorded during the fire will need it later.
         depth = self.compensations.depth if self.compensations is not None else 0
         if depth == prog.comp_depth:
-            self.end_scope(scope, self.step_of(frame_now))
+            self.end_scope(scope, self.step_of(frame_now), uncompensated=True)
         self.set_frame(frame_now, progress=msgspec.structs.replace(prog, last=out[1]))
         if done:
             return (_OK, out[1])

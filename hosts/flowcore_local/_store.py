@@ -128,7 +128,6 @@ class Store:
         self._cache: dict[str, _Cached] = {}
         self._touched: set[str] = set()
         self._pending_applied: list[Applied] = []
-        self._in_tx = False
         # Rows written by the events of one transaction, sent to SQLite in one
         # statement per table when it commits (see _flush): a group commit of
         # many events then costs a few statements, not a few per event.
@@ -161,7 +160,6 @@ class Store:
         # Holding the write lock, nobody else can commit until we do: one
         # look at data_version serves every load in this transaction.
         self._drop_stale()
-        self._in_tx = True
         self._touched = set()
         try:
             yield
@@ -173,8 +171,6 @@ class Store:
             for run_id in self._touched:
                 self._cache.pop(run_id, None)
             raise
-        finally:
-            self._in_tx = False
 
     def _flush(self) -> None:
         """Write the buffered rows (in the open transaction)."""
@@ -352,7 +348,7 @@ class Store:
         history, and the rare transition that needs them raises
         ``ReportNeeded`` (see ``apply``).
         """
-        if not self._in_tx:
+        if not self.conn.in_transaction:  # in one, tx() has looked already
             self._drop_stale()
         cached = self._cache.get(run_id)
         if cached is not None and (cached.state.report_loaded or not report):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,20 @@ def run_host(db: Path, body: Any, **options: Any) -> Any:
             return await body(host)
 
     return asyncio.run(main())
+
+
+async def work_until(host: LocalHost, done: Callable[[], Awaitable[bool]]) -> None:
+    """Run the worker until ``done()`` holds (checked while it works)."""
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not await done():
+            await asyncio.sleep(0.02)
+        stop.set()
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.wait_for(host.work(stop), timeout=20)
+    await watcher
 
 
 def test_a_run_goes_from_start_to_settled_and_its_log_replays(tmp_path: Path) -> None:
@@ -214,16 +229,11 @@ def test_cancelling_a_parent_cancels_its_running_children(tmp_path: Path) -> Non
 
     async def body(host: LocalHost) -> Any:
         rid = await host.start(parent, {}, "p", flows=[child])
-        stop = asyncio.Event()
 
-        async def until_child_waits() -> None:
-            while not await host.children(rid) or (await host.run("p/k#1")).status != "running":
-                await asyncio.sleep(0.02)
-            stop.set()
+        async def child_waits() -> bool:
+            return bool(await host.children(rid)) and (await host.run("p/k#1")).status == "running"
 
-        waiter = asyncio.create_task(until_child_waits())
-        await asyncio.wait_for(host.work(stop), timeout=20)
-        await waiter
+        await work_until(host, child_waits)
         await host.cancel(rid, "no longer needed")
         return await host.run(rid), await host.run("p/k#1")
 
@@ -296,16 +306,11 @@ def test_a_restart_restores_what_the_run_holds_not_its_history(tmp_path: Path) -
 
     async def first(host: LocalHost) -> Any:
         rid = await host.start(LOOP, {"items": list(range(150))}, "loop")
-        stop = asyncio.Event()
 
-        async def until_waiting() -> None:
-            while not (await host.show(rid))["waitingFor"]:
-                await asyncio.sleep(0.02)
-            stop.set()
+        async def waiting() -> bool:
+            return bool((await host.show(rid))["waitingFor"])
 
-        waiter = asyncio.create_task(until_waiting())
-        await host.work(stop)
-        await waiter
+        await work_until(host, waiting)
 
     run_host(db, first)
     with sqlite3.connect(db) as conn:
