@@ -223,6 +223,7 @@ _CODECS = {"json": _Codec("json"), "msgpack": _Codec("msgpack")}
 _json_encode = msgspec.json.Encoder().encode
 _NO_USAGE = Usage()
 _WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow"})
+_NO_LIMIT = float("inf")
 
 
 class _Stop(Exception):
@@ -363,7 +364,13 @@ class _Replayer:
                     "the tail after a snapshot must begin with an event record, "
                     f"not effect.emitted (index {first.index})"
                 )
-        for position, rec in enumerate(source):
+        limit = until if until is not None else _NO_LIMIT
+        rows = self.rows
+        where = self.where
+        decode_event = codec.event
+        position = -1
+        for rec in source:
+            position += 1
             index = rec.index
             if index != expected_index:
                 raise self.corrupt(
@@ -375,7 +382,7 @@ class _Replayer:
                     index,
                     position,
                 )
-            if until is not None and index > until:
+            if index > limit:
                 self.cut = True
                 break
             expected_index = index + 1
@@ -406,13 +413,50 @@ class _Replayer:
                         )
                     )
                 self.n_effects += 1
-                self.on_effect(index, rec.at, effect)
+                if type(effect) is CallTool and effect.idempotency_key not in where:
+                    # The common case, inline: a first issue of a tool call.
+                    key = effect.idempotency_key
+                    where[key] = len(rows)
+                    rows.append(
+                        TrajectoryEntry(
+                            index=index,
+                            kind="call-tool",
+                            key=key,
+                            target=effect.tool,
+                            input=effect.input,
+                            at=rec.at,
+                        )
+                    )
+                else:
+                    self.on_effect(index, rec.at, effect)
             elif kind == EVENT_REPORTED:
-                self.need_empty_queue(index)
+                if self.qi < len(self.queue):
+                    self.need_empty_queue(index)
                 try:
-                    event: Event = codec.event(rec.data)
+                    event: Event = decode_event(rec.data)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                     raise self.corrupt(f"is not a valid event: {exc}", index, position) from None
+                if type(event) is EffectSucceeded and event.usage is None:
+                    # The common case, inline: work answered while still pending.
+                    state = self.state
+                    assert state is not None
+                    key = event.idempotency_key
+                    if key in state.pending:
+                        self.n_events += 1
+                        try:
+                            decision = advance(state, event)
+                        except EventRejected as exc:
+                            raise self.diverged_rejected(index, event, exc) from None
+                        self.state = decision.state
+                        self.queue = decision.effects
+                        self.qi = 0
+                        pos = where.get(key)
+                        if pos is not None:
+                            row = rows[pos]
+                            row.status = "succeeded"
+                            row.output = event.output
+                            row.ended_at = event.at_ms
+                        continue
                 self.apply(index, event)
             elif kind == EVENT_REJECTED:
                 self.need_empty_queue(index)
@@ -530,18 +574,21 @@ class _Replayer:
         try:
             decision = advance(state, event)
         except EventRejected as exc:
-            raise _Stop(
-                ReplayDivergence(
-                    index,
-                    event_to_wire(event),
-                    {"rejected": str(exc)},
-                    "the interpreter rejects an event the log reports as applied",
-                )
-            ) from None
+            raise self.diverged_rejected(index, event, exc) from None
         self.state = decision.state
         self.queue = decision.effects
         self.qi = 0
         self.after_event(index, event, before)
+
+    def diverged_rejected(self, index: int, event: Event, exc: EventRejected) -> _Stop:
+        return _Stop(
+            ReplayDivergence(
+                index,
+                event_to_wire(event),
+                {"rejected": str(exc)},
+                "the interpreter rejects an event the log reports as applied",
+            )
+        )
 
     def check_rejected(self, index: int, rejected: _Rejected) -> None:
         state = self.state
