@@ -180,10 +180,13 @@ def _explain(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0]
 
 
+_STEP, _ROOT, _ALL_STEPS, _SEARCH = range(4)
+
+
 class _Expr:
     """One compiled JMESPath expression."""
 
-    __slots__ = ("_chain", "_parsed", "refs", "source", "wholesale")
+    __slots__ = ("_head", "_kind", "_parsed", "_rest", "refs", "source", "wholesale")
 
     def __init__(self, source: str) -> None:
         source = source.strip()
@@ -197,25 +200,41 @@ class _Expr:
         refs: set[str] = set()
         self.wholesale = _step_refs(self._parsed.parsed, refs)
         self.refs = frozenset(refs)
-        self._chain = _flatten_fields(cast(dict[str, Any], self._parsed.parsed))
+        # A pure ``a.b.c`` chain is read directly, without JMESPath: ``_kind``
+        # is _STEP (``steps.<id>.rest``), _ROOT (``<root>.rest``), _ALL_STEPS
+        # (bare ``steps``) or _SEARCH (anything else).
+        chain = _flatten_fields(cast(dict[str, Any], self._parsed.parsed))
+        self._head = ""
+        self._rest: tuple[str, ...] = ()
+        if chain is None:
+            self._kind = _SEARCH
+        elif chain[0] == "steps":
+            if len(chain) == 1:
+                self._kind = _ALL_STEPS
+            else:
+                self._kind = _STEP
+                self._head = chain[1]
+                self._rest = tuple(chain[2:])
+        else:
+            self._kind = _ROOT
+            self._head = chain[0]
+            self._rest = tuple(chain[1:])
 
     def evaluate(self, resolver: Resolver) -> Any:
-        chain = self._chain
-        if chain is not None:
-            if chain[0] == "steps":
-                if len(chain) == 1:
-                    return resolver.root("$all_steps")
-                value = resolver.step(chain[1])
-                rest = chain[2:]
-            else:
-                value = resolver.root(chain[0])
-                rest = chain[1:]
-            for name in rest:
-                if not isinstance(value, dict):
-                    return None
-                value = value.get(name)
-            return value
-        return self._search(resolver)
+        kind = self._kind
+        if kind == _STEP:
+            value = resolver.step(self._head)
+        elif kind == _ROOT:
+            value = resolver.root(self._head)
+        elif kind == _ALL_STEPS:
+            return resolver.root("$all_steps")
+        else:
+            return self._search(resolver)
+        for name in self._rest:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(name)
+        return value
 
     def _search(self, resolver: Resolver) -> Any:
         context: dict[str, Any] = {}
@@ -339,7 +358,10 @@ def _compile(source: Any, exprs: list[_Expr]) -> Callable[[Resolver], Any] | Non
             return None
 
         def build_dict(resolver: Resolver) -> dict[str, Any]:
-            return {k: (v if fn is None else fn(resolver)) for k, fn, v in items}
+            out = {}  # a loop, not a comprehension: no nested frame per call
+            for k, fn, v in items:
+                out[k] = v if fn is None else fn(resolver)
+            return out
 
         return build_dict
     if isinstance(source, (list, tuple)):
@@ -348,7 +370,10 @@ def _compile(source: Any, exprs: list[_Expr]) -> Callable[[Resolver], Any] | Non
             return None
 
         def build_list(resolver: Resolver) -> list[Any]:
-            return [v if fn is None else fn(resolver) for fn, v in elems]
+            out = []
+            for fn, v in elems:
+                out.append(v if fn is None else fn(resolver))
+            return out
 
         return build_list
     return None

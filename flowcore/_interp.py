@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import operator
 from typing import Any, NoReturn, assert_never
 
 import immutables
@@ -71,6 +72,7 @@ from ._state import (
     Ending,
     Env,
     ForEachProgress,
+    Frame,
     Held,
     Journal,
     Ledger,
@@ -89,7 +91,7 @@ from ._state import (
     find_result,
     iter_report,
     merge_results,
-    report_rows,
+    oldest_first,
 )
 from ._wire import (
     AskHuman,
@@ -130,6 +132,8 @@ _RECENT_BATCH = 64  # see _state: results are merged into the big map in batches
 _OK = True
 _FAIL = False
 _SCOPED: dict[tuple[str, str], tuple[str, ...]] = {}
+_NO_JOURNAL = Journal()
+_BY_SEQ = operator.attrgetter("seq")
 
 
 def _scoped_ids(flow: Flow, loop: Step) -> tuple[str, ...]:
@@ -339,6 +343,7 @@ class _Txn:
         "seq",
         "settled",
         "signals",
+        "source",
         "started_ms",
         "status",
         "waiters",
@@ -346,6 +351,7 @@ class _Txn:
     )
 
     def __init__(self, s: State) -> None:
+        self.source = s
         self.flow = s.flow
         self.run_id = s.run_id
         self.depth = s.depth
@@ -382,36 +388,54 @@ class _Txn:
         self.emitted: list[str] = []  # work keys emitted in this decision
 
     def freeze(self) -> State:
-        return State(
-            flow=self.flow,
-            run_id=self.run_id,
-            depth=self.depth,
-            input=self.input,
-            status=self.status,
-            started_ms=self.started_ms,
+        # Fields that change on most events are always given; the others only
+        # when they did change (``replace`` copies the rest in C).
+        s = self.source
+        changed: dict[str, Any] = {}
+        if self.status is not s.status:
+            changed["status"] = self.status
+        if self.envs is not s.envs:
+            changed["envs"] = self.envs
+        if self.results is not s.results:
+            changed["results"] = self.results
+        if self.resolved is not s.resolved:
+            changed["resolved"] = self.resolved
+        if self.signals is not s.signals:
+            changed["signals"] = self.signals
+        if self.waiters is not s.waiters:
+            changed["waiters"] = self.waiters
+        if self.queue is not s.queue:
+            changed["queue"] = self.queue
+        if self.queue_head != s.queue_head:
+            changed["queue_head"] = self.queue_head
+        if self.queue_tail != s.queue_tail:
+            changed["queue_tail"] = self.queue_tail
+        if self.compensations is not s.compensations:
+            changed["compensations"] = self.compensations
+        if self.compensating is not s.compensating:
+            changed["compensating"] = self.compensating
+        if self.scheduled is not s.scheduled:
+            changed["scheduled"] = self.scheduled
+        if self.settled is not s.settled:
+            changed["settled"] = self.settled
+        if self.error is not s.error:
+            changed["error"] = self.error
+        if self.report_loaded is not s.report_loaded:
+            changed["report_loaded"] = self.report_loaded
+        return msgspec.structs.replace(
+            s,
             now_ms=self.now,
             ledger=self.ledger,
             seq=self.seq,
             frames=self.frames,
-            envs=self.envs,
             pending=self.pending,
-            results=self.results,
             recent=self.recent,
             report=self.report,
-            report_loaded=self.report_loaded,
-            resolved=self.resolved,
-            signals=self.signals,
-            waiters=self.waiters,
-            queue=self.queue,
-            queue_head=self.queue_head,
-            queue_tail=self.queue_tail,
             in_flight=self.in_flight,
-            compensations=self.compensations,
-            compensating=self.compensating,
-            scheduled=self.scheduled,
-            settled=self.settled,
-            error=self.error,
-            journal=Journal(tuple(self.written), self.rows, tuple(self.resolved_now)),
+            journal=Journal(tuple(self.written), self.rows, tuple(self.resolved_now))
+            if self.written or self.rows or self.resolved_now
+            else _NO_JOURNAL,
+            **changed,
         )
 
     # --- helpers ------------------------------------------------------------------
@@ -532,6 +556,7 @@ class _Txn:
         effect: RunAgent | RunTeam | CallTool | RunSubflow,
         target: str,
         member: str = "",
+        tag: str = "",
     ) -> None:
         self.seq += 1
         cap = self.flow.limits.max_concurrency
@@ -541,7 +566,7 @@ class _Txn:
             self.queue = self.queue.set(self.queue_tail, held)
             self.queue_tail += 1
             return
-        self.issue(frame, effect, member, self.seq, target)
+        self.issue(frame, effect, member, self.seq, target, tag)
 
     def issue(
         self,
@@ -550,6 +575,7 @@ class _Txn:
         member: str,
         seq: int,
         target: str,
+        tag: str = "",
     ) -> None:
         # Report rows are written when work stops being pending (answered or
         # abandoned); pending work is reported from ``pending`` at settlement.
@@ -562,16 +588,16 @@ class _Txn:
         self.ledger = Ledger(
             led.steps, led.cost, led.wall_clock_ms, led.used_steps + 1, led.used_cost
         )
-        if isinstance(effect, (RunAgent, RunSubflow)):
-            effect = msgspec.structs.replace(effect, budget_remaining=self.budget_remaining())
+        if not tag:
+            tag = _tag(effect)
+            if tag == "run-agent" or tag == "run-subflow":
+                effect = msgspec.structs.replace(effect, budget_remaining=self.budget_remaining())
         key = effect.idempotency_key
         self.effects.append(effect)
         self.emitted.append(key)
         self.emitted_now.add(key)
-        kind = "sched-call" if frame in self.scheduled else "work"
-        self.pending = self.pending.set(
-            key, Pending(kind, frame, _tag(effect), member, seq, target)
-        )
+        kind = "sched-call" if self.scheduled and frame in self.scheduled else "work"
+        self.pending = self.pending.set(key, Pending(kind, frame, tag, member, seq, target))
         self.in_flight += 1
 
     def drain_queue(self) -> None:
@@ -644,17 +670,7 @@ class _Txn:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
             if out is None:
                 self.frames = self.frames.set(
-                    frame.id,
-                    SeqFrame(
-                        id=frame.id,
-                        parent=frame.parent,
-                        env=frame.env,
-                        prefix=frame.prefix,
-                        owner=frame.owner,
-                        label=frame.label,
-                        index=i,
-                        last=last,
-                    ),
+                    frame.id, msgspec.structs.replace(frame, index=i, last=last)
                 )
                 return None
             if not out[0]:
@@ -695,11 +711,16 @@ class _Txn:
         body = step.body
         fid = frame.id
         if isinstance(body, CallToolStep):
-            r = self.resolver(frame.env, frame.attempt)
-            key = self.key(fid, frame.attempt)
-            self.set_frame(frame, key=key)
-            effect = CallTool(tool=body.tool, input=body.input.evaluate(r), idempotency_key=key)
-            self.emit_work(fid, effect, body.tool)
+            key = f"{self.run_id}/{fid}#{frame.attempt}"
+            self.frames = self.frames.set(fid, msgspec.structs.replace(frame, key=key))
+            template = body.input
+            value = (
+                template.source
+                if template.constant
+                else template.evaluate(_Resolver(self, frame.env, frame.attempt, None))
+            )
+            effect = CallTool(tool=body.tool, input=value, idempotency_key=key)
+            self.emit_work(fid, effect, body.tool, tag="call-tool")
             return None
         if isinstance(body, RunAgentStep):
             r = self.resolver(frame.env, frame.attempt)
@@ -848,11 +869,16 @@ class _Txn:
 
     # --- finishing steps --------------------------------------------------------------
 
-    def finish_step(self, fid: str, out: Outcome) -> Outcome | None:
-        """A step's attempt ended: retry it, or record it and hand the outcome up."""
-        frame = self.frames[fid]
+    def finish_step(self, fid: str, out: Outcome, frame: Frame | None = None) -> Outcome | None:
+        """A step's attempt ended: retry it, or record it and hand the outcome up.
+
+        ``frame`` is the step's frame when the caller holds it already: it
+        must be the current one (no ``set_frame`` since it was read).
+        """
+        if frame is None:
+            frame = self.frames[fid]
         assert isinstance(frame, StepFrame)
-        step = self.step_of(frame)
+        step = self.flow.by_id[frame.step]
         if not out[0] and self.should_retry(step, frame, out[1]):
             self.abandon_children(fid)
             retry = step.retry
@@ -870,7 +896,7 @@ class _Txn:
         if frame.timer is not None:
             self.drop_key(frame.timer)
         self.frames = self.frames.delete(fid)
-        scope = self.scope_of(frame.env)
+        scope = self.envs[frame.env].scope
         if out[0]:
             record: dict[str, Any] = {"status": "succeeded", "output": out[1]}
             if isinstance(step.body, AskHumanStep):
@@ -1486,6 +1512,24 @@ class _Txn:
 
     def on_succeeded(self, ev: EffectSucceeded) -> None:
         key = ev.idempotency_key
+        entry = self.pending.get(key)
+        if entry is not None and entry.kind == "work" and entry.effect != "run-subflow":
+            # The common case, inline: pending work answered.
+            self.pending = self.pending.delete(key)
+            self.in_flight -= 1
+            self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, "succeeded"))
+            if ev.usage is not None:
+                self.charge_usage(ev.usage)
+            self.check_clock()
+            frame = self.frames[entry.frame]
+            assert isinstance(frame, StepFrame)
+            if not entry.member:
+                self.step_ended(frame.id, (_OK, ev.output), frame)
+                return
+            res = self.member_done(frame, entry, key, (_OK, ev.output))
+            if res is not None:
+                self.step_ended(frame.id, res)  # re-read: member_done updated it
+            return
         entry = self.take(key, "effect-succeeded", ("work", "sched-call"))
         if entry is None:
             self.late_work(key, "succeeded")
@@ -1595,9 +1639,11 @@ class _Txn:
             return
         self.step_ended(frame.id, res)
 
-    def step_ended(self, fid: str, out: Outcome) -> None:
-        frame = self.frames[fid]
-        res = self.finish_step(fid, out)
+    def step_ended(self, fid: str, out: Outcome, frame: Frame | None = None) -> None:
+        """``frame``: the current frame of ``fid``, when the caller holds it."""
+        if frame is None:
+            frame = self.frames[fid]
+        res = self.finish_step(fid, out, frame)
         if res is not None:
             self.propagate(fid, frame.parent, res)
 
@@ -1834,39 +1880,55 @@ class _Txn:
     ) -> None:
         if not self.report_loaded:
             raise ReportNeeded("settling the run needs the report rows")
-        report: dict[str, ReportRow] = {}
-        for row in report_rows(self.report):
-            report.setdefault(row.key, row)  # newest first: later rows win
+        # A work key keeps its seq for life (a re-issue or a late answer
+        # rewrites its row), so a stable sort by seq puts each key's rows
+        # together, oldest first, and the last of them is how it ended.
+        rows = oldest_first(self.report)
+        fresh: dict[str, ReportRow] = {}  # rows settling writes: what was still open
         for key, entry in self.pending.items():
             if entry.kind in ("work", "sched-call"):
-                report[key] = ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain")
+                fresh[key] = ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain")
         for i in range(self.queue_head, self.queue_tail):
             held = self.queue[i]
             key = held.effect.idempotency_key
-            report[key] = ReportRow(key, held.seq, _tag(held.effect), held.target, "not-started")
+            fresh[key] = ReportRow(key, held.seq, _tag(held.effect), held.target, "not-started")
         # Work emitted in this very decision never reaches the host.
-        for key in self.emitted:
-            fresh = report.get(key)
-            if fresh is not None and fresh.status == "uncertain":
-                report[key] = msgspec.structs.replace(fresh, status="not-started")
-        rows = sorted(report.items(), key=lambda kv: kv[1].seq)
-        entries = tuple(
-            ReportEntry(idempotency_key=k, effect=r.effect, target=r.target, status=r.status)  # type: ignore[arg-type]
-            for k, r in rows
-        )
+        emitted = set(self.emitted)
+        if emitted:
+            last: dict[str, ReportRow] = {row.key: row for row in rows if row.key in emitted}
+            last.update(fresh)
+            for key in emitted:
+                row = last.get(key)
+                if row is not None and row.status == "uncertain":
+                    fresh[key] = msgspec.structs.replace(row, status="not-started")
+        rows.extend(fresh.values())
+        rows.sort(key=_BY_SEQ)
+        entries: list[ReportEntry] = []
+        n = len(rows)
+        for i, r in enumerate(rows):
+            if i + 1 < n and rows[i + 1].key == r.key:
+                continue  # a later row of the same key wins
+            entries.append(
+                ReportEntry(
+                    idempotency_key=r.key,
+                    effect=r.effect,  # type: ignore[arg-type]
+                    target=r.target,
+                    status=r.status,  # type: ignore[arg-type]
+                )
+            )
         settled = Settled(
             status=status,  # type: ignore[arg-type]
             output=output,
             error=error,
             exhausted=exhausted,  # type: ignore[arg-type]
-            report=entries,
+            report=tuple(entries),
         )
         self.status = settled.status
         self.settled = settled
         self.error = error
         self.compensating = None
-        for row in sorted(report.values(), key=lambda r: r.seq):
-            self.add_row(row)
+        for row in sorted(fresh.values(), key=_BY_SEQ):
+            self.add_row(row)  # the rows already in the report stand as they are
         self.pending = _EMPTY  # after settlement every event is rejected anyway
         self.in_flight = 0
         self.frames = _EMPTY

@@ -53,6 +53,7 @@ __all__ = [
     "ReportRow",
     "add_report_row",
     "iter_report",
+    "oldest_first",
     "report_rows",
     "SeqFrame",
     "State",
@@ -483,6 +484,18 @@ def decode_state(data: bytes, flow: Flow) -> State:
 def report_rows(link: ReportLink | None) -> list[ReportRow]:
     """The report's rows, newest first."""
     return list(iter_report(link))
+
+
+def oldest_first(link: ReportLink | None) -> list[ReportRow]:
+    """The report's rows, oldest first."""
+    chunks: list[tuple[ReportRow, ...]] = []
+    while link is not None:
+        chunks.append(link.rows)
+        link = link.rest
+    rows: list[ReportRow] = []
+    for chunk in reversed(chunks):
+        rows.extend(chunk)
+    return rows
 
 
 # --- incremental persistence -------------------------------------------------------------
