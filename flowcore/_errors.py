@@ -16,6 +16,7 @@ import attrs
 __all__ = [
     "EventRejected",
     "FlowcoreError",
+    "InputError",
     "Problem",
     "ReplayDivergence",
     "ReportNeeded",
@@ -84,6 +85,15 @@ class EventRejected(FlowcoreError):
         self.reason = reason
         self.key = key
         super().__init__(reason if key is None else f"{reason} [{key}]")
+
+
+class InputError(FlowcoreError, ValueError):
+    """The run's input does not match the flow's ``input_schema``."""
+
+    def __init__(self, flow_id: str, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"input rejected by the input_schema of flow {flow_id!r}:\n{lines}")
 
 
 class SnapshotMismatch(FlowcoreError, ValueError):

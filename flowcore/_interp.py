@@ -45,7 +45,7 @@ from typing import Any, NoReturn, assert_never
 import immutables
 import msgspec
 
-from ._errors import EventRejected, FlowcoreError, ReportNeeded
+from ._errors import EventRejected, InputError, ReportNeeded
 from ._expr import TemplateError
 from ._spec import (
     AskHumanStep,
@@ -69,6 +69,7 @@ from ._spec import (
 from ._state import (
     GONE,
     CompLink,
+    Decision,
     Ending,
     Env,
     ForEachProgress,
@@ -88,6 +89,7 @@ from ._state import (
     TeamProgress,
     TryProgress,
     add_report_row,
+    all_results,
     find_result,
     iter_report,
     merge_results,
@@ -176,22 +178,6 @@ def _scoped_ids(flow: Flow, loop: Step) -> tuple[str, ...]:
 # Outcome of a step or list: (ok, value) where value is the output on success
 # and an ErrorInfo on failure. A plain tuple: this is the hottest value here.
 Outcome = tuple[bool, Any]
-
-
-class InputError(FlowcoreError, ValueError):
-    """The run's input does not match the flow's ``input_schema``."""
-
-    def __init__(self, flow_id: str, problems: list[str]) -> None:
-        self.problems = tuple(problems)
-        lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"input rejected by the input_schema of flow {flow_id!r}:\n{lines}")
-
-
-class Decision(msgspec.Struct, frozen=True):
-    """The result of ``start`` or ``advance``: the next state and what to do."""
-
-    state: State
-    effects: tuple[Effect, ...]
 
 
 class _Exhausted(Exception):
@@ -945,6 +931,26 @@ class _Txn:
         if scope in self.envs:
             self.envs = self.envs.delete(scope)
 
+    def take_results(self, names: list[str]) -> list[Any]:
+        """Read and delete these results (a finished for_each's outputs).
+
+        When they are a good part of all results, the store is rebuilt as one
+        dict without them: one pass, instead of a lookup and a deletion mark
+        per name, each walking and merging the dicts.
+        """
+        size = len(self.recent) + sum(len(segment) for segment in self.results)
+        if len(names) * 4 < size:
+            records = [self.lookup(name) for name in names]
+            for name in names:
+                self.forget(name)
+            return records
+        live = all_results(self.recent, self.results)
+        records = [live.pop(name) for name in names]
+        self.written.extend(names)
+        self.recent = _EMPTY
+        self.results = (live,) if live else ()
+        return records
+
     def lookup(self, name: str) -> Any:
         record = find_result(self.recent, self.results, name)
         if record is None:
@@ -1231,11 +1237,8 @@ class _Txn:
         prog = msgspec.structs.replace(prog, running=prog.running - 1, done=prog.done + 1)
         frame_now = self.set_frame(frame_now, progress=prog)
         if prog.done == len(prog.items):
-            outputs = []
-            for i in range(prog.done):
-                outputs.append(self.lookup(f"{base}[{i}]/$output")["output"])
-                self.forget(f"{base}[{i}]/$output")
-            return (_OK, outputs)
+            names = [f"{base}[{i}]/$output" for i in range(prog.done)]
+            return (_OK, [record["output"] for record in self.take_results(names)])
         if refill:
             return self.fill_for_each(frame_now, step, body)
         return None

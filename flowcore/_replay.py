@@ -51,8 +51,8 @@ from typing import Any, assert_never
 
 import msgspec
 
-from ._errors import EventRejected, FlowcoreError, ReplayDivergence
-from ._interp import InputError, advance, start
+from ._errors import EventRejected, InputError, ReplayDivergence
+from ._interp import advance, start
 from ._log import (
     EFFECT_EMITTED,
     EVENT_REJECTED,
@@ -68,6 +68,7 @@ from ._log import (
     TornTail,
     settled_record_data,
 )
+from ._report import ReplayError, ReplayReport, TrajectoryEntry, _Rejected, _Started
 from ._spec import Budget, Flow
 from ._state import State, decode_state
 from ._wire import (
@@ -79,7 +80,6 @@ from ._wire import (
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
-    ErrorInfo,
     Event,
     HumanAnswered,
     RunAgent,
@@ -96,114 +96,6 @@ from ._wire import (
 )
 
 __all__ = ["ReplayError", "ReplayReport", "TrajectoryEntry", "replay"]
-
-
-class ReplayError(FlowcoreError, ValueError):
-    """The log and the flow given cannot be replayed together (not a divergence).
-
-    Raised for a log of another flow id, a snapshot tail that does not begin
-    at an event, or a ``until`` before the first record.
-    """
-
-
-class TrajectoryEntry(msgspec.Struct, kw_only=True, gc=False):
-    """One thing that happened in a run, as replay saw it.
-
-    ``kind`` is the effect kind (``call-tool``, ``run-agent``, ``run-team``,
-    ``ask-human``, ``sleep``, ``await-signal``, ``run-subflow``) or, for
-    events that answer no effect, ``signal-received``, ``cancel-requested``
-    or ``event-rejected``. ``target`` is the tool, agent, team, flow or signal
-    (for ``sleep``, the timer's role: ``wait``, ``timeout``, ``backoff``,
-    ``deadline``, ``tick``, ``ask-timeout``, ``signal-timeout``,
-    ``sched-delay``). ``input`` is the tool or subflow input, the prompt, the
-    question, the time a timer is due, the cancel reason or the rejected
-    event; ``output`` the result, answer or signal payload.
-
-    ``status``: ``pending``, ``succeeded``, ``failed``, ``uncertain``,
-    ``not-started``, ``answered``, ``fired``, ``received``, ``abandoned``
-    (dropped before anything answered it), ``delivered`` / ``buffered``
-    (signals), ``requested`` (cancel), ``rejected``. ``issues`` counts
-    re-issues under the same key after an unknown outcome, plus one.
-
-    A plain record, filled in while replay folds (hence not frozen): treat
-    the entries of a finished report as read-only.
-    """
-
-    index: int
-    kind: str
-    key: str = ""
-    target: str = ""
-    member: str | None = None
-    input: Any = None
-    status: str = "pending"
-    output: Any = None
-    error: ErrorInfo | None = None
-    usage: Usage | None = None
-    at: int = 0
-    ended_at: int | None = None
-    issues: int = 1
-    note: str = ""
-
-
-class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What a replay found. ``ok`` when nothing diverged.
-
-    ``version`` and ``spec_hash`` are what the log recorded (``run.started``;
-    for a snapshot replay, the snapshot's flow); ``replayed_spec_hash`` is the
-    flow replayed against: they differ when a log is replayed against a newer
-    spec, which is allowed (``spec_matches`` is then false).
-
-    ``usage`` sums the usage hosts reported; ``usage_by_member`` splits the
-    part reported for team members' run-agent effects by member name;
-    ``steps_used`` and ``cost_used`` are the run's ledger (every work effect
-    costs one step on top of reported usage). ``state`` is the state after the
-    last record replayed (before a divergence), None if ``start`` itself failed.
-    """
-
-    run_id: str
-    flow_id: str
-    version: int
-    spec_hash: str
-    replayed_spec_hash: str
-    first_index: int
-    last_index: int
-    records: int
-    events: int
-    rejected: int
-    effects: int
-    status: str
-    settled: Settled | None
-    trajectory: tuple[TrajectoryEntry, ...]
-    usage: Usage
-    usage_by_member: dict[str, Usage]
-    steps_used: int
-    cost_used: int
-    unrecorded: tuple[Effect, ...] = ()
-    torn: TornTail | None = None
-    divergence: ReplayDivergence | None = None
-    state: State | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.divergence is None
-
-    @property
-    def spec_matches(self) -> bool:
-        return self.spec_hash == self.replayed_spec_hash
-
-
-class _Started(msgspec.Struct, frozen=True, rename="camel"):
-    flow_id: str
-    version: int = 1
-    spec_hash: str = ""
-    input: Any = None
-    budget: dict[str, int | None] | None = None
-    depth: int = 0
-
-
-class _Rejected(msgspec.Struct, frozen=True):
-    event: Event
-    reason: str = ""
 
 
 class _Codec:

@@ -35,10 +35,11 @@ import msgspec
 
 from ._errors import ReportNeeded, SnapshotMismatch, WireError
 from ._spec import Flow
-from ._wire import CallTool, ErrorInfo, RunAgent, RunSubflow, RunTeam, Settled
+from ._wire import CallTool, Effect, ErrorInfo, RunAgent, RunSubflow, RunTeam, Settled
 
 __all__ = [
     "CompLink",
+    "Decision",
     "Ending",
     "Env",
     "Held",
@@ -360,6 +361,13 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     error: ErrorInfo | None
     journal: Journal = Journal()
     report_loaded: bool = True  # False: the oldest rows were not restored (ReportNeeded)
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """The result of ``start`` or ``advance``: the next state and what to do."""
+
+    state: State
+    effects: tuple[Effect, ...]
 
 
 # --- snapshots -------------------------------------------------------------------
