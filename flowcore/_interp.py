@@ -1520,10 +1520,15 @@ class _Txn:
             # The common case, inline: pending work answered.
             self.pending = self.pending.delete(key)
             self.in_flight -= 1
-            self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, "succeeded"))
+            self.report = add_report_row(
+                self.report, ReportRow(key, entry.seq, entry.effect, entry.target, "succeeded")
+            )
+            self.rows += 1
             if ev.usage is not None:
                 self.charge_usage(ev.usage)
-            self.check_clock()
+            wall = self.ledger.wall_clock_ms
+            if wall is not None and self.now >= self.started_ms + wall:
+                raise _Exhausted("wall-clock")
             frame = self.frames[entry.frame]
             assert isinstance(frame, StepFrame)
             if not entry.member:
@@ -2118,7 +2123,7 @@ def advance(state: State, event: Event) -> Decision:
                 t.on_cancel(event)
             case _:
                 assert_never(event)
-        if t.settled is None:
+        if t.settled is None and t.queue_head < t.queue_tail:
             t.drain_queue()
     except _Exhausted as exc:
         t.exhaust(exc.limit)
