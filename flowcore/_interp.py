@@ -651,13 +651,18 @@ class _Txn:
     def run_seq(
         self, frame: SeqFrame, steps: tuple[Step, ...], i: int = 0, last: Any = None
     ) -> Outcome | None:
+        """Run ``steps`` from ``i``; ``last`` is the output of the step before.
+
+        The list's frame never changes once stored: which step runs is its
+        child's step id (``flow.position`` gives the index), and the list's
+        output is the output its last step hands up.
+        """
         n = len(steps)
         while i < n:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
             if out is None:
-                self.frames = self.frames.set(
-                    frame.id, msgspec.structs.replace(frame, index=i, last=last)
-                )
+                if frame.id not in self.frames:
+                    self.frames = self.frames.set(frame.id, frame)
                 return None
             if not out[0]:
                 self.frames = (
@@ -983,7 +988,8 @@ class _Txn:
             if isinstance(frame, SeqFrame):
                 if out[0]:
                     steps = self.step_list(frame.owner, frame.label)
-                    res = self.run_seq(frame, steps, frame.index + 1, out[1])
+                    done = self.flow.position[child[len(frame.prefix) :]]
+                    res = self.run_seq(frame, steps, done + 1, out[1])
                 else:
                     self.frames = self.frames.delete(frame.id)
                     res = out

@@ -261,117 +261,139 @@ class _Replayer:
         where = self.where
         decode_event = codec.event
         position = -1
-        for rec in source:
-            position += 1
-            index = rec.index
-            if index != expected_index:
-                raise self.corrupt(
-                    f"is out of order: index {expected_index} was due", index, position
-                )
-            if rec.run_id != run_id:
-                raise self.corrupt(
-                    f"belongs to run {rec.run_id!r}, not {run_id!r}: a log holds exactly one run",
-                    index,
-                    position,
-                )
-            if index > limit:
-                self.cut = True
-                break
-            expected_index = index + 1
-            self.last_index = index
-            self.n_records += 1
-            kind = rec.type
-            if kind == EFFECT_EMITTED:
-                queue = self.queue
-                qi = self.qi
-                if qi >= len(queue):
-                    raise _Stop(
-                        ReplayDivergence(
-                            index,
-                            self.recorded(rec),
-                            None,
-                            "the log records an effect the interpreter does not emit",
-                        )
+        # The hot loop keeps its counters and the effect queue in locals; the
+        # finally clause writes them back (the cold paths sync them first).
+        queue = self.queue
+        qi = self.qi
+        effects = events = 0
+        try:
+            for rec in source:
+                position += 1
+                index = rec.index
+                if index != expected_index:
+                    raise self.corrupt(
+                        f"is out of order: index {expected_index} was due", index, position
                     )
-                effect = queue[qi]
-                self.qi = qi + 1
-                if bytes(rec.data) != encode(effect) and not self.same_effect(rec, effect):
-                    raise _Stop(
-                        ReplayDivergence(
-                            index,
-                            self.recorded(rec),
-                            effect_to_wire(effect),
-                            "the recorded effect differs from the re-derived one",
-                        )
+                if rec.run_id != run_id:
+                    raise self.corrupt(
+                        f"belongs to run {rec.run_id!r}, not {run_id!r}: "
+                        "a log holds exactly one run",
+                        index,
+                        position,
                     )
-                self.n_effects += 1
-                if type(effect) is CallTool and effect.idempotency_key not in where:
-                    # The common case, inline: a first issue of a tool call.
-                    key = effect.idempotency_key
-                    where[key] = len(rows)
-                    rows.append(
-                        TrajectoryEntry(
-                            index=index,
-                            kind="call-tool",
-                            key=key,
-                            target=effect.tool,
-                            input=effect.input,
-                            at=rec.at,
+                if index > limit:
+                    self.cut = True
+                    break
+                expected_index = index + 1
+                kind = rec.type
+                if kind == EFFECT_EMITTED:
+                    if qi >= len(queue):
+                        raise _Stop(
+                            ReplayDivergence(
+                                index,
+                                self.recorded(rec),
+                                None,
+                                "the log records an effect the interpreter does not emit",
+                            )
                         )
-                    )
-                else:
-                    self.on_effect(index, rec.at, effect)
-            elif kind == EVENT_REPORTED:
-                if self.qi < len(self.queue):
-                    self.need_empty_queue(index)
-                try:
-                    event: Event = decode_event(rec.data)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    raise self.corrupt(f"is not a valid event: {exc}", index, position) from None
-                if type(event) is EffectSucceeded and event.usage is None:
-                    # The common case, inline: work answered while still pending.
+                    effect = queue[qi]
+                    qi += 1
+                    if bytes(rec.data) != encode(effect) and not self.same_effect(rec, effect):
+                        raise _Stop(
+                            ReplayDivergence(
+                                index,
+                                self.recorded(rec),
+                                effect_to_wire(effect),
+                                "the recorded effect differs from the re-derived one",
+                            )
+                        )
+                    effects += 1
+                    if type(effect) is CallTool and effect.idempotency_key not in where:
+                        # The common case, inline: a first issue of a tool call.
+                        key = effect.idempotency_key
+                        where[key] = len(rows)
+                        rows.append(
+                            TrajectoryEntry(
+                                index=index,
+                                kind="call-tool",
+                                key=key,
+                                target=effect.tool,
+                                input=effect.input,
+                                at=rec.at,
+                            )
+                        )
+                    else:
+                        self.queue = queue
+                        self.qi = qi
+                        self.on_effect(index, rec.at, effect)
+                    continue
+                self.queue = queue
+                self.qi = qi
+                if kind == EVENT_REPORTED:
+                    if qi < len(queue):
+                        self.need_empty_queue(index)
+                    try:
+                        event: Event = decode_event(rec.data)
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        raise self.corrupt(
+                            f"is not a valid event: {exc}", index, position
+                        ) from None
                     state = self.state
                     assert state is not None
-                    key = event.idempotency_key
-                    if key in state.pending:
-                        self.n_events += 1
-                        try:
-                            decision = advance(state, event)
-                        except EventRejected as exc:
-                            raise self.diverged_rejected(index, event, exc) from None
-                        self.state = decision.state
-                        self.queue = decision.effects
-                        self.qi = 0
-                        pos = where.get(key)
-                        if pos is not None:
-                            row = rows[pos]
-                            row.status = "succeeded"
-                            row.output = event.output
-                            row.ended_at = event.at_ms
-                        continue
-                self.apply(index, event)
-            elif kind == EVENT_REJECTED:
-                self.need_empty_queue(index)
-                try:
-                    rejected = codec.rejected(rec.data)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    raise self.corrupt(f"is not a rejected event: {exc}", index, position) from None
-                self.check_rejected(index, rejected)
-            elif kind == RUN_SETTLED:
-                self.need_empty_queue(index)
-                self.check_settled(index, rec)
-            elif kind == RUN_STARTED:
-                if position > 0 or self.state is not None:
-                    raise self.corrupt("is a second run.started", index, position)
-                try:
-                    started = codec.started(rec.data)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    raise self.corrupt(f"is not a valid run.started: {exc}", index, 0) from None
-                self.begin(index, rec, started)
-            # Unknown record types are skipped: newer writers may add some.
-        else:
-            if reader is not None:
-                self.torn = reader.torn
+                    if type(event) is EffectSucceeded and event.usage is None:
+                        key = event.idempotency_key
+                        if key in state.pending:
+                            # The common case, inline: work answered while still pending.
+                            events += 1
+                            try:
+                                decision = advance(state, event)
+                            except EventRejected as exc:
+                                raise self.diverged_rejected(index, event, exc) from None
+                            self.state = decision.state
+                            queue = decision.effects
+                            qi = 0
+                            pos = where.get(key)
+                            if pos is not None:
+                                row = rows[pos]
+                                row.status = "succeeded"
+                                row.output = event.output
+                                row.ended_at = event.at_ms
+                            continue
+                    self.apply(index, event)
+                elif kind == EVENT_REJECTED:
+                    self.need_empty_queue(index)
+                    try:
+                        rejected = codec.rejected(rec.data)
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        raise self.corrupt(
+                            f"is not a rejected event: {exc}", index, position
+                        ) from None
+                    self.check_rejected(index, rejected)
+                elif kind == RUN_SETTLED:
+                    self.need_empty_queue(index)
+                    self.check_settled(index, rec)
+                elif kind == RUN_STARTED:
+                    if position > 0 or self.state is not None:
+                        raise self.corrupt("is a second run.started", index, position)
+                    try:
+                        started = codec.started(rec.data)
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        raise self.corrupt(f"is not a valid run.started: {exc}", index, 0) from None
+                    self.begin(index, rec, started)
+                # Unknown record types are skipped: newer writers may add some.
+                queue = self.queue
+                qi = self.qi
+            else:
+                if reader is not None:
+                    self.torn = reader.torn
+        finally:
+            self.queue = queue
+            self.qi = qi
+            self.n_effects += effects
+            self.n_events += events
+            if first is not None:
+                self.last_index = expected_index - 1
+                self.n_records = expected_index - self.first_index
         if first is None and self.state is None:  # no snapshot either
             if self.torn is not None:
                 raise LogCorrupt(

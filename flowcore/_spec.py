@@ -288,6 +288,7 @@ class Flow:
     spec_hash: str
     source_name: str
     by_id: dict[str, Step]
+    position: dict[str, int] = attrs.field(factory=dict, repr=False)  # step id -> index in its list
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -1109,10 +1110,16 @@ def _problem(path: tuple[Any, ...], message: str, source: str, positions: Positi
     return Problem(_format_path(path), message, source, line, col)
 
 
-def _index(steps: tuple[Step, ...], path: str, out: dict[str, Step]) -> tuple[Step, ...]:
-    """Give every step its path and index it by id (ids are unique per flow)."""
+def _index(
+    steps: tuple[Step, ...], path: str, out: dict[str, Step], pos: dict[str, int]
+) -> tuple[Step, ...]:
+    """Give every step its path and index it by id (ids are unique per flow).
+
+    ``pos`` gets each step's index in the list that holds it.
+    """
     placed: list[Step] = []
     for i, step in enumerate(steps):
+        pos[step.id] = i
         here = f"{path}[{i}]"
         body = step.body
         if isinstance(body, SwitchStep):
@@ -1124,6 +1131,7 @@ def _index(steps: tuple[Step, ...], path: str, out: dict[str, Step]) -> tuple[St
                             c.steps,
                             f"{here}.switch[{j}].{'else' if c.cond is None else 'steps'}",
                             out,
+                            pos,
                         ),
                     )
                     for j, c in enumerate(body.cases)
@@ -1133,22 +1141,22 @@ def _index(steps: tuple[Step, ...], path: str, out: dict[str, Step]) -> tuple[St
             body = attrs.evolve(
                 body,
                 branches={
-                    name: _index(b, f"{here}.parallel.branches.{name}", out)
+                    name: _index(b, f"{here}.parallel.branches.{name}", out, pos)
                     for name, b in body.branches.items()
                 },
             )
         elif isinstance(body, (ForEachStep, RepeatStep)):
             kind = "for_each" if isinstance(body, ForEachStep) else "repeat"
-            body = attrs.evolve(body, steps=_index(body.steps, f"{here}.{kind}.steps", out))
+            body = attrs.evolve(body, steps=_index(body.steps, f"{here}.{kind}.steps", out, pos))
         elif isinstance(body, TryStep):
             body = TryStep(
-                _index(body.steps, f"{here}.try", out),
+                _index(body.steps, f"{here}.try", out, pos),
                 tuple(
-                    attrs.evolve(c, steps=_index(c.steps, f"{here}.catch[{j}].steps", out))
+                    attrs.evolve(c, steps=_index(c.steps, f"{here}.catch[{j}].steps", out, pos))
                     for j, c in enumerate(body.catch)
                 ),
             )
-        comp = _index(step.compensate, f"{here}.compensate", out)
+        comp = _index(step.compensate, f"{here}.compensate", out, pos)
         placed_step = attrs.evolve(step, body=body, compensate=comp, path=here)
         out[step.id] = placed_step
         placed.append(placed_step)
@@ -1239,7 +1247,8 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         problems.sort(key=lambda p: (p.line or 0, p.column or 0))
         raise SpecError(problems)
     by_id: dict[str, Step] = {}
-    placed = _index(steps, "steps", by_id)
+    position: dict[str, int] = {}
+    placed = _index(steps, "steps", by_id, position)
     return Flow(
         id=flow_id,
         version=version,
@@ -1253,6 +1262,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         spec_hash=_canonical_hash(raw),
         source_name=source_name,
         by_id=by_id,
+        position=position,
     )
 
 

@@ -243,8 +243,6 @@ class SeqFrame(_S, frozen=True, tag="seq"):
     prefix: str
     owner: str  # id of the step owning the list, "" for the flow's own steps
     label: str  # which list of the owner: see _interp._step_list
-    index: int = 0
-    last: Any = None  # output of the last finished step: the list's output
 
 
 class StepFrame(_S, frozen=True, tag="step"):
