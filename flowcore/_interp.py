@@ -366,6 +366,10 @@ class _Txn:
         self.scheduled = s.scheduled
         self.settled = s.settled
         self.error = s.error
+        self.fresh_decision()
+
+    def fresh_decision(self) -> None:
+        """Start a decision: no effects, an empty journal."""
         self.effects: list[Effect] = []
         self.emitted_now: set[str] = set()  # keys of every effect emitted in this decision
         self.written: list[str] = []  # result names written: the journal
@@ -2134,3 +2138,50 @@ def advance(state: State, event: Event) -> Decision:
     except _Exhausted as exc:
         t.exhaust(exc.limit)
     return Decision(t.freeze(), tuple(t.effects))
+
+
+# --- folding in place (replay) ----------------------------------------------------------
+
+
+class Fold:
+    """Events applied one after another to one scratch state, for replay.
+
+    ``advance`` copies the state into a ``_Txn`` and freezes a new ``State``
+    for every event; a replay only needs the effects of each event and the
+    state at the end. ``answered`` applies the commonest event, pending work
+    answered with success, to the same scratch copy and returns the effects
+    ``advance`` would have returned; ``state`` freezes the result (the same
+    ``State``, journal included, that ``advance`` would have returned for the
+    last event). Any other event goes through ``state`` and ``advance``.
+    """
+
+    __slots__ = ("t",)
+
+    def __init__(self, state: State) -> None:
+        self.t = _Txn(state)
+
+    def answered(self, event: EffectSucceeded) -> list[Effect] | None:
+        """The effects of ``event``, applied in place; None (nothing touched) if not this case.
+
+        The case: the run is not settled and ``event`` answers pending work
+        other than a subflow, without usage. ``advance`` cannot reject it.
+        """
+        t = self.t
+        if t.settled is not None or event.usage is not None:
+            return None
+        entry = t.pending.get(event.idempotency_key)
+        if entry is None or entry.kind != "work" or entry.effect == "run-subflow":
+            return None
+        t.fresh_decision()
+        if event.at_ms > t.now:
+            t.now = event.at_ms
+        try:
+            t.on_succeeded(event)
+            if t.settled is None and t.queue_head < t.queue_tail:
+                t.drain_queue()
+        except _Exhausted as exc:
+            t.exhaust(exc.limit)
+        return t.effects
+
+    def state(self) -> State:
+        return self.t.freeze()

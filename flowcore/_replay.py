@@ -10,7 +10,11 @@ recorded effects exactly, in the same order. ``replay`` does that in one pass:
 
 * ``run.started`` calls ``start`` with the recorded input, run id, clock,
   budget and depth (or a snapshot stands in for everything up to the tail);
-* ``event.reported`` calls ``advance``; the effects it returns are queued;
+* ``event.reported`` calls ``advance``; the effects it returns are queued.
+  The commonest event, pending work answered with success, is folded into
+  one scratch copy of the state instead (``_interp.Fold``): the same
+  transition and effects, without freezing a new ``State`` per event; the
+  state is frozen when something else needs it and at the end;
 * each ``effect.emitted`` must equal the next queued effect. The recorded
   bytes are compared with the encoding of the re-derived effect first (one
   ``memcmp`` when the log was written by flowcore); only when the bytes differ
@@ -45,14 +49,14 @@ This module must never do I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any, assert_never
 
 import msgspec
 
 from ._errors import EventRejected, InputError, ReplayDivergence
-from ._interp import advance, start
+from ._interp import Fold, advance, start
 from ._log import (
     EFFECT_EMITTED,
     EVENT_REJECTED,
@@ -199,7 +203,8 @@ class _Replayer:
         if snapshot is not None:
             self.state = decode_state(snapshot, flow)
             self.run_id = self.state.run_id
-        self.queue: tuple[Effect, ...] = ()
+        self.queue: Sequence[Effect] = ()
+        self.fold_in_place: Fold | None = None  # set while events fold in place
         self.qi = 0
         self.first_index = -1
         self.last_index = -1
@@ -325,10 +330,13 @@ class _Replayer:
                     else:
                         self.queue = queue
                         self.qi = qi
+                        self.sync()
                         self.on_effect(index, rec.at, effect)
                     continue
                 self.queue = queue
                 self.qi = qi
+                if kind != EVENT_REPORTED:
+                    self.sync()
                 if kind == EVENT_REPORTED:
                     if qi < len(queue):
                         self.need_empty_queue(index)
@@ -340,25 +348,25 @@ class _Replayer:
                         ) from None
                     state = self.state
                     assert state is not None
-                    if type(event) is EffectSucceeded and event.usage is None:
-                        key = event.idempotency_key
-                        if key in state.pending:
-                            # The common case, inline: work answered while still pending.
+                    if type(event) is EffectSucceeded:
+                        # The common case, inline: work answered while still
+                        # pending, folded in place (see _interp.Fold).
+                        fold = self.fold_in_place
+                        if fold is None:
+                            fold = self.fold_in_place = Fold(state)
+                        derived = fold.answered(event)
+                        if derived is not None:
                             events += 1
-                            try:
-                                decision = advance(state, event)
-                            except EventRejected as exc:
-                                raise self.diverged_rejected(index, event, exc) from None
-                            self.state = decision.state
-                            queue = decision.effects
+                            queue = derived
                             qi = 0
-                            pos = where.get(key)
+                            pos = where.get(event.idempotency_key)
                             if pos is not None:
                                 row = rows[pos]
                                 row.status = "succeeded"
                                 row.output = event.output
                                 row.ended_at = event.at_ms
                             continue
+                    self.sync()
                     self.apply(index, event)
                 elif kind == EVENT_REJECTED:
                     self.need_empty_queue(index)
@@ -387,6 +395,7 @@ class _Replayer:
                 if reader is not None:
                     self.torn = reader.torn
         finally:
+            self.sync()
             self.queue = queue
             self.qi = qi
             self.n_effects += effects
@@ -411,6 +420,12 @@ class _Replayer:
                     "the interpreter emits an effect the log does not record",
                 )
             )
+
+    def sync(self) -> None:
+        """Bring ``self.state`` up to date after events folded in place."""
+        if self.fold_in_place is not None:
+            self.state = self.fold_in_place.state()
+            self.fold_in_place = None
 
     def need_empty_queue(self, index: int) -> None:
         if self.qi < len(self.queue):
@@ -762,7 +777,7 @@ class _Replayer:
             self.close_rows(state)
         unrecorded: tuple[Effect, ...] = ()
         if divergence is None and self.qi < len(self.queue):
-            unrecorded = self.queue[self.qi :]
+            unrecorded = tuple(self.queue[self.qi :])
         settled = state.settled if state is not None else None
         ledger = state.ledger if state is not None else None
         return ReplayReport(

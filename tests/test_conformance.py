@@ -103,6 +103,38 @@ def test_the_vector_replays_as_declared(case: str) -> None:
         assert again.trajectory == report.trajectory
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_replay_ends_in_the_state_advance_reaches(case: str) -> None:
+    """Replay folds answered work in place (``_interp.Fold``); ``advance`` event by event
+    must reach the very same state, journal of the last event included."""
+    flow, log, expect = _load(case)
+    if expect.get("error") == "corrupt" or expect["divergenceIndex"] is not None:
+        pytest.skip("the log does not replay to its end")
+    read = decode_log(log)
+    report = replay(log, flow)
+    started = read.records[0].data
+    state = flowcore.start(
+        flow,
+        started["input"],
+        run_id=read.records[0].run_id,
+        now_ms=read.records[0].at,
+        budget=None
+        if started.get("budget") is None
+        else flowcore.Budget(
+            steps=started["budget"].get("steps"),
+            cost_minor_units=started["budget"].get("costMinorUnits"),
+            wall_clock_ms=started["budget"].get("wallClockMs"),
+        ),
+        depth=started.get("depth", 0),
+    ).state
+    for record in read.records:
+        if record.type == "event.reported":
+            state = flowcore.advance(state, flowcore.event_from_wire(record.data)).state
+    assert report.state == state
+    assert report.state is not None and report.state.journal == state.journal
+    assert flowcore.encode_state(report.state) == flowcore.encode_state(state)
+
+
 def _event_lines(lines: list[bytes]) -> list[int]:
     return [i for i, line in enumerate(lines) if b'"type":"event.' in line]
 
