@@ -915,10 +915,15 @@ class _Txn:
 
     def forget(self, name: str) -> None:
         """Delete a result (its loop scope is finished with)."""
-        if name in self.recent and not any(name in segment for segment in self.results):
-            self.written.append(name)
-            self.recent = self.recent.delete(name)
-        elif find_result(self.recent, self.results, name) is not None:
+        if name in self.recent:
+            for segment in self.results:
+                if name in segment:
+                    break  # an older value would show through: mark it deleted
+            else:
+                self.written.append(name)
+                self.recent = self.recent.delete(name)
+                return
+        if find_result(self.recent, self.results, name) is not None:
             self.record(name, GONE)
 
     def end_scope(self, scope: str, loop: Step, uncompensated: bool = False) -> None:
@@ -1195,12 +1200,26 @@ class _Txn:
         frame = self.set_frame(frame, progress=ForEachProgress(items=tuple(items)))
         return self.fill_for_each(frame, step, body)
 
-    def fill_for_each(self, frame: StepFrame, step: Step, body: ForEachStep) -> Outcome | None:
+    def fill_for_each(
+        self,
+        frame: StepFrame,
+        step: Step,
+        body: ForEachStep,
+        prog: ForEachProgress | None = None,
+    ) -> Outcome | None:
+        """Start iterations while there are items and room.
+
+        ``prog``: a progress of ``frame`` not stored yet (an iteration just
+        ended); it is stored together with the next start, in one write.
+        """
         width = body.max_concurrency or 1_000_000_000
-        while True:
+        if prog is None:
             prog = frame.progress
             assert isinstance(prog, ForEachProgress)
+        while True:
             if prog.next >= len(prog.items) or prog.running >= width:
+                if prog is not frame.progress:
+                    self.set_frame(frame, progress=prog)
                 return None
             i = prog.next
             frame = self.set_frame(
@@ -1220,6 +1239,9 @@ class _Txn:
             if not isinstance(current, StepFrame):
                 return None
             frame = current
+            progress = frame.progress
+            assert isinstance(progress, ForEachProgress)
+            prog = progress
 
     def for_each_child_done(
         self,
@@ -1245,12 +1267,12 @@ class _Txn:
         self.end_scope(f"{base}[{index}]/", step)
         self.record(f"{base}[{index}]/$output", {"output": out[1]})
         prog = msgspec.structs.replace(prog, running=prog.running - 1, done=prog.done + 1)
+        if refill and prog.done < len(prog.items):
+            return self.fill_for_each(frame_now, step, body, prog)  # stores prog
         frame_now = self.set_frame(frame_now, progress=prog)
         if prog.done == len(prog.items):
             names = [f"{base}[{i}]/$output" for i in range(prog.done)]
             return (_OK, [record["output"] for record in self.take_results(names)])
-        if refill:
-            return self.fill_for_each(frame_now, step, body)
         return None
 
     # --- repeat --------------------------------------------------------------------------------
