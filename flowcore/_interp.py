@@ -89,7 +89,6 @@ from ._state import (
     TeamProgress,
     TryProgress,
     add_report_row,
-    all_results,
     find_result,
     iter_report,
     merge_results,
@@ -958,10 +957,15 @@ class _Txn:
             for name in names:
                 self.forget(name)
             return records
-        live = all_results(self.recent, self.results)
-        records = [live.pop(name) for name in names]
+        merged: dict[str, Any] = {}
+        for segment in reversed(self.results):
+            merged.update(segment)  # newer values win
+        merged.update(self.recent.items())
+        # A for_each output is deleted only here, never marked GONE one by one.
+        records = list(map(merged.pop, names))
         self.written.extend(names)
         self.recent = _EMPTY
+        live = {name: record for name, record in merged.items() if record is not GONE}
         self.results = (live,) if live else ()
         return records
 
@@ -1214,8 +1218,9 @@ class _Txn:
         """
         width = body.max_concurrency or 1_000_000_000
         if prog is None:
-            prog = frame.progress
-            assert isinstance(prog, ForEachProgress)
+            stored = frame.progress
+            assert isinstance(stored, ForEachProgress)
+            prog = stored
         while True:
             if prog.next >= len(prog.items) or prog.running >= width:
                 if prog is not frame.progress:
