@@ -6,7 +6,10 @@ A step is one work effect and its result. Two flows, each run for N steps:
   step's output through an expression (the flow of ``bench_advance.py``).
   Its spec grows with N as well: each event works on a step of the spec that
   no other event touched, so the growth it shows mixes history length with
-  spec size.
+  spec size. To tell them apart, the first 1k steps of the largest run are
+  also written as a log of their own and replayed against the same large
+  spec: the whole log's per-step cost against that prefix's is the growth
+  due to the history alone.
 * ``loop``: one ``call_tool`` step in a ``for_each`` over N items: a small
   spec and a long history, which is what a long-running flow looks like.
 
@@ -25,6 +28,9 @@ the largest size (target <= 1.2x). Target: >= 100,000 steps/s for
 MessagePack. For scale, Temporal's own Replayer replays about 420
 activities/s (2,500 history events/s) on this kind of machine.
 
+Each flow is measured in a process of its own (a flow measured after
+another ran in a heap the first one left fragmented, up to 30% slower).
+
 Run: ``python benchmarks/bench_replay.py`` (``--flow sequential|loop`` for
 one flow, ``--quick`` for 1k and 10k only,
 ``--no-gc`` to run the timed parts with the garbage collector off, which shows
@@ -35,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -145,20 +153,36 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1k and 10k only")
     parser.add_argument("--no-gc", action="store_true", help="time with the GC disabled")
     parser.add_argument("--flow", choices=[*FLOWS, "both"], default="both")
+    parser.add_argument("--no-header", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     collect = not args.no_gc
     formats: tuple[LogFormat, ...] = ("json", "msgpack")
     per_step: dict[tuple[str, LogFormat, int], float] = {}
-    kinds = list(FLOWS) if args.flow == "both" else [args.flow]
-    print(f"replay of N call_tool steps (gc {'on' if collect else 'off'})")
+    if args.flow == "both":
+        print(f"replay of N call_tool steps (gc {'on' if collect else 'off'})", flush=True)
+        for kind in FLOWS:
+            argv = [sys.executable, __file__, "--flow", kind, "--no-header"]
+            argv += [flag for flag, on in (("--quick", args.quick), ("--no-gc", args.no_gc)) if on]
+            subprocess.run(argv, check=True)
+        return
+    kinds = [args.flow]
+    if not args.no_header:
+        print(f"replay of N call_tool steps (gc {'on' if collect else 'off'})")
+    prefix: dict[LogFormat, float] = {}
     for kind in kinds:
         for n in sizes:
             flow, inp = FLOWS[kind](n)
             records, events = record_run(flow, inp)
-            repeats = 30 if n <= 1_000 else 10 if n <= 10_000 else 3
+            repeats = 30 if n <= 1_000 else 10 if n <= 10_000 else 5
             fold = best_seconds(partial(advance_only, flow, inp, events), repeats, collect)
             logs = {fmt: flowcore.encode_records(records, fmt) for fmt in formats}
+            heads: dict[LogFormat, bytes] = {}
+            if kind == "sequential" and n == sizes[-1]:
+                # The first 1k steps: run.started, then an effect and an event
+                # per step, and the effect that follows the last event.
+                head = records[: 2 * sizes[0] + 2]
+                heads = {fmt: flowcore.encode_records(head, fmt) for fmt in formats}
             n_records = len(records)
             del records, events  # only the log bytes stay alive while replay is timed
             for fmt in formats:
@@ -174,13 +198,24 @@ def main() -> None:
                     f"{kind:<10} {fmt:<8} N={n:>7,}  records={n_records:>7,}  "
                     f"{len(data) / 1e6:5.1f} MB  {n / total:>8,.0f} steps/s  {us:6.2f} us/step  "
                     f"(decode {decode / n * 1e6:5.2f}, advance {fold / n * 1e6:5.2f}, "
-                    f"compare+trajectory {(total - decode - fold) / n * 1e6:5.2f})"
+                    f"compare+trajectory {(total - decode - fold) / n * 1e6:5.2f})",
+                    flush=True,
                 )
+                if fmt in heads:
+                    cut = partial(replay, heads[fmt], flow)
+                    prefix[fmt] = best_seconds(cut, 30, collect) / sizes[0] * 1e6
     first, last = sizes[0], sizes[-1]
     for kind in kinds:
         for fmt in formats:
             growth = per_step[(kind, fmt, last)] / per_step[(kind, fmt, first)]
             print(f"{kind:<10} {fmt:<8} per-step cost growth {last:,}/{first:,}: {growth:.2f}x")
+            if kind == "sequential" and fmt in prefix:
+                alone = per_step[(kind, fmt, last)] / prefix[fmt]
+                print(
+                    f"{kind:<10} {fmt:<8}   of which the history alone (the first {first:,} "
+                    f"steps of the {last:,}-step log, same spec: {prefix[fmt]:.2f} us/step): "
+                    f"{alone:.2f}x"
+                )
 
 
 if __name__ == "__main__":

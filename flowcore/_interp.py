@@ -657,7 +657,7 @@ class _Txn:
         """Run ``steps`` from ``i``; ``last`` is the output of the step before.
 
         The list's frame never changes once stored: which step runs is its
-        child's step id (``flow.position`` gives the index), and the list's
+        child's step (``Step.index``), and the list's
         output is the output its last step hands up.
         """
         n = len(steps)
@@ -863,7 +863,9 @@ class _Txn:
 
     # --- finishing steps --------------------------------------------------------------
 
-    def finish_step(self, fid: str, out: Outcome, frame: Frame | None = None) -> Outcome | None:
+    def finish_step(
+        self, fid: str, out: Outcome, frame: Frame | None = None, step: Step | None = None
+    ) -> Outcome | None:
         """A step's attempt ended: retry it, or record it and hand the outcome up.
 
         ``frame`` is the step's frame when the caller holds it already: it
@@ -872,7 +874,8 @@ class _Txn:
         if frame is None:
             frame = self.frames[fid]
         assert isinstance(frame, StepFrame)
-        step = self.flow.by_id[frame.step]
+        if step is None:
+            step = self.flow.by_id[frame.step]
         if not out[0] and self.should_retry(step, frame, out[1]):
             self.abandon_children(fid)
             retry = step.retry
@@ -989,8 +992,11 @@ class _Txn:
             return error.retryable
         return "*" in retry.errors or error.type in retry.errors
 
-    def propagate(self, child: str, parent: str | None, out: Outcome) -> None:
-        """Hand a finished child's outcome up the tree until something waits."""
+    def propagate(self, child: str, parent: str | None, out: Outcome, index: int = -1) -> None:
+        """Hand a finished child's outcome up the tree until something waits.
+
+        ``index``: the finished child step's index in its list, if known.
+        """
         while True:
             if parent is None:
                 self.root_done(child, out)
@@ -1001,14 +1007,15 @@ class _Txn:
             if isinstance(frame, SeqFrame):
                 if out[0]:
                     steps = self.step_list(frame.owner, frame.label)
-                    done = self.flow.position[child[len(frame.prefix) :]]
-                    res = self.run_seq(frame, steps, done + 1, out[1])
+                    if index < 0:
+                        index = self.flow.by_id[child[len(frame.prefix) :]].index
+                    res = self.run_seq(frame, steps, index + 1, out[1])
                 else:
                     self.frames = self.frames.delete(frame.id)
                     res = out
                 if res is None:
                     return
-                child, parent, out = frame.id, frame.parent, res
+                child, parent, out, index = frame.id, frame.parent, res, -1
                 continue
             res = self.child_done(frame, child, out)
             if res is None:
@@ -1016,7 +1023,7 @@ class _Txn:
             res = self.finish_step(frame.id, res)
             if res is None:
                 return
-            child, parent, out = frame.id, frame.parent, res
+            child, parent, out, index = frame.id, frame.parent, res, -1
 
     def child_outcome(self, fid: str, out: Outcome | None) -> Outcome | None:
         """A child list of ``fid`` ended at once: let ``fid`` react to it."""
@@ -1688,9 +1695,11 @@ class _Txn:
         """``frame``: the current frame of ``fid``, when the caller holds it."""
         if frame is None:
             frame = self.frames[fid]
-        res = self.finish_step(fid, out, frame)
+        assert isinstance(frame, StepFrame)
+        step = self.flow.by_id[frame.step]
+        res = self.finish_step(fid, out, frame, step)
         if res is not None:
-            self.propagate(fid, frame.parent, res)
+            self.propagate(fid, frame.parent, res, step.index)
 
     def on_answered(self, ev: HumanAnswered) -> None:
         key = ev.idempotency_key

@@ -270,6 +270,7 @@ class Step:
     timeout_ms: Ms | None = None
     compensate: tuple[Step, ...] = ()
     path: str = ""
+    index: int = 0  # in the list that holds it
 
 
 @attrs.frozen(eq=False)
@@ -288,7 +289,6 @@ class Flow:
     spec_hash: str
     source_name: str
     by_id: dict[str, Step]
-    position: dict[str, int] = attrs.field(factory=dict, repr=False)  # step id -> index in its list
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -1110,16 +1110,10 @@ def _problem(path: tuple[Any, ...], message: str, source: str, positions: Positi
     return Problem(_format_path(path), message, source, line, col)
 
 
-def _index(
-    steps: tuple[Step, ...], path: str, out: dict[str, Step], pos: dict[str, int]
-) -> tuple[Step, ...]:
-    """Give every step its path and index it by id (ids are unique per flow).
-
-    ``pos`` gets each step's index in the list that holds it.
-    """
+def _index(steps: tuple[Step, ...], path: str, out: dict[str, Step]) -> tuple[Step, ...]:
+    """Give every step its path and index in its list, and index it by id (ids are unique)."""
     placed: list[Step] = []
     for i, step in enumerate(steps):
-        pos[step.id] = i
         here = f"{path}[{i}]"
         body = step.body
         if isinstance(body, SwitchStep):
@@ -1131,7 +1125,6 @@ def _index(
                             c.steps,
                             f"{here}.switch[{j}].{'else' if c.cond is None else 'steps'}",
                             out,
-                            pos,
                         ),
                     )
                     for j, c in enumerate(body.cases)
@@ -1141,23 +1134,23 @@ def _index(
             body = attrs.evolve(
                 body,
                 branches={
-                    name: _index(b, f"{here}.parallel.branches.{name}", out, pos)
+                    name: _index(b, f"{here}.parallel.branches.{name}", out)
                     for name, b in body.branches.items()
                 },
             )
         elif isinstance(body, (ForEachStep, RepeatStep)):
             kind = "for_each" if isinstance(body, ForEachStep) else "repeat"
-            body = attrs.evolve(body, steps=_index(body.steps, f"{here}.{kind}.steps", out, pos))
+            body = attrs.evolve(body, steps=_index(body.steps, f"{here}.{kind}.steps", out))
         elif isinstance(body, TryStep):
             body = TryStep(
-                _index(body.steps, f"{here}.try", out, pos),
+                _index(body.steps, f"{here}.try", out),
                 tuple(
-                    attrs.evolve(c, steps=_index(c.steps, f"{here}.catch[{j}].steps", out, pos))
+                    attrs.evolve(c, steps=_index(c.steps, f"{here}.catch[{j}].steps", out))
                     for j, c in enumerate(body.catch)
                 ),
             )
-        comp = _index(step.compensate, f"{here}.compensate", out, pos)
-        placed_step = attrs.evolve(step, body=body, compensate=comp, path=here)
+        comp = _index(step.compensate, f"{here}.compensate", out)
+        placed_step = attrs.evolve(step, body=body, compensate=comp, path=here, index=i)
         out[step.id] = placed_step
         placed.append(placed_step)
     return tuple(placed)
@@ -1247,8 +1240,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         problems.sort(key=lambda p: (p.line or 0, p.column or 0))
         raise SpecError(problems)
     by_id: dict[str, Step] = {}
-    position: dict[str, int] = {}
-    placed = _index(steps, "steps", by_id, position)
+    placed = _index(steps, "steps", by_id)
     return Flow(
         id=flow_id,
         version=version,
@@ -1262,7 +1254,6 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         spec_hash=_canonical_hash(raw),
         source_name=source_name,
         by_id=by_id,
-        position=position,
     )
 
 
