@@ -313,10 +313,12 @@ class _Replayer:
                             )
                         )
                     effects += 1
-                    if type(effect) is CallTool and effect.idempotency_key not in where:
-                        # The common case, inline: a first issue of a tool call.
+                    if type(effect) is CallTool and where.setdefault(
+                        effect.idempotency_key, len(rows)
+                    ) == len(rows):
+                        # The common case, inline: a first issue of a tool call
+                        # (setdefault has just recorded where its entry goes).
                         key = effect.idempotency_key
-                        where[key] = len(rows)
                         rows.append(
                             TrajectoryEntry(
                                 index=index,
