@@ -20,7 +20,7 @@ MessagePack; each timed run is one
 ``flowcore.replay(log_bytes, flow)`` call from bytes to a checked report with
 the trajectory.
 
-Printed per format and size: steps per second (best of several runs), the
+Printed per format and size: steps per second (the median of several runs), the
 cost per step, and its split into decoding the records alone and ``advance``
 alone over pre-decoded events (the rest is comparing effects and collecting
 the trajectory); then the growth of the per-step cost from the smallest to
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import subprocess
 import sys
 import time
@@ -123,18 +124,18 @@ def record_run(flow: Flow, inp: Any = None) -> tuple[list[Record], list[Event]]:
     return records, events
 
 
-def best_seconds(fn: Callable[[], object], repeats: int, collect: bool) -> float:
-    best = float("inf")
+def median_seconds(fn: Callable[[], object], repeats: int, collect: bool) -> float:
+    """The median wall time of ``repeats`` runs (each after a full collection)."""
+    times = []
     for _ in range(repeats):
         gc.collect()
         if not collect:
             gc.disable()
         t0 = time.perf_counter()
         fn()
-        elapsed = time.perf_counter() - t0
+        times.append(time.perf_counter() - t0)
         gc.enable()
-        best = min(best, elapsed)
-    return best
+    return statistics.median(times)
 
 
 def advance_only(flow: Flow, inp: Any, events: list[Event]) -> None:
@@ -175,7 +176,7 @@ def main() -> None:
             flow, inp = FLOWS[kind](n)
             records, events = record_run(flow, inp)
             repeats = 30 if n <= 1_000 else 10 if n <= 10_000 else 5
-            fold = best_seconds(partial(advance_only, flow, inp, events), repeats, collect)
+            fold = median_seconds(partial(advance_only, flow, inp, events), repeats, collect)
             logs = {fmt: flowcore.encode_records(records, fmt) for fmt in formats}
             heads: dict[LogFormat, bytes] = {}
             if kind == "sequential" and n == sizes[-1]:
@@ -190,8 +191,8 @@ def main() -> None:
                 report = replay(data, flow)
                 assert report.ok and report.status == "completed" and report.effects == n + 1
                 del report  # its trajectory and state would tax the collector in the timed runs
-                total = best_seconds(partial(replay, data, flow), repeats, collect)
-                decode = best_seconds(partial(decode_only, data, fmt), repeats, collect)
+                total = median_seconds(partial(replay, data, flow), repeats, collect)
+                decode = median_seconds(partial(decode_only, data, fmt), repeats, collect)
                 us = total / n * 1e6
                 per_step[(kind, fmt, n)] = us
                 print(
@@ -203,7 +204,7 @@ def main() -> None:
                 )
                 if fmt in heads:
                     cut = partial(replay, heads[fmt], flow)
-                    prefix[fmt] = best_seconds(cut, 30, collect) / sizes[0] * 1e6
+                    prefix[fmt] = median_seconds(cut, 30, collect) / sizes[0] * 1e6
     first, last = sizes[0], sizes[-1]
     for kind in kinds:
         for fmt in formats:
