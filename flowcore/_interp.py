@@ -682,7 +682,9 @@ class _Txn:
 
     def start_step(self, step: Step, parent: str, env: str, prefix: str) -> Outcome | None:
         fid = prefix + step.id
-        frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id)
+        # A tool call's first attempt knows its key now: one frame, not two.
+        key = f"{self.run_id}/{fid}#1" if type(step.body) is CallToolStep else None
+        frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id, key=key)
         if step.timeout_ms is not None:
             timer = f"{self.run_id}/{fid}/timeout"
             self.timer(timer, self.now + step.timeout_ms, "timeout", fid)
@@ -706,7 +708,9 @@ class _Txn:
         fid = frame.id
         if isinstance(body, CallToolStep):
             key = f"{self.run_id}/{fid}#{frame.attempt}"
-            self.frames = self.frames.set(fid, msgspec.structs.replace(frame, key=key))
+            if frame.key != key:
+                frame = msgspec.structs.replace(frame, key=key)
+            self.frames = self.frames.set(fid, frame)
             template = body.input
             value = (
                 template.source
@@ -2208,7 +2212,15 @@ class Fold:
         entry = t.pending.get(event.idempotency_key)
         if entry is None or entry.kind != "work" or entry.effect == "run-subflow":
             return None
-        t.fresh_decision()
+        # A new decision. The journal's containers are emptied and reused (a
+        # State copies them when frozen); the effects list is handed out, so
+        # it is a new one.
+        t.effects = []
+        t.emitted_now.clear()
+        t.written.clear()
+        t.resolved_now.clear()
+        t.rows = 0
+        t.emitted.clear()
         if event.at_ms > t.now:
             t.now = event.at_ms
         try:
