@@ -16,7 +16,13 @@ A result is deleted by writing ``GONE`` over it; the oldest dict drops them.
 Frames and their progress records are frozen msgspec Structs rather than attrs
 classes: they are created on every event, msgspec builds them several times
 faster (``benchmarks/bench_advance.py --model`` measures both side by side),
-and they encode to snapshot bytes without a conversion layer.
+and they encode to snapshot bytes without a conversion layer. They are not
+tracked by the garbage collector (``gc=False``): they hold strings, numbers
+and the run's JSON data, so they never take part in a reference cycle, and a
+replay allocates tens of them per event (untracking them saved 2-5% per
+event). The two linked lists (``ReportLink``, ``CompLink``) stay tracked: a
+tracked object's deallocation is iterative, and a long chain freed at once
+would otherwise overflow the C stack.
 
 A snapshot (``encode_state``) never embeds the spec; it pins the spec by its
 content hash, and ``decode_state`` refuses a different spec.
@@ -130,7 +136,7 @@ class _S(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Base for state records."""
 
 
-class Pending(_S, frozen=True, array_like=True):
+class Pending(_S, frozen=True, gc=False, array_like=True):
     """Something the run waits for, by idempotency key.
 
     ``kind`` says what answers it: ``work`` (a work effect, ``effect`` its wire
@@ -147,7 +153,7 @@ class Pending(_S, frozen=True, array_like=True):
     target: str = ""  # the tool, agent, team or flow a work effect addresses
 
 
-class ReportRow(_S, frozen=True, array_like=True):
+class ReportRow(_S, frozen=True, gc=False, array_like=True):
     """A work effect that is no longer pending, and how it ended."""
 
     key: str
@@ -191,7 +197,7 @@ def iter_report(link: ReportLink | None) -> Iterator[ReportRow]:
         link = link.rest
 
 
-class Env(_S, frozen=True, array_like=True):
+class Env(_S, frozen=True, gc=False, array_like=True):
     """Where expressions look things up: loop variables and the results scope."""
 
     parent: str | None
@@ -199,33 +205,33 @@ class Env(_S, frozen=True, array_like=True):
     vars: dict[str, Any] = {}
 
 
-class ParallelProgress(_S, frozen=True, tag="parallel"):
+class ParallelProgress(_S, frozen=True, gc=False, tag="parallel"):
     waiting: tuple[str, ...] = ()  # branches not started yet (max_concurrency)
     running: tuple[str, ...] = ()
     outcomes: dict[str, Any] = {}  # branch -> {"status", "output"|"error"}
 
 
-class ForEachProgress(_S, frozen=True, tag="for_each"):
+class ForEachProgress(_S, frozen=True, gc=False, tag="for_each"):
     items: tuple[Any, ...] = ()
     next: int = 0
     running: int = 0
     done: int = 0
 
 
-class RepeatProgress(_S, frozen=True, tag="repeat"):
+class RepeatProgress(_S, frozen=True, gc=False, tag="repeat"):
     fires: int = 0
     due_ms: int = 0
     last: Any = None
     comp_depth: int = 0  # compensation stack depth when the current fire began
 
 
-class TeamProgress(_S, frozen=True, tag="team"):
+class TeamProgress(_S, frozen=True, gc=False, tag="team"):
     next: int = 0
     running: tuple[str, ...] = ()
     outputs: dict[str, Any] = {}
 
 
-class TryProgress(_S, frozen=True, tag="try"):
+class TryProgress(_S, frozen=True, gc=False, tag="try"):
     phase: Literal["try", "catch"] = "try"
 
 
@@ -234,7 +240,7 @@ Progress: TypeAlias = (
 )
 
 
-class SeqFrame(_S, frozen=True, tag="seq"):
+class SeqFrame(_S, frozen=True, gc=False, tag="seq"):
     """A list of steps run one after another."""
 
     id: str
@@ -245,7 +251,7 @@ class SeqFrame(_S, frozen=True, tag="seq"):
     label: str  # which list of the owner: see _interp._step_list
 
 
-class StepFrame(_S, frozen=True, tag="step"):
+class StepFrame(_S, frozen=True, gc=False, tag="step"):
     """One running step."""
 
     id: str
@@ -264,7 +270,7 @@ class StepFrame(_S, frozen=True, tag="step"):
 Frame: TypeAlias = SeqFrame | StepFrame
 
 
-class Journal(_S, frozen=True, array_like=True):
+class Journal(_S, frozen=True, gc=False, array_like=True):
     """What the last transition added to the parts of the state that only grow.
 
     Hosts that persist a run incrementally store these as rows (see
@@ -277,7 +283,7 @@ class Journal(_S, frozen=True, array_like=True):
     resolved: tuple[str, ...] = ()  # keys whose resolution was (re)written
 
 
-class Held(_S, frozen=True, array_like=True):
+class Held(_S, frozen=True, gc=False, array_like=True):
     """A work effect held back by ``limits.max_concurrency``."""
 
     frame: str
@@ -297,7 +303,7 @@ class CompLink(_S, frozen=True, array_like=True):
     rest: CompLink | None = None
 
 
-class Ending(_S, frozen=True, array_like=True):
+class Ending(_S, frozen=True, gc=False, array_like=True):
     """How the run will settle once compensations (or outliving calls) are done."""
 
     status: str
@@ -305,7 +311,7 @@ class Ending(_S, frozen=True, array_like=True):
     error: ErrorInfo | None = None
 
 
-class Sched(_S, frozen=True, array_like=True):
+class Sched(_S, frozen=True, gc=False, array_like=True):
     """A detached scheduled call: ``pending`` until its delay fires."""
 
     status: str  # pending | called | succeeded | failed | uncertain | cancelled
@@ -317,7 +323,7 @@ class Sched(_S, frozen=True, array_like=True):
 Status: TypeAlias = Literal["running", "completed", "failed", "cancelled", "budget-exhausted"]
 
 
-class Ledger(_S, frozen=True, array_like=True):
+class Ledger(_S, frozen=True, gc=False, array_like=True):
     """The root run's budget: limits (None = unlimited) and what is used."""
 
     steps: int | None

@@ -8,7 +8,9 @@ still decode.
 
 The effect and event values *are* the in-memory model (msgspec Structs are
 frozen and slotted like attrs classes), so encoding an effect is one call into
-msgspec with no intermediate conversion.
+msgspec with no intermediate conversion. Like the state records, they are not
+tracked by the garbage collector (``gc=False``): they hold JSON data, which
+cannot refer back to the value that holds it.
 
 This module must never do I/O.
 """
@@ -62,7 +64,9 @@ ReportStatus: TypeAlias = Literal["succeeded", "failed", "uncertain", "not-start
 WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow"]
 
 
-class _Value(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+class _Value(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True, gc=False
+):
     """Base for plain (untagged) wire values."""
 
 
@@ -108,6 +112,7 @@ class _Effect(
     rename="camel",
     omit_defaults=True,
     tag_field="kind",
+    gc=False,
 ):
     """Base of the effect union."""
 
@@ -179,6 +184,7 @@ class _Event(
     rename="camel",
     omit_defaults=True,
     tag_field="kind",
+    gc=False,
 ):
     """Base of the event union. ``at_ms`` is the host's clock when it reported."""
 
