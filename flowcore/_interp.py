@@ -664,7 +664,7 @@ class _Txn:
         while i < n:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
             if out is None:
-                if frame.id not in self.frames:
+                if self.frames.get(frame.id) is not frame:
                     self.frames = self.frames.set(frame.id, frame)
                 return None
             if not out[0]:
