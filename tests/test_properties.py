@@ -276,7 +276,7 @@ signal_schedules = st.lists(
 
 
 def _replay(trajectory: Trajectory) -> None:
-    """Every run's log replays to the same effects (the replay issue's ``replay``)."""
+    """Every run's log replays to the same effects and the same final state."""
     replay = getattr(flowcore, "replay", None)
     if replay is None:
         replay = importlib.import_module("flowcore._replay").replay
@@ -285,6 +285,9 @@ def _replay(trajectory: Trajectory) -> None:
         assert report.ok, f"run {run_id}: {report.divergence}"
         assert report.status == history.state.status
         assert report.settled == history.state.settled
+        # Replay folds answered work in place (_interp.Fold): it must end in
+        # the very state advance reached, journal of the last event included.
+        assert report.state == history.state
 
 
 @PROPERTY
