@@ -683,6 +683,7 @@ class _Txn:
     def start_step(self, step: Step, parent: str, env: str, prefix: str) -> Outcome | None:
         fid = prefix + step.id
         # A tool call's first attempt knows its key now: one frame, not two.
+        # (Keys are spelled inline on this path, as ``key`` spells them.)
         key = f"{self.run_id}/{fid}#1" if type(step.body) is CallToolStep else None
         frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id, key=key)
         if step.timeout_ms is not None:
