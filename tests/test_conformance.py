@@ -103,13 +103,16 @@ def test_the_vector_replays_as_declared(case: str) -> None:
         assert again.trajectory == report.trajectory
 
 
-@pytest.mark.parametrize("case", CASES)
+def _replays_to_its_end(case: str) -> bool:
+    expect = json.loads((DIR / case / "expect.json").read_text(encoding="utf-8"))
+    return expect.get("error") != "corrupt" and expect.get("divergenceIndex") is None
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if _replays_to_its_end(c)])
 def test_replay_ends_in_the_state_advance_reaches(case: str) -> None:
     """Replay folds answered work in place (``_interp.Fold``); ``advance`` event by event
     must reach the very same state, journal of the last event included."""
-    flow, log, expect = _load(case)
-    if expect.get("error") == "corrupt" or expect["divergenceIndex"] is not None:
-        pytest.skip("the log does not replay to its end")
+    flow, log, _ = _load(case)
     read = decode_log(log)
     report = replay(log, flow)
     started = read.records[0].data
