@@ -322,6 +322,7 @@ class _Txn:
         "resolved",
         "resolved_now",
         "results",
+        "rewrites",
         "rows",
         "run_id",
         "scheduled",
@@ -353,6 +354,7 @@ class _Txn:
         self.recent = s.recent
         self.report = s.report
         self.report_loaded = s.report_loaded
+        self.rewrites = s.rewrites
         self.resolved = s.resolved
         self.signals = s.signals
         self.waiters = s.waiters
@@ -411,6 +413,8 @@ class _Txn:
             changed["error"] = self.error
         if self.report_loaded is not s.report_loaded:
             changed["report_loaded"] = self.report_loaded
+        if self.rewrites is not s.rewrites:
+            changed["rewrites"] = self.rewrites
         return msgspec.structs.replace(
             s,
             now_ms=self.now,
@@ -909,7 +913,12 @@ class _Txn:
                 self.compensations = CompLink(step.id, frame.env, frame.prefix, depth, below)
         else:
             record = {"status": "failed", "output": None, "error": _error_dict(out[1])}
-        self.record(scope + step.id, record)
+        name = scope + step.id
+        if name != fid:
+            # Only the children of a retried composite have a frame id other
+            # than their result's name; they may write it a second time.
+            self.rewrites = True
+        self.record(name, record)
         return out
 
     def record(self, name: str, record: Any) -> None:
@@ -922,16 +931,22 @@ class _Txn:
 
     def forget(self, name: str) -> None:
         """Delete a result (its loop scope is finished with)."""
-        if name in self.recent:
-            for segment in self.results:
-                if name in segment:
-                    break  # an older value would show through: mark it deleted
-            else:
-                self.written.append(name)
-                self.recent = self.recent.delete(name)
-                return
+        # Written once (no ``rewrites``), a result in ``recent`` has no older
+        # value in the dicts; otherwise look (about log2(n/64) dicts, each a
+        # likely cache miss in a long run).
+        if name in self.recent and not (self.rewrites and self.in_dicts(name)):
+            self.written.append(name)
+            self.recent = self.recent.delete(name)
+            return
         if find_result(self.recent, self.results, name) is not None:
             self.record(name, GONE)
+
+    def in_dicts(self, name: str) -> bool:
+        """Whether an older value of ``name`` sits in the result dicts (behind ``recent``)."""
+        for segment in self.results:
+            if name in segment:
+                return True
+        return False
 
     def end_scope(self, scope: str, loop: Step, uncompensated: bool = False) -> None:
         """An iteration or fire ended: drop its results and variables.

@@ -365,6 +365,10 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     error: ErrorInfo | None
     journal: Journal = Journal()
     report_loaded: bool = True  # False: the oldest rows were not restored (ReportNeeded)
+    # True once a result may have been written twice (the children of a retried
+    # composite record into the same scope again): deleting a result must then
+    # check that no older value shows through (see _interp._Txn.forget).
+    rewrites: bool = False
 
 
 class Decision(msgspec.Struct, frozen=True):
@@ -409,6 +413,7 @@ class _Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     settled: Settled | None
     error: ErrorInfo | None
     journal: Journal = Journal()
+    rewrites: bool = False
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -486,6 +491,8 @@ def decode_state(data: bytes, flow: Flow) -> State:
     for name in _MAPS:
         fields[name] = immutables.Map(fields[name])
     fields["results"] = (snap.results,) if snap.results else ()
+    if not snap.rewrites and any(name in snap.results for name in snap.recent):
+        fields["rewrites"] = True  # a snapshot from before the flag was kept
     link: ReportLink | None = None
     for row in fields["report"]:
         link = add_report_row(link, row)

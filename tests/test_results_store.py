@@ -241,3 +241,62 @@ def test_report_chunks_keep_every_row_in_order(n: int, head: int) -> None:
         chunks += 1
         link = link.rest
     assert chunks == -(-n // REPORT_CHUNK)
+
+
+def _retried_in_loop(chain: int) -> str:
+    ys = ", ".join(f"{{id: y{k}, call_tool: {{tool: a}}}}" for k in range(chain))
+    return f"""
+flow: t
+tools: {{a: {{}}}}
+budget: {{steps: 100000}}
+steps:
+  - id: each
+    for_each:
+      items: "${{input.items}}"
+      max_concurrency: 1
+      steps:
+        - id: p
+          parallel:
+            branches:
+              x: [{{id: x1, call_tool: {{tool: a}}}}]
+              y: [{ys}]
+          retry: {{max_attempts: 2, initial_interval_ms: 10, errors: ['*']}}
+        - id: post
+          call_tool: {{tool: a, input: "${{steps.x1.output}}"}}
+output: "${{steps.each.output}}"
+"""
+
+
+def test_a_result_written_twice_is_deleted_without_the_older_value_showing_through() -> None:
+    """A retried composite's children record into the same scope again.
+
+    The older value may already sit in a frozen dict while the newer one is
+    in the recent map: deleting the scope must then mark the name deleted, not
+    just drop it from the recent map (``State.rewrites`` says to look). A
+    chain of 70 steps answered after the first write and before the second
+    puts the older value in a dict and leaves the newer one in the recent map.
+    """
+    chain, n = 70, 3
+    r = Run(_retried_in_loop(chain), {"items": list(range(n))})
+    assert not r.state.rewrites
+    for i in range(n):
+        r.ok(f"r/each[{i}]/x1#1", f"A{i}")
+        for k in range(chain - 1):
+            r.ok(f"r/each[{i}]/y{k}#1")
+        r.fail(f"r/each[{i}]/y{chain - 1}#1")
+        r.fire(f"r/each[{i}]/p#1/backoff")
+        assert any(f"each[{i}]/x1" in segment for segment in r.state.results)
+        for k in range(chain):
+            r.ok(f"r/each[{i}]/p#2/y{k}#1")
+        r.ok(f"r/each[{i}]/p#2/x1#1", f"B{i}")  # each[i]/x1 written a second time
+        assert r.state.rewrites
+        assert f"each[{i}]/x1" in r.state.recent  # the newer value, in front of the older
+        (post,) = r.effects
+        assert flowcore.effect_to_wire(post)["input"] == f"B{i}"  # the newer value
+        r.ok(f"r/each[{i}]/post#1", f"P{i}")
+        if i < n - 1:
+            assert sorted(_live(r)) == sorted(f"each[{j}]/$output" for j in range(i + 1))
+    assert r.settled is not None and r.settled.output == [f"P{i}" for i in range(n)]
+    # The flag survives a snapshot.
+    back = flowcore.decode_state(flowcore.encode_state(r.state), r.flow)
+    assert back.rewrites
