@@ -1,8 +1,9 @@
 """The records a replay returns: ``ReplayReport`` and its ``TrajectoryEntry`` rows.
 
-They live apart from ``_replay`` (the fold), which may be compiled: msgspec
-reads a Struct's annotations when the class is made, and those must be the
-interpreted ones.
+They live apart from ``_replay``, which holds only the fold: kept that way,
+the interpreter and the fold could be compiled (mypyc) without moving any
+msgspec Struct, whose annotations msgspec reads when the class is made and
+cannot read from a compiled module. ``flowcore._replay`` re-exports them.
 """
 
 from __future__ import annotations
