@@ -318,17 +318,7 @@ class _Replayer:
                     ) == len(rows):
                         # The common case, inline: a first issue of a tool call
                         # (setdefault has just recorded where its entry goes).
-                        key = effect.idempotency_key
-                        rows.append(
-                            TrajectoryEntry(
-                                index=index,
-                                kind="call-tool",
-                                key=key,
-                                target=effect.tool,
-                                input=effect.input,
-                                at=rec.at,
-                            )
-                        )
+                        rows.append(_tool_entry(index, effect, rec.at))
                     else:
                         self.queue = queue
                         self.qi = qi
@@ -584,14 +574,7 @@ class _Replayer:
         entry: TrajectoryEntry
         match effect:
             case CallTool():
-                entry = TrajectoryEntry(
-                    index=index,
-                    kind="call-tool",
-                    key=key,
-                    target=effect.tool,
-                    input=effect.input,
-                    at=at,
-                )
+                entry = _tool_entry(index, effect, at)
             case RunAgent():
                 entry = TrajectoryEntry(
                     index=index,
@@ -810,6 +793,17 @@ class _Replayer:
             divergence=divergence,
             state=state,
         )
+
+
+def _tool_entry(index: int, effect: CallTool, at: int) -> TrajectoryEntry:
+    return TrajectoryEntry(
+        index=index,
+        kind="call-tool",
+        key=effect.idempotency_key,
+        target=effect.tool,
+        input=effect.input,
+        at=at,
+    )
 
 
 def _at_byte(offset: int | None) -> str:
