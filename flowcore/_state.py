@@ -61,7 +61,6 @@ __all__ = [
     "add_report_row",
     "iter_report",
     "oldest_first",
-    "report_rows",
     "SeqFrame",
     "State",
     "StateChanges",
@@ -449,7 +448,7 @@ def encode_state(state: State) -> bytes:
         fields[name] = _ordered(fields[name])
     if not state.report_loaded:
         raise ReportNeeded("encode_state needs the report rows: restore them first")
-    fields["report"] = report_rows(state.report)[::-1]
+    fields["report"] = oldest_first(state.report)
     snap = _Snapshot(
         format=SNAPSHOT_FORMAT,
         flow_id=state.flow.id,
@@ -498,11 +497,6 @@ def decode_state(data: bytes, flow: Flow) -> State:
         link = add_report_row(link, row)
     fields["report"] = link
     return State(flow=flow, **fields)
-
-
-def report_rows(link: ReportLink | None) -> list[ReportRow]:
-    """The report's rows, newest first."""
-    return list(iter_report(link))
 
 
 def oldest_first(link: ReportLink | None) -> list[ReportRow]:
