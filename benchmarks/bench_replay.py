@@ -22,8 +22,14 @@ cost per step, and its split into decoding the records alone and ``advance``
 alone over pre-decoded events (the rest is comparing effects and collecting
 the trajectory, less what replay saves by folding answered work in place
 instead of calling ``advance``: it can come out near zero, or below it in a
-noisy run); then the growth of the per-step cost from the smallest to
-the largest size (target <= 1.2x). Target: >= 100,000 steps/s for
+noisy run); the minor page faults and system time per step of the timed
+replays (memory the process takes from the kernel, first touched: a replay
+keeps its trajectory and the run's results, about 1 KB per step); and the
+``floor``: the least any replay of the log must do, with no interpreter at
+all (stream-decode every record, decode each effect and event, keep one
+trajectory row per tool call with its input and output). Then the growth of
+the per-step cost from the smallest to the largest size (target <= 1.2x),
+for replay and for the floor. Target: >= 100,000 steps/s for
 MessagePack. For scale, Temporal's own Replayer replays about 420
 activities/s (2,500 history events/s) on this kind of machine.
 
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import resource
 import statistics
 import subprocess
 import sys
@@ -48,10 +55,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import msgspec
+
 import flowcore
 from flowcore import CallTool, EffectSucceeded, Event, Flow, Record, Recorder
-from flowcore._log import LogFormat, read_raw_log
+from flowcore._log import EFFECT_EMITTED, EVENT_REPORTED, LogFormat, RawReader, read_raw_log
 from flowcore._replay import replay
+from flowcore._wire import Effect
 
 
 def sequential_flow(n: int) -> Flow:
@@ -148,6 +158,42 @@ def decode_only(data: bytes, fmt: LogFormat) -> None:
     read_raw_log(data, fmt)
 
 
+_DECODERS: dict[str, tuple[Callable[[bytes], Any], Callable[[bytes], Any]]] = {
+    "json": (msgspec.json.Decoder(Effect).decode, msgspec.json.Decoder(Event).decode),
+    "msgpack": (msgspec.msgpack.Decoder(Effect).decode, msgspec.msgpack.Decoder(Event).decode),
+}
+
+
+def floor(data: bytes, fmt: LogFormat) -> list[list[Any]]:
+    """The least a replay must do: every record decoded, a trajectory row per tool call."""
+    effect, event = _DECODERS[fmt]
+    rows: list[list[Any]] = []
+    where: dict[str, int] = {}
+    for chunk in RawReader(data, fmt).chunks():
+        for rec in chunk:
+            if rec.type == EFFECT_EMITTED:
+                e = effect(rec.data)
+                if isinstance(e, CallTool):
+                    where[e.idempotency_key] = len(rows)
+                    rows.append([e.idempotency_key, e.input, None])
+            elif rec.type == EVENT_REPORTED:
+                ev = event(rec.data)
+                if isinstance(ev, EffectSucceeded):
+                    rows[where[ev.idempotency_key]][2] = ev.output
+    return rows
+
+
+def faults_and_system(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Minor page faults and system seconds per run of ``fn``."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(repeats):
+        fn()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return (after.ru_minflt - before.ru_minflt) / repeats, (
+        after.ru_stime - before.ru_stime
+    ) / repeats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="1k and 10k only")
@@ -159,6 +205,7 @@ def main() -> None:
     collect = not args.no_gc
     formats: tuple[LogFormat, ...] = ("json", "msgpack")
     per_step: dict[tuple[str, LogFormat, int], float] = {}
+    floor_step: dict[tuple[str, LogFormat, int], float] = {}
     if args.flow == "both":
         print(f"replay of N call_tool steps (gc {'on' if collect else 'off'})", flush=True)
         for kind in FLOWS:
@@ -185,20 +232,29 @@ def main() -> None:
                 del report  # its trajectory and state would tax the collector in the timed runs
                 total = median_seconds(partial(replay, data, flow), repeats, collect)
                 decode = median_seconds(partial(decode_only, data, fmt), repeats, collect)
+                faults, system = faults_and_system(partial(replay, data, flow), min(repeats, 5))
+                least = median_seconds(partial(floor, data, fmt), repeats, collect)
                 us = total / n * 1e6
                 per_step[(kind, fmt, n)] = us
+                floor_step[(kind, fmt, n)] = least / n * 1e6
                 print(
                     f"{kind:<10} {fmt:<8} N={n:>7,}  records={n_records:>7,}  "
                     f"{len(data) / 1e6:5.1f} MB  {n / total:>8,.0f} steps/s  {us:6.2f} us/step  "
                     f"(decode {decode / n * 1e6:5.2f}, advance {fold / n * 1e6:5.2f}, "
-                    f"compare+trajectory {(total - decode - fold) / n * 1e6:5.2f})",
+                    f"compare+trajectory {(total - decode - fold) / n * 1e6:5.2f}; "
+                    f"{faults / n:4.2f} faults/step, system {system / n * 1e6:4.2f} us/step; "
+                    f"floor {least / n * 1e6:4.2f} us/step)",
                     flush=True,
                 )
     first, last = sizes[0], sizes[-1]
     for kind in kinds:
         for fmt in formats:
-            growth = per_step[(kind, fmt, last)] / per_step[(kind, fmt, first)]
-            print(f"{kind:<10} {fmt:<8} per-step cost growth {last:,}/{first:,}: {growth:.2f}x")
+            a, b = per_step[(kind, fmt, first)], per_step[(kind, fmt, last)]
+            fa, fb = floor_step[(kind, fmt, first)], floor_step[(kind, fmt, last)]
+            print(
+                f"{kind:<10} {fmt:<8} per-step cost growth {last:,}/{first:,}: {b / a:.2f}x "
+                f"(+{b - a:.2f} us/step); floor {fb / fa:.2f}x (+{fb - fa:.2f} us/step)"
+            )
 
 
 if __name__ == "__main__":
