@@ -55,13 +55,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import msgspec
-
 import flowcore
 from flowcore import CallTool, EffectSucceeded, Event, Flow, Record, Recorder
 from flowcore._log import EFFECT_EMITTED, EVENT_REPORTED, LogFormat, RawReader, read_raw_log
-from flowcore._replay import replay
-from flowcore._wire import Effect
+from flowcore._replay import _CODECS, replay
 
 
 def sequential_flow(n: int) -> Flow:
@@ -158,15 +155,10 @@ def decode_only(data: bytes, fmt: LogFormat) -> None:
     read_raw_log(data, fmt)
 
 
-_DECODERS: dict[str, tuple[Callable[[bytes], Any], Callable[[bytes], Any]]] = {
-    "json": (msgspec.json.Decoder(Effect).decode, msgspec.json.Decoder(Event).decode),
-    "msgpack": (msgspec.msgpack.Decoder(Effect).decode, msgspec.msgpack.Decoder(Event).decode),
-}
-
-
 def floor(data: bytes, fmt: LogFormat) -> list[list[Any]]:
     """The least a replay must do: every record decoded, a trajectory row per tool call."""
-    effect, event = _DECODERS[fmt]
+    codec = _CODECS[fmt]  # replay's own decoders
+    effect, event = codec.effect, codec.event
     rows: list[list[Any]] = []
     where: dict[str, int] = {}
     for chunk in RawReader(data, fmt).chunks():
