@@ -5,6 +5,7 @@ decision function: state + one event -> next state + effects. The core never
 does I/O, never reads a clock and never draws a random number.
 """
 
+from ._data import MAX_DEPTH, MAX_EVENT_BYTES, MAX_NAME_CHARS, DataError, check_data
 from ._errors import (
     EventRejected,
     FlowcoreError,
@@ -39,6 +40,7 @@ from ._state import (
     state_changes,
 )
 from ._wire import (
+    UNENCODABLE_OUTPUT,
     AskHuman,
     AwaitSignal,
     BudgetRemaining,
@@ -61,6 +63,7 @@ from ._wire import (
     SubflowSettled,
     TimerFired,
     Usage,
+    check_event,
     decode_effect,
     decode_event,
     effect_from_wire,
@@ -69,16 +72,22 @@ from ._wire import (
     encode_event,
     event_from_wire,
     event_to_wire,
+    result_event,
 )
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
+    "MAX_DEPTH",
+    "MAX_EVENT_BYTES",
+    "MAX_NAME_CHARS",
+    "UNENCODABLE_OUTPUT",
     "AskHuman",
     "AwaitSignal",
     "Budget",
     "BudgetRemaining",
     "CallTool",
     "CancelRequested",
+    "DataError",
     "Decision",
     "Effect",
     "EffectFailed",
@@ -118,6 +127,8 @@ __all__ = [
     "Usage",
     "WireError",
     "advance",
+    "check_data",
+    "check_event",
     "decode_effect",
     "decode_event",
     "decode_log",
@@ -136,6 +147,7 @@ __all__ = [
     "parse_flow",
     "replay",
     "restore_state",
+    "result_event",
     "start",
     "state_changes",
 ]

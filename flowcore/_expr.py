@@ -30,6 +30,8 @@ import msgspec
 from jmespath import exceptions as jmes_errors
 from jmespath import functions as jmes_functions
 
+from ._data import DataError, check_data
+
 __all__ = [
     "Cond",
     "Resolver",
@@ -250,9 +252,16 @@ class _Expr:
         else:
             context["steps"] = {ref: resolver.step(ref) for ref in self.refs}
         try:
-            return self._parsed.search(context, options=_OPTIONS)
+            result = self._parsed.search(context, options=_OPTIONS)
         except jmes_errors.JMESPathError as exc:
             raise TemplateError(f"{self.source!r}: {exc}") from None
+        # JMESPath's functions make new numbers (sum, floor, to_number): the
+        # result of a search over data is not always data.
+        try:
+            check_data(result, "$", "result")
+        except DataError as exc:
+            raise TemplateError(f"{self.source!r}: {exc}") from None
+        return result
 
 
 _ROOTS = ("input", "run", "error", "fire_count")

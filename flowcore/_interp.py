@@ -45,6 +45,16 @@ from typing import Any, NoReturn, assert_never
 import immutables
 import msgspec
 
+from ._data import (
+    MAX_EVENT_BYTES,
+    MAX_NAME_CHARS,
+    DataError,
+    check_data,
+    json_size,
+    short,
+    short_json,
+    text_ok,
+)
 from ._errors import EventRejected, InputError, ReportNeeded
 from ._expr import TemplateError
 from ._spec import (
@@ -117,6 +127,7 @@ from ._wire import (
     SubflowSettled,
     TimerFired,
     Usage,
+    check_event,
 )
 
 __all__ = ["DEFAULT_STEP_BUDGET", "Decision", "InputError", "advance", "start"]
@@ -1260,8 +1271,7 @@ class _Txn:
                 _FAIL,
                 _err(
                     "expression-error",
-                    f"for_each {step.id!r}: items is not a list: "
-                    f"{msgspec.json.encode(items, order='sorted').decode()}",
+                    f"for_each {step.id!r}: items is not a list: {short_json(items)}",
                 ),
             )
         if not items:
@@ -1595,7 +1605,7 @@ class _Txn:
         assert isinstance(body, AskHumanStep)
         if body.options is not None and (not isinstance(answer, str) or answer not in body.options):
             raise EventRejected(
-                f"answer {answer!r} is not one of {list(body.options)} for {key}", key
+                f"answer {short(answer)} is not one of {list(body.options)} for {key}", key
             )
 
     def add_row(self, row: ReportRow) -> None:
@@ -1781,7 +1791,7 @@ class _Txn:
             total = sum(len(v) for v in self.signals.values())
             if total >= limit:
                 raise EventRejected(
-                    f"signal {ev.signal!r} rejected: {total} signals already buffered "
+                    f"signal {short(ev.signal)} rejected: {total} signals already buffered "
                     f"(limit {limit})"
                 )
             self.signals = self.signals.set(
@@ -1937,6 +1947,17 @@ class _Txn:
             except TemplateError as exc:
                 self.wind_down(Ending("failed", None, _err("expression-error", f"output: {exc}")))
                 return
+            # A parent receives the output in a subflow-settled event, which
+            # has the size limit of every event: a larger output fails here,
+            # where the flow author can see why, not in the parent.
+            size = json_size(output)
+            if size > MAX_EVENT_BYTES:
+                error = _err(
+                    "output-too-large",
+                    f"output: {size:,} bytes as JSON, over the limit of {MAX_EVENT_BYTES:,}",
+                )
+                self.wind_down(Ending("failed", None, error))
+                return
         self.wind_down(Ending("completed", output, None))
 
     def wind_down(self, ending: Ending) -> None:
@@ -2069,18 +2090,20 @@ def _as_text(value: Any) -> str:
 
 def _instant(value: Any) -> int:
     if isinstance(value, bool):
-        raise TemplateError(f"sleep until: expected epoch milliseconds or ISO 8601, got {value!r}")
+        raise TemplateError(
+            f"sleep until: expected epoch milliseconds or ISO 8601, got {short(value)}"
+        )
     if isinstance(value, (int, float)):
         return int(value)
     if isinstance(value, str):
         try:
             moment = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise TemplateError(f"sleep until: {value!r} is not an ISO 8601 instant") from None
+            raise TemplateError(f"sleep until: {short(value)} is not an ISO 8601 instant") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=_dt.UTC)
         return _dt_to_ms(moment)
-    raise TemplateError(f"sleep until: expected epoch milliseconds or ISO 8601, got {value!r}")
+    raise TemplateError(f"sleep until: expected epoch milliseconds or ISO 8601, got {short(value)}")
 
 
 def _describe_pending(entry: Pending) -> str:
@@ -2128,6 +2151,15 @@ def start(
         raise ValueError("run_id must be a non-empty string")
     if isinstance(now_ms, bool) or not isinstance(now_ms, int) or now_ms < 0:
         raise ValueError(f"now_ms must be a non-negative integer, got {now_ms!r}")
+    try:
+        check_data(input, "$", "input")
+    except DataError as exc:
+        raise InputError(flow.id, [str(exc)]) from None
+    size = json_size(input)
+    if size > MAX_EVENT_BYTES:
+        raise InputError(
+            flow.id, [f"the input is {size:,} bytes as JSON, over {MAX_EVENT_BYTES:,}"]
+        )
     if flow.input_schema is not None:
         from ._validate import input_problems
 
@@ -2193,8 +2225,24 @@ def start(
     return Decision(t.freeze(), tuple(t.effects))
 
 
+def _checked(event: object) -> None:
+    try:
+        check_event(event)
+    except DataError as exc:
+        key = getattr(event, "idempotency_key", None)
+        if not isinstance(key, str) or len(key) > MAX_NAME_CHARS or not text_ok(key):
+            key = None  # the key itself may be what is wrong
+        raise EventRejected(str(exc), key) from None
+
+
 def advance(state: State, event: Event) -> Decision:
-    """Apply one reported event. Raises ``EventRejected`` (state untouched) if it cannot apply."""
+    """Apply one reported event. Raises ``EventRejected`` (state untouched) if it cannot apply.
+
+    An event that is not well-formed flowcore data (``check_event``) is
+    rejected too, before it can reach the state: every state ``advance``
+    returns can be encoded.
+    """
+    _checked(event)
     if state.settled is not None:
         _settled_reject(state, getattr(event, "idempotency_key", None))
     t = _Txn(state)
@@ -2231,6 +2279,7 @@ class Fold:
         t = self.t
         if t.settled is not None or event.usage is not None:
             return None
+        _checked(event)
         entry = t.pending.get(event.idempotency_key)
         if entry is None or entry.kind != "work" or entry.effect == "run-subflow":
             return None

@@ -50,6 +50,7 @@ from typing import Any, Literal, TypeAlias, assert_never
 import attrs
 import msgspec
 
+from ._data import DataError, check_data
 from ._errors import EventRejected, FlowcoreError
 from ._interp import Decision, InputError, advance, start
 from ._log import Record, Recorder
@@ -79,6 +80,7 @@ from ._wire import (
     Usage,
     effect_to_wire,
     event_to_wire,
+    result_event,
 )
 
 __all__ = [
@@ -839,8 +841,11 @@ class _Simulation:
             usage = None
             if response.steps or response.cost:
                 usage = Usage(steps=response.steps, cost_minor_units=response.cost)
-            output = _copy(response.output, f"the output for {key}")
-            event = EffectSucceeded(idempotency_key=key, output=output, usage=usage, at_ms=at)
+            # What every host does with a handler's unstorable value.
+            event = result_event(key, response.output, usage, at_ms=at)
+            if isinstance(event, EffectSucceeded):
+                output = _copy(response.output, f"the output for {key}")
+                event = EffectSucceeded(idempotency_key=key, output=output, usage=usage, at_ms=at)
         elif isinstance(response, Fail):
             error = ErrorInfo(
                 type=response.type, message=response.message, retryable=response.retryable
@@ -984,9 +989,10 @@ class _Simulation:
 def _copy(value: Any, what: str = "a value") -> Any:
     """A fresh copy, as a JSON host would see it: handlers never share objects with the core."""
     try:
-        return msgspec.json.decode(msgspec.json.encode(value))
-    except (TypeError, msgspec.EncodeError) as exc:
-        raise SimulationError(f"{what} is not JSON: {exc}") from None
+        check_data(value, "$", what)
+    except DataError as exc:
+        raise SimulationError(f"{what} is not flowcore data: {exc}") from None
+    return msgspec.json.decode(msgspec.json.encode(value))
 
 
 def _step_id(run_id: str, key: str) -> str:

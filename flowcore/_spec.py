@@ -24,6 +24,7 @@ import hashlib
 import re
 import typing
 from collections.abc import Iterator, Mapping
+from itertools import islice
 from typing import Any, Literal, NewType, TypeAlias, cast
 
 import attrs
@@ -39,6 +40,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn, override
 
+from ._data import problems as data_problems
 from ._errors import Problem, SpecError
 from ._expr import Cond, Template, TemplateError, compile_cond, compile_template, find_expressions
 
@@ -1076,6 +1078,7 @@ def _format_path(path: tuple[Any, ...]) -> str:
 # --- entry point ------------------------------------------------------------------
 
 _CONVERTER: cattrs.Converter | None = None
+_SPEC_DEPTH = 256
 
 
 def _converter() -> cattrs.Converter:
@@ -1235,6 +1238,16 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     if "steps" in raw and isinstance(raw["steps"], list) and not raw["steps"]:
         found.append((("steps",), "a flow needs at least one step"))
     found.extend(_cross_check(raw))
+    # Constants in a spec become effects' inputs and outputs: they must be
+    # flowcore data too (YAML has .nan, .inf and integers of any size). The
+    # spec's own nesting may go deeper than a value's. One place is reported
+    # once: for a bad value the data check says it best, for a bad key (an
+    # unknown key 404) the checks above do.
+    data = list(islice(data_problems(raw, max_depth=_SPEC_DEPTH), 20))
+    bad_values = {_format_path(p) for p, m in data if not m.startswith("key ")}
+    found = [f for f in found if _format_path(f[0]) not in bad_values]
+    seen = {_format_path(p) for p, _ in found}
+    found.extend(d for d in data if _format_path(d[0]) not in seen)
     problems.extend(_problem(p, m, source_name, positions) for p, m in found)
     if problems:
         problems.sort(key=lambda p: (p.line or 0, p.column or 0))

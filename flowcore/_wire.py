@@ -18,10 +18,20 @@ This module must never do I/O.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, assert_never
 
 import msgspec
 
+from ._data import (
+    MAX_EVENT_BYTES,
+    MAX_NAME_CHARS,
+    DataError,
+    check_data,
+    check_text,
+    json_size,
+    short,
+    text_ok,
+)
 from ._errors import WireError
 
 __all__ = [
@@ -47,6 +57,8 @@ __all__ = [
     "SubflowSettled",
     "TimerFired",
     "Usage",
+    "UNENCODABLE_OUTPUT",
+    "check_event",
     "decode_effect",
     "decode_event",
     "effect_from_wire",
@@ -55,6 +67,7 @@ __all__ = [
     "encode_event",
     "event_from_wire",
     "event_to_wire",
+    "result_event",
 ]
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -294,13 +307,127 @@ def event_to_wire(event: Event) -> dict[str, Any]:
 
 
 def event_from_wire(data: Any) -> Event:
-    """Validate a wire dict into an event; raises ``WireError`` naming the bad field."""
+    """Validate a wire dict into an event; raises ``WireError`` naming the bad field.
+
+    The dict is checked as data first (``_data``): msgspec would otherwise
+    raise foreign errors for a lone surrogate, and a value it cannot store
+    must not get as far as a state.
+    """
     if not isinstance(data, dict):
         raise WireError(f"invalid event at $: expected an object, got {type(data).__name__}")
+    check_data(data, what="invalid event")
     try:
         event: Event = msgspec.convert(data, Event, strict=True)
     except msgspec.ValidationError as exc:
         raise _wire_error("event", exc) from None
+    _check_size(event)
+    return event
+
+
+_EVENT_TYPES = (
+    EffectSucceeded,
+    EffectFailed,
+    EffectOutcomeUnknown,
+    HumanAnswered,
+    TimerFired,
+    SignalReceived,
+    SubflowSettled,
+    CancelRequested,
+)
+_STATUSES = frozenset(("completed", "failed", "cancelled", "budget-exhausted"))
+
+
+def _check_size(event: Event) -> None:
+    size = json_size(event)
+    if size > MAX_EVENT_BYTES:
+        raise DataError(
+            "$",
+            f"the event is {size:,} bytes as JSON, over the limit of {MAX_EVENT_BYTES:,}",
+            "invalid event",
+        )
+
+
+def _check_count(value: Any, path: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**63 - 1:
+        raise DataError(
+            path, f"expected a non-negative 64-bit integer, got {short(value)}", "invalid event"
+        )
+
+
+def _check_usage(usage: Any) -> None:
+    if usage is None:
+        return
+    if not isinstance(usage, Usage):
+        raise DataError(
+            "$.usage",
+            f"expected flowcore.Usage or None, got {type(usage).__name__}"
+            " (build the event with flowcore.event_from_wire to pass a wire dict)",
+            "invalid event",
+        )
+    _check_count(usage.steps, "$.usage.steps")
+    _check_count(usage.cost_minor_units, "$.usage.costMinorUnits")
+
+
+def check_event(event: object) -> Event:
+    """Check an event built in Python (``advance`` does, before anything else).
+
+    A Struct built by hand skips msgspec's validation: its fields may hold
+    anything. Raises ``DataError`` naming the field; returns the event.
+    """
+    if not isinstance(event, _EVENT_TYPES):
+        hint = (
+            "; to apply a wire dict, pass flowcore.event_from_wire(d)"
+            if isinstance(event, dict)
+            else ""
+        )
+        raise DataError(
+            "$",
+            f"expected a flowcore event (EffectSucceeded, HumanAnswered, ...),"
+            f" got {type(event).__name__}{hint}",
+            "invalid event",
+        )
+    what = "invalid event"
+    _check_count(event.at_ms, "$.atMs")
+    match event:
+        case EffectSucceeded():
+            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
+            check_data(event.output, "$.output", what)
+            _check_usage(event.usage)
+        case EffectFailed():
+            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
+            error = event.error
+            if not isinstance(error, ErrorInfo):
+                raise DataError(
+                    "$.error",
+                    f"expected flowcore.ErrorInfo, got {type(error).__name__}"
+                    " (write ErrorInfo(type=..., message=...))",
+                    what,
+                )
+            check_text(error.type, "$.error.type", what, MAX_NAME_CHARS)
+            check_text(error.message, "$.error.message", what)
+            if not isinstance(error.retryable, bool):
+                raise DataError("$.error.retryable", "expected a boolean", what)
+        case EffectOutcomeUnknown() | TimerFired():
+            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
+        case HumanAnswered():
+            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
+            check_data(event.answer, "$.answer", what)
+        case SignalReceived():
+            check_text(event.signal, "$.signal", what, MAX_NAME_CHARS)
+            check_data(event.payload, "$.payload", what)
+        case SubflowSettled():
+            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
+            if event.status not in _STATUSES:
+                raise DataError(
+                    "$.status", f"{short(event.status)} is not one of {sorted(_STATUSES)}", what
+                )
+            check_data(event.output, "$.output", what)
+            _check_usage(event.usage)
+        case CancelRequested():
+            check_text(event.reason, "$.reason", what)
+        case _:
+            assert_never(event)
+    _check_size(event)
     return event
 
 
@@ -308,6 +435,7 @@ def effect_from_wire(data: Any) -> Effect:
     """Validate a wire dict into an effect; raises ``WireError`` naming the bad field."""
     if not isinstance(data, dict):
         raise WireError(f"invalid effect at $: expected an object, got {type(data).__name__}")
+    check_data(data, what="invalid effect")
     try:
         effect: Effect = msgspec.convert(data, Effect, strict=True)
     except msgspec.ValidationError as exc:
@@ -328,12 +456,60 @@ def decode_effect(data: bytes, format: Format = "json") -> Effect:
         effect: Effect = (_effect_json if format == "json" else _effect_mp).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _wire_error("effect", exc) from None
+    except RecursionError:
+        raise WireError("invalid effect at $: nested too deeply to decode") from None
     return effect
 
 
 def decode_event(data: bytes, format: Format = "json") -> Event:
+    """Decode one event; raises ``WireError`` naming the bad field.
+
+    Like ``event_from_wire`` it checks the structure; whether the values are
+    flowcore data is checked by ``advance`` (``check_event``), as for an
+    event built in Python.
+    """
     try:
         event: Event = (_event_json if format == "json" else _event_mp).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _wire_error("event", exc) from None
+    except RecursionError:
+        raise WireError("invalid event at $: nested too deeply to decode") from None
+    return event
+
+
+UNENCODABLE_OUTPUT = "unencodable-output"
+"""The error type of work whose result is not flowcore data."""
+
+
+def result_event(
+    idempotency_key: str, output: Any, usage: Usage | None = None, *, at_ms: int
+) -> EffectSucceeded | EffectFailed:
+    """The event a host reports for a work effect's result.
+
+    ``effect-succeeded``, unless the output (or the usage) cannot be stored:
+    then ``effect-failed`` with type ``unencodable-output`` and a message
+    naming the path of the bad value (``the output.n of r-1/a#1 cannot be
+    stored: integer ... is outside the 64-bit range``). Failing the effect
+    once, rather than refusing the report, keeps the run moving: the work
+    ran, and running it again would return the same value.
+    """
+    event = EffectSucceeded(
+        idempotency_key=idempotency_key, output=output, usage=usage, at_ms=at_ms
+    )
+    try:
+        check_event(event)
+    except DataError as exc:
+        path = exc.path
+        if path.startswith("$.output"):
+            where = "output" + path[len("$.output") :]
+        elif path.startswith("$.usage"):
+            where = "usage" + path[len("$.usage") :]
+        else:
+            where = "result"
+        key = idempotency_key
+        if not isinstance(key, str) or len(key) > 200 or not text_ok(key):
+            key = short(key, 200)
+        message = f"the {where} of {key} cannot be stored: {exc.problem}"
+        error = ErrorInfo(type=UNENCODABLE_OUTPUT, message=message)
+        return EffectFailed(idempotency_key=idempotency_key, error=error, at_ms=at_ms)
     return event

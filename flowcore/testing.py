@@ -507,7 +507,8 @@ def pending_events(state: State) -> list[Event]:
 
 def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
     """Events a broken host might send: unknown keys, wrong kinds, bad answers, time
-    travel, oversize payloads, and duplicates of the events in ``sent``."""
+    travel, oversize payloads, values that are not flowcore data, and duplicates
+    of the events in ``sent``."""
     at = state.now_ms
     keys = sorted(state.pending.keys()) or ["nobody/none#1"]
     key = keys[0]
@@ -520,6 +521,10 @@ def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
         SubflowSettled(idempotency_key=key, status="cancelled", at_ms=at),
         EffectSucceeded(idempotency_key=key, output="x" * 10_000, at_ms=0),
         SignalReceived(signal="nobody-waits", payload=list(range(100)), at_ms=at),
+        # Values flowcore refuses as data (see specs/protocol.md §3.1).
+        EffectSucceeded(idempotency_key=key, output={"n": 10**20}, at_ms=at),
+        SignalReceived(signal="nobody-waits", payload="\ud800", at_ms=at),
+        HumanAnswered(idempotency_key=key, answer=float("nan"), at_ms=at),
     ]
     out.extend(sent[-3:])
     return out

@@ -6,6 +6,14 @@ import flowcore
 
 EXPECTED = {
     "DEFAULT_STEP_BUDGET",
+    "MAX_DEPTH",
+    "MAX_EVENT_BYTES",
+    "MAX_NAME_CHARS",
+    "UNENCODABLE_OUTPUT",
+    "result_event",
+    "DataError",
+    "check_data",
+    "check_event",
     "AskHuman",
     "AwaitSignal",
     "Budget",

@@ -221,9 +221,16 @@ def test_handlers_get_a_copy_they_cannot_corrupt_the_run_with() -> None:
     assert t.output == {"n": 999}
 
 
-def test_outputs_must_be_json() -> None:
-    with pytest.raises(SimulationError, match="not JSON"):
-        simulate(TWO_CALLS, tools={"a": object(), "b": 1})
+def test_an_output_that_is_not_data_fails_its_effect_as_on_every_host() -> None:
+    for bad, where in (
+        (object(), "output"),
+        ({"n": 10**20}, "output.n"),
+        ([float("nan")], "output[0]"),
+    ):
+        t = simulate(TWO_CALLS, tools={"a": bad, "b": 1})
+        assert t.status == "failed" and t.settled is not None and t.settled.error is not None
+        assert t.settled.error.type == "unencodable-output"
+        assert t.settled.error.message.startswith(f"the {where} of run/x#1 cannot be stored: ")
 
 
 def test_unscripted_work_is_a_set_up_error_unless_there_is_a_default() -> None:

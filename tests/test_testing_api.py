@@ -316,7 +316,7 @@ def test_the_single_state_helpers_still_work() -> None:
     state = flowcore.start(APPROVAL_FLOW, {"id": 1}, run_id="r").state
     fitting = T.pending_events(state)
     assert any(isinstance(e, EffectSucceeded) and e.idempotency_key == "r/who#1" for e in fitting)
-    assert len(T.hostile_events(state, fitting[:1])) == 9
+    assert len(T.hostile_events(state, fitting[:1])) == 12
     assert T.event_of_kind("human-answered", state, 2).answer == "maybe"  # type: ignore[union-attr]
     assert T.apply(state, fitting[0]) is not None
     assert T.apply(state, T.hostile_events(state)[0]) is None

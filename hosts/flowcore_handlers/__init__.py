@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import flowcore
 from flowcore import (
     CallTool,
     EffectFailed,
@@ -46,12 +47,14 @@ __all__ = [
     "Handler",
     "HandlerError",
     "RegistryError",
+    "UNENCODABLE_OUTPUT",
     "Registry",
     "Result",
     "call_handler",
     "load_registry",
     "outcome_event",
     "registry_from_module",
+    "safe_text",
 ]
 
 Handler = Callable[[Any], Any]
@@ -143,28 +146,57 @@ def load_registry(name: str | None) -> Registry:
     return registry_from_module(module)
 
 
+MAX_MESSAGE_CHARS = 4096
+"""An error message from a handler is cut to this many characters."""
+
+
+def safe_text(value: Any, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Any object's text as flowcore data: cut to ``limit`` characters, surrogates escaped."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:  # an exception's __str__ may itself raise
+        text = f"<unprintable {type(value).__name__}>"
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text):,} characters)"
+    # A lone surrogate cannot be stored; keep it visible as an escape.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _error_of(exc: BaseException) -> ErrorInfo:
     if isinstance(exc, HandlerError):
-        return ErrorInfo(type=exc.type, message=exc.message, retryable=exc.retryable)
+        return ErrorInfo(
+            type=safe_text(exc.type, flowcore.MAX_NAME_CHARS) or "HandlerError",
+            message=safe_text(exc.message, MAX_MESSAGE_CHARS),
+            retryable=exc.retryable is True,
+        )
     return ErrorInfo(
         type=type(exc).__name__,
-        message=str(exc),
-        retryable=bool(getattr(exc, "retryable", False)),
+        message=safe_text(exc, MAX_MESSAGE_CHARS),
+        retryable=getattr(exc, "retryable", False) is True,
     )
+
+
+UNENCODABLE_OUTPUT = flowcore.UNENCODABLE_OUTPUT
+"""The error type of an effect whose handler returned something that is not flowcore data."""
 
 
 def outcome_event(
     effect: WorkEffect, outcome: Any, error: BaseException | None, at_ms: int
 ) -> EffectSucceeded | EffectFailed:
-    """The event that reports a handler's return value or exception."""
+    """The event that reports a handler's return value or exception.
+
+    A return value flowcore cannot store (not JSON data, an integer beyond
+    64 bits, a lone surrogate, too large) fails this effect, once, with
+    ``unencodable-output`` naming the path of the bad value: the handler is
+    not run again, and no other run is touched.
+    """
     key = effect.idempotency_key
     if error is not None:
         return EffectFailed(idempotency_key=key, error=_error_of(error), at_ms=at_ms)
+    output, usage = outcome, None
     if isinstance(outcome, Result):
-        return EffectSucceeded(
-            idempotency_key=key, output=outcome.output, usage=outcome.usage, at_ms=at_ms
-        )
-    return EffectSucceeded(idempotency_key=key, output=outcome, at_ms=at_ms)
+        output, usage = outcome.output, outcome.usage
+    return flowcore.result_event(key, output, usage, at_ms=at_ms)
 
 
 async def call_handler(

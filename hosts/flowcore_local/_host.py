@@ -22,6 +22,7 @@ All database access happens on the event loop's thread (see ``_db``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import socket
@@ -35,6 +36,7 @@ import flowcore
 from flowcore import (
     EffectFailed,
     EffectOutcomeUnknown,
+    EffectSucceeded,
     ErrorInfo,
     Event,
     HumanAnswered,
@@ -51,6 +53,7 @@ from flowcore_handlers import (
     call_handler,
     load_registry,
     outcome_event,
+    safe_text,
 )
 
 from ._db import connect, default_db_path
@@ -59,11 +62,19 @@ from ._store import Applied, Claimed, HostError, RunRow, Store
 __all__ = ["LocalHost"]
 
 T = TypeVar("T")
+log = logging.getLogger("flowcore.local")
 SAFE = ("readonly", "idempotent")
 
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _spec_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise HostError(f"{path}: not a flow spec: not UTF-8 (byte {exc.start})") from None
 
 
 class LocalHost:
@@ -184,16 +195,19 @@ class LocalHost:
         """
         texts: list[tuple[str, str, bool]] = []  # (text, source, came from a directory)
         if isinstance(spec, Path):
-            texts.append((spec.read_text(encoding="utf-8"), str(spec), False))
+            texts.append((_spec_text(spec), str(spec), False))
         else:
             texts.append((spec, "<spec>", False))
         for extra in flows:
             path = Path(extra)
             if path.is_dir():
                 for file in sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")):
-                    texts.append((file.read_text(encoding="utf-8"), str(file), True))
+                    try:
+                        texts.append((_spec_text(file), str(file), True))
+                    except HostError:
+                        continue  # a directory may hold files that are not flows
             else:
-                texts.append((path.read_text(encoding="utf-8"), str(path), False))
+                texts.append((_spec_text(path), str(path), False))
         tools = tools or self.tools
         now = self.now()
 
@@ -491,8 +505,12 @@ class LocalHost:
             future.add_done_callback(self._fired(run_id, key))
 
     def _fired(self, run_id: str, key: str) -> Callable[[asyncio.Future[Applied]], None]:
-        def done(_: asyncio.Future[Applied]) -> None:
+        def done(future: asyncio.Future[Applied]) -> None:
             self._firing.discard((run_id, key))
+            # A failed commit leaves the timer due: it fires again next round.
+            # Retrieve the exception so asyncio does not print it as lost.
+            if not future.cancelled():
+                future.exception()
 
         return done
 
@@ -587,6 +605,17 @@ class LocalHost:
                 else:
                     event = await call_handler(registry, claimed.effect, self.now, self._threads)
             await self._submit(claimed.run_id, event)
+        except Exception as exc:
+            # The group commit itself failed (the database, not this event):
+            # the result is lost with it, and the effect's lease lapses, so
+            # recovery handles it as after a crash. Say so once; a task's
+            # unretrieved exception would print a traceback instead.
+            log.warning(
+                "flowcore: the result of %s was not committed (%s: %s); recovery will handle it",
+                claimed.key,
+                type(exc).__name__,
+                safe_text(exc, 200),
+            )
         finally:
             self._running.pop((claimed.run_id, claimed.key), None)
 
@@ -605,28 +634,57 @@ class LocalHost:
     ) -> list[tuple[Applied, list[Applied]]]:
         """One group commit: every queued event applied in one transaction.
 
-        An event that fails with a HostError (say, its run is gone) must not
-        take the others down, nor leave half its writes behind. That is rare,
-        so a batch first runs without a savepoint per event (two statements
-        each); if any event fails that way, the transaction is rolled back and
-        the batch runs again with each event in its own savepoint.
+        An event that fails (its run is gone, or anything unforeseen) must not
+        take the other runs' events down, nor leave half its writes behind.
+        That is rare, so a batch first runs without a savepoint per event (two
+        statements each); if any event fails, the transaction is rolled back
+        and the batch runs again with each event in its own savepoint, where a
+        failure touches that event alone (``_isolated``).
         """
         store = self.store
         try:
             with store.tx():
                 return [self._apply_one(run_id, event, now) for run_id, event, _ in batch]
-        except HostError:
+        except Exception:
             store.take_extra()  # side applies of the rolled-back attempt
         with store.tx():
-            out: list[tuple[Applied, list[Applied]]] = []
-            for run_id, event, _ in batch:
+            return [self._isolated(run_id, event, now) for run_id, event, _ in batch]
+
+    def _isolated(self, run_id: str, event: Event, now: int) -> tuple[Applied, list[Applied]]:
+        """Apply one event in its own savepoint; whatever goes wrong stays with its run.
+
+        A HostError rejects the event. Any other exception is a failure of the
+        host, not of the run's other work: a work result it could not apply
+        fails its own effect (``host-error``), once, rather than leaving the
+        effect dispatched until its lease lapses and recovery runs it again.
+        """
+        store = self.store
+        try:
+            with store.savepoint():
+                return self._apply_one(run_id, event, now)
+        except HostError as exc:
+            store.take_extra()
+            return self._rejected(run_id, event, str(exc))
+        except Exception as exc:
+            store.take_extra()
+            why = f"{type(exc).__name__}: {safe_text(exc, 200)}"
+            log.warning(
+                "flowcore: cannot apply %s to run %s: %s", event.__struct_config__.tag, run_id, why
+            )
+            key = getattr(event, "idempotency_key", None)
+            if isinstance(event, (EffectSucceeded, EffectFailed)) and key is not None:
+                message = f"the host could not apply the result of {key}: {why}"
+                failed = EffectFailed(
+                    idempotency_key=key,
+                    error=ErrorInfo(type="host-error", message=message),
+                    at_ms=event.at_ms,
+                )
                 try:
                     with store.savepoint():
-                        out.append(self._apply_one(run_id, event, now))
-                except HostError as exc:
+                        return self._apply_one(run_id, failed, now)
+                except Exception:
                     store.take_extra()
-                    out.append(self._rejected(run_id, event, str(exc)))
-            return out
+            return self._rejected(run_id, event, f"the host could not apply it: {why}")
 
     def _apply_one(self, run_id: str, event: Event, now: int) -> tuple[Applied, list[Applied]]:
         applied = self.store.apply(run_id, event, now)
