@@ -1,9 +1,10 @@
 """Entry point of the ``flowcore`` console script.
 
 Every command returns its exit code: 0 success, 1 a finding (a replay that
-diverges), 2 bad input. ``main`` runs click without its standalone mode so
-that every error path ends the same way: one line on stderr starting with
-``flowcore:``, exit 2, never a traceback.
+diverges), 2 bad input. ``run`` checks the command line (UTF-8 only) and runs
+click without its standalone mode so that every error path ends the same way:
+one bounded line on stderr starting with ``flowcore:``, exit 2, never a
+traceback (``_common.invoke``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from ._common import invoke
 from ._graph import graph
 from ._replay import replay
 from ._validate import validate
@@ -59,32 +61,8 @@ _add_temporal_host_commands()
 
 
 def run(args: list[str] | None = None) -> int:
-    """Run the command line ``args``; return the exit code."""
-    try:
-        result = cli.main(args, prog_name="flowcore", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.UsageError as exc:
-        hint = ""
-        if exc.ctx is not None:
-            hint = f" (see '{exc.ctx.command_path} --help')"
-        click.echo(f"flowcore: {exc.format_message()}{hint}", err=True)
-        return 2
-    except click.ClickException as exc:
-        exc.show()
-        return 2 if exc.exit_code == 1 else exc.exit_code
-    except click.Abort:
-        click.echo("flowcore: aborted", err=True)
-        return 130
-    except KeyboardInterrupt:
-        click.echo("flowcore: interrupted", err=True)
-        return 130
-    except BrokenPipeError:
-        return 0  # e.g. `flowcore graph x | head`
-    except Exception as exc:  # the last line of defence: never a traceback
-        click.echo(f"flowcore: internal error: {type(exc).__name__}: {exc}", err=True)
-        return 2
-    return result if isinstance(result, int) else 0
+    """Run the command line ``args`` (default: ``sys.argv[1:]``); return the exit code."""
+    return invoke(cli, args, "flowcore")
 
 
 def main() -> None:

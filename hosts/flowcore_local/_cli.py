@@ -2,7 +2,10 @@
 
 run, worker, runs, show, events, export, signal, answer, cancel. Every
 failure a user can cause (unknown run, bad JSON, a file that is not a flowcore
-database, a rejected answer) prints one line on stderr and exits 2.
+database, a rejected answer) prints one line on stderr and exits 2, and is
+found before the database is written. JSON options, names and answers are
+read and checked by ``flowcore_cli._common``, shared with the Temporal host's
+commands (``specs/cli.md``, "Values on the command line").
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 import flowcore
+from flowcore_cli._common import CliError, answer_value, checked_name, json_value, say
 from flowcore_handlers import RegistryError
 
 from ._db import DB_ENV, NotAFlowcoreDatabase
@@ -42,22 +46,7 @@ db_option = click.option(
 )
 
 
-class Fail(click.ClickException):
-    """One clear line, exit 2."""
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"flowcore: {self.message}", err=True)
-
-
-def _json_arg(text: str | None, what: str) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Fail(f"{what} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+FROM_FILE = " @FILE reads it from a file, - from standard input."
 
 
 def _run(
@@ -68,7 +57,7 @@ def _run(
     **options: Any,
 ) -> T:
     if must_exist and not db.exists():
-        raise Fail(f"no database at {db} (start a run first, or pass --db)")
+        raise CliError(f"no database at {db} (start a run first, or pass --db)")
 
     async def main() -> T:
         async with LocalHost(db, tools, **options) as host:
@@ -77,11 +66,11 @@ def _run(
     try:
         return asyncio.run(main())
     except (HostError, NotAFlowcoreDatabase, RegistryError) as exc:
-        raise Fail(str(exc)) from None
+        raise CliError(str(exc)) from None
     except (flowcore.InputError, flowcore.SpecError) as exc:
-        raise Fail(" ".join(str(exc).split())) from None
+        raise CliError(" ".join(str(exc).split())) from None
     except OSError as exc:
-        raise Fail(str(exc)) from None
+        raise CliError(str(exc)) from None
 
 
 def _line(record: flowcore.Record) -> str | None:
@@ -155,7 +144,7 @@ async def _ask(
             await host.answer(run_id, key, answer)
             return
         except HostError as exc:
-            err.print(f"[red]{exc}[/]")
+            say(str(exc))  # and ask again
             if not sys.stdin.isatty():
                 return
 
@@ -196,9 +185,19 @@ async def _watch(host: LocalHost, root: str, stop: asyncio.Event, console: Conso
 
 @click.command()
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--input", "input_", help="The run's input as JSON.")
+@click.option(
+    "--input",
+    "input_",
+    help="The run's input as JSON;"
+    + FROM_FILE
+    + " (With -, questions are not answered from standard input.)",
+)
 @click.option("--tools", help="Tools module: a dotted module name or a .py file.")
-@click.option("--run-id", help="Choose the run id (starting again with it is idempotent).")
+@click.option(
+    "--run-id",
+    callback=checked_name,
+    help="Choose the run id (starting again with it is idempotent).",
+)
 @click.option(
     "--flows",
     multiple=True,
@@ -219,7 +218,7 @@ def run(
     db: Path,
 ) -> None:
     """Start a run of SPEC and process it to the end, showing progress."""
-    data = _json_arg(input_, "--input")
+    data = json_value(input_, "--input")
 
     async def body(host: LocalHost) -> dict[str, Any]:
         rid = await host.start(spec, data, run_id, tools=tools, flows=flows or [spec.parent])
@@ -331,7 +330,7 @@ def runs(status: str | None, tree: bool, as_json: bool, db: Path) -> None:
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=checked_name)
 @click.option("--json", "as_json", is_flag=True)
 @db_option
 def show(run_id: str, as_json: bool, db: Path) -> None:
@@ -365,7 +364,7 @@ def show(run_id: str, as_json: bool, db: Path) -> None:
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=checked_name)
 @click.option("--start-index", default=0, show_default=True)
 @click.option("--follow", is_flag=True, help="Keep printing until the run settles.")
 @db_option
@@ -381,7 +380,7 @@ def events(run_id: str, start_index: int, follow: bool, db: Path) -> None:
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=checked_name)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 @db_option
 def export(run_id: str, output: Path | None, db: Path) -> None:
@@ -394,28 +393,34 @@ def export(run_id: str, output: Path | None, db: Path) -> None:
 
 
 @click.command("signal")
-@click.argument("run_id")
-@click.argument("name")
-@click.option("--data", help="The signal's payload as JSON.")
+@click.argument("run_id", callback=checked_name)
+@click.argument("name", callback=checked_name)
+@click.option("--data", help="The signal's payload as JSON;" + FROM_FILE)
 @db_option
 def signal_(run_id: str, name: str, data: str | None, db: Path) -> None:
     """Send signal NAME to RUN (buffered if the run does not wait for it yet)."""
-    payload = _json_arg(data, "--data")
+    payload = json_value(data, "--data")
     _run(db, lambda host: host.signal(run_id, name, payload))
 
 
 @click.command()
-@click.argument("run_id")
-@click.argument("key")
-@click.argument("answer")
+@click.argument("run_id", callback=checked_name)
+@click.argument("key", callback=checked_name)
+@click.argument("answer", required=False)
+@click.option(
+    "--data",
+    help="The answer as JSON instead of ANSWER (any value, for a question without options);"
+    + FROM_FILE,
+)
 @db_option
-def answer(run_id: str, key: str, answer: str, db: Path) -> None:
-    """Answer RUN's question KEY."""
-    _run(db, lambda host: host.answer(run_id, key, answer))
+def answer(run_id: str, key: str, answer: str | None, data: str | None, db: Path) -> None:
+    """Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON)."""
+    value = answer_value(answer, data)
+    _run(db, lambda host: host.answer(run_id, key, value))
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=checked_name)
 @click.option("--reason", default="", help="Why (recorded in the log).")
 @db_option
 def cancel(run_id: str, reason: str, db: Path) -> None:

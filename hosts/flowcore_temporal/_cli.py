@@ -2,7 +2,10 @@
 
 worker, run, signal, answer, cancel, show, export. Every failure a user can
 cause (a server that cannot be reached, an unknown run, bad JSON, a bad spec,
-a rejected answer) prints one line on stderr and exits 2.
+a rejected answer) prints one line on stderr and exits 2. JSON options, names
+and answers are read and checked by ``flowcore_cli._common`` (shared with the
+local host's commands) before anything is sent: a signal is not answered, so
+a value the workflow would refuse must never leave this process.
 
 temporalio is imported only when a command runs, so the rest of ``flowcore``
 neither pays for it nor needs the ``temporal`` extra. A process that used a
@@ -26,6 +29,16 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 import flowcore
+from flowcore_cli._common import (
+    CliError,
+    answer_value,
+    checked_name,
+    internal_error,
+    invoke,
+    json_value,
+    problem_line,
+    say,
+)
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -40,34 +53,13 @@ QUEUE_ENV = "FLOWCORE_TEMPORAL_TASK_QUEUE"
 NAMESPACE_ENV = "FLOWCORE_TEMPORAL_NAMESPACE"
 
 
-class Fail(click.ClickException):
-    """One clear line, exit 2."""
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"flowcore: {self.message}", err=True)
+FROM_FILE = " @FILE reads it from a file, - from standard input."
 
 
 def _finish(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _json_arg(text: str | None, what: str) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Fail(f"{what} is not valid JSON: {exc.msg} at column {exc.colno}") from None
-
-
-def _problem_line(problem: flowcore.Problem) -> str:
-    where = problem.location
-    path = f" (at {problem.path})" if problem.path and problem.line is not None else ""
-    return f"{where}: {problem.message}{path}"
 
 
 def _connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,7 +105,7 @@ def _with_host(
         import flowcore_temporal as ft
         from flowcore_handlers import RegistryError
     except ImportError as exc:
-        raise Fail(
+        raise CliError(
             f"the Temporal host needs the temporal extra (pip install 'flowcore[temporal]'): {exc}"
         ) from None
 
@@ -126,20 +118,20 @@ def _with_host(
         result = asyncio.run(main())
         code = after(result)
     except click.ClickException as exc:
-        exc.show()
+        say(exc.format_message())
         code = 2 if exc.exit_code == 1 else exc.exit_code
     except flowcore.SpecError as exc:
         for problem in exc.problems:
-            click.echo(f"flowcore: {_problem_line(problem)}", err=True)
+            say(problem_line(problem))
     except (ft.TemporalHostError, flowcore.InputError, RegistryError, OSError) as exc:
-        click.echo(f"flowcore: {' '.join(str(exc).split())}", err=True)
+        say(" ".join(str(exc).split()))
     except RPCError as exc:
-        click.echo(f"flowcore: Temporal said: {exc.message}", err=True)
+        say(f"Temporal said: {exc.message}")
     except KeyboardInterrupt:
-        click.echo("flowcore: interrupted", err=True)
+        say("interrupted")
         code = 130
     except Exception as exc:  # the last line of defence: never a traceback
-        click.echo(f"flowcore: internal error: {type(exc).__name__}: {exc}", err=True)
+        say(internal_error(exc))
     _finish(code)
 
 
@@ -282,7 +274,7 @@ async def _ask(host: TemporalHost, run_id: str, key: str, question: str, options
             await host.answer(run_id, key, answer)
             return
         except ft.TemporalHostError as exc:
-            click.echo(f"flowcore: {exc}", err=True)  # and ask again (next line of stdin)
+            say(str(exc))  # and ask again (next line of stdin)
 
 
 async def _watch(host: TemporalHost, root: str, stop: asyncio.Event) -> None:
@@ -336,8 +328,18 @@ def _child_id(workflow_id: str, key: str) -> str:
 
 @click.command()
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--input", "input_", help="The run's input as JSON.")
-@click.option("--run-id", help="Choose the run id, which is the workflow id (idempotent).")
+@click.option(
+    "--input",
+    "input_",
+    help="The run's input as JSON;"
+    + FROM_FILE
+    + " (With -, questions are not answered from standard input.)",
+)
+@click.option(
+    "--run-id",
+    callback=checked_name,
+    help="Choose the run id, which is the workflow id (idempotent).",
+)
 @click.option(
     "--flows",
     multiple=True,
@@ -346,7 +348,7 @@ def _child_id(workflow_id: str, key: str) -> str:
     " the spec's own directory is always searched.",
 )
 @click.option("--tools", help="Tools module for this run's handlers (default: the worker's).")
-@click.option("--budget", help='Cap the spec\'s budget, as JSON: {"steps": 10, ...}.')
+@click.option("--budget", help='Cap the spec\'s budget, as JSON: {"steps": 10, ...};' + FROM_FILE)
 @click.option(
     "--activity-timeout-ms",
     default=600_000,
@@ -378,12 +380,15 @@ def run(
     namespace: str,
 ) -> None:
     """Start a run of SPEC on Temporal (a worker runs it) and follow it to the end."""
-    data = _json_arg(input_, "--input")
-    caps = _json_arg(budget, "--budget")
+    if input_ == "-" and budget == "-":
+        raise CliError("--input and --budget cannot both read standard input (-)")
+    data = json_value(input_, "--input")
+    caps = json_value(budget, "--budget")
     if caps is not None and not (
-        isinstance(caps, dict) and all(isinstance(v, int) for v in caps.values())
+        isinstance(caps, dict)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in caps.values())
     ):
-        raise Fail('--budget must be a JSON object of integers, e.g. {"steps": 10}')
+        raise CliError('--budget must be a JSON object of integers, e.g. {"steps": 10}')
 
     async def body(host: TemporalHost) -> dict[str, Any]:
         rid = await host.start(
@@ -426,34 +431,49 @@ def run(
 
 
 @click.command("signal")
-@click.argument("run_id")
-@click.argument("name")
-@click.option("--data", help="The signal's payload as JSON.")
+@click.argument("run_id", callback=checked_name)
+@click.argument("name", callback=checked_name)
+@click.option("--data", help="The signal's payload as JSON;" + FROM_FILE)
 @_connection_options
 def signal_(
     run_id: str, name: str, data: str | None, address: str, task_queue: str, namespace: str
 ) -> None:
     """Send signal NAME to RUN (buffered if the run does not wait for it yet)."""
-    payload = _json_arg(data, "--data")
+    payload = json_value(data, "--data")
     _with_host(
         address, namespace, task_queue, lambda h: h.signal(run_id, name, payload), lambda _: 0
     )
 
 
 @click.command()
-@click.argument("run_id")
-@click.argument("key")
-@click.argument("answer")
+@click.argument("run_id", callback=checked_name)
+@click.argument("key", callback=checked_name)
+@click.argument("answer", required=False)
+@click.option(
+    "--data",
+    help="The answer as JSON instead of ANSWER (any value, for a question without options);"
+    + FROM_FILE,
+)
 @_connection_options
 def answer(
-    run_id: str, key: str, answer: str, address: str, task_queue: str, namespace: str
+    run_id: str,
+    key: str,
+    answer: str | None,
+    data: str | None,
+    address: str,
+    task_queue: str,
+    namespace: str,
 ) -> None:
-    """Answer RUN's question KEY; a wrong answer is rejected and changes nothing."""
-    _with_host(address, namespace, task_queue, lambda h: h.answer(run_id, key, answer), lambda _: 0)
+    """Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON).
+
+    A wrong answer is rejected and changes nothing.
+    """
+    value = answer_value(answer, data)
+    _with_host(address, namespace, task_queue, lambda h: h.answer(run_id, key, value), lambda _: 0)
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=checked_name)
 @click.option("--reason", default="", help="Why (recorded in the log).")
 @_connection_options
 def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: str) -> None:
@@ -462,7 +482,7 @@ def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: s
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=checked_name)
 @click.option("--json", "as_json", is_flag=True)
 @_connection_options
 def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
@@ -501,7 +521,7 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", callback=checked_name)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--live",
@@ -544,19 +564,5 @@ for _command in (worker, run, signal_, answer, cancel, show, export):
 
 
 def main() -> None:
-    """``python -m flowcore_temporal``: the group on its own, same exit codes."""
-    try:
-        GROUP.main(prog_name="flowcore temporal", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        _finish(exc.exit_code)
-    except click.UsageError as exc:
-        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        click.echo(f"flowcore: {exc.format_message()}{hint}", err=True)
-        _finish(2)
-    except click.ClickException as exc:
-        exc.show()
-        _finish(2 if exc.exit_code == 1 else exc.exit_code)
-    except click.Abort:
-        click.echo("flowcore: aborted", err=True)
-        _finish(130)
-    _finish(0)
+    """``python -m flowcore_temporal``: the group on its own, same checks and exit codes."""
+    _finish(invoke(GROUP, None, "flowcore temporal"))
