@@ -1078,6 +1078,7 @@ def _format_path(path: tuple[Any, ...]) -> str:
 # --- entry point ------------------------------------------------------------------
 
 _CONVERTER: cattrs.Converter | None = None
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _SPEC_DEPTH = 256
 
 
@@ -1089,6 +1090,12 @@ def _converter() -> cattrs.Converter:
 
 
 def _load_text(text: str, source: str) -> tuple[Any, Positions, list[Problem]]:
+    bad = _SURROGATE.search(text)
+    if bad is not None:  # the YAML reader would fail encoding it, not report it
+        at = bad.start()
+        row, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        message = f"not valid text: a lone surrogate {bad.group()!a} (not encodable as UTF-8)"
+        return None, {}, [Problem("", message, source, row, column)]
     try:
         node = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)

@@ -270,3 +270,12 @@ def test_spec_constants_must_be_data_and_the_problem_has_its_location(
     }
     with pytest.raises(flowcore.SpecError, match="lone surrogate"):
         flowcore.parse_flow(mapping)
+
+
+def test_spec_text_holding_a_lone_surrogate_is_a_spec_error_with_its_position() -> None:
+    text = "flow: f\nsteps:\n  - {id: a, sleep: {for_ms: 1}}\ndescription: 'a" + SURROGATE + "'\n"
+    with pytest.raises(flowcore.SpecError) as info:
+        flowcore.parse_flow(text)
+    (found,) = info.value.problems
+    assert (found.line, found.column) == (4, 16)
+    assert "lone surrogate" in found.message

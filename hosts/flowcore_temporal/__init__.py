@@ -30,6 +30,9 @@ from ._types import (
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
+    RunArgsError,
+    check_run_args,
+    run_args_from_wire,
 )
 
 if TYPE_CHECKING:
@@ -92,14 +95,17 @@ __all__ = [
     "FlowcoreActivities",
     "FlowcoreWorkflow",
     "RunArgs",
+    "RunArgsError",
     "TemporalHost",
     "TemporalHostError",
     "TemporalUnavailable",
+    "check_run_args",
     "collect_flows",
     "connect",
     "history_to_log",
     "new_worker",
     "records_from_wire",
+    "run_args_from_wire",
     "sandbox_restrictions",
     "workflow_runner",
 ]

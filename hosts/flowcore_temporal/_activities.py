@@ -11,6 +11,12 @@ mid-call is noticed after the heartbeat timeout rather than the full
 start-to-close timeout; either way the workflow reports the outcome as
 unknown. Temporal never retries the activity (one attempt): retries belong to
 flowcore.
+
+The activity's result is always a wire dict ``event_to_wire`` made from an
+event ``flowcore.check_event`` passed, so Temporal's converter can always
+carry it and the workflow can always apply it: a handler's value flowcore
+cannot store fails the effect with ``unencodable-output`` (naming where the
+bad value is), once, and the activity itself never fails for it.
 """
 
 from __future__ import annotations
@@ -23,8 +29,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 import flowcore
-from flowcore import CallTool, EffectFailed, ErrorInfo, RunAgent, RunTeam
-from flowcore_handlers import Registry, RegistryError, call_handler, load_registry
+from flowcore import CallTool, EffectFailed, EffectSucceeded, ErrorInfo, RunAgent, RunTeam
+from flowcore_handlers import (
+    Registry,
+    RegistryError,
+    call_handler,
+    load_registry,
+    safe_text,
+)
 
 from ._types import ACTIVITY_NAME
 
@@ -71,11 +83,11 @@ class FlowcoreActivities:
         try:
             registry = self.registry(tools)
         except RegistryError as exc:
-            error = ErrorInfo(type="tools-module", message=str(exc))
+            error = ErrorInfo(type="tools-module", message=safe_text(exc))
             failed = EffectFailed(
                 idempotency_key=effect.idempotency_key, error=error, at_ms=_wall_ms()
             )
-            return flowcore.event_to_wire(failed)
+            return _result(failed)
         call = asyncio.ensure_future(call_handler(registry, effect, _wall_ms))
         beat = activity.info().heartbeat_timeout
         try:
@@ -88,4 +100,30 @@ class FlowcoreActivities:
         finally:
             if not call.done():  # the activity was cancelled: stop waiting for the handler
                 call.cancel()
-        return flowcore.event_to_wire(event)
+        return _result(event)
+
+
+def _result(event: EffectSucceeded | EffectFailed) -> dict[str, Any]:
+    """The activity's result: the event as a wire dict, checked as flowcore data first.
+
+    ``call_handler`` already reports an unstorable value as ``unencodable-output``;
+    checking again here makes the guarantee the activity's own, whatever the
+    handler layer does, so a result never fails to serialize (which would fail
+    the activity and lose the handler's outcome) nor reaches the workflow
+    unstorable.
+    """
+    key = event.idempotency_key
+    if isinstance(event, EffectSucceeded):
+        event = flowcore.result_event(key, event.output, event.usage, at_ms=event.at_ms)
+    else:
+        try:
+            flowcore.check_event(event)
+        except flowcore.DataError:
+            error = event.error
+            error = ErrorInfo(
+                type=safe_text(error.type, flowcore.MAX_NAME_CHARS),
+                message=safe_text(error.message),
+                retryable=error.retryable is True,
+            )
+            event = EffectFailed(idempotency_key=key, error=error, at_ms=event.at_ms)
+    return flowcore.event_to_wire(event)

@@ -41,7 +41,7 @@ from temporalio.worker import (
 )
 
 import flowcore
-from flowcore import Flow, Record
+from flowcore import Flow, HumanAnswered, Record, SignalReceived
 
 from ._types import (
     ANSWER_UPDATE,
@@ -53,6 +53,8 @@ from ._types import (
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
+    RunArgsError,
+    check_run_args,
 )
 from ._workflow import FlowcoreWorkflow
 
@@ -177,6 +179,8 @@ class TemporalHost:
         ``{flow id: text}`` map) that ``run_subflow`` may name; a path spec's
         own directory is always searched. Starting again with the ``run_id``
         of an existing run (going or ended) starts nothing and returns it.
+        The other arguments are checked as the workflow checks them (a bad
+        budget or timeout is a ``TemporalHostError``, not a failed workflow).
         """
         if isinstance(spec, Path):
             try:
@@ -186,6 +190,12 @@ class TemporalHost:
             source = str(spec)
         else:
             text, source = spec, "<spec>"
+        try:
+            flowcore.check_data(text)  # parse_flow wants valid Unicode
+        except flowcore.DataError as exc:
+            raise TemporalHostError(
+                f"{source}: the spec is not valid text: {exc.problem}"
+            ) from None
         flow = flowcore.parse_flow(text, source_name=source)
         self._check_input(flow, input)
         if isinstance(flows, Mapping):
@@ -210,6 +220,10 @@ class TemporalHost:
             clock_origin_ms=clock_origin_ms,
             clock_scale=clock_scale,
         )
+        try:
+            check_run_args(args)
+        except RunArgsError as exc:
+            raise TemporalHostError(str(exc)) from None
         try:
             await self._call(
                 self.client.start_workflow(
@@ -261,7 +275,16 @@ class TemporalHost:
         return TemporalHostError(f"{run_id}: {exc.message}")
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Send signal ``name``; a run that does not wait for it yet buffers it."""
+        """Send signal ``name``; a run that does not wait for it yet buffers it.
+
+        The payload is checked here, as the workflow checks it: a run drops a
+        signal flowcore cannot store (signals have no reply), so refusing it
+        here is the only way the sender hears of it.
+        """
+        try:
+            flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=0))
+        except flowcore.DataError as exc:
+            raise TemporalHostError(f"signal {name!a} refused: {exc}") from None
         handle = self.handle(run_id)
         if payload is None:
             await self._call(handle.signal(name), run_id)
@@ -270,6 +293,13 @@ class TemporalHost:
 
     async def answer(self, run_id: str, key: str, answer: Any) -> None:
         """Answer question ``key``; a wrong answer raises and changes nothing."""
+        # The update's validator refuses a bad answer too; checking here first
+        # also covers what Temporal's converter could not even send (an
+        # integer too long for JSON, a set).
+        try:
+            flowcore.check_event(HumanAnswered(idempotency_key=key, answer=answer, at_ms=0))
+        except flowcore.DataError as exc:
+            raise TemporalHostError(f"answer refused: {exc}") from None
         handle = self.handle(run_id)
         try:
             await self._call(

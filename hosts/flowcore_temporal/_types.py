@@ -2,14 +2,19 @@
 
 A plain dataclass of JSON-ready fields, so that Temporal's default data
 converter carries them and any Temporal client (the ``temporal`` CLI, another
-SDK) can start a flowcore run by hand. This module must stay importable inside
-the workflow sandbox: no I/O, no clock.
+SDK) can start a flowcore run by hand. Because anyone can, the workflow checks
+what it was sent (``run_args_from_wire``) rather than trusting Temporal's
+converter to have built a sound ``RunArgs``. This module must stay importable
+inside the workflow sandbox: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+import flowcore
 
 __all__ = [
     "ACTIVITY_NAME",
@@ -18,10 +23,15 @@ __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT_MS",
     "DEFAULT_TASK_QUEUE",
     "LOG_QUERY",
+    "MAX_TIMEOUT_MS",
     "QUESTIONS_QUERY",
     "STATUS_QUERY",
     "WORKFLOW_NAME",
     "RunArgs",
+    "RunArgsError",
+    "check_run_args",
+    "clip",
+    "run_args_from_wire",
 ]
 
 WORKFLOW_NAME = "flowcore"
@@ -83,3 +93,149 @@ class RunArgs:
     clock_origin_ms: int | None = None
     clock_scale: float = 1.0
     clock_started_ms: int | None = None
+
+
+MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
+"""The longest activity or heartbeat timeout a run may ask for (about a century)."""
+
+_MAX_INT: Final = 2**63 - 1  # what flowcore data holds
+_MAX_CLOCK_MS: Final = 2**53  # far beyond any real date; int64-safe once scaled
+_MAX_CLOCK_SCALE: Final = 1e6
+_BUDGET_KEYS: Final = ("steps", "costMinorUnits", "wallClockMs")
+_FIELDS: Final = tuple(f.name for f in fields(RunArgs))
+
+
+class RunArgsError(ValueError):
+    """The workflow's argument is not a sound ``RunArgs``; the message names every bad field."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (saying how long it was), lone surrogates escaped.
+
+    For text from outside (a cancel reason, a foreign error message) that
+    goes into flowcore's events or into a Temporal failure: both must be
+    valid Unicode, and neither should hold megabytes.
+    """
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text):,} characters)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _show(value: Any) -> str:
+    """A short, printable picture of a value from outside (never the whole of it)."""
+    if isinstance(value, str):
+        return ascii(value[:60]) + ("…" if len(value) > 60 else "")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {value.bit_length()} bits"  # str() of it may be refused
+    if value is None or isinstance(value, int | float):
+        return ascii(value)
+    return f"a {type(value).__name__}"
+
+
+def _text_problem(value: Any, optional: bool = False, limit: int | None = None) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        return f"expected a string{' or null' if optional else ''}, got {_show(value)}"
+    try:
+        flowcore.check_data(value)
+    except flowcore.DataError as exc:
+        return exc.problem
+    if limit is not None and len(value) > limit:
+        return f"longer than {limit:,} characters"
+    return None
+
+
+def _int_problem(value: Any, low: int, high: int, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        null = " or null" if optional else ""
+        return f"expected an integer from {low:,} to {high:,}{null}, got {_show(value)}"
+    return None
+
+
+def _problems(args: RunArgs) -> list[str]:
+    out: list[tuple[str, str | None]] = [
+        ("spec", _text_problem(args.spec)),
+        ("run_id", _text_problem(args.run_id, limit=flowcore.MAX_NAME_CHARS)),
+        ("depth", _int_problem(args.depth, 0, _MAX_INT)),
+        ("tools", _text_problem(args.tools, optional=True, limit=flowcore.MAX_NAME_CHARS)),
+        ("source_name", _text_problem(args.source_name, limit=flowcore.MAX_NAME_CHARS)),
+        ("activity_timeout_ms", _int_problem(args.activity_timeout_ms, 1, MAX_TIMEOUT_MS)),
+        (
+            "heartbeat_timeout_ms",
+            _int_problem(args.heartbeat_timeout_ms, 0, MAX_TIMEOUT_MS, optional=True),
+        ),
+        ("clock_origin_ms", _int_problem(args.clock_origin_ms, 0, _MAX_CLOCK_MS, optional=True)),
+        (
+            "clock_started_ms",
+            _int_problem(args.clock_started_ms, 0, _MAX_CLOCK_MS, optional=True),
+        ),
+    ]
+    scale = args.clock_scale
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, int | float)
+        or not math.isfinite(scale)
+        or not 0 < scale <= _MAX_CLOCK_SCALE
+    ):
+        out.append(
+            ("clock_scale", f"expected a number in (0, {_MAX_CLOCK_SCALE:g}], got {_show(scale)}")
+        )
+    budget = args.budget
+    if budget is not None:
+        if not isinstance(budget, dict):
+            out.append(("budget", f"expected an object or null, got {_show(budget)}"))
+        else:
+            for key, amount in budget.items():
+                if key not in _BUDGET_KEYS:
+                    out.append(
+                        ("budget", f"unknown key {_show(key)} (known: {', '.join(_BUDGET_KEYS)})")
+                    )
+                else:
+                    out.append((f"budget.{key}", _int_problem(amount, 0, _MAX_INT)))
+    flows = args.flows
+    if not isinstance(flows, dict):
+        out.append(("flows", f"expected an object of spec texts, got {_show(flows)}"))
+    else:
+        for flow_id, text in flows.items():
+            problem = _text_problem(flow_id, limit=flowcore.MAX_NAME_CHARS)
+            if problem is None:
+                out.append((f"flows[{_show(flow_id)}]", _text_problem(text)))
+            else:
+                out.append(("flows", f"flow id {problem}"))
+    return [f"{name}: {problem}" for name, problem in out if problem is not None]
+
+
+def check_run_args(args: RunArgs) -> RunArgs:
+    """``args`` if every field has the type and range the workflow needs; else ``RunArgsError``.
+
+    ``input`` is left to ``flowcore.start``, which refuses what is not
+    flowcore data with ``InputError``, as on every host.
+    """
+    problems = _problems(args)
+    if problems:
+        raise RunArgsError("bad RunArgs: " + "; ".join(problems))
+    return args
+
+
+def run_args_from_wire(data: Any) -> RunArgs:
+    """The ``RunArgs`` a client sent as JSON (decoded), checked; else ``RunArgsError``.
+
+    Strict where Temporal's own converter is lenient, so that nothing is
+    rewritten on the way in: an unknown field is refused (a typo, or a newer
+    client this worker cannot serve), and a number is never truncated to an
+    integer.
+    """
+    if not isinstance(data, dict):
+        raise RunArgsError(f"bad RunArgs: expected a JSON object, got {_show(data)}")
+    problems = []
+    unknown = sorted(_show(k) for k in data if k not in _FIELDS)
+    if unknown:
+        problems.append(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    if "spec" not in data:
+        problems.append("spec: missing (the flow's spec text)")
+    if problems:
+        raise RunArgsError("bad RunArgs: " + "; ".join(problems))
+    return check_run_args(RunArgs(**data))

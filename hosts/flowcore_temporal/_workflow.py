@@ -44,6 +44,15 @@ flow's ``max_concurrency``, so everything it emits may start at once. Each
 decision's effects are started in emission order and Temporal orders the
 answers, so a replay of the history makes the same decisions.
 
+Everything that comes from outside is data someone else wrote: the
+workflow's argument (any client can start a run), signal payloads, answers,
+the cancel reason, activity and child results. Each is decoded here, from the
+raw payload, and checked as flowcore data before it can reach the state, so a
+hostile value is refused (the start fails, the update is rejected, the signal
+is dropped and listed by the ``status`` query) and never fails a workflow
+task, which Temporal would retry forever. See "Values from outside" in
+``specs/temporal.md``.
+
 The only clock is the workflow clock (``workflow.time_ns``), handed to the
 interpreter as ``atMs``. flowcore's own log records are kept as the run goes
 (the ``log`` query), so ``flowcore replay`` works on a run that executed here.
@@ -57,7 +66,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -120,11 +129,69 @@ from ._types import (
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
+    RunArgsError,
+    check_run_args,
+    clip,
+    run_args_from_wire,
 )
 
 __all__ = ["FlowcoreWorkflow", "budget_to_args"]
 
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+# Temporal decodes a workflow's argument by the annotation of ``run``; a
+# payload that does not decode as a RunArgs would fail every workflow task,
+# for ever. So at run time the annotation is RawValue (Temporal hands the
+# payload over untouched, and ``_run_args`` decodes and checks it), while type
+# checkers see RunArgs, which is what every caller passes.
+if TYPE_CHECKING:
+    _Args = RunArgs
+else:
+    _Args = RawValue
+
+_REASON_CHARS: Final = 4096  # a cancel reason is a note, not data
+_MESSAGE_CHARS: Final = 4096  # error text from outside (a foreign activity, a bad start)
+_KEPT_REFUSALS: Final = 100  # refused signals listed by the status query
+# Temporal timers (and timedelta) have a ceiling, while a flow may sleep until
+# any instant flowcore can hold: longer sleeps are taken in pieces.
+_LONGEST_TIMER_S: Final = 100 * 365 * 24 * 3600.0
+
+
+class _Refused(Exception):
+    """A value from outside that flowcore cannot take; the message says why."""
+
+
+def _decode(value: Any, what: str) -> Any:
+    """A payload Temporal handed over raw, decoded by the workflow's converter.
+
+    Values that arrive already decoded (Temporal does that when a client sent
+    a different number of arguments than declared) are taken as they are.
+    """
+    if not isinstance(value, RawValue):
+        return value
+    try:
+        return workflow.payload_converter().from_payload(value.payload)
+    except Exception as exc:  # a foreign payload can fail in any way: bad JSON, too deep, ...
+        for _ in range(8):  # the converter wraps the error that says what is wrong
+            if not isinstance(exc.__cause__, Exception):
+                break
+            exc = exc.__cause__
+        encoding = value.payload.metadata.get("encoding", b"no encoding")
+        raise _Refused(
+            f"{what} cannot be decoded ({encoding.decode('utf-8', 'replace')}):"
+            f" {type(exc).__name__}: {clip(str(exc), 200)}"
+        ) from None
+
+
+def _run_args(value: Any) -> RunArgs:
+    """The workflow's argument, decoded and checked; ``RunArgsError`` says what is wrong."""
+    if isinstance(value, RunArgs):  # a subclass or a test decoded it already
+        return check_run_args(value)
+    try:
+        data = _decode(value, "the workflow's argument")
+    except _Refused as exc:
+        raise RunArgsError(str(exc)) from None
+    return run_args_from_wire(data)
 
 
 def budget_to_args(budget: BudgetRemaining | None) -> dict[str, int] | None:
@@ -155,9 +222,18 @@ class FlowcoreWorkflow:
     """Runs one flowcore run; see the module docstring for the mapping."""
 
     @workflow.init
-    def __init__(self, args: RunArgs) -> None:
+    def __init__(self, args: _Args) -> None:
         info = workflow.info()
-        self._args = args
+        # A bad argument is refused when the run starts (``run``); until then
+        # the workflow must still answer signals and queries, so it keeps
+        # harmless defaults rather than failing here (a workflow task failure).
+        self._refusal: str | None = None
+        try:
+            self._args = _run_args(args)
+        except RunArgsError as exc:
+            self._refusal = clip(str(exc), _MESSAGE_CHARS)
+            self._args = RunArgs(spec="")
+        args = self._args
         self._run_id = args.run_id or info.workflow_id
         real = workflow.time_ns() // 1_000_000
         self._clock_started = args.clock_started_ms if args.clock_started_ms is not None else real
@@ -170,6 +246,9 @@ class FlowcoreWorkflow:
         self._issues: dict[str, int] = {}  # work key -> times issued (activity ids)
         self._questions: dict[str, AskHuman] = {}
         self._waiting: dict[str, str] = {}  # await-signal key -> signal name
+        self._refused: list[dict[str, Any]] = []  # the latest signals that were dropped
+        self._refused_count = 0
+        self._crash: tuple[str, Exception] | None = None  # a bug in one of the run's tasks
 
     @property
     def records(self) -> list[Record]:
@@ -193,7 +272,11 @@ class FlowcoreWorkflow:
     # --- the run -------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, args: RunArgs) -> dict[str, Any]:
+    async def run(self, args: _Args) -> dict[str, Any]:
+        # ``args`` is the raw payload __init__ has decoded and checked already.
+        if self._refusal is not None:
+            raise ApplicationError(self._refusal, type="RunArgsError", non_retryable=True)
+        args = self._args
         budget = _budget_from_args(args.budget)
         now = self._now()
         try:
@@ -202,9 +285,9 @@ class FlowcoreWorkflow:
                 flow, args.input, self._run_id, now_ms=now, budget=budget, depth=args.depth
             )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
-            raise ApplicationError(
-                " ".join(str(exc).split()), type=type(exc).__name__, non_retryable=True
-            ) from None
+            # The message may quote the client's text: keep it valid and short.
+            message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
+            raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
         self._state = decision.state
         self._records.extend(
             self._recorder.started(flow, args.input, now, decision, budget, args.depth)
@@ -215,13 +298,26 @@ class FlowcoreWorkflow:
             self._offer(event)
         while self._settled is None:
             try:
-                await workflow.wait_condition(lambda: self._settled is not None)
+                await workflow.wait_condition(
+                    lambda: self._settled is not None or self._crash is not None
+                )
             except asyncio.CancelledError:
                 # Temporal cancellation is flowcore's cancel-requested: pending
                 # work is abandoned and compensations run; the run goes on
-                # until it settles, and that is the workflow's result.
+                # until it settles, and that is the workflow's result. The
+                # reason is a note from any client: cut, so the cancel always
+                # applies (an event over MAX_EVENT_BYTES would be rejected).
                 reason = workflow.cancellation_reason() or "cancelled through Temporal"
-                self._offer(CancelRequested(reason=reason, at_ms=self._now()))
+                self._offer(CancelRequested(reason=clip(reason, _REASON_CHARS), at_ms=self._now()))
+            if self._crash is not None:
+                # A bug in this module (hostile values never get here): fail
+                # the workflow task, which Temporal shows and retries once a
+                # fixed worker runs, rather than lose the work in a task.
+                where, bug = self._crash
+                raise RuntimeError(
+                    f"flowcore workflow bug in the {where}:"
+                    f" {type(bug).__name__}: {clip(str(bug), _MESSAGE_CHARS)}"
+                ) from bug
         try:
             await workflow.wait_condition(workflow.all_handlers_finished)
         except asyncio.CancelledError:
@@ -268,40 +364,81 @@ class FlowcoreWorkflow:
 
     @workflow.signal(dynamic=True)
     def _on_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        payload = workflow.payload_converter().from_payload(args[0].payload) if args else None
-        event = SignalReceived(signal=name, payload=payload, at_ms=self._now())
+        now = self._now()
+        try:
+            if len(args) > 1:
+                raise _Refused(f"a signal carries one payload, got {len(args)} arguments")
+            payload = _decode(args[0], "the payload") if args else None
+            event = flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=now))
+        except (_Refused, flowcore.DataError) as exc:
+            # Signals have no reply, and a value flowcore cannot store cannot
+            # be logged either (the log holds flowcore data, and replay
+            # re-applies every rejected event): drop it, and say so.
+            self._refuse_signal(name, str(exc), now)
+            return
         if self._state is None:
             self._early.append(event)
         else:
             self._offer(event)
 
+    def _refuse_signal(self, name: str, reason: str, now: int) -> None:
+        shown = clip(name, 200)
+        workflow.logger.warning(
+            "flowcore run %s refused signal %a: %s", self._run_id, shown, reason
+        )
+        self._refused_count += 1
+        self._refused.append({"signal": shown, "atMs": now, "reason": reason})
+        del self._refused[:-_KEPT_REFUSALS]
+
+    # The arguments arrive raw (RawValue), decoded by ``_answer_event``: a
+    # payload Temporal's converter could not decode as a str would reject the
+    # update with nothing but "Failed decoding arguments".
+
     @workflow.update(name=ANSWER_UPDATE)
-    def answer(self, key: str, answer: Any) -> dict[str, Any]:
+    def answer(self, key: RawValue, answer: RawValue) -> dict[str, Any]:
         """Answer the question ``key``; the validator has checked it applies."""
+        event = self._answer_event(key, answer)
         try:
-            self._apply(HumanAnswered(idempotency_key=key, answer=answer, at_ms=self._now()))
+            self._apply(event)
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
-        return {"key": key, "answer": answer}
+        return {"key": event.idempotency_key, "answer": event.answer}
+
+    def _answer_event(self, key: Any, answer: Any) -> HumanAnswered:
+        """The answer as a checked event, or an ``answer-rejected`` error saying why not."""
+        try:
+            key = _decode(key, "the key")
+            answer = _decode(answer, "the answer")
+            if not isinstance(key, str):
+                raise _Refused(
+                    f"the key must be a string (a question's key), got {type(key).__name__}"
+                )
+            event = HumanAnswered(idempotency_key=key, answer=answer, at_ms=self._now())
+            flowcore.check_event(event)
+            return event
+        except (_Refused, flowcore.DataError) as exc:
+            raise ApplicationError(
+                f"answer refused: {exc}", type="answer-rejected", non_retryable=True
+            ) from None
 
     @answer.validator
-    def _check_answer(self, key: str, answer: Any) -> None:
+    def _check_answer(self, key: RawValue, answer: RawValue) -> None:
         # Ask the interpreter itself (advance is pure; the result is dropped),
         # so the rule is exactly the one that would apply: pending key, an
         # answer among the options, a run that has not settled.
+        event = self._answer_event(key, answer)
+        asked = event.idempotency_key
         state = self._state
-        if state is None or key not in self._questions or key not in state.pending:
+        if state is None or asked not in self._questions or asked not in state.pending:
             pending = sorted(k for k in self._questions if state and k in state.pending)
             raise ApplicationError(
-                f"no pending question {key!r} in run {self._run_id}"
+                f"no pending question {asked!r} in run {self._run_id}"
                 + (f" (pending: {', '.join(pending)})" if pending else " (none pending)"),
                 type="answer-rejected",
                 non_retryable=True,
             )
         try:
-            flowcore.advance(
-                state, HumanAnswered(idempotency_key=key, answer=answer, at_ms=self._now())
-            )
+            flowcore.advance(state, event)
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
 
@@ -349,6 +486,7 @@ class FlowcoreWorkflow:
                 {name for key, name in self._waiting.items() if key in state.pending}
             ),
             "records": len(self._records),
+            "refused": {"count": self._refused_count, "latest": list(self._refused)},
         }
         if self._settled is not None:
             out["result"] = self._result()
@@ -380,6 +518,13 @@ class FlowcoreWorkflow:
         async def running() -> None:
             try:
                 await body(effect)
+            except Exception as exc:
+                # Nothing from outside raises here (it becomes an event); an
+                # exception is a bug. Hand it to the main coroutine, which
+                # fails the workflow task, instead of letting it vanish as an
+                # unretrieved task exception with the effect pending for ever.
+                if self._crash is None:
+                    self._crash = (f"{kind} task of {key}", exc)
             finally:
                 if self._tasks.get(key, ("", None))[1] is task:
                     del self._tasks[key]
@@ -421,10 +566,13 @@ class FlowcoreWorkflow:
             else effect.team_id
         )
         try:
-            wire = await workflow.execute_activity(
+            # RawValue: the result is decoded and checked by _work_event, where
+            # a garbled one fails this effect; a result Temporal's converter
+            # failed to decode would fail the workflow task, for ever.
+            raw = await workflow.execute_activity(
                 ACTIVITY_NAME,
                 args=[flowcore.effect_to_wire(effect), args.tools],
-                result_type=dict,
+                result_type=RawValue,
                 activity_id=key if issued == 1 else f"{key}~{issued}",
                 start_to_close_timeout=timedelta(milliseconds=args.activity_timeout_ms),
                 heartbeat_timeout=(
@@ -438,11 +586,13 @@ class FlowcoreWorkflow:
         except ActivityError as exc:
             self._report(_activity_failure(key, exc, self._now()))
             return
-        event = _work_event(key, wire, self._now())
-        self._report(event)
+        self._report(_work_event(key, raw, self._now()))
 
     async def _timer(self, effect: Sleep) -> None:
         delay = self._real_delay(effect.until_ms)
+        while delay > _LONGEST_TIMER_S:
+            await workflow.sleep(_LONGEST_TIMER_S, summary=effect.idempotency_key)
+            delay = self._real_delay(effect.until_ms)
         if delay > 0:
             await workflow.sleep(timedelta(seconds=delay), summary=effect.idempotency_key)
         now = self._now()
@@ -478,9 +628,10 @@ class FlowcoreWorkflow:
             clock_started_ms=self._clock_started,
         )
         try:
-            result = await workflow.execute_child_workflow(
-                FlowcoreWorkflow.run,
+            raw = await workflow.execute_child_workflow(
+                WORKFLOW_NAME,
                 child,
+                result_type=RawValue,  # decoded and checked below, as an activity's
                 id=self.child_workflow_id(key),
                 task_queue=workflow.info().task_queue,
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
@@ -499,19 +650,7 @@ class FlowcoreWorkflow:
             # flowcore outcome is unknown (flowcore may start it again).
             self._report(EffectOutcomeUnknown(idempotency_key=key, at_ms=self._now()))
             return
-        usage = result.get("usage") or {}
-        self._report(
-            SubflowSettled(
-                idempotency_key=key,
-                status=result["status"],
-                output=result.get("output"),
-                usage=Usage(
-                    steps=int(usage.get("steps", 0)),
-                    cost_minor_units=int(usage.get("costMinorUnits", 0)),
-                ),
-                at_ms=self._now(),
-            )
-        )
+        self._report(_subflow_event(key, raw, self._now()))
 
     def child_workflow_id(self, key: str) -> str:
         """The child's workflow id: the key, under this workflow's id when that differs."""
@@ -529,25 +668,71 @@ def _parse(text: str, source_name: str) -> flowcore.Flow:
     return flowcore.parse_flow(text, source_name=source_name)
 
 
-def _tag(effect: Effect) -> str:
+def _tag(effect: Effect | Event) -> str:
     tag = effect.__struct_config__.tag
     assert isinstance(tag, str)
     return tag
 
 
-def _work_event(key: str, wire: Any, now: int) -> Event:
-    """The activity's answer as an event at workflow time, or effect-failed if garbled."""
+def _work_event(key: str, raw: Any, now: int) -> Event:
+    """The activity's answer as an event at workflow time, or effect-failed if garbled.
+
+    Our activity only ever returns a checked event; this guards against a
+    foreign or older worker serving the activity. A successful result whose
+    output is not flowcore data fails the effect as ``unencodable-output``,
+    as the handler layer does; anything else garbled is ``bad-activity-result``.
+    """
     try:
+        wire = _decode(raw, f"the result of {key}")
         event = flowcore.event_from_wire(wire)
+    except _Refused as exc:
+        return _failed(key, "bad-activity-result", str(exc), now)
+    except flowcore.DataError as exc:
+        # An output flowcore cannot store: the same failure, in the same
+        # words, as the handler layer reports (``flowcore.result_event``).
+        path = exc.path
+        if wire.get("kind") == "effect-succeeded" and (path == "$" or path.startswith("$.output")):
+            failed = flowcore.result_event(key, wire.get("output"), at_ms=now)
+            if isinstance(failed, EffectFailed):
+                return failed
+        return _failed(key, "bad-activity-result", f"the activity for {key}: {exc}", now)
     except flowcore.WireError as exc:
-        error = ErrorInfo(type="bad-activity-result", message=str(exc))
-        return EffectFailed(idempotency_key=key, error=error, at_ms=now)
-    if not isinstance(event, (EffectSucceeded, EffectFailed)) or event.idempotency_key != key:
-        error = ErrorInfo(
-            type="bad-activity-result", message=f"the activity for {key} answered {wire!r}"
-        )
-        return EffectFailed(idempotency_key=key, error=error, at_ms=now)
+        return _failed(key, "bad-activity-result", f"the activity for {key}: {exc}", now)
+    answered = getattr(event, "idempotency_key", None)
+    if not isinstance(event, (EffectSucceeded, EffectFailed)) or answered != key:
+        message = f"the activity for {key} answered {_tag(event)} for {answered!a}"
+        return _failed(key, "bad-activity-result", message, now)
     return msgspec.structs.replace(event, at_ms=now)
+
+
+def _subflow_event(key: str, raw: Any, now: int) -> Event:
+    """The child workflow's result as subflow-settled, or effect-failed if garbled.
+
+    The child is this same workflow, so its result is sound; the check keeps a
+    surprise (another workflow under the child's id) from reaching the state.
+    """
+    try:
+        result = _decode(raw, f"the result of child {key}")
+        usage = result.get("usage") or {}
+        return flowcore.check_event(
+            SubflowSettled(
+                idempotency_key=key,
+                status=result["status"],
+                output=result.get("output"),
+                usage=Usage(
+                    steps=usage.get("steps", 0), cost_minor_units=usage.get("costMinorUnits", 0)
+                ),
+                at_ms=now,
+            )
+        )
+    except (_Refused, flowcore.DataError, AttributeError, KeyError, TypeError) as exc:
+        message = f"the child workflow for {key} returned no flowcore result: {clip(str(exc), 200)}"
+        return _failed(key, "bad-subflow-result", message, now)
+
+
+def _failed(key: str, kind: str, message: str, now: int) -> EffectFailed:
+    error = ErrorInfo(type=kind, message=clip(message, _MESSAGE_CHARS))
+    return EffectFailed(idempotency_key=key, error=error, at_ms=now)
 
 
 def _activity_failure(key: str, exc: ActivityError, now: int) -> Event:
@@ -560,9 +745,10 @@ def _activity_failure(key: str, exc: ActivityError, now: int) -> Event:
     """
     cause = exc.cause
     if isinstance(cause, ApplicationError):
+        # The failure's text is anyone's (a foreign activity): keep it short.
         error = ErrorInfo(
-            type=cause.type or "activity-error",
-            message=cause.message,
+            type=clip(cause.type or "activity-error", 200),
+            message=clip(cause.message, _MESSAGE_CHARS),
             retryable=not cause.non_retryable,
         )
         return EffectFailed(idempotency_key=key, error=error, at_ms=now)
