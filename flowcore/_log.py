@@ -17,9 +17,17 @@ Within one decision the order is fixed: ``event.reported`` first, then one
 ``effect.emitted`` per effect in emission order; when the run settles, the
 ``settled`` effect is followed by ``run.settled``.
 
-Unknown record types and unknown fields are ignored by readers, so that new
-fields never break old logs. A torn last record (a crash mid-write) is
-reported as a ``TornTail``; an unreadable record before it is ``LogCorrupt``.
+Unknown fields are ignored by readers, so that new fields never break old
+logs; their bytes are still checked (an NDJSON line as UTF-8, a MessagePack
+record that is not exactly as flowcore frames it by a full decode), so that no
+damaged byte goes unnoticed. Unknown record types are read like any other
+record; replay refuses them unless told to skip them (``UnknownRecordType``,
+``specs/log.md`` §6). A torn last record (a crash mid-write: a record cut
+short) is reported as a ``TornTail``; an unreadable record before it, a last
+record that cannot be a record cut short, or a record nested too deeply to
+decode is ``LogCorrupt``: hostile bytes never raise anything but flowcore's
+own errors, and error messages quote at most a short prefix of what they
+could not read.
 
 ``Record`` holds decoded data; ``RawRecord`` leaves ``data`` as bytes for
 replay's hot path, read in chunks by ``RawReader``. The typed records
@@ -78,6 +86,7 @@ __all__ = [
     "StartBudget",
     "TornTail",
     "TypedRecord",
+    "UnknownRecordType",
     "budget_to_wire",
     "decode_log",
     "detect_format",
@@ -100,12 +109,17 @@ RUN_SETTLED = "run.settled"
 
 
 class Record(msgspec.Struct, frozen=True, rename="camel"):
-    """One log envelope. ``at`` is the host's clock (ms) when it was written."""
+    """One log envelope. ``at`` is the host's clock (ms) when it was written.
+
+    Decoding checks ``index`` and ``at`` are 64-bit integers >= 0 (what
+    every host language holds exactly), so an envelope with a 100-digit
+    index is refused where it is read.
+    """
 
     type: str
-    index: int
+    index: NonNegInt
     run_id: str
-    at: int
+    at: NonNegInt
     data: Any = None
 
 
@@ -194,9 +208,9 @@ class RawRecord(msgspec.Struct, frozen=True, rename="camel", gc=False):
     """
 
     type: str
-    index: int
+    index: NonNegInt
     run_id: str
-    at: int
+    at: NonNegInt
     data: msgspec.Raw = msgspec.Raw(b"null")
 
 
@@ -234,6 +248,44 @@ class LogCorrupt(FlowcoreError, ValueError):
         self.line = line
         self.index = index
         super().__init__(message)
+
+
+class UnknownRecordType(LogCorrupt):
+    """A record of a type this reader does not know (``record_type``).
+
+    Replay refuses it by default: a damaged ``type`` looks exactly like a
+    newer one, and skipping it silently could drop a ``run.settled`` or an
+    effect. ``replay(..., allow_unknown_types=True)`` skips such records for
+    logs known to come from a newer writer.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        record_type: str,
+        offset: int | None = None,
+        index: int | None = None,
+    ) -> None:
+        self.record_type = record_type
+        super().__init__(message, offset, index=index)
+
+
+def why(exc: BaseException, limit: int = 200) -> str:
+    """An exception's text for an error message, cut to ``limit`` characters.
+
+    msgspec quotes the bad value in some messages (an unknown tag, say), and a
+    hostile log can make that value megabytes long.
+    """
+    text = str(exc)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+# What decoding a record can raise besides DecodeError/ValidationError: msgspec
+# recurses once per nesting level, so 50,000 nested lists raise RecursionError.
+# flowcore data nests at most MAX_DEPTH (64) levels, so no record a flowcore
+# host writes, nor any prefix of one, comes near the limit: such a record is
+# corruption, never a torn tail.
+TOO_DEEP = "nested too deeply to decode"
 
 
 _json_encoder = msgspec.json.Encoder()
@@ -330,9 +382,13 @@ class RawReader:
             lines = piece.count(b"\n") + 1
             records: list[RawRecord] | None
             try:
+                # msgspec reads past unknown fields without checking their
+                # bytes: the whole text is checked as UTF-8 here, so that no
+                # damaged byte goes unnoticed (0.05 us a step, measured).
+                piece.decode("utf-8")
                 records = bulk(b"[" + piece.replace(b"\n", b",") + b"]")
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                records = None
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
+                records = None  # the careful path below says which line and why
             if records is None or len(records) != lines:
                 records = []
                 for item in _iter_json(data, _json_raw_decoder, start, end + 1, line_no):
@@ -342,10 +398,11 @@ class RawReader:
             line_no += lines
             start = end + 1
         if data[cut:].strip():
-            try:
-                yield [_json_raw_decoder.decode(data[cut:])]
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                self.torn = TornTail(cut, len(data) - cut, f"incomplete last line: {exc}")
+            torn = _last_json_line(data, cut, line_no, _json_raw_decoder)
+            if isinstance(torn, TornTail):
+                self.torn = torn
+            else:
+                yield [torn]
 
     def _msgpack_chunks(self) -> Iterator[list[RawRecord]]:
         data = self.data
@@ -364,17 +421,34 @@ class RawReader:
             start = offset + 4
             end = start + length
             if end > size:
-                self.torn = TornTail(offset, size - offset, f"record of {length} bytes cut short")
+                self.torn = _short_frame(data, offset, length, len(offsets) + 1)
                 break
+            # A bytes slice, not a memoryview: a Raw that keeps a view alive
+            # made replay of a 50k-step log 40% slower (measured).
+            frame = data[start:end]
             try:
-                # A bytes slice, not a memoryview: a Raw that keeps a view
-                # alive made replay of a 50k-step log 40% slower (measured).
-                records.append(decode(data[start:end]))
+                record = decode(frame)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 raise LogCorrupt(
-                    f"record {len(offsets) + 1} (byte {offset}) is not a log record: {exc}",
+                    f"record {len(offsets) + 1} (byte {offset}) is not a log record: {why(exc)}",
                     offset,
                 ) from None
+            except RecursionError:
+                raise LogCorrupt(
+                    f"record {len(offsets) + 1} (byte {offset}) is not a log record: {TOO_DEEP}",
+                    offset,
+                ) from None
+            # Five entries, the last one ``data``, as flowcore writes them: the
+            # other four are then the required fields, which the decoder read
+            # and checked, and ``data`` is replay's to read. Otherwise an
+            # unknown field, whose bytes the decoder skipped unread, may hide
+            # a damaged byte: read the frame in full. (Two byte comparisons,
+            # not a decode: this runs for every record.)
+            if frame[0] != 0x85 or not frame.startswith(
+                b"\xa4data", len(frame) - len(record.data) - 5
+            ):
+                _check_msgpack_frame(frame, offset, record.index)
+            records.append(record)
             offsets.append(offset)
             offset = end
             if len(records) == 4096:
@@ -429,23 +503,242 @@ def _iter_json(
     find = data.find
     while offset < size:
         end = find(b"\n", offset, size)
-        complete = end >= 0
-        stop = end if complete else size
-        line = data[offset:stop]
+        if end < 0:  # the last line, without its newline: a record or a torn tail
+            if data[offset:size].strip():
+                last = _last_json_line(data, offset, line_no, decoder, size)
+                yield last if isinstance(last, TornTail) else (offset, last)
+            return
+        line = data[offset:end]
         line_no += 1
         try:
-            yield offset, decode(line)
+            item = decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            if not line.strip():
-                pass  # blank lines are allowed (a trailing one, an editor's)
-            elif not complete:
-                yield TornTail(offset, len(line), f"incomplete last line: {exc}")
-                return
-            else:
+            if line.strip():  # blank lines are allowed (a trailing one, an editor's)
                 raise LogCorrupt(
-                    f"line {line_no} (byte {offset}) is not a log record: {exc}", offset, line_no
+                    f"line {line_no} (byte {offset}) is not a log record: {why(exc)}",
+                    offset,
+                    line_no,
                 ) from None
-        offset = stop + 1
+        except RecursionError:
+            raise LogCorrupt(
+                f"line {line_no} (byte {offset}) is not a log record: {TOO_DEEP}", offset, line_no
+            ) from None
+        else:
+            try:
+                line.decode("utf-8")  # also the bytes of unknown fields, which msgspec skips
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(exc, offset, line_no, item.index) from None
+            yield offset, item
+        offset = end + 1
+
+
+def _last_json_line(
+    data: bytes,
+    offset: int,
+    line_no: int,
+    decoder: msgspec.json.Decoder[_R],
+    size: int | None = None,
+) -> _R | TornTail:
+    """The unterminated last line from ``offset``: a record, or a torn tail.
+
+    ``line_no`` lines come before it. A torn tail is a record cut short: a
+    *prefix* of a record's line, which begins its JSON object and never gets
+    to close it. A line that does not decode but whose object closes (a
+    damaged final newline leaves ``{...}x``), or that does not begin with
+    ``{``, is no prefix of a record: corruption, not a tear.
+    """
+    line = data[offset:size]
+    line_no += 1
+    try:
+        record = decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        reason = why(exc)
+    except RecursionError:
+        raise LogCorrupt(
+            f"line {line_no} (byte {offset}) is not a log record: {TOO_DEEP}", offset, line_no
+        ) from None
+    else:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc, offset, line_no, record.index) from None
+        return record
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A tear may cut a character in two, at the very end; nowhere else.
+        if exc.end != len(line) or exc.reason != "unexpected end of data":
+            raise _not_utf8(exc, offset, line_no) from None
+    if not _json_prefix_of_object(line):
+        first = "not a flowcore log: " if offset == 0 else ""
+        raise LogCorrupt(
+            f"{first}line {line_no} (byte {offset}), the last, is not a log record and not one "
+            f"cut short: {reason}",
+            offset,
+            line_no,
+        )
+    return TornTail(offset, len(line), f"incomplete last line: {reason}")
+
+
+def _not_utf8(
+    exc: UnicodeDecodeError, offset: int, line_no: int, index: int | None = None
+) -> LogCorrupt:
+    """A line that is not UTF-8 text (``index`` when its envelope could be read)."""
+    record = "" if index is None else f", record {index}"
+    return LogCorrupt(
+        f"line {line_no} (byte {offset}{record}) is not UTF-8 text: {exc.reason} at byte "
+        f"{offset + exc.start}",
+        offset,
+        line_no,
+        index,
+    )
+
+
+def _check_msgpack_frame(frame: bytes, offset: int, index: int) -> None:
+    """Decode every byte of a framed record (``LogCorrupt`` if one does not decode).
+
+    The envelope decoder skips unknown fields without reading them (not even
+    their text as UTF-8); a frame that is not exactly as flowcore encodes its
+    envelope is read in full once, so that no damaged byte goes unnoticed.
+    """
+    try:
+        msgspec.msgpack.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        problem = why(exc)
+    except RecursionError:
+        problem = TOO_DEEP
+    else:
+        return
+    raise LogCorrupt(
+        f"the record at byte {offset} (index {index}) holds bytes that do not decode: {problem}",
+        offset,
+        index=index,
+    )
+
+
+_JSON_SPACE = b" \t\r\n"
+_OPEN = frozenset(b"{[")
+_CLOSE = frozenset(b"}]")
+_QUOTE = ord('"')
+_BACKSLASH = ord("\\")
+
+
+def _json_prefix_of_object(line: bytes) -> bool:
+    """Whether ``line`` can be a JSON object cut short: ``{`` first, never closed.
+
+    A scan of brackets outside strings, not a parse: for a prefix of a valid
+    object it is exact (the outer object closes only at its last byte), and it
+    never recurses, however deep the nesting.
+    """
+    text = line.lstrip(_JSON_SPACE)
+    if not text.startswith(b"{"):
+        return False
+    depth = 0
+    in_string = escaped = False
+    for byte in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == _BACKSLASH:
+                escaped = True
+            elif byte == _QUOTE:
+                in_string = False
+        elif byte == _QUOTE:
+            in_string = True
+        elif byte in _OPEN:
+            depth += 1
+        elif byte in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return False  # the object closed: whatever follows, it is no prefix
+    return True
+
+
+def _short_frame(data: bytes, offset: int, length: int, n: int) -> TornTail:
+    """The MessagePack frame at ``offset`` claims more bytes than remain: a torn tail.
+
+    Unless what remains after its length prefix is no prefix of a record: a
+    record is a map, so the bytes must begin a map, and must not hold a
+    complete value (the record was then written whole and its length is
+    damaged, or the frames after it were read as its body).
+    """
+    rest = data[offset + 4 :]
+    if rest and (rest[0] not in _MP_MAPS or _msgpack_end(rest) is not None):
+        if offset == 0:  # nothing before it was a record either
+            raise LogCorrupt(
+                "not a flowcore log: it is not NDJSON (it does not begin with '{'), and as "
+                f"MessagePack its first record would be {length} bytes long, more than the "
+                f"{len(data)} bytes there are",
+                0,
+            )
+        raise LogCorrupt(
+            f"record {n} (byte {offset}) claims {length} bytes, more than remain, but the "
+            f"{len(rest)} bytes after its length prefix are not a record cut short: "
+            "its length prefix is damaged",
+            offset,
+        )
+    return TornTail(offset, len(data) - offset, f"record of {length} bytes cut short")
+
+
+_MP_MAPS = frozenset((*range(0x80, 0x90), 0xDE, 0xDF))
+# MessagePack's fixed-size types: first byte -> bytes the value takes.
+_MP_FIXED = {
+    0xC0: 1, 0xC2: 1, 0xC3: 1,  # nil, false, true
+    0xCA: 5, 0xCB: 9,  # float 32, 64
+    0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9,  # uint 8..64
+    0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9,  # int 8..64
+    0xD4: 3, 0xD5: 4, 0xD6: 6, 0xD7: 10, 0xD8: 18,  # fixext 1..16
+}  # fmt: skip
+# Types with a length: first byte -> (bytes of the length, extra header bytes).
+_MP_SIZED = {
+    0xC4: (1, 0), 0xC5: (2, 0), 0xC6: (4, 0),  # bin
+    0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1),  # ext (and its type byte)
+    0xD9: (1, 0), 0xDA: (2, 0), 0xDB: (4, 0),  # str
+}  # fmt: skip
+# Containers: first byte -> (bytes of the count, items per count).
+_MP_CONTAINERS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+
+
+def _msgpack_end(data: bytes) -> int | None:
+    """Where the MessagePack value at the start of ``data`` ends; None if it does not.
+
+    None when ``data`` stops before the value is complete (or holds a byte no
+    value begins with). Iterative: it counts the items still due instead of
+    recursing, so deep nesting cannot exhaust the stack.
+    """
+    pos = 0
+    due = 1  # values still to skip
+    size = len(data)
+    while due:
+        if pos >= size:
+            return None
+        first = data[pos]
+        due -= 1
+        if first <= 0x7F or first >= 0xE0:  # positive / negative fixint
+            pos += 1
+        elif first <= 0x8F:  # fixmap
+            pos += 1
+            due += 2 * (first & 0x0F)
+        elif first <= 0x9F:  # fixarray
+            pos += 1
+            due += first & 0x0F
+        elif first <= 0xBF:  # fixstr
+            pos += 1 + (first & 0x1F)
+        elif first in _MP_FIXED:
+            pos += _MP_FIXED[first]
+        elif first in _MP_SIZED or first in _MP_CONTAINERS:
+            width, extra = _MP_SIZED.get(first) or _MP_CONTAINERS[first]
+            if pos + 1 + width > size:
+                return None
+            count = int.from_bytes(data[pos + 1 : pos + 1 + width], "big")
+            pos += 1 + width
+            if first in _MP_SIZED:
+                pos += extra + count
+            else:
+                due += extra * count
+        else:  # 0xC1: never used
+            return None
+    return pos if pos <= size else None
 
 
 def _iter_msgpack(
@@ -464,14 +757,21 @@ def _iter_msgpack(
         (length,) = unpack(data, offset)
         start = offset + 4
         if start + length > size:
-            yield TornTail(offset, size - offset, f"record of {length} bytes cut short")
+            yield _short_frame(data, offset, length, n)
             return
+        frame = data[start : start + length]
         try:
-            record = decode(data[start : start + length])
+            record = decode(frame)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise LogCorrupt(
-                f"record {n} (byte {offset}) is not a log record: {exc}", offset
+                f"record {n} (byte {offset}) is not a log record: {why(exc)}", offset
             ) from None
+        except RecursionError:
+            raise LogCorrupt(
+                f"record {n} (byte {offset}) is not a log record: {TOO_DEEP}", offset
+            ) from None
+        if _mp_encoder.encode(record) != frame:  # (decode_log is not replay's hot path)
+            _check_msgpack_frame(frame, offset, record.index)
         yield offset, record
         offset = start + length
 

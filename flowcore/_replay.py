@@ -24,15 +24,30 @@ recorded effects exactly, in the same order. ``replay`` does that in one pass:
 * every other record (``event.*``, ``run.settled``, the end of the log) first
   requires the queue to be empty: the log must record every effect;
 * ``event.rejected`` must still be rejected; ``run.settled`` must agree with
-  the ``settled`` effect.
+  the ``settled`` effect;
+* every record's ``at`` must be what the record says it is: an event record's
+  is its event's ``atMs``, an effect's and ``run.settled``'s the ``at`` of the
+  decision that produced it. Replay does not require ``at`` to increase: the
+  core accepts an event from the past (its clock is the max), and flowcore's
+  hosts record such events (``specs/log.md`` §1).
 
 The first disagreement is a ``ReplayDivergence`` (index, expected = what the
 log records, actual = what the interpreter derives now), raised or returned in
-the report. Structural problems (index gaps, another run's records, undecodable
-data, a log that does not begin with ``run.started``) are ``LogCorrupt``: they
-are never skipped. A log cut short by a torn last record, or by ``until``, may
-end in the middle of a decision: effects derived past the cut are returned as
-``unrecorded`` instead of diverging.
+the report. Structural problems are ``LogCorrupt`` and never skipped: index
+gaps, another run's records, a log that does not begin with ``run.started``,
+an ``at`` that breaks the rule above, a record type replay does not know
+(``UnknownRecordType``, unless ``allow_unknown_types``), and bytes that do not
+decode anywhere in a record, even where they would otherwise be compared as
+bytes and only differ. A log may end in the middle of a decision, its last
+record torn or not: replayed with the spec that wrote it, the effects derived
+past the end are returned as ``unrecorded`` (the log was cut); with another
+spec that is a divergence, since a new version may add effects there
+(``fold`` says why). ``until`` cuts the log with any spec.
+
+Hostile bytes raise only flowcore's errors: every decode also catches the
+``RecursionError`` of deep nesting, values that are not flowcore data are
+refused before anything recurses over them, and messages (divergences
+included) quote only short prefixes of what the log holds.
 
 While it folds, replay collects the run's trajectory: one entry per effect
 (with the event that answered it), signal, cancel request and rejected event.
@@ -49,12 +64,14 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any, assert_never
 
 import msgspec
 
+from ._data import MAX_DEPTH, MAX_INT, MIN_INT, DataError, check_data, short
 from ._errors import EventRejected, InputError, ReplayDivergence
 from ._interp import Fold, advance, start
 from ._log import (
@@ -63,6 +80,7 @@ from ._log import (
     EVENT_REPORTED,
     RUN_SETTLED,
     RUN_STARTED,
+    TOO_DEEP,
     LogCorrupt,
     LogFormat,
     LogRead,
@@ -70,7 +88,9 @@ from ._log import (
     RawRecord,
     Record,
     TornTail,
+    UnknownRecordType,
     settled_record_data,
+    why,
 )
 from ._report import ReplayError, ReplayReport, TrajectoryEntry, _Rejected, _Started
 from ._spec import Budget, Flow
@@ -95,6 +115,7 @@ from ._wire import (
     SubflowSettled,
     TimerFired,
     Usage,
+    check_event,
     effect_to_wire,
     event_to_wire,
 )
@@ -113,6 +134,13 @@ class _Codec:
         self.started = mod.Decoder(_Started).decode
         self.rejected = mod.Decoder(_Rejected).decode
         self.any = mod.Decoder().decode
+        # Whether the reader left bytes of a record's data unread: typed
+        # decoders skip unknown fields without reading them, and the NDJSON
+        # reader checks every byte as UTF-8, the MessagePack reader only the
+        # envelope. For MessagePack, replay then reads in full any data it
+        # did not decode completely and that is not exactly as flowcore
+        # encodes it.
+        self.unread = format == "msgpack"
 
 
 _CODECS = {"json": _Codec("json"), "msgpack": _Codec("msgpack")}
@@ -120,6 +148,10 @@ _json_encode = msgspec.json.Encoder().encode
 _NO_USAGE = Usage()
 _WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow"})
 _NO_LIMIT = float("inf")
+# flowcore data nests at most MAX_DEPTH levels; a record wraps it in a few more
+# (a settled effect: report, entry, output). Anything deeper is no flowcore
+# record, and deep enough to break whatever recurses over it (a CLI printing it).
+_MAX_RECORD_DEPTH = MAX_DEPTH + 8
 
 
 class _Stop(Exception):
@@ -137,6 +169,7 @@ def replay(
     until: int | None = None,
     raise_on_divergence: bool = True,
     format: LogFormat | None = None,
+    allow_unknown_types: bool = False,
 ) -> ReplayReport:
     """Replay a run's log against ``flow``; see the module docstring.
 
@@ -144,10 +177,13 @@ def replay(
     unless ``format`` says), a ``LogRead`` or the records themselves.
     ``snapshot`` is ``encode_state`` bytes: ``records`` is then the tail that
     follows it. ``until`` stops after the record with that index.
+    ``allow_unknown_types`` skips records of types this reader does not know
+    (a newer writer's) instead of refusing them.
 
     Raises ``ReplayDivergence`` on the first divergence (unless
     ``raise_on_divergence`` is false: the report's ``divergence`` then holds
-    it), ``LogCorrupt`` for a log that cannot be read or is inconsistent,
+    it), ``LogCorrupt`` for a log that cannot be read or is inconsistent
+    (``UnknownRecordType`` for a record type it does not know),
     ``ReplayError`` for a log that does not belong to ``flow``.
     """
     reader: RawReader | None = None
@@ -163,12 +199,9 @@ def replay(
         if isinstance(records, LogRead):
             torn = records.torn
             records = records.records
-        raw = (
-            RawRecord(r.type, r.index, r.run_id, r.at, msgspec.Raw(_json_encode(r.data)))
-            for r in records
-        )
+        raw = _as_raw(records)
         offset = _no_offset
-    r = _Replayer(flow, _CODECS[fmt], snapshot, until, offset)
+    r = _Replayer(flow, _CODECS[fmt], snapshot, until, offset, allow_unknown_types)
     r.torn = torn
     report = r.run(raw, reader)
     if report.divergence is not None and raise_on_divergence:
@@ -178,6 +211,54 @@ def replay(
 
 def _no_offset(position: int) -> int | None:
     return None
+
+
+def _as_raw(records: Iterable[Record]) -> Iterator[RawRecord]:
+    """Records built in Python, as the ``RawRecord``s bytes would decode to.
+
+    They were never decoded, so nothing checked them: the envelope is checked
+    here as decoding checks it, and data JSON cannot hold (a lone surrogate,
+    an object that is not data) is corruption, not a ``UnicodeEncodeError``.
+    """
+    for record in records:
+        if not isinstance(record, Record):
+            raise LogCorrupt(f"not a log record: {short(record)}")
+        index, at = record.index, record.at
+        if not _is_count(index):
+            raise LogCorrupt(f"a record's index is not an integer >= 0: {short(index)}")
+        if not isinstance(record.type, str) or not isinstance(record.run_id, str):
+            raise LogCorrupt(f"record {index}: type and runId must be strings", index=index)
+        if not _is_count(at):
+            raise LogCorrupt(
+                f"record {index}: at is not an integer from 0 to 2**63-1: {short(at)}",
+                index=index,
+            )
+        try:
+            data = _json_encode(record.data)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            # UnicodeEncodeError (a lone surrogate) is a ValueError.
+            raise LogCorrupt(
+                f"record {index}: its data cannot be written as JSON: {why(exc)}", index=index
+            ) from None
+        yield RawRecord(record.type, index, record.run_id, at, msgspec.Raw(data))
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_INT
+
+
+def _diverged(index: int, expected: Any, actual: Any, message: str) -> _Stop:
+    """The first divergence, with a message that quotes only short prefixes.
+
+    ``ReplayDivergence`` itself formats the full ``repr`` of what the log
+    records and what the interpreter derives, and a hostile log can record a
+    value megabytes long; ``expected`` and ``actual`` keep the full values.
+    """
+    divergence = ReplayDivergence(index, expected, actual, message)
+    divergence.args = (
+        f"{message} at index {index}: expected {short(expected, 300)}, got {short(actual, 300)}",
+    )
+    return _Stop(divergence)
 
 
 class _Replayer:
@@ -190,11 +271,13 @@ class _Replayer:
         snapshot: bytes | None,
         until: int | None,
         offset: Callable[[int], int | None],
+        allow_unknown_types: bool = False,
     ) -> None:
         self.offset = offset
         self.flow = flow
         self.codec = codec
         self.until = until
+        self.allow_unknown_types = allow_unknown_types
         self.torn: TornTail | None = None
         self.state: State | None = None
         self.run_id: str | None = None
@@ -206,6 +289,12 @@ class _Replayer:
         self.queue: Sequence[Effect] = ()
         self.fold_in_place: Fold | None = None  # set while events fold in place
         self.qi = 0
+        # The decision whose effects are being matched: the index of its
+        # run.started or event.reported record, and its at (start's now_ms or
+        # the event's atMs), which its effects and run.settled must carry.
+        # Unknown (-1, None) in a snapshot tail until its first event.
+        self.decision_index = -1
+        self.decision_at: int | None = None
         self.first_index = -1
         self.last_index = -1
         self.n_records = 0
@@ -251,7 +340,7 @@ class _Replayer:
             if self.state is None:
                 if first.type != RUN_STARTED:
                     raise self.corrupt(
-                        f"is {first.type}: a log begins with run.started", first.index, 0
+                        f"is {short(first.type)}: a log begins with run.started", first.index, 0
                     )
                 if first.index != 0:
                     raise self.corrupt("is run.started: a run's indices begin at 0", first.index, 0)
@@ -266,10 +355,13 @@ class _Replayer:
         where = self.where
         decode_event = codec.event
         position = -1
-        # The hot loop keeps its counters and the effect queue in locals; the
-        # finally clause writes them back (the cold paths sync them first).
+        # The hot loop keeps its counters, the effect queue and the current
+        # decision in locals; the finally clause writes them back (the cold
+        # paths sync them first).
         queue = self.queue
         qi = self.qi
+        decision_at = self.decision_at
+        decision_index = self.decision_index
         effects = events = 0
         try:
             for rec in source:
@@ -281,7 +373,7 @@ class _Replayer:
                     )
                 if rec.run_id != run_id:
                     raise self.corrupt(
-                        f"belongs to run {rec.run_id!r}, not {run_id!r}: "
+                        f"belongs to run {short(rec.run_id)}, not {short(run_id)}: "
                         "a log holds exactly one run",
                         index,
                         position,
@@ -292,25 +384,25 @@ class _Replayer:
                 expected_index = index + 1
                 kind = rec.type
                 if kind == EFFECT_EMITTED:
+                    if rec.at != decision_at:
+                        self.check_at(rec, position, decision_at, decision_index)
                     if qi >= len(queue):
-                        raise _Stop(
-                            ReplayDivergence(
-                                index,
-                                self.recorded(rec),
-                                None,
-                                "the log records an effect the interpreter does not emit",
-                            )
+                        raise _diverged(
+                            index,
+                            self.recorded(rec, position),
+                            None,
+                            "the log records an effect the interpreter does not emit",
                         )
                     effect = queue[qi]
                     qi += 1
-                    if bytes(rec.data) != encode(effect) and not self.same_effect(rec, effect):
-                        raise _Stop(
-                            ReplayDivergence(
-                                index,
-                                self.recorded(rec),
-                                effect_to_wire(effect),
-                                "the recorded effect differs from the re-derived one",
-                            )
+                    if bytes(rec.data) != encode(effect) and not self.same_effect(
+                        rec, position, effect
+                    ):
+                        raise _diverged(
+                            index,
+                            self.recorded(rec, position),
+                            effect_to_wire(effect),
+                            "the recorded effect differs from the re-derived one",
                         )
                     effects += 1
                     if type(effect) is CallTool and where.setdefault(
@@ -329,15 +421,15 @@ class _Replayer:
                 self.qi = qi
                 if kind != EVENT_REPORTED:
                     self.sync()
+                # A record is read (its bytes decoded, its at checked) before
+                # it is compared with anything: bytes that do not decode are
+                # corruption wherever they are, never a divergence.
                 if kind == EVENT_REPORTED:
+                    event = self.event(rec, position, decode_event)
                     if qi < len(queue):
                         self.need_empty_queue(index)
-                    try:
-                        event: Event = decode_event(rec.data)
-                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                        raise self.corrupt(
-                            f"is not a valid event: {exc}", index, position
-                        ) from None
+                    decision_at = rec.at
+                    decision_index = index
                     state = self.state
                     assert state is not None
                     if type(event) is EffectSucceeded:
@@ -346,7 +438,10 @@ class _Replayer:
                         fold = self.fold_in_place
                         if fold is None:
                             fold = self.fold_in_place = Fold(state)
-                        derived = fold.answered(event)
+                        try:
+                            derived = fold.answered(event)
+                        except EventRejected as exc:  # before it touched anything
+                            raise self.refused(index, position, event, exc) from None
                         if derived is not None:
                             events += 1
                             queue = derived
@@ -359,28 +454,54 @@ class _Replayer:
                                 row.ended_at = event.at_ms
                             continue
                     self.sync()
-                    self.apply(index, event)
+                    self.apply(index, position, event)
                 elif kind == EVENT_REJECTED:
-                    self.need_empty_queue(index)
                     try:
                         rejected = codec.rejected(rec.data)
                     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                         raise self.corrupt(
-                            f"is not a rejected event: {exc}", index, position
+                            f"is not a rejected event: {why(exc)}", index, position
                         ) from None
+                    except RecursionError:
+                        raise self.corrupt(
+                            f"is not a rejected event: {TOO_DEEP}", index, position
+                        ) from None
+                    if codec.unread:
+                        self.decoded(rec, position)
+                    if rec.at != rejected.event.at_ms:
+                        raise self.corrupt(
+                            f"has at {rec.at}, but its event's atMs is "
+                            f"{rejected.event.at_ms}: an event record's at is its event's atMs",
+                            index,
+                            position,
+                        )
+                    self.need_empty_queue(index)
                     self.check_rejected(index, rejected)
                 elif kind == RUN_SETTLED:
+                    recorded = self.recorded(rec, position)
+                    self.check_at(rec, position, decision_at, decision_index)
                     self.need_empty_queue(index)
-                    self.check_settled(index, rec)
+                    self.check_settled(index, recorded)
                 elif kind == RUN_STARTED:
                     if position > 0 or self.state is not None:
                         raise self.corrupt("is a second run.started", index, position)
                     try:
                         started = codec.started(rec.data)
                     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                        raise self.corrupt(f"is not a valid run.started: {exc}", index, 0) from None
+                        raise self.corrupt(
+                            f"is not a valid run.started: {why(exc)}", index, 0
+                        ) from None
+                    except RecursionError:
+                        raise self.corrupt(
+                            f"is not a valid run.started: {TOO_DEEP}", index, 0
+                        ) from None
+                    if codec.unread:
+                        self.decoded(rec, 0)
                     self.begin(index, rec, started)
-                # Unknown record types are skipped: newer writers may add some.
+                    decision_at = rec.at
+                    decision_index = index
+                else:
+                    self.unknown(rec, position)
                 queue = self.queue
                 qi = self.qi
             else:
@@ -390,6 +511,8 @@ class _Replayer:
             self.sync()
             self.queue = queue
             self.qi = qi
+            self.decision_at = decision_at
+            self.decision_index = decision_index
             self.n_effects += effects
             self.n_events += events
             if first is not None:
@@ -402,16 +525,93 @@ class _Replayer:
                     self.torn.offset,
                 )
             raise LogCorrupt("the log is empty")
+        # A cut: a torn tail, or ``until`` reached (whether or not records
+        # follow it: ``until`` says "the log as it stood after this record").
         self.cut = self.cut or self.torn is not None
-        if self.qi < len(self.queue) and not self.cut:
-            raise _Stop(
-                ReplayDivergence(
+        if until is not None and self.last_index >= until:
+            self.cut = True
+        if self.qi < len(self.queue) and not (until is not None and self.last_index >= until):
+            # The log ends inside a decision: effects derived for its last
+            # event are not in it. Whether the last record was torn or the
+            # bytes end cleanly at a line does not decide what that means (a
+            # cut one byte further must not change the verdict, specs/log.md
+            # §5); the spec does. Replayed with the spec that wrote it, the
+            # interpreter derives what the host derived, so the only way to
+            # lack those effects is to lose records: the log was cut, and they
+            # are ``unrecorded``. Replayed with another spec (moving a run to
+            # a new version, §9), an effect past the end may be one the new
+            # version adds, which the host never dispatched: that cannot be
+            # told from a lost record, so it is a divergence, torn or not.
+            # ``until`` is a cut the caller asked for, with any spec.
+            if self.spec_hash == self.flow.spec_hash:
+                self.cut = True
+            else:
+                raise _diverged(
                     self.last_index + 1,
                     None,
                     effect_to_wire(self.queue[self.qi]),
-                    "the interpreter emits an effect the log does not record",
+                    f"the log ends inside the decision of record {self.decision_index} and was"
+                    " written with another spec: the interpreter emits an effect the log does"
+                    " not record, which a new version may add",
                 )
+
+    def check_at(
+        self, rec: RawRecord, position: int, decision_at: int | None, decision_index: int
+    ) -> None:
+        """An effect or ``run.settled`` carries the ``at`` of the decision that produced it."""
+        if decision_at is None or rec.at == decision_at:
+            return  # (a snapshot tail that does not begin with an event: nothing to compare)
+        raise self.corrupt(
+            f"has at {rec.at}, but it belongs to the decision of record {decision_index}, "
+            f"whose at is {decision_at}: a decision's effects and run.settled carry its at",
+            rec.index,
+            position,
+        )
+
+    def event(self, rec: RawRecord, position: int, decode: Callable[[msgspec.Raw], Event]) -> Event:
+        """The event an ``event.reported`` record holds, its ``at`` checked."""
+        try:
+            event = decode(rec.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self.corrupt(f"is not a valid event: {why(exc)}", rec.index, position) from None
+        except RecursionError:
+            raise self.corrupt(f"is not a valid event: {TOO_DEEP}", rec.index, position) from None
+        if rec.at != event.at_ms:
+            raise self.corrupt(
+                f"has at {rec.at}, but its event's atMs is {event.at_ms}: "
+                "an event record's at is its event's atMs",
+                rec.index,
+                position,
             )
+        if self.codec.unread and self.codec.encode(event) != bytes(rec.data):
+            self.decoded(rec, position)  # unknown fields, other encodings: read every byte
+        return event
+
+    def unknown(self, rec: RawRecord, position: int) -> None:
+        """A record type this reader does not know: refused, or skipped when allowed."""
+        index = rec.index
+        if not self.allow_unknown_types:
+            offset = self.offset(position)
+            raise UnknownRecordType(
+                f"record {index}{_at_byte(offset)} is of unknown type {short(rec.type)}: "
+                "a damaged record, or one a newer writer added (replay with "
+                "allow_unknown_types=True, or flowcore replay --allow-unknown-types, "
+                "to skip such records)",
+                rec.type,
+                offset,
+                index,
+            )
+        self.decoded(rec, position)  # skipped, but read: its bytes must decode like any record's
+        self.rows.append(
+            TrajectoryEntry(
+                index=index,
+                kind="unknown-record",
+                target=rec.type if len(rec.type) <= 60 else rec.type[:60] + "…",
+                status="skipped",
+                at=rec.at,
+                note="a record type this reader does not know (allow_unknown_types)",
+            )
+        )
 
     def sync(self) -> None:
         """Bring ``self.state`` up to date after events folded in place."""
@@ -421,28 +621,55 @@ class _Replayer:
 
     def need_empty_queue(self, index: int) -> None:
         if self.qi < len(self.queue):
-            raise _Stop(
-                ReplayDivergence(
-                    index,
-                    None,
-                    effect_to_wire(self.queue[self.qi]),
-                    "the interpreter emits an effect the log does not record",
-                )
+            raise _diverged(
+                index,
+                None,
+                effect_to_wire(self.queue[self.qi]),
+                "the interpreter emits an effect the log does not record",
             )
 
-    def recorded(self, rec: RawRecord) -> Any:
-        try:
-            return self.codec.any(rec.data)
-        except msgspec.DecodeError:
-            return bytes(rec.data).decode("utf-8", "replace")
+    def recorded(self, rec: RawRecord, position: int) -> Any:
+        """A record's data, decoded: a divergence's ``expected``, a ``run.settled``.
 
-    def same_effect(self, rec: RawRecord, effect: Effect) -> bool:
+        Bytes that do not decode, and values no record a flowcore host writes
+        holds (not flowcore data, or nested deeper than any record), are
+        corruption.
+        """
+        value = self.decoded(rec, position)
+        problem = _not_record_data(value, _MAX_RECORD_DEPTH)
+        if problem is not None:
+            raise self.corrupt(f"holds {problem}: no flowcore record does", rec.index, position)
+        return value
+
+    def decoded(self, rec: RawRecord, position: int) -> Any:
+        """A record's data decoded in full, every byte read (corruption if one does not decode)."""
+        try:
+            value = self.codec.any(rec.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self.corrupt(
+                f"holds data that does not decode: {why(exc)}", rec.index, position
+            ) from None
+        except RecursionError:
+            raise self.corrupt(f"holds data {TOO_DEEP}", rec.index, position) from None
+        return value
+
+    def same_effect(self, rec: RawRecord, position: int, effect: Effect) -> bool:
         """Compare as values: another writer may order keys or spell defaults differently."""
         try:
             recorded = self.codec.effect(rec.data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except msgspec.ValidationError:
+            return False  # data, but not this effect: a divergence
+        except msgspec.DecodeError as exc:  # bytes that are not JSON / MessagePack at all
+            raise self.corrupt(
+                f"holds data that does not decode: {why(exc)}", rec.index, position
+            ) from None
+        except RecursionError:
+            raise self.corrupt(f"holds data {TOO_DEEP}", rec.index, position) from None
+        if recorded != effect:
             return False
-        return bool(recorded == effect)
+        if self.codec.unread:
+            self.decoded(rec, position)  # the same effect, but bytes were left unread
+        return True
 
     # --- records ---------------------------------------------------------------------
 
@@ -450,9 +677,10 @@ class _Replayer:
         flow = self.flow
         if started.flow_id != flow.id:
             raise ReplayError(
-                f"the log is a run of flow {started.flow_id!r}, not {flow.id!r}: "
+                f"the log is a run of flow {short(started.flow_id)}, not {flow.id!r}: "
                 "replay it against its own flow (or a newer version of it)"
             )
+        self.check_started(index, started)
         self.version = started.version
         self.spec_hash = started.spec_hash
         budget = None
@@ -473,21 +701,43 @@ class _Replayer:
                 depth=started.depth,
             )
         except InputError as exc:
-            raise _Stop(
-                ReplayDivergence(
-                    index,
-                    {"input": started.input},
-                    {"rejected": str(exc)},
-                    "the flow does not accept the recorded input",
-                )
+            raise _diverged(
+                index,
+                {"input": started.input},
+                {"rejected": str(exc)},
+                "the flow does not accept the recorded input",
             ) from None
         except ValueError as exc:  # a run id or clock start() refuses
-            raise LogCorrupt(f"run.started is not valid: {exc}", index=index) from None
+            raise self.corrupt(f"is not a valid run.started: {why(exc)}", index, 0) from None
         self.state = decision.state
         self.queue = decision.effects
         self.qi = 0
 
-    def apply(self, index: int, event: Event) -> None:
+    def check_started(self, index: int, started: _Started) -> None:
+        """What no flowcore host can record: values outside flowcore data (corruption).
+
+        An input the flow's ``input_schema`` refuses is another matter: a
+        newer version may refuse what the recorded one accepted (§9), so
+        ``start`` refusing it is a divergence at index 0.
+        """
+        problem = None
+        if not MIN_INT <= started.version <= MAX_INT:
+            problem = f"version {short(started.version)} is not a 64-bit integer"
+        elif not 0 <= started.depth <= MAX_INT:
+            problem = f"depth {short(started.depth)} is not an integer from 0 to 2**63-1"
+        elif started.budget is not None and not all(
+            v is None or 0 <= v <= MAX_INT for v in started.budget.values()
+        ):
+            problem = f"budget {short(started.budget)} holds a limit outside 0 to 2**63-1"
+        else:
+            try:
+                check_data(started.input, "$.input", "run.started")
+            except DataError as exc:
+                problem = why(exc)
+        if problem is not None:
+            raise self.corrupt(f"is not a valid run.started: {problem}", index, 0)
+
+    def apply(self, index: int, position: int, event: Event) -> None:
         state = self.state
         assert state is not None
         self.n_events += 1
@@ -495,20 +745,29 @@ class _Replayer:
         try:
             decision = advance(state, event)
         except EventRejected as exc:
-            raise self.diverged_rejected(index, event, exc) from None
+            raise self.refused(index, position, event, exc) from None
         self.state = decision.state
         self.queue = decision.effects
         self.qi = 0
         self.after_event(index, event, before)
 
-    def diverged_rejected(self, index: int, event: Event, exc: EventRejected) -> _Stop:
-        return _Stop(
-            ReplayDivergence(
-                index,
-                event_to_wire(event),
-                {"rejected": str(exc)},
-                "the interpreter rejects an event the log reports as applied",
-            )
+    def refused(self, index: int, position: int, event: Event, exc: EventRejected) -> Exception:
+        """``advance`` rejects an event the log reports as applied.
+
+        When the event is not flowcore data at all (an integer beyond 64 bits,
+        nesting past ``MAX_DEPTH``, over the size limit), no host could have
+        applied it: the record is corrupt. Otherwise the interpreter disagrees
+        with the log (a divergence), as when a newer version refuses it.
+        """
+        try:
+            check_event(event)
+        except DataError as bad:
+            return self.corrupt(f"is not a valid event: {why(bad)}", index, position)
+        return _diverged(
+            index,
+            event_to_wire(event),
+            {"rejected": str(exc)},
+            "the interpreter rejects an event the log reports as applied",
         )
 
     def check_rejected(self, index: int, rejected: _Rejected) -> None:
@@ -519,45 +778,43 @@ class _Replayer:
         try:
             decision = advance(state, event)
         except EventRejected as exc:
+            # A host records what it refused, including events that are not
+            # flowcore data (an oversize payload, say): show what can be shown.
+            try:
+                check_event(event)
+                shown: Any = event_to_wire(event)
+            except DataError:
+                shown = None
             self.rows.append(
                 TrajectoryEntry(
                     index=index,
                     kind="event-rejected",
                     key=getattr(event, "idempotency_key", ""),
                     target=_tag(event),
-                    input=event_to_wire(event),
+                    input=shown,
                     status="rejected",
                     at=event.at_ms,
                     note=exc.reason,
                 )
             )
             return
-        raise _Stop(
-            ReplayDivergence(
-                index,
-                {"rejected": rejected.reason, "event": event_to_wire(event)},
-                {"applied": [effect_to_wire(e) for e in decision.effects]},
-                "the interpreter applies an event the log records as rejected",
-            )
+        raise _diverged(
+            index,
+            {"rejected": rejected.reason, "event": event_to_wire(event)},
+            {"applied": [effect_to_wire(e) for e in decision.effects]},
+            "the interpreter applies an event the log records as rejected",
         )
 
-    def check_settled(self, index: int, rec: RawRecord) -> None:
+    def check_settled(self, index: int, recorded: Any) -> None:
         state = self.state
         assert state is not None
-        recorded = self.recorded(rec)
         if state.settled is None:
-            raise _Stop(
-                ReplayDivergence(
-                    index, recorded, None, "the log says the run settled; the interpreter has not"
-                )
+            raise _diverged(
+                index, recorded, None, "the log says the run settled; the interpreter has not"
             )
         derived = settled_record_data(state.settled)
         if _without_nulls(recorded) != _without_nulls(derived):
-            raise _Stop(
-                ReplayDivergence(
-                    index, recorded, derived, "run.settled differs from the settled effect"
-                )
-            )
+            raise _diverged(index, recorded, derived, "run.settled differs from the settled effect")
 
     # --- the trajectory -------------------------------------------------------------------
 
@@ -824,3 +1081,36 @@ def _without_nulls(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     return value
+
+
+def _not_record_data(value: Any, limit: int) -> str | None:
+    """What makes ``value`` something no flowcore record holds, or None.
+
+    flowcore's data rule (``_data``: 64-bit integers, finite floats, string
+    keys, no bytes or MessagePack extensions), with nesting allowed to
+    ``limit``. Iterative, not recursive: the value may be nested deeper than
+    Python's recursion limit lets a recursive walk go.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, (bool, str)):
+            continue
+        if isinstance(item, int):
+            if not MIN_INT <= item <= MAX_INT:
+                return f"an integer outside the 64-bit range ({short(item)})"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"a number JSON cannot hold ({item})"
+        elif isinstance(item, (dict, list)):
+            if depth >= limit:
+                return f"data nested more than {limit} levels deep"
+            if isinstance(item, dict):
+                if not all(isinstance(key, str) for key in item):
+                    return "an object key that is not a string"
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
+        else:
+            return f"a {type(item).__name__} value, which is not data"
+    return None

@@ -1379,13 +1379,34 @@ def _drop_tail_effects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return records[:-2]
 
 
+# Version 2 only adds a description: it behaves exactly like version 1.
+SEQUENCE_V2_DESCRIBED = SEQUENCE.replace(
+    "flow: sequence\n", "flow: sequence\nversion: 2\ndescription: the same steps\n"
+)
+
+
 @case(
-    "diverge-log-ends-early",
-    "Divergent: a complete (untorn) log that lacks the last decision's effects; the "
-    "interpreter emits one where the log ends.",
+    "log-ends-inside-decision",
+    "A log that ends cleanly inside its last decision (its records past the last event "
+    "lost, no torn line), replayed with its own spec: the log was cut, exactly as if the "
+    "next line had been torn; the derived effects past the end are unrecorded.",
     SEQUENCE,
     input={"id": "u-7"},
     edit=_drop_tail_effects,
+)
+def _ends_inside(d: Driver) -> None:
+    _sequence(d)
+
+
+@case(
+    "diverge-log-ends-early",
+    "Divergent: the same log that ends inside its last decision, replayed against another "
+    "version of its flow: an effect past the end may be one the new version adds, so the "
+    "run cannot be confirmed to move; it diverges where the log ends.",
+    SEQUENCE,
+    input={"id": "u-7"},
+    edit=_drop_tail_effects,
+    newer_spec=SEQUENCE_V2_DESCRIBED,
     diverges_at=7,
 )
 def _diverge_ends(d: Driver) -> None:

@@ -9,6 +9,7 @@ EXPECTED = {
     "MAX_DEPTH",
     "MAX_EVENT_BYTES",
     "MAX_NAME_CHARS",
+    "UnknownRecordType",
     "UNENCODABLE_OUTPUT",
     "result_event",
     "DataError",

@@ -165,6 +165,15 @@ def test_snapshot_every_k_events_plus_the_tail_equals_a_full_replay(case: str) -
         assert tail.state is not None and full.state is not None
         assert flowcore.encode_state(tail.state) == flowcore.encode_state(full.state), (case, k)
         found = tail.divergence.index if tail.divergence is not None else None
+        if not expect["specMatches"] and found is None and full.divergence is not None:
+            # The log ends inside a decision and diverges only because another
+            # spec replays it; a tail read from a snapshot of the new spec
+            # cannot know that spec differs (a snapshot is pinned to its
+            # flow), so for it the log was cut, as with its own spec.
+            assert full.divergence.expected is None, (case, k)
+            assert full.divergence.index == full.last_index + 1, (case, k)
+            assert tail.unrecorded, (case, k)
+            continue
         assert found == expect["divergenceIndex"], (case, k)
 
 

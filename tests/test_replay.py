@@ -27,7 +27,7 @@ from flowcore import (
     TimerFired,
     Usage,
 )
-from flowcore._log import LogCorrupt, LogFormat, decode_log, encode_records
+from flowcore._log import LogCorrupt, LogFormat, UnknownRecordType, decode_log, encode_records
 from flowcore._replay import ReplayError, ReplayReport, replay
 from flowcore.testing import event_streams, flow_inputs, flows
 
@@ -281,7 +281,13 @@ def test_an_edited_event_diverges_at_the_first_effect_it_changes() -> None:
 
 def test_a_missing_effect_diverges_where_the_log_goes_on_without_it() -> None:
     log = triage_log()
-    wire = [r for r in log.wire() if r["data"].get("idempotencyKey") != "r-1/review/style#1"]
+    wire = [
+        r
+        for r in log.wire()
+        if not (
+            r["type"] == "effect.emitted" and r["data"]["idempotencyKey"] == "r-1/review/style#1"
+        )
+    ]
     wire = [{**r, "index": i} for i, r in enumerate(wire)]
     div = _diverge(wire, log.flow)
     assert div.expected is None and div.actual["idempotencyKey"] == "r-1/review/style#1"
@@ -296,11 +302,18 @@ def test_an_extra_effect_diverges() -> None:
     assert div.index == 3 and div.actual is None
 
 
-def test_a_complete_log_missing_its_last_effects_diverges_after_its_end() -> None:
+def test_a_log_ending_inside_a_decision_was_cut_unless_another_spec_replays_it() -> None:
+    """Torn or not, the spec decides (specs/log.md §5): with its own spec the log was
+    cut; against another version the missing effects may be new ones, so it diverges."""
     log = full_triage()
     wire = log.wire()[:-2]
-    div = _diverge(wire, log.flow)
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in wire)
+    report = replay(data, log.flow)
+    assert report.ok and [e.__struct_config__.tag for e in report.unrecorded] == ["settled"]
+    newer = flowcore.parse_flow(TRIAGE.replace("version: 3\n", "version: 4\n"))
+    div = _diverge(wire, newer)
     assert div.index == len(wire) and div.actual["kind"] == "settled"
+    assert "written with another spec" in str(div)
 
 
 def test_an_applied_event_the_interpreter_rejects_diverges() -> None:
@@ -453,13 +466,19 @@ def test_empty_or_foreign_bytes_are_not_a_log(data: bytes) -> None:
         replay(data, flowcore.parse_flow(TRIAGE))
 
 
-def test_unknown_record_types_are_skipped_but_counted_in_the_indices() -> None:
+def test_unknown_record_types_are_refused_unless_allowed_and_count_in_the_indices() -> None:
     log = full_triage()
     wire = log.wire()
     wire.insert(3, {"type": "host.note", "index": 3, "runId": "r-1", "at": 1, "data": [1]})
     wire = [{**r, "index": i} for i, r in enumerate(wire)]
-    report = replay(b"".join(json.dumps(r).encode() + b"\n" for r in wire), log.flow)
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in wire)
+    with pytest.raises(UnknownRecordType, match=r"record 3 .*unknown type 'host\.note'") as info:
+        replay(data, log.flow)
+    assert (info.value.index, info.value.record_type) == (3, "host.note")
+    report = replay(data, log.flow, allow_unknown_types=True)
     assert report.ok and report.records == len(wire)
+    (skipped,) = [e for e in report.trajectory if e.kind == "unknown-record"]
+    assert (skipped.index, skipped.target, skipped.status) == (3, "host.note", "skipped")
 
 
 # --- torn tails and until --------------------------------------------------------------------

@@ -2,28 +2,38 @@
 
 Exit 0 when the log replays (a torn last record is reported, not an error),
 1 on divergence, 2 on bad input: a missing or unreadable file, bytes that are
-not a flowcore log, corruption in the middle of a log, a spec that is invalid
-or belongs to another flow. Without ``--spec`` the spec is looked for next to
-the log: ``flow.yaml`` (``.yml``, ``.json``), then any spec file there whose
-flow id is the log's.
+not a flowcore log, corruption anywhere in a log (bytes that do not decode, an
+``at`` that contradicts its record, a record type this reader does not know
+unless ``--allow-unknown-types``), a spec that is invalid or belongs to
+another flow. Without ``--spec`` the spec is looked for next to the log:
+``flow.yaml`` (``.yml``, ``.json``), then any spec file there whose flow id is
+the log's.
+
+Everything printed that comes from the log (ids, inputs, outputs, error
+texts) is escaped for rich's markup and cut to a bounded length: a log is
+untrusted input, and a ``[/]`` in a tool's output must print as itself.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 import flowcore
 from flowcore import Flow, FlowcoreError, SpecError, Usage
-from flowcore._log import RUN_STARTED, LogCorrupt, detect_format, read_raw_log
+from flowcore._log import EVENT_REPORTED, RUN_STARTED, LogCorrupt, detect_format, read_raw_log
 from flowcore._replay import ReplayError, ReplayReport, TrajectoryEntry
 from flowcore._replay import replay as replay_log
 
@@ -102,6 +112,38 @@ def _compact(value: Any, width: int = 60) -> str:
     )
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _clip(text: str, width: int) -> str:
+    """At most ``width`` characters of ``text``, saying how long the whole was."""
+    return text if len(text) <= width else f"{text[:width]}… ({len(text):,} characters)"
+
+
+def _shown(text: str, width: int = 80) -> str:
+    """Text from the log, for a markup string: cut short and with markup escaped."""
+    return escape(_clip(text, width))
+
+
+def _last_decision(data: bytes, last_index: int) -> tuple[int, str] | None:
+    """The index and type of the decision record (run.started or event.reported) that
+    the log's last replayed record belongs to: the decision the log ends inside."""
+    try:
+        records = read_raw_log(data).records
+    except LogCorrupt:  # cannot happen after a replay that read it; say nothing then
+        return None
+    found = None
+    for record in records:
+        if record.index > last_index:
+            break
+        if record.type in (RUN_STARTED, EVENT_REPORTED):
+            found = (record.index, record.type)
+    return found
+
+
+def _until_command(log_path: str, spec_path: str | None, until: int) -> str:
+    """The command that replays the same log only up to ``until`` (a cut)."""
+    spec = "" if spec_path is None else f" --spec {shlex.quote(spec_path)}"
+    return f"flowcore replay {shlex.quote(log_path)}{spec} --until {until}"
 
 
 def _usage(usage: Usage) -> dict[str, int]:
@@ -201,6 +243,7 @@ def _table(report: ReplayReport) -> Table:
     for e in report.trajectory:
         who = e.target if not e.member else f"{e.target} ({e.member})"
         key = e.key.split("/", 1)[1] if "/" in e.key else e.key
+        key = _clip(key, 80)
         where = f"{key}\n{who}" if key and who else key or who
         result = f"{e.error.type}: {e.error.message}" if e.error is not None else _compact(e.output)
         if e.note:
@@ -210,28 +253,36 @@ def _table(report: ReplayReport) -> Table:
         if e.usage is not None:
             usage = f"{e.usage.steps} st / {e.usage.cost_minor_units}"
         at = str(e.at) if e.ended_at is None else f"{e.at}→{e.ended_at}"
+        # Cells hold the log's values: Text, so that rich reads no markup in them.
         table.add_row(
             str(e.index),
-            e.kind,
-            where,
-            _compact(e.input),
+            Text(e.kind),
+            Text(_clip(where, 200)),
+            Text(_compact(e.input)),
             Text(status, style=_STATUS_STYLE.get(e.status, "")),
-            result,
+            Text(_clip(result, 400)),
             usage,
             at,
         )
     return table
 
 
-def _print_report(report: ReplayReport, log_path: str) -> None:
+def _print_report(
+    report: ReplayReport, log_path: str, data: bytes, spec_path: str | None, until: int | None
+) -> None:
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # Printing must not fail on a terminal that cannot show a character
+        # (an ASCII-only locale, say): the log's text, or the table's own "→",
+        # comes out escaped instead of raising UnicodeEncodeError.
+        sys.stdout.reconfigure(errors="backslashreplace")
     out = Console(highlight=False)
     if not out.is_terminal and "COLUMNS" not in os.environ:
         out = Console(highlight=False, width=160)  # a pipe or a CI log: room for the table
     span = f"{report.first_index}-{report.last_index}" if report.records else "none"
-    spec = report.replayed_spec_hash[:12]
+    spec = escape(report.replayed_spec_hash[:12])
     head = (
-        f"[bold]{log_path}[/]: run [bold]{report.run_id}[/] of flow "
-        f"[bold]{report.flow_id}[/] v{report.version}, records {span} "
+        f"[bold]{escape(log_path)}[/]: run [bold]{_shown(report.run_id)}[/] of flow "
+        f"[bold]{_shown(report.flow_id)}[/] v{report.version}, records {span} "
         f"({report.records}: {report.events} events, {report.effects} effects"
         + (f", {report.rejected} rejected" if report.rejected else "")
         + ")"
@@ -241,7 +292,7 @@ def _print_report(report: ReplayReport, log_path: str) -> None:
         out.print(f"spec {spec} (the one the log recorded)")
     else:
         out.print(
-            f"[yellow]spec {spec} differs from the recorded {report.spec_hash[:12]}[/]: "
+            f"[yellow]spec {spec} differs from the recorded {_shown(report.spec_hash[:12])}[/]: "
             "replaying against another version of the flow"
         )
     if report.trajectory:
@@ -254,33 +305,48 @@ def _print_report(report: ReplayReport, log_path: str) -> None:
         )
         parts.append(f"by member: {members}")
     parts.append(f"ledger {report.steps_used} steps, {report.cost_used} cost")
-    out.print("; ".join(parts))
+    out.print(escape("; ".join(parts)))
     settled = report.settled
     if settled is not None:
-        line = f"status [bold]{settled.status}[/]"
+        line = f"status [bold]{escape(settled.status)}[/]"
         if settled.exhausted:
-            line += f" ({settled.exhausted})"
+            line += f" ({escape(settled.exhausted)})"
         if settled.error is not None:
-            line += f": {settled.error.type}: {settled.error.message}"
+            line += f": {_shown(settled.error.type)}: {_shown(settled.error.message, 200)}"
         if settled.output is not None:
-            line += f" · output {_compact(settled.output, 200)}"
-        out.print(line, markup=True)
+            line += f" · output {escape(_compact(settled.output, 200))}"
+        out.print(line)
     else:
-        out.print(f"status [bold]{report.status}[/] (the log ends before the run settles)")
+        out.print(f"status [bold]{escape(report.status)}[/] (the log ends before the run settles)")
     if report.torn is not None:
         out.print(
             f"[yellow]torn last record at byte {report.torn.offset}[/] "
-            f"({report.torn.length} bytes: {report.torn.reason}); "
+            f"({report.torn.length} bytes: {_shown(report.torn.reason, 200)}); "
             "the complete records before it were replayed"
         )
     if report.unrecorded:
+        # A cut (a torn tail, --until, or a clean end replayed with the log's
+        # own spec) inside a decision: its effects were derived but are not in the log.
+        decision = _last_decision(data, report.last_index)
+        inside = (
+            f"the log ends inside the decision of record {decision[0]} ({decision[1]})"
+            if decision is not None
+            else "the log ends inside a decision"
+        )
+        why = (
+            "a torn last record"
+            if report.torn is not None
+            else "--until"
+            if until is not None
+            else "its end: the host writes a decision's records together, so they were lost"
+        )
+        keys = ", ".join(
+            _clip(str(flowcore.effect_to_wire(e).get("idempotencyKey", "settled")), 80)
+            for e in report.unrecorded
+        )
         out.print(
-            f"{len(report.unrecorded)} effect(s) derived after the end of the log were not "
-            "recorded (the log was cut): "
-            + ", ".join(
-                flowcore.effect_to_wire(e).get("idempotencyKey", "settled")
-                for e in report.unrecorded
-            )
+            f"[yellow]{inside}[/]: {len(report.unrecorded)} effect(s) the interpreter derives "
+            f"for it are not recorded (unrecorded: the log was cut by {why}): {escape(keys)}"
         )
     divergence = report.divergence
     if divergence is None:
@@ -290,38 +356,73 @@ def _print_report(report: ReplayReport, log_path: str) -> None:
         out.print(f"[green]replays[/]: {verdict}")
         return
     message = str(divergence).split(" at index ", 1)[0]
-    out.print(f"[red bold]DIVERGED at index {divergence.index}[/]: {message}")
+    out.print(f"[red bold]DIVERGED at index {divergence.index}[/]: {_shown(message, 300)}")
     for label, value in (
         ("expected (the log):   ", divergence.expected),
         ("actual (the flow now):", divergence.actual),
     ):
-        out.print(f"  {label} {json.dumps(value, ensure_ascii=False, default=_jsonable)}")
+        text = json.dumps(value, ensure_ascii=False, default=_jsonable)
+        out.print(f"  {label} {_shown(text, 2000)}")
     if not report.spec_matches:
         out.print(
             f"this run cannot move to this version: it would act differently at index "
             f"{divergence.index}"
+        )
+    index = divergence.index
+    if divergence.expected is None and index == report.last_index + 1:
+        # The log ends inside a decision, replayed with another spec (see
+        # flowcore._replay.fold): a lost record or an effect the new version adds.
+        out.print(
+            "the log ends inside a decision, and the new spec derives effects the log does not "
+            "hold: a new version that emits more there cannot take this run over (specs/log.md "
+            "§5). If the log was cut, replay it as a cut, which lists them as unrecorded: "
+            f"{escape(_until_command(log_path, spec_path, report.last_index))}"
+        )
+    elif index > report.first_index:
+        out.print(
+            "to replay only the records before the divergence: "
+            f"{escape(_until_command(log_path, spec_path, index - 1))}"
         )
 
 
 @click.command()
 @click.argument("log", metavar="LOG")
 @click.option("--spec", "spec_path", metavar="SPEC", help="The flow to replay against.")
-@click.option("--until", type=int, metavar="INDEX", help="Stop after the record with this index.")
+@click.option(
+    "--until",
+    type=int,
+    metavar="INDEX",
+    help="Stop after the record with this index (a cut: effects past it are unrecorded).",
+)
+@click.option(
+    "--allow-unknown-types",
+    is_flag=True,
+    help="Skip records of types this reader does not know (a newer writer's) instead of "
+    "refusing the log.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
-def replay(log: str, spec_path: str | None, until: int | None, as_json: bool) -> int:
+def replay(
+    log: str, spec_path: str | None, until: int | None, allow_unknown_types: bool, as_json: bool
+) -> int:
     """Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.
 
     Prints the trajectory, or the first divergence. Exit 0 when the log
-    replays, 1 on divergence, 2 on bad input.
+    replays, 1 on divergence, 2 on bad input (including a corrupt log).
     """
     data = read_bytes(log, "log file")
     flow = load_spec(spec_path) if spec_path is not None else _find_spec(log, data)
     try:
-        report = replay_log(data, flow, until=until, raise_on_divergence=False)
+        report = replay_log(
+            data,
+            flow,
+            until=until,
+            raise_on_divergence=False,
+            allow_unknown_types=allow_unknown_types,
+        )
     except (LogCorrupt, ReplayError, FlowcoreError) as exc:
         raise CliError(f"{log}: {exc}") from None
     if as_json:
         click.echo(json.dumps(report_to_json(report), ensure_ascii=False, default=_jsonable))
     else:
-        _print_report(report, log)
+        _print_report(report, log, data, spec_path, until)
     return 0 if report.ok else 1

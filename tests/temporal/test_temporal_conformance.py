@@ -22,7 +22,7 @@ recorded and the Temporal-produced effects must then be identical, except
 for the two fields that are readings of the host's clock: ``untilMs`` of
 ``sleep`` and ``budgetRemaining.wallClockMs``.
 
-Skipped, each with its reason: divergent, torn, corrupt and newer-spec logs
+Skipped, each with its reason: divergent, torn, cut, corrupt and newer-spec logs
 (nothing to produce), events that a Temporal host never produces (rejected
 ones are not sent at all; an event that arrives after a timer was due, while
 Temporal fires timers on time; a late result for a timer or child the host
@@ -176,6 +176,10 @@ def plan_vector(path: Path) -> Plan:
         raise Unproducible("a divergent log: nothing for a host to produce")
     if expect.get("tornOffset") is not None:
         raise Unproducible("a torn log: the run it records is incomplete")
+    if expect.get("unrecorded"):
+        raise Unproducible(
+            "a cut log (it ends inside a decision): the run it records is incomplete"
+        )
     spec_path = path / "recorded.yaml" if (path / "recorded.yaml").exists() else path / "flow.yaml"
     spec = spec_path.read_text()
     flow = flowcore.parse_flow(spec, source_name=str(spec_path))
