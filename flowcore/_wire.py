@@ -324,7 +324,7 @@ def event_from_wire(data: Any) -> Event:
     return event
 
 
-_EVENT_TYPES = (
+EVENT_TYPES = (  # every event class, for isinstance
     EffectSucceeded,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -374,7 +374,7 @@ def check_event(event: object) -> Event:
     A Struct built by hand skips msgspec's validation: its fields may hold
     anything. Raises ``DataError`` naming the field; returns the event.
     """
-    if not isinstance(event, _EVENT_TYPES):
+    if not isinstance(event, EVENT_TYPES):
         hint = (
             "; to apply a wire dict, pass flowcore.event_from_wire(d)"
             if isinstance(event, dict)

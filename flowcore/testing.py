@@ -67,6 +67,7 @@ from ._sim import (
 from ._spec import Budget, Flow
 from ._state import State, decode_state, encode_state
 from ._wire import (
+    EVENT_TYPES,
     AskHuman,
     AwaitSignal,
     BudgetRemaining,
@@ -1076,22 +1077,10 @@ def _history(
     return drive(run, input, evs, paranoid=True, **start)
 
 
-_EVENT_TYPES = (
-    EffectSucceeded,
-    EffectFailed,
-    EffectOutcomeUnknown,
-    HumanAnswered,
-    TimerFired,
-    SignalReceived,
-    SubflowSettled,
-    CancelRequested,
-)
-
-
 def _show(value: Effect | Event | None) -> str:
     if value is None:
         return "start"
-    if isinstance(value, _EVENT_TYPES):
+    if isinstance(value, EVENT_TYPES):
         text = msgspec.json.encode(event_to_wire(value)).decode()
     else:
         text = encode_effect(value).decode()

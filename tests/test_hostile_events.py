@@ -26,6 +26,7 @@ from flowcore import (
     SignalReceived,
     Usage,
 )
+from flowcore.testing import EVENT_KINDS
 
 FLOW = flowcore.parse_flow(
     """
@@ -73,16 +74,7 @@ hostile_value = st.recursive(
     max_leaves=8,
 ) | st.sampled_from([DEEP, VERY_DEEP, "y" * (1 << 20), {"big": ["z" * 1000] * 1100}])
 
-KINDS = [
-    "effect-succeeded",
-    "effect-failed",
-    "effect-outcome-unknown",
-    "human-answered",
-    "timer-fired",
-    "signal-received",
-    "subflow-settled",
-    "cancel-requested",
-]
+KINDS = list(EVENT_KINDS)
 FIELDS = [
     "idempotencyKey",
     "atMs",

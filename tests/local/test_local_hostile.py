@@ -10,79 +10,18 @@ run must complete: nothing of one event may touch another run's commit.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import json
 import logging
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import flowcore
-from flowcore import CallTool
-from flowcore_handlers import Registry
 from flowcore_local import LocalHost
 from flowcore_local._store import Store
 
+from ..hostile_values import BAD, BAD_FLOW, CAUGHT_FLOW, EXECUTIONS, HEALTHY_FLOW, REGISTRY
 from .test_local_host import work_until
-
-BAD: dict[str, tuple[Any, str]] = {
-    # case: (what the tool returns, where the error message must point)
-    "bigint": ({"n": 10**20}, "output.n"),
-    "surrogate": ({"text": json.loads('"\\ud800"')}, "output.text"),
-    "nan": ([1.0, float("nan")], "output[1]"),
-    "infinity": ({"x": float("inf")}, "output.x"),
-    "not-json": ({"when": datetime.datetime(2026, 1, 1)}, "output.when"),
-    "int-key": ({1: "one"}, "output"),
-    "deep": (json.loads("[" * 100 + "]" * 100), "output" + "[0]" * 64),
-    "huge": ("y" * (2 << 20), "result"),
-}
-
-EXECUTIONS: Counter[str] = Counter()
-
-
-def bad(call: CallTool) -> Any:
-    EXECUTIONS[call.idempotency_key] += 1
-    return BAD[call.input["case"]][0]
-
-
-def fine(call: CallTool) -> Any:
-    EXECUTIONS[call.idempotency_key] += 1
-    return {"fine": call.input}
-
-
-REGISTRY = Registry(tools={"bad": bad, "fine": fine})
-
-# Neither tool declares a class: both are uncertain, so a result that is lost
-# would come back as outcome-unknown (and a re-run would show in EXECUTIONS).
-BAD_FLOW = """
-flow: hostile
-tools: {bad: {}}
-steps:
-  - {id: call, call_tool: {tool: bad, input: {case: "${input.case}"}}}
-"""
-
-CAUGHT_FLOW = """
-flow: hostile-caught
-tools: {bad: {}, fine: {}}
-steps:
-  - id: guarded
-    try:
-      - {id: call, call_tool: {tool: bad, input: {case: "${input.case}"}}}
-    catch:
-      - errors: [unencodable-output]
-        steps: [{id: fallback, call_tool: {tool: fine, input: caught}}]
-output: "${steps.fallback.output}"
-"""
-
-HEALTHY_FLOW = """
-flow: healthy
-tools: {fine: {}}
-steps:
-  - {id: call, call_tool: {tool: fine, input: "${input.n}"}}
-output: "${steps.call.output}"
-"""
 
 
 def run_host(db: Path, body: Any) -> Any:
@@ -129,7 +68,7 @@ def test_bad_results_fail_their_own_effect_once_and_healthy_runs_complete(
         assert len(row.error["message"]) < 400  # a short prefix, never the value
         assert EXECUTIONS[f"bad-{case}/call#1"] == 1, case
     assert by_id["caught"].status == "completed"
-    assert by_id["caught"].output == {"fine": "caught"}
+    assert by_id["caught"].output == {"fine": "unencodable-output"}
     for i in range(12):
         row = by_id[f"ok-{i}"]
         assert (row.status, row.output) == ("completed", {"fine": i}), row

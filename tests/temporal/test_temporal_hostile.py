@@ -23,10 +23,7 @@ it for ever): every history is checked for ``WorkflowTaskFailed``.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import json
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -53,14 +50,21 @@ from temporalio.worker import Worker
 
 import flowcore
 import flowcore_temporal as ft
-from flowcore import CallTool, Sleep
-from flowcore_handlers import Registry
+from flowcore import Sleep
 
+from ..hostile_values import (
+    BAD,
+    BAD_FLOW,
+    CAUGHT_FLOW,
+    DEEP,
+    EXECUTIONS,
+    HEALTHY_FLOW,
+    LONE,
+    REGISTRY,
+)
 from .support import question, running_host, unique
 
 UNENCODABLE = "unencodable-output"  # flowcore_handlers.UNENCODABLE_OUTPUT
-LONE = json.loads('"\\ud800"')
-DEEP = json.loads("[" * 100 + "]" * 100)
 BIG = "z" * (3 << 19)  # 1.5 MiB: under Temporal's payload limit, over flowcore's event limit
 WAIT_S = 60.0
 
@@ -138,70 +142,6 @@ def no_lost_errors(caplog: pytest.LogCaptureFixture) -> None:
 
 # --- a real tool returns what flowcore cannot store --------------------------------------------
 
-BAD: dict[str, tuple[Any, str]] = {
-    # case: (what the tool returns, where the error message must point: a prefix)
-    "bigint": ({"n": 10**20}, "output.n"),
-    "surrogate": ({"text": LONE}, "output.text"),
-    "nan": ([1.0, float("nan")], "output[1]"),
-    "infinity": ({"x": float("inf")}, "output.x"),
-    "datetime": ({"when": datetime.datetime(2026, 1, 1)}, "output.when"),
-    "set": ({"s": {1, 2}}, "output.s"),
-    "int-key": ({1: "one"}, "output"),
-    "deep": (DEEP, "output" + "[0]" * 64),
-    "huge": ("y" * (2 << 20), "result"),  # 2 MiB
-}
-
-_executions: Counter[str] = Counter()
-_executions_lock = threading.Lock()  # sync handlers run on worker threads
-
-
-def _ran(call: CallTool) -> None:
-    with _executions_lock:
-        _executions[call.idempotency_key] += 1
-
-
-def bad(call: CallTool) -> Any:
-    _ran(call)
-    return BAD[call.input["case"]][0]
-
-
-def fine(call: CallTool) -> Any:
-    _ran(call)
-    return {"fine": call.input}
-
-
-REGISTRY = Registry(tools={"bad": bad, "fine": fine})
-
-# Neither tool declares a class: both are uncertain, so flowcore never runs
-# them again after an unknown outcome, and a second execution would show.
-BAD_FLOW = """
-flow: hostile
-tools: {bad: {}}
-steps:
-  - {id: call, call_tool: {tool: bad, input: {case: "${input.case}"}}}
-"""
-
-CAUGHT_FLOW = """
-flow: hostile-caught
-tools: {bad: {}, fine: {}}
-steps:
-  - id: guarded
-    try:
-      - {id: call, call_tool: {tool: bad, input: {case: "${input.case}"}}}
-    catch:
-      - errors: [unencodable-output]
-        steps: [{id: fallback, call_tool: {tool: fine, input: "${error.type}"}}]
-output: "${steps.fallback.output}"
-"""
-
-HEALTHY_FLOW = """
-flow: healthy
-tools: {fine: {}}
-steps:
-  - {id: call, call_tool: {tool: fine, input: "${input.n}"}}
-output: "${steps.call.output}"
-"""
-
 
 def test_bad_tool_results_fail_their_own_effect_once_and_healthy_runs_complete(
     temporal_address: str, caplog: pytest.LogCaptureFixture
@@ -244,17 +184,17 @@ def test_bad_tool_results_fail_their_own_effect_once_and_healthy_runs_complete(
         assert len(error["message"]) < 400  # a short prefix, never the value
         # Ran once; one activity, completed (its result is the failed effect),
         # never failed or retried by Temporal.
-        assert _executions[f"{rid}/call#1"] == 1, case
+        assert EXECUTIONS[f"{rid}/call#1"] == 1, case
         assert run["activities"] == Counter(scheduled=1, completed=1), case
         caught = runs[f"{prefix}-caught-{case}"]["result"]
         assert (caught["status"], caught["output"]) == ("completed", {"fine": UNENCODABLE})
-        assert _executions[f"{prefix}-caught-{case}/call#1"] == 1, case
+        assert EXECUTIONS[f"{prefix}-caught-{case}/call#1"] == 1, case
         assert replays(run["log"], BAD_FLOW) == "failed"
     for i in range(12):
         rid = f"{prefix}-ok-{i}"
         result = runs[rid]["result"]
         assert (result["status"], result["output"]) == ("completed", {"fine": i}), shown(result)
-        assert _executions[f"{rid}/call#1"] == 1
+        assert EXECUTIONS[f"{rid}/call#1"] == 1
         assert replays(runs[rid]["log"], HEALTHY_FLOW) == "completed"
     assert all(run["failures"] == [] for run in runs.values())
     no_lost_errors(caplog)
