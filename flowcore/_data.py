@@ -14,8 +14,8 @@ make that run, or the commit it shares with others, fail later.
 flowcore data is exactly:
 
 - ``None``, ``True`` / ``False``;
-- integers from -2**63 to 2**63 - 1 (what SQLite, MessagePack's int64 and
-  every host language hold exactly);
+- integers that fit in 64 bits, signed or unsigned: -2**63 to 2**64 - 1
+  (what MessagePack's int64 and uint64 hold, and msgspec in both codecs);
 - finite floats (JSON has no NaN or infinities);
 - strings of Unicode scalar values (no lone surrogates: UTF-8 cannot encode
   them);
@@ -52,6 +52,8 @@ __all__ = [
     "format_path",
     "json_size",
     "problems",
+    "quick_json",
+    "shallow",
     "short",
     "short_json",
     "text_ok",
@@ -62,10 +64,11 @@ MAX_EVENT_BYTES: Final = 1 << 20
 # Keys, signal names and error types name things; they are never bulk data.
 MAX_NAME_CHARS: Final = 4096
 MIN_INT: Final = -(2**63)
-MAX_INT: Final = 2**63 - 1
+MAX_INT: Final = 2**64 - 1
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _json = msgspec.json.Encoder()
+_msgpack = msgspec.msgpack.Encoder()
 
 
 class DataError(WireError):
@@ -113,32 +116,59 @@ def text_ok(text: str) -> bool:
     return text.isascii() or _SURROGATE.search(text) is None
 
 
-def _ok(value: Any, depth: int) -> bool:
-    """Whether ``value`` is flowcore data: the fast walk, with no paths.
+# --- the quick check --------------------------------------------------------------------
+#
+# Checking happens on every event, so most of it is done by msgspec, in C: a
+# value that encodes to JSON, nests shallowly and decodes back to an equal
+# value is data. Encoding refuses lone surrogates, integers beyond 64 bits and
+# objects msgspec knows nothing of; the round trip catches what encoding
+# rewrites (NaN and infinities become null, a key 1 becomes "1", a datetime or
+# a set becomes text or a list). Anything else (a tuple, which is data but
+# decodes as a list, or a value that failed) goes to the walk in ``problems``,
+# which decides and names the path. Both must agree on what is data: the
+# property tests in tests/test_hostile_events.py hold them to it.
 
-    Recursion is bounded by MAX_DEPTH, so a deep value cannot exhaust the
-    interpreter's stack here.
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_probe_errors = (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError)
+
+
+def shallow(data: bytes, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether the JSON ``data`` surely nests at most ``max_depth`` containers.
+
+    Few brackets mean a shallow value. Otherwise the brackets alone are kept
+    and innermost pairs are deleted pass after pass; a pass deletes one or two
+    levels, so emptying the text in ``max_depth // 2`` passes proves the depth.
+    False means "not sure" (deep, or brackets inside strings): walk the value.
     """
-    if value is None or value is True or value is False:
+    if data.count(b"[") + data.count(b"{") <= max_depth:
         return True
-    if isinstance(value, str):
-        return text_ok(value)
-    if isinstance(value, int):  # True and False were taken above
-        return MIN_INT <= value <= MAX_INT
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        if depth >= MAX_DEPTH:
-            return False
-        for key, item in value.items():
-            if not isinstance(key, str) or not text_ok(key) or not _ok(item, depth + 1):
-                return False
-        return True
-    if isinstance(value, (list, tuple)):
-        if depth >= MAX_DEPTH:
-            return False
-        return all(_ok(item, depth + 1) for item in value)
+    brackets = data.translate(None, _NOT_BRACKETS)
+    for _ in range(max_depth // 2):
+        brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if not brackets:
+            return True
     return False
+
+
+def quick_json(value: Any, decoder: msgspec.json.Decoder[Any] | None = None) -> bytes | None:
+    """``value`` as JSON if it is surely data (decoded by ``decoder`` to an equal value).
+
+    None means "not sure": the caller walks the value to know, and to say where.
+    """
+    try:
+        data = _json.encode(value)
+        # JSON holds integers of any size; MessagePack refuses one beyond 64
+        # bits (OverflowError), which is the range flowcore allows.
+        _msgpack.encode(value)
+        if data.count(b"[") + data.count(b"{") > MAX_DEPTH and not shallow(data):
+            return None
+        back = _any.decode(data) if decoder is None else decoder.decode(data)
+    except _probe_errors:
+        return None
+    return data if back == value else None
+
+
+_any = msgspec.json.Decoder()
 
 
 Parts = tuple[str | int, ...]
@@ -189,7 +219,7 @@ def _scalar_problem(value: Any) -> str | None:
             return None
         digits = str(value) if abs(value) < 10**30 else f"with {len(str(abs(value)))} digits"
         return (
-            f"integer {digits} is outside the 64-bit range (-2**63 to 2**63-1);"
+            f"integer {digits} is outside the 64-bit range (-2**63 to 2**64-1);"
             " send a larger number as a string"
         )
     if isinstance(value, float):
@@ -219,10 +249,11 @@ def format_path(parts: Parts, root: str = "$") -> str:
 
 def check_data(value: Any, path: str = "$", what: str = "value") -> None:
     """Raise ``DataError`` (naming the path) unless ``value`` is flowcore data."""
-    if _ok(value, 0):
+    if value is None or quick_json(value) is not None:
         return
-    parts, problem = next(problems(value))
-    raise DataError(format_path(parts, path), problem, what)
+    found = next(problems(value), None)
+    if found is not None:  # else it is data the quick check could not vouch for (a tuple)
+        raise DataError(format_path(found[0], path), found[1], what)
 
 
 def check_text(value: Any, path: str, what: str = "value", limit: int | None = None) -> None:

@@ -64,14 +64,13 @@ This module must never do I/O.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any, assert_never
 
 import msgspec
 
-from ._data import MAX_DEPTH, MAX_INT, MIN_INT, DataError, check_data, short
+from ._data import MAX_DEPTH, DataError, check_data, format_path, problems, short
 from ._errors import EventRejected, InputError, ReplayDivergence
 from ._interp import Fold, advance, start
 from ._log import (
@@ -152,6 +151,7 @@ _NO_LIMIT = float("inf")
 # (a settled effect: report, entry, output). Anything deeper is no flowcore
 # record, and deep enough to break whatever recurses over it (a CLI printing it).
 _MAX_RECORD_DEPTH = MAX_DEPTH + 8
+_MAX_COUNT = 2**63 - 1  # indexes, times, depths and budgets are signed 64-bit counts
 
 
 class _Stop(Exception):
@@ -244,7 +244,7 @@ def _as_raw(records: Iterable[Record]) -> Iterator[RawRecord]:
 
 
 def _is_count(value: object) -> bool:
-    return type(value) is int and 0 <= value <= MAX_INT
+    return type(value) is int and 0 <= value <= _MAX_COUNT
 
 
 def _diverged(index: int, expected: Any, actual: Any, message: str) -> _Stop:
@@ -721,12 +721,12 @@ class _Replayer:
         ``start`` refusing it is a divergence at index 0.
         """
         problem = None
-        if not MIN_INT <= started.version <= MAX_INT:
+        if not -_MAX_COUNT - 1 <= started.version <= _MAX_COUNT:
             problem = f"version {short(started.version)} is not a 64-bit integer"
-        elif not 0 <= started.depth <= MAX_INT:
+        elif not 0 <= started.depth <= _MAX_COUNT:
             problem = f"depth {short(started.depth)} is not an integer from 0 to 2**63-1"
         elif started.budget is not None and not all(
-            v is None or 0 <= v <= MAX_INT for v in started.budget.values()
+            v is None or 0 <= v <= _MAX_COUNT for v in started.budget.values()
         ):
             problem = f"budget {short(started.budget)} holds a limit outside 0 to 2**63-1"
         else:
@@ -1086,31 +1086,9 @@ def _without_nulls(value: Any) -> Any:
 def _not_record_data(value: Any, limit: int) -> str | None:
     """What makes ``value`` something no flowcore record holds, or None.
 
-    flowcore's data rule (``_data``: 64-bit integers, finite floats, string
-    keys, no bytes or MessagePack extensions), with nesting allowed to
-    ``limit``. Iterative, not recursive: the value may be nested deeper than
+    flowcore's data rule (``_data.problems``), with nesting allowed to
+    ``limit``. The walk is iterative: the value may be nested deeper than
     Python's recursion limit lets a recursive walk go.
     """
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if item is None or isinstance(item, (bool, str)):
-            continue
-        if isinstance(item, int):
-            if not MIN_INT <= item <= MAX_INT:
-                return f"an integer outside the 64-bit range ({short(item)})"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return f"a number JSON cannot hold ({item})"
-        elif isinstance(item, (dict, list)):
-            if depth >= limit:
-                return f"data nested more than {limit} levels deep"
-            if isinstance(item, dict):
-                if not all(isinstance(key, str) for key in item):
-                    return "an object key that is not a string"
-                stack.extend((child, depth + 1) for child in item.values())
-            else:
-                stack.extend((child, depth + 1) for child in item)
-        else:
-            return f"a {type(item).__name__} value, which is not data"
-    return None
+    found = next(problems(value, max_depth=limit), None)
+    return None if found is None else f"{found[1]} (at {format_path(found[0])})"

@@ -29,6 +29,7 @@ from ._data import (
     check_data,
     check_text,
     json_size,
+    quick_json,
     short,
     text_ok,
 )
@@ -374,6 +375,32 @@ def check_event(event: object) -> Event:
     A Struct built by hand skips msgspec's validation: its fields may hold
     anything. Raises ``DataError`` naming the field; returns the event.
     """
+    if isinstance(event, EVENT_TYPES):
+        # The quick check (``_data``): the event encodes, decodes through the
+        # validating decoder to an equal event, fits, and names are short.
+        data = quick_json(event, _event_json)
+        if (
+            data is not None
+            and len(data) <= MAX_EVENT_BYTES
+            and (len(data) <= MAX_NAME_CHARS or _short_names(event))  # no name is longer
+        ):
+            return event
+    return _check_fields(event)
+
+
+def _short_names(event: Event) -> bool:
+    key = getattr(event, "idempotency_key", "")
+    if len(key) > MAX_NAME_CHARS:
+        return False
+    if isinstance(event, SignalReceived):
+        return len(event.signal) <= MAX_NAME_CHARS
+    if isinstance(event, EffectFailed):
+        return len(event.error.type) <= MAX_NAME_CHARS
+    return True
+
+
+def _check_fields(event: object) -> Event:
+    """``check_event`` field by field: what is wrong, and where (or the event, if nothing)."""
     if not isinstance(event, EVENT_TYPES):
         hint = (
             "; to apply a wire dict, pass flowcore.event_from_wire(d)"

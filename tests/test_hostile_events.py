@@ -271,3 +271,19 @@ def test_spec_text_holding_a_lone_surrogate_is_a_spec_error_with_its_position() 
     (found,) = info.value.problems
     assert (found.line, found.column) == (4, 16)
     assert "lone surrogate" in found.message
+
+
+@settings(max_examples=1000)
+@given(hostile_value | st.tuples(hostile_leaf, hostile_leaf) | st.sets(st.integers(), max_size=3))
+@example(2**64 - 1)
+@example(-(2**63) - 1)
+@example({1: "one", "1": "one"})
+@example([[[["deep"]]]] * 20)
+@example({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})
+def test_the_quick_check_never_passes_what_the_walk_refuses(value: Any) -> None:
+    """``check_data`` trusts msgspec's round trip first (flowcore/_data.py); the walk
+    that names problems must agree with everything that round trip lets through."""
+    from flowcore._data import problems, quick_json
+
+    if quick_json(value) is not None:
+        assert next(problems(value), None) is None, value

@@ -545,7 +545,10 @@ def test_hostile_msgpack_values_are_corruption() -> None:
     data = log("msgpack")
     at = offset_of(RUN_SETTLED, "msgpack")
     head = msgspec.msgpack.encode({"type": "run.settled", "index": 30, "runId": "r-1", "at": 5003})
-    for data_bytes in (b"\x91" * 50_000 + b"\xc0", b"\xc7\x01\x05x", b"\xcf" + b"\xff" * 8):
+    # 50,000 nested arrays, an extension type, a NaN and an infinity (MessagePack
+    # holds both; flowcore data does not).
+    nan, inf = b"\xcb\x7f\xf8" + b"\x00" * 6, b"\xcb\x7f\xf0" + b"\x00" * 6
+    for data_bytes in (b"\x91" * 50_000 + b"\xc0", b"\xc7\x01\x05x", nan, inf):
         body = bytes([head[0] + 1]) + head[1:] + b"\xa4data" + data_bytes
         damaged = data[:at] + struct.pack(">I", len(body)) + body
         exc = corrupt(damaged)

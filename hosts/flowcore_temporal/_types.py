@@ -98,7 +98,7 @@ class RunArgs:
 MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
 """The longest activity or heartbeat timeout a run may ask for (about a century)."""
 
-_MAX_INT: Final = 2**63 - 1  # what flowcore data holds
+_MAX_INT: Final = 2**63 - 1  # what flowcore's counts (budgets, timeouts) hold
 _MAX_CLOCK_MS: Final = 2**53  # far beyond any real date; int64-safe once scaled
 _MAX_CLOCK_SCALE: Final = 1e6
 _BUDGET_KEYS: Final = ("steps", "costMinorUnits", "wallClockMs")
