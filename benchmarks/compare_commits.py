@@ -5,7 +5,8 @@ times say little. This script extracts ``--base`` (default ``HEAD``) with
 ``git archive`` into a temporary directory and runs the *same* benchmark
 script (the working tree's copy) alternately against the old code and the
 working tree's code, ``--rounds`` times each, in fresh processes. Every line
-a benchmark prints with ``median <number> <unit>`` is one figure; the script
+a benchmark prints with ``<number> us/<unit>`` (``median`` before it, if the
+benchmark says so) is one figure; the script
 prints the median of each figure over the rounds, for both trees, and the
 ratio new/old.
 
@@ -33,7 +34,11 @@ from io import BytesIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURE = re.compile(r"^(?P<label>.*?)\s*median\s+(?P<value>[\d,.]+)\s*(?P<unit>\S+)")
+# A figure: a line's first "<number> us/<what>" (after "median", if the line
+# says it). The label is the text before it, without the run's own readings
+# (throughput, sizes), so that the same figure has the same label every run.
+FIGURE = re.compile(r"^(?P<label>.*?)\s+(?:median\s+)?(?P<value>[\d,.]+)\s*(?P<unit>us/\w+)")
+READINGS = re.compile(r"\s[\d,.]+\s*(?:steps/s|MB)\b")
 
 
 def extract(rev: str, into: Path) -> None:
@@ -56,7 +61,7 @@ def run_once(tree: Path, script: list[str]) -> dict[str, tuple[float, str]]:
     for line in out.splitlines():
         m = FIGURE.match(line.strip())
         if m:
-            label = " ".join(m.group("label").split())
+            label = " ".join(READINGS.sub("", m.group("label")).split())
             figures[label] = (float(m.group("value").replace(",", "")), m.group("unit"))
     return figures
 
