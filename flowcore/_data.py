@@ -49,6 +49,7 @@ __all__ = [
     "DataError",
     "check_data",
     "check_text",
+    "first_surrogate",
     "format_path",
     "json_size",
     "problems",
@@ -109,6 +110,11 @@ def short_json(value: Any, limit: int = 60) -> str:
     if len(text) > limit:
         return f"{text[:limit]}… ({len(text):,} bytes)"
     return text
+
+
+def first_surrogate(text: str) -> re.Match[str] | None:
+    """The first lone surrogate in ``text`` (where UTF-8 cannot encode it), if any."""
+    return None if text.isascii() else _SURROGATE.search(text)
 
 
 def text_ok(text: str) -> bool:

@@ -520,14 +520,9 @@ def _iter_json(
                     line_no,
                 ) from None
         except RecursionError:
-            raise LogCorrupt(
-                f"line {line_no} (byte {offset}) is not a log record: {TOO_DEEP}", offset, line_no
-            ) from None
+            raise _too_deep(offset, line_no) from None
         else:
-            try:
-                line.decode("utf-8")  # also the bytes of unknown fields, which msgspec skips
-            except UnicodeDecodeError as exc:
-                raise _not_utf8(exc, offset, line_no, item.index) from None
+            _check_utf8(line, offset, line_no, item.index)
             yield offset, item
         offset = end + 1
 
@@ -554,14 +549,9 @@ def _last_json_line(
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         reason = why(exc)
     except RecursionError:
-        raise LogCorrupt(
-            f"line {line_no} (byte {offset}) is not a log record: {TOO_DEEP}", offset, line_no
-        ) from None
+        raise _too_deep(offset, line_no) from None
     else:
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _not_utf8(exc, offset, line_no, record.index) from None
+        _check_utf8(line, offset, line_no, record.index)
         return record
     try:
         line.decode("utf-8")
@@ -578,6 +568,20 @@ def _last_json_line(
             line_no,
         )
     return TornTail(offset, len(line), f"incomplete last line: {reason}")
+
+
+def _too_deep(offset: int, line_no: int) -> LogCorrupt:
+    return LogCorrupt(
+        f"line {line_no} (byte {offset}) is not a log record: {TOO_DEEP}", offset, line_no
+    )
+
+
+def _check_utf8(line: bytes, offset: int, line_no: int, index: int) -> None:
+    """A decoded line must be UTF-8 throughout: msgspec skips unknown fields' bytes."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(exc, offset, line_no, index) from None
 
 
 def _not_utf8(

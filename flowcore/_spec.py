@@ -40,6 +40,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn, override
 
+from ._data import first_surrogate
 from ._data import problems as data_problems
 from ._errors import Problem, SpecError
 from ._expr import Cond, Template, TemplateError, compile_cond, compile_template, find_expressions
@@ -1078,7 +1079,6 @@ def _format_path(path: tuple[Any, ...]) -> str:
 # --- entry point ------------------------------------------------------------------
 
 _CONVERTER: cattrs.Converter | None = None
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _SPEC_DEPTH = 256
 
 
@@ -1090,7 +1090,7 @@ def _converter() -> cattrs.Converter:
 
 
 def _load_text(text: str, source: str) -> tuple[Any, Positions, list[Problem]]:
-    bad = _SURROGATE.search(text)
+    bad = first_surrogate(text)
     if bad is not None:  # the YAML reader would fail encoding it, not report it
         at = bad.start()
         row, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
