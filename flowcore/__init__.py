@@ -1,22 +1,26 @@
 """flowcore: a durable workflow interpreter written as a pure state machine.
 
 ``parse_flow`` turns a spec into a ``Flow``; ``start`` and ``advance`` are the
-decision function: state + one event -> next state + effects. The core never
+decision function: state + one event -> next state + effects. ``plan`` says
+what a host must do after a decision, ``waiting_for`` what a state waits for,
+``parse_key`` reads an idempotency key back. Hosts that store runs as rows
+use ``flowcore.persist``. The core never
 does I/O, never reads a clock and never draws a random number.
 """
 
 from ._data import MAX_DEPTH, MAX_EVENT_BYTES, MAX_NAME_CHARS, DataError, check_data
+from ._driver import Plan, plan
 from ._errors import (
     EventRejected,
     FlowcoreError,
     Problem,
     ReplayDivergence,
-    ReportNeeded,
     SnapshotMismatch,
     SpecError,
     WireError,
 )
 from ._interp import DEFAULT_STEP_BUDGET, Decision, InputError, advance, start
+from ._keys import KeyInfo, KeyRole, parse_key
 from ._log import (
     LogCorrupt,
     LogRead,
@@ -29,17 +33,10 @@ from ._log import (
     encode_records,
     iter_records,
 )
+from ._query import OpenWork, Question, Scheduled, SignalWait, Timer, Waits, waiting_for
 from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
 from ._spec import Budget, Flow, parse_flow
-from ._state import (
-    State,
-    StateChanges,
-    decode_state,
-    encode_hot,
-    encode_state,
-    restore_state,
-    state_changes,
-)
+from ._state import State, decode_state, encode_state
 from ._wire import (
     UNENCODABLE_OUTPUT,
     AskHuman,
@@ -101,9 +98,14 @@ __all__ = [
     "FlowcoreError",
     "HumanAnswered",
     "InputError",
+    "KeyInfo",
+    "KeyRole",
     "LogCorrupt",
     "LogRead",
+    "OpenWork",
+    "Plan",
     "Problem",
+    "Question",
     "Record",
     "Recorder",
     "ReplayDivergence",
@@ -113,20 +115,22 @@ __all__ = [
     "RunAgent",
     "RunSubflow",
     "RunTeam",
+    "Scheduled",
     "Settled",
     "SignalReceived",
-    "ReportNeeded",
+    "SignalWait",
+    "Sleep",
     "SnapshotMismatch",
     "SpecError",
-    "Sleep",
     "State",
-    "StateChanges",
     "SubflowSettled",
+    "Timer",
     "TimerFired",
     "TornTail",
     "TrajectoryEntry",
     "UnknownRecordType",
     "Usage",
+    "Waits",
     "WireError",
     "advance",
     "check_data",
@@ -139,7 +143,6 @@ __all__ = [
     "effect_to_wire",
     "encode_effect",
     "encode_event",
-    "encode_hot",
     "encode_record",
     "encode_records",
     "encode_state",
@@ -147,9 +150,10 @@ __all__ = [
     "event_to_wire",
     "iter_records",
     "parse_flow",
+    "parse_key",
+    "plan",
     "replay",
-    "restore_state",
     "result_event",
     "start",
-    "state_changes",
+    "waiting_for",
 ]

@@ -19,7 +19,6 @@ __all__ = [
     "InputError",
     "Problem",
     "ReplayDivergence",
-    "ReportNeeded",
     "SnapshotMismatch",
     "SpecError",
     "WireError",
@@ -98,17 +97,6 @@ class InputError(FlowcoreError, ValueError):
 
 class SnapshotMismatch(FlowcoreError, ValueError):
     """A snapshot was decoded against a flow other than the one it pins."""
-
-
-class ReportNeeded(FlowcoreError):
-    """The state was restored without its report rows, and this needs them.
-
-    ``restore_state(..., report_loaded=False)`` skips reading the report (the
-    one part of a run that grows with every work effect). The few transitions
-    that read it (settling, a late answer for abandoned work) and
-    ``encode_state`` raise this instead; restore again with the rows and
-    repeat the call.
-    """
 
 
 class ReplayDivergence(FlowcoreError):

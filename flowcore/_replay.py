@@ -10,11 +10,7 @@ recorded effects exactly, in the same order. ``replay`` does that in one pass:
 
 * ``run.started`` calls ``start`` with the recorded input, run id, clock,
   budget and depth (or a snapshot stands in for everything up to the tail);
-* ``event.reported`` calls ``advance``; the effects it returns are queued.
-  The commonest event, pending work answered with success, is folded into
-  one scratch copy of the state instead (``_interp.Fold``): the same
-  transition and effects, without freezing a new ``State`` per event; the
-  state is frozen when something else needs it and at the end;
+* ``event.reported`` calls ``advance``; the effects it returns are queued;
 * each ``effect.emitted`` must equal the next queued effect. The recorded
   bytes are compared with the encoding of the re-derived effect first (one
   ``memcmp`` when the log was written by flowcore); only when the bytes differ
@@ -49,8 +45,9 @@ Hostile bytes raise only flowcore's errors: every decode also catches the
 refused before anything recurses over them, and messages (divergences
 included) quote only short prefixes of what the log holds.
 
-While it folds, replay collects the run's trajectory: one entry per effect
-(with the event that answered it), signal, cancel request and rejected event.
+While it folds, replay tells an observer (``_trajectory.Trajectory``) what
+happened; it collects the run's trajectory: one entry per effect (with the
+event that answered it), signal, cancel request and rejected event.
 
 Decided by benchmark (per record, 2k-step log, either byte format): comparing
 encoded bytes costs 0.4 us, decoding into an ``Effect`` and comparing values
@@ -66,13 +63,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
-from typing import Any, assert_never
+from typing import Any
 
 import msgspec
 
 from ._data import MAX_DEPTH, DataError, check_data, format_path, problems, short
 from ._errors import EventRejected, InputError, ReplayDivergence
-from ._interp import Fold, advance, start
+from ._interp import advance, start
 from ._log import (
     EFFECT_EMITTED,
     EVENT_REJECTED,
@@ -94,25 +91,10 @@ from ._log import (
 from ._report import ReplayError, ReplayReport, TrajectoryEntry, _Rejected, _Started
 from ._spec import Budget, Flow
 from ._state import State, decode_state
+from ._trajectory import Trajectory
 from ._wire import (
-    AskHuman,
-    AwaitSignal,
-    CallTool,
-    CancelRequested,
     Effect,
-    EffectFailed,
-    EffectOutcomeUnknown,
-    EffectSucceeded,
     Event,
-    HumanAnswered,
-    RunAgent,
-    RunSubflow,
-    RunTeam,
-    Settled,
-    SignalReceived,
-    Sleep,
-    SubflowSettled,
-    TimerFired,
     Usage,
     check_event,
     effect_to_wire,
@@ -283,12 +265,13 @@ class _Replayer:
         self.run_id: str | None = None
         self.version = flow.version
         self.spec_hash = flow.spec_hash
+        self.trajectory = Trajectory()
         if snapshot is not None:
             self.state = decode_state(snapshot, flow)
             self.run_id = self.state.run_id
-        self.queue: Sequence[Effect] = ()
-        self.fold_in_place: Fold | None = None  # set while events fold in place
-        self.qi = 0
+            self.trajectory.started(self.state)
+        self.queue: Sequence[Effect] = ()  # the effects of the decision being matched
+        self.qi = 0  # the next of them the log must record
         # The decision whose effects are being matched: the index of its
         # run.started or event.reported record, and its at (start's now_ms or
         # the event's atMs), which its effects and run.settled must carry.
@@ -302,11 +285,6 @@ class _Replayer:
         self.n_rejected = 0
         self.n_effects = 0
         self.cut = False
-        self.rows: list[TrajectoryEntry] = []
-        self.where: dict[str, int] = {}  # key -> position in rows
-        self.usage_steps = 0
-        self.usage_cost = 0
-        self.by_member: dict[str, list[int]] = {}
 
     # --- the fold ------------------------------------------------------------------
 
@@ -351,18 +329,9 @@ class _Replayer:
                     f"not effect.emitted (index {first.index})"
                 )
         limit = until if until is not None else _NO_LIMIT
-        rows = self.rows
-        where = self.where
         decode_event = codec.event
+        trajectory = self.trajectory
         position = -1
-        # The hot loop keeps its counters, the effect queue and the current
-        # decision in locals; the finally clause writes them back (the cold
-        # paths sync them first).
-        queue = self.queue
-        qi = self.qi
-        decision_at = self.decision_at
-        decision_index = self.decision_index
-        effects = events = 0
         try:
             for rec in source:
                 position += 1
@@ -384,17 +353,17 @@ class _Replayer:
                 expected_index = index + 1
                 kind = rec.type
                 if kind == EFFECT_EMITTED:
-                    if rec.at != decision_at:
-                        self.check_at(rec, position, decision_at, decision_index)
-                    if qi >= len(queue):
+                    if rec.at != self.decision_at:
+                        self.check_at(rec, position, self.decision_at, self.decision_index)
+                    if self.qi >= len(self.queue):
                         raise _diverged(
                             index,
                             self.recorded(rec, position),
                             None,
                             "the log records an effect the interpreter does not emit",
                         )
-                    effect = queue[qi]
-                    qi += 1
+                    effect = self.queue[self.qi]
+                    self.qi += 1
                     if bytes(rec.data) != encode(effect) and not self.same_effect(
                         rec, position, effect
                     ):
@@ -404,56 +373,17 @@ class _Replayer:
                             effect_to_wire(effect),
                             "the recorded effect differs from the re-derived one",
                         )
-                    effects += 1
-                    if type(effect) is CallTool and where.setdefault(
-                        effect.idempotency_key, len(rows)
-                    ) == len(rows):
-                        # The common case, inline: a first issue of a tool call
-                        # (setdefault has just recorded where its entry goes).
-                        rows.append(_tool_entry(index, effect, rec.at))
-                    else:
-                        self.queue = queue
-                        self.qi = qi
-                        self.sync()
-                        self.on_effect(index, rec.at, effect)
+                    self.n_effects += 1
+                    trajectory.effect(index, rec.at, effect)
                     continue
-                self.queue = queue
-                self.qi = qi
-                if kind != EVENT_REPORTED:
-                    self.sync()
                 # A record is read (its bytes decoded, its at checked) before
                 # it is compared with anything: bytes that do not decode are
                 # corruption wherever they are, never a divergence.
                 if kind == EVENT_REPORTED:
                     event = self.event(rec, position, decode_event)
-                    if qi < len(queue):
-                        self.need_empty_queue(index)
-                    decision_at = rec.at
-                    decision_index = index
-                    state = self.state
-                    assert state is not None
-                    if type(event) is EffectSucceeded:
-                        # The common case, inline: work answered while still
-                        # pending, folded in place (see _interp.Fold).
-                        fold = self.fold_in_place
-                        if fold is None:
-                            fold = self.fold_in_place = Fold(state)
-                        try:
-                            derived = fold.answered(event)
-                        except EventRejected as exc:  # before it touched anything
-                            raise self.refused(index, position, event, exc) from None
-                        if derived is not None:
-                            events += 1
-                            queue = derived
-                            qi = 0
-                            pos = where.get(event.idempotency_key)
-                            if pos is not None:
-                                row = rows[pos]
-                                row.status = "succeeded"
-                                row.output = event.output
-                                row.ended_at = event.at_ms
-                            continue
-                    self.sync()
+                    self.need_empty_queue(index)
+                    self.decision_at = rec.at
+                    self.decision_index = index
                     self.apply(index, position, event)
                 elif kind == EVENT_REJECTED:
                     try:
@@ -479,7 +409,7 @@ class _Replayer:
                     self.check_rejected(index, rejected)
                 elif kind == RUN_SETTLED:
                     recorded = self.recorded(rec, position)
-                    self.check_at(rec, position, decision_at, decision_index)
+                    self.check_at(rec, position, self.decision_at, self.decision_index)
                     self.need_empty_queue(index)
                     self.check_settled(index, recorded)
                 elif kind == RUN_STARTED:
@@ -498,23 +428,14 @@ class _Replayer:
                     if codec.unread:
                         self.decoded(rec, 0)
                     self.begin(index, rec, started)
-                    decision_at = rec.at
-                    decision_index = index
+                    self.decision_at = rec.at
+                    self.decision_index = index
                 else:
                     self.unknown(rec, position)
-                queue = self.queue
-                qi = self.qi
             else:
                 if reader is not None:
                     self.torn = reader.torn
         finally:
-            self.sync()
-            self.queue = queue
-            self.qi = qi
-            self.decision_at = decision_at
-            self.decision_index = decision_index
-            self.n_effects += effects
-            self.n_events += events
             if first is not None:
                 self.last_index = expected_index - 1
                 self.n_records = expected_index - self.first_index
@@ -602,22 +523,7 @@ class _Replayer:
                 index,
             )
         self.decoded(rec, position)  # skipped, but read: its bytes must decode like any record's
-        self.rows.append(
-            TrajectoryEntry(
-                index=index,
-                kind="unknown-record",
-                target=rec.type if len(rec.type) <= 60 else rec.type[:60] + "…",
-                status="skipped",
-                at=rec.at,
-                note="a record type this reader does not know (allow_unknown_types)",
-            )
-        )
-
-    def sync(self) -> None:
-        """Bring ``self.state`` up to date after events folded in place."""
-        if self.fold_in_place is not None:
-            self.state = self.fold_in_place.state()
-            self.fold_in_place = None
+        self.trajectory.skipped(index, rec.type, rec.at)
 
     def need_empty_queue(self, index: int) -> None:
         if self.qi < len(self.queue):
@@ -712,6 +618,7 @@ class _Replayer:
         self.state = decision.state
         self.queue = decision.effects
         self.qi = 0
+        self.trajectory.started(decision.state)
 
     def check_started(self, index: int, started: _Started) -> None:
         """What no flowcore host can record: values outside flowcore data (corruption).
@@ -741,7 +648,7 @@ class _Replayer:
         state = self.state
         assert state is not None
         self.n_events += 1
-        before = self.before_event(index, event, state)
+        before = self.trajectory.before(event, state)
         try:
             decision = advance(state, event)
         except EventRejected as exc:
@@ -749,7 +656,7 @@ class _Replayer:
         self.state = decision.state
         self.queue = decision.effects
         self.qi = 0
-        self.after_event(index, event, before)
+        self.trajectory.after(index, event, before, decision)
 
     def refused(self, index: int, position: int, event: Event, exc: EventRejected) -> Exception:
         """``advance`` rejects an event the log reports as applied.
@@ -785,18 +692,7 @@ class _Replayer:
                 shown: Any = event_to_wire(event)
             except DataError:
                 shown = None
-            self.rows.append(
-                TrajectoryEntry(
-                    index=index,
-                    kind="event-rejected",
-                    key=getattr(event, "idempotency_key", ""),
-                    target=_tag(event),
-                    input=shown,
-                    status="rejected",
-                    at=event.at_ms,
-                    note=exc.reason,
-                )
-            )
+            self.trajectory.rejected(index, event, shown, exc.reason)
             return
         raise _diverged(
             index,
@@ -816,207 +712,13 @@ class _Replayer:
         if _without_nulls(recorded) != _without_nulls(derived):
             raise _diverged(index, recorded, derived, "run.settled differs from the settled effect")
 
-    # --- the trajectory -------------------------------------------------------------------
-
-    def on_effect(self, index: int, at: int, effect: Effect) -> None:
-        if isinstance(effect, Settled):
-            return
-        key = effect.idempotency_key
-        pos = self.where.get(key)
-        if pos is not None:  # re-issued after an unknown outcome
-            row = self.rows[pos]
-            row.status = "pending"
-            row.issues += 1
-            return
-        entry: TrajectoryEntry
-        match effect:
-            case CallTool():
-                entry = _tool_entry(index, effect, at)
-            case RunAgent():
-                entry = TrajectoryEntry(
-                    index=index,
-                    kind="run-agent",
-                    key=key,
-                    target=effect.agent_id,
-                    member=effect.member,
-                    input=effect.prompt,
-                    at=at,
-                )
-            case RunTeam():
-                entry = TrajectoryEntry(
-                    index=index,
-                    kind="run-team",
-                    key=key,
-                    target=effect.team_id,
-                    input=effect.prompt,
-                    at=at,
-                )
-            case AskHuman():
-                entry = TrajectoryEntry(
-                    index=index,
-                    kind="ask-human",
-                    key=key,
-                    target="human",
-                    input=effect.question,
-                    at=at,
-                    note="" if effect.options is None else "options: " + ", ".join(effect.options),
-                )
-            case Sleep():
-                state = self.state
-                assert state is not None
-                pending = state.pending.get(key)
-                entry = TrajectoryEntry(
-                    index=index,
-                    kind="sleep",
-                    key=key,
-                    target=pending.kind if pending is not None else "timer",
-                    input=effect.until_ms,
-                    at=at,
-                )
-            case AwaitSignal():
-                entry = TrajectoryEntry(
-                    index=index, kind="await-signal", key=key, target=effect.signal, at=at
-                )
-            case RunSubflow():
-                entry = TrajectoryEntry(
-                    index=index,
-                    kind="run-subflow",
-                    key=key,
-                    target=effect.flow_id,
-                    input=effect.input,
-                    at=at,
-                    note=f"depth {effect.depth}",
-                )
-            case _:
-                assert_never(effect)
-        self.where[key] = len(self.rows)
-        self.rows.append(entry)
-
-    def before_event(self, index: int, event: Event, state: State) -> Any:
-        """What ``after_event`` needs to know about the state before the event."""
-        if type(event) is SignalReceived:
-            waiting = state.waiters.get(event.signal)
-            return waiting[0] if waiting else None
-        key = getattr(event, "idempotency_key", None)
-        return key is not None and key not in state.pending  # a late answer
-
-    def after_event(self, index: int, event: Event, before: Any) -> None:
-        at = event.at_ms
-        match event:
-            case EffectSucceeded():
-                row = self.row(event.idempotency_key, before)
-                if row is not None:
-                    row.status = "succeeded"
-                    row.output = event.output
-                    row.ended_at = at
-                    if event.usage is not None:
-                        row.usage = event.usage
-                        self.count_usage(row, event.usage)
-            case EffectFailed():
-                row = self.row(event.idempotency_key, before)
-                if row is not None:
-                    row.status = "failed"
-                    row.error = event.error
-                    row.ended_at = at
-            case EffectOutcomeUnknown():
-                row = self.row(event.idempotency_key, before)
-                if row is not None and not before:
-                    key = row.key
-                    if not any(getattr(e, "idempotency_key", None) == key for e in self.queue):
-                        row.status = "uncertain"  # not re-issued under the same key
-                        row.ended_at = at
-            case HumanAnswered():
-                row = self.row(event.idempotency_key, before)
-                if row is not None:
-                    row.status = "answered"
-                    row.output = event.answer
-                    row.ended_at = at
-            case TimerFired():
-                row = self.row(event.idempotency_key, before)
-                if row is not None:
-                    row.status = "fired"
-                    row.ended_at = at
-            case SignalReceived():
-                if before is not None:
-                    row = self.row(before, False)
-                    if row is not None:
-                        row.status = "received"
-                        row.output = event.payload
-                        row.ended_at = at
-                self.rows.append(
-                    TrajectoryEntry(
-                        index=index,
-                        kind="signal-received",
-                        key=before or "",
-                        target=event.signal,
-                        output=event.payload,
-                        status="delivered" if before is not None else "buffered",
-                        at=at,
-                    )
-                )
-            case SubflowSettled():
-                row = self.row(event.idempotency_key, before)
-                if row is not None:
-                    row.status = "succeeded" if event.status == "completed" else "failed"
-                    row.output = event.output
-                    row.ended_at = at
-                    row.note = _join(row.note, f"child {event.status}")
-                    if event.usage is not None:
-                        row.usage = event.usage
-                        self.count_usage(row, event.usage)
-            case CancelRequested():
-                self.rows.append(
-                    TrajectoryEntry(
-                        index=index,
-                        kind="cancel-requested",
-                        input=event.reason,
-                        status="requested",
-                        at=at,
-                    )
-                )
-            case _:
-                assert_never(event)
-
-    def row(self, key: str, late: bool) -> TrajectoryEntry | None:
-        pos = self.where.get(key)
-        if pos is None:
-            return None
-        row = self.rows[pos]
-        if late:
-            row.note = _join(row.note, "late: after the step had moved on")
-        return row
-
-    def count_usage(self, row: TrajectoryEntry, usage: Usage) -> None:
-        self.usage_steps += usage.steps
-        self.usage_cost += usage.cost_minor_units
-        if row.member is not None:
-            acc = self.by_member.setdefault(row.member, [0, 0])
-            acc[0] += usage.steps
-            acc[1] += usage.cost_minor_units
-
     # --- the report ---------------------------------------------------------------------
-
-    def close_rows(self, state: State) -> None:
-        """Entries nothing answered: still pending, or dropped along the way."""
-        final: dict[str, str] | None = None
-        pending = state.pending
-        for row in self.rows:
-            if row.status != "pending" or row.key in pending:
-                continue
-            if row.kind == "sleep":
-                row.status = "cancelled"  # a timeout or backoff no longer needed
-            elif row.kind in _WORK and state.settled is not None:
-                if final is None:
-                    final = {e.idempotency_key: e.status for e in state.settled.report}
-                row.status = final.get(row.key, "abandoned")
-            else:
-                row.status = "abandoned"
 
     def report(self, divergence: ReplayDivergence | None) -> ReplayReport:
         state = self.state
-        rows = self.rows
         if state is not None:
-            self.close_rows(state)
+            self.trajectory.close(state)
+        steps, cost, by_member = self.trajectory.usage()
         unrecorded: tuple[Effect, ...] = ()
         if divergence is None and self.qi < len(self.queue):
             unrecorded = tuple(self.queue[self.qi :])
@@ -1036,13 +738,9 @@ class _Replayer:
             effects=self.n_effects,
             status=state.status if state is not None else "not-started",
             settled=settled,
-            trajectory=tuple(rows),
-            usage=Usage(steps=self.usage_steps, cost_minor_units=self.usage_cost)
-            if self.usage_steps or self.usage_cost
-            else _NO_USAGE,
-            usage_by_member={
-                m: Usage(steps=s, cost_minor_units=c) for m, (s, c) in self.by_member.items()
-            },
+            trajectory=tuple(self.trajectory.rows),
+            usage=Usage(steps=steps, cost_minor_units=cost) if steps or cost else _NO_USAGE,
+            usage_by_member=by_member,
             steps_used=ledger.used_steps if ledger is not None else 0,
             cost_used=ledger.used_cost if ledger is not None else 0,
             unrecorded=unrecorded,
@@ -1052,29 +750,8 @@ class _Replayer:
         )
 
 
-def _tool_entry(index: int, effect: CallTool, at: int) -> TrajectoryEntry:
-    return TrajectoryEntry(
-        index=index,
-        kind="call-tool",
-        key=effect.idempotency_key,
-        target=effect.tool,
-        input=effect.input,
-        at=at,
-    )
-
-
 def _at_byte(offset: int | None) -> str:
     return "" if offset is None else f" (byte {offset})"
-
-
-def _tag(event: Event) -> str:
-    tag = event.__struct_config__.tag
-    assert isinstance(tag, str)
-    return tag
-
-
-def _join(note: str, more: str) -> str:
-    return f"{note}; {more}" if note else more
 
 
 def _without_nulls(value: Any) -> Any:

@@ -658,7 +658,7 @@ class _Simulation:
             if isinstance(due.event, TimerFired):
                 state = slot.state
                 key = due.event.idempotency_key
-                if state.settled is not None or key not in state.pending:
+                if state.settled is not None or key not in state.waiting.pending:
                     continue  # disarmed
             self.now = max(self.now, due.at)
             self.deliver(slot, due.event)

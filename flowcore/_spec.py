@@ -292,6 +292,10 @@ class Flow:
     spec_hash: str
     source_name: str
     by_id: dict[str, Step]
+    # loop step id -> ids of the steps whose results land in one iteration or
+    # fire (nested loops excluded, compensation steps included): what ending
+    # the iteration's scope deletes.
+    scopes: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -1274,7 +1278,35 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         spec_hash=_canonical_hash(raw),
         source_name=source_name,
         by_id=by_id,
+        scopes={
+            step.id: _scoped_ids(step.body.steps)
+            for step in by_id.values()
+            if isinstance(step.body, ForEachStep | RepeatStep)
+        },
     )
+
+
+def _scoped_ids(steps: tuple[Step, ...]) -> tuple[str, ...]:
+    """Ids of the steps in ``steps`` and the lists they own, not entering nested loops."""
+    found: list[str] = []
+    todo = list(reversed(steps))
+    while todo:
+        step = todo.pop()
+        found.append(step.id)
+        nested: list[Step] = list(step.compensate)
+        body = step.body
+        if isinstance(body, SwitchStep):
+            for case in body.cases:
+                nested.extend(case.steps)
+        elif isinstance(body, ParallelStep):
+            for branch in body.branches.values():
+                nested.extend(branch)
+        elif isinstance(body, TryStep):
+            nested.extend(body.steps)
+            for clause in body.catch:
+                nested.extend(clause.steps)
+        todo.extend(reversed(nested))
+    return tuple(found)
 
 
 def _check_schema(schema: Any, found: list[tuple[tuple[Any, ...], str]]) -> dict[str, Any] | None:

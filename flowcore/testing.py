@@ -474,7 +474,7 @@ def pending_events(state: State) -> list[Event]:
     """Events a well-behaved host could report now, one or more per pending key."""
     out: list[Event] = []
     at = state.now_ms + 1
-    for key, entry in sorted(state.pending.items()):
+    for key, entry in sorted(state.waiting.pending.items()):
         if entry.kind in ("work", "sched-call"):
             if entry.effect == "run-subflow":
                 out.append(SubflowSettled(idempotency_key=key, status="completed", at_ms=at))
@@ -511,7 +511,7 @@ def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
     travel, oversize payloads, values that are not flowcore data, and duplicates
     of the events in ``sent``."""
     at = state.now_ms
-    keys = sorted(state.pending.keys()) or ["nobody/none#1"]
+    keys = sorted(state.waiting.pending.keys()) or ["nobody/none#1"]
     key = keys[0]
     out: list[Event] = [
         EffectSucceeded(idempotency_key=f"{key}-ghost", at_ms=at),
@@ -533,7 +533,7 @@ def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
 
 def event_of_kind(kind: str, state: State, choice: int) -> Event:
     """An event of ``kind``, aimed at a pending key when one fits (``choice`` picks)."""
-    keys = sorted(state.pending.keys())
+    keys = sorted(state.waiting.pending.keys())
     key = keys[choice % len(keys)] if keys else f"{state.run_id}/none#1"
     at = state.now_ms + choice % 7
     if kind == "effect-succeeded":
@@ -692,11 +692,11 @@ class _Host:
     # --- what is pending ------------------------------------------------------------------
 
     def pending(self, *kinds: str) -> list[str]:
-        return sorted(k for k, e in self.state.pending.items() if e.kind in kinds)
+        return sorted(k for k, e in self.state.waiting.pending.items() if e.kind in kinds)
 
     def pending_work(self, subflow: bool | None = None) -> list[str]:
         out = []
-        for key, entry in sorted(self.state.pending.items()):
+        for key, entry in sorted(self.state.waiting.pending.items()):
             if entry.kind not in _WORK_KINDS:
                 continue
             if subflow is None or (entry.effect == "run-subflow") == subflow:
@@ -786,8 +786,8 @@ class _Host:
         )
 
     def options(self, key: str) -> tuple[str, ...] | None:
-        entry = self.state.pending[key]
-        frame = self.state.frames.get(entry.frame)
+        entry = self.state.waiting.pending[key]
+        frame = self.state.tree.frames.get(entry.frame)
         step = self.state.flow.by_id.get(getattr(frame, "step", ""))
         body = getattr(step, "body", None)
         options = getattr(body, "options", None)
@@ -823,7 +823,7 @@ class _Host:
 
     def op_stale(self, choice: int) -> Event | None:
         """A late result for work the run abandoned (emitted, never answered)."""
-        pending = self.state.pending
+        pending = self.state.waiting.pending
         keys = sorted(k for k in self.work if k not in pending and k not in self.answered)
         if not keys:
             return None
@@ -859,7 +859,7 @@ class _Host:
         )
 
     def op_wrong_kind(self, choice: int) -> Event | None:
-        pending = sorted(self.state.pending.items())
+        pending = sorted(self.state.waiting.pending.items())
         if not pending:
             return None
         key, entry = pending[choice % len(pending)]
@@ -922,7 +922,7 @@ class _Host:
                     event, (EffectSucceeded, SubflowSettled, HumanAnswered, TimerFired)
                 )
                 return event
-        waiting = sorted(self.state.waiters.keys())
+        waiting = sorted(self.state.waiting.waiters.keys())
         if waiting:
             name = waiting[choice % len(waiting)]
             return SignalReceived(signal=name, payload={"n": choice}, at_ms=self.at(choice))
@@ -1187,7 +1187,7 @@ def check_budget(
     h = _history(run, input, events, start)
     first = h.turns[0].state
     limits = first.ledger
-    deadline = None if limits.wall_clock_ms is None else first.started_ms + limits.wall_clock_ms
+    deadline = None if limits.wall_clock_ms is None else first.run.started_ms + limits.wall_clock_ms
     issued = 0
     last: BudgetRemaining | None = None
     for i, turn in enumerate(h.turns):
@@ -1314,19 +1314,19 @@ def check_work_accounted(
                 emitted[effect.idempotency_key] = effect
         state = turn.state
         if state.settled is None:
-            for key, entry in state.pending.items():
+            for key, entry in state.waiting.pending.items():
                 kinds = _EMITTED_AS.get(entry.kind, (Sleep,))
                 if not isinstance(emitted.get(key), kinds):
                     _fail(f"{_at(h, i)}: the run waits for {key!r} ({entry.kind}), never emitted")
-            if not state.pending:
+            if not state.waiting.pending:
                 _fail(f"{_at(h, i)}: the run is {state.status} but waits for nothing: stuck")
             continue
         if turn.rejected is not None:
             continue
-        if state.pending or state.in_flight:
+        if state.waiting.pending or state.waiting.in_flight:
             _fail(
-                f"{_at(h, i)}: settled with {len(state.pending)} keys pending and "
-                f"{state.in_flight} in flight: {sorted(state.pending.keys())[:5]}"
+                f"{_at(h, i)}: settled with {len(state.waiting.pending)} keys pending and "
+                f"{state.waiting.in_flight} in flight: {sorted(state.waiting.pending.keys())[:5]}"
             )
         report: dict[str, str] = {}
         for row in state.settled.report:

@@ -20,7 +20,6 @@ from flowcore import (
     TimerFired,
     Usage,
 )
-from flowcore._state import find_result
 
 
 class Run:
@@ -63,7 +62,7 @@ class Run:
 
     def result(self, scoped_id: str) -> Any:
         """A step's result record (``{status, output, ...}``) by scoped id."""
-        return find_result(self.state.recent, self.state.results, scoped_id)
+        return self.state.results.get(scoped_id)
 
     def report(self) -> dict[str, str]:
         assert self.settled is not None

@@ -6,6 +6,7 @@ exit 2 and never show a traceback.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -76,6 +77,51 @@ def test_usage_errors_are_one_line_and_exit_2() -> None:
     assert "No such command" in bad("frobnicate")
     assert "Missing argument" in bad("validate")
     assert "not a valid integer" in bad("replay", "x.ndjson", "--until", "soon")
+
+
+# --- the command package owns every command ------------------------------------------------
+
+HOSTS = REPO / "hosts"
+COMMAND_PACKAGE = "flowcore_cli"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The top-level names of the modules ``path`` imports (absolute imports only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def host_modules() -> list[Path]:
+    files = sorted(
+        path
+        for package in HOSTS.iterdir()
+        if package.is_dir() and package.name != COMMAND_PACKAGE
+        for path in package.rglob("*.py")
+    )
+    assert {path.relative_to(HOSTS).parts[0] for path in files} >= {
+        "flowcore_local",
+        "flowcore_temporal",
+    }
+    return files
+
+
+@pytest.mark.parametrize("path", host_modules(), ids=lambda p: str(p.relative_to(HOSTS)))
+def test_hosts_have_no_commands(path: Path) -> None:
+    """Hosts expose Python APIs only: no click, no rich; ``python -m`` may delegate."""
+    imports = imported_modules(path)
+    assert not imports & {"click", "rich"}, f"{path.relative_to(HOSTS)} imports click or rich"
+    if path.name != "__main__.py":
+        assert COMMAND_PACKAGE not in imports, f"{path.relative_to(HOSTS)} imports the command"
+
+
+def test_the_command_scan_sees_click_and_rich() -> None:
+    assert {"click", "rich"} <= imported_modules(HOSTS / COMMAND_PACKAGE / "_local.py")
 
 
 # --- validate ------------------------------------------------------------------------------

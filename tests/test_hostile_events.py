@@ -47,7 +47,7 @@ output: "${steps.f.output}"
 """
 )
 START = flowcore.start(FLOW, {"x": 1}, run_id="r", now_ms=0).state
-KEYS = sorted(START.pending.keys())
+KEYS = sorted(START.waiting.pending.keys())
 
 SURROGATE = json.loads('"\\ud800"')
 DEEP = json.loads("[" * 70 + "]" * 70)

@@ -253,7 +253,7 @@ def test_well_behaved_hosts_always_get_runs_to_settle(
         state = history.state
         assert state.settled is not None, (
             f"run still {state.status} after {len(history.turns)} turns of a host that answers "
-            f"everything; waiting for {sorted(state.pending.keys())}"
+            f"everything; waiting for {sorted(state.waiting.pending.keys())}"
         )
         event(f"settled {state.status}")
         check_history(history)

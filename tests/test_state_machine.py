@@ -12,14 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flowcore
-from flowcore import (
-    EventRejected,
-    ReportNeeded,
-    Settled,
-    encode_hot,
-    restore_state,
-    state_changes,
-)
+from flowcore import EventRejected, Settled, persist
 from flowcore.testing import EVENT_KINDS, apply, event_of_kind, events_for, flow_inputs, flows
 
 
@@ -30,10 +23,10 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
     # What an incremental host stores: the hot snapshot plus growing rows.
     stored_results: dict[str, Any] = {}
     stored_rows: list[Any] = []
-    stored_resolved: dict[str, str] = {}
+    stored_resolved: dict[str, persist.Resolution] = {}
 
     def store(s: flowcore.State) -> None:
-        changes = state_changes(s)
+        changes = persist.state_changes(s)
         stored_results.update(changes.results)
         stored_rows.extend(changes.report)
         stored_resolved.update(changes.resolved)
@@ -59,32 +52,36 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
             break
         event = data.draw(events_for(state))
         moved = apply(state, event)
-        restored = restore_state(
-            encode_hot(state), stored_results.items(), stored_rows, flow, stored_resolved.items()
+        restored = persist.restore_state(
+            persist.encode_hot(state),
+            stored_results.items(),
+            flow,
+            stored_resolved.items(),
+            stored_rows,
         )
         again = apply(restored, event)
         assert (moved is None) == (again is None), "restored state accepts differently"
-        # Restored without the report rows: the same decision, or ReportNeeded
-        # (and only where the report is read: settling, late answers).
-        partial = restore_state(
-            encode_hot(state),
-            stored_results.items(),
-            [],
-            flow,
-            stored_resolved.items(),
-            report_loaded=False,
+        # Restored without the report rows: the same decision through
+        # persist.advance, which loads the rows only where they are read
+        # (settling); flowcore.advance refuses the partial state.
+        partial = persist.restore_state(
+            persist.encode_hot(state), stored_results.items(), flow, stored_resolved.items(), None
         )
+        loads: list[int] = []
+
+        def load_report(loads: list[int] = loads) -> list[Any]:
+            loads.append(1)
+            return stored_rows
+
         try:
-            third = apply(partial, event)
-        except ReportNeeded:
-            assert moved is not None
-            late = moved.state.journal.report > 0 and not moved.effects
-            assert moved.state.settled is not None or late, "ReportNeeded where none is read"
-        else:
-            assert (moved is None) == (third is None), "partly restored state accepts differently"
-            if moved is not None and third is not None:
-                assert moved.effects == third.effects, "partly restored state decides differently"
-                assert third.state.report_loaded is False
+            third: flowcore.Decision | None = persist.advance(partial, event, load_report)
+        except EventRejected:
+            third = None
+        assert (moved is None) == (third is None), "partly restored state accepts differently"
+        if moved is not None and third is not None:
+            assert moved.effects == third.effects, "partly restored state decides differently"
+            assert bool(loads) == (moved.state.settled is not None), "report loaded needlessly"
+            assert third.state.report_complete is (moved.state.settled is not None)
         if moved is not None and again is not None:
             assert moved.effects == again.effects, "restored state decides differently"
             state = moved.state

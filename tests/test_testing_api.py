@@ -424,9 +424,9 @@ def test_check_work_accounted_catches_a_report_that_forgets_work() -> None:
 
 def test_check_work_accounted_catches_a_stuck_run() -> None:
     h = seq()
-    stuck = msgspec.structs.replace(
-        h.turns[1].state, pending=h.turns[1].state.pending.delete("r/b#1")
-    )
+    state = h.turns[1].state
+    waiting = msgspec.structs.replace(state.waiting, pending=state.waiting.pending.delete("r/b#1"))
+    stuck = msgspec.structs.replace(state, waiting=waiting)
     with pytest.raises(AssertionError, match="waits for nothing: stuck"):
         check_work_accounted(tampered(1, state=stuck))
 

@@ -1,5 +1,9 @@
 """Entry point of the ``flowcore`` console script.
 
+Every command lives in this package: ``validate``, ``graph``, ``replay``, the
+local host's (``_local``) and ``flowcore temporal ...`` (``_temporal``). The
+hosts expose Python APIs only.
+
 Every command returns its exit code: 0 success, 1 a finding (a replay that
 diverges), 2 bad input. ``run`` checks the command line (UTF-8 only) and runs
 click without its standalone mode so that every error path ends the same way:
@@ -16,7 +20,9 @@ import click
 
 from ._common import invoke
 from ._graph import graph
+from ._local import COMMANDS as LOCAL_COMMANDS
 from ._replay import replay
+from ._temporal import GROUP as TEMPORAL_GROUP
 from ._validate import validate
 
 
@@ -36,28 +42,12 @@ def cli() -> None:
 cli.add_command(validate)
 cli.add_command(graph)
 cli.add_command(replay)
-
-
-def _add_local_host_commands() -> None:
-    # The local host's commands (run, worker, runs, show, events, export,
-    # signal, answer, cancel) live with the host.
-    from flowcore_local._cli import COMMANDS
-
-    for command in COMMANDS:
-        cli.add_command(command)
-
-
-_add_local_host_commands()
-
-
-def _add_temporal_host_commands() -> None:
-    # `flowcore temporal ...`; temporalio is imported only when one of them runs.
-    from flowcore_temporal._cli import GROUP
-
-    cli.add_command(GROUP)
-
-
-_add_temporal_host_commands()
+# The local host's commands: run, worker, runs, show, events, export, signal,
+# answer, cancel.
+for _command in LOCAL_COMMANDS:
+    cli.add_command(_command)
+# `flowcore temporal ...`; temporalio is imported only when one of them runs.
+cli.add_command(TEMPORAL_GROUP)
 
 
 def run(args: list[str] | None = None) -> int:

@@ -6,8 +6,8 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
     print((await host.run(run_id)).output)
 """
 
-from ._db import NotAFlowcoreDatabase, default_db_path
+from ._db import DB_ENV, NotAFlowcoreDatabase, default_db_path
 from ._host import LocalHost
 from ._store import HostError, RunRow
 
-__all__ = ["HostError", "LocalHost", "NotAFlowcoreDatabase", "RunRow", "default_db_path"]
+__all__ = ["DB_ENV", "HostError", "LocalHost", "NotAFlowcoreDatabase", "RunRow", "default_db_path"]

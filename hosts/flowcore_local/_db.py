@@ -12,10 +12,17 @@ import os
 import sqlite3
 from pathlib import Path
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "NotAFlowcoreDatabase", "connect", "default_db_path"]
+__all__ = [
+    "APPLICATION_ID",
+    "DB_ENV",
+    "SCHEMA_VERSION",
+    "NotAFlowcoreDatabase",
+    "connect",
+    "default_db_path",
+]
 
 APPLICATION_ID = 0x466C4F57  # "FlOW"
-DB_ENV = "FLOWCORE_DB"
+DB_ENV = "FLOWCORE_DB"  # the database file when none is named (`--db`, `default_db_path`)
 
 MIGRATIONS: list[list[str]] = [
     # 1: the first schema

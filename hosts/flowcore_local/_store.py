@@ -41,8 +41,8 @@ from flowcore import (
     State,
     SubflowSettled,
     Usage,
+    persist,
 )
-from flowcore._state import ReportRow
 
 __all__ = ["OPEN", "Applied", "Claimed", "HostError", "RunRow", "Store"]
 
@@ -51,8 +51,6 @@ WORK = ("call-tool", "run-agent", "run-team")
 
 _json = msgspec.json.Encoder()
 _json_decode = msgspec.json.decode
-_report_enc = msgspec.msgpack.Encoder()
-_report_dec = msgspec.msgpack.Decoder(ReportRow)
 _effect_dec: msgspec.json.Decoder[Effect] = msgspec.json.Decoder(Effect)
 
 
@@ -345,13 +343,13 @@ class Store:
 
         The report rows (one per work effect ever run) are read only when
         ``report`` is set: restoring costs what the run holds now, not its
-        history, and the rare transition that needs them raises
-        ``ReportNeeded`` (see ``apply``).
+        history, and the rare transition that needs them reads them then
+        (``flowcore.persist.advance``, see ``apply``).
         """
         if not self.conn.in_transaction:  # in one, tx() has looked already
             self._drop_stale()
         cached = self._cache.get(run_id)
-        if cached is not None and (cached.state.report_loaded or not report):
+        if cached is not None and (cached.state.report_complete or not report):
             return cached  # nobody else has written since it was cached
         self._flush()  # the rows read below may be buffered still
         row = self.conn.execute(
@@ -367,23 +365,17 @@ class Store:
                 "SELECT name, record FROM results WHERE run_id = ?", (run_id,)
             )
         )
-        if report:
-            rows = [
-                _report_dec.decode(blob)
-                for (blob,) in self.conn.execute(
-                    "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
-                )
-            ]
-            count = len(rows)
-        else:
-            rows = []
-            (count,) = self.conn.execute(
-                "SELECT COALESCE(MAX(n) + 1, 0) FROM report WHERE run_id = ?", (run_id,)
-            ).fetchone()
-        resolved = self.conn.execute(
-            "SELECT key, how FROM resolved WHERE run_id = ?", (run_id,)
-        ).fetchall()
-        state = flowcore.restore_state(hot[0], results, rows, flow, resolved, report_loaded=report)
+        (count,) = self.conn.execute(
+            "SELECT COALESCE(MAX(n) + 1, 0) FROM report WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        resolved = (  # read after the snapshot's format is checked
+            (key, persist.decode_resolution(how))
+            for key, how in self.conn.execute(
+                "SELECT key, how FROM resolved WHERE run_id = ?", (run_id,)
+            )
+        )
+        rows = self._report(run_id) if report else None
+        state = persist.restore_state(hot[0], results, flow, resolved, rows)
         open_keys = {
             key: kind
             for key, kind in self.conn.execute(
@@ -395,6 +387,16 @@ class Store:
         self._cache[run_id] = cached
         return cached
 
+    def _report(self, run_id: str) -> list[persist.ReportRow]:
+        """Every report row of a run, oldest first."""
+        self._flush()
+        return [
+            persist.decode_row(blob)
+            for (blob,) in self.conn.execute(
+                "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
+            )
+        ]
+
     def state(self, run_id: str) -> State:
         return self.load(run_id).state
 
@@ -404,11 +406,7 @@ class Store:
         """Apply one event inside the current transaction; rejected ones change nothing."""
         cached = self.load(run_id)
         try:
-            try:
-                decision = flowcore.advance(cached.state, event)
-            except flowcore.ReportNeeded:
-                cached = self.load(run_id, report=True)
-                decision = flowcore.advance(cached.state, event)
+            decision = persist.advance(cached.state, event, lambda: self._report(run_id))
         except EventRejected as exc:
             return Applied(run_id, rejected=exc.reason)
         recorder = flowcore.Recorder(run_id)
@@ -432,12 +430,12 @@ class Store:
         conn = self.conn
         state = decision.state
         self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
-        changes = flowcore.state_changes(state)
+        changes = persist.state_changes(state)
         results, rows = changes.results, changes.report
         if changes.resolved:
             conn.executemany(
                 "INSERT OR REPLACE INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
-                [(run_id, key, how) for key, how in changes.resolved],
+                [(run_id, key, persist.encode_resolution(how)) for key, how in changes.resolved],
             )
         buffered = self._result_rows
         for name, rec in results:  # None: a finished loop scope's result, deleted
@@ -445,7 +443,7 @@ class Store:
         if rows:
             start = cached.report_rows
             self._report_rows.extend(
-                (run_id, start + i, _report_enc.encode(r)) for i, r in enumerate(rows)
+                (run_id, start + i, persist.encode_row(r)) for i, r in enumerate(rows)
             )
             cached.report_rows += len(rows)
         flow = state.flow
@@ -456,7 +454,7 @@ class Store:
         # settled) is cancelled, once this run's own writes are complete:
         # cancelling it may tell this run, re-entering apply.
         orphans: list[str] = []
-        gone = [k for k in cached.open_keys if k not in state.pending]
+        gone = [k for k in cached.open_keys if k not in state.waiting.pending]
         for key in gone:
             kind = cached.open_keys.pop(key)
             # Done rows are deleted: the log keeps the history, and the outbox
@@ -477,7 +475,7 @@ class Store:
                     None if settled.error is None else _dumps(settled.error),
                     now,
                     next_index,
-                    flowcore.encode_hot(state),
+                    persist.encode_hot(state),
                     run_id,
                 ),
             )
@@ -486,7 +484,7 @@ class Store:
             cached.open_keys.clear()
             applied.settled = settled
         else:
-            self._run_rows[run_id] = (now, next_index, flowcore.encode_hot(state))
+            self._run_rows[run_id] = (now, next_index, persist.encode_hot(state))
         self._cache[run_id] = _Cached(
             next_index, state, cached.open_keys, cached.tools, cached.report_rows
         )

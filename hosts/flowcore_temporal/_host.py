@@ -361,6 +361,16 @@ class TemporalHost:
         items = await self._query(run_id, LOG_QUERY, start)
         return records_from_wire(items)
 
+    @staticmethod
+    def child_run_id(run_id: str, key: str) -> str:
+        """The workflow id of the child run that subflow ``key`` of run ``run_id`` starts.
+
+        For a run whose workflow id is its run id (every run ``start`` starts),
+        as the workflow names its children: the key, which begins with the
+        run id (``FlowcoreWorkflow.child_workflow_id``).
+        """
+        return key if key.startswith(run_id + "/") else f"{run_id}/{key}"
+
     async def history(self, run_id: str) -> WorkflowHistory:
         history: WorkflowHistory = await self._call(self.handle(run_id).fetch_history(), run_id)
         return history

@@ -429,8 +429,8 @@ class FlowcoreWorkflow:
         event = self._answer_event(key, answer)
         asked = event.idempotency_key
         state = self._state
-        if state is None or asked not in self._questions or asked not in state.pending:
-            pending = sorted(k for k in self._questions if state and k in state.pending)
+        if state is None or asked not in self._questions or asked not in state.waiting.pending:
+            pending = sorted(k for k in self._questions if state and k in state.waiting.pending)
             raise ApplicationError(
                 f"no pending question {asked!r} in run {self._run_id}"
                 + (f" (pending: {', '.join(pending)})" if pending else " (none pending)"),
@@ -452,7 +452,7 @@ class FlowcoreWorkflow:
         return [
             {"key": key, "question": q.question, "options": list(q.options or ()) or None}
             for key, q in self._questions.items()
-            if key in state.pending
+            if key in state.waiting.pending
         ]
 
     @workflow.query(name=LOG_QUERY)
@@ -479,11 +479,11 @@ class FlowcoreWorkflow:
             },
             "pending": [
                 {"key": key, "kind": entry.effect or entry.kind}
-                for key, entry in sorted(state.pending.items())
+                for key, entry in sorted(state.waiting.pending.items())
             ],
             "questions": self.pending_questions(),
             "waitingFor": sorted(
-                {name for key, name in self._waiting.items() if key in state.pending}
+                {name for key, name in self._waiting.items() if key in state.waiting.pending}
             ),
             "records": len(self._records),
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
@@ -542,11 +542,11 @@ class FlowcoreWorkflow:
         assert state is not None
         settled = state.settled is not None
         for key, (kind, task) in list(self._tasks.items()):
-            if kind != "work" and (settled or key not in state.pending):
+            if kind != "work" and (settled or key not in state.waiting.pending):
                 del self._tasks[key]
                 task.cancel()
         for table in (self._questions, self._waiting):
-            for key in [k for k in table if k not in state.pending]:
+            for key in [k for k in table if k not in state.waiting.pending]:
                 del table[key]
 
     def _report(self, event: Event) -> None:

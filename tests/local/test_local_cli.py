@@ -157,3 +157,17 @@ def test_run_json_keeps_stdout_for_the_document_and_show_says_unlimited(tmp_path
     assert bad("run", str(spec), "--db", str(missing)) == (
         f"flowcore: cannot create {missing}: no directory {missing.parent}"
     )
+
+
+def test_values_that_look_like_markup_are_printed_as_they_are(tmp_path: Path) -> None:
+    """Run ids, outputs and errors are text: rich markup in them is not applied."""
+    db = str(tmp_path / "m.db")
+    spec = tmp_path / "m.yaml"
+    spec.write_text("flow: m\nsteps:\n  - {id: a, sleep: {for_ms: 1}}\noutput: '[/] [bold]x'\n")
+    out = ok("run", str(spec), "--db", db, "--run-id", "[bold]r")
+    assert "■ [bold]r settled completed" in out
+    assert 'output: "[/] [bold]x"' in out
+    shown = ok("show", "[bold]r", "--db", db)
+    assert shown.startswith("[bold]r  flow m  completed")
+    assert 'output: "[/] [bold]x"' in shown
+    assert "[bold]r" in ok("runs", "--db", db)

@@ -321,7 +321,7 @@ def test_a_restart_restores_what_the_run_holds_not_its_history(tmp_path: Path) -
 
     async def second(host: LocalHost) -> Any:
         state = host.store.state("loop")
-        assert state.report_loaded is False
+        assert state.report_complete is False
         await host.signal("loop", "go")
         await host.work(until_settled="loop")
         return await host.run("loop"), await host.export("loop")

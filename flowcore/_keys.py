@@ -1,0 +1,254 @@
+"""Idempotency keys and frame ids: how they are spelled, and how they are read back.
+
+Keys are a contract (DESIGN §5): deterministic, human-readable, the same on
+every replay. This module is the only place that spells them; hosts and tools
+read them with ``parse_key`` instead of cutting strings.
+
+The grammar, for a run ``r-1``::
+
+    key    = run "/" path "#" attempt            a step's effect (or a schedule's id)
+           | run "/" path "#" attempt "/timeout" a question's or signal wait's timeout
+           | run "/" path "#" attempt "/backoff" the pause before the next attempt
+           | run "/" path "/" member "#" attempt a declared team member's run-agent
+           | run "/" path "/timeout"             a step's timeout timer
+           | run "/" scope "tick"                a repeat's tick timer
+           | run "/$deadline"                    the wall-clock deadline
+           | schedule "/delay" | schedule "/call"   a scheduled call's timer and call
+    path   = { scope } step
+    scope  = step "[" index "]/"                 one loop iteration or fire
+           | step "#" attempt "/"                an attempt of a retried composite
+
+where ``schedule`` is the key of the schedule step itself. Step ids, branch
+and member names are identifiers (``[A-Za-z_][A-Za-z0-9_]*``), so ``/``,
+``#``, ``[`` and ``$`` only ever separate. A run id may hold any of them (a
+child run is named by its parent's key): ``parse_key`` takes the run id when
+the caller knows it, and otherwise reads it as the text before the first ``/``.
+
+Frame ids name the frames of the run's tree (see ``_transitions``): a step's
+frame is ``path`` without the attempt; the lists a composite step owns add a
+suffix to the step's frame id (``:c0`` a switch case, ``:try``, ``:k0`` a
+catch clause, ``:b:name`` a parallel branch, ``[3]:`` an iteration or fire,
+``!comp:`` a compensation). Frame ids are never parsed back: frames carry
+their owner and list as typed fields.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+import msgspec
+
+__all__ = [
+    "DEADLINE",
+    "KeyInfo",
+    "KeyRole",
+    "backoff_key",
+    "branch_list",
+    "call_key",
+    "case_list",
+    "catch_env",
+    "catch_list",
+    "child_prefix",
+    "compensation_list",
+    "deadline_key",
+    "delay_key",
+    "iteration_list",
+    "loop_output",
+    "loop_scope",
+    "member_key",
+    "parse_key",
+    "step_key",
+    "step_timeout_key",
+    "tick_key",
+    "try_list",
+    "wait_timeout_key",
+]
+
+DEADLINE = "$deadline"
+
+
+# --- keys -------------------------------------------------------------------------
+
+
+def step_key(run_id: str, frame_id: str, attempt: int) -> str:
+    """The key of a step's effect: ``r-1/per[2]/triage#1``."""
+    return f"{run_id}/{frame_id}#{attempt}"
+
+
+def member_key(run_id: str, frame_id: str, member: str, attempt: int) -> str:
+    """A declared team member's run-agent: ``r-1/review/critic#1``."""
+    return f"{run_id}/{frame_id}/{member}#{attempt}"
+
+
+def step_timeout_key(run_id: str, frame_id: str) -> str:
+    """A step's ``timeout_ms`` timer (one for all attempts): ``r-1/fetch/timeout``."""
+    return f"{run_id}/{frame_id}/timeout"
+
+
+def wait_timeout_key(key: str) -> str:
+    """The timeout of a question or a signal wait: ``r-1/approve#1/timeout``."""
+    return f"{key}/timeout"
+
+
+def backoff_key(key: str) -> str:
+    """The retry backoff timer after the attempt ``key``: ``r-1/fetch#1/backoff``."""
+    return f"{key}/backoff"
+
+
+def tick_key(run_id: str, scope: str) -> str:
+    """A repeat's timer for the fire whose scope is ``scope``: ``r-1/poll[3]/tick``."""
+    return f"{run_id}/{scope}tick"
+
+
+def deadline_key(run_id: str) -> str:
+    """The wall-clock budget's deadline timer: ``r-1/$deadline``."""
+    return f"{run_id}/{DEADLINE}"
+
+
+def delay_key(schedule: str) -> str:
+    """A scheduled call's delay timer."""
+    return f"{schedule}/delay"
+
+
+def call_key(schedule: str) -> str:
+    """A scheduled call's call-tool effect."""
+    return f"{schedule}/call"
+
+
+# --- frame ids and scopes -----------------------------------------------------------
+
+
+def child_prefix(prefix: str, step: str, attempt: int) -> str:
+    """The prefix of the frames inside a composite: an attempt after the first gets its own."""
+    return prefix if attempt == 1 else f"{prefix}{step}#{attempt}/"
+
+
+def loop_scope(prefix: str, step: str, index: int) -> str:
+    """The scope (and frame prefix) of one iteration or fire: ``per[2]/``."""
+    return f"{prefix}{step}[{index}]/"
+
+
+def loop_output(scope: str) -> str:
+    """Where a for_each iteration's output is kept until the loop ends."""
+    return f"{scope}$output"
+
+
+def case_list(frame_id: str, index: int) -> str:
+    return f"{frame_id}:c{index}"
+
+
+def try_list(frame_id: str) -> str:
+    return f"{frame_id}:try"
+
+
+def catch_list(frame_id: str, index: int) -> str:
+    return f"{frame_id}:k{index}"
+
+
+def catch_env(frame_id: str) -> str:
+    return f"{frame_id}!catch"
+
+
+def branch_list(frame_id: str, name: str) -> str:
+    return f"{frame_id}:b:{name}"
+
+
+def iteration_list(frame_id: str, index: int) -> str:
+    return f"{frame_id}[{index}]:"
+
+
+def compensation_list(prefix: str, step: str) -> str:
+    return f"!comp:{prefix}{step}"
+
+
+# --- reading keys back ----------------------------------------------------------------
+
+
+class KeyRole(StrEnum):
+    """What a key names."""
+
+    EFFECT = "effect"  # a step's effect (work, question, sleep, signal wait), or a schedule id
+    MEMBER = "member"  # a declared team member's run-agent
+    STEP_TIMEOUT = "step-timeout"
+    WAIT_TIMEOUT = "wait-timeout"  # a question's or a signal wait's timeout
+    BACKOFF = "backoff"
+    TICK = "tick"
+    DEADLINE = "deadline"
+    SCHEDULE_DELAY = "schedule-delay"
+    SCHEDULE_CALL = "schedule-call"
+
+
+class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """An idempotency key, read back (``parse_key``)."""
+
+    run_id: str
+    role: KeyRole
+    step: str | None  # the step the key belongs to; None for the deadline
+    path: str  # the step's path in the run: loop indices and composite attempts
+    loops: tuple[int, ...]  # the loop indices along the path, outermost first
+    attempt: int | None  # the attempt; None for a step timeout, a tick, the deadline
+    member: str | None = None
+
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_SCOPE = rf"{_NAME}(?:\[\d+\]|#\d+)/"
+_KEY = re.compile(
+    rf"(?P<path>(?:{_SCOPE})*(?P<step>{_NAME}))"
+    rf"(?:#(?P<attempt>\d+)(?P<suffix>/timeout|/backoff|/delay|/call)?"
+    rf"|/(?P<member>{_NAME})#(?P<mattempt>\d+)"
+    rf"|/(?P<timeout>timeout)"
+    rf"|\[(?P<fire>\d+)\]/(?P<tick>tick))\Z"
+)
+_LOOP = re.compile(r"\[(\d+)\]")
+_SUFFIX_ROLE = {
+    None: KeyRole.EFFECT,
+    "/timeout": KeyRole.WAIT_TIMEOUT,
+    "/backoff": KeyRole.BACKOFF,
+    "/delay": KeyRole.SCHEDULE_DELAY,
+    "/call": KeyRole.SCHEDULE_CALL,
+}
+
+
+def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
+    """Read an idempotency key back: its run, step, path, loop indices, attempt and role.
+
+    ``run_id``: the run the key belongs to, when known (a child run's id holds
+    ``/``); without it the run id is the text before the first ``/``. Raises
+    ``ValueError`` naming the key if it is not one flowcore spells.
+    """
+    if run_id is None:
+        run_id, sep, rest = key.partition("/")
+        if not sep:
+            raise ValueError(f"not a flowcore key: {key[:200]!r} has no '/'")
+    elif key.startswith(run_id + "/"):
+        rest = key[len(run_id) + 1 :]
+    else:
+        raise ValueError(f"key {key[:200]!r} does not belong to run {run_id[:200]!r}")
+    if rest == DEADLINE:
+        return KeyInfo(
+            run_id=run_id, role=KeyRole.DEADLINE, step=None, path="", loops=(), attempt=None
+        )
+    m = _KEY.match(rest)
+    if m is None:
+        raise ValueError(f"not a flowcore key: {key[:200]!r}")
+    path = m["path"]
+    loops = tuple(int(i) for i in _LOOP.findall(path))
+    if m["member"] is not None:
+        role, attempt, member = KeyRole.MEMBER, int(m["mattempt"]), m["member"]
+    elif m["timeout"] is not None:
+        role, attempt, member = KeyRole.STEP_TIMEOUT, None, None
+    elif m["tick"] is not None:
+        role, attempt, member = KeyRole.TICK, None, None
+        loops = (*loops, int(m["fire"]))
+    else:
+        role, attempt, member = _SUFFIX_ROLE[m["suffix"]], int(m["attempt"]), None
+    return KeyInfo(
+        run_id=run_id,
+        role=role,
+        step=m["step"],
+        path=path,
+        loops=loops,
+        attempt=attempt,
+        member=member,
+    )

@@ -1,0 +1,59 @@
+"""The values a transition hands around: a step's outcome, and the errors it makes.
+
+This module must never do I/O, read a clock or draw a random number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ._wire import BudgetRemaining, Effect, ErrorInfo
+
+__all__ = [
+    "FAIL",
+    "NO_BUDGET",
+    "OK",
+    "Exhausted",
+    "Outcome",
+    "effect_tag",
+    "err",
+    "error_dict",
+    "unit_fraction",
+]
+
+# Outcome of a step or list: (ok, value) where value is the output on success
+# and an ErrorInfo on failure. A plain tuple: this is the hottest value here.
+Outcome = tuple[bool, Any]
+OK = True
+FAIL = False
+
+NO_BUDGET = BudgetRemaining(steps=0)
+"""The placeholder budget of a run-agent or run-subflow, filled in when it is issued."""
+
+
+class Exhausted(Exception):
+    """A budget ran out; the transition settles the run ``budget-exhausted``."""
+
+    def __init__(self, limit: str) -> None:
+        self.limit = limit
+
+
+def err(kind: str, message: str, retryable: bool = False) -> ErrorInfo:
+    return ErrorInfo(type=kind, message=message, retryable=retryable)
+
+
+def error_dict(error: ErrorInfo) -> dict[str, Any]:
+    return {"type": error.type, "message": error.message, "retryable": error.retryable}
+
+
+def unit_fraction(key: str) -> float:
+    """A number in [0, 1) derived from a key: jitter that replays agree on."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def effect_tag(effect: Effect) -> str:
+    tag = effect.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag

@@ -1,0 +1,202 @@
+"""What a run waits for now: a public, read-only view of a state.
+
+``waiting_for(state)`` lists everything a host, a web view or a person needs
+to show or serve a run: the work out at the host (in wire form) and the work
+held back by ``max_concurrency``, the questions with their text, options,
+default and deadline, the signal waits with theirs, every timer with its due
+time and role, the signals buffered before any step waited for them, the
+scheduled calls with their status, and the remaining budget. A host needs no
+store of its own and no private attribute to show a run.
+
+Lists are in a fixed order (by key), so two hosts show a run the same way.
+
+This module must never do I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from . import _keys as keys
+from ._spec import AskHumanStep
+from ._state import Pending, PendingKind, SchedStatus, State, Status, StepFrame
+from ._wire import AskHuman, AwaitSignal, BudgetRemaining, Sleep, effect_to_wire
+
+__all__ = [
+    "OpenWork",
+    "Question",
+    "Scheduled",
+    "SignalWait",
+    "Timer",
+    "Waits",
+    "waiting_for",
+]
+
+
+class _View(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Base of the view records: JSON-ready with ``msgspec.json.encode`` (camelCase)."""
+
+
+class OpenWork(_View, frozen=True):
+    key: str
+    step: str | None  # None for a scheduled call
+    effect: dict[str, Any]  # the effect in wire form (``effect_to_wire``)
+    held: bool = False  # held back by max_concurrency: not at the host yet
+
+
+class Question(_View, frozen=True):
+    key: str
+    step: str
+    question: str
+    options: tuple[str, ...] | None
+    default: str | None
+    deadline_ms: int | None  # when the question times out, if it does
+
+
+class SignalWait(_View, frozen=True):
+    key: str
+    step: str
+    signal: str
+    deadline_ms: int | None
+
+
+class Timer(_View, frozen=True):
+    key: str
+    role: str  # sleep, timeout, backoff, deadline, tick, ask-timeout, signal-timeout, sched-delay
+    due_ms: int
+    step: str | None  # the step it belongs to; None for the run's deadline and schedules
+
+
+class Scheduled(_View, frozen=True):
+    id: str
+    tool: str
+    status: str  # pending | called | succeeded | failed | uncertain | cancelled
+    outlive_run: bool
+    due_ms: int | None  # when its delay fires, while pending
+
+
+class Waits(_View, frozen=True):
+    """What one run waits for now."""
+
+    run_id: str
+    status: Status
+    now_ms: int
+    work: tuple[OpenWork, ...]
+    questions: tuple[Question, ...]
+    signals: tuple[SignalWait, ...]
+    timers: tuple[Timer, ...]
+    buffered: dict[str, tuple[Any, ...]]  # signal -> payloads in arrival order
+    scheduled: tuple[Scheduled, ...]
+    budget: BudgetRemaining
+    used_steps: int
+    used_cost_minor_units: int
+
+
+_ROLE = {
+    PendingKind.SLEEP: "sleep",
+    PendingKind.STEP_TIMEOUT: "timeout",
+    PendingKind.BACKOFF: "backoff",
+    PendingKind.DEADLINE: "deadline",
+    PendingKind.TICK: "tick",
+    PendingKind.QUESTION_TIMEOUT: "ask-timeout",
+    PendingKind.SIGNAL_TIMEOUT: "signal-timeout",
+    PendingKind.SCHEDULE_DELAY: "sched-delay",
+}
+
+
+def waiting_for(state: State) -> Waits:
+    """What ``state`` waits for now (everything is empty once it settled)."""
+    pending = state.waiting.pending
+    frames = state.tree.frames
+
+    def step_of(entry: Pending) -> str | None:
+        frame = frames.get(entry.frame)
+        return frame.step if isinstance(frame, StepFrame) else None
+
+    def due(key: str) -> int | None:
+        entry = pending.get(key)
+        return entry.sent.until_ms if entry is not None and isinstance(entry.sent, Sleep) else None
+
+    work: list[OpenWork] = []
+    questions: list[Question] = []
+    signals: list[SignalWait] = []
+    timers: list[Timer] = []
+    for key, entry in sorted(pending.items()):
+        kind = entry.kind
+        sent = entry.sent
+        if kind is PendingKind.WORK or kind is PendingKind.SCHEDULED_CALL:
+            work.append(OpenWork(key=key, step=step_of(entry), effect=effect_to_wire(sent)))
+        elif kind is PendingKind.QUESTION:
+            assert isinstance(sent, AskHuman)
+            step = step_of(entry) or ""
+            questions.append(
+                Question(
+                    key=key,
+                    step=step,
+                    question=sent.question,
+                    options=sent.options,
+                    default=_default(state, step),
+                    deadline_ms=due(keys.wait_timeout_key(key)),
+                )
+            )
+        elif kind is PendingKind.SIGNAL:
+            assert isinstance(sent, AwaitSignal)
+            signals.append(
+                SignalWait(
+                    key=key,
+                    step=step_of(entry) or "",
+                    signal=sent.signal,
+                    deadline_ms=due(keys.wait_timeout_key(key)),
+                )
+            )
+        else:
+            assert isinstance(sent, Sleep)
+            timers.append(
+                Timer(key=key, role=_ROLE[kind], due_ms=sent.until_ms, step=step_of(entry))
+            )
+    w = state.waiting
+    for i in range(w.queue_head, w.queue_tail):
+        held = w.queue[i]
+        frame = frames.get(held.frame)
+        work.append(
+            OpenWork(
+                key=held.effect.idempotency_key,
+                step=frame.step if isinstance(frame, StepFrame) else None,
+                effect=effect_to_wire(held.effect),
+                held=True,
+            )
+        )
+    scheduled = tuple(
+        Scheduled(
+            id=sid,
+            tool=sched.tool,
+            status=sched.status.value,
+            outlive_run=sched.outlive,
+            due_ms=due(keys.delay_key(sid)) if sched.status is SchedStatus.PENDING else None,
+        )
+        for sid, sched in sorted(state.schedules.items())
+    )
+    led = state.ledger
+    budget = led.remaining(state.run.started_ms, state.now_ms)
+    return Waits(
+        run_id=state.run_id,
+        status=state.status,
+        now_ms=state.now_ms,
+        work=tuple(work),
+        questions=tuple(questions),
+        signals=tuple(signals),
+        timers=tuple(timers),
+        buffered=dict(sorted(w.signals.items())),
+        scheduled=scheduled,
+        budget=budget,
+        used_steps=led.used_steps,
+        used_cost_minor_units=led.used_cost,
+    )
+
+
+def _default(state: State, step: str) -> str | None:
+    found = state.flow.by_id.get(step)
+    body = found.body if found is not None else None
+    return body.default if isinstance(body, AskHumanStep) else None

@@ -1,0 +1,309 @@
+"""The trajectory of a replayed run: one entry per effect, signal, cancel and rejected event.
+
+Replay (``_replay``) applies each recorded event with ``advance`` and tells
+this observer what happened: an effect the log records (``effect``), an
+event before and after it was applied (``before``, ``after``), a rejected
+event, a record skipped. The observer keeps one ``TrajectoryEntry`` per
+effect key, updated as its answer comes (a late answer noted as such), and
+closes the entries nothing answered when the replay ends.
+
+This module must never do I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_never
+
+import immutables
+
+from ._report import TrajectoryEntry
+from ._state import Decision, Pending, State
+from ._wire import (
+    AskHuman,
+    AwaitSignal,
+    CallTool,
+    CancelRequested,
+    Effect,
+    EffectFailed,
+    EffectOutcomeUnknown,
+    EffectSucceeded,
+    Event,
+    HumanAnswered,
+    RunAgent,
+    RunSubflow,
+    RunTeam,
+    Settled,
+    SignalReceived,
+    Sleep,
+    SubflowSettled,
+    TimerFired,
+    Usage,
+)
+
+__all__ = ["Trajectory"]
+
+_WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow"})
+_NONE: immutables.Map[str, Pending] = immutables.Map()
+
+
+class Trajectory:
+    """The trajectory being collected; ``rows`` in the order of the log."""
+
+    def __init__(self) -> None:
+        self.rows: list[TrajectoryEntry] = []
+        self.where: dict[str, int] = {}  # key -> position in rows
+        self.usage_steps = 0
+        self.usage_cost = 0
+        self.by_member: dict[str, list[int]] = {}
+        self.pending: immutables.Map[str, Pending] = _NONE  # what the run waits for now
+
+    def started(self, state: State) -> None:
+        self.pending = state.waiting.pending
+
+    def rejected(self, index: int, event: Event, shown: Any, reason: str) -> None:
+        """An event the log records as rejected, and that is rejected again."""
+        self.rows.append(
+            TrajectoryEntry(
+                index=index,
+                kind="event-rejected",
+                key=getattr(event, "idempotency_key", ""),
+                target=_tag(event),
+                input=shown,
+                status="rejected",
+                at=event.at_ms,
+                note=reason,
+            )
+        )
+
+    def skipped(self, index: int, record_type: str, at: int) -> None:
+        """A record of a type this reader does not know, skipped."""
+        self.rows.append(
+            TrajectoryEntry(
+                index=index,
+                kind="unknown-record",
+                target=record_type if len(record_type) <= 60 else record_type[:60] + "…",
+                status="skipped",
+                at=at,
+                note="a record type this reader does not know (allow_unknown_types)",
+            )
+        )
+
+    def usage(self) -> tuple[int, int, dict[str, Usage]]:
+        """Usage reported in all (steps, cost) and by team member."""
+        by_member = {m: Usage(steps=s, cost_minor_units=c) for m, (s, c) in self.by_member.items()}
+        return self.usage_steps, self.usage_cost, by_member
+
+    def effect(self, index: int, at: int, effect: Effect) -> None:
+        """An effect the log records (and the interpreter derived)."""
+        if isinstance(effect, Settled):
+            return
+        key = effect.idempotency_key
+        pos = self.where.get(key)
+        if pos is not None:  # re-issued after an unknown outcome
+            row = self.rows[pos]
+            row.status = "pending"
+            row.issues += 1
+            return
+        entry: TrajectoryEntry
+        match effect:
+            case CallTool():
+                entry = _tool_entry(index, effect, at)
+            case RunAgent():
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="run-agent",
+                    key=key,
+                    target=effect.agent_id,
+                    member=effect.member,
+                    input=effect.prompt,
+                    at=at,
+                )
+            case RunTeam():
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="run-team",
+                    key=key,
+                    target=effect.team_id,
+                    input=effect.prompt,
+                    at=at,
+                )
+            case AskHuman():
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="ask-human",
+                    key=key,
+                    target="human",
+                    input=effect.question,
+                    at=at,
+                    note="" if effect.options is None else "options: " + ", ".join(effect.options),
+                )
+            case Sleep():
+                pending = self.pending.get(key)
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="sleep",
+                    key=key,
+                    target=pending.kind if pending is not None else "timer",
+                    input=effect.until_ms,
+                    at=at,
+                )
+            case AwaitSignal():
+                entry = TrajectoryEntry(
+                    index=index, kind="await-signal", key=key, target=effect.signal, at=at
+                )
+            case RunSubflow():
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="run-subflow",
+                    key=key,
+                    target=effect.flow_id,
+                    input=effect.input,
+                    at=at,
+                    note=f"depth {effect.depth}",
+                )
+            case _:
+                assert_never(effect)
+        self.where[key] = len(self.rows)
+        self.rows.append(entry)
+
+    def before(self, event: Event, state: State) -> Any:
+        """What ``after_event`` needs to know about the state before the event."""
+        if type(event) is SignalReceived:
+            waiting = state.waiting.waiters.get(event.signal)
+            return waiting[0] if waiting else None
+        key = getattr(event, "idempotency_key", None)
+        return key is not None and key not in state.waiting.pending  # a late answer
+
+    def after(self, index: int, event: Event, before: Any, decision: Decision) -> None:
+        """``event`` was applied: its row shows how the effect ended."""
+        self.pending = decision.state.waiting.pending
+        at = event.at_ms
+        match event:
+            case EffectSucceeded():
+                row = self.row(event.idempotency_key, before)
+                if row is not None:
+                    row.status = "succeeded"
+                    row.output = event.output
+                    row.ended_at = at
+                    if event.usage is not None:
+                        row.usage = event.usage
+                        self.count_usage(row, event.usage)
+            case EffectFailed():
+                row = self.row(event.idempotency_key, before)
+                if row is not None:
+                    row.status = "failed"
+                    row.error = event.error
+                    row.ended_at = at
+            case EffectOutcomeUnknown():
+                row = self.row(event.idempotency_key, before)
+                if row is not None and not before:
+                    key = row.key
+                    effects = decision.effects
+                    if not any(getattr(e, "idempotency_key", None) == key for e in effects):
+                        row.status = "uncertain"  # not re-issued under the same key
+                        row.ended_at = at
+            case HumanAnswered():
+                row = self.row(event.idempotency_key, before)
+                if row is not None:
+                    row.status = "answered"
+                    row.output = event.answer
+                    row.ended_at = at
+            case TimerFired():
+                row = self.row(event.idempotency_key, before)
+                if row is not None:
+                    row.status = "fired"
+                    row.ended_at = at
+            case SignalReceived():
+                if before is not None:
+                    row = self.row(before, False)
+                    if row is not None:
+                        row.status = "received"
+                        row.output = event.payload
+                        row.ended_at = at
+                self.rows.append(
+                    TrajectoryEntry(
+                        index=index,
+                        kind="signal-received",
+                        key=before or "",
+                        target=event.signal,
+                        output=event.payload,
+                        status="delivered" if before is not None else "buffered",
+                        at=at,
+                    )
+                )
+            case SubflowSettled():
+                row = self.row(event.idempotency_key, before)
+                if row is not None:
+                    row.status = "succeeded" if event.status == "completed" else "failed"
+                    row.output = event.output
+                    row.ended_at = at
+                    row.note = _join(row.note, f"child {event.status}")
+                    if event.usage is not None:
+                        row.usage = event.usage
+                        self.count_usage(row, event.usage)
+            case CancelRequested():
+                self.rows.append(
+                    TrajectoryEntry(
+                        index=index,
+                        kind="cancel-requested",
+                        input=event.reason,
+                        status="requested",
+                        at=at,
+                    )
+                )
+            case _:
+                assert_never(event)
+
+    def row(self, key: str, late: bool) -> TrajectoryEntry | None:
+        pos = self.where.get(key)
+        if pos is None:
+            return None
+        row = self.rows[pos]
+        if late:
+            row.note = _join(row.note, "late: after the step had moved on")
+        return row
+
+    def count_usage(self, row: TrajectoryEntry, usage: Usage) -> None:
+        self.usage_steps += usage.steps
+        self.usage_cost += usage.cost_minor_units
+        if row.member is not None:
+            acc = self.by_member.setdefault(row.member, [0, 0])
+            acc[0] += usage.steps
+            acc[1] += usage.cost_minor_units
+
+    def close(self, state: State) -> None:
+        """Entries nothing answered: still pending, or dropped along the way."""
+        final: dict[str, str] | None = None
+        pending = state.waiting.pending
+        for row in self.rows:
+            if row.status != "pending" or row.key in pending:
+                continue
+            if row.kind == "sleep":
+                row.status = "cancelled"  # a timeout or backoff no longer needed
+            elif row.kind in _WORK and state.settled is not None:
+                if final is None:
+                    final = {e.idempotency_key: e.status for e in state.settled.report}
+                row.status = final.get(row.key, "abandoned")
+            else:
+                row.status = "abandoned"
+
+
+def _tool_entry(index: int, effect: CallTool, at: int) -> TrajectoryEntry:
+    return TrajectoryEntry(
+        index=index,
+        kind="call-tool",
+        key=effect.idempotency_key,
+        target=effect.tool,
+        input=effect.input,
+        at=at,
+    )
+
+
+def _tag(event: Event) -> str:
+    tag = event.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+def _join(note: str, more: str) -> str:
+    return f"{note}; {more}" if note else more

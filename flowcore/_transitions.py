@@ -1,0 +1,388 @@
+"""The transitions: which event answers what, and what each answer does.
+
+Theory of operation
+-------------------
+
+A run is a tree of *frames*. A ``SeqFrame`` runs a list of steps one after
+another; a ``StepFrame`` is one running step. Composite steps (switch,
+parallel, for_each, repeat, try, declared teams) own child lists. Every frame
+has a deterministic id built from step ids and loop indices (``_keys``), so
+ids, idempotency keys and effects are the same on every replay.
+
+Everything the run waits for is in ``State.waiting.pending``, by idempotency
+key, with a ``PendingKind``: work effects, questions, signal waits, and
+timers by role. An event names a key (or, for signals, a signal name). The
+tables below say which event kinds may answer which pending kinds; anything
+else is rejected with ``EventRejected`` and the state is untouched. An
+accepted answer is routed to the construct that owns the key, which lets its
+frame react; when a step finishes, its outcome travels up the parent chain
+(``Txn.propagate``) until some frame starts new work or the root list ends
+(``_ending``). The cost of an event is therefore proportional to the depth
+of the tree and the number of branches the event touches, never to the
+length of the history.
+
+A key the run stopped waiting for (its step timed out, lost a race, was
+cancelled) keeps a ``Resolution``: its late answer is accepted once, recorded
+in the report and otherwise ignored, and a second one is a duplicate.
+
+Order of effects within one decision is fixed: the order in which the
+interpreter reaches them, depth first, branches and members in declared
+order; a step's timeout timer comes before the step's own effect; at start
+the wall-clock deadline timer comes first. A decision that settles the run
+holds exactly one effect, ``settled``.
+
+This module must never do I/O, read a clock or draw a random number.
+"""
+
+from __future__ import annotations
+
+from typing import Final, assert_never
+
+import msgspec
+
+from . import _ending
+from ._data import short
+from ._errors import EventRejected
+from ._outcome import FAIL, OK, Exhausted, Outcome, err
+from ._spec import CallToolStep, RunSubflowStep, Step
+from ._state import Ending, How, Pending, PendingKind, ReportRow, Resolution, StepFrame
+from ._txn import Txn
+from ._wire import (
+    CancelRequested,
+    EffectFailed,
+    EffectOutcomeUnknown,
+    EffectSucceeded,
+    Event,
+    HumanAnswered,
+    SignalReceived,
+    SubflowSettled,
+    TimerFired,
+)
+from .constructs import leaf, repeat, schedule, team
+
+__all__ = ["ANSWERS", "DEFAULT_UNKNOWN_REISSUES", "TIMERS", "WORK_EFFECTS", "apply", "describe"]
+
+DEFAULT_UNKNOWN_REISSUES = 3
+"""Issues of a readonly/idempotent call after unknown outcomes, without a retry policy."""
+
+# --- the tables ---------------------------------------------------------------------
+
+TIMERS: Final = frozenset(
+    {
+        PendingKind.SLEEP,
+        PendingKind.STEP_TIMEOUT,
+        PendingKind.BACKOFF,
+        PendingKind.DEADLINE,
+        PendingKind.TICK,
+        PendingKind.QUESTION_TIMEOUT,
+        PendingKind.SIGNAL_TIMEOUT,
+        PendingKind.SCHEDULE_DELAY,
+    }
+)
+"""The pending kinds that are timers: a ``sleep`` effect answered by ``timer-fired``."""
+
+_WORK: Final = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
+
+ANSWERS: Final[dict[str, frozenset[PendingKind]]] = {
+    "effect-succeeded": _WORK,
+    "effect-failed": _WORK,
+    "effect-outcome-unknown": _WORK,
+    "subflow-settled": frozenset({PendingKind.WORK}),
+    "human-answered": frozenset({PendingKind.QUESTION}),
+    "timer-fired": TIMERS,
+    # These name no key: a signal goes to the first step waiting for it by
+    # name (or is buffered), a cancel to the whole run.
+    "signal-received": frozenset({PendingKind.SIGNAL}),
+    "cancel-requested": frozenset(),
+}
+"""Event kind -> the pending kinds it may answer. Any other pairing is rejected."""
+
+_ALL_WORK: Final = frozenset({"run-agent", "run-team", "call-tool", "run-subflow"})
+WORK_EFFECTS: Final[dict[str, frozenset[str]]] = {
+    "effect-succeeded": _ALL_WORK - {"run-subflow"},  # a child run answers with subflow-settled
+    "effect-failed": _ALL_WORK,  # the host could not start the child
+    "effect-outcome-unknown": _ALL_WORK,
+    "subflow-settled": frozenset({"run-subflow"}),
+}
+"""Event kind -> the pending work effects it may answer (by wire kind)."""
+
+_DESCRIBE: Final = {
+    PendingKind.SCHEDULED_CALL: "scheduled call-tool",
+    PendingKind.QUESTION: "ask-human",
+    PendingKind.SIGNAL: "await-signal",
+    PendingKind.SLEEP: "sleep",
+}
+
+
+def describe(kind: PendingKind, effect: str = "") -> str:
+    """What a pending key waits for, in wire words."""
+    if kind is PendingKind.WORK:
+        return effect
+    return _DESCRIBE.get(kind, f"{kind.value} timer")
+
+
+# --- applying an event ---------------------------------------------------------------
+
+
+def apply(t: Txn, event: Event) -> None:
+    """Apply one event (the body of ``advance``)."""
+    if event.at_ms > t.now:
+        t.now = event.at_ms
+    try:
+        match event:
+            case EffectSucceeded():
+                _succeeded(t, event)
+            case EffectFailed():
+                _failed(t, event)
+            case EffectOutcomeUnknown():
+                _unknown(t, event)
+            case HumanAnswered():
+                _answered(t, event)
+            case TimerFired():
+                _timer(t, event)
+            case SignalReceived():
+                _signal(t, event)
+            case SubflowSettled():
+                _subflow(t, event)
+            case CancelRequested():
+                _cancel(t, event)
+            case _:
+                assert_never(event)
+        w = t.waiting
+        if t.settled is None and w.queue_head < w.queue_tail:
+            t.drain_queue()
+    except Exhausted as exc:
+        _ending.exhaust(t, exc.limit)
+
+
+def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
+    """What a ``kind`` event for ``key`` answers: the pending entry, or for a late
+    answer the resolution of the abandoned key (now marked late).
+
+    Raises ``EventRejected`` when the tables say the event cannot answer it.
+    """
+    accepts = ANSWERS[kind]
+    entry = t.waiting.pending.get(key)
+    if entry is not None:
+        if entry.kind not in accepts:
+            what = describe(entry.kind, entry.effect)
+            raise EventRejected(f"{kind} cannot answer {what} {key}", key)
+        if entry.kind is PendingKind.WORK and entry.effect not in WORK_EFFECTS[kind]:
+            if kind == "effect-succeeded":
+                raise EventRejected(
+                    f"a subflow answers with subflow-settled, not effect-succeeded: {key}", key
+                )
+            raise EventRejected(f"{kind} cannot answer {entry.effect} {key}", key)
+        return entry
+    how = t.waiting.resolved.get(key)
+    if how is None:
+        # Answered keys are not remembered one by one (that would cost a
+        # second map update per event): unknown and duplicate read the same.
+        raise EventRejected(
+            f"{kind} for {key}: no such effect is pending "
+            "(an unknown key, or one already answered)",
+            key,
+        )
+    if how.how is not How.ABANDONED:
+        raise EventRejected(f"duplicate {kind}: {key} is already {how.how.value}", key)
+    assert how.waited is not None
+    if how.waited not in accepts:
+        raise EventRejected(f"{kind} cannot answer {describe(how.waited)} {key}", key)
+    return how
+
+
+def _late(t: Txn, key: str, how: Resolution, status: str | None = None) -> None:
+    """Accept a late answer once; for work, the report shows how it really ended."""
+    t.resolve(key, Resolution(How.LATE))
+    row = how.row
+    if row is not None and status is not None:
+        t.add_row(ReportRow(row.key, row.seq, row.effect, row.target, status))
+
+
+def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
+    key = ev.idempotency_key
+    entry = _take(t, key, "effect-succeeded")
+    if isinstance(entry, Resolution):
+        _late(t, key, entry, "succeeded")
+        t.charge_usage(ev.usage)
+        return
+    t.work_answered(key, entry, "succeeded")
+    t.charge_usage(ev.usage)
+    t.check_clock()
+    _work_done(t, key, entry, (OK, ev.output))
+
+
+def _failed(t: Txn, ev: EffectFailed) -> None:
+    key = ev.idempotency_key
+    entry = _take(t, key, "effect-failed")
+    if isinstance(entry, Resolution):
+        _late(t, key, entry, "failed")
+        return
+    t.work_answered(key, entry, "failed")
+    t.check_clock()
+    _work_done(t, key, entry, (FAIL, ev.error))
+
+
+def _subflow(t: Txn, ev: SubflowSettled) -> None:
+    key = ev.idempotency_key
+    ok = ev.status == "completed"
+    entry = _take(t, key, "subflow-settled")
+    if isinstance(entry, Resolution):
+        _late(t, key, entry, "succeeded" if ok else "failed")
+        t.charge_usage(ev.usage)
+        return
+    t.work_answered(key, entry, "succeeded" if ok else "failed")
+    t.charge_usage(ev.usage)
+    t.check_clock()
+    if ok:
+        _work_done(t, key, entry, (OK, ev.output))
+    else:
+        error = err(f"subflow-{ev.status}", f"subflow {key} settled {ev.status}")
+        _work_done(t, key, entry, (FAIL, error))
+
+
+def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
+    key = ev.idempotency_key
+    entry = _take(t, key, "effect-outcome-unknown")
+    if isinstance(entry, Resolution):
+        _late(t, key, entry)  # the row stands: its outcome is still unknown
+        return
+    t.check_clock()
+    if entry.kind is PendingKind.SCHEDULED_CALL:
+        t.work_answered(key, entry, "uncertain")
+        _work_done(t, key, entry, (FAIL, err("outcome-unknown", key)))
+        return
+    frame = t.frame(entry.frame)
+    step = t.step_of(frame)
+    if _may_reissue(t, step, entry, frame):
+        # Same key: the tool can deduplicate. Counts as an issue of the step.
+        # The row stands in the report should the re-issue exhaust the budget.
+        t.work_answered(key, entry, "uncertain")
+        t.set_frame(frame, unknowns=frame.unknowns + 1)
+        # The effect exactly as first emitted; issuing it again refreshes its budget.
+        t.issue(entry.frame, entry.sent, entry.member, entry.seq, entry.target)  # type: ignore[arg-type]
+        return
+    t.work_answered(key, entry, "uncertain")
+    why = (
+        f"was issued {frame.attempt + frame.unknowns} times without an answer"
+        if _reissue_class(t, step)
+        else "is not safe to repeat"
+    )
+    error = err("outcome-unknown", f"{entry.effect} {key} may or may not have happened and {why}")
+    _work_done(t, key, entry, (FAIL, error))
+
+
+def _reissue_class(t: Txn, step: Step) -> bool:
+    body = step.body
+    if isinstance(body, CallToolStep):
+        decl = t.flow.tools.get(body.tool)
+        return decl is not None and decl.exec_class in ("readonly", "idempotent")
+    return isinstance(body, RunSubflowStep)  # the key names the child run
+
+
+def _may_reissue(t: Txn, step: Step, entry: Pending, frame: StepFrame) -> bool:
+    if entry.member or not _reissue_class(t, step):
+        return False
+    limit = step.retry.max_attempts if step.retry else DEFAULT_UNKNOWN_REISSUES
+    return frame.attempt + frame.unknowns < limit
+
+
+def _work_done(t: Txn, key: str, entry: Pending, out: Outcome) -> None:
+    if entry.kind is PendingKind.SCHEDULED_CALL:
+        schedule.call_done(t, entry.frame, out[0], None if out[0] else out[1].type)
+        _ending.maybe_finish(t)
+        return
+    frame = t.frame(entry.frame)
+    if not entry.member:
+        t.step_ended(frame.id, out, frame)
+        return
+    res = team.member_done(t, frame, entry, key, out)
+    if res is not None:
+        t.step_ended(frame.id, res)  # re-read: member_done updated the frame
+
+
+def _answered(t: Txn, ev: HumanAnswered) -> None:
+    key = ev.idempotency_key
+    entry = _take(t, key, "human-answered")
+    if isinstance(entry, Resolution):
+        if entry.step:
+            leaf.check_answer(t, key, entry.step, ev.answer)
+        _late(t, key, entry)
+        return
+    leaf.answered(t, key, entry, ev.answer)
+
+
+def _signal(t: Txn, ev: SignalReceived) -> None:
+    t.check_clock()
+    if ev.signal in t.waiting.waiters:
+        leaf.signalled(t, ev.signal, ev.payload)
+        return
+    w = t.waiting
+    limit = t.flow.limits.max_buffered_signals
+    total = sum(len(v) for v in w.signals.values())
+    if total >= limit:
+        raise EventRejected(
+            f"signal {short(ev.signal)} rejected: {total} signals already buffered (limit {limit})"
+        )
+    signals = w.signals.set(ev.signal, (*w.signals.get(ev.signal, ()), ev.payload))
+    t.waiting = msgspec.structs.replace(w, signals=signals)
+
+
+def _timer(t: Txn, ev: TimerFired) -> None:
+    key = ev.idempotency_key
+    entry = _take(t, key, "timer-fired")
+    if isinstance(entry, Resolution):
+        _late(t, key, entry)
+        return
+    t.check_clock()
+    t.stop_waiting(key)
+    kind = entry.kind
+    if kind is PendingKind.DEADLINE:
+        raise Exhausted("wall-clock")
+    if kind is PendingKind.SCHEDULE_DELAY:
+        schedule.delay_over(t, entry.frame)
+        return
+    frame = t.frame(entry.frame)
+    match kind:
+        case PendingKind.SLEEP:
+            leaf.slept(t, frame)
+        case PendingKind.STEP_TIMEOUT:
+            t.abandon_children(frame.id)
+            step = t.step_of(frame)
+            error = err("timeout", f"step {step.id!r} timed out after {step.timeout_ms} ms")
+            t.step_ended(frame.id, (FAIL, error))
+        case PendingKind.BACKOFF:
+            t.retry_now(frame)
+        case PendingKind.TICK:
+            repeat.tick(t, frame)
+        case PendingKind.QUESTION_TIMEOUT:
+            leaf.question_timed_out(t, frame)
+        case PendingKind.SIGNAL_TIMEOUT:
+            leaf.signal_timed_out(t, frame)
+        case (
+            PendingKind.WORK
+            | PendingKind.SCHEDULED_CALL
+            | PendingKind.QUESTION
+            | PendingKind.SIGNAL
+            | PendingKind.DEADLINE
+            | PendingKind.SCHEDULE_DELAY
+        ):
+            raise AssertionError(f"{kind} is not a timer of a frame")
+        case _:
+            assert_never(kind)
+
+
+def _cancel(t: Txn, ev: CancelRequested) -> None:
+    error = err("cancelled", ev.reason or "cancel requested")
+    if t.tree.ending is not None and not t.tree.frames:
+        # Only outliving scheduled calls are left: cancel them and settle.
+        t.check_clock()
+        schedule.cancel_pending(t, everything=True)
+        _ending.settle(t, "cancelled", None, error, None)
+        return
+    if t.tree.ending is not None:
+        raise EventRejected("the run is already compensating; it settles when they finish")
+    t.check_clock()
+    t.abandon_all()
+    schedule.cancel_pending(t, everything=True)
+    _ending.wind_down(t, Ending("cancelled", None, error))

@@ -1,0 +1,779 @@
+"""One transition's scratch space, and the life of lists and steps.
+
+A ``Txn`` starts from a ``State``, holds references to its records (see
+``_state``) and replaces a record whenever it changes one; ``freeze`` builds
+the next ``State`` from them. The input state is never touched: a rejected
+event drops the scratch copy.
+
+The methods here are the small interface every construct is written against:
+
+- reading: ``step_of``, ``resolver``, ``scope_of``;
+- waiting: ``wait_for``, ``timer``, ``drop_key``, ``stop_waiting``;
+- work: ``emit_work`` (budget, ``max_concurrency``), ``add_row``;
+- frames: ``set_frame``, ``start_list``, ``finish_step``, ``step_ended``,
+  ``abandon_frame``, ``abandon_children``;
+- results: ``record``, ``end_scope``, ``take_results``.
+
+Lists and steps live here too, because every construct shares them: a list
+runs its steps one after another; a step begins (its construct's ``begin``),
+may wait, and finishes with an ``Outcome`` that is retried, recorded, and
+handed up the tree (``propagate``) until some frame starts new work or the
+root list ends (``_ending.root_done``).
+
+This module must never do I/O, read a clock or draw a random number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import immutables
+import msgspec
+
+from . import _ending, constructs
+from . import _keys as keys
+from ._expr import TemplateError
+from ._outcome import FAIL, OK, Exhausted, Outcome, effect_tag, err, error_dict, unit_fraction
+from ._results import ResultStore
+from ._spec import Flow, Step
+from ._state import (
+    CompLink,
+    Env,
+    Frame,
+    Held,
+    How,
+    Journal,
+    Ledger,
+    ListKind,
+    Pending,
+    PendingKind,
+    ReportLink,
+    ReportRow,
+    Resolution,
+    Run,
+    Sched,
+    SchedStatus,
+    SeqFrame,
+    State,
+    StepFrame,
+    TeamProgress,
+    Tree,
+    Waiting,
+    add_report_row,
+)
+from ._wire import (
+    BudgetRemaining,
+    CallTool,
+    Effect,
+    ErrorInfo,
+    RunAgent,
+    RunSubflow,
+    RunTeam,
+    Settled,
+    Sleep,
+    Usage,
+)
+
+__all__ = ["Resolver", "Txn"]
+
+_EMPTY: immutables.Map[Any, Any] = immutables.Map()
+_NO_JOURNAL = Journal()
+_replace = msgspec.structs.replace
+
+
+class Txn:
+    """Scratch space for one transition. See the module docstring."""
+
+    __slots__ = (
+        "effects",
+        "emitted",
+        "emitted_now",
+        "flow",
+        "ledger",
+        "now",
+        "report",
+        "report_complete",
+        "resolved_now",
+        "results",
+        "rows",
+        "run",
+        "run_id",
+        "schedules",
+        "settled",
+        "source",
+        "tree",
+        "waiting",
+        "written",
+    )
+
+    def __init__(self, s: State) -> None:
+        self.source = s
+        self.flow: Flow = s.flow
+        self.run: Run = s.run
+        self.run_id = s.run.run_id
+        self.now = s.now_ms
+        self.ledger: Ledger = s.ledger
+        self.tree: Tree = s.tree
+        self.waiting: Waiting = s.waiting
+        self.results: ResultStore = s.results
+        self.report: ReportLink | None = s.report
+        self.report_complete = s.report_complete
+        self.schedules: immutables.Map[str, Sched] = s.schedules
+        self.settled: Settled | None = s.settled
+        self.effects: list[Effect] = []
+        self.emitted_now: set[str] = set()  # keys of every effect emitted in this decision
+        self.emitted: list[str] = []  # work keys emitted in this decision
+        self.written: list[str] = []  # result names written: the journal
+        self.resolved_now: list[str] = []  # resolved keys written: the journal
+        self.rows = 0  # report rows added: the journal
+
+    def freeze(self) -> State:
+        journal = (
+            Journal(tuple(self.written), self.rows, tuple(self.resolved_now))
+            if self.written or self.rows or self.resolved_now
+            else _NO_JOURNAL
+        )
+        return State(
+            flow=self.flow,
+            run=self.run,
+            now_ms=self.now,
+            ledger=self.ledger,
+            tree=self.tree,
+            waiting=self.waiting,
+            results=self.results,
+            report=self.report,
+            schedules=self.schedules,
+            settled=self.settled,
+            journal=journal,
+            report_complete=self.report_complete,
+        )
+
+    # --- reading ------------------------------------------------------------------
+
+    def step_of(self, frame: StepFrame) -> Step:
+        return self.flow.by_id[frame.step]
+
+    def resolver(self, env: str, attempt: int = 1, extra: dict[str, Any] | None = None) -> Resolver:
+        return Resolver(self, env, attempt, extra)
+
+    def scope_of(self, env: str) -> str:
+        return self.tree.envs[env].scope
+
+    def frame(self, fid: str) -> StepFrame:
+        frame = self.tree.frames[fid]
+        assert isinstance(frame, StepFrame)
+        return frame
+
+    def key(self, frame: StepFrame) -> str:
+        return keys.step_key(self.run_id, frame.id, frame.attempt)
+
+    # --- budget ---------------------------------------------------------------------
+
+    def budget_remaining(self) -> BudgetRemaining:
+        return self.ledger.remaining(self.run.started_ms, self.now)
+
+    def charge_usage(self, usage: Usage | None) -> None:
+        if usage is None or (usage.steps == 0 and usage.cost_minor_units == 0):
+            return
+        led = self.ledger
+        led = Ledger(
+            led.steps,
+            led.cost,
+            led.wall_clock_ms,
+            led.used_steps + usage.steps,
+            led.used_cost + usage.cost_minor_units,
+        )
+        self.ledger = led
+        if led.steps is not None and led.used_steps > led.steps:
+            raise Exhausted("steps")
+        if led.cost is not None and led.used_cost > led.cost:
+            raise Exhausted("cost")
+
+    def check_clock(self) -> None:
+        wall = self.ledger.wall_clock_ms
+        if wall is not None and self.now >= self.run.started_ms + wall:
+            raise Exhausted("wall-clock")
+
+    # --- waiting --------------------------------------------------------------------
+
+    def wait_for(self, key: str, kind: PendingKind, frame: str, effect: Effect) -> None:
+        """Emit ``effect`` and wait for ``key`` (a question, a signal wait or a timer)."""
+        self.effects.append(effect)
+        self.emitted_now.add(key)
+        w = self.waiting
+        self.waiting = _replace(w, pending=w.pending.set(key, Pending(kind, frame, effect)))
+
+    def timer(self, key: str, until_ms: int, kind: PendingKind, frame: str) -> None:
+        self.wait_for(key, kind, frame, Sleep(until_ms=until_ms, idempotency_key=key))
+
+    def stop_waiting(self, key: str) -> None:
+        """``key`` was answered: forget it (answered keys are not remembered)."""
+        w = self.waiting
+        self.waiting = _replace(w, pending=w.pending.delete(key))
+
+    def drop_key(self, key: str) -> None:
+        """Stop waiting for ``key``; a late answer is then recorded and ignored.
+
+        What the key waited for is remembered, so that a late answer of the
+        wrong kind, or not among the options, is still rejected. An effect
+        emitted in this very decision never reaches the host: it is taken
+        back (and its step refunded).
+        """
+        w = self.waiting
+        entry = w.pending.get(key)
+        if entry is None:
+            return
+        kind = entry.kind
+        taken_back = key in self.emitted_now and self.take_back(key)
+        row = None
+        if kind is PendingKind.WORK or kind is PendingKind.SCHEDULED_CALL:
+            status = "not-started" if taken_back else "uncertain"
+            row = ReportRow(key, entry.seq, entry.effect, entry.target, status)
+            self.waiting = w = _replace(w, pending=w.pending.delete(key), in_flight=w.in_flight - 1)
+            self.add_row(row)
+            if taken_back:
+                led = self.ledger
+                self.ledger = Ledger(
+                    led.steps, led.cost, led.wall_clock_ms, led.used_steps - 1, led.used_cost
+                )
+        else:
+            self.waiting = w = _replace(w, pending=w.pending.delete(key))
+            if kind is PendingKind.SIGNAL:
+                self.unwait(key)
+        if taken_back:
+            self.resolve(key, Resolution(How.TAKEN_BACK))
+            return
+        step = ""
+        if kind is PendingKind.QUESTION:
+            frame = self.tree.frames.get(entry.frame)
+            step = frame.step if isinstance(frame, StepFrame) else ""
+        self.resolve(key, Resolution(How.ABANDONED, kind, step, row))
+
+    def resolve(self, key: str, how: Resolution) -> None:
+        w = self.waiting
+        self.waiting = _replace(w, resolved=w.resolved.set(key, how))
+        self.resolved_now.append(key)
+
+    def take_back(self, key: str) -> bool:
+        for i, effect in enumerate(self.effects):
+            if getattr(effect, "idempotency_key", None) == key:
+                del self.effects[i]
+                return True
+        return False
+
+    def unwait(self, key: str) -> None:
+        waiters = self.waiting.waiters
+        for name, waiting in waiters.items():
+            if key in waiting:
+                rest = tuple(k for k in waiting if k != key)
+                waiters = waiters.set(name, rest) if rest else waiters.delete(name)
+                self.waiting = _replace(self.waiting, waiters=waiters)
+                return
+
+    # --- work ---------------------------------------------------------------------
+
+    def emit_work(
+        self,
+        frame: str,
+        effect: RunAgent | RunTeam | CallTool | RunSubflow,
+        target: str,
+        member: str = "",
+        tag: str = "",
+    ) -> None:
+        w = self.waiting
+        seq = w.seq + 1
+        cap = self.flow.limits.max_concurrency
+        if cap is not None and (w.in_flight >= cap or w.queue_head < w.queue_tail):
+            # Held work goes first: new work queues behind it, in request order.
+            held = Held(frame, effect, seq, target, member)
+            self.waiting = _replace(
+                w, seq=seq, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
+            )
+            return
+        self.waiting = _replace(w, seq=seq)
+        self.issue(frame, effect, member, seq, target, tag)
+
+    def issue(
+        self,
+        frame: str,
+        effect: RunAgent | RunTeam | CallTool | RunSubflow,
+        member: str,
+        seq: int,
+        target: str,
+        tag: str = "",
+    ) -> None:
+        # Report rows are written when work stops being pending (answered or
+        # abandoned); pending work is reported from ``pending`` at settlement.
+        led = self.ledger
+        if led.steps is not None and led.used_steps + 1 > led.steps:
+            raise Exhausted("steps")
+        if led.cost is not None and led.used_cost >= led.cost:
+            raise Exhausted("cost")
+        self.ledger = Ledger(
+            led.steps, led.cost, led.wall_clock_ms, led.used_steps + 1, led.used_cost
+        )
+        if not tag:
+            tag = effect_tag(effect)
+            if tag == "run-agent" or tag == "run-subflow":
+                effect = _replace(effect, budget_remaining=self.budget_remaining())
+        key = effect.idempotency_key
+        self.effects.append(effect)
+        self.emitted.append(key)
+        self.emitted_now.add(key)
+        kind = (
+            PendingKind.SCHEDULED_CALL
+            if self.schedules and frame in self.schedules
+            else PendingKind.WORK
+        )
+        w = self.waiting
+        self.waiting = _replace(
+            w,
+            pending=w.pending.set(key, Pending(kind, frame, effect, tag, member, seq, target)),
+            in_flight=w.in_flight + 1,
+        )
+
+    def work_answered(self, key: str, entry: Pending, status: str) -> None:
+        """Pending work got its result: it is no longer in flight; the report says how."""
+        w = self.waiting
+        self.waiting = _replace(w, pending=w.pending.delete(key), in_flight=w.in_flight - 1)
+        self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, status))
+
+    def drain_queue(self) -> None:
+        cap = self.flow.limits.max_concurrency
+        while True:
+            w = self.waiting
+            if w.queue_head >= w.queue_tail or (cap is not None and w.in_flight >= cap):
+                return
+            held = w.queue[w.queue_head]
+            self.waiting = _replace(
+                w, queue=w.queue.delete(w.queue_head), queue_head=w.queue_head + 1
+            )
+            if not self.still_wanted(held):
+                key = held.effect.idempotency_key
+                self.add_row(
+                    ReportRow(key, held.seq, effect_tag(held.effect), held.target, "not-started")
+                )
+                continue
+            self.issue(held.frame, held.effect, held.member, held.seq, held.target)
+
+    def still_wanted(self, held: Held) -> bool:
+        key = held.effect.idempotency_key
+        sched = self.schedules.get(held.frame)
+        if sched is not None:
+            return sched.status is SchedStatus.CALLED
+        frame = self.tree.frames.get(held.frame)
+        if isinstance(frame, StepFrame):
+            if frame.key == key:
+                return True
+            prog = frame.progress
+            return isinstance(prog, TeamProgress) and key in prog.running
+        return False
+
+    def add_row(self, row: ReportRow) -> None:
+        self.report = add_report_row(self.report, row)
+        self.rows += 1
+
+    # --- frames ------------------------------------------------------------------
+
+    def set_frame(self, frame: StepFrame, **changes: Any) -> StepFrame:
+        if changes:
+            frame = _replace(frame, **changes)
+        t = self.tree
+        self.tree = _replace(t, frames=t.frames.set(frame.id, frame))
+        return frame
+
+    def put_frame(self, frame: Frame) -> None:
+        t = self.tree
+        self.tree = _replace(t, frames=t.frames.set(frame.id, frame))
+
+    def drop_frame(self, fid: str) -> None:
+        t = self.tree
+        if fid in t.frames:
+            self.tree = _replace(t, frames=t.frames.delete(fid))
+
+    def set_env(self, env_id: str, env: Env) -> None:
+        t = self.tree
+        self.tree = _replace(t, envs=t.envs.set(env_id, env))
+
+    def push_compensation(self, step: Step, frame: StepFrame) -> None:
+        t = self.tree
+        below = t.compensations
+        depth = 1 + (below.depth if below is not None else 0)
+        link = CompLink(step.id, frame.env, frame.prefix, depth, below)
+        self.tree = _replace(t, compensations=link)
+
+    def comp_depth(self) -> int:
+        link = self.tree.compensations
+        return 0 if link is None else link.depth
+
+    # --- lists and steps ------------------------------------------------------------
+
+    def step_list(self, frame: SeqFrame) -> tuple[Step, ...]:
+        if not frame.owner:
+            return self.flow.steps
+        return constructs.steps_of(self.flow.by_id[frame.owner], frame)
+
+    def start_list(
+        self,
+        seq_id: str,
+        parent: str | None,
+        env: str,
+        prefix: str,
+        owner: str,
+        kind: ListKind,
+        index: int = 0,
+        branch: str = "",
+    ) -> Outcome | None:
+        frame = SeqFrame(
+            id=seq_id,
+            parent=parent,
+            env=env,
+            prefix=prefix,
+            owner=owner,
+            list=kind,
+            index=index,
+            branch=branch,
+        )
+        return self.run_seq(frame, self.step_list(frame))
+
+    def run_seq(
+        self, frame: SeqFrame, steps: tuple[Step, ...], i: int = 0, last: Any = None
+    ) -> Outcome | None:
+        """Run ``steps`` from ``i``; ``last`` is the output of the step before.
+
+        The list's frame never changes once stored: which step runs is its
+        child's step (``Step.index``), and the list's output is the output its
+        last step hands up.
+        """
+        n = len(steps)
+        while i < n:
+            out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
+            if out is None:
+                if self.tree.frames.get(frame.id) is not frame:
+                    self.put_frame(frame)
+                return None
+            if not out[0]:
+                self.drop_frame(frame.id)
+                return out
+            last = out[1]
+            i += 1
+        self.drop_frame(frame.id)
+        return (OK, last)
+
+    def start_step(self, step: Step, parent: str, env: str, prefix: str) -> Outcome | None:
+        fid = prefix + step.id
+        frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id)
+        if step.timeout_ms is not None:
+            timer = keys.step_timeout_key(self.run_id, fid)
+            self.timer(timer, self.now + step.timeout_ms, PendingKind.STEP_TIMEOUT, fid)
+            frame = _replace(frame, timer=timer)
+        return self.begin(frame, step)
+
+    def begin(self, frame: StepFrame, step: Step) -> Outcome | None:
+        """Start (an attempt of) ``step``; returns its outcome if it ends at once."""
+        try:
+            out = constructs.begin(self, frame, step)
+        except TemplateError as exc:
+            out = (FAIL, err("expression-error", f"step {step.id!r}: {exc}"))
+        if out is None:
+            return None
+        if frame.id not in self.tree.frames:
+            self.put_frame(frame)  # it ended before it waited
+        return self.finish_step(frame.id, out)
+
+    def finish_step(
+        self, fid: str, out: Outcome, frame: StepFrame | None = None, step: Step | None = None
+    ) -> Outcome | None:
+        """A step's attempt ended: retry it, or record it and hand the outcome up.
+
+        ``frame`` is the step's frame when the caller holds it already: it
+        must be the current one (no ``set_frame`` since it was read).
+        """
+        if frame is None:
+            frame = self.frame(fid)
+        if step is None:
+            step = self.flow.by_id[frame.step]
+        if not out[0] and self.should_retry(step, frame, out[1]):
+            self.abandon_children(fid)
+            retry = step.retry
+            assert retry is not None
+            delay = min(
+                retry.initial_interval_ms * retry.backoff ** (frame.attempt - 1),
+                retry.max_interval_ms,
+            )
+            key = keys.backoff_key(self.key(frame))
+            if retry.jitter:
+                delay *= 1.0 - retry.jitter * unit_fraction(key)
+            self.set_frame(frame, key=None, backoff=key, progress=None, unknowns=0)  # fresh attempt
+            self.timer(key, self.now + int(delay), PendingKind.BACKOFF, fid)
+            return None
+        if frame.timer is not None:
+            self.drop_key(frame.timer)
+        self.drop_frame(fid)
+        if out[0]:
+            record: dict[str, Any] = {"status": "succeeded", "output": out[1]}
+            if constructs.is_question(step):
+                record["answer"] = out[1]
+            if step.compensate:
+                self.push_compensation(step, frame)
+        else:
+            record = {"status": "failed", "output": None, "error": error_dict(out[1])}
+        name = self.scope_of(frame.env) + step.id
+        # Only the children of a retried composite have a frame id other than
+        # their result's name; they may write it a second time.
+        self.record(name, record, rewrite=name != fid)
+        return out
+
+    def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
+        retry = step.retry
+        if retry is None or frame.attempt >= retry.max_attempts:
+            return False
+        if error.type == "outcome-unknown":
+            # Re-running it under a new key could do the unsafe thing twice;
+            # safe re-issues (same key) already happened. Catch it instead.
+            return False
+        if (
+            error.type == "timeout"
+            and frame.timer is not None
+            and frame.timer not in self.waiting.pending
+        ):
+            return False  # the step's own deadline passed: no time left to retry in
+        if retry.errors is None:
+            return error.retryable
+        return "*" in retry.errors or error.type in retry.errors
+
+    def retry_now(self, frame: StepFrame) -> None:
+        """The backoff is over: begin the next attempt."""
+        frame = self.set_frame(frame, attempt=frame.attempt + 1, backoff=None)
+        out = self.begin(frame, self.step_of(frame))
+        if out is not None:
+            self.propagate(frame, out)
+
+    def step_ended(self, fid: str, out: Outcome, frame: StepFrame | None = None) -> None:
+        """A waiting step has its outcome. ``frame``: its current frame, if the caller holds it."""
+        if frame is None:
+            frame = self.frame(fid)
+        step = self.flow.by_id[frame.step]
+        res = self.finish_step(fid, out, frame, step)
+        if res is not None:
+            self.propagate(frame, res, step.index)
+
+    def propagate(self, child: Frame, out: Outcome, index: int = -1) -> None:
+        """Hand a finished frame's outcome up the tree until something waits.
+
+        ``index``: the finished child step's index in its list, if known.
+        """
+        while True:
+            parent = child.parent
+            if parent is None:
+                _ending.root_done(self, child, out)
+                return
+            frame = self.tree.frames.get(parent)
+            if frame is None:
+                return  # the parent was abandoned meanwhile
+            if isinstance(frame, SeqFrame):
+                if out[0]:
+                    if index < 0:
+                        assert isinstance(child, StepFrame)
+                        index = self.flow.by_id[child.step].index
+                    res = self.run_seq(frame, self.step_list(frame), index + 1, out[1])
+                else:
+                    self.drop_frame(frame.id)
+                    res = out
+                if res is None:
+                    return
+                child, out, index = frame, res, -1
+                continue
+            assert isinstance(child, SeqFrame)
+            res = constructs.child_done(self, frame, child, out)
+            if res is None:
+                return
+            res = self.finish_step(frame.id, res)
+            if res is None:
+                return
+            child, out, index = frame, res, -1
+
+    def child_outcome(
+        self, fid: str, child: SeqFrame | None, out: Outcome | None
+    ) -> Outcome | None:
+        """A child list of ``fid`` ended at once: let ``fid`` react to it."""
+        if out is None:
+            return None
+        return constructs.child_done(self, self.frame(fid), child, out)
+
+    # --- results ----------------------------------------------------------------------
+
+    def record(self, name: str, record: Any, rewrite: bool = False) -> None:
+        self.written.append(name)
+        self.results = self.results.put(name, record, rewrite)
+
+    def lookup(self, env: str, step_id: str) -> Any:
+        """A step's result as seen from ``env``: the nearest scope that has it."""
+        env_id: str | None = env
+        envs = self.tree.envs
+        results = self.results
+        while env_id is not None:
+            e = envs[env_id]
+            record = results.get(e.scope + step_id)
+            if record is not None:
+                return record
+            env_id = e.parent
+        return None
+
+    def forget(self, name: str) -> None:
+        store = self.results.delete(name)
+        if store is not self.results:
+            self.written.append(name)
+            self.results = store
+
+    def take_results(self, names: list[str]) -> list[Any]:
+        """Read and delete these results (a finished for_each's outputs)."""
+        records, self.results = self.results.take(names)
+        self.written.extend(names)
+        return records
+
+    def end_scope(self, scope: str, loop: Step, uncompensated: bool = False) -> None:
+        """An iteration or fire ended: drop its results and variables.
+
+        A run that loops for ever then keeps a bounded state, and a host
+        restores it without reading the history. A scope that a recorded
+        compensation will run in is kept; ``uncompensated`` says the caller
+        knows none was recorded in it (no need to walk the stack).
+        """
+        link = None if uncompensated else self.tree.compensations
+        envs = self.tree.envs
+        while link is not None:
+            env = envs.get(link.env)
+            if env is None or env.scope.startswith(scope):
+                return
+            link = link.rest
+        for step_id in self.flow.scopes[loop.id]:
+            self.forget(scope + step_id)
+        if scope in envs:
+            self.tree = _replace(self.tree, envs=envs.delete(scope))
+
+    # --- abandoning -------------------------------------------------------------------
+
+    def descendants(self, root: str) -> set[str]:
+        """Frame ids at or under ``root``: O(active frames x depth)."""
+        frames = self.tree.frames
+        out = {root} if root in frames else set()
+        for fid, frame in frames.items():
+            parent = frame.parent
+            while parent is not None:
+                if parent == root or parent in out:
+                    out.add(fid)
+                    break
+                above = frames.get(parent)
+                parent = above.parent if above is not None else None
+        return out
+
+    def abandon_frame(self, root: str) -> None:
+        self.abandon(self.descendants(root))
+
+    def abandon_children(self, fid: str) -> None:
+        """Stop everything ``fid`` waits for, but its own timeout, and drop its children."""
+        gone = self.descendants(fid)
+        frame = self.tree.frames.get(fid)
+        own_timer = frame.timer if isinstance(frame, StepFrame) else None
+        for key, entry in list(self.waiting.pending.items()):
+            if entry.frame in gone and key != own_timer:
+                self.drop_key(key)
+        gone.discard(fid)
+        self.drop_frames(gone)
+
+    def abandon(self, gone: set[str]) -> None:
+        if not gone:
+            return
+        for key, entry in list(self.waiting.pending.items()):
+            if entry.frame in gone:
+                self.drop_key(key)
+        self.drop_frames(gone)
+
+    def drop_frames(self, gone: set[str]) -> None:
+        frames = self.tree.frames
+        for fid in gone:
+            if fid in frames:
+                frames = frames.delete(fid)
+        if frames is not self.tree.frames:
+            self.tree = _replace(self.tree, frames=frames)
+
+    def abandon_all(self) -> None:
+        """The run is ending: stop waiting for anything but scheduled calls and the deadline."""
+        for key, entry in list(self.waiting.pending.items()):
+            if entry.kind not in _OUTLIVE_THE_STEPS:
+                self.drop_key(key)
+        self.tree = _replace(self.tree, frames=_EMPTY)
+
+
+_OUTLIVE_THE_STEPS = frozenset(
+    (PendingKind.SCHEDULE_DELAY, PendingKind.SCHEDULED_CALL, PendingKind.DEADLINE)
+)
+
+
+class Resolver:
+    """The expression context of one frame: see ``_expr.Resolver``."""
+
+    __slots__ = ("attempt", "env", "extra", "t")
+
+    def __init__(self, t: Txn, env: str, attempt: int, extra: dict[str, Any] | None) -> None:
+        self.t = t
+        self.env = env
+        self.attempt = attempt
+        self.extra = extra
+
+    def root(self, name: str) -> Any:
+        t = self.t
+        if name == "input":
+            return t.run.input
+        if name == "run":
+            flow = t.flow
+            return {
+                "id": t.run_id,
+                "flow": flow.id,
+                "version": flow.version,
+                "depth": t.run.depth,
+                "attempt": self.attempt,
+            }
+        if name == "$all_steps":
+            return self._all_steps()
+        if name == "$locals":
+            return self._locals()
+        if self.extra is not None and name in self.extra:
+            return self.extra[name]
+        env_id: str | None = self.env
+        envs = t.tree.envs
+        while env_id is not None:
+            env = envs[env_id]
+            if name in env.vars:
+                return env.vars[name]
+            env_id = env.parent
+        return None
+
+    def step(self, step_id: str) -> Any:
+        return self.t.lookup(self.env, step_id)
+
+    def _all_steps(self) -> dict[str, Any]:
+        # Reading ``steps`` wholesale costs O(steps in the flow); only
+        # expressions that do so pay it.
+        out: dict[str, Any] = {}
+        for step_id in self.t.flow.by_id:
+            record = self.step(step_id)
+            if record is not None:
+                out[step_id] = record
+        return out
+
+    def _locals(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        chain: list[Env] = []
+        env_id: str | None = self.env
+        envs = self.t.tree.envs
+        while env_id is not None:
+            env = envs[env_id]
+            chain.append(env)
+            env_id = env.parent
+        for env in reversed(chain):
+            out.update(env.vars)
+        if self.extra:
+            out.update(self.extra)
+        return out

@@ -1,0 +1,244 @@
+"""Leaf steps: call_tool, run_agent, ask_human, sleep, await_signal.
+
+A leaf step emits one effect under the key of its attempt and waits for the
+answer (``_transitions`` routes it here or, for work, to ``work_done``).
+Questions and signal waits may carry a timeout timer of their own; a sleep
+is itself a timer.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .. import _keys as keys
+from .._data import short
+from .._errors import EventRejected
+from .._expr import TemplateError
+from .._outcome import FAIL, NO_BUDGET, OK, err
+from .._spec import AskHumanStep, AwaitSignalStep, CallToolStep, RunAgentStep, SleepStep
+from .._state import Pending, PendingKind, StepFrame
+from .._wire import AskHuman, AwaitSignal, CallTool, RunAgent
+
+if TYPE_CHECKING:
+    from .._outcome import Outcome
+    from .._txn import Txn
+
+__all__ = [
+    "answered",
+    "as_text",
+    "begin_ask_human",
+    "begin_await_signal",
+    "begin_call_tool",
+    "begin_run_agent",
+    "begin_sleep",
+    "check_answer",
+    "question_timed_out",
+    "signal_timed_out",
+    "signalled",
+    "slept",
+]
+
+
+def begin_call_tool(t: Txn, frame: StepFrame, body: CallToolStep) -> Outcome | None:
+    key = t.key(frame)
+    frame = t.set_frame(frame, key=key)
+    template = body.input
+    value = (
+        template.source
+        if template.constant
+        else template.evaluate(t.resolver(frame.env, frame.attempt))
+    )
+    effect = CallTool(tool=body.tool, input=value, idempotency_key=key)
+    t.emit_work(frame.id, effect, body.tool, tag="call-tool")
+    return None
+
+
+def begin_run_agent(t: Txn, frame: StepFrame, body: RunAgentStep) -> Outcome | None:
+    r = t.resolver(frame.env, frame.attempt)
+    key = t.key(frame)
+    t.set_frame(frame, key=key)
+    t.emit_work(
+        frame.id,
+        RunAgent(
+            agent_id=body.agent,
+            prompt=as_text(body.prompt.evaluate(r)),
+            instructions=None
+            if body.instructions is None
+            else as_text(body.instructions.evaluate(r)),
+            member=body.member,
+            idempotency_key=key,
+            budget_remaining=NO_BUDGET,
+        ),
+        body.agent,
+    )
+    return None
+
+
+def begin_ask_human(t: Txn, frame: StepFrame, body: AskHumanStep) -> Outcome | None:
+    r = t.resolver(frame.env, frame.attempt)
+    key = t.key(frame)
+    t.set_frame(frame, key=key)
+    question = AskHuman(
+        question=as_text(body.question.evaluate(r)), options=body.options, idempotency_key=key
+    )
+    t.wait_for(key, PendingKind.QUESTION, frame.id, question)
+    if body.timeout_ms is not None:
+        t.timer(
+            keys.wait_timeout_key(key),
+            t.now + body.timeout_ms,
+            PendingKind.QUESTION_TIMEOUT,
+            frame.id,
+        )
+    return None
+
+
+def begin_sleep(t: Txn, frame: StepFrame, body: SleepStep) -> Outcome | None:
+    if body.for_ms is not None:
+        until = t.now + body.for_ms
+    else:
+        assert body.until is not None
+        until = _instant(body.until.evaluate(t.resolver(frame.env, frame.attempt)))
+    if until <= t.now:
+        return (OK, None)
+    key = t.key(frame)
+    t.set_frame(frame, key=key)
+    t.timer(key, until, PendingKind.SLEEP, frame.id)
+    return None
+
+
+def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outcome | None:
+    w = t.waiting
+    buffered = w.signals.get(body.signal)
+    if buffered:
+        rest = buffered[1:]
+        signals = w.signals.set(body.signal, rest) if rest else w.signals.delete(body.signal)
+        t.waiting = msgspec.structs.replace(w, signals=signals)
+        return (OK, buffered[0])
+    key = t.key(frame)
+    t.set_frame(frame, key=key)
+    t.wait_for(
+        key, PendingKind.SIGNAL, frame.id, AwaitSignal(signal=body.signal, idempotency_key=key)
+    )
+    w = t.waiting
+    t.waiting = msgspec.structs.replace(
+        w, waiters=w.waiters.set(body.signal, (*w.waiters.get(body.signal, ()), key))
+    )
+    if body.timeout_ms is not None:
+        t.timer(
+            keys.wait_timeout_key(key),
+            t.now + body.timeout_ms,
+            PendingKind.SIGNAL_TIMEOUT,
+            frame.id,
+        )
+    return None
+
+
+# --- answers and timers ---------------------------------------------------------------
+
+
+def check_answer(t: Txn, key: str, step_id: str, answer: Any) -> None:
+    body = t.flow.by_id[step_id].body
+    assert isinstance(body, AskHumanStep)
+    if body.options is not None and (not isinstance(answer, str) or answer not in body.options):
+        raise EventRejected(
+            f"answer {short(answer)} is not one of {list(body.options)} for {key}", key
+        )
+
+
+def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
+    """A human answered the question ``key``."""
+    frame = t.frame(entry.frame)
+    body = t.step_of(frame).body
+    assert isinstance(body, AskHumanStep)
+    check_answer(t, key, frame.step, answer)
+    t.check_clock()
+    # Answered, signalled and fired keys are not remembered: a repeat is
+    # rejected as "no such effect is pending". Only keys whose late answer
+    # must still be accepted (abandoned) are kept, so the state does not
+    # grow with every timer of a long-running run.
+    t.stop_waiting(key)
+    if body.timeout_ms is not None:
+        t.drop_key(keys.wait_timeout_key(key))
+    t.step_ended(frame.id, (OK, answer), t.set_frame(frame, key=None))
+
+
+def signalled(t: Txn, signal: str, payload: Any) -> None:
+    """A signal arrived for a step waiting for it (the first waiter takes it)."""
+    w = t.waiting
+    waiting = w.waiters[signal]
+    key = waiting[0]
+    entry = w.pending[key]
+    t.waiting = msgspec.structs.replace(
+        w,
+        pending=w.pending.delete(key),
+        waiters=w.waiters.set(signal, waiting[1:])
+        if len(waiting) > 1
+        else w.waiters.delete(signal),
+    )
+    frame = t.frame(entry.frame)
+    body = t.step_of(frame).body
+    assert isinstance(body, AwaitSignalStep)
+    if body.timeout_ms is not None:
+        t.drop_key(keys.wait_timeout_key(key))
+    t.step_ended(frame.id, (OK, payload), t.set_frame(frame, key=None))
+
+
+def slept(t: Txn, frame: StepFrame) -> None:
+    t.step_ended(frame.id, (OK, None), t.set_frame(frame, key=None))
+
+
+def question_timed_out(t: Txn, frame: StepFrame) -> None:
+    body = t.step_of(frame).body
+    assert isinstance(body, AskHumanStep) and frame.key is not None
+    t.drop_key(frame.key)
+    current = t.set_frame(frame, key=None)
+    if body.default is not None:
+        t.step_ended(frame.id, (OK, body.default), current)
+    else:
+        error = err("timeout", f"no answer to {frame.key} within {body.timeout_ms} ms")
+        t.step_ended(frame.id, (FAIL, error), current)
+
+
+def signal_timed_out(t: Txn, frame: StepFrame) -> None:
+    body = t.step_of(frame).body
+    assert isinstance(body, AwaitSignalStep) and frame.key is not None
+    t.drop_key(frame.key)
+    current = t.set_frame(frame, key=None)
+    error = err("timeout", f"signal {body.signal!r} not received within {body.timeout_ms} ms")
+    t.step_ended(frame.id, (FAIL, error), current)
+
+
+# --- values -------------------------------------------------------------------------
+
+
+def as_text(value: Any) -> str:
+    # Same text as interpolation gives (_expr._text): compact, keys sorted.
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value, order="sorted").decode()
+
+
+def _dt_to_ms(value: _dt.datetime) -> int:
+    delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+    return delta // _dt.timedelta(milliseconds=1)
+
+
+def _instant(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TemplateError(
+            f"sleep until: expected epoch milliseconds or ISO 8601, got {short(value)}"
+        )
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            moment = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise TemplateError(f"sleep until: {short(value)} is not an ISO 8601 instant") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=_dt.UTC)
+        return _dt_to_ms(moment)
+    raise TemplateError(f"sleep until: expected epoch milliseconds or ISO 8601, got {short(value)}")

@@ -1,0 +1,78 @@
+"""The arguments and options that the commands of both hosts share.
+
+``flowcore signal|answer|cancel|show|export`` and their ``flowcore temporal``
+twins take the same arguments with the same help; each decorator here lists its
+parameters in the order ``--help`` shows them. Values are checked by
+``_common`` (``checked_name``, ``json_value``, ``answer_value``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ._common import checked_name
+
+__all__ = [
+    "FROM_FILE",
+    "answer_arguments",
+    "input_option",
+    "json_option",
+    "output_option",
+    "reason_option",
+    "run_id_argument",
+    "signal_arguments",
+    "spec_argument",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FROM_FILE = " @FILE reads it from a file, - from standard input."
+
+
+def _each(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """One decorator applying ``decorators`` as if written one above the other."""
+
+    def decorate(fn: F) -> F:
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+
+    return decorate
+
+
+spec_argument = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+run_id_argument = click.argument("run_id", callback=checked_name)
+json_option = click.option("--json", "as_json", is_flag=True)
+output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+reason_option = click.option("--reason", default="", help="Why (recorded in the log).")
+
+input_option = click.option(
+    "--input",
+    "input_",
+    help="The run's input as JSON;"
+    + FROM_FILE
+    + " (With -, questions are not answered from standard input.)",
+)
+
+# `signal RUN_ID NAME [--data JSON]`
+signal_arguments = _each(
+    run_id_argument,
+    click.argument("name", callback=checked_name),
+    click.option("--data", help="The signal's payload as JSON;" + FROM_FILE),
+)
+
+# `answer RUN_ID KEY [ANSWER] [--data JSON]`: exactly one of the two (`answer_value`).
+answer_arguments = _each(
+    run_id_argument,
+    click.argument("key", callback=checked_name),
+    click.argument("answer", required=False),
+    click.option(
+        "--data",
+        help="The answer as JSON instead of ANSWER (any value, for a question without options);"
+        + FROM_FILE,
+    ),
+)
