@@ -27,6 +27,7 @@ from ._state import (
     Env,
     Ledger,
     ListKind,
+    Pending,
     PendingKind,
     Run,
     State,
@@ -34,7 +35,7 @@ from ._state import (
     Waiting,
 )
 from ._txn import Txn
-from ._wire import BudgetRemaining, Event, check_event
+from ._wire import BudgetRemaining, Effect, Event, Settled, check_event
 
 __all__ = ["DEFAULT_STEP_BUDGET", "Decision", "InputError", "advance", "start"]
 
@@ -174,3 +175,55 @@ def advance_partial(state: State, event: Event) -> Decision:
     t = Txn(state)
     _transitions.apply(t, event)
     return Decision(t.freeze(), tuple(t.effects))
+
+
+class Batch:
+    """Events applied one after another to one transaction (replay's batch apply).
+
+    ``advance`` copies a state's records into a transaction and freezes a new
+    ``State`` for every event; a replay needs the effects of each event and
+    the state only now and then. ``Batch.advance`` applies one event to the
+    same transaction and returns its effects, exactly what ``advance`` would;
+    a rejected event raises ``EventRejected`` and leaves the batch as it was
+    (a checkpoint is a few references: the records are immutable). ``state``
+    freezes it: the ``State``, journal included, that ``advance`` would have
+    returned for the last event.
+    """
+
+    __slots__ = ("applied", "t")
+
+    def __init__(self, state: State) -> None:
+        _complete(state)
+        self.t = Txn(state)
+        self.applied = False
+
+    def advance(self, event: Event) -> tuple[Effect, ...]:
+        _checked(event)
+        t = self.t
+        if t.settled is not None:
+            _settled_reject(self.state(), getattr(event, "idempotency_key", None))
+        saved = t.checkpoint()
+        t.next_decision()
+        try:
+            _transitions.apply(t, event)
+        except EventRejected:
+            t.rollback(saved)
+            raise
+        self.applied = True
+        return tuple(t.effects)
+
+    @property
+    def pending(self) -> immutables.Map[str, Pending]:
+        """What the run waits for now, by key."""
+        return self.t.waiting.pending
+
+    @property
+    def waiters(self) -> immutables.Map[str, tuple[str, ...]]:
+        return self.t.waiting.waiters
+
+    @property
+    def settled(self) -> Settled | None:
+        return self.t.settled
+
+    def state(self) -> State:
+        return self.t.freeze() if self.applied else self.t.source

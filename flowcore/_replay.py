@@ -69,7 +69,7 @@ import msgspec
 
 from ._data import MAX_DEPTH, DataError, check_data, format_path, problems, short
 from ._errors import EventRejected, InputError, ReplayDivergence
-from ._interp import advance, start
+from ._interp import Batch, advance, start
 from ._log import (
     EFFECT_EMITTED,
     EVENT_REJECTED,
@@ -90,7 +90,7 @@ from ._log import (
 )
 from ._report import ReplayError, ReplayReport, TrajectoryEntry, _Rejected, _Started
 from ._spec import Budget, Flow
-from ._state import State, decode_state
+from ._state import decode_state
 from ._trajectory import Trajectory
 from ._wire import (
     Effect,
@@ -261,15 +261,16 @@ class _Replayer:
         self.until = until
         self.allow_unknown_types = allow_unknown_types
         self.torn: TornTail | None = None
-        self.state: State | None = None
+        self.batch: Batch | None = None  # the run's state, events applied in one batch
         self.run_id: str | None = None
         self.version = flow.version
         self.spec_hash = flow.spec_hash
         self.trajectory = Trajectory()
         if snapshot is not None:
-            self.state = decode_state(snapshot, flow)
-            self.run_id = self.state.run_id
-            self.trajectory.started(self.state)
+            state = decode_state(snapshot, flow)
+            self.batch = Batch(state)
+            self.run_id = state.run_id
+            self.trajectory.started(state.waiting.pending)
         self.queue: Sequence[Effect] = ()  # the effects of the decision being matched
         self.qi = 0  # the next of them the log must record
         # The decision whose effects are being matched: the index of its
@@ -315,7 +316,7 @@ class _Replayer:
             expected_index = self.first_index = first.index
             if until is not None and until < first.index:
                 raise ReplayError(f"until {until} is before the log's first index {first.index}")
-            if self.state is None:
+            if self.batch is None:
                 if first.type != RUN_STARTED:
                     raise self.corrupt(
                         f"is {short(first.type)}: a log begins with run.started", first.index, 0
@@ -413,7 +414,7 @@ class _Replayer:
                     self.need_empty_queue(index)
                     self.check_settled(index, recorded)
                 elif kind == RUN_STARTED:
-                    if position > 0 or self.state is not None:
+                    if position > 0 or self.batch is not None:
                         raise self.corrupt("is a second run.started", index, position)
                     try:
                         started = codec.started(rec.data)
@@ -439,7 +440,7 @@ class _Replayer:
             if first is not None:
                 self.last_index = expected_index - 1
                 self.n_records = expected_index - self.first_index
-        if first is None and self.state is None:  # no snapshot either
+        if first is None and self.batch is None:  # no snapshot either
             if self.torn is not None:
                 raise LogCorrupt(
                     f"not a flowcore log: no complete record ({self.torn.reason})",
@@ -615,10 +616,10 @@ class _Replayer:
             ) from None
         except ValueError as exc:  # a run id or clock start() refuses
             raise self.corrupt(f"is not a valid run.started: {why(exc)}", index, 0) from None
-        self.state = decision.state
+        self.batch = Batch(decision.state)
         self.queue = decision.effects
         self.qi = 0
-        self.trajectory.started(decision.state)
+        self.trajectory.started(decision.state.waiting.pending)
 
     def check_started(self, index: int, started: _Started) -> None:
         """What no flowcore host can record: values outside flowcore data (corruption).
@@ -645,18 +646,17 @@ class _Replayer:
             raise self.corrupt(f"is not a valid run.started: {problem}", index, 0)
 
     def apply(self, index: int, position: int, event: Event) -> None:
-        state = self.state
-        assert state is not None
+        batch = self.batch
+        assert batch is not None
         self.n_events += 1
-        before = self.trajectory.before(event, state)
+        before = self.trajectory.before(event, batch)
         try:
-            decision = advance(state, event)
+            effects = batch.advance(event)
         except EventRejected as exc:
             raise self.refused(index, position, event, exc) from None
-        self.state = decision.state
-        self.queue = decision.effects
+        self.queue = effects
         self.qi = 0
-        self.trajectory.after(index, event, before, decision)
+        self.trajectory.after(index, event, before, effects, batch.pending)
 
     def refused(self, index: int, position: int, event: Event, exc: EventRejected) -> Exception:
         """``advance`` rejects an event the log reports as applied.
@@ -678,12 +678,12 @@ class _Replayer:
         )
 
     def check_rejected(self, index: int, rejected: _Rejected) -> None:
-        state = self.state
-        assert state is not None
+        batch = self.batch
+        assert batch is not None
         self.n_rejected += 1
         event = rejected.event
         try:
-            decision = advance(state, event)
+            effects = advance(batch.state(), event).effects  # a probe: the batch goes on as it is
         except EventRejected as exc:
             # A host records what it refused, including events that are not
             # flowcore data (an oversize payload, say): show what can be shown.
@@ -697,25 +697,25 @@ class _Replayer:
         raise _diverged(
             index,
             {"rejected": rejected.reason, "event": event_to_wire(event)},
-            {"applied": [effect_to_wire(e) for e in decision.effects]},
+            {"applied": [effect_to_wire(e) for e in effects]},
             "the interpreter applies an event the log records as rejected",
         )
 
     def check_settled(self, index: int, recorded: Any) -> None:
-        state = self.state
-        assert state is not None
-        if state.settled is None:
+        batch = self.batch
+        assert batch is not None
+        if batch.settled is None:
             raise _diverged(
                 index, recorded, None, "the log says the run settled; the interpreter has not"
             )
-        derived = settled_record_data(state.settled)
+        derived = settled_record_data(batch.settled)
         if _without_nulls(recorded) != _without_nulls(derived):
             raise _diverged(index, recorded, derived, "run.settled differs from the settled effect")
 
     # --- the report ---------------------------------------------------------------------
 
     def report(self, divergence: ReplayDivergence | None) -> ReplayReport:
-        state = self.state
+        state = self.batch.state() if self.batch is not None else None
         if state is not None:
             self.trajectory.close(state)
         steps, cost, by_member = self.trajectory.usage()

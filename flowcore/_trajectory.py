@@ -12,12 +12,12 @@ This module must never do I/O.
 
 from __future__ import annotations
 
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 import immutables
 
 from ._report import TrajectoryEntry
-from ._state import Decision, Pending, State
+from ._state import Pending, State
 from ._wire import (
     AskHuman,
     AwaitSignal,
@@ -40,6 +40,9 @@ from ._wire import (
     Usage,
 )
 
+if TYPE_CHECKING:
+    from ._interp import Batch
+
 __all__ = ["Trajectory"]
 
 _WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow"})
@@ -57,8 +60,8 @@ class Trajectory:
         self.by_member: dict[str, list[int]] = {}
         self.pending: immutables.Map[str, Pending] = _NONE  # what the run waits for now
 
-    def started(self, state: State) -> None:
-        self.pending = state.waiting.pending
+    def started(self, pending: immutables.Map[str, Pending]) -> None:
+        self.pending = pending
 
     def rejected(self, index: int, event: Event, shown: Any, reason: str) -> None:
         """An event the log records as rejected, and that is rejected again."""
@@ -95,14 +98,20 @@ class Trajectory:
 
     def effect(self, index: int, at: int, effect: Effect) -> None:
         """An effect the log records (and the interpreter derived)."""
+        rows = self.rows
+        if type(effect) is CallTool:  # the commonest: a first issue, or a re-issue
+            pos = self.where.setdefault(effect.idempotency_key, len(rows))
+            if pos == len(rows):
+                rows.append(_tool_entry(index, effect, at))
+            else:
+                _reissued(rows[pos])
+            return
         if isinstance(effect, Settled):
             return
         key = effect.idempotency_key
-        pos = self.where.get(key)
-        if pos is not None:  # re-issued after an unknown outcome
-            row = self.rows[pos]
-            row.status = "pending"
-            row.issues += 1
+        found = self.where.get(key)
+        if found is not None:
+            _reissued(rows[found])
             return
         entry: TrajectoryEntry
         match effect:
@@ -166,17 +175,24 @@ class Trajectory:
         self.where[key] = len(self.rows)
         self.rows.append(entry)
 
-    def before(self, event: Event, state: State) -> Any:
-        """What ``after_event`` needs to know about the state before the event."""
+    def before(self, event: Event, batch: Batch) -> Any:
+        """What ``after`` needs to know about the run before the event."""
         if type(event) is SignalReceived:
-            waiting = state.waiting.waiters.get(event.signal)
+            waiting = batch.waiters.get(event.signal)
             return waiting[0] if waiting else None
         key = getattr(event, "idempotency_key", None)
-        return key is not None and key not in state.waiting.pending  # a late answer
+        return key is not None and key not in batch.pending  # a late answer
 
-    def after(self, index: int, event: Event, before: Any, decision: Decision) -> None:
-        """``event`` was applied: its row shows how the effect ended."""
-        self.pending = decision.state.waiting.pending
+    def after(
+        self,
+        index: int,
+        event: Event,
+        before: Any,
+        effects: tuple[Effect, ...],
+        pending: immutables.Map[str, Pending],
+    ) -> None:
+        """``event`` was applied, giving ``effects``: its row shows how the effect ended."""
+        self.pending = pending
         at = event.at_ms
         match event:
             case EffectSucceeded():
@@ -198,7 +214,6 @@ class Trajectory:
                 row = self.row(event.idempotency_key, before)
                 if row is not None and not before:
                     key = row.key
-                    effects = decision.effects
                     if not any(getattr(e, "idempotency_key", None) == key for e in effects):
                         row.status = "uncertain"  # not re-issued under the same key
                         row.ended_at = at
@@ -286,6 +301,12 @@ class Trajectory:
                 row.status = final.get(row.key, "abandoned")
             else:
                 row.status = "abandoned"
+
+
+def _reissued(row: TrajectoryEntry) -> None:
+    """The same key issued again, after an unknown outcome."""
+    row.status = "pending"
+    row.issues += 1
 
 
 def _tool_entry(index: int, effect: CallTool, at: int) -> TrajectoryEntry:

@@ -126,8 +126,8 @@ def describe(kind: PendingKind, effect: str = "") -> str:
 
 def apply(t: Txn, event: Event) -> None:
     """Apply one event (the body of ``advance``)."""
-    if event.at_ms > t.now:
-        t.now = event.at_ms
+    if event.at_ms > t.now_ms:
+        t.now_ms = event.at_ms
     try:
         match event:
             case EffectSucceeded():

@@ -25,6 +25,7 @@ This module must never do I/O, read a clock or draw a random number.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import immutables
@@ -74,11 +75,19 @@ from ._wire import (
     Usage,
 )
 
-__all__ = ["Resolver", "Txn"]
+__all__ = ["RECORDS", "Resolver", "Txn"]
 
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
 _NO_JOURNAL = Journal()
 _replace = msgspec.structs.replace
+
+
+RECORDS = tuple(name for name in State.__struct_fields__ if name not in ("flow", "run", "journal"))
+"""The fields of ``State`` a transaction replaces (``flow`` and ``run`` never change)."""
+_get_records = operator.attrgetter(*RECORDS)
+SCRATCH = ("effects", "emitted_now", "emitted", "written", "resolved_now", "rows")
+"""What one decision collects: its effects and its journal."""
+_get_scratch = operator.attrgetter(*SCRATCH)
 
 
 class Txn:
@@ -90,7 +99,7 @@ class Txn:
         "emitted_now",
         "flow",
         "ledger",
-        "now",
+        "now_ms",
         "report",
         "report_complete",
         "resolved_now",
@@ -111,7 +120,7 @@ class Txn:
         self.flow: Flow = s.flow
         self.run: Run = s.run
         self.run_id = s.run.run_id
-        self.now = s.now_ms
+        self.now_ms = s.now_ms
         self.ledger: Ledger = s.ledger
         self.tree: Tree = s.tree
         self.waiting: Waiting = s.waiting
@@ -127,6 +136,24 @@ class Txn:
         self.resolved_now: list[str] = []  # resolved keys written: the journal
         self.rows = 0  # report rows added: the journal
 
+    def checkpoint(self) -> tuple[Any, ...]:
+        """The records and the decision's scratch as they are now (``rollback``
+        returns to them): a few references, since the records are immutable."""
+        return _get_records(self) + _get_scratch(self)
+
+    def rollback(self, saved: tuple[Any, ...]) -> None:
+        for name, value in zip(RECORDS + SCRATCH, saved, strict=True):
+            setattr(self, name, value)
+
+    def next_decision(self) -> None:
+        """Start another decision on these records (``_interp.Batch``)."""
+        self.effects = []
+        self.emitted_now = set()
+        self.emitted = []
+        self.written = []
+        self.resolved_now = []
+        self.rows = 0
+
     def freeze(self) -> State:
         journal = (
             Journal(tuple(self.written), self.rows, tuple(self.resolved_now))
@@ -136,7 +163,7 @@ class Txn:
         return State(
             flow=self.flow,
             run=self.run,
-            now_ms=self.now,
+            now_ms=self.now_ms,
             ledger=self.ledger,
             tree=self.tree,
             waiting=self.waiting,
@@ -170,7 +197,7 @@ class Txn:
     # --- budget ---------------------------------------------------------------------
 
     def budget_remaining(self) -> BudgetRemaining:
-        return self.ledger.remaining(self.run.started_ms, self.now)
+        return self.ledger.remaining(self.run.started_ms, self.now_ms)
 
     def charge_usage(self, usage: Usage | None) -> None:
         if usage is None or (usage.steps == 0 and usage.cost_minor_units == 0):
@@ -191,7 +218,7 @@ class Txn:
 
     def check_clock(self) -> None:
         wall = self.ledger.wall_clock_ms
-        if wall is not None and self.now >= self.run.started_ms + wall:
+        if wall is not None and self.now_ms >= self.run.started_ms + wall:
             raise Exhausted("wall-clock")
 
     # --- waiting --------------------------------------------------------------------
@@ -465,7 +492,7 @@ class Txn:
         frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id)
         if step.timeout_ms is not None:
             timer = keys.step_timeout_key(self.run_id, fid)
-            self.timer(timer, self.now + step.timeout_ms, PendingKind.STEP_TIMEOUT, fid)
+            self.timer(timer, self.now_ms + step.timeout_ms, PendingKind.STEP_TIMEOUT, fid)
             frame = _replace(frame, timer=timer)
         return self.begin(frame, step)
 
@@ -505,7 +532,7 @@ class Txn:
             if retry.jitter:
                 delay *= 1.0 - retry.jitter * unit_fraction(key)
             self.set_frame(frame, key=None, backoff=key, progress=None, unknowns=0)  # fresh attempt
-            self.timer(key, self.now + int(delay), PendingKind.BACKOFF, fid)
+            self.timer(key, self.now_ms + int(delay), PendingKind.BACKOFF, fid)
             return None
         if frame.timer is not None:
             self.drop_key(frame.timer)

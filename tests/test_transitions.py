@@ -129,9 +129,7 @@ def test_one_flow_waits_for_every_pending_kind() -> None:
     kinds = {e.kind for e in d.state.waiting.pending.values()}
     # A backoff and a scheduled call come later; everything else is there now.
     assert kinds == set(PendingKind) - {PendingKind.BACKOFF, PendingKind.SCHEDULED_CALL}
-    fail = EffectFailed(
-        idempotency_key="r/call#1", error=ErrorInfo(type="x", message="x"), at_ms=1
-    )
+    fail = EffectFailed(idempotency_key="r/call#1", error=ErrorInfo(type="x", message="x"), at_ms=1)
     d = flowcore.advance(d.state, fail)
     d = flowcore.advance(d.state, TimerFired(idempotency_key="r/sched#1/delay", at_ms=500))
     kinds = {e.kind for e in d.state.waiting.pending.values()}

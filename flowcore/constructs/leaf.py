@@ -88,7 +88,7 @@ def begin_ask_human(t: Txn, frame: StepFrame, body: AskHumanStep) -> Outcome | N
     if body.timeout_ms is not None:
         t.timer(
             keys.wait_timeout_key(key),
-            t.now + body.timeout_ms,
+            t.now_ms + body.timeout_ms,
             PendingKind.QUESTION_TIMEOUT,
             frame.id,
         )
@@ -97,11 +97,11 @@ def begin_ask_human(t: Txn, frame: StepFrame, body: AskHumanStep) -> Outcome | N
 
 def begin_sleep(t: Txn, frame: StepFrame, body: SleepStep) -> Outcome | None:
     if body.for_ms is not None:
-        until = t.now + body.for_ms
+        until = t.now_ms + body.for_ms
     else:
         assert body.until is not None
         until = _instant(body.until.evaluate(t.resolver(frame.env, frame.attempt)))
-    if until <= t.now:
+    if until <= t.now_ms:
         return (OK, None)
     key = t.key(frame)
     t.set_frame(frame, key=key)
@@ -129,7 +129,7 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
     if body.timeout_ms is not None:
         t.timer(
             keys.wait_timeout_key(key),
-            t.now + body.timeout_ms,
+            t.now_ms + body.timeout_ms,
             PendingKind.SIGNAL_TIMEOUT,
             frame.id,
         )

@@ -28,23 +28,23 @@ __all__ = ["begin", "child_done", "tick"]
 
 
 def begin(t: Txn, frame: StepFrame, body: RepeatStep) -> Outcome | None:
-    t.set_frame(frame, progress=RepeatProgress(due_ms=t.now))
-    _arm(t, frame.id, body, 1, t.now)
+    t.set_frame(frame, progress=RepeatProgress(due_ms=t.now_ms))
+    _arm(t, frame.id, body, 1, t.now_ms)
     return None
 
 
 def _arm(t: Txn, fid: str, body: RepeatStep, fire: int, after_ms: int) -> None:
     if body.every_ms is not None:
         due = after_ms + body.every_ms
-        if due <= t.now:
+        if due <= t.now_ms:
             # Fires that were missed (the body overran) are skipped: the next
             # tick is the next point on the cadence after now.
-            due += ((t.now - due) // body.every_ms + 1) * body.every_ms
+            due += ((t.now_ms - due) // body.every_ms + 1) * body.every_ms
     else:
         assert body.cron is not None
         from cronsim import CronSim
 
-        due = _dt_to_ms(next(CronSim(body.cron, _ms_to_dt(max(after_ms, t.now)))))
+        due = _dt_to_ms(next(CronSim(body.cron, _ms_to_dt(max(after_ms, t.now_ms)))))
     frame = t.frame(fid)
     prog = frame.progress
     assert isinstance(prog, RepeatProgress)

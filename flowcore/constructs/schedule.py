@@ -33,7 +33,7 @@ def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
     t.schedules = t.schedules.set(
         sid, Sched(SchedStatus.PENDING, body.tool, value, body.outlive_run)
     )
-    t.timer(keys.delay_key(sid), t.now + body.delay_ms, PendingKind.SCHEDULE_DELAY, sid)
+    t.timer(keys.delay_key(sid), t.now_ms + body.delay_ms, PendingKind.SCHEDULE_DELAY, sid)
     return (OK, sid)
 
 
