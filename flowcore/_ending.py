@@ -102,7 +102,7 @@ def next_compensation(t: Txn) -> None:
 def maybe_finish(t: Txn) -> None:
     """Settle if the run is winding down and nothing it must wait for is left."""
     ending = t.tree.ending
-    if ending is None or t.tree.frames:
+    if ending is None or t.frames:
         return
     if ending.status != "cancelled" and schedule.outstanding(t):
         return  # an outliving scheduled call is still due (a cancelled run waits for nothing)
@@ -175,5 +175,6 @@ def settle(
     t.waiting = msgspec.structs.replace(
         t.waiting, pending=_EMPTY, in_flight=0, queue=_EMPTY, queue_head=w.queue_tail
     )
-    t.tree = msgspec.structs.replace(t.tree, frames=_EMPTY, ending=None)
+    t.frames = _EMPTY
+    t.tree = msgspec.structs.replace(t.tree, ending=None)
     t.effects = [settled]

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import immutables
 
-from . import _ending, _transitions
+from . import _ending, _transitions, constructs
 from . import _keys as keys
 from ._data import MAX_EVENT_BYTES, MAX_NAME_CHARS, DataError, check_data, json_size, text_ok
 from ._errors import EventRejected, InputError
@@ -43,6 +43,18 @@ DEFAULT_STEP_BUDGET = 1000
 """Steps a run may spend when neither the spec nor the caller sets a budget."""
 
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
+
+
+class _Above:
+    """The layers above the transaction, as it calls them (``_txn.Above``)."""
+
+    begin = staticmethod(constructs.begin)
+    child_done = staticmethod(constructs.child_done)
+    steps_of = staticmethod(constructs.steps_of)
+    root_done = staticmethod(_ending.root_done)
+
+
+ABOVE = _Above()
 
 
 def _tighter(own: int | None, given: int | None) -> int | None:
@@ -104,7 +116,7 @@ def start(
         schedules=_EMPTY,
         settled=None,
     )
-    t = Txn(state)
+    t = Txn(state, ABOVE)
     try:
         if depth > flow.limits.max_subflow_depth:
             limit = flow.limits.max_subflow_depth
@@ -159,7 +171,7 @@ def advance(state: State, event: Event) -> Decision:
     if state.settled is not None:
         _settled_reject(state, getattr(event, "idempotency_key", None))
     _complete(state)
-    t = Txn(state)
+    t = Txn(state, ABOVE)
     _transitions.apply(t, event)
     return Decision(t.freeze(), tuple(t.effects))
 
@@ -172,7 +184,7 @@ def advance_partial(state: State, event: Event) -> Decision:
     _checked(event)
     if state.settled is not None:
         _settled_reject(state, getattr(event, "idempotency_key", None))
-    t = Txn(state)
+    t = Txn(state, ABOVE)
     _transitions.apply(t, event)
     return Decision(t.freeze(), tuple(t.effects))
 
@@ -194,7 +206,7 @@ class Batch:
 
     def __init__(self, state: State) -> None:
         _complete(state)
-        self.t = Txn(state)
+        self.t = Txn(state, ABOVE)
         self.applied = False
 
     def advance(self, event: Event) -> tuple[Effect, ...]:

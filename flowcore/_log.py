@@ -49,6 +49,7 @@ import msgspec
 
 from ._errors import FlowcoreError
 from ._interp import Decision
+from ._report import TornTail
 from ._spec import Budget, Flow
 from ._wire import (
     BudgetRemaining,
@@ -212,14 +213,6 @@ class RawRecord(msgspec.Struct, frozen=True, rename="camel", gc=False):
     run_id: str
     at: NonNegInt
     data: msgspec.Raw = msgspec.Raw(b"null")
-
-
-class TornTail(msgspec.Struct, frozen=True):
-    """An incomplete last record (a crash mid-write), at byte ``offset``."""
-
-    offset: int
-    length: int
-    reason: str
 
 
 class LogRead(msgspec.Struct, frozen=True):

@@ -303,8 +303,7 @@ class _Replayer:
         return LogCorrupt(f"record {index}{_at_byte(offset)} {what}", offset, index=index)
 
     def fold(self, source: Iterator[RawRecord], reader: RawReader | None) -> None:
-        codec = self.codec
-        encode = codec.encode
+        """Read every record in order: check its envelope, then let its kind's method judge it."""
         until = self.until
         run_id = self.run_id
         expected_index = -1
@@ -330,8 +329,6 @@ class _Replayer:
                     f"not effect.emitted (index {first.index})"
                 )
         limit = until if until is not None else _NO_LIMIT
-        decode_event = codec.event
-        trajectory = self.trajectory
         position = -1
         try:
             for rec in source:
@@ -353,84 +350,19 @@ class _Replayer:
                     break
                 expected_index = index + 1
                 kind = rec.type
-                if kind == EFFECT_EMITTED:
-                    if rec.at != self.decision_at:
-                        self.check_at(rec, position, self.decision_at, self.decision_index)
-                    if self.qi >= len(self.queue):
-                        raise _diverged(
-                            index,
-                            self.recorded(rec, position),
-                            None,
-                            "the log records an effect the interpreter does not emit",
-                        )
-                    effect = self.queue[self.qi]
-                    self.qi += 1
-                    if bytes(rec.data) != encode(effect) and not self.same_effect(
-                        rec, position, effect
-                    ):
-                        raise _diverged(
-                            index,
-                            self.recorded(rec, position),
-                            effect_to_wire(effect),
-                            "the recorded effect differs from the re-derived one",
-                        )
-                    self.n_effects += 1
-                    trajectory.effect(index, rec.at, effect)
-                    continue
                 # A record is read (its bytes decoded, its at checked) before
                 # it is compared with anything: bytes that do not decode are
                 # corruption wherever they are, never a divergence.
-                if kind == EVENT_REPORTED:
-                    event = self.event(rec, position, decode_event)
-                    self.need_empty_queue(index)
-                    self.decision_at = rec.at
-                    self.decision_index = index
-                    self.apply(index, position, event)
+                if kind == EFFECT_EMITTED:
+                    self.on_effect(rec, position)
+                elif kind == EVENT_REPORTED:
+                    self.on_event(rec, position)
                 elif kind == EVENT_REJECTED:
-                    try:
-                        rejected = codec.rejected(rec.data)
-                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                        raise self.corrupt(
-                            f"is not a rejected event: {why(exc)}", index, position
-                        ) from None
-                    except RecursionError:
-                        raise self.corrupt(
-                            f"is not a rejected event: {TOO_DEEP}", index, position
-                        ) from None
-                    if codec.unread:
-                        self.decoded(rec, position)
-                    if rec.at != rejected.event.at_ms:
-                        raise self.corrupt(
-                            f"has at {rec.at}, but its event's atMs is "
-                            f"{rejected.event.at_ms}: an event record's at is its event's atMs",
-                            index,
-                            position,
-                        )
-                    self.need_empty_queue(index)
-                    self.check_rejected(index, rejected)
+                    self.on_rejected(rec, position)
                 elif kind == RUN_SETTLED:
-                    recorded = self.recorded(rec, position)
-                    self.check_at(rec, position, self.decision_at, self.decision_index)
-                    self.need_empty_queue(index)
-                    self.check_settled(index, recorded)
+                    self.on_settled(rec, position)
                 elif kind == RUN_STARTED:
-                    if position > 0 or self.batch is not None:
-                        raise self.corrupt("is a second run.started", index, position)
-                    try:
-                        started = codec.started(rec.data)
-                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                        raise self.corrupt(
-                            f"is not a valid run.started: {why(exc)}", index, 0
-                        ) from None
-                    except RecursionError:
-                        raise self.corrupt(
-                            f"is not a valid run.started: {TOO_DEEP}", index, 0
-                        ) from None
-                    if codec.unread:
-                        self.decoded(rec, 0)
-                    self.begin(index, rec, started)
-                    self.decision_at = rec.at
-                    self.decision_index = index
+                    self.on_started(rec, position)
                 else:
                     self.unknown(rec, position)
             else:
@@ -440,7 +372,91 @@ class _Replayer:
             if first is not None:
                 self.last_index = expected_index - 1
                 self.n_records = expected_index - self.first_index
-        if first is None and self.batch is None:  # no snapshot either
+        self.at_end(first is not None)
+
+    def on_effect(self, rec: RawRecord, position: int) -> None:
+        """``effect.emitted``: the next effect the interpreter derived, byte for byte."""
+        index = rec.index
+        if rec.at != self.decision_at:
+            self.check_at(rec, position, self.decision_at, self.decision_index)
+        if self.qi >= len(self.queue):
+            raise _diverged(
+                index,
+                self.recorded(rec, position),
+                None,
+                "the log records an effect the interpreter does not emit",
+            )
+        effect = self.queue[self.qi]
+        self.qi += 1
+        if bytes(rec.data) != self.codec.encode(effect) and not self.same_effect(
+            rec, position, effect
+        ):
+            raise _diverged(
+                index,
+                self.recorded(rec, position),
+                effect_to_wire(effect),
+                "the recorded effect differs from the re-derived one",
+            )
+        self.n_effects += 1
+        self.trajectory.effect(index, rec.at, effect)
+
+    def on_event(self, rec: RawRecord, position: int) -> None:
+        """``event.reported``: applied; its effects are what the log must record next."""
+        event = self.event(rec, position, self.codec.event)
+        self.need_empty_queue(rec.index)
+        self.decision_at = rec.at
+        self.decision_index = rec.index
+        self.apply(rec.index, position, event)
+
+    def on_rejected(self, rec: RawRecord, position: int) -> None:
+        """``event.rejected``: the event must be rejected again."""
+        index = rec.index
+        try:
+            rejected = self.codec.rejected(rec.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self.corrupt(f"is not a rejected event: {why(exc)}", index, position) from None
+        except RecursionError:
+            raise self.corrupt(f"is not a rejected event: {TOO_DEEP}", index, position) from None
+        if self.codec.unread:
+            self.decoded(rec, position)
+        if rec.at != rejected.event.at_ms:
+            raise self.corrupt(
+                f"has at {rec.at}, but its event's atMs is "
+                f"{rejected.event.at_ms}: an event record's at is its event's atMs",
+                index,
+                position,
+            )
+        self.need_empty_queue(index)
+        self.check_rejected(index, rejected)
+
+    def on_settled(self, rec: RawRecord, position: int) -> None:
+        """``run.settled``: agrees with the settled effect."""
+        recorded = self.recorded(rec, position)
+        self.check_at(rec, position, self.decision_at, self.decision_index)
+        self.need_empty_queue(rec.index)
+        self.check_settled(rec.index, recorded)
+
+    def on_started(self, rec: RawRecord, position: int) -> None:
+        """``run.started``: the first record, and the only one of its kind."""
+        index = rec.index
+        if position > 0 or self.batch is not None:
+            raise self.corrupt("is a second run.started", index, position)
+        try:
+            started = self.codec.started(rec.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self.corrupt(f"is not a valid run.started: {why(exc)}", index, 0) from None
+        except RecursionError:
+            raise self.corrupt(f"is not a valid run.started: {TOO_DEEP}", index, 0) from None
+        if self.codec.unread:
+            self.decoded(rec, 0)
+        self.begin(index, rec, started)
+        self.decision_at = rec.at
+        self.decision_index = index
+
+    def at_end(self, read_any: bool) -> None:
+        """The log ended (or ``until`` was reached): empty, cut, or ending inside a decision."""
+        until = self.until
+        if not read_any and self.batch is None:  # no snapshot either
             if self.torn is not None:
                 raise LogCorrupt(
                     f"not a flowcore log: no complete record ({self.torn.reason})",

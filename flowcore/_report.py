@@ -13,11 +13,18 @@ from typing import Any
 import msgspec
 
 from ._errors import FlowcoreError, ReplayDivergence
-from ._log import TornTail
 from ._state import State
 from ._wire import Effect, ErrorInfo, Event, Settled, Usage
 
-__all__ = ["ReplayError", "ReplayReport", "TrajectoryEntry"]
+__all__ = ["ReplayError", "ReplayReport", "TornTail", "TrajectoryEntry"]
+
+
+class TornTail(msgspec.Struct, frozen=True):
+    """An incomplete last record of a log (a crash mid-write), at byte ``offset``."""
+
+    offset: int
+    length: int
+    reason: str
 
 
 class ReplayError(FlowcoreError, ValueError):

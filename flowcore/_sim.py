@@ -13,11 +13,12 @@ Time is virtual. An *agenda* holds every event that is due, ordered by
 (virtual time, arrival order); the clock jumps straight to the next one. So
 sleeps, timeouts, retry backoffs, repeats and wall-clock deadlines complete
 at once, in the order their times say. A host may disarm a timer it knows the
-run no longer waits for; the simulator does (a timer whose key is no longer
-pending, or whose run has settled, is dropped unfired). Everything else that
-is due is delivered, including answers for work the run abandoned (recorded
-and ignored by the core) and answers that arrive after the run settled
-(rejected, and logged as ``event.rejected``).
+run no longer waits for; the simulator does (a timer the driver, ``plan``,
+says to drop, because its step ended another way or its run settled, is
+dropped unfired). Everything else that is due is delivered, including
+answers for work the run abandoned (recorded and ignored by the core) and
+answers that arrive after the run settled (rejected, and logged as
+``event.rejected``).
 
 Child runs are started with the ``run-subflow`` effect's idempotency key as
 their run id, its depth and its remaining budget, in the same virtual clock;
@@ -51,9 +52,12 @@ import attrs
 import msgspec
 
 from ._data import DataError, check_data
+from ._driver import plan
 from ._errors import EventRejected, FlowcoreError
 from ._interp import Decision, InputError, advance, start
+from ._keys import parse_key
 from ._log import Record, Recorder
+from ._query import waiting_for
 from ._spec import Budget, Flow, parse_flow
 from ._state import State, encode_state
 from ._wire import (
@@ -561,7 +565,17 @@ def simulate(flow: Spec, input: Any = None, **world: Any) -> Trajectory:
 class _Slot:
     """A run inside a simulation, and what its host knows about it."""
 
-    __slots__ = ("awaiting", "children", "flow", "history", "key", "parent", "recorder", "run_id")
+    __slots__ = (
+        "awaiting",
+        "children",
+        "flow",
+        "history",
+        "key",
+        "parent",
+        "recorder",
+        "run_id",
+        "timers",
+    )
 
     def __init__(
         self, flow: Flow, run_id: str, history: RunHistory, parent: str | None, key: str | None
@@ -576,6 +590,7 @@ class _Slot:
         # the fault (if any) that shapes that answer.
         self.awaiting: dict[str, Fault | None] = {}
         self.children: list[str] = []
+        self.timers: set[str] = set()  # keys of the timers armed and not fired or dropped
 
     @property
     def state(self) -> State:
@@ -656,15 +671,16 @@ class _Simulation:
                     f"{due.run_id!r}, which has not started"
                 )
             if isinstance(due.event, TimerFired):
-                state = slot.state
                 key = due.event.idempotency_key
-                if state.settled is not None or key not in state.waiting.pending:
+                if key not in slot.timers:
                     continue  # disarmed
+                slot.timers.discard(key)
             self.now = max(self.now, due.at)
             self.deliver(slot, due.event)
         root_state = root.state
         if root_state.settled is not None and stop == "idle":
             stop = "settled"
+        used = waiting_for(root_state)
         return Trajectory(
             run_id=run_id,
             status=root_state.status,
@@ -674,8 +690,8 @@ class _Simulation:
             entries=tuple(self.entries),
             log=tuple(self.log),
             usage=UsageReport(
-                steps=root_state.ledger.used_steps,
-                cost_minor_units=root_state.ledger.used_cost,
+                steps=used.used_steps,
+                cost_minor_units=used.used_cost_minor_units,
                 by_member={k: UsageLine(*v) for k, v in sorted(self.by_member.items())},
                 by_agent={k: UsageLine(*v) for k, v in sorted(self.by_agent.items())},
             ),
@@ -724,7 +740,7 @@ class _Simulation:
         slot = _Slot(flow, run_id, history, parent, key)
         self.runs[run_id] = slot
         self.log.extend(slot.recorder.started(flow, input, self.now, d, budget, depth))
-        self.execute(slot, d.effects)
+        self.execute(slot, d)
         return slot
 
     def deliver(self, slot: _Slot, event: Event) -> None:
@@ -737,14 +753,21 @@ class _Simulation:
             self.log.extend(slot.recorder.rejected(event, turn.rejected))
             return
         self.entries.append(Entry(event.at_ms, slot.run_id, "event", event=event))
-        self.log.extend(slot.recorder.applied(event, Decision(turn.state, turn.effects)))
+        decision = Decision(turn.state, turn.effects)
+        self.log.extend(slot.recorder.applied(event, decision))
         if isinstance(event, EffectSucceeded):
             self.charge_agent(event)
-        self.execute(slot, turn.effects)
+        self.execute(slot, decision)
 
-    def execute(self, slot: _Slot, effects: tuple[Effect, ...]) -> None:
+    def execute(self, slot: _Slot, decision: Decision) -> None:
+        todo = plan(decision)
+        slot.timers.difference_update(todo.drop)
+        slot.timers.update(sleep.idempotency_key for sleep in todo.arm)
+        effects = decision.effects
         for effect in effects:
             self.entries.append(Entry(self.now, slot.run_id, "effect", effect=effect))
+        # In the order emitted, not grouped as in the plan: what is due at one
+        # instant arrives in that order. Abandoned work runs on (see above).
         for effect in effects:
             match effect:
                 case Sleep():
@@ -863,7 +886,8 @@ class _Simulation:
 
     def ask(self, slot: _Slot, effect: AskHuman) -> None:
         key = effect.idempotency_key
-        step = _step_id(slot.run_id, key)
+        step = parse_key(key, slot.run_id).step
+        assert step is not None
         n = self.next_call(f"human:{step}")
         humans = self.sim.humans
         if humans is None:
@@ -957,6 +981,7 @@ class _Simulation:
         fault = parent.awaiting.pop(child.key)
         state = child.state
         assert state.settled is not None
+        used = waiting_for(state)
         delay = self.sim.latency_ms
         if fault is not None and fault.kind == "late":
             delay += fault.delay_ms
@@ -964,7 +989,7 @@ class _Simulation:
             idempotency_key=child.key,
             status=state.settled.status,
             output=state.settled.output,
-            usage=Usage(steps=state.ledger.used_steps, cost_minor_units=state.ledger.used_cost),
+            usage=Usage(steps=used.used_steps, cost_minor_units=used.used_cost_minor_units),
             at_ms=self.now + delay,
         )
         self.deliver_later(parent.run_id, event, fault)
@@ -993,9 +1018,3 @@ def _copy(value: Any, what: str = "a value") -> Any:
     except DataError as exc:
         raise SimulationError(f"{what} is not flowcore data: {exc}") from None
     return msgspec.json.decode(msgspec.json.encode(value))
-
-
-def _step_id(run_id: str, key: str) -> str:
-    """The step id in an idempotency key (``r/par:b:x/per[2]/ask#1`` -> ``ask``)."""
-    rest = key[len(run_id) + 1 :] if key.startswith(run_id + "/") else key
-    return rest.rsplit("/", 1)[-1].split("#", 1)[0]

@@ -177,6 +177,8 @@ class Trajectory:
 
     def before(self, event: Event, batch: Batch) -> Any:
         """What ``after`` needs to know about the run before the event."""
+        if type(event) is EffectSucceeded:  # the commonest
+            return event.idempotency_key not in batch.pending  # a late answer
         if type(event) is SignalReceived:
             waiting = batch.waiters.get(event.signal)
             return waiting[0] if waiting else None
@@ -194,6 +196,14 @@ class Trajectory:
         """``event`` was applied, giving ``effects``: its row shows how the effect ended."""
         self.pending = pending
         at = event.at_ms
+        if type(event) is EffectSucceeded and not before and event.usage is None:
+            pos = self.where.get(event.idempotency_key)  # the commonest: work answered
+            if pos is not None:
+                answered = self.rows[pos]
+                answered.status = "succeeded"
+                answered.output = event.output
+                answered.ended_at = at
+            return
         match event:
             case EffectSucceeded():
                 row = self.row(event.idempotency_key, before)

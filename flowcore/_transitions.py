@@ -207,7 +207,8 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
         t.charge_usage(ev.usage)
         return
     t.work_answered(key, entry, "succeeded")
-    t.charge_usage(ev.usage)
+    if ev.usage is not None:
+        t.charge_usage(ev.usage)
     t.check_clock()
     _work_done(t, key, entry, (OK, ev.output))
 
@@ -374,7 +375,7 @@ def _timer(t: Txn, ev: TimerFired) -> None:
 
 def _cancel(t: Txn, ev: CancelRequested) -> None:
     error = err("cancelled", ev.reason or "cancel requested")
-    if t.tree.ending is not None and not t.tree.frames:
+    if t.tree.ending is not None and not t.frames:
         # Only outliving scheduled calls are left: cancel them and settle.
         t.check_clock()
         schedule.cancel_pending(t, everything=True)

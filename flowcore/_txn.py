@@ -18,7 +18,9 @@ Lists and steps live here too, because every construct shares them: a list
 runs its steps one after another; a step begins (its construct's ``begin``),
 may wait, and finishes with an ``Outcome`` that is retried, recorded, and
 handed up the tree (``propagate``) until some frame starts new work or the
-root list ends (``_ending.root_done``).
+root list ends (``_ending.root_done``). The constructs and the ending are the
+layers above this one: a transaction reaches them through ``Above``, which
+``_interp`` wires in.
 
 This module must never do I/O, read a clock or draw a random number.
 """
@@ -26,17 +28,16 @@ This module must never do I/O, read a clock or draw a random number.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Protocol
 
 import immutables
 import msgspec
 
-from . import _ending, constructs
 from . import _keys as keys
 from ._expr import TemplateError
 from ._outcome import FAIL, OK, Exhausted, Outcome, effect_tag, err, error_dict, unit_fraction
 from ._results import ResultStore
-from ._spec import Flow, Step
+from ._spec import AskHumanStep, Flow, Step
 from ._state import (
     CompLink,
     Env,
@@ -75,29 +76,49 @@ from ._wire import (
     Usage,
 )
 
-__all__ = ["RECORDS", "Resolver", "Txn"]
+__all__ = ["RECORDS", "Above", "Resolver", "Txn"]
 
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
 _NO_JOURNAL = Journal()
 _replace = msgspec.structs.replace
 
 
+class Above(Protocol):
+    """What a transaction calls in the layers above it: what each construct does
+    (``constructs``) and how the run ends (``_ending``). ``_interp`` wires them in,
+    so this module knows neither."""
+
+    def begin(self, t: Txn, frame: StepFrame, step: Step) -> Outcome | None: ...
+
+    def child_done(
+        self, t: Txn, frame: StepFrame, child: SeqFrame | None, out: Outcome
+    ) -> Outcome | None: ...
+
+    def steps_of(self, owner: Step, frame: SeqFrame) -> tuple[Step, ...]: ...
+
+    def root_done(self, t: Txn, child: Frame | None, out: Outcome) -> None: ...
+
+
 RECORDS = tuple(name for name in State.__struct_fields__ if name not in ("flow", "run", "journal"))
 """The fields of ``State`` a transaction replaces (``flow`` and ``run`` never change)."""
-_get_records = operator.attrgetter(*RECORDS)
+WORKING = ("frames", "envs")
+"""The tree's maps, which change on most events: worked on apart from ``tree``."""
 SCRATCH = ("effects", "emitted_now", "emitted", "written", "resolved_now", "rows")
 """What one decision collects: its effects and its journal."""
-_get_scratch = operator.attrgetter(*SCRATCH)
+_get_saved = operator.attrgetter(*RECORDS, *WORKING, *SCRATCH)
 
 
 class Txn:
     """Scratch space for one transition. See the module docstring."""
 
     __slots__ = (
+        "above",
         "effects",
         "emitted",
         "emitted_now",
+        "envs",
         "flow",
+        "frames",
         "ledger",
         "now_ms",
         "report",
@@ -115,14 +136,17 @@ class Txn:
         "written",
     )
 
-    def __init__(self, s: State) -> None:
+    def __init__(self, s: State, above: Above) -> None:
+        self.above = above
         self.source = s
         self.flow: Flow = s.flow
         self.run: Run = s.run
         self.run_id = s.run.run_id
         self.now_ms = s.now_ms
         self.ledger: Ledger = s.ledger
-        self.tree: Tree = s.tree
+        self.tree: Tree = s.tree  # its frames and envs are worked on below, in place of it
+        self.frames: immutables.Map[str, Frame] = s.tree.frames
+        self.envs: immutables.Map[str, Env] = s.tree.envs
         self.waiting: Waiting = s.waiting
         self.results: ResultStore = s.results
         self.report: ReportLink | None = s.report
@@ -139,10 +163,10 @@ class Txn:
     def checkpoint(self) -> tuple[Any, ...]:
         """The records and the decision's scratch as they are now (``rollback``
         returns to them): a few references, since the records are immutable."""
-        return _get_records(self) + _get_scratch(self)
+        return _get_saved(self)
 
     def rollback(self, saved: tuple[Any, ...]) -> None:
-        for name, value in zip(RECORDS + SCRATCH, saved, strict=True):
+        for name, value in zip(RECORDS + WORKING + SCRATCH, saved, strict=True):
             setattr(self, name, value)
 
     def next_decision(self) -> None:
@@ -160,12 +184,20 @@ class Txn:
             if self.written or self.rows or self.resolved_now
             else _NO_JOURNAL
         )
+        tree = self.tree
+        if self.frames is not tree.frames or self.envs is not tree.envs:
+            tree = Tree(
+                frames=self.frames,
+                envs=self.envs,
+                compensations=tree.compensations,
+                ending=tree.ending,
+            )
         return State(
             flow=self.flow,
             run=self.run,
             now_ms=self.now_ms,
             ledger=self.ledger,
-            tree=self.tree,
+            tree=tree,
             waiting=self.waiting,
             results=self.results,
             report=self.report,
@@ -184,10 +216,10 @@ class Txn:
         return Resolver(self, env, attempt, extra)
 
     def scope_of(self, env: str) -> str:
-        return self.tree.envs[env].scope
+        return self.envs[env].scope
 
     def frame(self, fid: str) -> StepFrame:
-        frame = self.tree.frames[fid]
+        frame = self.frames[fid]
         assert isinstance(frame, StepFrame)
         return frame
 
@@ -272,7 +304,7 @@ class Txn:
             return
         step = ""
         if kind is PendingKind.QUESTION:
-            frame = self.tree.frames.get(entry.frame)
+            frame = self.frames.get(entry.frame)
             step = frame.step if isinstance(frame, StepFrame) else ""
         self.resolve(key, Resolution(How.ABANDONED, kind, step, row))
 
@@ -317,8 +349,7 @@ class Txn:
                 w, seq=seq, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
             )
             return
-        self.waiting = _replace(w, seq=seq)
-        self.issue(frame, effect, member, seq, target, tag)
+        self.issue(frame, effect, member, seq, target, tag)  # it records seq
 
     def issue(
         self,
@@ -357,6 +388,7 @@ class Txn:
             w,
             pending=w.pending.set(key, Pending(kind, frame, effect, tag, member, seq, target)),
             in_flight=w.in_flight + 1,
+            seq=seq if seq > w.seq else w.seq,  # a new request, or held or re-issued work
         )
 
     def work_answered(self, key: str, entry: Pending, status: str) -> None:
@@ -388,7 +420,7 @@ class Txn:
         sched = self.schedules.get(held.frame)
         if sched is not None:
             return sched.status is SchedStatus.CALLED
-        frame = self.tree.frames.get(held.frame)
+        frame = self.frames.get(held.frame)
         if isinstance(frame, StepFrame):
             if frame.key == key:
                 return True
@@ -405,22 +437,18 @@ class Txn:
     def set_frame(self, frame: StepFrame, **changes: Any) -> StepFrame:
         if changes:
             frame = _replace(frame, **changes)
-        t = self.tree
-        self.tree = _replace(t, frames=t.frames.set(frame.id, frame))
+        self.frames = self.frames.set(frame.id, frame)
         return frame
 
     def put_frame(self, frame: Frame) -> None:
-        t = self.tree
-        self.tree = _replace(t, frames=t.frames.set(frame.id, frame))
+        self.frames = self.frames.set(frame.id, frame)
 
     def drop_frame(self, fid: str) -> None:
-        t = self.tree
-        if fid in t.frames:
-            self.tree = _replace(t, frames=t.frames.delete(fid))
+        if fid in self.frames:
+            self.frames = self.frames.delete(fid)
 
     def set_env(self, env_id: str, env: Env) -> None:
-        t = self.tree
-        self.tree = _replace(t, envs=t.envs.set(env_id, env))
+        self.envs = self.envs.set(env_id, env)
 
     def push_compensation(self, step: Step, frame: StepFrame) -> None:
         t = self.tree
@@ -438,7 +466,7 @@ class Txn:
     def step_list(self, frame: SeqFrame) -> tuple[Step, ...]:
         if not frame.owner:
             return self.flow.steps
-        return constructs.steps_of(self.flow.by_id[frame.owner], frame)
+        return self.above.steps_of(self.flow.by_id[frame.owner], frame)
 
     def start_list(
         self,
@@ -476,7 +504,7 @@ class Txn:
         while i < n:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
             if out is None:
-                if self.tree.frames.get(frame.id) is not frame:
+                if self.frames.get(frame.id) is not frame:
                     self.put_frame(frame)
                 return None
             if not out[0]:
@@ -499,12 +527,12 @@ class Txn:
     def begin(self, frame: StepFrame, step: Step) -> Outcome | None:
         """Start (an attempt of) ``step``; returns its outcome if it ends at once."""
         try:
-            out = constructs.begin(self, frame, step)
+            out = self.above.begin(self, frame, step)
         except TemplateError as exc:
             out = (FAIL, err("expression-error", f"step {step.id!r}: {exc}"))
         if out is None:
             return None
-        if frame.id not in self.tree.frames:
+        if frame.id not in self.frames:
             self.put_frame(frame)  # it ended before it waited
         return self.finish_step(frame.id, out)
 
@@ -539,13 +567,13 @@ class Txn:
         self.drop_frame(fid)
         if out[0]:
             record: dict[str, Any] = {"status": "succeeded", "output": out[1]}
-            if constructs.is_question(step):
+            if isinstance(step.body, AskHumanStep):  # a question's result also keeps the answer
                 record["answer"] = out[1]
             if step.compensate:
                 self.push_compensation(step, frame)
         else:
             record = {"status": "failed", "output": None, "error": error_dict(out[1])}
-        name = self.scope_of(frame.env) + step.id
+        name = self.envs[frame.env].scope + step.id
         # Only the children of a retried composite have a frame id other than
         # their result's name; they may write it a second time.
         self.record(name, record, rewrite=name != fid)
@@ -593,9 +621,9 @@ class Txn:
         while True:
             parent = child.parent
             if parent is None:
-                _ending.root_done(self, child, out)
+                self.above.root_done(self, child, out)
                 return
-            frame = self.tree.frames.get(parent)
+            frame = self.frames.get(parent)
             if frame is None:
                 return  # the parent was abandoned meanwhile
             if isinstance(frame, SeqFrame):
@@ -612,7 +640,7 @@ class Txn:
                 child, out, index = frame, res, -1
                 continue
             assert isinstance(child, SeqFrame)
-            res = constructs.child_done(self, frame, child, out)
+            res = self.above.child_done(self, frame, child, out)
             if res is None:
                 return
             res = self.finish_step(frame.id, res)
@@ -626,7 +654,7 @@ class Txn:
         """A child list of ``fid`` ended at once: let ``fid`` react to it."""
         if out is None:
             return None
-        return constructs.child_done(self, self.frame(fid), child, out)
+        return self.above.child_done(self, self.frame(fid), child, out)
 
     # --- results ----------------------------------------------------------------------
 
@@ -637,7 +665,7 @@ class Txn:
     def lookup(self, env: str, step_id: str) -> Any:
         """A step's result as seen from ``env``: the nearest scope that has it."""
         env_id: str | None = env
-        envs = self.tree.envs
+        envs = self.envs
         results = self.results
         while env_id is not None:
             e = envs[env_id]
@@ -668,7 +696,7 @@ class Txn:
         knows none was recorded in it (no need to walk the stack).
         """
         link = None if uncompensated else self.tree.compensations
-        envs = self.tree.envs
+        envs = self.envs
         while link is not None:
             env = envs.get(link.env)
             if env is None or env.scope.startswith(scope):
@@ -677,13 +705,13 @@ class Txn:
         for step_id in self.flow.scopes[loop.id]:
             self.forget(scope + step_id)
         if scope in envs:
-            self.tree = _replace(self.tree, envs=envs.delete(scope))
+            self.envs = envs.delete(scope)
 
     # --- abandoning -------------------------------------------------------------------
 
     def descendants(self, root: str) -> set[str]:
         """Frame ids at or under ``root``: O(active frames x depth)."""
-        frames = self.tree.frames
+        frames = self.frames
         out = {root} if root in frames else set()
         for fid, frame in frames.items():
             parent = frame.parent
@@ -701,7 +729,7 @@ class Txn:
     def abandon_children(self, fid: str) -> None:
         """Stop everything ``fid`` waits for, but its own timeout, and drop its children."""
         gone = self.descendants(fid)
-        frame = self.tree.frames.get(fid)
+        frame = self.frames.get(fid)
         own_timer = frame.timer if isinstance(frame, StepFrame) else None
         for key, entry in list(self.waiting.pending.items()):
             if entry.frame in gone and key != own_timer:
@@ -718,19 +746,18 @@ class Txn:
         self.drop_frames(gone)
 
     def drop_frames(self, gone: set[str]) -> None:
-        frames = self.tree.frames
+        frames = self.frames
         for fid in gone:
             if fid in frames:
                 frames = frames.delete(fid)
-        if frames is not self.tree.frames:
-            self.tree = _replace(self.tree, frames=frames)
+        self.frames = frames
 
     def abandon_all(self) -> None:
         """The run is ending: stop waiting for anything but scheduled calls and the deadline."""
         for key, entry in list(self.waiting.pending.items()):
             if entry.kind not in _OUTLIVE_THE_STEPS:
                 self.drop_key(key)
-        self.tree = _replace(self.tree, frames=_EMPTY)
+        self.frames = _EMPTY
 
 
 _OUTLIVE_THE_STEPS = frozenset(
@@ -769,7 +796,7 @@ class Resolver:
         if self.extra is not None and name in self.extra:
             return self.extra[name]
         env_id: str | None = self.env
-        envs = t.tree.envs
+        envs = t.envs
         while env_id is not None:
             env = envs[env_id]
             if name in env.vars:
@@ -794,7 +821,7 @@ class Resolver:
         out: dict[str, Any] = {}
         chain: list[Env] = []
         env_id: str | None = self.env
-        envs = self.t.tree.envs
+        envs = self.t.envs
         while env_id is not None:
             env = envs[env_id]
             chain.append(env)

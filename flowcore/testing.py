@@ -41,6 +41,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from ._errors import EventRejected
 from ._interp import Decision, advance
+from ._keys import deadline_key
+from ._query import Waits, waiting_for
 from ._sim import (
     FAULT_KINDS,
     Call,
@@ -470,13 +472,27 @@ def flow_inputs() -> st.SearchStrategy[dict[str, Any]]:
 # --- single events for a state (kept for the exhaustive state x event test) --------------
 
 
+def _answered_by(waits: Waits) -> dict[str, str]:
+    """Every key the run waits for, in order, and what answers it: ``work``,
+    ``subflow``, ``ask``, ``signal`` or ``timer`` (work held back is not out yet)."""
+    found = {
+        w.key: "subflow" if w.effect["kind"] == "run-subflow" else "work"
+        for w in waits.work
+        if not w.held
+    }
+    found.update((q.key, "ask") for q in waits.questions)
+    found.update((s.key, "signal") for s in waits.signals)
+    found.update((t.key, "timer") for t in waits.timers)
+    return dict(sorted(found.items()))
+
+
 def pending_events(state: State) -> list[Event]:
     """Events a well-behaved host could report now, one or more per pending key."""
     out: list[Event] = []
     at = state.now_ms + 1
-    for key, entry in sorted(state.waiting.pending.items()):
-        if entry.kind in ("work", "sched-call"):
-            if entry.effect == "run-subflow":
+    for key, what in _answered_by(waiting_for(state)).items():
+        if what in ("work", "subflow"):
+            if what == "subflow":
                 out.append(SubflowSettled(idempotency_key=key, status="completed", at_ms=at))
                 out.append(SubflowSettled(idempotency_key=key, status="failed", at_ms=at))
             else:
@@ -494,9 +510,9 @@ def pending_events(state: State) -> list[Event]:
                 )
             )
             out.append(EffectOutcomeUnknown(idempotency_key=key, at_ms=at))
-        elif entry.kind == "ask":
+        elif what == "ask":
             out.append(HumanAnswered(idempotency_key=key, answer="yes", at_ms=at))
-        elif entry.kind == "signal":
+        elif what == "signal":
             pass  # answered by a signal, below
         else:
             out.append(TimerFired(idempotency_key=key, at_ms=at))
@@ -511,7 +527,7 @@ def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
     travel, oversize payloads, values that are not flowcore data, and duplicates
     of the events in ``sent``."""
     at = state.now_ms
-    keys = sorted(state.waiting.pending.keys()) or ["nobody/none#1"]
+    keys = list(_answered_by(waiting_for(state))) or ["nobody/none#1"]
     key = keys[0]
     out: list[Event] = [
         EffectSucceeded(idempotency_key=f"{key}-ghost", at_ms=at),
@@ -533,7 +549,7 @@ def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
 
 def event_of_kind(kind: str, state: State, choice: int) -> Event:
     """An event of ``kind``, aimed at a pending key when one fits (``choice`` picks)."""
-    keys = sorted(state.waiting.pending.keys())
+    keys = list(_answered_by(waiting_for(state)))
     key = keys[choice % len(keys)] if keys else f"{state.run_id}/none#1"
     at = state.now_ms + choice % 7
     if kind == "effect-succeeded":
@@ -605,17 +621,8 @@ MOVES: tuple[tuple[str, int], ...] = (
 _OPS: tuple[str, ...] = tuple(name for name, share in MOVES for _ in range(share))
 _FRIENDLY = 78  # ops below this index are what a well-behaved host sends
 assert len(_OPS) == 100 and _OPS[_FRIENDLY - 1] == "cancel" and _OPS[_FRIENDLY] == "duplicate"
-_WORK_KINDS = ("work", "sched-call")
-_TIMER_KINDS = (
-    "wait",
-    "timeout",
-    "backoff",
-    "deadline",
-    "tick",
-    "ask-timeout",
-    "signal-timeout",
-    "sched-delay",
-)
+_WORK = ("work", "subflow")  # what answers a work key (``_answered_by``)
+_WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow)
 
 
 def _output(choice: int) -> Any:
@@ -658,7 +665,6 @@ class _Host:
         self.h = history
         self.paranoid = paranoid
         self.outputs = outputs
-        self.timers: dict[str, int] = {}
         self.work: dict[str, Effect] = {}
         self.signal_names: set[str] = set(SIGNALS)
         self.sent: list[Event] = []
@@ -666,16 +672,16 @@ class _Host:
         self.clock = history.state.now_ms
         for turn in history.turns:
             self.learn(turn.effects)
+        self.look()
 
-    @property
-    def state(self) -> State:
-        return self.h.state
+    def look(self) -> None:
+        """What the run waits for now (``waiting_for``), and what answers each key."""
+        self.waits = waiting_for(self.h.state)
+        self.keys = _answered_by(self.waits)
 
     def learn(self, effects: Iterable[Effect]) -> None:
         for effect in effects:
-            if isinstance(effect, Sleep):
-                self.timers[effect.idempotency_key] = effect.until_ms
-            elif isinstance(effect, (CallTool, RunAgent, RunTeam, RunSubflow)):
+            if isinstance(effect, _WORK_EFFECTS):
                 self.work[effect.idempotency_key] = effect
             elif isinstance(effect, AwaitSignal):
                 self.signal_names.add(effect.signal)
@@ -687,36 +693,21 @@ class _Host:
             self.answered.add(event.idempotency_key)
         self.clock = max(self.clock, turn.state.now_ms)
         self.learn(turn.effects)
+        self.look()
         return turn
 
     # --- what is pending ------------------------------------------------------------------
 
-    def pending(self, *kinds: str) -> list[str]:
-        return sorted(k for k, e in self.state.waiting.pending.items() if e.kind in kinds)
-
-    def pending_work(self, subflow: bool | None = None) -> list[str]:
-        out = []
-        for key, entry in sorted(self.state.waiting.pending.items()):
-            if entry.kind not in _WORK_KINDS:
-                continue
-            if subflow is None or (entry.effect == "run-subflow") == subflow:
-                out.append(key)
-        return out
+    def pending(self, *whats: str) -> list[str]:
+        """The keys answered by ``whats`` (see ``_answered_by``), in order."""
+        return [k for k, what in self.keys.items() if what in whats]
 
     def has(self, what: str) -> bool:
-        if what == "work":
-            return bool(self.pending_work())
-        if what == "tool":
-            return bool(self.pending_work(subflow=False))
-        if what == "subflow":
-            return bool(self.pending_work(subflow=True))
-        if what == "ask":
-            return bool(self.pending("ask"))
-        if what == "timer":
-            return bool(self.pending(*_TIMER_KINDS))
         if what == "sent":
             return bool(self.sent)
-        raise ValueError(what)
+        if what not in ("work", "subflow", "ask", "timer"):
+            raise ValueError(what)
+        return bool(self.pending(*_WORK) if what == "work" else self.pending(what))
 
     def at(self, choice: int) -> int:
         return self.clock + choice % 3
@@ -750,11 +741,11 @@ class _Host:
         )
 
     def op_succeed(self, choice: int) -> Event | None:
-        keys = self.pending_work()
+        keys = self.pending(*_WORK)
         return self.succeed_event(keys[choice % len(keys)], choice) if keys else None
 
     def op_fail(self, choice: int) -> Event | None:
-        keys = self.pending_work()
+        keys = self.pending(*_WORK)
         if not keys:
             return None
         error = ErrorInfo(
@@ -767,13 +758,13 @@ class _Host:
         )
 
     def op_unknown(self, choice: int) -> Event | None:
-        keys = self.pending_work()
+        keys = self.pending(*_WORK)
         if not keys:
             return None
         return EffectOutcomeUnknown(idempotency_key=keys[choice % len(keys)], at_ms=self.at(choice))
 
     def op_subflow(self, choice: int) -> Event | None:
-        keys = self.pending_work(subflow=True)
+        keys = self.pending("subflow")
         if not keys:
             return None
         status = ("completed", "failed", "cancelled", "budget-exhausted")[choice % 4]
@@ -785,25 +776,17 @@ class _Host:
             at_ms=self.at(choice),
         )
 
-    def options(self, key: str) -> tuple[str, ...] | None:
-        entry = self.state.waiting.pending[key]
-        frame = self.state.tree.frames.get(entry.frame)
-        step = self.state.flow.by_id.get(getattr(frame, "step", ""))
-        body = getattr(step, "body", None)
-        options = getattr(body, "options", None)
-        return options if isinstance(options, tuple) else None
-
     def op_answer(self, choice: int) -> Event | None:
-        keys = self.pending("ask")
-        if not keys:
+        questions = self.waits.questions
+        if not questions:
             return None
-        key = keys[choice % len(keys)]
-        options = self.options(key)
+        question = questions[choice % len(questions)]
+        options = question.options
         answer: Any = options[choice % len(options)] if options else f"answer {choice}"
-        return HumanAnswered(idempotency_key=key, answer=answer, at_ms=self.at(choice))
+        return HumanAnswered(idempotency_key=question.key, answer=answer, at_ms=self.at(choice))
 
     def due_timers(self) -> list[tuple[int, str]]:
-        return sorted((self.timers.get(k, self.clock), k) for k in self.pending(*_TIMER_KINDS))
+        return sorted((t.due_ms, t.key) for t in self.waits.timers)
 
     def op_fire(self, choice: int) -> Event | None:
         due = self.due_timers()
@@ -823,8 +806,7 @@ class _Host:
 
     def op_stale(self, choice: int) -> Event | None:
         """A late result for work the run abandoned (emitted, never answered)."""
-        pending = self.state.waiting.pending
-        keys = sorted(k for k in self.work if k not in pending and k not in self.answered)
+        keys = sorted(k for k in self.work if k not in self.keys and k not in self.answered)
         if not keys:
             return None
         key = keys[choice % len(keys)]
@@ -850,7 +832,7 @@ class _Host:
         )[choice % 5]
 
     def op_bad_answer(self, choice: int) -> Event | None:
-        keys = self.pending("ask") or self.pending_work()
+        keys = self.pending("ask") or self.pending(*_WORK)
         if not keys:
             return None
         bad: Any = ("maybe", None, ["yes"], {"answer": "yes"}, "YES", "")[choice % 6]
@@ -859,13 +841,13 @@ class _Host:
         )
 
     def op_wrong_kind(self, choice: int) -> Event | None:
-        pending = sorted(self.state.waiting.pending.items())
+        pending = list(self.keys.items())
         if not pending:
             return None
-        key, entry = pending[choice % len(pending)]
+        key, what = pending[choice % len(pending)]
         at = self.at(choice)
-        if entry.kind in _WORK_KINDS:
-            if entry.effect == "run-subflow":
+        if what in _WORK:
+            if what == "subflow":
                 return EffectSucceeded(idempotency_key=key, output=1, at_ms=at)
             options: tuple[Event, ...] = (
                 TimerFired(idempotency_key=key, at_ms=at),
@@ -873,7 +855,7 @@ class _Host:
                 SubflowSettled(idempotency_key=key, status="completed", at_ms=at),
             )
             return options[choice % 3]
-        if entry.kind in ("ask", "signal"):
+        if what in ("ask", "signal"):
             return (
                 EffectSucceeded(idempotency_key=key, at_ms=at),
                 TimerFired(idempotency_key=key, at_ms=at),
@@ -886,14 +868,14 @@ class _Host:
         )[choice % 3]
 
     def op_time_travel(self, choice: int) -> Event | None:
-        keys = self.pending_work(subflow=False)
+        keys = self.pending("work")
         if keys:
             key = keys[choice % len(keys)]
             return EffectSucceeded(idempotency_key=key, output=_output(choice), at_ms=0)
         return SignalReceived(signal=sorted(self.signal_names)[0], payload=choice, at_ms=0)
 
     def op_oversize(self, choice: int) -> Event | None:
-        keys = self.pending_work(subflow=False)
+        keys = self.pending("work")
         if keys and choice % 4:
             key = keys[choice % len(keys)]
             return EffectSucceeded(
@@ -908,7 +890,7 @@ class _Host:
         return SignalReceived(signal=f"nobody{choice % 3}", payload=choice, at_ms=self.at(choice))
 
     def op_early_timer(self, choice: int) -> Event | None:
-        keys = self.pending(*_TIMER_KINDS)
+        keys = self.pending("timer")
         if not keys:
             return None
         return TimerFired(idempotency_key=keys[choice % len(keys)], at_ms=self.clock)
@@ -922,7 +904,7 @@ class _Host:
                     event, (EffectSucceeded, SubflowSettled, HumanAnswered, TimerFired)
                 )
                 return event
-        waiting = sorted(self.state.waiting.waiters.keys())
+        waiting = sorted({s.signal for s in self.waits.signals})
         if waiting:
             name = waiting[choice % len(waiting)]
             return SignalReceived(signal=name, payload={"n": choice}, at_ms=self.at(choice))
@@ -1170,9 +1152,6 @@ def check_keys(
     return h
 
 
-_WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow)
-
-
 def check_budget(
     run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
 ) -> RunHistory:
@@ -1186,6 +1165,7 @@ def check_budget(
     """
     h = _history(run, input, events, start)
     first = h.turns[0].state
+    # The ledger itself is checked (its limits never change), so it is read as such.
     limits = first.ledger
     deadline = None if limits.wall_clock_ms is None else first.run.started_ms + limits.wall_clock_ms
     issued = 0
@@ -1242,7 +1222,7 @@ def check_budget(
             # The host's timers are the authority on time: the deadline timer
             # firing is the deadline, whatever the clock in the event says.
             ev = turn.event
-            fired = isinstance(ev, TimerFired) and ev.idempotency_key == f"{h.run_id}/$deadline"
+            fired = isinstance(ev, TimerFired) and ev.idempotency_key == deadline_key(h.run_id)
             # Work taken back in the settling decision has its step refunded
             # (and is reported not-started), so the steps used at the moment of
             # exhaustion may be up to that many more than the ledger now says.
@@ -1267,11 +1247,12 @@ def check_budget(
     return h
 
 
-_EMITTED_AS = {
-    "work": _WORK_EFFECTS,
-    "sched-call": (CallTool,),
+_EMITTED_AS = {  # what answers a key (``_answered_by``) -> what must have been emitted
+    "work": (CallTool, RunAgent, RunTeam),
+    "subflow": (RunSubflow,),
     "ask": (AskHuman,),
     "signal": (AwaitSignal,),
+    "timer": (Sleep,),
 }
 
 
@@ -1314,15 +1295,17 @@ def check_work_accounted(
                 emitted[effect.idempotency_key] = effect
         state = turn.state
         if state.settled is None:
-            for key, entry in state.waiting.pending.items():
-                kinds = _EMITTED_AS.get(entry.kind, (Sleep,))
-                if not isinstance(emitted.get(key), kinds):
-                    _fail(f"{_at(h, i)}: the run waits for {key!r} ({entry.kind}), never emitted")
-            if not state.waiting.pending:
+            waits = _answered_by(waiting_for(state))
+            for key, what in waits.items():
+                if not isinstance(emitted.get(key), _EMITTED_AS[what]):
+                    _fail(f"{_at(h, i)}: the run waits for {key!r} ({what}), never emitted")
+            if not waits:
                 _fail(f"{_at(h, i)}: the run is {state.status} but waits for nothing: stuck")
             continue
         if turn.rejected is not None:
             continue
+        # The core's own bookkeeping must be emptied at settlement; its
+        # in-flight count is not something a run waits for (waiting_for).
         if state.waiting.pending or state.waiting.in_flight:
             _fail(
                 f"{_at(h, i)}: settled with {len(state.waiting.pending)} keys pending and "
@@ -1487,7 +1470,7 @@ def check_trajectory(trajectory: Trajectory, determinism: bool = True) -> None:
             _fail(f"run {run_id}: {emitted} effect.emitted records for {len(h.effects())} effects")
         if isinstance(h.budget, BudgetRemaining):
             given = h.budget
-            led = h.turns[0].state.ledger
+            led = h.turns[0].state.ledger  # the limits it got: waiting_for shows what is left
             for name, got, limit in (
                 ("steps", led.steps, given.steps),
                 ("cost", led.cost, given.cost_minor_units),

@@ -37,7 +37,6 @@ import flowcore  # noqa: E402
 from flowcore import (  # noqa: E402
     Budget,
     CancelRequested,
-    Effect,
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
@@ -48,7 +47,6 @@ from flowcore import (  # noqa: E402
     Record,
     Recorder,
     SignalReceived,
-    Sleep,
     SubflowSettled,
     TimerFired,
     Usage,
@@ -82,13 +80,11 @@ class Driver:
             self.flow, input, now, decision, budget=budget, depth=depth
         )
         self.state = decision.state
-        self.timers: dict[str, int] = {}
-        self._note(decision.effects)
+        self.timers: dict[str, int] = {}  # key -> due, as last armed
+        self._arm(decision)
 
-    def _note(self, effects: tuple[Effect, ...]) -> None:
-        for effect in effects:
-            if isinstance(effect, Sleep):
-                self.timers[effect.idempotency_key] = effect.until_ms
+    def _arm(self, decision: flowcore.Decision) -> None:
+        self.timers.update({s.idempotency_key: s.until_ms for s in flowcore.plan(decision).arm})
 
     def _at(self, at: int | None) -> int:
         self.now = self.now + 1 if at is None else max(self.now, at)
@@ -106,7 +102,7 @@ class Driver:
             raise AssertionError(f"expected a rejection of {event}")
         self.state = decision.state
         self.records.extend(self.recorder.applied(event, decision))
-        self._note(decision.effects)
+        self._arm(decision)
 
     @staticmethod
     def key(short: str) -> str:

@@ -1,22 +1,98 @@
-"""Write the wire protocol's JSON Schemas to ``specs/schema/``.
+"""The wire protocol's and the event log's JSON Schemas, derived from msgspec types.
 
-Usage: ``python scripts/gen_schemas.py`` from anywhere. The files are derived
-from ``flowcore._schema.wire_schemas()``; ``tests/test_wire.py`` fails when the
-committed copies go stale.
+Usage: ``python scripts/gen_schemas.py`` from anywhere writes them to
+``specs/schema/``. Effects and events come from ``flowcore``'s wire types,
+log records from its log types; ``tests/test_wire.py`` fails when the
+committed copies go stale. Each schema is a standalone draft 2020-12 document:
+its ``$defs`` hold every struct it references, so hosts in other languages can
+validate against one file.
+
+The schemas describe the protocol; nothing in ``flowcore`` needs them at run
+time, so they are made here and not in the package.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a plain script, without an installed flowcore
     sys.path.insert(0, str(ROOT))
 
-from flowcore._schema import render_schema, wire_schemas  # noqa: E402
+from flowcore import Effect, Event  # noqa: E402
+from flowcore._log import TypedRecord  # noqa: E402
+
+__all__ = ["SCHEMA_BASE_URI", "render_schema", "wire_schemas"]
 
 OUT_DIR = ROOT / "specs" / "schema"
+
+
+SCHEMA_BASE_URI = "https://flowcore.dev/schema/"
+_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_REF_TEMPLATE = "#/$defs/{name}"
+
+# key -> (union type, title, description)
+_UNIONS: dict[str, tuple[Any, str, str]] = {
+    "effects": (
+        Effect,
+        "flowcore effect",
+        "An effect the flowcore interpreter asks its host to perform (core -> host). "
+        "A tagged union discriminated by `kind`.",
+    ),
+    "events": (
+        Event,
+        "flowcore event",
+        "An event a host reports back to the flowcore interpreter (host -> core). "
+        "A tagged union discriminated by `kind`.",
+    ),
+    "records": (
+        TypedRecord,
+        "flowcore log record",
+        "One record of a flowcore event log (specs/log.md): an envelope "
+        "{type, index, runId, at, data}, one per NDJSON line or length-framed MessagePack "
+        "map, discriminated by `type`. Readers skip record types they do not know and "
+        "ignore unknown fields, so that new ones never break old logs.",
+    ),
+}
+
+
+def _document(key: str, union: Any, title: str, description: str) -> dict[str, Any]:
+    (root,), defs = msgspec.json.schema_components([union], ref_template=_REF_TEMPLATE)
+    doc: dict[str, Any] = {
+        "$schema": _DRAFT,
+        "$id": f"{SCHEMA_BASE_URI}{key}.json",
+        "title": title,
+        "description": description,
+        **root,
+        "$defs": defs,
+    }
+    # msgspec leaves tuple defaults (``report: tuple[...] = ()``) as Python
+    # tuples, and ``msgspec.to_builtins`` keeps tuples too; a JSON round trip
+    # turns the document into plain JSON types (lists) so it compares equal to
+    # the parsed committed file.
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(doc))
+    return out
+
+
+def wire_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schemas, keyed ``"effects"``, ``"events"`` and ``"records"``.
+
+    Returns fresh dicts on every call; callers may mutate them.
+    """
+    return {
+        key: _document(key, union, title, description)
+        for key, (union, title, description) in _UNIONS.items()
+    }
+
+
+def render_schema(schema: dict[str, Any]) -> str:
+    """The canonical text of a committed schema file: 2-space indent, sorted keys, final newline."""
+    return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def main() -> int:

@@ -38,6 +38,7 @@ class Run:
         self.state = d.state
         self.effects: tuple[Effect, ...] = d.effects
         self.history: list[Effect] = list(d.effects)
+        self.timers = {s.idempotency_key: s.until_ms for s in flowcore.plan(d).arm}  # armed: due
         self.now = now_ms
 
     # --- reading ---------------------------------------------------------------------
@@ -75,6 +76,7 @@ class Run:
         self.state = d.state
         self.effects = d.effects
         self.history.extend(d.effects)
+        self.timers.update({s.idempotency_key: s.until_ms for s in flowcore.plan(d).arm})
         return d.effects
 
     def tick(self, at: int | None) -> int:
@@ -108,12 +110,8 @@ class Run:
         return self.send(HumanAnswered(idempotency_key=key, answer=answer, at_ms=self.tick(at)))
 
     def fire(self, key: str, at: int | None = None) -> tuple[Effect, ...]:
-        """Fire a timer; by default at the time the sleep effect asked for."""
-        if at is None:
-            for e in reversed(self.history):
-                if isinstance(e, flowcore.Sleep) and e.idempotency_key == key:
-                    at = e.until_ms
-                    break
+        """Fire a timer; by default at the time its last arming asked for."""
+        at = self.timers.get(key) if at is None else at
         return self.send(TimerFired(idempotency_key=key, at_ms=self.tick(at)))
 
     def signal(self, name: str, payload: Any = None, at: int | None = None) -> tuple[Effect, ...]:

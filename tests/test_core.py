@@ -558,3 +558,15 @@ def test_events_from_hosts_validate_and_apply() -> None:
     assert list(_validator("events").iter_errors(wire)) == []
     run.send(flowcore.event_from_wire(wire))
     assert run.keys("run-agent") == ["r/think#1"]
+
+
+def test_a_format_1_snapshot_is_refused_naming_its_format() -> None:
+    """Snapshot bytes written by flowcore 0.1 before the state was reshaped (format 1)."""
+    here = Path(__file__).parent / "fixtures"
+    flow = flowcore.parse_flow((here / "snapshot_flow.yaml").read_text(encoding="utf-8"))
+    old = (here / "snapshot-format-1.msgpack").read_bytes()
+    with pytest.raises(flowcore.SnapshotMismatch, match=r"run 'r-1' is in format 1; .*format 2"):
+        flowcore.decode_state(old, flow)
+    # The same run now: format 2, and it round-trips.
+    d = flowcore.start(flow, {"id": "I-1"}, run_id="r-1")
+    assert flowcore.decode_state(flowcore.encode_state(d.state), flow) == d.state

@@ -29,8 +29,8 @@ from flowcore._log import (
     iter_records,
     read_raw_log,
 )
-from flowcore._schema import wire_schemas
 from flowcore._spec import Budget
+from scripts.gen_schemas import wire_schemas
 
 REPO = Path(__file__).resolve().parent.parent
 CONFORMANCE = REPO / "specs" / "conformance"

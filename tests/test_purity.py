@@ -127,3 +127,79 @@ def test_flowcore_runs_with_io_and_randomness_unimportable() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "completed"
+
+
+# --- layering --------------------------------------------------------------------------
+#
+# The decision function (everything ``start`` and ``advance`` run, and the
+# views and persistence helpers over a state) never depends on how runs are
+# stored or replayed: no module of it imports the log codec, replay, or a host.
+
+DECISION = {
+    "_data",
+    "_driver",
+    "_ending",
+    "_errors",
+    "_expr",
+    "_interp",
+    "_keys",
+    "_outcome",
+    "_query",
+    "_results",
+    "_spec",
+    "_state",
+    "_transitions",
+    "_txn",
+    "_validate",
+    "_wire",
+    "constructs",
+    "persist",
+}
+STORAGE = {"_log", "_replay", "_trajectory", "_report", "_sim", "testing"}
+
+
+def _core_imports(path: Path) -> set[str]:
+    """What ``path`` imports: flowcore modules by their first name under flowcore/,
+    ``__init__`` for the package itself, ``host`` for any host package."""
+    rel = path.relative_to(CORE).with_suffix("").parts
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = list(rel[: len(rel) - node.level])  # the package it is relative to
+            parts = [*base, *(node.module.split(".") if node.module else [])]
+            if parts:
+                found.add(parts[0])
+            else:  # ``from . import x``
+                found.update(alias.name for alias in node.names)
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            top, _, rest = name.partition(".")
+            if top == "flowcore":
+                found.add(rest.split(".")[0] if rest else "__init__")
+            elif top.startswith("flowcore_"):
+                found.add("host")
+    return found
+
+
+def test_the_decision_function_never_imports_storage_replay_or_hosts() -> None:
+    seen = 0
+    for path in sorted(CORE.rglob("*.py")):
+        top = path.relative_to(CORE).parts[0].removesuffix(".py")
+        if top not in DECISION:
+            continue
+        seen += 1
+        bad = _core_imports(path) & (STORAGE | {"host", "__init__"})
+        assert not bad, f"{path.relative_to(CORE)} imports {sorted(bad)}"
+    assert seen >= 25  # every module of the decision function was looked at
+
+
+def test_the_layering_scan_sees_an_import_of_the_log() -> None:
+    probe = CORE / "constructs" / "leaf.py"
+    assert "_state" in _core_imports(probe)
+    assert "_txn" in _core_imports(CORE / "_transitions.py")
+    assert "_log" in _core_imports(CORE / "_replay.py")

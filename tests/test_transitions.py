@@ -320,3 +320,20 @@ steps:
     p = flowcore.plan(d)
     assert p.settled is not None and p.settled.status == "cancelled"
     assert set(p.drop) == {"r/$deadline", "r/later#1/delay"}
+
+
+def test_a_transaction_carries_every_field_of_the_state() -> None:
+    """A field added to ``State`` is carried by every transaction, or this fails."""
+    from flowcore._interp import ABOVE
+    from flowcore._state import Journal
+    from flowcore._txn import RECORDS, Txn
+
+    assert set(State.__struct_fields__) == {*RECORDS, "flow", "run", "journal"}
+    assert set(RECORDS) <= set(Txn.__slots__)
+    flow = flowcore.parse_flow(EVERYTHING)
+    state = flowcore.start(flow, run_id="r").state
+    frozen = Txn(state, ABOVE).freeze()
+    assert frozen == msgspec.structs.replace(state, journal=Journal())
+    for name in State.__struct_fields__:
+        if name != "journal":
+            assert getattr(frozen, name) is getattr(state, name), name

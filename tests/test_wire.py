@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from flowcore._errors import WireError
-from flowcore._schema import SCHEMA_BASE_URI, render_schema, wire_schemas
 from flowcore._wire import (
     AskHuman,
     AwaitSignal,
@@ -57,6 +56,7 @@ from flowcore._wire import (
     event_from_wire,
     event_to_wire,
 )
+from scripts.gen_schemas import SCHEMA_BASE_URI, render_schema, wire_schemas
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = REPO / "specs" / "schema"

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .._outcome import Outcome
     from .._txn import Txn
 
-__all__ = ["begin", "child_done", "is_question", "steps_of"]
+__all__ = ["begin", "child_done", "steps_of"]
 
 
 def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
@@ -139,8 +139,3 @@ def steps_of(owner: Step, frame: SeqFrame) -> tuple[Step, ...]:
             raise AssertionError("the flow's own list has no owner step")
         case _:
             assert_never(kind)
-
-
-def is_question(step: Step) -> bool:
-    """Whether ``step`` asks a human (its result also records the answer)."""
-    return isinstance(step.body, AskHumanStep)

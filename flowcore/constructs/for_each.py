@@ -71,7 +71,7 @@ def _fill(
             out = child_done(t, frame, step, body, i, res, refill=False)
             if out is not None:
                 return out
-        current = t.tree.frames.get(frame.id)
+        current = t.frames.get(frame.id)
         if not isinstance(current, StepFrame):
             return None
         frame = current
@@ -94,7 +94,7 @@ def child_done(
     prog = frame_now.progress
     assert isinstance(prog, ForEachProgress)
     if not out[0]:
-        frames = t.tree.frames
+        frames = t.frames
         for j in range(prog.next):
             if j != index and keys.iteration_list(frame.id, j) in frames:
                 t.abandon_frame(keys.iteration_list(frame.id, j))

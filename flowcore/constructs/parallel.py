@@ -36,7 +36,7 @@ def _fill(t: Txn, fid: str, step: Step, body: ParallelStep) -> Outcome | None:
     """Start waiting branches, in declared order, up to max_concurrency."""
     width = body.max_concurrency or len(body.branches)
     while True:
-        frame = t.tree.frames.get(fid)
+        frame = t.frames.get(fid)
         if not isinstance(frame, StepFrame):
             return None
         prog = frame.progress
@@ -99,7 +99,7 @@ def child_done(
         res = _fill(t, frame.id, t.step_of(frame), body)
         if res is not None:
             return res
-        current = t.tree.frames.get(frame.id)
+        current = t.frames.get(frame.id)
         if not isinstance(current, StepFrame):
             return None
         prog = current.progress

@@ -41,9 +41,7 @@ from flowcore import (
     Event,
     HumanAnswered,
     RunSubflow,
-    Settled,
     SignalReceived,
-    Sleep,
     TimerFired,
 )
 from flowcore_handlers import (
@@ -308,9 +306,10 @@ class LocalHost:
         def showing() -> dict[str, Any]:
             store = self.store
             row = store.run_row(run_id)
-            state = store.state(run_id)
-            outbox = store.outbox_rows(run_id)
-            ledger = state.ledger
+            view = flowcore.waiting_for(store.state(run_id))
+            questions = {q.key: q for q in view.questions}
+            signals = {s.key: s.signal for s in view.signals}
+            outbox = store.outbox_rows(run_id)  # in emission order
             return {
                 "runId": row.run_id,
                 "flowId": row.flow_id,
@@ -320,26 +319,21 @@ class LocalHost:
                 "output": row.output,
                 "error": row.error,
                 "budget": {
-                    "stepsUsed": ledger.used_steps,
-                    "stepsLeft": None if ledger.steps is None else ledger.steps - ledger.used_steps,
-                    "costUsed": ledger.used_cost,
-                    "costLeft": None if ledger.cost is None else ledger.cost - ledger.used_cost,
+                    "stepsUsed": view.used_steps,
+                    "stepsLeft": view.budget.steps,
+                    "costUsed": view.used_cost_minor_units,
+                    "costLeft": view.budget.cost_minor_units,
                 },
                 "pending": [o for o in outbox if o["status"] in ("ready", "dispatched", "timer")],
                 "questions": [
                     {
-                        "key": o["key"],
-                        "question": o["effect"].get("question"),
-                        "options": o["effect"].get("options"),
+                        "key": q.key,
+                        "question": q.question,
+                        "options": None if q.options is None else list(q.options),
                     }
-                    for o in outbox
-                    if o["kind"] == "ask-human" and o["status"] == "waiting"
+                    for q in (questions[o["key"]] for o in outbox if o["key"] in questions)
                 ],
-                "waitingFor": [
-                    o["effect"].get("signal")
-                    for o in outbox
-                    if o["kind"] == "await-signal" and o["status"] == "waiting"
-                ],
+                "waitingFor": [signals[o["key"]] for o in outbox if o["key"] in signals],
                 "deadLetters": store.dead_letters(run_id),
                 "children": store.children(run_id),
             }
@@ -579,11 +573,9 @@ class LocalHost:
                 self._spawn(claimed)
             # Work this worker claimed is already running; the main loop only
             # needs waking for what it handles: timers, subflows, settlement.
-            wake = (
-                wake
-                or not item.claimed
-                or any(isinstance(e, (Sleep, RunSubflow, Settled)) for e in item.effects)
-            )
+            plan = item.plan
+            handles = plan.arm or plan.settled or any(isinstance(e, RunSubflow) for e in plan.start)
+            wake = wake or not item.claimed or bool(handles)
         if wake and self._wake is not None:
             self._wake.set()
 

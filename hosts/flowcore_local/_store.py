@@ -4,8 +4,9 @@ Everything here is synchronous and runs on the host's single database thread.
 The unit of work is a transaction (``Store.tx``); inside one, ``start_run``
 and ``apply`` do the whole job for one run and one event: append the log
 records, store the hot snapshot and the new result and report rows, insert the
-outbox rows of the new effects, close the rows that are no longer pending
-and, when a child run settles, report that to its parent. A crash before the
+outbox rows of the new effects, close the rows of what the event answered and
+of what ``flowcore.plan`` stops (cancelling the child runs among them) and,
+when a child run settles, report that to its parent. A crash before the
 commit leaves nothing behind; after it, everything.
 
 A run's state is cached in memory between events (keyed by the index of its
@@ -33,10 +34,12 @@ from flowcore import (
     Event,
     EventRejected,
     Flow,
+    Plan,
     RunAgent,
     RunSubflow,
     RunTeam,
     Settled,
+    SignalReceived,
     Sleep,
     State,
     SubflowSettled,
@@ -44,9 +47,8 @@ from flowcore import (
     persist,
 )
 
-__all__ = ["OPEN", "Applied", "Claimed", "HostError", "RunRow", "Store"]
+__all__ = ["Applied", "Claimed", "HostError", "RunRow", "Store"]
 
-OPEN = ("ready", "dispatched", "timer", "waiting")
 WORK = ("call-tool", "run-agent", "run-team")
 
 _json = msgspec.json.Encoder()
@@ -80,7 +82,6 @@ class RunRow:
 class _Cached:
     next_index: int
     state: State
-    open_keys: dict[str, str]  # outbox rows still open: key -> effect kind
     tools: str | None
     report_rows: int
 
@@ -97,13 +98,16 @@ class Claimed:
 
 @dataclass
 class Applied:
-    """What one start or event did: new work this worker now owns, and more."""
+    """What one start or event did: its plan, and the new work this worker now owns."""
 
     run_id: str
+    plan: Plan = field(default_factory=Plan)
     claimed: list[Claimed] = field(default_factory=list)
-    settled: Settled | None = None
     rejected: str | None = None
-    effects: tuple[Effect, ...] = ()
+
+    @property
+    def settled(self) -> Settled | None:
+        return self.plan.settled
 
 
 def _dumps(value: Any) -> str:
@@ -331,10 +335,8 @@ class Store:
                 now,
             ),
         )
-        cached = _Cached(0, decision.state, {}, tools, 0)
-        applied = Applied(run_id, effects=decision.effects)
-        self._persist(run_id, cached, decision, records, now, applied, tools)
-        return True, applied
+        cached = _Cached(0, decision.state, tools, 0)
+        return True, self._persist(run_id, cached, decision, records, now, tools, ())
 
     # --- state ------------------------------------------------------------------------
 
@@ -376,14 +378,7 @@ class Store:
         )
         rows = self._report(run_id) if report else None
         state = persist.restore_state(hot[0], results, flow, resolved, rows)
-        open_keys = {
-            key: kind
-            for key, kind in self.conn.execute(
-                "SELECT key, kind FROM outbox WHERE run_id = ? AND status IN (?, ?, ?, ?)",
-                (run_id, *OPEN),
-            )
-        }
-        cached = _Cached(int(row[0]), state, open_keys, row[2], count)
+        cached = _Cached(int(row[0]), state, row[2], count)
         self._cache[run_id] = cached
         return cached
 
@@ -412,9 +407,21 @@ class Store:
         recorder = flowcore.Recorder(run_id)
         recorder.index = cached.next_index
         records = recorder.applied(event, decision)
-        applied = Applied(run_id, effects=decision.effects)
-        self._persist(run_id, cached, decision, records, now, applied, cached.tools)
-        return applied
+        answered = self._answered(run_id, event, decision.state)
+        return self._persist(run_id, cached, decision, records, now, cached.tools, answered)
+
+    def _answered(self, run_id: str, event: Event, state: State) -> tuple[str, ...]:
+        """The keys ``event`` answered itself (``flowcore.plan`` lists only the others)."""
+        key = getattr(event, "idempotency_key", None)
+        if key is not None:
+            return (key,)
+        if not isinstance(event, SignalReceived):
+            return ()
+        # A signal is taken by a wait for it, which is then no longer open.
+        query = "SELECT key FROM outbox WHERE run_id = ? AND kind = 'await-signal'"
+        waits = [key for (key,) in self.conn.execute(query, (run_id,))]
+        still = {wait.key for wait in flowcore.waiting_for(state).signals} if waits else ()
+        return tuple(key for key in waits if key not in still)
 
     def _persist(
         self,
@@ -423,12 +430,14 @@ class Store:
         decision: flowcore.Decision,
         records: list[flowcore.Record],
         now: int,
-        applied: Applied,
         tools: str | None,
-    ) -> None:
+        answered: tuple[str, ...],
+    ) -> Applied:
         self._touched.add(run_id)
         conn = self.conn
         state = decision.state
+        plan = flowcore.plan(decision)
+        applied = Applied(run_id, plan)
         self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
         changes = persist.state_changes(state)
         results, rows = changes.results, changes.report
@@ -446,24 +455,22 @@ class Store:
                 (run_id, start + i, persist.encode_row(r)) for i, r in enumerate(rows)
             )
             cached.report_rows += len(rows)
-        flow = state.flow
-        for effect in decision.effects:
-            self._outbox(run_id, flow, effect, now, applied, tools, cached)
-        # Close what the run no longer waits for: answered, fired, or abandoned.
-        # A child run the run no longer waits for (abandoned, or the run
-        # settled) is cancelled, once this run's own writes are complete:
-        # cancelling it may tell this run, re-entering apply.
-        orphans: list[str] = []
-        gone = [k for k in cached.open_keys if k not in state.waiting.pending]
-        for key in gone:
-            kind = cached.open_keys.pop(key)
-            # Done rows are deleted: the log keeps the history, and the outbox
-            # stays as small as what is in flight.
-            conn.execute("DELETE FROM outbox WHERE run_id = ? AND key = ?", (run_id, key))
-            if kind == "run-subflow":
-                orphans.append(key)
+        emitted = set()
+        for effect in decision.effects:  # in emission order, as ``show`` lists them
+            if not isinstance(effect, Settled):
+                emitted.add(effect.idempotency_key)
+                self._outbox(run_id, state.flow, effect, now, applied, tools)
+        # Close what the run no longer waits for (and was not issued again):
+        # what the event answered, and what the plan stops (everything, when the
+        # run settles). Done rows are deleted: the log keeps the history, and
+        # the outbox stays as small as what is in flight.
+        gone = (*answered, *plan.drop, *plan.cancel, *plan.withdraw)
+        conn.executemany(
+            "DELETE FROM outbox WHERE run_id = ? AND key = ?",
+            [(run_id, key) for key in gone if key not in emitted],
+        )
         next_index = cached.next_index + len(records)
-        settled = state.settled
+        settled = plan.settled
         if settled is not None:
             self._run_rows.pop(run_id, None)
             conn.execute(
@@ -479,36 +486,30 @@ class Store:
                     run_id,
                 ),
             )
-            orphans.extend(k for k, kind in cached.open_keys.items() if kind == "run-subflow")
-            conn.execute("DELETE FROM outbox WHERE run_id = ?", (run_id,))
-            cached.open_keys.clear()
-            applied.settled = settled
         else:
             self._run_rows[run_id] = (now, next_index, persist.encode_hot(state))
-        self._cache[run_id] = _Cached(
-            next_index, state, cached.open_keys, cached.tools, cached.report_rows
-        )
-        for key in orphans:
-            self._cancel_child(key, now)
+        self._cache[run_id] = _Cached(next_index, state, cached.tools, cached.report_rows)
+        # A child run the run no longer waits for is cancelled once this run's
+        # own writes are complete: cancelling it may tell this run, re-entering apply.
+        for key in plan.cancel:
+            self._cancel_child(run_id, key, now)
         if settled is not None:
             self._notify_parent(run_id, state, settled, now)
+        return applied
 
     def _outbox(
         self,
         run_id: str,
         flow: Flow,
-        effect: Effect,
+        effect: RunAgent | RunTeam | CallTool | AskHuman | Sleep | AwaitSignal | RunSubflow,
         now: int,
         applied: Applied,
         tools: str | None,
-        cached: _Cached,
     ) -> None:
-        if isinstance(effect, Settled):
-            return
         key = effect.idempotency_key
         kind = str(effect.__struct_config__.tag)
         exec_class = "uncertain"
-        status = "waiting"
+        status = "waiting"  # ask-human, await-signal
         due: int | None = None
         lease_owner: str | None = None
         lease_until: int | None = None
@@ -520,12 +521,8 @@ class Store:
             if self.dispatching:
                 # Recorded as dispatched to this worker in the same transaction
                 # that created it: the worker runs it right after the commit.
-                status, lease_owner, lease_until, dispatches = (
-                    "dispatched",
-                    self.worker_id,
-                    now + self.lease_ms,
-                    1,
-                )
+                status, lease_owner, lease_until = "dispatched", self.worker_id, now + self.lease_ms
+                dispatches = 1
                 applied.claimed.append(Claimed(run_id, key, effect, tools))
             else:
                 status = "ready"
@@ -533,16 +530,11 @@ class Store:
             status, exec_class = "ready", "idempotent"
         elif isinstance(effect, Sleep):
             status, due = "timer", effect.until_ms
-        elif isinstance(effect, (AskHuman, AwaitSignal)):
-            status = "waiting"
-        if key in cached.open_keys:  # re-issued under the same key: its dispatches still count
-            row = self.conn.execute(
-                "SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?", (run_id, key)
-            ).fetchone()
-            dispatches += row[0] if row is not None else 0
+        # Work re-issued under its key keeps counting the dispatches of its row.
         self.conn.execute(
             "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
-            " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ? + COALESCE("
+            "(SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0), ?, ?)",
             (
                 run_id,
                 key,
@@ -552,11 +544,12 @@ class Store:
                 due,
                 exec_class,
                 dispatches,
+                run_id,
+                key,
                 lease_owner,
                 lease_until,
             ),
         )
-        cached.open_keys[key] = kind
 
     def _notify_parent(self, run_id: str, state: State, settled: Settled, now: int) -> None:
         row = self.conn.execute(
@@ -565,7 +558,8 @@ class Store:
         if row is None or row[0] is None:
             return
         parent_run, parent_key = row
-        usage = Usage(steps=state.ledger.used_steps, cost_minor_units=state.ledger.used_cost)
+        used = flowcore.waiting_for(state)
+        usage = Usage(steps=used.used_steps, cost_minor_units=used.used_cost_minor_units)
         event = SubflowSettled(
             idempotency_key=parent_key,
             status=settled.status,
@@ -579,11 +573,14 @@ class Store:
         if parent_status is not None and parent_status[0] == "running":
             self._pending_applied.append(self.apply(parent_run, event, now))
 
-    def _cancel_child(self, child_id: str, now: int) -> None:
-        row = self.conn.execute("SELECT status FROM runs WHERE run_id = ?", (child_id,)).fetchone()
+    def _cancel_child(self, run_id: str, key: str, now: int) -> None:
+        """Cancel the child run of ``key`` (work that is not a subflow has none)."""
+        row = self.conn.execute(
+            "SELECT status FROM runs WHERE run_id = ? AND parent_run = ?", (key, run_id)
+        ).fetchone()
         if row is not None and row[0] == "running":
             event = CancelRequested(reason="the parent no longer waits for it", at_ms=now)
-            self._pending_applied.append(self.apply(child_id, event, now))
+            self._pending_applied.append(self.apply(key, event, now))
 
     def take_extra(self) -> list[Applied]:
         """Applies made on the side (parents told, children cancelled) since last asked."""
@@ -625,9 +622,6 @@ class Store:
 
     def close(self, run_id: str, key: str) -> None:
         self.conn.execute("DELETE FROM outbox WHERE run_id = ? AND key = ?", (run_id, key))
-        cached = self._cache.get(run_id)
-        if cached is not None:
-            cached.open_keys.pop(key, None)
 
     def dead_letter(
         self, run_id: str, key: str, kind: str, dispatches: int, note: str, now: int

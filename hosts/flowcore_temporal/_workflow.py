@@ -23,9 +23,10 @@ effects become Temporal work, and Temporal's answers become the next events:
     ``signal-received`` the moment it arrives, and the interpreter buffers
     the ones that come early.
 ``ask-human``
-    remembered for the ``pending_questions`` query; the ``answer`` update is
-    validated against the interpreter first, so a wrong answer is rejected to
-    its caller and never reaches the history.
+    nothing to do: the queries read the questions from the state
+    (``flowcore.waiting_for``); the ``answer`` update is validated against
+    the interpreter first, so a wrong answer is rejected to its caller and
+    never reaches the history.
 ``run-subflow``
     a child workflow running the child's spec (from ``RunArgs.flows``) with
     the parent's remaining budget; its result is ``subflow-settled``.
@@ -42,7 +43,8 @@ Effects emitted together run concurrently, as asyncio tasks on the workflow's
 deterministic event loop; the interpreter itself holds back work beyond the
 flow's ``max_concurrency``, so everything it emits may start at once. Each
 decision's effects are started in emission order and Temporal orders the
-answers, so a replay of the history makes the same decisions.
+answers, so a replay of the history makes the same decisions. What to stop
+after a decision (timers dropped, children cancelled) is ``flowcore.plan``'s.
 
 Everything that comes from outside is data someone else wrote: the
 workflow's argument (any client can start a run), signal payloads, answers,
@@ -66,7 +68,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, assert_never
+from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -92,12 +94,11 @@ with workflow.unsafe.imports_passed_through():
 
 import flowcore
 from flowcore import (
-    AskHuman,
-    AwaitSignal,
     Budget,
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    Decision,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -118,6 +119,7 @@ from flowcore import (
     SubflowSettled,
     TimerFired,
     Usage,
+    Waits,
 )
 from flowcore_temporal import _flows
 
@@ -244,8 +246,6 @@ class FlowcoreWorkflow:
         self._early: list[Event] = []  # signals that came before the run started
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}  # key -> (kind, task)
         self._issues: dict[str, int] = {}  # work key -> times issued (activity ids)
-        self._questions: dict[str, AskHuman] = {}
-        self._waiting: dict[str, str] = {}  # await-signal key -> signal name
         self._refused: list[dict[str, Any]] = []  # the latest signals that were dropped
         self._refused_count = 0
         self._crash: tuple[str, Exception] | None = None  # a bug in one of the run's tasks
@@ -288,11 +288,10 @@ class FlowcoreWorkflow:
             # The message may quote the client's text: keep it valid and short.
             message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
-        self._state = decision.state
         self._records.extend(
             self._recorder.started(flow, args.input, now, decision, budget, args.depth)
         )
-        self._dispatch(decision.effects)
+        self._follow(decision)
         early, self._early = self._early, []
         for event in early:
             self._offer(event)
@@ -327,7 +326,7 @@ class FlowcoreWorkflow:
     def _result(self) -> dict[str, Any]:
         assert self._settled is not None and self._state is not None
         wire = flowcore.effect_to_wire(self._settled)
-        ledger = self._state.ledger
+        used = flowcore.waiting_for(self._state)
         return {
             "runId": self._run_id,
             "flowId": self._state.flow.id,
@@ -335,7 +334,7 @@ class FlowcoreWorkflow:
             "output": wire.get("output"),
             "error": wire.get("error"),
             "exhausted": wire.get("exhausted"),
-            "usage": {"steps": ledger.used_steps, "costMinorUnits": ledger.used_cost},
+            "usage": {"steps": used.used_steps, "costMinorUnits": used.used_cost_minor_units},
             "report": wire.get("report", []),
         }
 
@@ -349,10 +348,8 @@ class FlowcoreWorkflow:
         except EventRejected as exc:
             self._records.extend(self._recorder.rejected(event, str(exc)))
             raise
-        self._state = decision.state
         self._records.extend(self._recorder.applied(event, decision))
-        self._dispatch(decision.effects)
-        self._disarm()
+        self._follow(decision)
 
     def _offer(self, event: Event) -> bool:
         """Apply an event whose sender is not waiting for a verdict."""
@@ -429,8 +426,8 @@ class FlowcoreWorkflow:
         event = self._answer_event(key, answer)
         asked = event.idempotency_key
         state = self._state
-        if state is None or asked not in self._questions or asked not in state.waiting.pending:
-            pending = sorted(k for k in self._questions if state and k in state.waiting.pending)
+        pending = [q.key for q in flowcore.waiting_for(state).questions] if state else []
+        if state is None or asked not in pending:
             raise ApplicationError(
                 f"no pending question {asked!r} in run {self._run_id}"
                 + (f" (pending: {', '.join(pending)})" if pending else " (none pending)"),
@@ -446,14 +443,7 @@ class FlowcoreWorkflow:
 
     @workflow.query(name=QUESTIONS_QUERY)
     def pending_questions(self) -> list[dict[str, Any]]:
-        state = self._state
-        if state is None:
-            return []
-        return [
-            {"key": key, "question": q.question, "options": list(q.options or ()) or None}
-            for key, q in self._questions.items()
-            if key in state.waiting.pending
-        ]
+        return [] if self._state is None else _questions(flowcore.waiting_for(self._state))
 
     @workflow.query(name=LOG_QUERY)
     def log(self, start: int = 0) -> list[dict[str, Any]]:
@@ -466,25 +456,24 @@ class FlowcoreWorkflow:
         state = self._state
         if state is None:
             return {"runId": self._run_id, "status": "starting"}
-        ledger = state.ledger
+        view = flowcore.waiting_for(state)
+        pending = [(w.key, w.effect["kind"]) for w in view.work if not w.held]
+        pending += [(q.key, "ask") for q in view.questions]
+        pending += [(s.key, "signal") for s in view.signals]
+        pending += [(t.key, t.role) for t in view.timers]
         out: dict[str, Any] = {
             "runId": self._run_id,
             "flowId": state.flow.id,
-            "status": state.settled.status if state.settled is not None else state.status,
+            "status": view.status,
             "budget": {
-                "stepsUsed": ledger.used_steps,
-                "stepsLeft": None if ledger.steps is None else ledger.steps - ledger.used_steps,
-                "costUsed": ledger.used_cost,
-                "costLeft": None if ledger.cost is None else ledger.cost - ledger.used_cost,
+                "stepsUsed": view.used_steps,
+                "stepsLeft": view.budget.steps,
+                "costUsed": view.used_cost_minor_units,
+                "costLeft": view.budget.cost_minor_units,
             },
-            "pending": [
-                {"key": key, "kind": entry.effect or entry.kind}
-                for key, entry in sorted(state.waiting.pending.items())
-            ],
-            "questions": self.pending_questions(),
-            "waitingFor": sorted(
-                {name for key, name in self._waiting.items() if key in state.waiting.pending}
-            ),
+            "pending": [{"key": key, "kind": kind} for key, kind in sorted(pending)],
+            "questions": _questions(view),
+            "waitingFor": sorted({s.signal for s in view.signals}),
             "records": len(self._records),
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
         }
@@ -494,8 +483,19 @@ class FlowcoreWorkflow:
 
     # --- effects out ---------------------------------------------------------------------
 
-    def _dispatch(self, effects: tuple[Effect, ...]) -> None:
-        for effect in effects:
+    def _follow(self, decision: Decision) -> None:
+        """Do what ``flowcore.plan`` says after ``decision``.
+
+        Work, timers and children start in emission order, as a replay will
+        start them; questions and signal waits need nothing here. Timers and
+        children the run no longer waits for are cancelled, in the order they
+        started. Work already handed to an activity is left to finish: its
+        late result is recorded and ignored by the interpreter, as the
+        protocol says.
+        """
+        self._state = decision.state
+        plan = flowcore.plan(decision)
+        for effect in decision.effects:
             match effect:
                 case CallTool() | RunAgent() | RunTeam():
                     self._spawn("work", effect.idempotency_key, self._work, effect)
@@ -503,14 +503,14 @@ class FlowcoreWorkflow:
                     self._spawn("timer", effect.idempotency_key, self._timer, effect)
                 case RunSubflow():
                     self._spawn("subflow", effect.idempotency_key, self._subflow, effect)
-                case AskHuman():
-                    self._questions[effect.idempotency_key] = effect
-                case AwaitSignal():
-                    self._waiting[effect.idempotency_key] = effect.signal
-                case Settled():
-                    self._settled = effect
-                case _:
-                    assert_never(effect)
+        stopped = {*plan.drop, *plan.cancel}
+        if stopped:
+            for key, (kind, task) in list(self._tasks.items()):
+                if kind != "work" and key in stopped:
+                    del self._tasks[key]
+                    task.cancel()
+        if plan.settled is not None:
+            self._settled = plan.settled
 
     def _spawn(
         self, kind: str, key: str, body: Callable[[Any], Awaitable[None]], effect: Effect
@@ -531,23 +531,6 @@ class FlowcoreWorkflow:
 
         task = asyncio.create_task(running())
         self._tasks[key] = (kind, task)
-
-    def _disarm(self) -> None:
-        """Cancel timers and child runs the run no longer waits for.
-
-        Work already handed to an activity is left to finish: its late result
-        is recorded and ignored by the interpreter, as the protocol says.
-        """
-        state = self._state
-        assert state is not None
-        settled = state.settled is not None
-        for key, (kind, task) in list(self._tasks.items()):
-            if kind != "work" and (settled or key not in state.waiting.pending):
-                del self._tasks[key]
-                task.cancel()
-        for table in (self._questions, self._waiting):
-            for key in [k for k in table if k not in state.waiting.pending]:
-                del table[key]
 
     def _report(self, event: Event) -> None:
         if self._settled is None:
@@ -658,6 +641,13 @@ class FlowcoreWorkflow:
         if key.startswith(self._run_id + "/"):
             return parent + key[len(self._run_id) :]
         return f"{parent}/{key}"
+
+
+def _questions(view: Waits) -> list[dict[str, Any]]:
+    return [
+        {"key": q.key, "question": q.question, "options": list(q.options or ()) or None}
+        for q in view.questions
+    ]
 
 
 def _parse(text: str, source_name: str) -> flowcore.Flow:

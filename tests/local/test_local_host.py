@@ -242,6 +242,58 @@ def test_cancelling_a_parent_cancels_its_running_children(tmp_path: Path) -> Non
     assert kid.status == "cancelled"
 
 
+MIRROR = """
+flow: mirror
+budget: {wall_clock_ms: 3600000}
+tools: {echo: {class: readonly}}
+steps:
+  - id: both
+    parallel:
+      branches:
+        one: [{id: w1, await_signal: {signal: go, timeout_ms: 60000}}]
+        two: [{id: w2, await_signal: {signal: go}}]
+  - id: race
+    parallel:
+      mode: race
+      branches:
+        call: [{id: f, call_tool: {tool: echo}, timeout_ms: 60000}]
+        human: [{id: q, ask_human: {question: "which?", options: [a, b]}}]
+output: "${steps.race.output}"
+"""
+
+
+def test_the_outbox_holds_what_the_run_waits_for(tmp_path: Path) -> None:
+    """Rows are opened and closed as ``flowcore.plan`` says; ``show`` reads ``waiting_for``."""
+    Seen = tuple[set[str], set[str], dict[str, Any]]  # outbox keys, waits, show
+
+    async def body(host: LocalHost) -> list[Seen]:
+        rid = await host.start(MIRROR, {}, "m")
+
+        async def look() -> Seen:
+            view = flowcore.waiting_for(host.store.state(rid))
+            waits = {w.key for w in view.work if not w.held} | {q.key for q in view.questions}
+            waits |= {s.key for s in view.signals} | {t.key for t in view.timers}
+            with sqlite3.connect(host.db_path) as conn:
+                query = "SELECT key FROM outbox WHERE run_id = ?"
+                rows = {key for (key,) in conn.execute(query, (rid,))}
+            return rows, waits, await host.show(rid)
+
+        await host.signal(rid, "go")  # w1 takes it (its timeout goes); w2 waits
+        one = await look()
+        await host.signal(rid, "go")  # w2 takes it: the race starts
+        two = await look()
+        await host.answer(rid, "m/q#1", "b")  # the human wins: f#1 and the timers go
+        return [one, two, await look()]
+
+    one, two, three = run_host(tmp_path / "m.db", body)
+    for rows, waits, _ in (one, two, three):
+        assert rows == waits
+    assert one[0] == {"m/$deadline", "m/w2#1"} and one[2]["waitingFor"] == ["go"]
+    assert two[0] == {"m/$deadline", "m/f#1", "m/f/timeout", "m/q#1"}
+    assert two[2]["questions"] == [{"key": "m/q#1", "question": "which?", "options": ["a", "b"]}]
+    assert three[0] == set() and three[2]["output"] == {"human": "b"}
+
+
 def test_unknown_subflow_fails_the_step_clearly(tmp_path: Path) -> None:
     spec = "flow: p\nsteps:\n  - {id: kid, run_subflow: {flow: nowhere}}\n"
 

@@ -27,7 +27,7 @@ from temporalio.workflow import NondeterminismError
 
 import flowcore
 import flowcore_temporal as ft
-from flowcore import Effect
+from flowcore import Decision
 from flowcore._replay import replay
 from flowcore_local import LocalHost
 
@@ -194,8 +194,8 @@ class _Reordered(ft.FlowcoreWorkflow):
     async def run(self, args: ft.RunArgs) -> dict[str, Any]:
         return await super().run(args)
 
-    def _dispatch(self, effects: tuple[Effect, ...]) -> None:
-        super()._dispatch(tuple(reversed(effects)))
+    def _follow(self, decision: Decision) -> None:
+        super()._follow(Decision(decision.state, tuple(reversed(decision.effects))))
 
 
 def test_temporals_replayer_replays_a_recorded_history(demo_run: DemoRun) -> None:
