@@ -125,7 +125,7 @@ def settle(
     rows = oldest_first(t.report)
     w = t.waiting
     fresh: dict[str, ReportRow] = {}  # rows settling writes: what was still open
-    for key, entry in w.pending.items():
+    for key, entry in t.pending.items():
         if entry.kind is PendingKind.WORK or entry.kind is PendingKind.SCHEDULED_CALL:
             fresh[key] = ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain")
     for i in range(w.queue_head, w.queue_tail):
@@ -168,13 +168,13 @@ def settle(
         t.add_row(row)  # the rows already in the report stand as they are
     # What is still waited for is abandoned (the host stops it: ``plan``),
     # but what this very decision emitted never reaches the host.
-    for key, entry in sorted(w.pending.items()):
+    for key, entry in sorted(t.pending.items()):
         how = How.TAKEN_BACK if key in t.emitted_now else How.ABANDONED
         t.resolve(key, Resolution(how, entry.kind))
     # After settlement every event is rejected: nothing is waited for.
-    t.waiting = msgspec.structs.replace(
-        t.waiting, pending=_EMPTY, in_flight=0, queue=_EMPTY, queue_head=w.queue_tail
-    )
+    t.pending = _EMPTY
+    t.in_flight = 0
+    t.waiting = msgspec.structs.replace(t.waiting, queue=_EMPTY, queue_head=w.queue_tail)
     t.frames = _EMPTY
     t.tree = msgspec.structs.replace(t.tree, ending=None)
     t.effects = [settled]

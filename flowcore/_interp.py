@@ -227,7 +227,7 @@ class Batch:
     @property
     def pending(self) -> immutables.Map[str, Pending]:
         """What the run waits for now, by key."""
-        return self.t.waiting.pending
+        return self.t.pending
 
     @property
     def waiters(self) -> immutables.Map[str, tuple[str, ...]]:

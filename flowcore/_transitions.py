@@ -162,7 +162,7 @@ def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
     Raises ``EventRejected`` when the tables say the event cannot answer it.
     """
     accepts = ANSWERS[kind]
-    entry = t.waiting.pending.get(key)
+    entry = t.pending.get(key)
     if entry is not None:
         if entry.kind not in accepts:
             what = describe(entry.kind, entry.effect)

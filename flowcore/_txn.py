@@ -101,8 +101,9 @@ class Above(Protocol):
 
 RECORDS = tuple(name for name in State.__struct_fields__ if name not in ("flow", "run", "journal"))
 """The fields of ``State`` a transaction replaces (``flow`` and ``run`` never change)."""
-WORKING = ("frames", "envs")
-"""The tree's maps, which change on most events: worked on apart from ``tree``."""
+WORKING = ("frames", "envs", "pending", "in_flight", "seq")
+"""What changes on most events (the tree's maps, what is waited for and in flight):
+worked on apart from the records ``tree`` and ``waiting``, which ``freeze`` rebuilds."""
 SCRATCH = ("effects", "emitted_now", "emitted", "written", "resolved_now", "rows")
 """What one decision collects: its effects and its journal."""
 _get_saved = operator.attrgetter(*RECORDS, *WORKING, *SCRATCH)
@@ -119,8 +120,10 @@ class Txn:
         "envs",
         "flow",
         "frames",
+        "in_flight",
         "ledger",
         "now_ms",
+        "pending",
         "report",
         "report_complete",
         "resolved_now",
@@ -129,6 +132,7 @@ class Txn:
         "run",
         "run_id",
         "schedules",
+        "seq",
         "settled",
         "source",
         "tree",
@@ -147,7 +151,10 @@ class Txn:
         self.tree: Tree = s.tree  # its frames and envs are worked on below, in place of it
         self.frames: immutables.Map[str, Frame] = s.tree.frames
         self.envs: immutables.Map[str, Env] = s.tree.envs
-        self.waiting: Waiting = s.waiting
+        self.waiting: Waiting = s.waiting  # its counters and pending map are worked on below
+        self.pending: immutables.Map[str, Pending] = s.waiting.pending
+        self.in_flight = s.waiting.in_flight
+        self.seq = s.waiting.seq
         self.results: ResultStore = s.results
         self.report: ReportLink | None = s.report
         self.report_complete = s.report_complete
@@ -192,13 +199,22 @@ class Txn:
                 compensations=tree.compensations,
                 ending=tree.ending,
             )
+        waiting = self.waiting
+        if (
+            self.pending is not waiting.pending
+            or self.in_flight != waiting.in_flight
+            or self.seq != waiting.seq
+        ):
+            waiting = _replace(
+                waiting, pending=self.pending, in_flight=self.in_flight, seq=self.seq
+            )
         return State(
             flow=self.flow,
             run=self.run,
             now_ms=self.now_ms,
             ledger=self.ledger,
             tree=tree,
-            waiting=self.waiting,
+            waiting=waiting,
             results=self.results,
             report=self.report,
             schedules=self.schedules,
@@ -259,16 +275,14 @@ class Txn:
         """Emit ``effect`` and wait for ``key`` (a question, a signal wait or a timer)."""
         self.effects.append(effect)
         self.emitted_now.add(key)
-        w = self.waiting
-        self.waiting = _replace(w, pending=w.pending.set(key, Pending(kind, frame, effect)))
+        self.pending = self.pending.set(key, Pending(kind, frame, effect))
 
     def timer(self, key: str, until_ms: int, kind: PendingKind, frame: str) -> None:
         self.wait_for(key, kind, frame, Sleep(until_ms=until_ms, idempotency_key=key))
 
     def stop_waiting(self, key: str) -> None:
         """``key`` was answered: forget it (answered keys are not remembered)."""
-        w = self.waiting
-        self.waiting = _replace(w, pending=w.pending.delete(key))
+        self.pending = self.pending.delete(key)
 
     def drop_key(self, key: str) -> None:
         """Stop waiting for ``key``; a late answer is then recorded and ignored.
@@ -278,8 +292,7 @@ class Txn:
         emitted in this very decision never reaches the host: it is taken
         back (and its step refunded).
         """
-        w = self.waiting
-        entry = w.pending.get(key)
+        entry = self.pending.get(key)
         if entry is None:
             return
         kind = entry.kind
@@ -288,7 +301,8 @@ class Txn:
         if kind is PendingKind.WORK or kind is PendingKind.SCHEDULED_CALL:
             status = "not-started" if taken_back else "uncertain"
             row = ReportRow(key, entry.seq, entry.effect, entry.target, status)
-            self.waiting = w = _replace(w, pending=w.pending.delete(key), in_flight=w.in_flight - 1)
+            self.pending = self.pending.delete(key)
+            self.in_flight -= 1
             self.add_row(row)
             if taken_back:
                 led = self.ledger
@@ -296,7 +310,7 @@ class Txn:
                     led.steps, led.cost, led.wall_clock_ms, led.used_steps - 1, led.used_cost
                 )
         else:
-            self.waiting = w = _replace(w, pending=w.pending.delete(key))
+            self.pending = self.pending.delete(key)
             if kind is PendingKind.SIGNAL:
                 self.unwait(key)
         if taken_back:
@@ -340,13 +354,14 @@ class Txn:
         tag: str = "",
     ) -> None:
         w = self.waiting
-        seq = w.seq + 1
+        seq = self.seq + 1
         cap = self.flow.limits.max_concurrency
-        if cap is not None and (w.in_flight >= cap or w.queue_head < w.queue_tail):
+        if cap is not None and (self.in_flight >= cap or w.queue_head < w.queue_tail):
             # Held work goes first: new work queues behind it, in request order.
             held = Held(frame, effect, seq, target, member)
+            self.seq = seq
             self.waiting = _replace(
-                w, seq=seq, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
+                w, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
             )
             return
         self.issue(frame, effect, member, seq, target, tag)  # it records seq
@@ -383,25 +398,22 @@ class Txn:
             if self.schedules and frame in self.schedules
             else PendingKind.WORK
         )
-        w = self.waiting
-        self.waiting = _replace(
-            w,
-            pending=w.pending.set(key, Pending(kind, frame, effect, tag, member, seq, target)),
-            in_flight=w.in_flight + 1,
-            seq=seq if seq > w.seq else w.seq,  # a new request, or held or re-issued work
-        )
+        self.pending = self.pending.set(key, Pending(kind, frame, effect, tag, member, seq, target))
+        self.in_flight += 1
+        if seq > self.seq:  # a new request (held or re-issued work was counted before)
+            self.seq = seq
 
     def work_answered(self, key: str, entry: Pending, status: str) -> None:
         """Pending work got its result: it is no longer in flight; the report says how."""
-        w = self.waiting
-        self.waiting = _replace(w, pending=w.pending.delete(key), in_flight=w.in_flight - 1)
+        self.pending = self.pending.delete(key)
+        self.in_flight -= 1
         self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, status))
 
     def drain_queue(self) -> None:
         cap = self.flow.limits.max_concurrency
         while True:
             w = self.waiting
-            if w.queue_head >= w.queue_tail or (cap is not None and w.in_flight >= cap):
+            if w.queue_head >= w.queue_tail or (cap is not None and self.in_flight >= cap):
                 return
             held = w.queue[w.queue_head]
             self.waiting = _replace(
@@ -587,11 +599,7 @@ class Txn:
             # Re-running it under a new key could do the unsafe thing twice;
             # safe re-issues (same key) already happened. Catch it instead.
             return False
-        if (
-            error.type == "timeout"
-            and frame.timer is not None
-            and frame.timer not in self.waiting.pending
-        ):
+        if error.type == "timeout" and frame.timer is not None and frame.timer not in self.pending:
             return False  # the step's own deadline passed: no time left to retry in
         if retry.errors is None:
             return error.retryable
@@ -731,7 +739,7 @@ class Txn:
         gone = self.descendants(fid)
         frame = self.frames.get(fid)
         own_timer = frame.timer if isinstance(frame, StepFrame) else None
-        for key, entry in list(self.waiting.pending.items()):
+        for key, entry in list(self.pending.items()):
             if entry.frame in gone and key != own_timer:
                 self.drop_key(key)
         gone.discard(fid)
@@ -740,7 +748,7 @@ class Txn:
     def abandon(self, gone: set[str]) -> None:
         if not gone:
             return
-        for key, entry in list(self.waiting.pending.items()):
+        for key, entry in list(self.pending.items()):
             if entry.frame in gone:
                 self.drop_key(key)
         self.drop_frames(gone)
@@ -754,7 +762,7 @@ class Txn:
 
     def abandon_all(self) -> None:
         """The run is ending: stop waiting for anything but scheduled calls and the deadline."""
-        for key, entry in list(self.waiting.pending.items()):
+        for key, entry in list(self.pending.items()):
             if entry.kind not in _OUTLIVE_THE_STEPS:
                 self.drop_key(key)
         self.frames = _EMPTY

@@ -170,14 +170,10 @@ def signalled(t: Txn, signal: str, payload: Any) -> None:
     w = t.waiting
     waiting = w.waiters[signal]
     key = waiting[0]
-    entry = w.pending[key]
-    t.waiting = msgspec.structs.replace(
-        w,
-        pending=w.pending.delete(key),
-        waiters=w.waiters.set(signal, waiting[1:])
-        if len(waiting) > 1
-        else w.waiters.delete(signal),
-    )
+    entry = t.pending[key]
+    t.pending = t.pending.delete(key)
+    rest = w.waiters.set(signal, waiting[1:]) if len(waiting) > 1 else w.waiters.delete(signal)
+    t.waiting = msgspec.structs.replace(w, waiters=rest)
     frame = t.frame(entry.frame)
     body = t.step_of(frame).body
     assert isinstance(body, AwaitSignalStep)
