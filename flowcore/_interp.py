@@ -167,13 +167,7 @@ def advance(state: State, event: Event) -> Decision:
     rejected too, before it can reach the state: every state ``advance``
     returns can be encoded.
     """
-    _checked(event)
-    if state.settled is not None:
-        _settled_reject(state, getattr(event, "idempotency_key", None))
-    _complete(state)
-    t = Txn(state, ABOVE)
-    _transitions.apply(t, event)
-    return Decision(t.freeze(), tuple(t.effects))
+    return _decide(state, event, whole=True)
 
 
 def advance_partial(state: State, event: Event) -> Decision:
@@ -181,9 +175,15 @@ def advance_partial(state: State, event: Event) -> Decision:
 
     Raises ``_ending.NeedsReport`` if the transition must read the report.
     """
+    return _decide(state, event, whole=False)
+
+
+def _decide(state: State, event: Event, whole: bool) -> Decision:
     _checked(event)
     if state.settled is not None:
         _settled_reject(state, getattr(event, "idempotency_key", None))
+    if whole:
+        _complete(state)
     t = Txn(state, ABOVE)
     _transitions.apply(t, event)
     return Decision(t.freeze(), tuple(t.effects))

@@ -23,8 +23,9 @@ from .._state import Pending, PendingKind, StepFrame
 from .._wire import AskHuman, AwaitSignal, CallTool, RunAgent
 
 if TYPE_CHECKING:
+    from .._expr import Template
     from .._outcome import Outcome
-    from .._txn import Txn
+    from .._txn import Resolver, Txn
 
 __all__ = [
     "answered",
@@ -35,6 +36,7 @@ __all__ = [
     "begin_run_agent",
     "begin_sleep",
     "check_answer",
+    "run_agent",
     "question_timed_out",
     "signal_timed_out",
     "signalled",
@@ -60,21 +62,28 @@ def begin_run_agent(t: Txn, frame: StepFrame, body: RunAgentStep) -> Outcome | N
     r = t.resolver(frame.env, frame.attempt)
     key = t.key(frame)
     t.set_frame(frame, key=key)
-    t.emit_work(
-        frame.id,
-        RunAgent(
-            agent_id=body.agent,
-            prompt=as_text(body.prompt.evaluate(r)),
-            instructions=None
-            if body.instructions is None
-            else as_text(body.instructions.evaluate(r)),
-            member=body.member,
-            idempotency_key=key,
-            budget_remaining=NO_BUDGET,
-        ),
-        body.agent,
-    )
+    effect = run_agent(r, body.agent, body.prompt, body.instructions, body.member, key)
+    t.emit_work(frame.id, effect, body.agent)
     return None
+
+
+def run_agent(
+    r: Resolver,
+    agent: str,
+    prompt: Template,
+    instructions: Template | None,
+    member: str | None,
+    key: str,
+) -> RunAgent:
+    """A run-agent effect, its texts evaluated (its budget is filled in when issued)."""
+    return RunAgent(
+        agent_id=agent,
+        prompt=as_text(prompt.evaluate(r)),
+        instructions=None if instructions is None else as_text(instructions.evaluate(r)),
+        member=member,
+        idempotency_key=key,
+        budget_remaining=NO_BUDGET,
+    )
 
 
 def begin_ask_human(t: Txn, frame: StepFrame, body: AskHumanStep) -> Outcome | None:

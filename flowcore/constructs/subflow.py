@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .._outcome import Outcome
     from .._txn import Txn
 
-__all__ = ["begin", "effect"]
+__all__ = ["begin"]
 
 
 def begin(t: Txn, frame: StepFrame, body: RunSubflowStep) -> Outcome | None:
@@ -30,16 +30,12 @@ def begin(t: Txn, frame: StepFrame, body: RunSubflowStep) -> Outcome | None:
         return (FAIL, err("depth-exceeded", message))
     key = t.key(frame)
     t.set_frame(frame, key=key)
-    t.emit_work(frame.id, effect(t, frame, body, key), body.flow)
-    return None
-
-
-def effect(t: Txn, frame: StepFrame, body: RunSubflowStep, key: str) -> RunSubflow:
-    """The step's run-subflow effect (also rebuilt, the same, for a re-issue)."""
-    return RunSubflow(
+    effect = RunSubflow(
         flow_id=body.flow,
-        depth=t.run.depth + 1,
+        depth=depth,
         idempotency_key=key,
         input=body.input.evaluate(t.resolver(frame.env, frame.attempt)),
         budget_remaining=NO_BUDGET,
     )
+    t.emit_work(frame.id, effect, body.flow)
+    return None

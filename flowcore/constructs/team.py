@@ -15,11 +15,11 @@ import msgspec
 
 from .. import _keys as keys
 from .._expr import TemplateError
-from .._outcome import FAIL, NO_BUDGET, OK, err
+from .._outcome import FAIL, OK, err
 from .._spec import RunTeamStep
 from .._state import Pending, StepFrame, TeamProgress
-from .._wire import RunAgent, RunTeam
-from .leaf import as_text
+from .._wire import RunTeam
+from .leaf import as_text, run_agent
 
 if TYPE_CHECKING:
     from .._outcome import Outcome
@@ -58,21 +58,8 @@ def _emit_member(t: Txn, frame: StepFrame, body: RunTeamStep, index: int) -> Ste
         progress=msgspec.structs.replace(prog, next=index + 1, running=(*prog.running, key)),
     )
     r = t.resolver(frame.env, frame.attempt, {"members": dict(prog.outputs)})
-    t.emit_work(
-        frame.id,
-        RunAgent(
-            agent_id=member.agent,
-            prompt=as_text(body.prompt.evaluate(r)),
-            instructions=None
-            if member.instructions is None
-            else as_text(member.instructions.evaluate(r)),
-            member=member.member,
-            idempotency_key=key,
-            budget_remaining=NO_BUDGET,
-        ),
-        member.agent,
-        member.member,
-    )
+    effect = run_agent(r, member.agent, body.prompt, member.instructions, member.member, key)
+    t.emit_work(frame.id, effect, member.agent, member.member)
     return frame
 
 
