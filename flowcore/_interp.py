@@ -11,6 +11,7 @@ This module must never do I/O, read a clock or draw a random number.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import immutables
@@ -25,6 +26,7 @@ from ._spec import Budget, Flow
 from ._state import (
     Decision,
     Env,
+    How,
     Ledger,
     ListKind,
     Pending,
@@ -197,7 +199,7 @@ class Batch:
     the state only now and then. ``Batch.advance`` applies one event to the
     same transaction and returns its effects, exactly what ``advance`` would;
     a rejected event raises ``EventRejected`` and leaves the batch as it was
-    (a checkpoint is a few references: the records are immutable). ``state``
+    (a transition checks before it writes: ``Txn.checkpoint``). ``state``
     freezes it: the ``State``, journal included, that ``advance`` would have
     returned for the last event.
     """
@@ -209,7 +211,7 @@ class Batch:
         self.t = Txn(state, ABOVE)
         self.applied = False
 
-    def advance(self, event: Event) -> tuple[Effect, ...]:
+    def advance(self, event: Event) -> Sequence[Effect]:
         _checked(event)
         t = self.t
         if t.settled is not None:
@@ -222,7 +224,16 @@ class Batch:
             t.rollback(saved)
             raise
         self.applied = True
-        return tuple(t.effects)
+        return t.effects  # this decision's own list: the next one starts another
+
+    def was_late(self, key: str) -> bool:
+        """Whether the last event was a late answer to ``key`` (one the run no
+        longer waited for): this decision resolved ``key`` as late."""
+        t = self.t
+        if key not in t.resolved_now:  # the commonest: nothing resolved at all
+            return False
+        how = t.waiting.resolved.get(key)
+        return how is not None and how.how is How.LATE
 
     @property
     def pending(self) -> immutables.Map[str, Pending]:

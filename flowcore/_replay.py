@@ -95,6 +95,7 @@ from ._trajectory import Trajectory
 from ._wire import (
     Effect,
     Event,
+    SignalReceived,
     Usage,
     check_event,
     effect_to_wire,
@@ -403,7 +404,8 @@ class _Replayer:
     def on_event(self, rec: RawRecord, position: int) -> None:
         """``event.reported``: applied; its effects are what the log must record next."""
         event = self.event(rec, position, self.codec.event)
-        self.need_empty_queue(rec.index)
+        if self.qi < len(self.queue):
+            self.need_empty_queue(rec.index)
         self.decision_at = rec.at
         self.decision_index = rec.index
         self.apply(rec.index, position, event)
@@ -665,14 +667,15 @@ class _Replayer:
         batch = self.batch
         assert batch is not None
         self.n_events += 1
-        before = self.trajectory.before(event, batch)
+        # Who a signal goes to is known only before it is applied.
+        receiver = self.trajectory.receiver(event, batch) if type(event) is SignalReceived else None
         try:
             effects = batch.advance(event)
         except EventRejected as exc:
             raise self.refused(index, position, event, exc) from None
         self.queue = effects
         self.qi = 0
-        self.trajectory.after(index, event, before, effects, batch.pending)
+        self.trajectory.applied(index, event, effects, batch, receiver)
 
     def refused(self, index: int, position: int, event: Event, exc: EventRejected) -> Exception:
         """``advance`` rejects an event the log reports as applied.

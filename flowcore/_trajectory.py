@@ -2,8 +2,8 @@
 
 Replay (``_replay``) applies each recorded event with ``advance`` and tells
 this observer what happened: an effect the log records (``effect``), an
-event before and after it was applied (``before``, ``after``), a rejected
-event, a record skipped. The observer keeps one ``TrajectoryEntry`` per
+event applied (``applied``; for a signal, ``receiver`` asks first whose wait
+it ends), a rejected event, a record skipped. The observer keeps one ``TrajectoryEntry`` per
 effect key, updated as its answer comes (a late answer noted as such), and
 closes the entries nothing answered when the replay ends.
 
@@ -12,6 +12,7 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, assert_never
 
 import immutables
@@ -175,29 +176,30 @@ class Trajectory:
         self.where[key] = len(self.rows)
         self.rows.append(entry)
 
-    def before(self, event: Event, batch: Batch) -> Any:
-        """What ``after`` needs to know about the run before the event."""
-        if type(event) is EffectSucceeded:  # the commonest
-            return event.idempotency_key not in batch.pending  # a late answer
-        if type(event) is SignalReceived:
-            waiting = batch.waiters.get(event.signal)
-            return waiting[0] if waiting else None
-        key = getattr(event, "idempotency_key", None)
-        return key is not None and key not in batch.pending  # a late answer
+    def receiver(self, event: SignalReceived, batch: Batch) -> str | None:
+        """The signal wait ``event`` is about to be delivered to (None: it will be buffered)."""
+        waiting = batch.waiters.get(event.signal)
+        return waiting[0] if waiting else None
 
-    def after(
+    def applied(
         self,
         index: int,
         event: Event,
-        before: Any,
-        effects: tuple[Effect, ...],
-        pending: immutables.Map[str, Pending],
+        effects: Sequence[Effect],
+        batch: Batch,
+        receiver: str | None = None,
     ) -> None:
-        """``event`` was applied, giving ``effects``: its row shows how the effect ended."""
-        self.pending = pending
+        """``event`` was applied, giving ``effects``: its row shows how the effect ended.
+
+        ``receiver``: for a signal, the wait it went to (asked with ``receiver``
+        before the signal was applied).
+        """
+        self.pending = batch.pending
         at = event.at_ms
-        if type(event) is EffectSucceeded and not before and event.usage is None:
-            pos = self.where.get(event.idempotency_key)  # the commonest: work answered
+        key = getattr(event, "idempotency_key", "")
+        late = batch.was_late(key) if key else False
+        if type(event) is EffectSucceeded and not late and event.usage is None:
+            pos = self.where.get(key)  # the commonest: work answered
             if pos is not None:
                 answered = self.rows[pos]
                 answered.status = "succeeded"
@@ -206,7 +208,7 @@ class Trajectory:
             return
         match event:
             case EffectSucceeded():
-                row = self.row(event.idempotency_key, before)
+                row = self.row(event.idempotency_key, late)
                 if row is not None:
                     row.status = "succeeded"
                     row.output = event.output
@@ -215,32 +217,32 @@ class Trajectory:
                         row.usage = event.usage
                         self.count_usage(row, event.usage)
             case EffectFailed():
-                row = self.row(event.idempotency_key, before)
+                row = self.row(event.idempotency_key, late)
                 if row is not None:
                     row.status = "failed"
                     row.error = event.error
                     row.ended_at = at
             case EffectOutcomeUnknown():
-                row = self.row(event.idempotency_key, before)
-                if row is not None and not before:
+                row = self.row(event.idempotency_key, late)
+                if row is not None and not late:
                     key = row.key
                     if not any(getattr(e, "idempotency_key", None) == key for e in effects):
                         row.status = "uncertain"  # not re-issued under the same key
                         row.ended_at = at
             case HumanAnswered():
-                row = self.row(event.idempotency_key, before)
+                row = self.row(event.idempotency_key, late)
                 if row is not None:
                     row.status = "answered"
                     row.output = event.answer
                     row.ended_at = at
             case TimerFired():
-                row = self.row(event.idempotency_key, before)
+                row = self.row(event.idempotency_key, late)
                 if row is not None:
                     row.status = "fired"
                     row.ended_at = at
             case SignalReceived():
-                if before is not None:
-                    row = self.row(before, False)
+                if receiver is not None:
+                    row = self.row(receiver, False)
                     if row is not None:
                         row.status = "received"
                         row.output = event.payload
@@ -249,15 +251,15 @@ class Trajectory:
                     TrajectoryEntry(
                         index=index,
                         kind="signal-received",
-                        key=before or "",
+                        key=receiver or "",
                         target=event.signal,
                         output=event.payload,
-                        status="delivered" if before is not None else "buffered",
+                        status="delivered" if receiver is not None else "buffered",
                         at=at,
                     )
                 )
             case SubflowSettled():
-                row = self.row(event.idempotency_key, before)
+                row = self.row(event.idempotency_key, late)
                 if row is not None:
                     row.status = "succeeded" if event.status == "completed" else "failed"
                     row.output = event.output

@@ -13,7 +13,10 @@ Everything the run waits for is in ``State.waiting.pending``, by idempotency
 key, with a ``PendingKind``: work effects, questions, signal waits, and
 timers by role. An event names a key (or, for signals, a signal name). The
 tables below say which event kinds may answer which pending kinds; anything
-else is rejected with ``EventRejected`` and the state is untouched. An
+else is rejected with ``EventRejected`` and the state is untouched. Every
+check comes before the first write (the handlers below check, then change):
+a rejection leaves even a transaction that other events were applied to as
+it was, but for the clock ``apply`` moves first (``Txn.checkpoint``). An
 accepted answer is routed to the construct that owns the key, which lets its
 frame react; when a step finishes, its outcome travels up the parent chain
 (``Txn.propagate``) until some frame starts new work or the root list ends

@@ -106,7 +106,8 @@ WORKING = ("frames", "envs", "pending", "in_flight", "seq")
 worked on apart from the records ``tree`` and ``waiting``, which ``freeze`` rebuilds."""
 SCRATCH = ("effects", "emitted_now", "emitted", "written", "resolved_now", "rows")
 """What one decision collects: its effects and its journal."""
-_get_saved = operator.attrgetter(*RECORDS, *WORKING, *SCRATCH)
+_SAVED = ("now_ms", *SCRATCH)
+_get_saved = operator.attrgetter(*_SAVED)
 
 
 class Txn:
@@ -168,12 +169,18 @@ class Txn:
         self.rows = 0  # report rows added: the journal
 
     def checkpoint(self) -> tuple[Any, ...]:
-        """The records and the decision's scratch as they are now (``rollback``
-        returns to them): a few references, since the records are immutable."""
+        """What a rejected event must leave as it was (``rollback`` returns to it).
+
+        A transition checks everything before it writes anything
+        (``_transitions``), so a rejection changes no record: only the clock,
+        which ``_transitions.apply`` moves first, and the scratch of the
+        decision (``next_decision``) need saving. tests/test_state_machine.py
+        rejects every kind of event in generated runs and compares.
+        """
         return _get_saved(self)
 
     def rollback(self, saved: tuple[Any, ...]) -> None:
-        for name, value in zip(RECORDS + WORKING + SCRATCH, saved, strict=True):
+        for name, value in zip(_SAVED, saved, strict=True):
             setattr(self, name, value)
 
     def next_decision(self) -> None:

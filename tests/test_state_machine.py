@@ -2,7 +2,9 @@
 flows, every kind of event delivered in every reachable state either advances
 the run or raises EventRejected — never any other exception. Along the way:
 snapshots round-trip (``decode(encode(s)) == s``), ``advance`` never mutates
-its input, and ``settled`` is always alone and last."""
+its input, ``settled`` is always alone and last, and a ``Batch`` (replay's
+batch apply, which saves only the clock before an event) decides exactly as
+``advance`` does and is left as it was by every event ``advance`` rejects."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 import flowcore
 from flowcore import EventRejected, Settled, persist
+from flowcore._interp import Batch
 from flowcore.testing import EVENT_KINDS, apply, event_of_kind, events_for, flow_inputs, flows
 
 
@@ -32,6 +35,7 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
         stored_resolved.update(changes.resolved)
 
     store(state)
+    batch = Batch(state)  # the same run, every event applied in one batch
     for _ in range(steps):
         # Snapshots round-trip exactly, and probing never mutates the state.
         data_before = flowcore.encode_state(state)
@@ -41,7 +45,14 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
                 event = event_of_kind(kind, state, choice)
                 try:
                     d = flowcore.advance(state, event)
-                except EventRejected:
+                except EventRejected as exc:
+                    try:
+                        batch.advance(event)
+                    except EventRejected as also:
+                        assert also.reason == exc.reason
+                    else:
+                        raise AssertionError(f"the batch applies what advance rejects: {event}")
+                    assert batch.state() == state, "a rejected event changed the batch"
                     continue
                 settled = [i for i, e in enumerate(d.effects) if isinstance(e, Settled)]
                 assert settled in ([], [len(d.effects) - 1]), "settled must come last"
@@ -82,6 +93,9 @@ def explore(spec: dict[str, Any], inp: dict[str, Any], data: st.DataObject, step
             assert moved.effects == third.effects, "partly restored state decides differently"
             assert bool(loads) == (moved.state.settled is not None), "report loaded needlessly"
             assert third.state.report_complete is (moved.state.settled is not None)
+        if moved is not None:
+            assert tuple(batch.advance(event)) == moved.effects, "the batch decides differently"
+            assert batch.state() == moved.state, "the batch's state differs from advance's"
         if moved is not None and again is not None:
             assert moved.effects == again.effects, "restored state decides differently"
             state = moved.state
