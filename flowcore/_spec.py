@@ -9,6 +9,10 @@ reported with every problem at once:
 2. cross-references: a tolerant walk over the raw mapping finds duplicate step
    ids, calls to undeclared tools and expressions that read unknown step ids.
 
+A name that is not known (a key, a step kind, a choice, a tool, a step id) is
+reported with the closest known one when there is a close one (difflib's
+cutoff): ``unknown key 'clas' (did you mean 'class'?)``.
+
 Paths look like ``steps[3].parallel.branches.sec[0].call_tool.tool``; when the
 spec was text, each problem also carries the 1-based line and column, taken
 from the YAML node tree (JSON is parsed by the same YAML reader, so JSON
@@ -20,6 +24,7 @@ Reading files is I/O: this module parses text, the caller reads the file.
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import hashlib
 import re
 import typing
@@ -386,6 +391,22 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+def _did_you_mean(word: Any, candidates: typing.Iterable[Any]) -> str:
+    """`` (did you mean 'x'?)`` naming the candidate closest to ``word``, or ``""``.
+
+    Only a close match (difflib's default cutoff) is suggested: a typo, not a guess.
+    """
+    if not isinstance(word, str) or not word:
+        return ""
+    pool = [c for c in candidates if isinstance(c, str) and c != word]
+    match = difflib.get_close_matches(word, pool, n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _unknown_key(key: Any, allowed: typing.Iterable[str], where: str = "") -> str:
+    return f"unknown key {key!r}{where}{_did_you_mean(key, allowed)}"
+
+
 def _str(value: Any, _: Any = None) -> str:
     if not isinstance(value, str):
         raise _Msg(f"expected a string, got {_describe(value)}")
@@ -685,7 +706,7 @@ def _literal(value: Any, typ: Any) -> Any:
     allowed = typing.get_args(typ)
     if value not in allowed or not isinstance(value, str):
         shown = ", ".join(allowed)
-        raise _Msg(f"{value!r} is not one of: {shown}")
+        raise _Msg(f"{value!r} is not one of: {shown}{_did_you_mean(value, allowed)}")
     return value
 
 
@@ -739,7 +760,7 @@ def _switch_case(conv: cattrs.Converter, item: Any, last: bool) -> SwitchCase:
     if "else" in raw:
         for key in raw:
             if key != "else":
-                errors.append(_note_attr(_Msg(f"unknown key {key!r} in an else case"), key))
+                errors.append(_note_attr(_Msg(_unknown_key(key, (), " in an else case")), key))
         if not last:
             errors.append(_note_attr(_Msg("'else' must be the last case"), "else"))
         steps: tuple[Step, ...] = ()
@@ -752,7 +773,8 @@ def _switch_case(conv: cattrs.Converter, item: Any, last: bool) -> SwitchCase:
     cond: Cond | None = None
     for key in raw:
         if key not in ("if", "steps"):
-            errors.append(_note_attr(_Msg(f"unknown key {key!r} in a switch case"), key))
+            message = _unknown_key(key, ("if", "steps", "else"), " in a switch case")
+            errors.append(_note_attr(_Msg(message), key))
     if "if" not in raw:
         errors.append(_Msg("a switch case needs 'if' (or is an 'else' case)"))
     else:
@@ -776,16 +798,25 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
     raw = _mapping(value, "step fields (an 'id' and one step kind)")
     errors: list[Exception] = []
     kinds = [k for k in raw if k in _KINDS]
+    kind_named = False  # some unknown key was taken for a step kind
     for key in raw:
         if key in _KINDS or key in _COMMON:
             continue
-        if kinds:
-            errors.append(_note_attr(_Msg(f"unknown key {key!r}"), str(key)))
-        else:
-            errors.append(
-                _note_attr(_Msg(f"unknown step kind {key!r} (expected one of {_KIND_LIST})"), key)
-            )
-    if not kinds and all(k in _COMMON for k in raw):
+        if kinds:  # the step has its kind: a stray key is a misspelled common key
+            errors.append(_note_attr(_Msg(_unknown_key(key, _COMMON)), str(key)))
+            continue
+        # No kind: a misspelled kind, a misspelled common key, or a kind that
+        # does not exist; say which when the spelling is close enough to tell.
+        as_kind = _did_you_mean(key, _KINDS)
+        as_common = _did_you_mean(key, _COMMON)
+        if as_common and not as_kind:
+            errors.append(_note_attr(_Msg(_unknown_key(key, _COMMON)), key))
+            continue
+        kind_named = True
+        message = f"unknown step kind {key!r}"
+        message += as_kind or f" (expected one of {_KIND_LIST})"
+        errors.append(_note_attr(_Msg(message), key))
+    if not kinds and not kind_named:
         errors.append(_Msg(f"missing step kind: expected one of {_KIND_LIST}"))
     for extra in kinds[1:]:
         errors.append(
@@ -854,7 +885,7 @@ def _collect(
             path = (*path, note.index)
     if isinstance(exc, ForbiddenExtraKeysError):
         for key in sorted(exc.extra_fields, key=str):
-            out.append(((*path, key), f"unknown key {key!r}"))
+            out.append(((*path, key), _unknown_key(key, _wire_fields(exc.cl))))
         return
     if isinstance(exc, BaseExceptionGroup):
         for sub in exc.exceptions:
@@ -873,6 +904,13 @@ def _collect(
 
 # Model fields whose spec key is a Python keyword.
 _WIRE_NAMES = {"exec_class": "class", "as_": "as"}
+
+
+def _wire_fields(cl: Any) -> list[str]:
+    """The spec keys of an attrs class's fields (none for anything else)."""
+    if not attrs.has(cl):
+        return []
+    return [_wire_key(f.name) for f in attrs.fields(cl)]
 
 
 def _wire_key(name: str) -> str:
@@ -992,9 +1030,9 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
             if isinstance(body, dict) and isinstance(body.get("tool"), str):
                 tool = body["tool"]
                 if tools is not None and tool not in tools:
-                    out.append(
-                        ((*path, kind, "tool"), f"tool {tool!r} is not declared under 'tools'")
-                    )
+                    hint = _did_you_mean(tool, tools)
+                    message = f"tool {tool!r} is not declared under 'tools'{hint}"
+                    out.append(((*path, kind, "tool"), message))
         for text, spath, cond in _own_strings(step, path):
             expressions.append((text, spath, cond))
     output = raw.get("output")
@@ -1010,7 +1048,8 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         except TemplateError:
             continue  # reported by the structure pass
         for ref in sorted(r for r in refs if r not in seen):
-            out.append((spath, f"expression reads unknown step {ref!r}"))
+            hint = _did_you_mean(ref, seen)
+            out.append((spath, f"expression reads unknown step {ref!r}{hint}"))
     return out
 
 
@@ -1220,7 +1259,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     found: list[tuple[tuple[Any, ...], str]] = []
     for key in raw:
         if key not in _TOP:
-            found.append(((str(key),), f"unknown key {key!r}"))
+            found.append(((str(key),), _unknown_key(key, _TOP)))
     conv = _converter()
 
     def field(key: str, typ: Any, default: Any, required: bool = False) -> Any:

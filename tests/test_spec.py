@@ -9,7 +9,7 @@ import attrs
 import pytest
 import yaml
 
-from flowcore import Flow, parse_flow
+from flowcore import Flow, InputError, SpecError, parse_flow, start
 from flowcore._expr import Template, compile_cond, compile_template
 from flowcore._spec import (
     AskHumanStep,
@@ -696,3 +696,223 @@ steps:
     body = flow.by_id["inner"].body
     assert isinstance(body, CallToolStep)
     assert body.input.constant
+
+
+# --- input_schema: problems said in the spec's terms ---------------------------------------------
+
+_SCHEMA = {
+    "type": "object",
+    "required": ["name", "items"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "minLength": 2, "maxLength": 5, "pattern": "^[a-z]+$"},
+        "items": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 3,
+            "uniqueItems": True,
+            "items": {"type": "integer", "minimum": 0, "maximum": 9},
+        },
+        "colour": {"enum": ["red", "green", None]},
+        "strict": {"const": True},
+        "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "step": {"type": "integer", "multipleOf": 5},
+        "note": {"type": ["string", "null"]},
+        "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "tags": {"type": "object", "minProperties": 1, "maxProperties": 1},
+        "odd key": {"type": "boolean"},
+    },
+}
+
+
+def _input_problems(value: Any, schema: dict[str, Any] = _SCHEMA) -> tuple[str, ...]:
+    flow = parse_flow(
+        {"flow": "f", "input_schema": schema, "steps": [{"id": "a", "sleep": {"for_ms": 1}}]}
+    )
+    with pytest.raises(InputError) as info:
+        start(flow, value)
+    return info.value.problems
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (None, "$: expected an object, got null"),
+        (True, "$: expected an object, got true"),
+        ("x", '$: expected an object, got "x"'),
+        (1.5, "$: expected an object, got 1.5"),
+        ([1], "$: expected an object, got an array"),
+        ({"items": [1]}, '$: missing required property "name"'),
+        ({"name": "ab", "items": [1], "foo": 1}, '$: additional property "foo" is not allowed'),
+        ({"name": "ab", "items": [1, 2, "x"]}, '$.items[2]: expected an integer, got "x"'),
+        ({"name": "ab", "items": [1, 10]}, "$.items[1]: expected a number <= 9, got 10"),
+        ({"name": "ab", "items": [-1]}, "$.items[0]: expected a number >= 0, got -1"),
+        ({"name": "ab", "items": []}, "$.items: expected at least 1 item, got 0 items"),
+        ({"name": "ab", "items": [1, 2, 3, 4]}, "$.items: expected at most 3 items, got 4 items"),
+        (
+            {"name": "ab", "items": [1, 1]},
+            "$.items: expected the items to be unique, got duplicates",
+        ),
+        ({"name": "a", "items": [1]}, '$.name: expected at least 2 characters, got "a"'),
+        ({"name": "abcdef", "items": [1]}, '$.name: expected at most 5 characters, got "abcdef"'),
+        (
+            {"name": "AB", "items": [1]},
+            '$.name: expected a string matching the pattern "^[a-z]+$", got "AB"',
+        ),
+        (
+            {"name": "ab", "items": [1], "colour": "blue"},
+            '$.colour: expected one of ["red", "green", null], got "blue"',
+        ),
+        ({"name": "ab", "items": [1], "strict": False}, "$.strict: expected true, got false"),
+        ({"name": "ab", "items": [1], "ratio": 1}, "$.ratio: expected a number < 1, got 1"),
+        ({"name": "ab", "items": [1], "ratio": 0}, "$.ratio: expected a number > 0, got 0"),
+        ({"name": "ab", "items": [1], "step": 7}, "$.step: expected a multiple of 5, got 7"),
+        ({"name": "ab", "items": [1], "note": 3}, "$.note: expected a string or null, got 3"),
+        (
+            {"name": "ab", "items": [1], "maybe": {}},
+            "$.maybe: expected a string or null, got an empty object",
+        ),
+        (
+            {"name": "ab", "items": [1], "tags": {}},
+            "$.tags: expected at least 1 property, got 0 properties",
+        ),
+        (
+            {"name": "ab", "items": [1], "tags": {"a": 1, "b": 2}},
+            "$.tags: expected at most 1 property, got 2 properties",
+        ),
+        (
+            {"name": "ab", "items": [1], "odd key": None},
+            '$["odd key"]: expected a boolean, got null',
+        ),
+    ],
+)
+def test_input_problems_speak_json(value: Any, problem: str) -> None:
+    assert _input_problems(value) == (problem,)
+
+
+def test_every_input_problem_is_listed_in_path_order() -> None:
+    value = {"items": [1, "x", 20], "foo": None, "bar": 1}
+    assert _input_problems(value) == (
+        '$: missing required property "name"',
+        '$: additional property "foo" is not allowed',
+        '$: additional property "bar" is not allowed',
+        '$.items[1]: expected an integer, got "x"',
+        "$.items[2]: expected a number <= 9, got 20",
+    )
+
+
+def test_input_problems_quote_no_python() -> None:
+    # None/True/False and single-quoted strings are how Python spells values.
+    value = {"name": None, "items": [True, "x"], "colour": False, "strict": None}
+    problems = _input_problems(value)
+    assert len(problems) == 5
+    for problem in problems:
+        assert not any(word in problem for word in ("None", "True", "False", "'")), problem
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "problem"),
+    [
+        (
+            {"not": {"type": "string"}},
+            "x",
+            '$: must not match the schema {"type":"string"}, got "x"',
+        ),
+        (
+            {"anyOf": [{"type": "string"}, {"minimum": 3}]},
+            1,
+            "$: matches none of the anyOf alternatives, got 1",
+        ),
+        (
+            {"oneOf": [{"type": "integer"}, {"minimum": 0}]},
+            5,
+            "$: matches more than one of the oneOf alternatives, got 5",
+        ),
+        (
+            {"type": "array", "contains": {"const": 1}},
+            [2],
+            '$: expected an array with an item matching the schema {"const":1}',
+        ),
+        (
+            {"dependentRequired": {"card": ["billing"]}},
+            {"card": 1},
+            '$: missing property "billing", required when "card" is present',
+        ),
+        (
+            {"propertyNames": {"maxLength": 2}},
+            {"abc": 1},
+            '$: property name "abc": expected at most 2 characters, got "abc"',
+        ),
+        ({"properties": {"a": {"type": "string"}}}, {"a": "x" * 100}, None),
+        (
+            {"properties": {"a": {"maxLength": 1}}},
+            {"a": "y" * 100},
+            '$.a: expected at most 1 character, got "' + "y" * 60 + '…" (100 characters)',
+        ),
+        (
+            {"enum": list(range(12))},
+            "a",
+            '$: expected one of [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, … (12 values)], got "a"',
+        ),
+    ],
+)
+def test_other_keywords_speak_json(schema: dict[str, Any], value: Any, problem: str | None) -> None:
+    flow = parse_flow(
+        {"flow": "f", "input_schema": schema, "steps": [{"id": "a", "sleep": {"for_ms": 1}}]}
+    )
+    if problem is None:
+        start(flow, value)
+        return
+    assert _input_problems(value, schema) == (problem,)
+
+
+def test_unevaluated_properties_are_named() -> None:
+    schema = {"type": "object", "unevaluatedProperties": False, "properties": {"k": {}}}
+    assert _input_problems({"k": 1, "z": None}, schema) == (
+        '$: property "z" is not allowed (unevaluated)',
+    )
+
+
+def test_a_keyword_without_words_keeps_the_validators_message_in_json() -> None:
+    schema = {"$schema": "http://json-schema.org/draft-03/schema#", "disallow": "string"}
+    assert _input_problems("x", schema) == ('$: "string" is disallowed for "x" (disallow)',)
+
+
+def test_a_ref_that_cannot_resolve_is_a_spec_problem() -> None:
+    schema = {
+        "$defs": {"id": {"type": "string"}},
+        "properties": {
+            "a": {"$ref": "#/$defs/id"},
+            "b": {"$ref": "#/$defs/nope"},
+            "c": {"$ref": "https://example.com/remote.json"},
+        },
+    }
+    with pytest.raises(SpecError) as info:
+        parse_flow(
+            {"flow": "f", "input_schema": schema, "steps": [{"id": "a", "sleep": {"for_ms": 1}}]}
+        )
+    assert [(p.path, p.message) for p in info.value.problems] == [
+        (
+            "input_schema.properties.b.$ref",
+            'invalid JSON Schema: $ref "#/$defs/nope" points at nothing in this schema',
+        ),
+        (
+            "input_schema.properties.c.$ref",
+            'invalid JSON Schema: $ref "https://example.com/remote.json" is not in this schema'
+            " (remote $refs are never fetched)",
+        ),
+    ]
+
+
+def test_a_ref_found_only_at_start_is_an_input_problem_not_a_crash() -> None:
+    # With a nested $id the spec check leaves references to the validator.
+    schema = {
+        "$id": "https://example.com/root",
+        "$defs": {"name": {"$id": "name", "type": "string"}},
+        "properties": {"a": {"$ref": "name"}, "b": {"$ref": "missing"}},
+    }
+    assert _input_problems({"a": 1}, schema) == ("$.a: expected a string, got 1",)
+    assert _input_problems({"b": 1}, schema) == (
+        '$: the input_schema cannot be applied: $ref "missing" resolves to no part of it'
+        " (remote $refs are never fetched)",
+    )

@@ -260,7 +260,7 @@ def test_problems_from_every_pass_come_in_one_error_in_source_order() -> None:
             "path": "steps[0].call_tool.tool",
             "line": 7,
             "column": 17,
-            "message": "tool 'fetch_all' is not declared under 'tools'",
+            "message": "tool 'fetch_all' is not declared under 'tools' (did you mean 'fetch'?)",
         },
         {
             "path": "steps[0].call_tool.input",
@@ -283,3 +283,150 @@ def test_problems_from_every_pass_come_in_one_error_in_source_order() -> None:
         {"path": "flow", "line": 11, "column": 1, "message": "duplicate key 'flow'"},
     ]
     assert str(error).startswith("6 problems in flow spec:\n")
+
+
+# --- suggestions: a close spelling is named, a far one is not ---------------------------------
+
+_SLEEP = {"id": "nap", "sleep": {"for_ms": 1}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "message"),
+    [
+        pytest.param(
+            {"flow": "f", "tools": {"t": {"clas": "readonly"}}, "steps": [_SLEEP]},
+            "tools.t.clas",
+            "unknown key 'clas' (did you mean 'class'?)",
+            id="tool-class",
+        ),
+        pytest.param(
+            {"flow": "f", "stepz": [], "steps": [_SLEEP]},
+            "stepz",
+            "unknown key 'stepz' (did you mean 'steps'?)",
+            id="top-level",
+        ),
+        pytest.param(
+            {"flow": "f", "steps": [{**_SLEEP, "retyr": {}}]},
+            "steps[0].retyr",
+            "unknown key 'retyr' (did you mean 'retry'?)",
+            id="common-step-key",
+        ),
+        pytest.param(
+            {"flow": "f", "steps": [{"id": "a", "sleeep": {"for_ms": 1}}]},
+            "steps[0].sleeep",
+            "unknown step kind 'sleeep' (did you mean 'sleep'?)",
+            id="step-kind",
+        ),
+        pytest.param(
+            {"flow": "f", "steps": [{"id": "a", "sleep": {"for_ms": 1, "untl": "x"}}]},
+            "steps[0].sleep.untl",
+            "unknown key 'untl' (did you mean 'until'?)",
+            id="kind-settings",
+        ),
+        pytest.param(
+            {"flow": "f", "steps": [{**_SLEEP, "retry": {"backof": 2}}]},
+            "steps[0].retry.backof",
+            "unknown key 'backof' (did you mean 'backoff'?)",
+            id="retry-settings",
+        ),
+        pytest.param(
+            {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "true", "step": []}]}]},
+            "steps[0].switch[0].step",
+            "unknown key 'step' in a switch case (did you mean 'steps'?)",
+            id="switch-case",
+        ),
+        pytest.param(
+            {
+                "flow": "f",
+                "steps": [
+                    {"id": "s", "switch": [{"if": "true", "steps": [_SLEEP]}, {"elsee": []}]}
+                ],
+            },
+            "steps[0].switch[1].elsee",
+            "unknown key 'elsee' in a switch case (did you mean 'else'?)",
+            id="switch-else",
+        ),
+        pytest.param(
+            {
+                "flow": "f",
+                "tools": {"lookup": {}},
+                "steps": [{"id": "a", "call_tool": {"tool": "lookpu"}}],
+            },
+            "steps[0].call_tool.tool",
+            "tool 'lookpu' is not declared under 'tools' (did you mean 'lookup'?)",
+            id="call-tool",
+        ),
+        pytest.param(
+            {
+                "flow": "f",
+                "tools": {"remind": {}},
+                "steps": [{"id": "a", "schedule": {"tool": "remnd", "delay_ms": 5}}],
+            },
+            "steps[0].schedule.tool",
+            "tool 'remnd' is not declared under 'tools' (did you mean 'remind'?)",
+            id="schedule-tool",
+        ),
+        pytest.param(
+            {"flow": "f", "steps": [_SLEEP], "output": "${steps.npa.output}"},
+            "output",
+            "expression reads unknown step 'npa' (did you mean 'nap'?)",
+            id="step-ref",
+        ),
+        pytest.param(
+            {
+                "flow": "f",
+                "steps": [{"id": "p", "parallel": {"mode": "rase", "branches": {"a": [_SLEEP]}}}],
+            },
+            "steps[0].parallel.mode",
+            "'rase' is not one of: all, all_settled, race, any (did you mean 'race'?)",
+            id="choice",
+        ),
+    ],
+)
+def test_a_close_spelling_is_suggested(spec: dict[str, Any], path: str, message: str) -> None:
+    error = _parse_error(spec, "<spec>")
+    assert (path, message) in [(p.path, p.message) for p in error.problems], error
+
+
+def test_a_misspelled_common_key_on_a_step_without_kind_still_misses_its_kind() -> None:
+    error = _parse_error({"flow": "f", "steps": [{"id": "a", "timout_ms": 5}]}, "<spec>")
+    assert [(p.path, p.message) for p in error.problems] == [
+        ("steps[0].timout_ms", "unknown key 'timout_ms' (did you mean 'timeout_ms'?)"),
+        ("steps[0]", f"missing step kind: expected one of {', '.join(KINDS)}"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"flow": "f", "colour": "blue", "steps": [_SLEEP]},
+        {"flow": "f", "tools": {"t": {"zzz": 1}}, "steps": [_SLEEP]},
+        {"flow": "f", "steps": [{"id": "a", "http_get": {}}]},
+        {"flow": "f", "tools": {"fetch": {}}, "steps": [{"id": "a", "call_tool": {"tool": "zzz"}}]},
+        {"flow": "f", "steps": [_SLEEP], "output": "${steps.unrelated.output}"},
+        {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "true", "steps": [], "xyz": 1}]}]},
+        {"flow": "f", "tools": {"t": {"class": "safe"}}, "steps": [_SLEEP]},
+    ],
+)
+def test_a_far_spelling_gets_no_suggestion(spec: dict[str, Any]) -> None:
+    error = _parse_error(spec, "<spec>")
+    assert error.problems
+    assert not any("did you mean" in p.message for p in error.problems), error
+
+
+KINDS = (
+    "call_tool",
+    "run_agent",
+    "run_team",
+    "ask_human",
+    "sleep",
+    "await_signal",
+    "run_subflow",
+    "switch",
+    "parallel",
+    "for_each",
+    "repeat",
+    "schedule",
+    "cancel_scheduled",
+    "try",
+)

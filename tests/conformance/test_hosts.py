@@ -28,8 +28,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+import flowcore
 
 from . import play_local, play_sim, play_temporal, vectors
 from .vectors import Outcome, Plan, Player
@@ -124,3 +127,39 @@ def test_a_host_that_does_otherwise_fails_the_check(host: str, tmp_path: Path) -
     outcome = asyncio.run(PLAYERS[host].play(plan, tmp_path))
     with pytest.raises(AssertionError):
         vectors.check_outcome(plan, outcome, clock=PLAYERS[host].CLOCK)
+
+
+def _outcome_with_events(plan: Plan, events: list[dict[str, Any]]) -> Outcome:
+    records = [
+        flowcore.Record(type="event.reported", index=i + 1, run_id=plan.run_id, at=0, data=e)
+        for i, e in enumerate(events)
+    ]
+    return Outcome(records=records)
+
+
+def test_the_temporal_player_tells_a_machine_that_fell_behind_from_a_divergence() -> None:
+    """On a busy machine the sleep vector's first timer is handled seconds late: on its
+    faster clock the run then reads a time past the second sleep's fixed instant, never
+    sets that timer and settles (the player used to wait 30 s for the event and fail).
+    The times the workflow read explain that; events on time explain nothing."""
+    if "sleep" not in PLANS or not isinstance(PLANS["sleep"], Plan):
+        pytest.skip("no sleep vector")
+    plan = PLANS["sleep"]
+    timing = play_temporal.prepare(plan)
+    assert timing.scale > 1.0 and timing.late_s == play_temporal.LATE_S
+    nap = plan.turns[0].event
+    behind_ms = int(3 * timing.late_s * 1000 * timing.scale)  # three times what it tolerates
+    late = _outcome_with_events(plan, [dict(nap, atMs=nap["atMs"] + behind_ms)])
+    assert play_temporal.lateness(plan, late) == [behind_ms]
+    assert play_temporal.fell_behind(plan, late)
+    on_time = _outcome_with_events(plan, [nap])
+    assert not play_temporal.fell_behind(plan, on_time)
+    assert not play_temporal.fell_behind(plan, Outcome())
+    # Played again, the clock is slow enough to absorb twice that lag, or as slow as a
+    # play may go (the second sleep then lasts SLOWEST_FIRE_MS of real time).
+    slower = play_temporal.prepare(plan, late_s=2 * behind_ms / timing.scale / 1000)
+    fired = max(t.until - t.at for t in plan.timers.values() if t.fired)
+    assert fired / play_temporal.SLOWEST_FIRE_MS <= slower.scale < timing.scale
+    a_bit_slower = play_temporal.prepare(plan, late_s=2 * timing.late_s)
+    assert slower.scale <= a_bit_slower.scale < timing.scale
+    assert play_temporal._tolerates(plan, a_bit_slower.scale, a_bit_slower.late_s)
