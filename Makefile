@@ -23,6 +23,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/flowcore run $(DEMO) --detach
 	$(VENV)/bin/flowcore signal demo fix-deployed --data '{"commit": "a1b2c3"}' --db demo.db
 	$(VENV)/bin/flowcore run $(DEMO)
+	@echo "The run is kept in demo.db: $(VENV)/bin/flowcore show demo --db demo.db"
 
 # The pure core alone: a scripted flow, every effect printed.
 demo-core: $(VENV)/.installed

@@ -12,7 +12,10 @@ Record types:
 ``event.rejected``  data: {event, reason} - optional; replay checks it is still rejected
 ``effect.emitted``  data: the effect, as wire JSON
 ``run.settled``     data: status, output, error, exhausted
+``effect.redispatched``  data: idempotencyKey, recovery, worker - work still pending run
+                    again with the same key after its worker was lost; changes no state
 
+``effect.redispatched`` stands between decisions, like ``event.rejected``.
 Within one decision the order is fixed: ``event.reported`` first, then one
 ``effect.emitted`` per effect in emission order; when the run settles, the
 ``settled`` effect is followed by ``run.settled``.
@@ -66,6 +69,7 @@ from ._wire import (
 
 __all__ = [
     "EFFECT_EMITTED",
+    "EFFECT_REDISPATCHED",
     "EVENT_REJECTED",
     "EVENT_REPORTED",
     "RUN_SETTLED",
@@ -77,6 +81,8 @@ __all__ = [
     "Record",
     "Recorder",
     "EffectEmittedRecord",
+    "EffectRedispatchedData",
+    "EffectRedispatchedRecord",
     "EventRejectedData",
     "EventRejectedRecord",
     "EventReportedRecord",
@@ -107,6 +113,7 @@ EVENT_REPORTED = "event.reported"
 EVENT_REJECTED = "event.rejected"
 EFFECT_EMITTED = "effect.emitted"
 RUN_SETTLED = "run.settled"
+EFFECT_REDISPATCHED = "effect.redispatched"
 
 
 class Record(msgspec.Struct, frozen=True, rename="camel"):
@@ -165,6 +172,19 @@ class RunSettledData(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     exhausted: ExhaustedLimit | None = None
 
 
+class EffectRedispatchedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """``effect.redispatched``: pending work run again under its key after a recovery.
+
+    ``recovery`` counts the recoveries of this key (1 for the first); ``worker``
+    is the worker that was lost, when the host knows it. It changes no state:
+    the work was pending before and stays pending.
+    """
+
+    idempotency_key: str
+    recovery: NonNegInt
+    worker: str | None = None
+
+
 class _Envelope(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_field="type"):
     index: NonNegInt
     run_id: str
@@ -191,12 +211,17 @@ class RunSettledRecord(_Envelope, frozen=True, kw_only=True, tag=RUN_SETTLED):
     data: RunSettledData
 
 
+class EffectRedispatchedRecord(_Envelope, frozen=True, kw_only=True, tag=EFFECT_REDISPATCHED):
+    data: EffectRedispatchedData
+
+
 TypedRecord: TypeAlias = (
     RunStartedRecord
     | EventReportedRecord
     | EventRejectedRecord
     | EffectEmittedRecord
     | RunSettledRecord
+    | EffectRedispatchedRecord
 )
 
 
@@ -805,7 +830,9 @@ class Recorder:
     """Builds the log records of one run as a host drives it.
 
     ``started`` after ``start``, ``applied`` after each ``advance`` that was
-    accepted, ``rejected`` (optionally) for events that were not.
+    accepted, ``rejected`` (optionally) for events that were not, and
+    ``redispatched`` when the host runs pending work again under its key
+    after recovering it from a lost worker.
     """
 
     def __init__(self, run_id: str, index: int = 0) -> None:
@@ -847,6 +874,12 @@ class Recorder:
     def rejected(self, event: Event, reason: str) -> list[Record]:
         data = {"event": event_to_wire(event), "reason": reason}
         return [self._make(EVENT_REJECTED, event.at_ms, data)]
+
+    def redispatched(self, key: str, recovery: int, worker: str | None, at: int) -> list[Record]:
+        data: dict[str, Any] = {"idempotencyKey": key, "recovery": recovery}
+        if worker is not None:
+            data["worker"] = worker
+        return [self._make(EFFECT_REDISPATCHED, at, data)]
 
     def _effects(self, effects: tuple[Effect, ...], at: int) -> list[Record]:
         out = [self._make(EFFECT_EMITTED, at, effect_to_wire(e)) for e in effects]

@@ -21,6 +21,9 @@ recorded effects exactly, in the same order. ``replay`` does that in one pass:
   requires the queue to be empty: the log must record every effect;
 * ``event.rejected`` must still be rejected; ``run.settled`` must agree with
   the ``settled`` effect;
+* ``effect.redispatched`` (a host ran pending work again under its key after
+  a recovery) must name work the run waits for at that point; it changes no
+  state and only adds a note to that key's trajectory entry;
 * every record's ``at`` must be what the record says it is: an event record's
   is its event's ``atMs``, an effect's and ``run.settled``'s the ``at`` of the
   decision that produced it. Replay does not require ``at`` to increase: the
@@ -72,11 +75,13 @@ from ._errors import EventRejected, InputError, ReplayDivergence
 from ._interp import Batch, advance, start
 from ._log import (
     EFFECT_EMITTED,
+    EFFECT_REDISPATCHED,
     EVENT_REJECTED,
     EVENT_REPORTED,
     RUN_SETTLED,
     RUN_STARTED,
     TOO_DEEP,
+    EffectRedispatchedData,
     LogCorrupt,
     LogFormat,
     LogRead,
@@ -90,7 +95,7 @@ from ._log import (
 )
 from ._report import ReplayError, ReplayReport, TrajectoryEntry, _Rejected, _Started
 from ._spec import Budget, Flow
-from ._state import decode_state
+from ._state import PendingKind, decode_state
 from ._trajectory import Trajectory
 from ._wire import (
     Effect,
@@ -115,6 +120,7 @@ class _Codec:
         self.effect = mod.Decoder(Effect).decode
         self.started = mod.Decoder(_Started).decode
         self.rejected = mod.Decoder(_Rejected).decode
+        self.redispatched = mod.Decoder(EffectRedispatchedData).decode
         self.any = mod.Decoder().decode
         # Whether the reader left bytes of a record's data unread: typed
         # decoders skip unknown fields without reading them, and the NDJSON
@@ -129,6 +135,8 @@ _CODECS = {"json": _Codec("json"), "msgpack": _Codec("msgpack")}
 _json_encode = msgspec.json.Encoder().encode
 _NO_USAGE = Usage()
 _WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow"})
+_REDISPATCHABLE = frozenset({"call-tool", "run-agent", "run-team"})
+_WORK_KINDS = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
 _NO_LIMIT = float("inf")
 # flowcore data nests at most MAX_DEPTH levels; a record wraps it in a few more
 # (a settled effect: report, entry, output). Anything deeper is no flowcore
@@ -364,6 +372,8 @@ class _Replayer:
                     self.on_settled(rec, position)
                 elif kind == RUN_STARTED:
                     self.on_started(rec, position)
+                elif kind == EFFECT_REDISPATCHED:
+                    self.on_redispatched(rec, position)
                 else:
                     self.unknown(rec, position)
             else:
@@ -437,6 +447,46 @@ class _Replayer:
         self.check_at(rec, position, self.decision_at, self.decision_index)
         self.need_empty_queue(rec.index)
         self.check_settled(rec.index, recorded)
+
+    def on_redispatched(self, rec: RawRecord, position: int) -> None:
+        """``effect.redispatched``: work the run waits for, run again; no state changes."""
+        index = rec.index
+        try:
+            data = self.codec.redispatched(rec.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self.corrupt(
+                f"is not a valid effect.redispatched: {why(exc)}", index, position
+            ) from None
+        except RecursionError:
+            raise self.corrupt(
+                f"is not a valid effect.redispatched: {TOO_DEEP}", index, position
+            ) from None
+        if self.codec.unread:
+            self.decoded(rec, position)
+        key = data.idempotency_key
+        for name, text in (("idempotencyKey", key), ("worker", data.worker)):
+            if text is not None:
+                try:
+                    check_data(text, f"$.{name}", "effect.redispatched")
+                except DataError as exc:
+                    raise self.corrupt(
+                        f"is not a valid effect.redispatched: {why(exc)}", index, position
+                    ) from None
+        # Written in a transaction of its own, between decisions: every effect
+        # of the decision before it is recorded already.
+        self.need_empty_queue(index)
+        batch = self.batch
+        assert batch is not None  # the log began with run.started, or a snapshot stands in
+        entry = batch.pending.get(key)
+        if entry is None or entry.kind not in _WORK_KINDS or entry.effect not in _REDISPATCHABLE:
+            waits = None if entry is None else {"pending": entry.kind.value, "effect": entry.effect}
+            raise _diverged(
+                index,
+                {"redispatched": key, "recovery": data.recovery},
+                waits,
+                "the log re-dispatches work the run does not wait for",
+            )
+        self.trajectory.redispatched(key, data.recovery)
 
     def on_started(self, rec: RawRecord, position: int) -> None:
         """``run.started``: the first record, and the only one of its kind."""

@@ -3,7 +3,8 @@
 Replay (``_replay``) applies each recorded event with ``advance`` and tells
 this observer what happened: an effect the log records (``effect``), an
 event applied (``applied``; for a signal, ``receiver`` asks first whose wait
-it ends), a rejected event, a record skipped. The observer keeps one ``TrajectoryEntry`` per
+it ends), a rejected event, a record skipped, work re-dispatched after a
+recovery (a note on its entry). The observer keeps one ``TrajectoryEntry`` per
 effect key, updated as its answer comes (a late answer noted as such), and
 closes the entries nothing answered when the replay ends.
 
@@ -91,6 +92,13 @@ class Trajectory:
                 note="a record type this reader does not know (allow_unknown_types)",
             )
         )
+
+    def redispatched(self, key: str, recovery: int) -> None:
+        """Pending work the host ran again under its key after recovering it: a note, no more."""
+        pos = self.where.get(key)
+        if pos is not None:
+            row = self.rows[pos]
+            row.note = _join(row.note, f"re-dispatched after recovery ({recovery})")
 
     def usage(self) -> tuple[int, int, dict[str, Usage]]:
         """Usage reported in all (steps, cost) and by team member."""

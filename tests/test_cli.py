@@ -72,6 +72,39 @@ def test_version_and_help() -> None:
         assert command in helped.stdout
 
 
+def test_the_group_lists_every_command_with_its_own_short_help() -> None:
+    import importlib
+
+    import click
+
+    from flowcore_cli.main import COMMANDS
+
+    for name, (module, attribute, short) in COMMANDS.items():
+        command = getattr(importlib.import_module(f"flowcore_cli.{module}"), attribute)
+        assert isinstance(command, click.Command) and command.name == name
+        assert short == command.get_short_help_str(limit=120), name
+    listed = fc("--help").stdout
+    for name, (_, _, short) in COMMANDS.items():
+        assert f"  {name}" in listed and short.split()[0] in listed
+
+
+def test_help_and_version_load_neither_the_interpreter_nor_a_host() -> None:
+    code = (
+        "import sys; from flowcore_cli.main import run\n"
+        "for args in (['--help'], ['--version']):\n"
+        "    try: run(args)\n"
+        "    except SystemExit: pass\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('flowcore', 'flowcore_local', 'flowcore_temporal', 'rich', 'msgspec'))\n"
+        "print('LOADED', loaded)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
 def test_usage_errors_are_one_line_and_exit_2() -> None:
     assert "No such option" in bad("replay", "--bogus")
     assert "No such command" in bad("frobnicate")

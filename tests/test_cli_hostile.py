@@ -112,7 +112,7 @@ class Db:
         """What ``show --json`` and ``events`` print: changes if anything was recorded."""
         out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
         with contextlib.redirect_stdout(out):
-            for command in ("show", "--json"), ("events",):
+            for command in ("show", "--json"), ("events", "--json"):
                 assert (
                     run_in_process([command[0], run_id, *command[1:], "--db", str(self.path)]) == 0
                 )
@@ -120,7 +120,7 @@ class Db:
         return out.buffer.getvalue()
 
     def records(self, run_id: str) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.ok("events", run_id).splitlines()]
+        return [json.loads(line) for line in self.ok("events", run_id, "--json").splitlines()]
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,28 @@ def test_records_schema_lists_every_record_type() -> None:
         "event.rejected",
         "effect.emitted",
         "run.settled",
+        "effect.redispatched",
     }
+
+
+def test_a_redispatched_record_is_built_validated_and_decoded() -> None:
+    """``Recorder.redispatched``: the key, the recovery count and the lost worker."""
+    rec = Recorder("r", index=7)
+    (record,) = rec.redispatched("r/q#1", 2, "host:12:ab", 40)
+    assert (record.type, record.index, record.at, rec.index) == ("effect.redispatched", 7, 40, 8)
+    assert record.data == {"idempotencyKey": "r/q#1", "recovery": 2, "worker": "host:12:ab"}
+    (unknown,) = rec.redispatched("r/q#1", 1, None, 41)
+    assert unknown.data == {"idempotencyKey": "r/q#1", "recovery": 1}  # the worker left out
+    validator = _validator()
+    for each in (record, unknown):
+        wire = json.loads(encode_record(each))
+        assert [e.message for e in validator.iter_errors(wire)] == [], wire
+        typed = msgspec.json.decode(encode_record(each), type=TypedRecord)
+        assert typed.data.idempotency_key == "r/q#1"  # type: ignore[union-attr]
+    for format in ("json", "msgpack"):
+        assert decode_log(encode_records([record], format)).records == (record,)
+    bad = {**json.loads(encode_record(record)), "data": {"idempotencyKey": "r/q#1", "recovery": -1}}
+    assert list(validator.iter_errors(bad))
 
 
 def test_every_recorded_record_validates_against_the_schema() -> None:

@@ -481,6 +481,98 @@ def test_unknown_record_types_are_refused_unless_allowed_and_count_in_the_indice
     assert (skipped.index, skipped.target, skipped.status) == (3, "host.note", "skipped")
 
 
+# --- effect.redispatched --------------------------------------------------------------------
+
+
+def _redispatched_log() -> Log:
+    """The triage run, with r-1/get#1 re-dispatched twice after recoveries before its result."""
+    log = Log(input={"id": "INC-1"})
+    log.records += log.rec.redispatched("r-1/get#1", 1, "host:1:aa", 5)
+    log.records += log.rec.redispatched("r-1/get#1", 2, None, 7)
+    return log.send(ok("get#1", {"title": "slow"}, 9))
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+def test_a_redispatched_record_notes_the_work_and_changes_nothing_else(fmt: LogFormat) -> None:
+    log = _redispatched_log()
+    plain = Log(input={"id": "INC-1"}).send(ok("get#1", {"title": "slow"}, 9))
+    report = replay(log.data(fmt), log.flow)
+    same = replay(plain.records, plain.flow)
+    assert report.ok and report.records == same.records + 2
+    assert (report.events, report.effects, report.rejected) == (same.events, same.effects, 0)
+    assert report.state is not None and same.state is not None
+    assert flowcore.encode_state(report.state) == flowcore.encode_state(same.state)
+    (get,) = [e for e in report.trajectory if e.key == "r-1/get#1"]
+    assert (get.status, get.issues) == ("succeeded", 1)
+    assert get.note == "re-dispatched after recovery (1); re-dispatched after recovery (2)"
+    assert [e.key for e in report.trajectory] == [e.key for e in same.trajectory]
+
+
+def test_a_redispatched_record_is_allowed_at_the_start_of_a_snapshot_tail() -> None:
+    log = _redispatched_log()
+    head = replay(log.records[:3], log.flow)  # run.started and its two effects
+    assert head.state is not None
+    tail = replay(log.records[3:], log.flow, snapshot=flowcore.encode_state(head.state))
+    assert tail.ok and tail.events == 1
+
+
+def test_a_redispatch_of_work_the_run_does_not_wait_for_diverges() -> None:
+    log = Log(input={"id": "INC-1"}).send(ok("get#1", {"title": "slow"}, 1))
+    for key in ("r-1/get#1", "r-1/$deadline", "r-1/nowhere#1"):  # answered, a timer, unknown
+        records = [*log.records, *Recorder("r-1", len(log.records)).redispatched(key, 1, None, 2)]
+        with pytest.raises(ReplayDivergence) as info:
+            replay(records, log.flow)
+        assert info.value.index == len(log.records)
+        assert info.value.expected == {"redispatched": key, "recovery": 1}
+        assert "re-dispatches work the run does not wait for" in str(info.value)
+    assert info.value.actual is None
+    timer = [
+        *log.records,
+        *Recorder("r-1", len(log.records)).redispatched("r-1/$deadline", 1, None, 2),
+    ]
+    with pytest.raises(ReplayDivergence) as timed:
+        replay(timer, log.flow)
+    assert timed.value.actual == {"pending": "deadline", "effect": ""}
+
+
+def test_a_redispatch_inside_a_decision_diverges_and_a_malformed_one_is_corruption() -> None:
+    log = Log(input={"id": "INC-1"})
+    wire = log.wire()
+    inside = [
+        *wire[:1],
+        {
+            "type": "effect.redispatched",
+            "index": 1,
+            "runId": "r-1",
+            "at": 0,
+            "data": {"idempotencyKey": "r-1/get#1", "recovery": 1},
+        },
+        *wire[1:],
+    ]
+    inside = [{**r, "index": i} for i, r in enumerate(inside)]
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in inside)
+    with pytest.raises(ReplayDivergence, match="emits an effect the log does not record") as info:
+        replay(data, log.flow)
+    assert info.value.index == 1
+    for bad in (
+        {"idempotencyKey": "r-1/get#1"},
+        {"idempotencyKey": "r-1/get#1", "recovery": -1},
+        {"idempotencyKey": 7, "recovery": 1},
+        {"idempotencyKey": "r-1/get#1", "recovery": 2**64},
+    ):
+        record = {"type": "effect.redispatched", "index": len(wire), "runId": "r-1", "at": 3}
+        data = log.data() + json.dumps({**record, "data": bad}).encode() + b"\n"
+        with pytest.raises(
+            LogCorrupt, match=f"record {len(wire)} .*not a valid effect.redispatched"
+        ):
+            replay(data, log.flow)
+    surrogate = Record(
+        "effect.redispatched", len(wire), "r-1", 3, {"idempotencyKey": "\ud800", "recovery": 1}
+    )
+    with pytest.raises(LogCorrupt):
+        replay([*log.records, surrogate], log.flow)
+
+
 # --- torn tails and until --------------------------------------------------------------------
 
 

@@ -1,12 +1,10 @@
-"""What the commands share: one-line errors, the command line's own check,
-reading files, loading specs, and JSON values given on the command line.
+"""What the commands share: names, reading files, loading specs, and JSON
+values given on the command line (and, re-exported from ``_errors``, the
+one-line errors and the command line's own check).
 
 Every command of every host (``flowcore ...`` and ``flowcore temporal ...``)
 reports bad input the same way: one line on stderr starting with
-``flowcore:``, exit 2, never a traceback, nothing recorded. That line is
-bounded and always printable: it quotes at most a short prefix of what the
-user gave, with control characters and undecodable bytes escaped, so that an
-error about a bad value can never itself fail or flood the terminal.
+``flowcore:``, exit 2, never a traceback, nothing recorded (``_errors``).
 
 The limits and rules here are documented in ``specs/cli.md`` ("Values on the
 command line"); what counts as data is the core's rule (``flowcore/_data.py``).
@@ -16,9 +14,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import click
 import msgspec
@@ -26,12 +23,24 @@ import msgspec
 import flowcore
 from flowcore import Flow, Problem, SpecError
 
+from ._errors import (
+    MAX_LINE_CHARS,
+    CliError,
+    check_argv,
+    error_line,
+    internal_error,
+    invoke,
+    say,
+    shown_argument,
+)
+
 __all__ = [
     "MAX_JSON_TEXT_BYTES",
     "MAX_LINE_CHARS",
     "MAX_VALUE_BYTES",
     "CliError",
     "answer_value",
+    "budget_value",
     "check_argv",
     "checked_name",
     "error_line",
@@ -56,96 +65,10 @@ MAX_JSON_TEXT_BYTES: Final = 4 * flowcore.MAX_EVENT_BYTES
 # means a value the command accepts is never refused later for its size, which
 # matters on Temporal, where a signal is sent and not answered.
 MAX_VALUE_BYTES: Final = flowcore.MAX_EVENT_BYTES - 64 * 1024
-# No error line is longer than this; longer messages lose their middle.
-MAX_LINE_CHARS: Final = 400
-
-# Control characters (C0, DEL and C1: a terminal acts on some of them) are
-# escaped as Python would, so that an error is one inert line.
-_CONTROLS: Final = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
-
-
-class CliError(click.ClickException):
-    """Bad input: one clear line on stderr (``flowcore: ...``), exit 2."""
-
-    exit_code = 2
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        say(self.message)
-
-
-def _printable(text: str) -> str:
-    """``text`` with control characters and lone surrogates escaped (printable anywhere)."""
-    text = text.translate(_CONTROLS)
-    # A lone surrogate (an undecodable byte of an argument or a file name)
-    # cannot be encoded as UTF-8: printing it would raise.
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _cut(text: str, limit: int) -> str:
-    """At most about ``limit`` characters of ``text``: its start and its end, which
-    hold where and why, around a note of how much was cut."""
-    if len(text) <= limit:
-        return text
-    head = limit * 2 // 3
-    tail = limit - head - 40
-    return f"{text[:head]} …[{len(text) - head - tail:,} characters cut]… {text[-tail:]}"
-
-
-def error_line(message: str) -> str:
-    """The line ``message`` is reported as: ``flowcore: ...``, printable and bounded."""
-    return _cut(_printable(f"flowcore: {message}"), MAX_LINE_CHARS)
-
-
-def say(message: str) -> None:
-    """Print ``message`` as one error line on stderr."""
-    click.echo(error_line(message), err=True)
-
-
-# --- the command line itself -------------------------------------------------------------
-
-
-def _is_text(arg: str) -> bool:
-    """Whether ``arg`` is valid text (no lone surrogate from an undecodable byte)."""
-    try:
-        arg.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _json_size(value: Any) -> int:
     return len(msgspec.json.encode(value))
-
-
-def _shown_argument(arg: str, limit: int = 60) -> str:
-    """An argument quoted for an error: the bytes as given, undecodable ones as ``\\xff``."""
-    try:
-        # Python hands undecodable bytes of argv over as surrogates
-        # (surrogateescape); encoding them back gives the bytes the user typed.
-        text = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a lone surrogate that did not come from a byte
-        text = arg.encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) > limit:
-        return f"'{text[:limit]}…' ({len(arg):,} characters)"
-    return f"'{text}'"
-
-
-def check_argv(args: Sequence[str]) -> None:
-    """Refuse a command line that is not UTF-8 text, before anything reads it.
-
-    Run ids, names, keys, answers and paths end up in logs, databases and
-    Temporal, which hold text: an argument with undecodable bytes would fail
-    somewhere deep (or be rewritten), so it is refused at the door, by position.
-    """
-    for number, arg in enumerate(args, 1):
-        if _is_text(arg):
-            continue
-        before = args[number - 2] if number > 1 else ""
-        after = f" (after {before})" if before.startswith("-") and _is_text(before) else ""
-        raise CliError(
-            f"argument {number} {_shown_argument(arg)}{after} is not valid UTF-8;"
-            " every argument must be UTF-8 text"
-        )
 
 
 def checked_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -165,60 +88,9 @@ def checked_name(ctx: click.Context, param: click.Parameter, value: str | None) 
         raise CliError(f"{what}: {exc.problem}") from None
     if len(value) > flowcore.MAX_NAME_CHARS:
         raise CliError(
-            f"{what}: {_shown_argument(value)} is longer than"
-            f" {flowcore.MAX_NAME_CHARS:,} characters"
+            f"{what}: {shown_argument(value)} is longer than {flowcore.MAX_NAME_CHARS:,} characters"
         )
     return value
-
-
-def internal_error(exc: BaseException) -> str:
-    """The message for an unexpected exception: its type and a bounded prefix of its text."""
-    try:
-        text = str(exc)
-    except Exception:  # a foreign exception's __str__ may fail in any way
-        text = "(its message cannot be shown)"
-    return f"internal error: {type(exc).__name__}: {_cut(text, 200)}"
-
-
-# Click 8.2+ raises this for a bare group (`flowcore`): its message is the
-# help text, which is shown as it is, not as an error line. (8.1 exits 0.)
-_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
-
-
-def invoke(command: click.Command, args: Sequence[str] | None, prog_name: str) -> int:
-    """Run ``command`` on ``args`` (default: ``sys.argv[1:]``); return the exit code.
-
-    Click runs without its standalone mode so that every error path ends the
-    same way: one line on stderr starting with ``flowcore:``, exit 2.
-    """
-    argv = list(sys.argv[1:] if args is None else args)
-    try:
-        check_argv(argv)
-        result = command.main(argv, prog_name=prog_name, standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except _NO_ARGS_IS_HELP as exc:
-        exc.show()
-        return 2
-    except click.UsageError as exc:
-        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        say(f"{exc.format_message()}{hint}")
-        return 2
-    except click.ClickException as exc:
-        say(exc.format_message())
-        return 2 if exc.exit_code == 1 else exc.exit_code
-    except click.Abort:
-        say("aborted")
-        return 130
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-    except BrokenPipeError:
-        return 0  # e.g. `flowcore graph x | head`
-    except Exception as exc:  # the last line of defence: never a traceback
-        say(internal_error(exc))
-        return 2
-    return result if isinstance(result, int) else 0
 
 
 # --- files and specs ---------------------------------------------------------------------
@@ -387,7 +259,7 @@ def _refuse_repeated_keys(data: bytes, source: str) -> None:
         json.loads(data.decode("utf-8"), object_pairs_hook=_unique_pairs)
     except _RepeatedKey as exc:
         raise CliError(
-            f"{source}: key {_shown_argument(exc.key)} appears twice in one object;"
+            f"{source}: key {shown_argument(exc.key)} appears twice in one object;"
             " give each key once (only one of the values could be kept)"
         ) from None
 
@@ -401,8 +273,7 @@ def text_value(text: str, what: str, limit: int = MAX_VALUE_BYTES) -> str:
     size = _json_size(text)
     if size > limit:
         raise CliError(
-            f"{what}: {_shown_argument(text)} is {size:,} bytes as JSON,"
-            f" over the limit of {limit:,}"
+            f"{what}: {shown_argument(text)} is {size:,} bytes as JSON, over the limit of {limit:,}"
         )
     return text
 
@@ -424,3 +295,30 @@ def answer_value(text: str | None, data: str | None) -> Any:
     if text is not None:
         return text_value(text, "ANSWER")
     return json_value(data, "--data")
+
+
+BUDGET_KEYS: Final = ("steps", "costMinorUnits", "wallClockMs")
+
+
+def budget_value(text: str | None, option: str = "--budget") -> dict[str, int] | None:
+    """The budget caps given to ``option`` as JSON (wire names), checked: ``None`` if not given.
+
+    An object of the keys ``steps``, ``costMinorUnits``, ``wallClockMs``, each
+    a non-negative integer; anything else is a ``CliError`` naming it.
+    """
+    caps = json_value(text, option)
+    if caps is None:
+        return None
+    example = 'e.g. {"steps": 10, "costMinorUnits": 500, "wallClockMs": 60000}'
+    if not isinstance(caps, dict):
+        raise CliError(f"{option} must be a JSON object of limits, {example}")
+    for key, value in caps.items():
+        if key not in BUDGET_KEYS:
+            raise CliError(
+                f"{option}: unknown limit {shown_argument(key)} (one of {', '.join(BUDGET_KEYS)})"
+            )
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CliError(
+                f"{option}: {key} must be an integer >= 0, not {shown_argument(str(value))}"
+            )
+    return caps

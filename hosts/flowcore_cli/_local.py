@@ -15,11 +15,13 @@ import asyncio
 import json
 import signal as signals
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -27,8 +29,18 @@ import flowcore
 from flowcore_handlers import RegistryError
 from flowcore_local import DB_ENV, HostError, LocalHost, NotAFlowcoreDatabase, RunRow
 
-from ._common import CliError, answer_value, checked_name, json_value
+from ._common import (
+    CliError,
+    answer_value,
+    budget_value,
+    checked_name,
+    json_value,
+    problem_line,
+    say,
+)
+from ._history import duration, event_line, iso, short_json, tables, timeline, work_report
 from ._options import (
+    FROM_FILE,
     answer_arguments,
     input_option,
     json_option,
@@ -38,7 +50,8 @@ from ._options import (
     signal_arguments,
     spec_argument,
 )
-from ._progress import Item, RunTree, err, out, watch
+from ._progress import Item, RunTree, err, out, positions, progress_line, watch
+from ._replay import report_to_json
 
 __all__ = ["COMMANDS"]
 
@@ -62,7 +75,9 @@ def _run(
     **options: Any,
 ) -> T:
     if must_exist and not db.exists():
-        raise CliError(f"no database at {db} (start a run first, or pass --db)")
+        others = sorted(str(f) for f in db.parent.glob("*.db") if f.is_file())[:3]
+        hint = f"; here: {', '.join(others)} (pass --db FILE)" if others else ""
+        raise CliError(f"no database at {db} (start a run first, or pass --db){hint}")
 
     async def main() -> T:
         async with LocalHost(db, tools, **options) as host:
@@ -72,8 +87,16 @@ def _run(
         return asyncio.run(main())
     except (HostError, NotAFlowcoreDatabase, RegistryError) as exc:
         raise CliError(str(exc)) from None
-    except (flowcore.InputError, flowcore.SpecError) as exc:
-        raise CliError(" ".join(str(exc).split())) from None
+    except flowcore.SpecError as exc:
+        # One line per problem, as `validate` prints them.
+        for problem in exc.problems[:-1]:
+            say(problem_line(problem))
+        raise CliError(problem_line(exc.problems[-1])) from None
+    except flowcore.InputError as exc:
+        head = str(exc).splitlines()[0].rstrip(":")
+        for text in exc.problems[:-1]:
+            say(f"{head}: {text}")
+        raise CliError(f"{head}: {exc.problems[-1]}" if exc.problems else head) from None
     except OSError as exc:
         raise CliError(str(exc)) from None
 
@@ -113,6 +136,7 @@ def _print(*parts: str | tuple[str, str]) -> None:
     type=click.Path(exists=True, path_type=Path),
     help="More spec files or directories that subflows may name (repeatable).",
 )
+@click.option("--budget", help='Cap the spec\'s budget, as JSON: {"steps": 10, ...};' + FROM_FILE)
 @click.option("--detach", is_flag=True, help="Start the run and print its id; a worker runs it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run as JSON.")
 @db_option
@@ -122,27 +146,35 @@ def run(
     tools: str | None,
     run_id: str | None,
     flows: tuple[Path, ...],
+    budget: str | None,
     detach: bool,
     as_json: bool,
     db: Path,
 ) -> None:
-    """Start a run of SPEC and process it to the end, showing progress."""
+    """Start a run of SPEC and process it to the end, showing progress.
+
+    The run's tools module and every handler its flow calls are checked
+    before anything is recorded. Attached (without --detach), this command
+    works only the run it started and its child runs; other runs in the
+    database are left to `flowcore worker`. Starting again with the same
+    --run-id and the same options attaches to the run; different options
+    are refused.
+    """
+    if input_ == "-" and budget == "-":
+        raise CliError("--input and --budget cannot both read standard input (-)")
     data = json_value(input_, "--input")
+    caps = _budget(budget_value(budget))
 
     async def body(host: LocalHost) -> dict[str, Any]:
-        rid = await host.start(spec, data, run_id, tools=tools, flows=flows or [spec.parent])
+        # Where the run tree is (a run started again, after a crash): progress goes on from there.
+        seen = await positions(_tree(host), run_id) if run_id is not None else {}
+        rid = await host.start(
+            spec, data, run_id, tools=tools, flows=flows or [spec.parent], budget=caps
+        )
         if detach:
             return {"runId": rid}
-        stop = asyncio.Event()
         # With --json, stdout holds the JSON document alone: progress goes to stderr.
-        watcher = asyncio.create_task(watch(_tree(host), rid, stop, err if as_json else out))
-        try:
-            await host.work(until_settled=rid)
-        finally:
-            stop.set()
-            await watcher
-        row = await host.run(rid)
-        return {"runId": rid, "status": row.status, "output": row.output, "error": row.error}
+        return await _follow(host, rid, seen, err if as_json else out)
 
     result = _run(db, body, tools, must_exist=False)
     if detach:
@@ -150,12 +182,83 @@ def run(
         return
     if as_json:
         click.echo(json.dumps(result))
+        if result["status"] != "completed":
+            sys.exit(1)
     else:
-        _print(f"output: {json.dumps(result['output'])}")
-        if result["error"]:
-            _print(f"error: {json.dumps(result['error'])}")
+        _settled(result)
+
+
+async def _follow(
+    host: LocalHost, run_id: str, start: int | Mapping[str, int], console: Console
+) -> dict[str, Any]:
+    """Work run ``run_id`` (and its children) to the end, printing its progress from
+    ``start`` (``_progress.watch``); its final ``{runId, status, output, error}``."""
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch(_tree(host), run_id, stop, console, start=start))
+    try:
+        await host.work(until_settled=run_id, only=run_id)
+    finally:
+        stop.set()
+        await watcher
+    row = await host.run(run_id)
+    return {"runId": run_id, "status": row.status, "output": row.output, "error": row.error}
+
+
+def _settled(result: dict[str, Any]) -> None:
+    """The last lines of an attached command: the output (and error); exit 1 unless completed."""
+    _print(f"output: {json.dumps(result['output'])}")
+    if result["error"]:
+        _print(f"error: {json.dumps(result['error'])}")
     if result["status"] != "completed":
         sys.exit(1)
+
+
+async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow]) -> None:
+    """Print the progress lines of every running run as its records are written.
+
+    Runs already running when the worker starts are followed from where they
+    are; runs started later from their first record; a run that settles is
+    followed to its last record, then dropped (``settled``: the runs this worker
+    settled, so that one that started and ended between two looks is shown too).
+    """
+    printed = {row.run_id: row.next_index for row in await host.runs("running")}
+    finished: set[str] = set()
+    while True:
+        last = stop.is_set()
+        ids = {row.run_id for row in await host.runs("running")} | set(printed)
+        ids |= {row.run_id for row in settled} - finished
+        for rid in sorted(ids):
+            row = await host.run(rid)
+            start = printed.get(rid, 0)
+            if row.next_index > start:
+                for record in await host.records(rid, start):
+                    line = progress_line(record)
+                    if line is not None:
+                        out.print(line)
+            if row.status == "running":
+                printed[rid] = row.next_index
+            else:
+                printed.pop(rid, None)
+                finished.add(rid)
+                if isinstance(row.error, dict):
+                    error = f"{row.error.get('type', '')}: {row.error.get('message', '')}"
+                    out.print(Text.assemble(("  error: ", "red"), error))
+        if last:
+            return
+        try:
+            await asyncio.wait_for(stop.wait(), 0.2)
+        except TimeoutError:
+            pass
+
+
+def _budget(caps: dict[str, Any] | None) -> flowcore.Budget | None:
+    if caps is None:
+        return None
+    return flowcore.Budget(
+        steps=caps.get("steps"),
+        cost_minor_units=caps.get("costMinorUnits"),
+        wall_clock_ms=caps.get("wallClockMs"),
+    )
 
 
 @click.command()
@@ -167,13 +270,30 @@ def run(
 def worker(
     tools: str | None, concurrency: int, max_recoveries: int, until_idle: bool, db: Path
 ) -> None:
-    """Resume and process every run in the database until stopped."""
+    """Resume and process every run in the database until stopped.
+
+    Prints a line when it starts, the progress lines of every run it works
+    (as `run` does; questions are not asked here: answer them with
+    `flowcore answer`), a line for every run it settles (with the error of a
+    failed one), and a summary when it stops.
+    """
+    settled: list[RunRow] = []
+
+    def on_settled(row: RunRow) -> None:
+        settled.append(row)  # shown by the follower, after the run's last progress line
 
     async def body(host: LocalHost) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signals.SIGINT, signals.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        running = await host.runs("running")
+        _print(
+            f"worker on {db}: {len(running)} run(s) running; concurrency {concurrency}"
+            + (f"; default tools {tools}" if tools else "")
+            + ("; until idle" if until_idle else "; Ctrl-C stops")
+        )
+        follower = asyncio.create_task(_follow_all(host, stop, settled))
         if until_idle:
 
             async def idle() -> None:
@@ -183,21 +303,77 @@ def worker(
                     await asyncio.sleep(0.2)
 
             watcher = asyncio.create_task(idle())
-        await host.work(stop)
-        if until_idle:
-            await watcher
+        try:
+            await host.work(stop, on_settled=on_settled)
+        finally:
+            stop.set()
+            await follower
+            if until_idle:
+                await watcher
+        counts: dict[str, int] = {}
+        for row in settled:
+            counts[row.status] = counts.get(row.status, 0) + 1
+        left = len(await host.runs("running"))
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
+        _print(f"worker stopped: {len(settled)} run(s) settled ({summary}); {left} still running")
 
     _run(db, body, tools, must_exist=False, concurrency=concurrency, max_recoveries=max_recoveries)
 
 
+RUN_STATUSES = ("running", "completed", "failed", "cancelled", "budget-exhausted")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _ended(r: RunRow) -> str:
+    """How long the run took (settled) or has been going (running)."""
+    if r.status == "running":
+        return f"{duration(max(0, _now_ms() - r.created_ms))} so far"
+    return duration(max(0, r.updated_ms - r.created_ms))
+
+
+def _outcome(r: RunRow) -> str:
+    if isinstance(r.error, dict):
+        return f"{r.error.get('type', '')}: {r.error.get('message', '')}"[:80]
+    return "" if r.output is None else short_json(r.output)
+
+
 @click.command()
-@click.option("--status", help="Only runs with this status.")
+@click.option(
+    "--status",
+    type=click.Choice(RUN_STATUSES),
+    help="Only runs with this status.",
+)
 @click.option("--tree", is_flag=True, help="Show subflows under their parents.")
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Runs per page."
+)
+@click.option(
+    "--page", default=1, show_default=True, type=click.IntRange(min=1), help="Which page."
+)
 @json_option
 @db_option
-def runs(status: str | None, tree: bool, as_json: bool, db: Path) -> None:
-    """List the runs in the database."""
-    rows = _run(db, lambda host: host.runs(status))
+def runs(status: str | None, tree: bool, limit: int, page: int, as_json: bool, db: Path) -> None:
+    """List the runs in the database, oldest first, a page at a time.
+
+    Each run shows when it started, how long it took (or has been running),
+    what it waits for now, and its output or error.
+    """
+
+    async def body(host: LocalHost) -> tuple[int, list[tuple[RunRow, list[str]]]]:
+        rows = await host.runs(status)
+        shown = rows[(page - 1) * limit : page * limit]
+        listed = []
+        for r in shown:
+            waits: list[str] = []
+            if r.status == "running":
+                waits = _waits(await host.show(r.run_id))
+            listed.append((r, waits))
+        return len(rows), listed
+
+    total, listed = _run(db, body)
     if as_json:
         click.echo(
             json.dumps(
@@ -208,44 +384,100 @@ def runs(status: str | None, tree: bool, as_json: bool, db: Path) -> None:
                         "status": r.status,
                         "parent": r.parent_run,
                         "depth": r.depth,
+                        "startedMs": r.created_ms,
+                        "updatedMs": r.updated_ms,
+                        "waitingFor": waits,
+                        "output": r.output,
+                        "error": r.error,
                     }
-                    for r in rows
+                    for r, waits in listed
                 ]
             )
         )
         return
-    table = Table("run", "flow", "status", "parent")
+    table = Table(header_style="bold")
+    for name in ("run", "flow", "status", "started (UTC)", "took"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("waiting for", overflow="fold")
+    table.add_column("output / error", overflow="ellipsis", no_wrap=True, max_width=40)
 
-    def add_row(r: RunRow, run: str) -> None:
-        # Text cells: ids are shown as they are, never read as markup.
-        table.add_row(*(Text(cell) for cell in (run, r.flow_id, r.status, r.parent_run or "")))
+    def add_row(r: RunRow, waits: list[str], run: str) -> None:
+        # Text cells: ids and values are shown as they are, never read as markup.
+        cells = (
+            run,
+            r.flow_id,
+            r.status,
+            iso(r.created_ms, "seconds"),
+            _ended(r),
+            ", ".join(waits),
+            _outcome(r),
+        )
+        table.add_row(*(Text(cell) for cell in cells))
 
     if tree:
-        by_parent: dict[str | None, list[RunRow]] = {}
-        known = {r.run_id for r in rows}
-        for r in rows:
-            by_parent.setdefault(r.parent_run if r.parent_run in known else None, []).append(r)
+        by_parent: dict[str | None, list[tuple[RunRow, list[str]]]] = {}
+        known = {r.run_id for r, _ in listed}
+        for r, waits in listed:
+            parent = r.parent_run if r.parent_run in known else None
+            by_parent.setdefault(parent, []).append((r, waits))
 
         def add(parent: str | None, depth: int) -> None:
-            for r in by_parent.get(parent, []):
-                add_row(r, "  " * depth + ("└ " if depth else "") + r.run_id)
+            for r, waits in by_parent.get(parent, []):
+                add_row(r, waits, "  " * depth + ("└ " if depth else "") + r.run_id)
                 add(r.run_id, depth + 1)
 
         add(None, 0)
     else:
-        for r in rows:
-            add_row(r, r.run_id)
-    out.print(table)
+        for r, waits in listed:
+            add_row(r, waits, r.run_id)
+    tables().print(table)
+    pages = max(1, -(-total // limit))
+    if pages > 1 or page > 1:
+        _print(f"page {page} of {pages} ({total} runs; --page N for another)")
+
+
+def _waits(info: dict[str, Any]) -> list[str]:
+    """What a running run waits for, in a few words each (from ``LocalHost.show``)."""
+    waits = [f"question {q['key'].split('/', 1)[-1]}" for q in info["questions"]]
+    waits += [f"signal {name}" for name in info["waitingFor"]]
+    for item in info["pending"]:
+        kind = item["kind"]
+        if kind in ("call-tool", "run-agent", "run-team", "run-subflow"):
+            waits.append(f"{kind} {item['key'].split('/', 1)[-1]}")
+        elif kind == "sleep" and item.get("dueMs") is not None:
+            waits.append(f"timer {iso(item['dueMs'])}")
+    return waits
 
 
 @click.command()
 @run_id_argument
 @json_option
+@click.option("--no-history", is_flag=True, help="Only the current state, not the timeline.")
 @db_option
-def show(run_id: str, as_json: bool, db: Path) -> None:
-    """Status, pending effects and questions, budget, dead letters of RUN."""
-    info = _run(db, lambda host: host.show(run_id))
+def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
+    """Show RUN: its state now, a timeline of what happened, and every work effect.
+
+    The state: status, budget, pending work, questions, signals awaited and
+    buffered, dead letters, child runs, handler failures with tracebacks.
+    """
+
+    async def body(host: LocalHost) -> tuple[dict[str, Any], list[flowcore.Record], Any]:
+        info = await host.show(run_id)
+        records = await host.records(run_id)
+        trajectory = None
+        try:
+            flow = await host.flow(run_id)
+            report = flowcore.replay(records, flow, raise_on_divergence=False)
+            trajectory = report
+        except flowcore.FlowcoreError:
+            trajectory = None  # a log that no longer replays: the timeline still shows it
+        return info, records, trajectory
+
+    info, records, report = _run(db, body)
     if as_json:
+        info["history"] = [json.loads(flowcore.encode_record(r)) for r in records]
+        if report is not None:
+            info["report"] = report_to_json(report)["trajectory"]
         click.echo(json.dumps(info))
         return
 
@@ -257,6 +489,11 @@ def show(run_id: str, as_json: bool, db: Path) -> None:
         f"budget: {budget['stepsUsed']} steps used, {steps_left} left;"
         f" cost {budget['costUsed']} used, {cost_left} left"
     )
+    if records:
+        span = records[-1].at - records[0].at
+        _print(
+            f"started {iso(records[0].at)}, last record {iso(records[-1].at)} ({duration(span)})"
+        )
     if info["output"] is not None:
         _print(f"output: {json.dumps(info['output'])}")
     if info["error"]:
@@ -267,24 +504,46 @@ def show(run_id: str, as_json: bool, db: Path) -> None:
         _print(f"question: {q['key']}: {q['question']} {q['options'] or ''}")
     for name in info["waitingFor"]:
         _print(f"waiting for signal: {name}")
+    for buffered in info.get("buffered", []):
+        _print(f"buffered signal: {buffered['signal']} {short_json(buffered.get('payload'))}")
     for dead in info["deadLetters"]:
         _print(("dead letter", "red"), f": {dead['kind']} {dead['key']}: {dead['note']}")
     for child in info["children"]:
         _print(f"child run: {child}")
+    for failure in info.get("failures", []):
+        _print(
+            ("handler failed", "red"), f": {failure['key']} {failure['type']}: {failure['message']}"
+        )
+        if failure.get("traceback"):
+            out.print(Text(failure["traceback"].rstrip(), style="dim"))
+    if no_history:
+        return
+    _print(("history", "bold"))
+    for line in timeline(records):
+        out.print(line)
+    if report is not None and report.trajectory:
+        _print(("work effects", "bold"))
+        tables().print(work_report(report))
 
 
 @click.command()
 @run_id_argument
 @click.option("--start-index", default=0, show_default=True)
 @click.option("--follow", is_flag=True, help="Keep printing until the run settles.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the raw records as NDJSON envelopes (at in ms)."
+)
 @db_option
-def events(run_id: str, start_index: int, follow: bool, db: Path) -> None:
-    """The log records of RUN as NDJSON envelopes."""
+def events(run_id: str, start_index: int, follow: bool, as_json: bool, db: Path) -> None:
+    """The log records of RUN: a table, or NDJSON envelopes with --json."""
 
     async def body(host: LocalHost) -> None:
         async for record in host.events(run_id, start_index, follow):
-            sys.stdout.buffer.write(flowcore.encode_record(record))
-            sys.stdout.flush()
+            if as_json:
+                sys.stdout.buffer.write(flowcore.encode_record(record))
+                sys.stdout.flush()
+            else:
+                out.print(event_line(record))
 
     _run(db, body)
 
@@ -322,6 +581,35 @@ def answer(run_id: str, key: str, answer: str | None, data: str | None, db: Path
 
 @click.command()
 @run_id_argument
+@click.option("--tools", help="The tools module to use from now on (default: the run's own).")
+@click.option("--detach", is_flag=True, help="Only reopen the run; a worker runs it.")
+@db_option
+def resume(run_id: str, tools: str | None, detach: bool, db: Path) -> None:
+    """Retry the failed RUN from its failed step, with new handlers if --tools is given.
+
+    The run is rewound to just before the event that failed it (the records
+    from there on are archived, not lost), steps that succeeded keep their
+    results, and the failed work is dispatched again; then, unless --detach,
+    the run is processed to the end as `run` does. Refused, saying why, where
+    a rewind would not be faithful (specs/local.md §10).
+    """
+
+    async def body(host: LocalHost) -> dict[str, Any]:
+        await host.resume(run_id, tools)
+        if detach:
+            return {}
+        kept = (await host.run(run_id)).next_index
+        return await _follow(host, run_id, kept, out)
+
+    result = _run(db, body)
+    if detach:
+        _print(f"resumed {run_id}: a worker runs it")
+        return
+    _settled(result)
+
+
+@click.command()
+@run_id_argument
 @reason_option
 @db_option
 def cancel(run_id: str, reason: str, db: Path) -> None:
@@ -329,4 +617,4 @@ def cancel(run_id: str, reason: str, db: Path) -> None:
     _run(db, lambda host: host.cancel(run_id, reason))
 
 
-COMMANDS = [run, worker, runs, show, events, export, signal_, answer, cancel]
+COMMANDS = [run, resume, worker, runs, show, events, export, signal_, answer, cancel]

@@ -46,7 +46,9 @@ def _each(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
 
 spec_argument = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 run_id_argument = click.argument("run_id", callback=checked_name)
-json_option = click.option("--json", "as_json", is_flag=True)
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON on stdout instead (times in epoch ms)."
+)
 output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 reason_option = click.option("--reason", default="", help="Why (recorded in the log).")
 

@@ -39,7 +39,7 @@ from flowcore._replay import replay as replay_log
 
 from ._common import CliError, load_spec, read_bytes
 
-__all__ = ["replay", "report_to_json"]
+__all__ = ["replay", "report_to_json", "trajectory_table"]
 
 _SPEC_NAMES = ("flow.yaml", "flow.yml", "flow.json")
 
@@ -95,6 +95,25 @@ def _find_spec(log_path: str, data: bytes) -> Flow:
 # --- output ------------------------------------------------------------------------------
 
 
+def _from_database(db: Path, run_id: str) -> tuple[bytes, Flow]:
+    """Run ``run_id``'s log as bytes and its flow, as the local-host database ``db`` stores them."""
+    import asyncio
+
+    from flowcore_local import HostError, LocalHost, NotAFlowcoreDatabase
+
+    if not db.exists():
+        raise CliError(f"no database at {db}")
+
+    async def read() -> tuple[bytes, Flow]:
+        async with LocalHost(db) as host:
+            return await host.export(run_id), await host.flow(run_id)
+
+    try:
+        return asyncio.run(read())
+    except (HostError, NotAFlowcoreDatabase, OSError) as exc:
+        raise CliError(str(exc)) from None
+
+
 def _jsonable(value: Any) -> Any:
     """For values JSON has no type for (MessagePack bytes, say): their repr."""
     if isinstance(value, (bytes, bytearray)):
@@ -140,10 +159,11 @@ def _last_decision(data: bytes, last_index: int) -> tuple[int, str] | None:
     return found
 
 
-def _until_command(log_path: str, spec_path: str | None, until: int) -> str:
+def _until_command(log_path: str, spec_path: str | None, until: int, db: Path | None = None) -> str:
     """The command that replays the same log only up to ``until`` (a cut)."""
     spec = "" if spec_path is None else f" --spec {shlex.quote(spec_path)}"
-    return f"flowcore replay {shlex.quote(log_path)}{spec} --until {until}"
+    where = "" if db is None else f" --db {shlex.quote(str(db))}"
+    return f"flowcore replay {shlex.quote(log_path)}{where}{spec} --until {until}"
 
 
 def _usage(usage: Usage) -> dict[str, int]:
@@ -230,7 +250,8 @@ _STATUS_STYLE = {
 }
 
 
-def _table(report: ReplayReport) -> Table:
+def trajectory_table(report: ReplayReport) -> Table:
+    """The trajectory as a table: one row per effect, signal, cancel and rejected event."""
     table = Table(title=None, show_lines=False, header_style="bold", expand=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("kind", no_wrap=True)
@@ -268,7 +289,12 @@ def _table(report: ReplayReport) -> Table:
 
 
 def _print_report(
-    report: ReplayReport, log_path: str, data: bytes, spec_path: str | None, until: int | None
+    report: ReplayReport,
+    log_path: str,
+    data: bytes,
+    spec_path: str | None,
+    until: int | None,
+    db: Path | None = None,
 ) -> None:
     if isinstance(sys.stdout, io.TextIOWrapper):
         # Printing must not fail on a terminal that cannot show a character
@@ -296,7 +322,7 @@ def _print_report(
             "replaying against another version of the flow"
         )
     if report.trajectory:
-        out.print(_table(report))
+        out.print(trajectory_table(report))
     parts = [f"reported usage {report.usage.steps} steps, {report.usage.cost_minor_units} cost"]
     if report.usage_by_member:
         members = ", ".join(
@@ -376,12 +402,12 @@ def _print_report(
             "the log ends inside a decision, and the new spec derives effects the log does not "
             "hold: a new version that emits more there cannot take this run over (specs/log.md "
             "§5). If the log was cut, replay it as a cut, which lists them as unrecorded: "
-            f"{escape(_until_command(log_path, spec_path, report.last_index))}"
+            f"{escape(_until_command(log_path, spec_path, report.last_index, db))}"
         )
     elif index > report.first_index:
         out.print(
             "to replay only the records before the divergence: "
-            f"{escape(_until_command(log_path, spec_path, index - 1))}"
+            f"{escape(_until_command(log_path, spec_path, index - 1, db))}"
         )
 
 
@@ -400,17 +426,35 @@ def _print_report(
     help="Skip records of types this reader does not know (a newer writer's) instead of "
     "refusing the log.",
 )
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Replay run LOG straight from this local-host database (LOG is then a run id), "
+    "against the spec the database stores unless --spec is given.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 def replay(
-    log: str, spec_path: str | None, until: int | None, allow_unknown_types: bool, as_json: bool
+    log: str,
+    spec_path: str | None,
+    until: int | None,
+    allow_unknown_types: bool,
+    db: Path | None,
+    as_json: bool,
 ) -> int:
     """Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.
+
+    With --db, LOG is a run id in that database: its log and its stored spec
+    are read from there (no export needed).
 
     Prints the trajectory, or the first divergence. Exit 0 when the log
     replays, 1 on divergence, 2 on bad input (including a corrupt log).
     """
-    data = read_bytes(log, "log file")
-    flow = load_spec(spec_path) if spec_path is not None else _find_spec(log, data)
+    if db is not None:
+        data, stored = _from_database(db, log)
+        flow = load_spec(spec_path) if spec_path is not None else stored
+    else:
+        data = read_bytes(log, "log file")
+        flow = load_spec(spec_path) if spec_path is not None else _find_spec(log, data)
     try:
         report = replay_log(
             data,
@@ -424,5 +468,5 @@ def replay(
     if as_json:
         click.echo(json.dumps(report_to_json(report), ensure_ascii=False, default=_jsonable))
     else:
-        _print_report(report, log, data, spec_path, until)
+        _print_report(report, log, data, spec_path, until, db)
     return 0 if report.ok else 1

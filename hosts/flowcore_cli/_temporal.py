@@ -35,6 +35,7 @@ import flowcore
 from ._common import (
     CliError,
     answer_value,
+    budget_value,
     checked_name,
     internal_error,
     invoke,
@@ -278,12 +279,7 @@ def run(
     if input_ == "-" and budget == "-":
         raise CliError("--input and --budget cannot both read standard input (-)")
     data = json_value(input_, "--input")
-    caps = json_value(budget, "--budget")
-    if caps is not None and not (
-        isinstance(caps, dict)
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in caps.values())
-    ):
-        raise CliError('--budget must be a JSON object of integers, e.g. {"steps": 10}')
+    caps = budget_value(budget)
 
     async def body(host: TemporalHost) -> dict[str, Any]:
         rid = await host.start(

@@ -8,46 +8,129 @@ Every command returns its exit code: 0 success, 1 a finding (a replay that
 diverges), 2 bad input. ``run`` checks the command line (UTF-8 only) and runs
 click without its standalone mode so that every error path ends the same way:
 one bounded line on stderr starting with ``flowcore:``, exit 2, never a
-traceback (``_common.invoke``).
+traceback (``_errors.invoke``).
+
+A command's module is imported only when that command runs: ``flowcore
+--help`` and ``--version`` load neither the interpreter nor a host. The group's
+help lists each command with the short help written in ``COMMANDS`` below;
+tests/test_cli.py checks it is the command's own.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from typing import Final
 
 import click
 
-from ._common import invoke
-from ._graph import graph
-from ._local import COMMANDS as LOCAL_COMMANDS
-from ._replay import replay
-from ._temporal import GROUP as TEMPORAL_GROUP
-from ._validate import validate
+from ._errors import invoke
+
+__all__ = ["COMMANDS", "cli", "main", "run"]
+
+COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
+    # name: (module, attribute, short help: the first sentence of the command's help)
+    "validate": (
+        "_validate",
+        "validate",
+        "Check flow specs; print every problem as FILE:LINE:COLUMN: MESSAGE.",
+    ),
+    "graph": (
+        "_graph",
+        "graph",
+        "Print a diagram of the flow in SPEC: steps, branches, loops, catch and "
+        "compensation edges.",
+    ),
+    "replay": (
+        "_replay",
+        "replay",
+        "Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.",
+    ),
+    "run": ("_local", "run", "Start a run of SPEC and process it to the end, showing progress."),
+    "resume": (
+        "_local",
+        "resume",
+        "Retry the failed RUN from its failed step, with new handlers if --tools is given.",
+    ),
+    "worker": ("_local", "worker", "Resume and process every run in the database until stopped."),
+    "runs": ("_local", "runs", "List the runs in the database, oldest first, a page at a time."),
+    "show": (
+        "_local",
+        "show",
+        "Show RUN: its state now, a timeline of what happened, and every work effect.",
+    ),
+    "events": (
+        "_local",
+        "events",
+        "The log records of RUN: a table, or NDJSON envelopes with --json.",
+    ),
+    "export": ("_local", "export", "Write RUN's log (what `flowcore replay` reads)."),
+    "signal": (
+        "_local",
+        "signal_",
+        "Send signal NAME to RUN (buffered if the run does not wait for it yet).",
+    ),
+    "answer": (
+        "_local",
+        "answer",
+        "Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON).",
+    ),
+    "cancel": ("_local", "cancel", "Cancel RUN: pending work is abandoned, compensations run."),
+    # `flowcore temporal ...`; temporalio is imported only when one of them runs.
+    "temporal": (
+        "_temporal",
+        "GROUP",
+        "Run flows on a Temporal cluster (needs the temporal extra).",
+    ),
+}
+
+
+class _Lazy(click.Group):
+    """A group whose commands are imported when one of them is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = COMMANDS.get(cmd_name)
+        if found is None:
+            return None
+        module, attribute, _ = found
+        command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, _, short) in COMMANDS.items()])
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("flowcore")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="flowcore", message="%(prog)s %(version)s")
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"flowcore {_version()}")
+        ctx.exit()
+
+
+@click.group(cls=_Lazy, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """flowcore: a durable workflow interpreter."""
-
-
-cli.add_command(validate)
-cli.add_command(graph)
-cli.add_command(replay)
-# The local host's commands: run, worker, runs, show, events, export, signal,
-# answer, cancel.
-for _command in LOCAL_COMMANDS:
-    cli.add_command(_command)
-# `flowcore temporal ...`; temporalio is imported only when one of them runs.
-cli.add_command(TEMPORAL_GROUP)
 
 
 def run(args: list[str] | None = None) -> int:

@@ -14,6 +14,14 @@ message, retryable=...)`` fails the effect with that error type; any other
 exception fails it with the exception's class name as the type.
 
 The same module works on every host (local, Temporal).
+
+``load_registry`` imports a module by dotted name or from a ``.py`` path
+(``tools_module_name`` says which, and makes a path absolute so that it
+resolves the same from any working directory); ``missing_handlers`` lists
+the handlers a flow needs that a registry lacks, so a host can refuse a run
+before its first dispatch; ``run_handler`` runs one handler and also hands
+back the exception it raised, so a host can keep its traceback
+(``format_traceback``) beside the run, off the wire.
 """
 
 from __future__ import annotations
@@ -21,12 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +54,7 @@ from flowcore import (
 )
 
 __all__ = [
+    "MAX_TRACEBACK_BYTES",
     "Handler",
     "HandlerError",
     "RegistryError",
@@ -51,10 +62,15 @@ __all__ = [
     "Registry",
     "Result",
     "call_handler",
+    "format_traceback",
     "load_registry",
+    "missing_handlers",
+    "needed_handlers",
     "outcome_event",
     "registry_from_module",
+    "run_handler",
     "safe_text",
+    "tools_module_name",
 ]
 
 Handler = Callable[[Any], Any]
@@ -80,7 +96,16 @@ class HandlerError(Exception):
 
 
 class RegistryError(ValueError):
-    """The tools module cannot be loaded or is not shaped like one."""
+    """The tools module cannot be loaded or is not shaped like one.
+
+    ``module`` is the tools module's name as given; ``detail`` the formatted
+    traceback of the import that failed, when one did.
+    """
+
+    def __init__(self, message: str, module: str = "", detail: str | None = None) -> None:
+        super().__init__(message)
+        self.module = module
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -88,7 +113,7 @@ class Registry:
     tools: Mapping[str, Handler] = field(default_factory=dict)
     agents: Mapping[str, Handler] = field(default_factory=dict)
     teams: Mapping[str, Handler] = field(default_factory=dict)
-    module: str = ""
+    module: str = ""  # the tools module's name as loaded ("" when there is none)
 
     def handler_for(self, effect: WorkEffect) -> Handler | None:
         if isinstance(effect, CallTool):
@@ -98,20 +123,40 @@ class Registry:
         return self.teams.get(effect.team_id)
 
 
-def registry_from_module(module: Any) -> Registry:
+def registry_from_module(module: Any, name: str | None = None) -> Registry:
+    """The handlers of a tools module; ``name`` is how it was loaded (default ``__name__``)."""
     found: dict[str, dict[str, Handler]] = {}
     for attr in ("TOOLS", "AGENTS", "TEAMS"):
         table = getattr(module, attr, {})
         if not isinstance(table, Mapping) or not all(
             isinstance(k, str) and callable(v) for k, v in table.items()
         ):
+            label = name or getattr(module, "__name__", module)
             raise RegistryError(
-                f"{getattr(module, '__name__', module)}.{attr} must map names to callables"
+                f"tools module {label!r}: {attr} must map names to callables", str(label)
             )
         found[attr] = dict(table)
-    return Registry(
-        found["TOOLS"], found["AGENTS"], found["TEAMS"], getattr(module, "__name__", "")
-    )
+    label = name or getattr(module, "__name__", "")
+    return Registry(found["TOOLS"], found["AGENTS"], found["TEAMS"], str(label))
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith(".py") or "/" in name or os.sep in name
+
+
+def tools_module_name(name: str | None) -> str | None:
+    """A tools module's name as a run should store it.
+
+    A ``.py`` path (anything ending in ``.py`` or holding a path separator)
+    becomes absolute, so that a worker started in another directory loads
+    the same file; a dotted module name stays as it is. ``None`` and ``""``
+    give ``None`` (no tools module).
+    """
+    if not name:
+        return None
+    if _is_path(name):
+        return str(Path(name).expanduser().resolve())
+    return name
 
 
 def load_registry(name: str | None) -> Registry:
@@ -122,9 +167,12 @@ def load_registry(name: str | None) -> Registry:
     if not name:
         return Registry()
     try:
-        if name.endswith(".py") or "/" in name:
-            path = Path(name).resolve()
-            module_name = f"flowcore_tools_{path.stem}"
+        if _is_path(name):
+            path = Path(name).expanduser().resolve()
+            # One module per file: two tools files with the same name in
+            # different directories must not share an entry in sys.modules.
+            digest = hashlib.sha256(str(path).encode("utf-8", "surrogateescape")).hexdigest()
+            module_name = f"flowcore_tools_{path.stem}_{digest[:12]}"
             spec = importlib.util.spec_from_file_location(module_name, path)
             if spec is None or spec.loader is None:
                 raise ImportError(f"no Python module at {path}")
@@ -142,8 +190,85 @@ def load_registry(name: str | None) -> Registry:
                 sys.path.insert(0, os.getcwd())
             module = importlib.import_module(name)
     except Exception as exc:  # an import can fail in any way; say which module
-        raise RegistryError(f"cannot import tools module {name!r}: {exc}") from None
-    return registry_from_module(module)
+        why = safe_text(f"{type(exc).__name__}: {exc}", 1000)
+        raise RegistryError(
+            f"cannot import tools module {name!r}: {why}", name, format_traceback(exc)
+        ) from None
+    return registry_from_module(module, name)
+
+
+MAX_TRACEBACK_BYTES = 64 * 1024
+"""A stored traceback keeps at most its last this many bytes (UTF-8)."""
+
+
+def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_BYTES) -> str:
+    """``exc``'s formatted traceback as storable text: its last ``limit`` bytes.
+
+    The end is what is kept: the innermost frames and the exception's line.
+    Lone surrogates are escaped, as in ``safe_text``.
+    """
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # a hostile __str__ may raise while formatting
+        text = f"{type(exc).__name__}: <unprintable>\n"
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= limit:
+        return data.decode("utf-8")
+    cut = data[len(data) - limit :].decode("utf-8", "ignore")  # a character cut in two goes
+    return f"… ({len(data):,} bytes; the last {limit:,} are kept)\n{cut}"
+
+
+def needed_handlers(flow: flowcore.Flow) -> dict[str, set[str]]:
+    """The handlers ``flow`` can call, by table: ``{"tools", "agents", "teams"}``.
+
+    Tools of ``call_tool`` and ``schedule`` steps, agents of ``run_agent``
+    steps and of the members of declared teams, and teams the flow does not
+    declare (the host's ``TEAMS``). Subflows are not followed: they are
+    flows of their own.
+    """
+    from flowcore._spec import CallToolStep, RunAgentStep, RunTeamStep, ScheduleStep
+
+    needed: dict[str, set[str]] = {"tools": set(), "agents": set(), "teams": set()}
+    for step in flow.by_id.values():
+        body = step.body
+        if isinstance(body, (CallToolStep, ScheduleStep)):
+            needed["tools"].add(body.tool)
+        elif isinstance(body, RunAgentStep):
+            needed["agents"].add(body.agent)
+        elif isinstance(body, RunTeamStep):
+            team = flow.teams.get(body.team)
+            if team is None:
+                needed["teams"].add(body.team)
+            else:
+                needed["agents"].update(member.agent for member in team.members)
+    return needed
+
+
+_SINGULAR = {"tools": "tool", "agents": "agent", "teams": "team"}
+
+
+def missing_handlers(registry: Registry, flows: Iterable[flowcore.Flow]) -> list[str]:
+    """What ``flows`` call that ``registry`` has no handler for, e.g. ``"tool 'lookup'"``.
+
+    Each name once, in a fixed order (tools, agents, teams; by name), with
+    the flow that needs it when several flows are checked.
+    """
+    flows = list(flows)
+    found: dict[tuple[str, str], list[str]] = {}
+    for flow in flows:
+        for table, names in needed_handlers(flow).items():
+            have: Mapping[str, Handler] = getattr(registry, table)
+            for name in names:
+                if name not in have:
+                    found.setdefault((table, name), []).append(flow.id)
+    order = {"tools": 0, "agents": 1, "teams": 2}
+    out = []
+    for (table, name), where in sorted(found.items(), key=lambda i: (order[i[0][0]], i[0][1])):
+        label = f"{_SINGULAR[table]} {name!r}"
+        if len(flows) > 1:
+            label += f" (flow {', '.join(dict.fromkeys(where))})"
+        out.append(label)
+    return out
 
 
 MAX_MESSAGE_CHARS = 4096
@@ -199,16 +324,19 @@ def outcome_event(
     return flowcore.result_event(key, output, usage, at_ms=at_ms)
 
 
-async def call_handler(
+async def run_handler(
     registry: Registry,
     effect: WorkEffect,
     now_ms: Callable[[], int],
     executor: Executor | None = None,
-) -> EffectSucceeded | EffectFailed:
-    """Run the effect's handler and report how it went.
+) -> tuple[EffectSucceeded | EffectFailed, BaseException | None]:
+    """Run the effect's handler: the event that reports it, and the exception it raised.
 
-    A sync handler runs in a thread of ``executor`` (the loop's default one
-    when None, which holds only a few threads); an async one on the loop.
+    The exception (None when the handler returned, or has no handler) is for
+    the host's own records, its traceback with it (``format_traceback``); the
+    event carries only its type and message. A sync handler runs in a thread
+    of ``executor`` (the loop's default one when None, which holds only a few
+    threads); an ``async`` one on the loop.
     """
     handler = registry.handler_for(effect)
     if handler is None:
@@ -218,8 +346,11 @@ async def call_handler(
             or getattr(effect, "agent_id", None)
             or getattr(effect, "team_id", "")
         )
-        error = HandlerError("no-handler", f"no handler for {what} {name!r} in the tools module")
-        return outcome_event(effect, None, error, now_ms())
+        where = (
+            f"in tools module {registry.module!r}" if registry.module else "(no tools module given)"
+        )
+        error = HandlerError("no-handler", f"no handler for {what} {name!r} {where}")
+        return outcome_event(effect, None, error, now_ms()), None
     try:
         if inspect.iscoroutinefunction(handler):
             outcome = await handler(effect)
@@ -232,5 +363,16 @@ async def call_handler(
             if inspect.isawaitable(outcome):
                 outcome = await outcome
     except Exception as exc:  # every handler failure becomes effect-failed
-        return outcome_event(effect, None, exc, now_ms())
-    return outcome_event(effect, outcome, None, now_ms())
+        return outcome_event(effect, None, exc, now_ms()), exc
+    return outcome_event(effect, outcome, None, now_ms()), None
+
+
+async def call_handler(
+    registry: Registry,
+    effect: WorkEffect,
+    now_ms: Callable[[], int],
+    executor: Executor | None = None,
+) -> EffectSucceeded | EffectFailed:
+    """Run the effect's handler and report how it went (``run_handler`` without the exception)."""
+    event, _ = await run_handler(registry, effect, now_ms, executor)
+    return event

@@ -113,6 +113,39 @@ MIGRATIONS: list[list[str]] = [
             heartbeat_ms INTEGER NOT NULL
         )""",
     ],
+    # 2: handler failures with their tracebacks; resumed runs and the log
+    # records a resume moved out of the live log
+    [
+        """CREATE TABLE failures (
+            run_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            type TEXT NOT NULL,
+            message TEXT NOT NULL,
+            traceback TEXT,
+            at_ms INTEGER NOT NULL,
+            PRIMARY KEY (run_id, key)
+        )""",
+        """CREATE TABLE resumes (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            at_ms INTEGER NOT NULL,
+            from_index INTEGER NOT NULL,
+            key TEXT NOT NULL,
+            error TEXT,
+            tools_before TEXT,
+            tools_after TEXT,
+            PRIMARY KEY (run_id, n)
+        )""",
+        """CREATE TABLE log_archive (
+            run_id TEXT NOT NULL,
+            resume INTEGER NOT NULL,
+            idx INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, resume, idx)
+        ) WITHOUT ROWID""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

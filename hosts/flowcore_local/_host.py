@@ -12,9 +12,19 @@ Crash safety rests on the order of writes: an effect is recorded as
 dispatched to this worker in the same transaction that created it, before its
 handler starts; its result and everything that follows from it is one later
 transaction. After a crash, work whose worker is gone is recovered: readonly
-and idempotent effects run again with the same key, uncertain ones are
-reported as ``effect-outcome-unknown``, and an effect dispatched too many
-times goes to the dead letters and fails its step.
+and idempotent effects run again with the same key (the claim that runs them
+again logs ``effect.redispatched``), uncertain ones are reported as
+``effect-outcome-unknown``, and an effect dispatched too many times goes to
+the dead letters and fails its step.
+
+Before a run exists, ``start`` checks it: the handlers every flow it can
+start needs must be in its tools module (unless the handlers were given as a
+``registry``, or the module cannot be imported here: the worker then fails
+the run saying so), and a rerun with the same id must have the same options.
+A handler's exception keeps its traceback in the ``failures`` table, off the
+wire. ``resume`` rewinds a failed run to just before the event that failed
+it (``_resume`` says when that is faithful) and dispatches the work pending
+there again.
 
 All database access happens on the event loop's thread (see ``_db``).
 """
@@ -44,17 +54,23 @@ from flowcore import (
     SignalReceived,
     TimerFired,
 )
+from flowcore._spec import MAX_AMOUNT, MAX_MS
 from flowcore_handlers import (
     HandlerError,
     Registry,
     RegistryError,
-    call_handler,
+    format_traceback,
     load_registry,
+    missing_handlers,
     outcome_event,
+    run_handler,
     safe_text,
+    tools_module_name,
 )
 
 from ._db import connect, default_db_path
+from ._flows import declared_signals, reachable_flows
+from ._resume import Rewind, plan_rewind
 from ._store import Applied, Claimed, HostError, RunRow, Store
 
 __all__ = ["LocalHost"]
@@ -66,6 +82,37 @@ SAFE = ("readonly", "idempotent")
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _checked_budget(budget: Any) -> flowcore.Budget | None:
+    """``budget`` as ``start`` takes it, or a HostError naming the bad limit."""
+    if budget is None:
+        return None
+    if not isinstance(budget, flowcore.Budget):
+        raise HostError(f"budget must be a flowcore.Budget or None, not {type(budget).__name__}")
+    for attr, limit in (
+        ("steps", MAX_AMOUNT),
+        ("cost_minor_units", MAX_AMOUNT),
+        ("wall_clock_ms", MAX_MS),
+    ):
+        value = getattr(budget, attr)
+        if value is not None and (type(value) is not int or not 0 <= value <= limit):
+            raise HostError(
+                f"budget.{attr} must be an integer from 0 to {limit:,} or None,"
+                f" not {safe_text(repr(value), 60)}"
+            )
+    return budget
+
+
+def _relative(key: str, run_id: str) -> str:
+    """A key as the run names it (``decide#1`` for ``r-1/decide#1``), read with ``parse_key``."""
+    try:
+        info = flowcore.parse_key(key, run_id)
+    except ValueError:
+        return key
+    if info.attempt is None or info.role is not flowcore.KeyRole.EFFECT:
+        return key
+    return f"{info.path}#{info.attempt}"
 
 
 def _spec_text(path: Path) -> str:
@@ -91,7 +138,7 @@ class LocalHost:
         registry: Registry | None = None,
     ) -> None:
         self.db_path = Path(db) if db is not None else default_db_path()
-        self.tools = tools
+        self.tools = tools_module_name(tools)
         self.durable = durable
         self.concurrency = concurrency
         self.lease_ms = lease_ms
@@ -101,8 +148,16 @@ class LocalHost:
         self._threads: ThreadPoolExecutor | None = None
         self._store: Store | None = None
         self._registries: dict[str | None, Registry] = {}
+        # Handlers the caller supplied as objects (``registry``): taken as given,
+        # not checked against flows before a start (scripted handlers, say).
+        self._supplied: set[str | None] = set()
         if registry is not None:
-            self._registries[tools] = registry
+            self._registries[self.tools] = registry
+            self._supplied.add(self.tools)
+        self._warned: set[str | None] = set()  # tools modules a worker failed to load, said once
+        # Handler failures waiting for their event's commit: (run, key) -> traceback.
+        self._failures: dict[tuple[str, str], str | None] = {}
+        self._on_settled: Callable[[RunRow], Any] | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._firing: set[tuple[str, str]] = set()
         self._queue: list[tuple[str, Event, asyncio.Future[Applied]]] = []
@@ -185,11 +240,20 @@ class LocalHost:
         *,
         tools: str | None = None,
         flows: Iterable[str | Path] = (),
+        budget: flowcore.Budget | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text). Idempotent by ``run_id``.
 
         ``flows`` are more spec files (or directories of them) that subflows may
-        name. Returns the run id.
+        name; ``tools`` the run's tools module (default: the host's; a ``.py``
+        path is stored absolute); ``budget`` caps the run below its spec's.
+        Returns the run id.
+
+        Refused with ``HostError`` before anything is written: a run whose flow,
+        or a subflow it can start that the host has, calls a tool, agent or
+        team its tools module has no handler for; and a run id that exists with
+        another input, spec, tools module or budget (a ``tools`` or ``budget``
+        of None is not compared). The same options again change nothing.
         """
         texts: list[tuple[str, str, bool]] = []  # (text, source, came from a directory)
         if isinstance(spec, Path):
@@ -206,7 +270,9 @@ class LocalHost:
                         continue  # a directory may hold files that are not flows
             else:
                 texts.append((_spec_text(path), str(path), False))
-        tools = tools or self.tools
+        tools = tools_module_name(tools) or self.tools
+        budget = _checked_budget(budget)
+        registry = self._checkable(tools)
         now = self.now()
 
         def starting() -> Applied:
@@ -221,13 +287,101 @@ class LocalHost:
                             continue  # a directory may hold files that are not flows
                         raise
                 rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
-                _, applied = store.start_run(flow, input, rid, now, tools)
+                if registry is not None and store.existing(rid) is None:
+                    missing = missing_handlers(registry, reachable_flows(store, flow))
+                    if missing:  # raised inside the transaction: nothing stays written
+                        raise HostError(f"cannot start run {rid!r}: {self._lacks(tools, missing)}")
+                _, applied = store.start_run(flow, input, rid, now, tools, budget=budget)
                 applied.run_id = rid
                 return applied
 
         applied = await self._db(starting)
         self._after([applied])
         return applied.run_id
+
+    def _checkable(self, tools: str | None) -> Registry | None:
+        """The handlers to check a run against, or None when they are not checked.
+
+        Not checked: handlers supplied as a ``registry`` object, and a tools
+        module this process cannot import (the worker that runs the effects
+        may have another ``sys.path``; if it cannot import it either, it fails
+        the run naming the module and why).
+        """
+        if tools in self._supplied:
+            return None
+        try:
+            return self._registry(tools)
+        except RegistryError:
+            return None
+
+    @staticmethod
+    def _lacks(tools: str | None, missing: list[str]) -> str:
+        names = ", ".join(missing)
+        if tools is None:
+            return f"it calls {names}, and no tools module was given"
+        return f"tools module {tools!r} has no handler for {names}"
+
+    async def resume(self, run_id: str, tools: str | None = None) -> None:
+        """Retry a failed run from its failed step (as DBOS ``workflow resume`` does).
+
+        The run is rewound to just before the event that failed it: its state
+        is rebuilt by replaying its log up to there, the records from that
+        event on move to the ``log_archive`` table, the run is ``running``
+        again, and the work pending at that point is dispatched again (a
+        worker runs it) with ``tools`` as the run's tools module when given.
+        Steps that succeeded keep their results and are not run again; a
+        failed child run that failed the run is resumed with it. Refused with
+        ``HostError`` saying why where a rewind would not be faithful (see
+        ``flowcore_local._resume``), and when the tools module lacks a handler
+        the run needs or cannot be imported.
+        """
+        name = tools_module_name(tools)
+        now = self.now()
+        row = await self.run(run_id)
+        use = name or row.tools
+        if use not in self._supplied:
+            try:
+                self._registry(use)  # imported before the transaction, not while it holds the lock
+            except RegistryError as exc:
+                raise HostError(f"cannot resume run {run_id!r}: {exc}") from None
+
+        def resuming() -> list[Applied]:
+            store = self.store
+            with store.tx():
+                chain: list[Rewind] = []
+                plan: Rewind | None = plan_rewind(store, run_id, now)
+                while plan is not None:
+                    chain.append(plan)
+                    plan = plan.child
+                for rewind in chain:
+                    self._check_resumed(store, rewind, name or rewind.tools)
+                return [
+                    store.rewind(
+                        rewind.run_id,
+                        rewind.flow,
+                        rewind.records,
+                        rewind.cut,
+                        rewind.pending,
+                        now,
+                        name or rewind.tools,
+                        rewind.key,
+                        rewind.child is not None,
+                    )
+                    for rewind in chain
+                ]
+
+        self._after(await self._db(resuming))
+
+    def _check_resumed(self, store: Store, rewind: Rewind, tools: str | None) -> None:
+        if tools in self._supplied:
+            return
+        try:
+            registry = self._registry(tools)
+        except RegistryError as exc:
+            raise HostError(f"cannot resume run {rewind.run_id!r}: {exc}") from None
+        missing = missing_handlers(registry, reachable_flows(store, rewind.flow))
+        if missing:
+            raise HostError(f"cannot resume run {rewind.run_id!r}: {self._lacks(tools, missing)}")
 
     async def _apply_now(self, run_id: str, event: Event) -> Applied:
         def applying() -> list[Applied]:
@@ -244,14 +398,77 @@ class LocalHost:
         return applied[0]
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send the run a signal (buffered if it does not wait for it yet).
+
+        A name no ``await_signal`` step of the run's flow, or of a subflow it
+        can start, waits for is refused, listing the names that are.
+        """
+
+        def declared() -> set[str]:
+            store = self.store
+            row = store.run_row(run_id)
+            return declared_signals(reachable_flows(store, store.flow_by_hash(row.spec_hash)))
+
+        names = await self._db(declared)
+        if name not in names:
+            listed = ", ".join(repr(n) for n in sorted(names))
+            raise HostError(
+                f"run {run_id!r} never waits for signal {safe_text(repr(name), 200)}: "
+                + (f"its flow and subflows declare {listed}" if names else "it declares no signals")
+            )
         await self._apply_now(
             run_id, SignalReceived(signal=name, payload=payload, at_ms=self.now())
         )
 
     async def answer(self, run_id: str, key: str, answer: Any) -> None:
-        await self._apply_now(
-            run_id, HumanAnswered(idempotency_key=key, answer=answer, at_ms=self.now())
-        )
+        """Answer an open question of the run.
+
+        ``key`` is the question's key (``r-1/decide#1``), the key relative to
+        the run (``decide#1``), or a step id (``decide``) with exactly one open
+        question. A key that is no open question goes to the interpreter as it
+        is (a late answer is recorded); when it refuses it, the ``HostError``
+        lists the open questions' keys.
+        """
+
+        def resolving() -> tuple[str | None, list[str]]:
+            store = self.store
+            store.run_row(run_id)
+            questions = flowcore.waiting_for(store.state(run_id)).questions
+            keys = [q.key for q in questions]
+            relative = [_relative(k, run_id) for k in keys]
+            if key in keys:
+                return key, relative
+            if key in relative:
+                return keys[relative.index(key)], relative
+            of_step = [q.key for q in questions if q.step == key]
+            if len(of_step) > 1:
+                listed = ", ".join(_relative(k, run_id) for k in of_step)
+                raise HostError(
+                    f"step {key!r} of run {run_id!r} has {len(of_step)} open questions"
+                    f" ({listed}): give the key of the one to answer"
+                )
+            return (of_step[0] if of_step else None), relative
+
+        found, open_keys = await self._db(resolving)
+        if found is not None:
+            event = HumanAnswered(idempotency_key=found, answer=answer, at_ms=self.now())
+            await self._apply_now(run_id, event)
+            return
+        try:
+            flowcore.parse_key(key, run_id)
+            target = key
+        except ValueError:
+            target = f"{run_id}/{key}"  # maybe a relative key of a question answered already
+            try:
+                flowcore.parse_key(target, run_id)
+            except ValueError:
+                target = key
+        try:
+            event = HumanAnswered(idempotency_key=target, answer=answer, at_ms=self.now())
+            await self._apply_now(run_id, event)
+        except HostError as exc:
+            listed = ", ".join(open_keys) if open_keys else "none"
+            raise HostError(f"{exc} (open questions of run {run_id!r}: {listed})") from None
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
         await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
@@ -265,9 +482,19 @@ class LocalHost:
     async def children(self, run_id: str) -> list[str]:
         return await self._db(self.store.children, run_id)
 
+    async def flow(self, run_id: str) -> flowcore.Flow:
+        """The flow the run was started with, as the database stores its spec."""
+        row = await self.run(run_id)
+        return await self._db(self.store.flow_by_hash, row.spec_hash)
+
     async def records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
         await self.run(run_id)
         return await self._db(self.store.log_records, run_id, start)
+
+    async def archived(self, run_id: str) -> list[tuple[int, flowcore.Record]]:
+        """The log records resumes moved out of the run's live log: (resume number, record)."""
+        await self.run(run_id)
+        return await self._db(self.store.archived, run_id)
 
     async def export(self, run_id: str) -> bytes:
         return flowcore.encode_records(await self.records(run_id))
@@ -301,7 +528,8 @@ class LocalHost:
             await asyncio.sleep(self.poll_ms / 1000)
 
     async def show(self, run_id: str) -> dict[str, Any]:
-        """Status, pending effects and questions, budget used and left, dead letters."""
+        """Status, pending effects and questions, budget used and left, dead letters,
+        buffered signals, handler failures (with tracebacks) and resumes."""
 
         def showing() -> dict[str, Any]:
             store = self.store
@@ -334,7 +562,15 @@ class LocalHost:
                     for q in (questions[o["key"]] for o in outbox if o["key"] in questions)
                 ],
                 "waitingFor": [signals[o["key"]] for o in outbox if o["key"] in signals],
+                "buffered": [
+                    {"signal": name, "payload": payload}
+                    for name, payloads in view.buffered.items()
+                    for payload in payloads
+                ],
                 "deadLetters": store.dead_letters(run_id),
+                "failures": store.failures(run_id),
+                "resumes": store.resumes(run_id),
+                "tools": row.tools,
                 "children": store.children(run_id),
             }
 
@@ -346,11 +582,26 @@ class LocalHost:
         self,
         stop: asyncio.Event | None = None,
         until_settled: str | None = None,
+        *,
+        only: str | None = None,
+        on_settled: Callable[[RunRow], Any] | None = None,
     ) -> None:
-        """Process every run in the database until ``stop`` is set (or the run settles)."""
+        """Process every run in the database until ``stop`` is set (or the run settles).
+
+        ``only``: work on that run and its child runs alone (their work,
+        timers, subflows and recovery); other runs are left for other workers.
+        ``on_settled`` is called, on the event loop, with the ``RunRow`` of
+        every run this host settles while it works (a failed one included),
+        right after the commit that settled it; what it raises is logged and
+        does not stop the worker.
+        """
         stop = stop or asyncio.Event()
         assert self._wake is not None
+        if only is not None:
+            await self.run(only)  # an unknown run id is refused, not worked on for ever
         await self._db(self._register_worker)
+        self.store.only = only
+        self._on_settled = on_settled
         self.store.dispatching = True
         self._writer = asyncio.create_task(self._write_loop())
         self._heart = asyncio.create_task(self._heartbeat())
@@ -379,6 +630,8 @@ class LocalHost:
         finally:
             await self._drain()
             self.store.dispatching = False
+            self.store.only = None
+            self._on_settled = None
 
     async def _drain(self) -> None:
         """Let running handlers finish and their results commit."""
@@ -450,7 +703,7 @@ class LocalHost:
             out: list[Applied] = []
             with store.tx():
                 dead = self._dead_workers()
-                for run_id, key, exec_class, dispatches, kind in store.expired(now, dead):
+                for run_id, key, exec_class, dispatches, kind, owner in store.expired(now, dead):
                     if (run_id, key) in self._running:
                         continue
                     if dispatches > self.max_recoveries:
@@ -473,7 +726,7 @@ class LocalHost:
                         store.dead_letter(run_id, key, kind, dispatches, error.message, now)
                         store.close(run_id, key)
                     elif exec_class in SAFE:
-                        store.requeue(run_id, key)
+                        store.requeue(run_id, key, owner)  # its claim logs effect.redispatched
                     else:
                         with store.savepoint():
                             event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
@@ -481,7 +734,9 @@ class LocalHost:
                         store.close(run_id, key)
                     out.extend(store.take_extra())
                 marks = ",".join("?" * len(dead))
-                if dead:
+                # A worker limited to one run (``only``) leaves the dead workers
+                # registered: their other work is for the workers of every run.
+                if dead and store.only is None:
                     store.conn.execute(f"DELETE FROM workers WHERE worker_id IN ({marks})", dead)
             return out
 
@@ -571,6 +826,8 @@ class LocalHost:
         for item in applied:
             for claimed in item.claimed:
                 self._spawn(claimed)
+            if item.plan.settled is not None and self._on_settled is not None:
+                self._tell_settled(item.run_id)
             # Work this worker claimed is already running; the main loop only
             # needs waking for what it handles: timers, subflows, settlement.
             plan = item.plan
@@ -578,6 +835,19 @@ class LocalHost:
             wake = wake or not item.claimed or bool(handles)
         if wake and self._wake is not None:
             self._wake.set()
+
+    def _tell_settled(self, run_id: str) -> None:
+        callback = self._on_settled
+        assert callback is not None
+        try:
+            callback(self.store.run_row(run_id))
+        except Exception as exc:  # the caller's code: say so, keep working
+            log.warning(
+                "flowcore: on_settled raised for run %s: %s: %s",
+                run_id,
+                type(exc).__name__,
+                safe_text(exc, 200),
+            )
 
     def _spawn(self, claimed: Claimed) -> None:
         ident = (claimed.run_id, claimed.key)
@@ -587,15 +857,22 @@ class LocalHost:
 
     async def _execute(self, claimed: Claimed) -> None:
         assert self._sem is not None
+        ident = (claimed.run_id, claimed.key)
         try:
             async with self._sem:
                 try:
                     registry = self._registry(claimed.tools)
                 except RegistryError as exc:  # the step fails now, not after a lease expires
+                    self._cannot_load(claimed, exc)
                     error = HandlerError("tools-module-error", str(exc))
                     event: Event = outcome_event(claimed.effect, None, error, self.now())
+                    self._failures[ident] = exc.detail
                 else:
-                    event = await call_handler(registry, claimed.effect, self.now, self._threads)
+                    event, raised = await run_handler(
+                        registry, claimed.effect, self.now, self._threads
+                    )
+                    if isinstance(event, EffectFailed):
+                        self._failures[ident] = None if raised is None else format_traceback(raised)
             await self._submit(claimed.run_id, event)
         except Exception as exc:
             # The group commit itself failed (the database, not this event):
@@ -609,7 +886,20 @@ class LocalHost:
                 safe_text(exc, 200),
             )
         finally:
-            self._running.pop((claimed.run_id, claimed.key), None)
+            self._running.pop(ident, None)
+            self._failures.pop(ident, None)
+
+    def _cannot_load(self, claimed: Claimed, exc: RegistryError) -> None:
+        """Say once per tools module that this worker cannot load it (the runs fail with why)."""
+        name = claimed.tools or self.tools
+        if name not in self._warned:
+            self._warned.add(name)
+            log.warning(
+                "flowcore: runs using tools module %r fail (first: %s): %s",
+                name,
+                claimed.run_id,
+                safe_text(exc, 500),
+            )
 
     def _submit(self, run_id: str, event: Event) -> asyncio.Future[Applied]:
         loop = asyncio.get_running_loop()
@@ -682,6 +972,10 @@ class LocalHost:
         applied = self.store.apply(run_id, event, now)
         if applied.rejected is not None:
             return self._rejected(run_id, event, applied.rejected)
+        if isinstance(event, EffectFailed) and (run_id, event.idempotency_key) in self._failures:
+            # In the event's transaction: the failure is kept exactly when it is applied.
+            traceback = self._failures[(run_id, event.idempotency_key)]
+            self.store.record_failure(run_id, event.idempotency_key, event.error, traceback, now)
         return applied, self.store.take_extra()
 
     def _rejected(self, run_id: str, event: Event, why: str) -> tuple[Applied, list[Applied]]:

@@ -12,6 +12,12 @@ commit leaves nothing behind; after it, everything.
 A run's state is cached in memory between events (keyed by the index of its
 next log record, so a write by another process is noticed and the state
 reloaded).
+
+Besides events, two things write a run's rows here: a claim of work that was
+recovered from a lost worker appends an ``effect.redispatched`` record in the
+claiming transaction (``claim_ready_work``), and a resume rewinds a failed run
+to just before the event that failed it (``rewind``; ``_resume`` decides
+whether and where).
 """
 
 from __future__ import annotations
@@ -46,10 +52,16 @@ from flowcore import (
     Usage,
     persist,
 )
+from flowcore_handlers import tools_module_name
 
-__all__ = ["Applied", "Claimed", "HostError", "RunRow", "Store"]
+__all__ = ["Applied", "Claimed", "HostError", "RunRow", "Store", "budget_json"]
 
 WORK = ("call-tool", "run-agent", "run-team")
+# The run ``?`` and every run below it (its child runs, theirs, ...).
+_TREE = (
+    "IN (WITH RECURSIVE tree(id) AS (SELECT ? UNION ALL SELECT r.run_id FROM runs r"
+    " JOIN tree ON r.parent_run = tree.id) SELECT id FROM tree)"
+)
 
 _json = msgspec.json.Encoder()
 _json_decode = msgspec.json.decode
@@ -114,6 +126,69 @@ def _dumps(value: Any) -> str:
     return _json.encode(value).decode()
 
 
+def budget_json(budget: flowcore.Budget | flowcore.BudgetRemaining | None) -> dict[str, int] | None:
+    """A start budget as ``run.started`` records it (camelCase, unset limits left out)."""
+    if budget is None:
+        return None
+    out: dict[str, int] = {}
+    for attr, name in (
+        ("steps", "steps"),
+        ("cost_minor_units", "costMinorUnits"),
+        ("wall_clock_ms", "wallClockMs"),
+    ):
+        value = getattr(budget, attr)
+        if value is not None:
+            out[name] = int(value)
+    return out
+
+
+def _rebuild(
+    flow: Flow, run_id: str, records: list[flowcore.Record], cut: int
+) -> tuple[State, dict[str, Any], list[persist.ReportRow], dict[str, persist.Resolution]]:
+    """The state after the records before index ``cut``, and every row it stores.
+
+    ``start`` with what ``run.started`` recorded, then ``advance`` with each
+    reported event, collecting what each transition wrote
+    (``persist.state_changes``), as the run's own transactions did.
+    """
+    first = records[0]
+    data = first.data
+    budget = data.get("budget")
+    decision = flowcore.start(
+        flow,
+        data.get("input"),
+        run_id=run_id,
+        now_ms=first.at,
+        budget=None
+        if budget is None
+        else flowcore.Budget(
+            steps=budget.get("steps"),
+            cost_minor_units=budget.get("costMinorUnits"),
+            wall_clock_ms=budget.get("wallClockMs"),
+        ),
+        depth=data.get("depth", 0),
+    )
+    results: dict[str, Any] = {}
+    report: list[persist.ReportRow] = []
+    resolved: dict[str, persist.Resolution] = {}
+
+    def take(state: State) -> None:
+        changes = persist.state_changes(state)
+        results.update(changes.results)
+        report.extend(changes.report)
+        resolved.update(changes.resolved)
+
+    state = decision.state
+    take(state)
+    for record in records[1:]:
+        if record.index >= cut:
+            break
+        if record.type == "event.reported":
+            state = flowcore.advance(state, flowcore.event_from_wire(record.data)).state
+            take(state)
+    return state, results, report, resolved
+
+
 class Store:
     def __init__(
         self,
@@ -140,6 +215,44 @@ class Store:
         # True while this process runs a worker: new work is then recorded as
         # dispatched to it in the transaction that creates it, and run at once.
         self.dispatching = False
+        # The run a worker limits itself to (with its child runs), or None.
+        self._only: str | None = None
+        self._in_scope: set[str] = set()
+
+    # --- which runs a worker works on --------------------------------------------------
+
+    @property
+    def only(self) -> str | None:
+        return self._only
+
+    @only.setter
+    def only(self, run_id: str | None) -> None:
+        self._only = run_id
+        self._in_scope = set()
+
+    def _scope(self, column: str = "run_id") -> tuple[str, tuple[Any, ...]]:
+        """An ``AND ...`` clause keeping the worker's runs, and its parameters."""
+        if self._only is None:
+            return "", ()
+        return f" AND {column} {_TREE}", (self._only,)
+
+    def in_scope(self, run_id: str) -> bool:
+        """Whether the worker works on ``run_id``: always, unless ``only`` is set."""
+        only = self._only
+        if only is None or run_id == only or run_id in self._in_scope:
+            return True
+        chain: list[str] = []
+        current: str | None = run_id
+        while current is not None and len(chain) < 10_000:
+            if current == only or current in self._in_scope:
+                self._in_scope.update(chain)
+                return True
+            chain.append(current)
+            row = self.conn.execute(
+                "SELECT parent_run FROM runs WHERE run_id = ?", (current,)
+            ).fetchone()
+            current = None if row is None else row[0]
+        return False
 
     # --- transactions ----------------------------------------------------------------
 
@@ -298,19 +411,19 @@ class Store:
         tools: str | None,
         parent_run: str | None = None,
         parent_key: str | None = None,
-        budget: flowcore.BudgetRemaining | None = None,
+        budget: flowcore.Budget | flowcore.BudgetRemaining | None = None,
         depth: int = 0,
     ) -> tuple[bool, Applied]:
-        """Start a run; an existing run with this id and input is returned as is."""
-        existing = self.conn.execute(
-            "SELECT input, spec_hash FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
+        """Start a run; an existing run started with the same options is returned as is.
+
+        The options compared are the input, the flow spec, and the tools module
+        and budget when they are given (None: whatever the run has).
+        """
+        existing = self.existing(run_id)
         if existing is not None:
-            if _json_decode(existing[0]) != input or existing[1] != flow.spec_hash:
-                raise HostError(
-                    f"run {run_id!r} already exists with a different "
-                    f"{'input' if existing[1] == flow.spec_hash else 'flow spec'}"
-                )
+            differs = self.differences(existing, flow, input, tools, budget)
+            if differs:
+                raise HostError(f"run {run_id!r} already exists with a different {differs}")
             return False, Applied(run_id)
         decision = flowcore.start(
             flow, input, run_id=run_id, now_ms=now, budget=budget, depth=depth
@@ -329,7 +442,7 @@ class Store:
                 parent_key,
                 depth,
                 _dumps(input),
-                None if budget is None else _dumps(budget),
+                None if budget is None else _dumps(budget_json(budget)),
                 tools,
                 now,
                 now,
@@ -337,6 +450,44 @@ class Store:
         )
         cached = _Cached(0, decision.state, tools, 0)
         return True, self._persist(run_id, cached, decision, records, now, tools, ())
+
+    def existing(self, run_id: str) -> tuple[Any, str, str | None, Any] | None:
+        """An existing run's start options: (input, spec hash, tools, budget JSON)."""
+        row = self.conn.execute(
+            "SELECT input, spec_hash, tools, budget FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return (
+            _json_decode(row[0]),
+            row[1],
+            row[2],
+            None if row[3] is None else _json_decode(row[3]),
+        )
+
+    @staticmethod
+    def differences(
+        existing: tuple[Any, str, str | None, Any],
+        flow: Flow,
+        input: Any,
+        tools: str | None,
+        budget: flowcore.Budget | flowcore.BudgetRemaining | None,
+    ) -> str:
+        """Which start options differ from the stored run's, as words ('' when none do)."""
+        stored_input, spec_hash, stored_tools, stored_budget = existing
+        differs = []
+        if stored_input != input:
+            differs.append("input")
+        if spec_hash != flow.spec_hash:
+            differs.append("flow spec")
+        # (A run stored before paths were made absolute may hold a relative one.)
+        if tools is not None and tools not in (stored_tools, tools_module_name(stored_tools)):
+            differs.append(f"tools module (it has {stored_tools!r}, not {tools!r})")
+        if budget is not None and stored_budget != budget_json(budget):
+            differs.append(
+                f"budget (it has {_dumps(stored_budget)}, not {_dumps(budget_json(budget))})"
+            )
+        return " and ".join(differs)
 
     # --- state ------------------------------------------------------------------------
 
@@ -518,7 +669,7 @@ class Store:
             decl = flow.tools.get(effect.tool)
             exec_class = decl.exec_class if decl is not None else "uncertain"
         if isinstance(effect, (CallTool, RunAgent, RunTeam)):
-            if self.dispatching:
+            if self.dispatching and self.in_scope(run_id):
                 # Recorded as dispatched to this worker in the same transaction
                 # that created it: the worker runs it right after the commit.
                 status, lease_owner, lease_until = "dispatched", self.worker_id, now + self.lease_ms
@@ -587,27 +738,135 @@ class Store:
         extra, self._pending_applied = self._pending_applied, []
         return extra
 
+    # --- resuming a failed run ---------------------------------------------------------
+
+    def rewind(
+        self,
+        run_id: str,
+        flow: Flow,
+        records: list[flowcore.Record],
+        cut: int,
+        pending: list[Effect],
+        now: int,
+        tools: str | None,
+        failed_key: str,
+        child_resumed: bool,
+    ) -> Applied:
+        """Rewind a failed run to just before its record ``cut`` (in the open transaction).
+
+        The state there is re-derived event by event from the records before
+        ``cut``, exactly as the run's own transactions stored it (each
+        transition's ``persist.state_changes``); the records from ``cut`` on
+        move to ``log_archive`` under this resume's number; ``pending`` (the
+        effects open at that point) get their outbox rows again; the run is
+        ``running``. ``child_resumed``: the failed key is a child run that is
+        resumed too, so its row is ``dispatched`` (the child exists).
+        """
+        conn = self.conn
+        self._flush()
+        state, results, report_rows, resolved = _rebuild(flow, run_id, records, cut)
+        (n,) = conn.execute(
+            "SELECT COALESCE(MAX(n), 0) + 1 FROM resumes WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        before = conn.execute(
+            "SELECT tools, error FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO log_archive (run_id, resume, idx, type, at, data)"
+            " SELECT run_id, ?, idx, type, at, data FROM log WHERE run_id = ? AND idx >= ?",
+            (n, run_id, cut),
+        )
+        conn.execute("DELETE FROM log WHERE run_id = ? AND idx >= ?", (run_id, cut))
+        conn.execute(
+            "INSERT INTO resumes (run_id, n, at_ms, from_index, key, error, tools_before,"
+            " tools_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, n, now, cut, failed_key, before[1], before[0], tools),
+        )
+        for table in ("results", "report", "resolved", "outbox"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        conn.executemany(
+            "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)",
+            [(run_id, name, _json.encode(rec)) for name, rec in results.items() if rec is not None],
+        )
+        conn.executemany(
+            "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
+            [(run_id, i, persist.encode_row(row)) for i, row in enumerate(report_rows)],
+        )
+        conn.executemany(
+            "INSERT INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
+            [(run_id, key, persist.encode_resolution(how)) for key, how in resolved.items()],
+        )
+        conn.execute("DELETE FROM dead_letters WHERE run_id = ? AND key = ?", (run_id, failed_key))
+        conn.execute(
+            "UPDATE runs SET status = 'running', output = NULL, error = NULL, tools = ?,"
+            " updated_ms = ?, next_index = ?, state = ? WHERE run_id = ?",
+            (tools, now, cut, persist.encode_hot(state), run_id),
+        )
+        self._touched.add(run_id)
+        self._cache[run_id] = _Cached(cut, state, tools, len(report_rows))
+        applied = Applied(run_id)
+        for effect in pending:
+            if not isinstance(effect, Settled):
+                self._outbox(run_id, flow, effect, now, applied, tools)
+        if child_resumed:
+            self.mark(run_id, failed_key, "dispatched")
+        return applied
+
+    def archived(self, run_id: str) -> list[tuple[int, flowcore.Record]]:
+        """The records resumes moved out of the live log: (resume number, record)."""
+        return [
+            (n, flowcore.Record(type_, idx, run_id, at, _json_decode(data)))
+            for n, idx, type_, at, data in self.conn.execute(
+                "SELECT resume, idx, type, at, data FROM log_archive WHERE run_id = ?"
+                " ORDER BY resume, idx",
+                (run_id,),
+            )
+        ]
+
+    def resumes(self, run_id: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "n": n,
+                "atMs": at,
+                "fromIndex": index,
+                "key": key,
+                "error": None if error is None else _json_decode(error),
+                "toolsBefore": before,
+                "toolsAfter": after,
+            }
+            for n, at, index, key, error, before, after in self.conn.execute(
+                "SELECT n, at_ms, from_index, key, error, tools_before, tools_after FROM resumes"
+                " WHERE run_id = ? ORDER BY n",
+                (run_id,),
+            )
+        ]
+
     # --- the worker's queries ----------------------------------------------------------
 
     def due_timers(self, now: int, limit: int = 256) -> list[tuple[str, str, int]]:
+        scope, args = self._scope()
         return list(
             self.conn.execute(
                 "SELECT run_id, key, due_ms FROM outbox WHERE status = 'timer' AND due_ms <= ?"
-                " ORDER BY due_ms LIMIT ?",
-                (now, limit),
+                f"{scope} ORDER BY due_ms LIMIT ?",
+                (now, *args, limit),
             )
         )
 
     def next_timer(self) -> int | None:
-        row = self.conn.execute("SELECT min(due_ms) FROM outbox WHERE status = 'timer'").fetchone()
+        scope, args = self._scope()
+        row = self.conn.execute(
+            f"SELECT min(due_ms) FROM outbox WHERE status = 'timer'{scope}", args
+        ).fetchone()
         return None if row is None else row[0]
 
     def ready_subflows(self, limit: int = 64) -> list[tuple[str, str, RunSubflow]]:
         out = []
+        scope, args = self._scope()
         for run_id, key, blob in self.conn.execute(
             "SELECT run_id, key, effect FROM outbox WHERE status = 'ready' AND kind = 'run-subflow'"
-            " LIMIT ?",
-            (limit,),
+            f"{scope} LIMIT ?",
+            (*args, limit),
         ):
             effect = _effect_dec.decode(blob)
             assert isinstance(effect, RunSubflow)
@@ -642,50 +901,117 @@ class Store:
             )
         ]
 
+    def record_failure(
+        self,
+        run_id: str,
+        key: str,
+        error: flowcore.ErrorInfo,
+        traceback: str | None,
+        now: int,
+    ) -> None:
+        """Keep a handler failure of ``key`` with its traceback (the last one per key)."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO failures (run_id, key, type, message, traceback, at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, key, error.type, error.message, traceback, now),
+        )
+
+    def failures(self, run_id: str) -> list[dict[str, Any]]:
+        return [
+            {"key": key, "type": type_, "message": message, "traceback": tb, "atMs": at}
+            for key, type_, message, tb, at in self.conn.execute(
+                "SELECT key, type, message, traceback, at_ms FROM failures WHERE run_id = ?"
+                " ORDER BY at_ms, key",
+                (run_id,),
+            )
+        ]
+
     def has_ready_work(self) -> bool:
+        scope, args = self._scope()
         row = self.conn.execute(
-            "SELECT 1 FROM outbox WHERE status = 'ready' AND kind IN (?, ?, ?) LIMIT 1", WORK
+            f"SELECT 1 FROM outbox WHERE status = 'ready' AND kind IN (?, ?, ?){scope} LIMIT 1",
+            (*WORK, *args),
         ).fetchone()
         return row is not None
 
     def claim_ready_work(self, now: int, limit: int) -> list[Claimed]:
-        """Work left ``ready`` (e.g. by recovery): record it as dispatched to us."""
+        """Work left ``ready`` (by a process not working, or by recovery): dispatch it to us.
+
+        Work that recovery took back from a lost worker (``requeue`` left the
+        lost worker in ``lease_owner``) runs again under the same key: the
+        claim appends an ``effect.redispatched`` record to its run's log in
+        this same transaction.
+        """
+        scope, args = self._scope("o.run_id")
         rows = list(
             self.conn.execute(
-                "SELECT o.run_id, o.key, o.effect, r.tools FROM outbox o JOIN runs r USING (run_id)"
-                " WHERE o.status = 'ready' AND o.kind IN (?, ?, ?) LIMIT ?",
-                (*WORK, limit),
+                "SELECT o.run_id, o.key, o.effect, r.tools, o.dispatches, o.lease_owner"
+                " FROM outbox o JOIN runs r USING (run_id)"
+                f" WHERE o.status = 'ready' AND o.kind IN (?, ?, ?){scope} LIMIT ?",
+                (*WORK, *args, limit),
             )
         )
         out = []
-        for run_id, key, blob, tools in rows:
+        for run_id, key, blob, tools, dispatches, lost in rows:
+            note = None if lost is None else f"re-dispatched after recovery ({dispatches})"
             self.conn.execute(
                 "UPDATE outbox SET status = 'dispatched', dispatches = dispatches + 1,"
-                " lease_owner = ?, lease_until = ?"
+                " lease_owner = ?, lease_until = ?, note = COALESCE(?, note)"
                 " WHERE run_id = ? AND key = ? AND status = 'ready'",
-                (self.worker_id, now + self.lease_ms, run_id, key),
+                (self.worker_id, now + self.lease_ms, note, run_id, key),
             )
+            if lost is not None:
+                self.append_redispatched(run_id, key, dispatches, lost or None, now)
             effect = _effect_dec.decode(blob)
             assert isinstance(effect, (CallTool, RunAgent, RunTeam))
             out.append(Claimed(run_id, key, effect, tools))
         return out
 
-    def expired(self, now: int, dead_owners: list[str]) -> list[tuple[str, str, str, int, str]]:
-        """Dispatched work whose worker is gone: (run, key, class, dispatches, kind)."""
+    def append_redispatched(
+        self, run_id: str, key: str, recovery: int, worker: str | None, now: int
+    ) -> None:
+        """Append ``effect.redispatched`` to a run's log (in the open transaction)."""
+        cached = self.load(run_id)
+        recorder = flowcore.Recorder(run_id, cached.next_index)
+        records = recorder.redispatched(key, recovery, worker, now)
+        self._touched.add(run_id)
+        self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
+        cached.next_index = recorder.index
+        buffered = self._run_rows.get(run_id)
+        if buffered is not None:
+            self._run_rows[run_id] = (buffered[0], recorder.index, buffered[2])
+        else:
+            self.conn.execute(
+                "UPDATE runs SET next_index = ? WHERE run_id = ?", (recorder.index, run_id)
+            )
+
+    def expired(
+        self, now: int, dead_owners: list[str]
+    ) -> list[tuple[str, str, str, int, str, str | None]]:
+        """Dispatched work whose worker is gone: (run, key, class, dispatches, kind, owner)."""
         marks = ",".join("?" * len(dead_owners)) or "''"
+        scope, args = self._scope()
         return list(
             self.conn.execute(
-                "SELECT run_id, key, exec_class, dispatches, kind FROM outbox"
+                "SELECT run_id, key, exec_class, dispatches, kind, lease_owner FROM outbox"
                 f" WHERE status = 'dispatched' AND kind IN (?, ?, ?) AND (lease_until < ?"
-                f" OR lease_owner IN ({marks}))",
-                (*WORK, now, *dead_owners),
+                f" OR lease_owner IN ({marks})){scope}",
+                (*WORK, now, *dead_owners, *args),
             )
         )
 
-    def requeue(self, run_id: str, key: str) -> None:
+    def requeue(self, run_id: str, key: str, lost: str | None = None) -> None:
+        """Recovered work back to ``ready``, remembering the worker it was lost with.
+
+        ``lease_owner`` of a ready row is otherwise NULL: a row that holds one
+        was recovered, and its next claim is a re-dispatch (``''``: the lost
+        worker is not known).
+        """
+        note = f"recovered from worker {lost}" if lost else "recovered from a lost worker"
         self.conn.execute(
-            "UPDATE outbox SET status = 'ready', lease_owner = NULL WHERE run_id = ? AND key = ?",
-            (run_id, key),
+            "UPDATE outbox SET status = 'ready', lease_owner = ?, lease_until = NULL, note = ?"
+            " WHERE run_id = ? AND key = ?",
+            (lost or "", note, run_id, key),
         )
 
     def extend_leases(self, keys: list[tuple[str, str]], now: int) -> None:

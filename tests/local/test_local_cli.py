@@ -70,10 +70,10 @@ def test_the_demo_end_to_end_with_every_command(tmp_path: Path) -> None:
     tree = ok("runs", "--db", db, "--tree")
     assert "└ demo/postmortem#1" in tree
     assert json.loads(ok("runs", "--db", db, "--status", "failed", "--json")) == []
-    lines = ok("events", "demo", "--db", db).splitlines()
+    lines = ok("events", "demo", "--db", db, "--json").splitlines()
     first = json.loads(lines[0])
     assert (first["type"], first["index"], first["runId"]) == ("run.started", 0, "demo")
-    tail = ok("events", "demo", "--db", db, "--start-index", "5").splitlines()
+    tail = ok("events", "demo", "--db", db, "--start-index", "5", "--json").splitlines()
     assert [json.loads(x)["index"] for x in tail][:1] == [5]
     assert len(tail) == len(lines) - 5
     log = tmp_path / "demo.ndjson"

@@ -1,0 +1,187 @@
+"""What a run did, for people: times, durations, and a timeline of its log.
+
+``show`` prints a run's history as a timeline (one line per log record that
+says something: effects asked for, results, answers, timers set and fired,
+retries, re-dispatches after a recovery, rejected events, settlement) and
+``events`` prints the log as a table; both read times as ISO-8601 in UTC.
+``--json`` output keeps epoch milliseconds (``specs/cli.md``, "Times").
+
+Lines are ``rich`` ``Text``: values from the run are shown as they are, never
+read as markup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import flowcore
+from flowcore import Record, Settled, Sleep, TimerFired
+from flowcore._report import ReplayReport
+
+from ._progress import REDISPATCHED, describe, progress_item, progress_line
+
+__all__ = [
+    "duration",
+    "event_line",
+    "iso",
+    "short_json",
+    "tables",
+    "timeline",
+    "work_report",
+]
+
+
+
+def tables() -> Console:
+    """Where tables print: the terminal, or 160 columns for a pipe or a CI log
+    (rich would squeeze them into 80), unless ``COLUMNS`` says."""
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, soft_wrap=True, width=160)
+    return console
+
+
+def iso(ms: int | None, timespec: str = "milliseconds") -> str:
+    """Epoch milliseconds as ISO-8601 in UTC, to the millisecond (``2026-12-02T04:15:11.123Z``)
+    or to what ``timespec`` says (``"seconds"``)."""
+    if ms is None:
+        return ""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"  # beyond what a calendar shows: the number itself
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def duration(ms: int) -> str:
+    """A span of time as people read it: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 07 min``."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    seconds = ms // 1000
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    minutes = seconds // 60
+    if minutes < 48 * 60:
+        return f"{minutes // 60} h {minutes % 60:02d} min"
+    return f"{minutes // (24 * 60)} d {minutes // 60 % 24:02d} h"
+
+
+def short_json(value: Any, width: int = 60) -> str:
+    """``value`` as compact JSON, cut to about ``width`` characters."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _attempt(key: str) -> int:
+    try:
+        return flowcore.parse_key(key).attempt or 1
+    except ValueError:
+        return 1
+
+
+def _what(record: Record) -> Text | None:
+    """What one record says, or ``None`` for records a timeline leaves out."""
+    data = record.data if isinstance(record.data, dict) else {}
+    kind = record.type
+    if kind == "run.started":
+        return Text.assemble(
+            ("▶ started", "bold"),
+            f" flow {data.get('flowId', '?')} v{data.get('version', '?')}"
+            f" input {short_json(data.get('input'))}",
+        )
+    if kind == "run.settled":
+        status = str(data.get("status", "?"))
+        line = Text.assemble((f"■ settled {status}", "bold"))
+        error = data.get("error")
+        if isinstance(error, dict):
+            line.append(f" {error.get('type', '')}: {error.get('message', '')}")
+        elif data.get("output") is not None:
+            line.append(f" output {short_json(data.get('output'))}")
+        return line
+    if kind == "event.rejected":
+        return Text.assemble(("✗ rejected", "red"), f" {data.get('reason', '')}")
+    if kind == REDISPATCHED:
+        return progress_line(record)
+    item = progress_item(record)
+    if item is None:
+        return None if kind in ("effect.emitted", "event.reported") else Text(kind)
+    if isinstance(item, Sleep):
+        if item.idempotency_key.endswith("$deadline"):
+            return Text.assemble(("⏲ deadline", "dim"), f" at {iso(item.until_ms)}")
+        return Text.assemble(
+            ("⏲ timer", "dim"), f" {item.idempotency_key} due {iso(item.until_ms)}"
+        )
+    if isinstance(item, Settled):
+        return None  # run.settled follows it, with the same news
+    if isinstance(item, TimerFired):
+        if item.idempotency_key.endswith("$deadline"):
+            return Text.assemble(("⏲ deadline reached", "red"))
+        return Text.assemble(("⏲ fired", "dim"), f" {item.idempotency_key}")
+    described = describe(item, record.run_id)
+    if described is None:
+        return None
+    line = described
+    key = getattr(item, "idempotency_key", None)
+    if record.type == "effect.emitted" and key is not None and _attempt(key) > 1:
+        line.append(f"  (retry: attempt {_attempt(key)})", "yellow")
+    return line
+
+
+def timeline(records: Iterable[Record]) -> list[Text]:
+    """The run's history: one line per record that says something, time first."""
+    lines = []
+    for record in records:
+        what = _what(record)
+        if what is not None:
+            lines.append(Text.assemble((iso(record.at), "dim"), f"  #{record.index:<4} ", what))
+    return lines
+
+
+def event_line(record: Record) -> Text:
+    """One log record as a row of what ``events`` prints: index, time, type, what it says.
+
+    A row per record (not a table drawn at the end), so that ``--follow``
+    prints each record as it comes.
+    """
+    what = _what(record)
+    if what is None:
+        what = Text(short_json(record.data, 100))
+    return Text.assemble(
+        (f"{record.index:>5}", "bold"), "  ", (iso(record.at), "dim"), f"  {record.type:<20} ", what
+    )
+
+
+_WORK = ("call-tool", "run-agent", "run-team", "run-subflow")
+_STYLE = {"succeeded": "green", "failed": "red", "uncertain": "red", "pending": "yellow"}
+
+
+def work_report(report: ReplayReport) -> Table:
+    """The report of every work effect of a run: what, how it ended, how long it took."""
+    table = Table("key", "what", "status", "took", "output / error", header_style="bold")
+    for e in report.trajectory:
+        if e.kind not in _WORK:
+            continue
+        key = e.key.split("/", 1)[1] if "/" in e.key else e.key
+        what = f"{e.kind} {e.target}" + (f" ({e.member})" if e.member else "")
+        status = e.status if e.issues == 1 else f"{e.status} (issued {e.issues} times)"
+        took = "" if e.ended_at is None else duration(max(0, e.ended_at - e.at))
+        if e.error is not None:
+            result = f"{e.error.type}: {e.error.message}"
+        else:
+            result = "" if e.output is None else short_json(e.output, 80)
+        if e.note:
+            result = f"{result} [{e.note}]" if result else f"[{e.note}]"
+        table.add_row(
+            Text(key), Text(what), Text(status, style=_STYLE.get(e.status, "")), took, Text(result)
+        )
+    return table

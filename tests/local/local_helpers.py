@@ -1,0 +1,95 @@
+"""Shared pieces of the local host's API tests: tools modules written as real files.
+
+A tools module is written to the test's ``tmp_path`` and loaded by the host
+from its path, as a user's would be. Handlers note every call in a journal
+file next to it, so a test can count how often each key really ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from flowcore_local import LocalHost, RunRow
+
+JOURNALED = """
+from pathlib import Path
+
+from flowcore_handlers import HandlerError
+
+JOURNAL = Path({journal!r})
+
+
+def note(call):
+    with JOURNAL.open("a") as f:
+        f.write(call.idempotency_key + "\\n")
+
+
+def echo(call):
+    note(call)
+    return {{"echo": call.input}}
+
+
+def down(call):
+    note(call)
+    raise HandlerError("down", "the service is down")
+
+
+def boom(call):
+    note(call)
+    raise ValueError("boom")
+"""
+
+
+def tools_file(folder: Path, name: str, body: str, **names: Any) -> Path:
+    """Write a tools module ``name.py`` into ``folder``; ``body`` is formatted with
+    ``journal`` (the journal file's path) and ``names``, then dedented."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    journal = folder / "journal.txt"
+    path.write_text(textwrap.dedent(body.format(journal=str(journal), **names)))
+    return path
+
+
+def journal(folder: Path) -> Counter[str]:
+    """How many times each key was called, by the handlers of ``folder``'s modules."""
+    path = folder / "journal.txt"
+    if not path.exists():
+        return Counter()
+    return Counter(path.read_text().split())
+
+
+async def settle(host: LocalHost, run_id: str, timeout: float = 20, **options: Any) -> RunRow:
+    """Work until ``run_id`` settles; its row."""
+    await asyncio.wait_for(host.work(until_settled=run_id, **options), timeout=timeout)
+    return await host.run(run_id)
+
+
+def dispatch_to_ghost(db: Path, worker: str = "ghost") -> list[str]:
+    """Claim the ready work of ``db`` for a worker that is then lost.
+
+    As a worker process that recorded the dispatch and was killed before its
+    handlers finished: the rows are ``dispatched`` to ``worker``, whose
+    heartbeat is ancient, so the next worker recovers them. Returns the keys.
+    """
+    import time
+
+    from flowcore_local._db import connect
+    from flowcore_local._store import Store
+
+    conn = connect(db)
+    try:
+        store = Store(conn, worker)
+        with store.tx():
+            claimed = store.claim_ready_work(int(time.time() * 1000), 100)
+            conn.execute(
+                "INSERT OR REPLACE INTO workers (worker_id, pid, hostname, heartbeat_ms)"
+                " VALUES (?, 0, 'elsewhere', 0)",
+                (worker,),
+            )
+    finally:
+        conn.close()
+    return [c.key for c in claimed]
