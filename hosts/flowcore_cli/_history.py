@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 
-
 def tables() -> Console:
     """Where tables print: the terminal, or 160 columns for a pipe or a CI log
     (rich would squeeze them into 80), unless ``COLUMNS`` says."""
@@ -155,7 +154,9 @@ def event_line(record: Record) -> Text:
     """
     what = _what(record)
     if what is None:
-        what = Text(short_json(record.data, 100))
+        item = progress_item(record)  # a settled effect: said again by run.settled
+        described = None if item is None else describe(item, record.run_id)
+        what = described if described is not None else Text(short_json(record.data, 100))
     return Text.assemble(
         (f"{record.index:>5}", "bold"), "  ", (iso(record.at), "dim"), f"  {record.type:<20} ", what
     )
