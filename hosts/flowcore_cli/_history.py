@@ -4,7 +4,7 @@
 says something: effects asked for, results, answers, timers set and fired,
 retries, re-dispatches after a recovery, rejected events, settlement) and
 ``events`` prints the log as a table; both read times as ISO-8601 in UTC.
-``--json`` output keeps epoch milliseconds (``specs/cli.md``, "Times").
+``--json`` output keeps epoch milliseconds (``specs/local.md`` §7).
 
 Lines are ``rich`` ``Text``: values from the run are shown as they are, never
 read as markup.
