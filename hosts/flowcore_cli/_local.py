@@ -225,10 +225,10 @@ async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow
     finished: set[str] = set()
     while True:
         last = stop.is_set()
-        ids = {row.run_id for row in await host.runs("running")} | set(printed)
-        ids |= {row.run_id for row in settled} - finished
+        running = {row.run_id: row for row in await host.runs("running")}
+        ids = set(running) | set(printed) | ({row.run_id for row in settled} - finished)
         for rid in sorted(ids):
-            row = await host.run(rid)
+            row = running.get(rid) or await host.run(rid)  # one read per run and look
             start = printed.get(rid, 0)
             if row.next_index > start:
                 for record in await host.records(rid, start):
