@@ -33,10 +33,20 @@ from ._log import (
     encode_records,
     iter_records,
 )
-from ._query import OpenWork, Question, Scheduled, SignalWait, Timer, Waits, waiting_for
+from ._query import (
+    OpenWork,
+    Question,
+    Scheduled,
+    ScheduledCall,
+    SignalWait,
+    Timer,
+    Waits,
+    scheduled_calls,
+    waiting_for,
+)
 from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
 from ._spec import Budget, Flow, parse_flow
-from ._state import State, decode_state, encode_state
+from ._state import ScheduledAnswer, State, decode_state, encode_state
 from ._wire import (
     UNENCODABLE_OUTPUT,
     AskHuman,
@@ -55,6 +65,9 @@ from ._wire import (
     RunAgent,
     RunSubflow,
     RunTeam,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     Settled,
     SignalReceived,
     Sleep,
@@ -116,6 +129,11 @@ __all__ = [
     "RunSubflow",
     "RunTeam",
     "Scheduled",
+    "ScheduledAddRequested",
+    "ScheduledAnswer",
+    "ScheduledCall",
+    "ScheduledCancelRequested",
+    "ScheduledRunNowRequested",
     "Settled",
     "SignalReceived",
     "SignalWait",
@@ -154,6 +172,7 @@ __all__ = [
     "plan",
     "replay",
     "result_event",
+    "scheduled_calls",
     "start",
     "waiting_for",
 ]

@@ -119,6 +119,7 @@ def settle(
 ) -> None:
     if not t.report_complete:
         raise NeedsReport
+    schedule.settle_open(t)
     # A work key keeps its seq for life (a re-issue or a late answer rewrites
     # its row), so a stable sort by seq puts each key's rows together, oldest
     # first, and the last of them is how it ended.

@@ -32,6 +32,8 @@ from ._state import (
     Pending,
     PendingKind,
     Run,
+    Sched,
+    ScheduledAnswer,
     State,
     Tree,
     Waiting,
@@ -188,7 +190,7 @@ def _decide(state: State, event: Event, whole: bool) -> Decision:
         _complete(state)
     t = Txn(state, ABOVE)
     _transitions.apply(t, event)
-    return Decision(t.freeze(), tuple(t.effects))
+    return Decision(t.freeze(), tuple(t.effects), t.answer)
 
 
 class Batch:
@@ -234,6 +236,17 @@ class Batch:
             return False
         how = t.waiting.resolved.get(key)
         return how is not None and how.how is How.LATE
+
+    @property
+    def answer(self) -> ScheduledAnswer | None:
+        """What the last event, if a scheduled-call event from outside, answers."""
+        return self.t.answer
+
+    def scheduled_changes(self) -> list[tuple[str, Sched]]:
+        """The scheduled calls the last event changed, in order of change
+        (what the log's ``scheduled.changed`` records hold)."""
+        t = self.t
+        return [(sid, t.schedules[sid]) for sid in dict.fromkeys(t.sched_changed)]
 
     @property
     def pending(self) -> immutables.Map[str, Pending]:

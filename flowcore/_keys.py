@@ -13,12 +13,14 @@ The grammar, for a run ``r-1``::
            | run "/" path "/timeout"             a step's timeout timer
            | run "/" scope "tick"                a repeat's tick timer
            | run "/$deadline"                    the wall-clock deadline
+           | run "/~scheduled-" n                a call scheduled from outside the run
            | schedule "/delay" | schedule "/call"   a scheduled call's timer and call
     path   = { scope } step
     scope  = step "[" index "]/"                 one loop iteration or fire
            | step "#" attempt "/"                an attempt of a retried composite
 
-where ``schedule`` is the key of the schedule step itself. Step ids, branch
+where ``schedule`` is the key of the schedule step itself, or the id of a
+call scheduled from outside (numbered from 1 by the run's state). Step ids, branch
 and member names are identifiers (``[A-Za-z_][A-Za-z0-9_]*``), so ``/``,
 ``#``, ``[`` and ``$`` only ever separate. A run id may hold any of them (a
 child run is named by its parent's key): ``parse_key`` takes the run id when
@@ -57,6 +59,7 @@ __all__ = [
     "loop_output",
     "loop_scope",
     "member_key",
+    "outside_schedule_id",
     "parse_key",
     "step_key",
     "step_timeout_key",
@@ -109,6 +112,14 @@ def deadline_key(run_id: str) -> str:
 def delay_key(schedule: str) -> str:
     """A scheduled call's delay timer."""
     return f"{schedule}/delay"
+
+
+OUTSIDE_SCHEDULE = "~scheduled-"
+
+
+def outside_schedule_id(run_id: str, n: int) -> str:
+    """The id of the ``n``-th call scheduled from outside the run (``~`` is never in a step id)."""
+    return f"{run_id}/{OUTSIDE_SCHEDULE}{n}"
 
 
 def call_key(schedule: str) -> str:
@@ -177,6 +188,7 @@ class KeyRole(StrEnum):
     DEADLINE = "deadline"
     SCHEDULE_DELAY = "schedule-delay"
     SCHEDULE_CALL = "schedule-call"
+    OUTSIDE_SCHEDULE = "outside-schedule"  # the id of a call scheduled from outside
 
 
 class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,7 +196,7 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     run_id: str
     role: KeyRole
-    step: str | None  # the step the key belongs to; None for the deadline
+    step: str | None  # the step the key belongs to; None for the deadline and outside calls
     path: str  # the step's path in the run: loop indices and composite attempts
     loops: tuple[int, ...]  # the loop indices along the path, outermost first
     attempt: int | None  # the attempt; None for a step timeout, a tick, the deadline
@@ -201,6 +213,7 @@ _KEY = re.compile(
     rf"|\[(?P<fire>\d+)\]/(?P<tick>tick))\Z"
 )
 _LOOP = re.compile(r"\[(\d+)\]")
+_OUTSIDE = re.compile(r"~scheduled-(?P<n>[1-9][0-9]*)(?P<suffix>/delay|/call)?\Z")
 _SUFFIX_ROLE = {
     None: KeyRole.EFFECT,
     "/timeout": KeyRole.WAIT_TIMEOUT,
@@ -228,6 +241,17 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
     if rest == DEADLINE:
         return KeyInfo(
             run_id=run_id, role=KeyRole.DEADLINE, step=None, path="", loops=(), attempt=None
+        )
+    outside = _OUTSIDE.match(rest)
+    if outside is not None:
+        suffix = outside["suffix"]
+        return KeyInfo(
+            run_id=run_id,
+            role=KeyRole.OUTSIDE_SCHEDULE if suffix is None else _SUFFIX_ROLE[suffix],
+            step=None,
+            path=rest if suffix is None else rest[: -len(suffix)],
+            loops=(),
+            attempt=None,
         )
     m = _KEY.match(rest)
     if m is None:

@@ -14,9 +14,14 @@ Record types:
 ``run.settled``     data: status, output, error, exhausted
 ``effect.redispatched``  data: idempotencyKey, recovery, worker - work still pending run
                     again with the same key after its worker was lost; changes no state
+``scheduled.changed``  data: id, tool, status, attempts, dueMs, error? - a scheduled call
+                    the decision changed (created, issued, finished, cancelled); never
+                    its input
 
 ``effect.redispatched`` stands between decisions, like ``event.rejected``.
-Within one decision the order is fixed: ``event.reported`` first, then one
+Within one decision the order is fixed: ``event.reported`` (or
+``run.started``) first, then one ``scheduled.changed`` per scheduled call
+the decision changed (in order of first change), then one
 ``effect.emitted`` per effect in emission order; when the run settles, the
 ``settled`` effect is followed by ``run.settled``.
 
@@ -52,8 +57,10 @@ import msgspec
 
 from ._errors import FlowcoreError
 from ._interp import Decision
+from ._query import STATUS
 from ._report import TornTail
 from ._spec import Budget, Flow
+from ._state import Sched
 from ._wire import (
     BudgetRemaining,
     Effect,
@@ -90,6 +97,9 @@ __all__ = [
     "RunSettledRecord",
     "RunStartedData",
     "RunStartedRecord",
+    "SCHEDULED_CHANGED",
+    "ScheduledChangedData",
+    "ScheduledChangedRecord",
     "StartBudget",
     "TornTail",
     "TypedRecord",
@@ -103,6 +113,7 @@ __all__ = [
     "RawReader",
     "read_raw_log",
     "iter_records",
+    "scheduled_changed_data",
     "settled_record_data",
 ]
 
@@ -114,6 +125,7 @@ EVENT_REJECTED = "event.rejected"
 EFFECT_EMITTED = "effect.emitted"
 RUN_SETTLED = "run.settled"
 EFFECT_REDISPATCHED = "effect.redispatched"
+SCHEDULED_CHANGED = "scheduled.changed"
 
 
 class Record(msgspec.Struct, frozen=True, rename="camel"):
@@ -185,6 +197,49 @@ class EffectRedispatchedData(msgspec.Struct, frozen=True, kw_only=True, rename="
     worker: str | None = None
 
 
+ScheduledStatus: TypeAlias = Literal[
+    "pending", "running", "completed", "failed", "cancelled", "uncertain"
+]
+
+
+class ScheduledChangedData(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True
+):
+    """``scheduled.changed``: a scheduled call as the decision left it.
+
+    Written for every change (created, issued, issued again, finished,
+    cancelled), derived from the decision (``Journal.scheduled``), so every
+    host writes the same records. It carries the status, never the call's
+    input: a stream of them shows what happens without what it is about.
+    """
+
+    id: str
+    tool: str
+    status: ScheduledStatus
+    attempts: NonNegInt = 0
+    due_ms: NonNegInt = 0
+    error: ErrorInfo | None = None
+
+
+def scheduled_changed_data(sid: str, sched: Sched) -> dict[str, Any]:
+    """The data of the ``scheduled.changed`` record for ``sid`` (camelCase, JSON-ready)."""
+    data: dict[str, Any] = {
+        "id": sid,
+        "tool": sched.tool,
+        "status": STATUS[sched.status],
+        "attempts": sched.attempts,
+        "dueMs": sched.due_ms,
+    }
+    if sched.error is not None:
+        error: dict[str, Any] = {"type": sched.error.type}
+        if sched.error.message:
+            error["message"] = sched.error.message
+        if sched.error.retryable:
+            error["retryable"] = True
+        data["error"] = error
+    return data
+
+
 class _Envelope(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_field="type"):
     index: NonNegInt
     run_id: str
@@ -215,6 +270,10 @@ class EffectRedispatchedRecord(_Envelope, frozen=True, kw_only=True, tag=EFFECT_
     data: EffectRedispatchedData
 
 
+class ScheduledChangedRecord(_Envelope, frozen=True, kw_only=True, tag=SCHEDULED_CHANGED):
+    data: ScheduledChangedData
+
+
 TypedRecord: TypeAlias = (
     RunStartedRecord
     | EventReportedRecord
@@ -222,6 +281,7 @@ TypedRecord: TypeAlias = (
     | EffectEmittedRecord
     | RunSettledRecord
     | EffectRedispatchedRecord
+    | ScheduledChangedRecord
 )
 
 
@@ -862,14 +922,23 @@ class Recorder:
             "depth": depth,
         }
         out = [self._make(RUN_STARTED, at, data)]
+        out.extend(self._scheduled(decision, at))
         out.extend(self._effects(decision.effects, at))
         return out
 
     def applied(self, event: Event, decision: Decision) -> list[Record]:
         at = event.at_ms
         out = [self._make(EVENT_REPORTED, at, event_to_wire(event))]
+        out.extend(self._scheduled(decision, at))
         out.extend(self._effects(decision.effects, at))
         return out
+
+    def _scheduled(self, decision: Decision, at: int) -> list[Record]:
+        state = decision.state
+        return [
+            self._make(SCHEDULED_CHANGED, at, scheduled_changed_data(sid, state.schedules[sid]))
+            for sid in state.journal.scheduled
+        ]
 
     def rejected(self, event: Event, reason: str) -> list[Record]:
         data = {"event": event_to_wire(event), "reason": reason}

@@ -8,6 +8,11 @@ time and role, the signals buffered before any step waited for them, the
 scheduled calls with their status, and the remaining budget. A host needs no
 store of its own and no private attribute to show a run.
 
+``scheduled_calls(state)`` lists every scheduled call of the run, pending
+or finished, with what a person needs to know about it: the tool and its
+input, when it was created and is (or was) due, how many times it was
+issued, its status in words for people (``STATUS``) and how it ended.
+
 Lists are in a fixed order (by key), so two hosts show a run the same way.
 
 This module must never do I/O.
@@ -21,16 +26,20 @@ import msgspec
 
 from . import _keys as keys
 from ._spec import AskHumanStep
-from ._state import Pending, PendingKind, SchedStatus, State, Status, StepFrame
-from ._wire import AskHuman, AwaitSignal, BudgetRemaining, Sleep, effect_to_wire
+from ._state import Pending, PendingKind, Sched, SchedStatus, State, Status, StepFrame
+from ._wire import AskHuman, AwaitSignal, BudgetRemaining, ErrorInfo, Sleep, effect_to_wire
 
 __all__ = [
     "OpenWork",
     "Question",
+    "STATUS",
     "Scheduled",
+    "ScheduledCall",
     "SignalWait",
     "Timer",
     "Waits",
+    "scheduled_calls",
+    "scheduled_status",
     "waiting_for",
 ]
 
@@ -75,6 +84,62 @@ class Scheduled(_View, frozen=True):
     status: str  # pending | called | succeeded | failed | uncertain | cancelled
     outlive_run: bool
     due_ms: int | None  # when its delay fires, while pending
+
+
+STATUS: dict[SchedStatus, str] = {
+    SchedStatus.PENDING: "pending",
+    SchedStatus.CALLED: "running",
+    SchedStatus.SUCCEEDED: "completed",
+    SchedStatus.FAILED: "failed",
+    SchedStatus.CANCELLED: "cancelled",
+    SchedStatus.UNCERTAIN: "uncertain",
+}
+"""A scheduled call's status in words for people: pending, running (its call
+is out, or held by max_concurrency), completed, failed, cancelled, uncertain
+(its outcome is unknown and it was not, or no longer, safe to issue again)."""
+
+
+def scheduled_status(sched: Sched) -> str:
+    """``sched``'s status for people (``STATUS``)."""
+    return STATUS[sched.status]
+
+
+class ScheduledCall(_View, frozen=True):
+    """One scheduled call of a run, as a person sees it (``scheduled_calls``)."""
+
+    id: str
+    run_id: str
+    tool: str
+    input: Any
+    status: str  # pending | running | completed | failed | cancelled | uncertain
+    created_ms: int
+    due_ms: int  # when its delay fires (fired), or when run-now issued it
+    attempts: int  # times its call-tool was issued
+    finished_ms: int | None
+    error: ErrorInfo | None
+    outlive_run: bool
+    outside: bool  # added from outside the run (scheduled-add-requested), not by a step
+
+
+def scheduled_calls(state: State) -> tuple[ScheduledCall, ...]:
+    """Every scheduled call of ``state``'s run, by id, pending and finished."""
+    return tuple(
+        ScheduledCall(
+            id=sid,
+            run_id=state.run_id,
+            tool=sched.tool,
+            input=sched.input,
+            status=STATUS[sched.status],
+            created_ms=sched.created_ms,
+            due_ms=sched.due_ms,
+            attempts=sched.attempts,
+            finished_ms=sched.finished_ms,
+            error=sched.error,
+            outlive_run=sched.outlive,
+            outside=sched.outside,
+        )
+        for sid, sched in sorted(state.schedules.items())
+    )
 
 
 class Waits(_View, frozen=True):

@@ -21,6 +21,12 @@ recorded effects exactly, in the same order. ``replay`` does that in one pass:
   requires the queue to be empty: the log must record every effect;
 * ``event.rejected`` must still be rejected; ``run.settled`` must agree with
   the ``settled`` effect;
+* ``scheduled.changed`` records come after a decision's ``event.reported``
+  (or ``run.started``) and before its effects, one per scheduled call the
+  decision changed: each must equal the re-derived one. A log written before
+  the record existed has none: the first decision that changes a scheduled
+  call says whether the log records them, and from then on it must record
+  all of them or none;
 * ``effect.redispatched`` (a host ran pending work again under its key after
   a recovery) must name work the run waits for at that point; it changes no
   state and only adds a note to that key's trajectory entry;
@@ -80,6 +86,7 @@ from ._log import (
     EVENT_REPORTED,
     RUN_SETTLED,
     RUN_STARTED,
+    SCHEDULED_CHANGED,
     TOO_DEEP,
     EffectRedispatchedData,
     LogCorrupt,
@@ -90,6 +97,7 @@ from ._log import (
     Record,
     TornTail,
     UnknownRecordType,
+    scheduled_changed_data,
     settled_record_data,
     why,
 )
@@ -282,6 +290,12 @@ class _Replayer:
             self.trajectory.started(state.waiting.pending)
         self.queue: Sequence[Effect] = ()  # the effects of the decision being matched
         self.qi = 0  # the next of them the log must record
+        # The scheduled.changed data of the decision being matched, the next
+        # of them the log must record, and whether the log records them at
+        # all (None: no decision changed a scheduled call yet).
+        self.changes: list[dict[str, Any]] = []
+        self.ci = 0
+        self.records_changes: bool | None = None
         # The decision whose effects are being matched: the index of its
         # run.started or event.reported record, and its at (start's now_ms or
         # the event's atMs), which its effects and run.settled must carry.
@@ -374,6 +388,8 @@ class _Replayer:
                     self.on_started(rec, position)
                 elif kind == EFFECT_REDISPATCHED:
                     self.on_redispatched(rec, position)
+                elif kind == SCHEDULED_CHANGED:
+                    self.on_scheduled(rec, position)
                 else:
                     self.unknown(rec, position)
             else:
@@ -385,9 +401,53 @@ class _Replayer:
                 self.n_records = expected_index - self.first_index
         self.at_end(first is not None)
 
+    def on_scheduled(self, rec: RawRecord, position: int) -> None:
+        """``scheduled.changed``: the next scheduled call the decision changed, as it left it."""
+        index = rec.index
+        recorded = self.recorded(rec, position)
+        self.check_at(rec, position, self.decision_at, self.decision_index)
+        if self.qi > 0 or self.ci >= len(self.changes) or self.records_changes is False:
+            why_not = (
+                "the log recorded no scheduled.changed before"
+                if self.records_changes is False
+                else "the interpreter changes no (further) scheduled call here"
+            )
+            raise _diverged(index, recorded, None, f"the log records a scheduled change: {why_not}")
+        expected = self.changes[self.ci]
+        self.ci += 1
+        self.records_changes = True
+        if _without_nulls(recorded) != expected:
+            raise _diverged(
+                index,
+                recorded,
+                expected,
+                "the recorded scheduled change differs from the re-derived one",
+            )
+
+    def need_changes_recorded(self, index: int) -> None:
+        """The decision's scheduled changes are all recorded, or the log records none."""
+        if self.ci >= len(self.changes):
+            return
+        if self.records_changes is None and self.ci == 0:
+            self.records_changes = False  # a log from before scheduled.changed existed
+        if self.records_changes:
+            raise _diverged(
+                index,
+                None,
+                self.changes[self.ci],
+                "the interpreter changes a scheduled call the log does not record",
+            )
+        self.ci = len(self.changes)
+
+    def set_changes(self, changes: list[dict[str, Any]]) -> None:
+        self.changes = changes
+        self.ci = 0
+
     def on_effect(self, rec: RawRecord, position: int) -> None:
         """``effect.emitted``: the next effect the interpreter derived, byte for byte."""
         index = rec.index
+        if self.qi == 0:
+            self.need_changes_recorded(index)
         if rec.at != self.decision_at:
             self.check_at(rec, position, self.decision_at, self.decision_index)
         if self.qi >= len(self.queue):
@@ -414,6 +474,7 @@ class _Replayer:
     def on_event(self, rec: RawRecord, position: int) -> None:
         """``event.reported``: applied; its effects are what the log must record next."""
         event = self.event(rec, position, self.codec.event)
+        self.need_changes_recorded(rec.index)
         if self.qi < len(self.queue):
             self.need_empty_queue(rec.index)
         self.decision_at = rec.at
@@ -595,6 +656,7 @@ class _Replayer:
         self.trajectory.skipped(index, rec.type, rec.at)
 
     def need_empty_queue(self, index: int) -> None:
+        self.need_changes_recorded(index)
         if self.qi < len(self.queue):
             raise _diverged(
                 index,
@@ -687,6 +749,10 @@ class _Replayer:
         self.batch = Batch(decision.state)
         self.queue = decision.effects
         self.qi = 0
+        state = decision.state
+        self.set_changes(
+            [scheduled_changed_data(sid, state.schedules[sid]) for sid in state.journal.scheduled]
+        )
         self.trajectory.started(decision.state.waiting.pending)
 
     def check_started(self, index: int, started: _Started) -> None:
@@ -725,6 +791,9 @@ class _Replayer:
             raise self.refused(index, position, event, exc) from None
         self.queue = effects
         self.qi = 0
+        self.set_changes(
+            [scheduled_changed_data(sid, sched) for sid, sched in batch.scheduled_changes()]
+        )
         self.trajectory.applied(index, event, effects, batch, receiver)
 
     def refused(self, index: int, position: int, event: Event, exc: EventRejected) -> Exception:

@@ -104,7 +104,11 @@ TeamMode: TypeAlias = Literal["sequential", "parallel"]
 
 @attrs.frozen
 class ToolDecl:
+    """A declared tool: its execution class, and whether a call to it may be
+    scheduled from outside the run (``scheduled-add-requested``)."""
+
     exec_class: ExecClass = "uncertain"
+    schedulable: bool = False
 
 
 @attrs.frozen

@@ -77,6 +77,7 @@ __all__ = [
     "Run",
     "Sched",
     "SchedStatus",
+    "ScheduledAnswer",
     "SeqFrame",
     "State",
     "StepFrame",
@@ -354,12 +355,28 @@ class SchedStatus(StrEnum):
 
 
 class Sched(_S, frozen=True, gc=False, array_like=True):
-    """A detached scheduled call."""
+    """A detached scheduled call, and what a person needs to know about it.
+
+    ``created_ms`` and ``due_ms``: when it was scheduled and when its delay
+    fires (run-now moves ``due_ms`` to the moment it was issued);
+    ``attempts``: how many times its call-tool was issued (a readonly or
+    idempotent call is issued again after an unknown outcome, up to
+    ``_transitions.SCHEDULED_ATTEMPTS``); ``finished_ms`` and ``error``:
+    when and how it ended. ``outside``: added by ``scheduled-add-requested``,
+    not by a step. Fields added after the first snapshot format have
+    defaults, so older snapshots still decode.
+    """
 
     status: SchedStatus
     tool: str
     input: Any = None
     outlive: bool = False
+    created_ms: int = 0
+    due_ms: int = 0
+    attempts: int = 0
+    finished_ms: int | None = None
+    error: ErrorInfo | None = None
+    outside: bool = False
 
 
 class ReportLink(_S, frozen=True, array_like=True):
@@ -416,6 +433,7 @@ class Journal(_S, frozen=True, gc=False, array_like=True):
     results: tuple[str, ...] = ()  # scoped step ids whose result was (re)written
     report: int = 0  # report rows added at the head of the report list
     resolved: tuple[str, ...] = ()  # keys whose resolution was (re)written
+    scheduled: tuple[str, ...] = ()  # schedule ids whose record changed, in order of change
 
 
 class Run(_S, frozen=True, gc=False, array_like=True):
@@ -449,6 +467,7 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     settled: Settled | None
     journal: Journal = Journal()
     report_complete: bool = True
+    scheduled_added: int = 0  # scheduled calls added from outside: numbers their ids
 
     @property
     def run_id(self) -> str:
@@ -464,11 +483,30 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
         return None if self.settled is None else self.settled.error
 
 
+class ScheduledAnswer(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What a scheduled-call event from outside answers (``Decision.scheduled``).
+
+    ``id``: the schedule id (for an add, the id it was given). ``done``: for a
+    cancel or run-now, whether the call was still pending and so was
+    cancelled or issued now (false for an unknown or finished id, as an
+    answer, not an error); for an add, always true.
+    """
+
+    id: str
+    done: bool
+
+
 class Decision(msgspec.Struct, frozen=True):
-    """The result of ``start`` or ``advance``: the next state and what to do."""
+    """The result of ``start`` or ``advance``: the next state and what to do.
+
+    ``scheduled`` is set only by the scheduled-call events from outside
+    (``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
+    ``scheduled-add-requested``): what the host tells whoever asked.
+    """
 
     state: State
     effects: tuple[Effect, ...]
+    scheduled: ScheduledAnswer | None = None
 
 
 # --- snapshots ---------------------------------------------------------------------------
@@ -589,6 +627,7 @@ def _snapshot(state: State, results: dict[str, Any], report: list[ReportRow]) ->
         schedules=dict(sorted(state.schedules.items())),
         settled=state.settled,
         journal=state.journal,
+        scheduled_added=state.scheduled_added,
     )
 
 
@@ -629,4 +668,5 @@ def decode_state(data: bytes, flow: Flow) -> State:
         schedules=immutables.Map(snap.schedules),
         settled=snap.settled,
         journal=snap.journal,
+        scheduled_added=snap.scheduled_added,
     )

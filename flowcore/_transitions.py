@@ -57,6 +57,9 @@ from ._wire import (
     EffectSucceeded,
     Event,
     HumanAnswered,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     SignalReceived,
     SubflowSettled,
     TimerFired,
@@ -97,6 +100,11 @@ ANSWERS: Final[dict[str, frozenset[PendingKind]]] = {
     # name (or is buffered), a cancel to the whole run.
     "signal-received": frozenset({PendingKind.SIGNAL}),
     "cancel-requested": frozenset(),
+    # These name a schedule id, not a pending key: an id that is not pending
+    # is answered (``Decision.scheduled``), not rejected; an add names a tool.
+    "scheduled-cancel-requested": frozenset(),
+    "scheduled-run-now-requested": frozenset(),
+    "scheduled-add-requested": frozenset(),
 }
 """Event kind -> the pending kinds it may answer. Any other pairing is rejected."""
 
@@ -149,6 +157,13 @@ def apply(t: Txn, event: Event) -> None:
                 _subflow(t, event)
             case CancelRequested():
                 _cancel(t, event)
+            case ScheduledCancelRequested():
+                schedule.cancel_outside(t, event.schedule_id)
+                _ending.maybe_finish(t)  # it may have been the last outliving call
+            case ScheduledRunNowRequested():
+                schedule.run_now(t, event.schedule_id)
+            case ScheduledAddRequested():
+                schedule.add_outside(t, event)
             case _:
                 assert_never(event)
         w = t.waiting
@@ -254,7 +269,9 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
     t.check_clock()
     if entry.kind is PendingKind.SCHEDULED_CALL:
         t.work_answered(key, entry, "uncertain")
-        _work_done(t, key, entry, (FAIL, err("outcome-unknown", key)))
+        error = schedule.call_unknown(t, entry)
+        if error is not None:
+            _work_done(t, key, entry, (FAIL, error))
         return
     frame = t.frame(entry.frame)
     step = t.step_of(frame)
@@ -293,7 +310,7 @@ def _may_reissue(t: Txn, step: Step, entry: Pending, frame: StepFrame) -> bool:
 
 def _work_done(t: Txn, key: str, entry: Pending, out: Outcome) -> None:
     if entry.kind is PendingKind.SCHEDULED_CALL:
-        schedule.call_done(t, entry.frame, out[0], None if out[0] else out[1].type)
+        schedule.call_done(t, entry.frame, out[0], None if out[0] else out[1])
         _ending.maybe_finish(t)
         return
     frame = t.frame(entry.frame)

@@ -55,6 +55,7 @@ from ._state import (
     Run,
     Sched,
     SchedStatus,
+    ScheduledAnswer,
     SeqFrame,
     State,
     StepFrame,
@@ -104,7 +105,16 @@ RECORDS = tuple(name for name in State.__struct_fields__ if name not in ("flow",
 WORKING = ("frames", "envs", "pending", "in_flight", "seq")
 """What changes on most events (the tree's maps, what is waited for and in flight):
 worked on apart from the records ``tree`` and ``waiting``, which ``freeze`` rebuilds."""
-SCRATCH = ("effects", "emitted_now", "emitted", "written", "resolved_now", "rows")
+SCRATCH = (
+    "effects",
+    "emitted_now",
+    "emitted",
+    "written",
+    "resolved_now",
+    "rows",
+    "sched_changed",
+    "answer",
+)
 """What one decision collects: its effects and its journal."""
 _SAVED = ("now_ms", *SCRATCH)
 _get_saved = operator.attrgetter(*_SAVED)
@@ -132,6 +142,9 @@ class Txn:
         "rows",
         "run",
         "run_id",
+        "answer",
+        "sched_changed",
+        "scheduled_added",
         "schedules",
         "seq",
         "settled",
@@ -160,6 +173,7 @@ class Txn:
         self.report: ReportLink | None = s.report
         self.report_complete = s.report_complete
         self.schedules: immutables.Map[str, Sched] = s.schedules
+        self.scheduled_added = s.scheduled_added
         self.settled: Settled | None = s.settled
         self.effects: list[Effect] = []
         self.emitted_now: set[str] = set()  # keys of every effect emitted in this decision
@@ -167,6 +181,8 @@ class Txn:
         self.written: list[str] = []  # result names written: the journal
         self.resolved_now: list[str] = []  # resolved keys written: the journal
         self.rows = 0  # report rows added: the journal
+        self.sched_changed: list[str] = []  # schedule ids changed: the journal
+        self.answer: ScheduledAnswer | None = None  # to a scheduled-call event from outside
 
     def checkpoint(self) -> tuple[Any, ...]:
         """What a rejected event must leave as it was (``rollback`` returns to it).
@@ -191,11 +207,18 @@ class Txn:
         self.written = []
         self.resolved_now = []
         self.rows = 0
+        self.sched_changed = []
+        self.answer = None
 
     def freeze(self) -> State:
         journal = (
-            Journal(tuple(self.written), self.rows, tuple(self.resolved_now))
-            if self.written or self.rows or self.resolved_now
+            Journal(
+                tuple(self.written),
+                self.rows,
+                tuple(self.resolved_now),
+                tuple(dict.fromkeys(self.sched_changed)),
+            )
+            if self.written or self.rows or self.resolved_now or self.sched_changed
             else _NO_JOURNAL
         )
         tree = self.tree
@@ -228,6 +251,7 @@ class Txn:
             settled=self.settled,
             journal=journal,
             report_complete=self.report_complete,
+            scheduled_added=self.scheduled_added,
         )
 
     # --- reading ------------------------------------------------------------------
@@ -409,6 +433,11 @@ class Txn:
         self.in_flight += 1
         if seq > self.seq:  # a new request (held or re-issued work was counted before)
             self.seq = seq
+
+    def set_sched(self, sid: str, sched: Sched) -> None:
+        """Replace a scheduled call's record; the journal names it (``scheduled.changed``)."""
+        self.schedules = self.schedules.set(sid, sched)
+        self.sched_changed.append(sid)
 
     def work_answered(self, key: str, entry: Pending, status: str) -> None:
         """Pending work got its result: it is no longer in flight; the report says how."""

@@ -52,6 +52,9 @@ __all__ = [
     "RunAgent",
     "RunSubflow",
     "RunTeam",
+    "ScheduledAddRequested",
+    "ScheduledCancelRequested",
+    "ScheduledRunNowRequested",
     "Settled",
     "SignalReceived",
     "Sleep",
@@ -251,6 +254,35 @@ class CancelRequested(_Event, tag="cancel-requested", frozen=True, kw_only=True)
     at_ms: NonNegInt
 
 
+class ScheduledCancelRequested(_Event, tag="scheduled-cancel-requested", frozen=True, kw_only=True):
+    """Cancel one scheduled call from outside the run, by its schedule id.
+
+    Never rejected for the id: the decision answers whether the call was
+    still pending (``Decision.scheduled``), false for an unknown or finished id.
+    """
+
+    schedule_id: str
+    at_ms: NonNegInt
+
+
+class ScheduledRunNowRequested(
+    _Event, tag="scheduled-run-now-requested", frozen=True, kw_only=True
+):
+    """Issue one pending scheduled call now: its delay timer is dropped."""
+
+    schedule_id: str
+    at_ms: NonNegInt
+
+
+class ScheduledAddRequested(_Event, tag="scheduled-add-requested", frozen=True, kw_only=True):
+    """Schedule a call from outside the run: only to a tool declared ``schedulable``."""
+
+    tool: str
+    input: Any = None
+    delay_ms: NonNegInt = 0
+    at_ms: NonNegInt
+
+
 Event: TypeAlias = (
     EffectSucceeded
     | EffectFailed
@@ -260,6 +292,9 @@ Event: TypeAlias = (
     | SignalReceived
     | SubflowSettled
     | CancelRequested
+    | ScheduledCancelRequested
+    | ScheduledRunNowRequested
+    | ScheduledAddRequested
 )
 
 # --- codecs ------------------------------------------------------------------
@@ -334,6 +369,9 @@ EVENT_TYPES = (  # every event class, for isinstance
     SignalReceived,
     SubflowSettled,
     CancelRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
+    ScheduledAddRequested,
 )
 _STATUSES = frozenset(("completed", "failed", "cancelled", "budget-exhausted"))
 
@@ -438,6 +476,10 @@ def _short_names(event: Event) -> bool:
         return False
     if isinstance(event, SignalReceived):
         return len(event.signal) <= MAX_NAME_CHARS
+    if isinstance(event, (ScheduledCancelRequested, ScheduledRunNowRequested)):
+        return len(event.schedule_id) <= MAX_NAME_CHARS
+    if isinstance(event, ScheduledAddRequested):
+        return len(event.tool) <= MAX_NAME_CHARS
     if isinstance(event, EffectFailed):
         return len(event.error.type) <= MAX_NAME_CHARS
     return True
@@ -496,6 +538,12 @@ def _check_fields(event: object) -> Event:
             _check_usage(event.usage)
         case CancelRequested():
             check_text(event.reason, "$.reason", what)
+        case ScheduledCancelRequested() | ScheduledRunNowRequested():
+            check_text(event.schedule_id, "$.scheduleId", what, MAX_NAME_CHARS)
+        case ScheduledAddRequested():
+            check_text(event.tool, "$.tool", what, MAX_NAME_CHARS)
+            check_data(event.input, "$.input", what)
+            _check_count(event.delay_ms, "$.delayMs")
         case _:
             assert_never(event)
     _check_size(event)

@@ -85,6 +85,9 @@ from ._wire import (
     RunAgent,
     RunSubflow,
     RunTeam,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     Settled,
     SignalReceived,
     Sleep,
@@ -151,7 +154,7 @@ __all__ = [
 
 TOOLS = {
     "read": {"class": "readonly"},
-    "put": {"class": "idempotent"},
+    "put": {"class": "idempotent", "schedulable": True},
     "send": {"class": "uncertain"},
     "poke": {},
 }
@@ -199,6 +202,9 @@ EVENT_KINDS = (
     "signal-received",
     "subflow-settled",
     "cancel-requested",
+    "scheduled-cancel-requested",
+    "scheduled-run-now-requested",
+    "scheduled-add-requested",
 )
 
 STEP_KINDS = (
@@ -518,6 +524,13 @@ def pending_events(state: State) -> list[Event]:
             out.append(TimerFired(idempotency_key=key, at_ms=at))
     for name in SIGNALS:
         out.append(SignalReceived(signal=name, payload={"from": name}, at_ms=at))
+    for sid, sched in sorted(state.schedules.items()):
+        if sched.status == "pending":
+            out.append(ScheduledCancelRequested(schedule_id=sid, at_ms=at))
+            out.append(ScheduledRunNowRequested(schedule_id=sid, at_ms=at))
+    for tool, decl in sorted(state.flow.tools.items()):
+        if decl.schedulable:
+            out.append(ScheduledAddRequested(tool=tool, input={"k": tool}, delay_ms=50, at_ms=at))
     out.append(CancelRequested(reason="test", at_ms=at))
     return out
 
@@ -575,6 +588,16 @@ def event_of_kind(kind: str, state: State, choice: int) -> Event:
         return SubflowSettled(idempotency_key=key, status=status, at_ms=at)  # type: ignore[arg-type]
     if kind == "cancel-requested":
         return CancelRequested(reason="because", at_ms=at)
+    if kind in ("scheduled-cancel-requested", "scheduled-run-now-requested"):
+        ids = [*sorted(state.schedules), f"{state.run_id}/~scheduled-99"]
+        sid = ids[choice % len(ids)]
+        if kind == "scheduled-cancel-requested":
+            return ScheduledCancelRequested(schedule_id=sid, at_ms=at)
+        return ScheduledRunNowRequested(schedule_id=sid, at_ms=at)
+    if kind == "scheduled-add-requested":
+        tools = [*sorted(state.flow.tools), "nowhere"]
+        tool = tools[choice % len(tools)]
+        return ScheduledAddRequested(tool=tool, input=choice, delay_ms=100 * choice, at_ms=at)
     raise ValueError(f"unknown event kind {kind!r}")
 
 

@@ -266,6 +266,7 @@ def test_records_schema_lists_every_record_type() -> None:
         "effect.emitted",
         "run.settled",
         "effect.redispatched",
+        "scheduled.changed",
     }
 
 

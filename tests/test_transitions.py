@@ -28,11 +28,14 @@ from flowcore import (
     EventRejected,
     HumanAnswered,
     KeyRole,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     SubflowSettled,
     TimerFired,
     parse_key,
 )
-from flowcore._state import PendingKind, State
+from flowcore._state import PendingKind, ScheduledAnswer, State
 from flowcore._transitions import ANSWERS, TIMERS, WORK_EFFECTS
 from flowcore.testing import events_for
 
@@ -41,7 +44,7 @@ from flowcore.testing import events_for
 EVERYTHING = """
 flow: everything
 budget: {wall_clock_ms: 100000000, steps: 200}
-tools: {t: {class: idempotent}, later: {}}
+tools: {t: {class: idempotent}, later: {schedulable: true}}
 steps:
   - id: all
     parallel:
@@ -145,6 +148,7 @@ def test_every_event_kind_at_every_pending_kind_moves_or_is_rejected(data: st.Da
     seen: set[tuple[str, PendingKind]] = set()
     for _ in range(12):
         seen |= check_tables(state)
+        check_outside(state)
         if state.settled is not None:
             break
         event = data.draw(events_for(state))
@@ -153,6 +157,52 @@ def test_every_event_kind_at_every_pending_kind_moves_or_is_rejected(data: st.Da
         except EventRejected:
             pass
     assert seen  # something was waited for
+
+
+def check_outside(state: State) -> None:
+    """The scheduled-call events from outside, in any state: a cancel or run-now
+    of any id moves the run (answering whether the call was pending), an add
+    moves it exactly for a schedulable tool while the run is not ending."""
+    if state.settled is not None:
+        return
+    at = state.now_ms
+    ghost = f"{state.run_id}/~scheduled-999"
+    for sid in (*sorted(state.schedules), ghost, "elsewhere/x#1"):
+        was = state.schedules.get(sid)
+        pending = was is not None and was.status == "pending"
+        for event in (
+            ScheduledCancelRequested(schedule_id=sid, at_ms=at),
+            ScheduledRunNowRequested(schedule_id=sid, at_ms=at),
+        ):
+            d = flowcore.advance(state, event)
+            assert d.scheduled == ScheduledAnswer(id=sid, done=pending)
+            after = d.state.schedules.get(sid)
+            if not pending:
+                assert after == was  # nothing changes but the clock
+                assert d.effects == () or isinstance(d.effects[-1], flowcore.Settled)
+            elif isinstance(event, ScheduledCancelRequested):
+                assert after is not None and after.status == "cancelled"
+                assert f"{sid}/delay" in flowcore.plan(d).drop
+            elif d.state.settled is None:
+                assert after is not None and after.status == "called" and after.attempts == 1
+                assert f"{sid}/delay" in flowcore.plan(d).drop
+    ending = state.tree.ending is not None
+    for tool in ("later", "t", "nowhere"):
+        add = ScheduledAddRequested(tool=tool, input={"n": 1}, delay_ms=10, at_ms=at)
+        try:
+            d = flowcore.advance(state, add)
+        except EventRejected as exc:
+            assert tool != "later" or ending, exc.reason
+            if tool != "later":
+                assert repr(tool) in exc.reason and "'later'" in exc.reason
+            continue
+        assert tool == "later" and not ending
+        sid = f"{state.run_id}/~scheduled-{state.scheduled_added + 1}"
+        assert d.scheduled == ScheduledAnswer(id=sid, done=True)
+        assert parse_key(sid, state.run_id).role is KeyRole.OUTSIDE_SCHEDULE
+        assert parse_key(f"{sid}/delay", state.run_id).role is KeyRole.SCHEDULE_DELAY
+        assert d.state.schedules[sid].status == "pending"
+        assert d.effects == (flowcore.Sleep(until_ms=at + 10, idempotency_key=f"{sid}/delay"),)
 
 
 def test_the_tables_cover_every_kind() -> None:

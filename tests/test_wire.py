@@ -39,6 +39,9 @@ from flowcore._wire import (
     RunAgent,
     RunSubflow,
     RunTeam,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     Settled,
     SettledStatus,
     SignalReceived,
@@ -217,6 +220,19 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
             at_ms=non_neg_ints(),
         ),
         CancelRequested: st.builds(CancelRequested, reason=texts(), at_ms=non_neg_ints()),
+        ScheduledCancelRequested: st.builds(
+            ScheduledCancelRequested, schedule_id=texts(), at_ms=non_neg_ints()
+        ),
+        ScheduledRunNowRequested: st.builds(
+            ScheduledRunNowRequested, schedule_id=texts(), at_ms=non_neg_ints()
+        ),
+        ScheduledAddRequested: st.builds(
+            ScheduledAddRequested,
+            tool=texts(),
+            input=json_values(),
+            delay_ms=non_neg_ints(),
+            at_ms=non_neg_ints(),
+        ),
     }
 
 
@@ -423,6 +439,9 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "signal-received": ("kind", "signal", "payload?", "atMs"),
     "subflow-settled": ("kind", "idempotencyKey", "status", "output?", "usage?", "atMs"),
     "cancel-requested": ("kind", "reason?", "atMs"),
+    "scheduled-cancel-requested": ("kind", "scheduleId", "atMs"),
+    "scheduled-run-now-requested": ("kind", "scheduleId", "atMs"),
+    "scheduled-add-requested": ("kind", "tool", "input?", "delayMs?", "atMs"),
 }
 
 VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
@@ -460,6 +479,9 @@ def test_event_kinds_are_exactly() -> None:
         "signal-received",
         "subflow-settled",
         "cancel-requested",
+        "scheduled-cancel-requested",
+        "scheduled-run-now-requested",
+        "scheduled-add-requested",
     }
     assert len(kinds) == len(EVENT_TYPES)
     assert set(EVENT_FIELDS) == kinds

@@ -6,6 +6,19 @@ its outcome only changes the schedule's status: it never fails the flow.
 A run that ends cancels the schedules not yet due, except those marked
 ``outlive_run``, which the run waits for before it settles (a cancelled run
 waits for nothing).
+
+From outside the run (events, not steps): ``scheduled-cancel-requested``
+cancels a pending call and ``scheduled-run-now-requested`` issues one now,
+both answering whether the call was still pending (``Decision.scheduled``);
+``scheduled-add-requested`` schedules a call to a tool the flow declares
+``schedulable``, under an id numbered by the state (``<run>/~scheduled-1``).
+
+A call whose outcome is unknown (its host died while it ran) is issued
+again under the same key when its tool is readonly or idempotent, up to
+``ATTEMPTS`` issues in all; otherwise (or then) it is ``uncertain``.
+
+Every change to a scheduled call goes through ``Txn.set_sched``, so the
+decision's journal names it and hosts log it (``scheduled.changed``).
 """
 
 from __future__ import annotations
@@ -15,25 +28,47 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .. import _keys as keys
+from .._errors import EventRejected
 from .._outcome import OK
-from .._spec import CancelScheduledStep, ScheduleStep
-from .._state import PendingKind, Sched, SchedStatus, StepFrame
-from .._wire import CallTool
+from .._spec import MAX_MS, CancelScheduledStep, ScheduleStep
+from .._state import Pending, PendingKind, Sched, SchedStatus, ScheduledAnswer, StepFrame
+from .._wire import CallTool, ErrorInfo, ScheduledAddRequested
 
 if TYPE_CHECKING:
     from .._outcome import Outcome
     from .._txn import Txn
 
-__all__ = ["begin", "begin_cancel", "call_done", "cancel_pending", "delay_over", "outstanding"]
+__all__ = [
+    "ATTEMPTS",
+    "add_outside",
+    "begin",
+    "begin_cancel",
+    "call_done",
+    "call_unknown",
+    "cancel_outside",
+    "cancel_pending",
+    "delay_over",
+    "outstanding",
+    "run_now",
+    "settle_open",
+]
+
+ATTEMPTS = 3
+"""Issues of a readonly/idempotent scheduled call whose outcome stays unknown."""
+
+_SAFE = ("readonly", "idempotent")
+_replace = msgspec.structs.replace
 
 
 def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
     sid = t.key(frame)
     value = body.input.evaluate(t.resolver(frame.env, frame.attempt))
-    t.schedules = t.schedules.set(
-        sid, Sched(SchedStatus.PENDING, body.tool, value, body.outlive_run)
+    due = t.now_ms + body.delay_ms
+    sched = Sched(
+        SchedStatus.PENDING, body.tool, value, body.outlive_run, created_ms=t.now_ms, due_ms=due
     )
-    t.timer(keys.delay_key(sid), t.now_ms + body.delay_ms, PendingKind.SCHEDULE_DELAY, sid)
+    t.set_sched(sid, sched)
+    t.timer(keys.delay_key(sid), due, PendingKind.SCHEDULE_DELAY, sid)
     return (OK, sid)
 
 
@@ -47,35 +82,83 @@ def begin_cancel(t: Txn, frame: StepFrame, body: CancelScheduledStep) -> Outcome
 
 
 def _cancel(t: Txn, sid: str, sched: Sched) -> None:
-    t.schedules = t.schedules.set(sid, msgspec.structs.replace(sched, status=SchedStatus.CANCELLED))
+    t.set_sched(sid, _replace(sched, status=SchedStatus.CANCELLED, finished_ms=t.now_ms))
     t.drop_key(keys.delay_key(sid))
 
 
-def delay_over(t: Txn, sid: str) -> None:
-    """The delay fired: issue the call like any work."""
-    sched = t.schedules[sid]
-    t.schedules = t.schedules.set(sid, msgspec.structs.replace(sched, status=SchedStatus.CALLED))
+def _issue(t: Txn, sid: str, sched: Sched) -> None:
+    t.set_sched(sid, _replace(sched, status=SchedStatus.CALLED, attempts=sched.attempts + 1))
     effect = CallTool(tool=sched.tool, input=sched.input, idempotency_key=keys.call_key(sid))
     t.emit_work(sid, effect, sched.tool)
 
 
-def call_done(t: Txn, sid: str, ok: bool, error_type: str | None) -> None:
+def delay_over(t: Txn, sid: str) -> None:
+    """The delay fired: issue the call like any work."""
+    _issue(t, sid, t.schedules[sid])
+
+
+def call_done(t: Txn, sid: str, ok: bool, error: ErrorInfo | None) -> None:
     """The scheduled call ended: only its status changes."""
     sched = t.schedules[sid]
     if ok:
         status = SchedStatus.SUCCEEDED
-    elif error_type == "outcome-unknown":
+    elif error is not None and error.type == "outcome-unknown":
         status = SchedStatus.UNCERTAIN
     else:
         status = SchedStatus.FAILED
-    t.schedules = t.schedules.set(sid, msgspec.structs.replace(sched, status=status))
+    done = _replace(sched, status=status, finished_ms=t.now_ms, error=None if ok else error)
+    t.set_sched(sid, done)
+
+
+def call_unknown(t: Txn, entry: Pending) -> ErrorInfo | None:
+    """The call's outcome is unknown: ``None`` if it may be and was issued again,
+    else the ``outcome-unknown`` error it ends with.
+
+    Re-issued under the same key (the tool can deduplicate) only when its
+    tool is readonly or idempotent and it was issued fewer than ``ATTEMPTS``
+    times; the caller has already stopped waiting for the first issue.
+    """
+    sid = entry.frame
+    sched = t.schedules[sid]
+    decl = t.flow.tools.get(sched.tool)
+    safe = decl is not None and decl.exec_class in _SAFE
+    if safe and sched.attempts < ATTEMPTS:
+        t.set_sched(sid, _replace(sched, attempts=sched.attempts + 1))
+        # The effect exactly as first emitted, in its place in the report.
+        t.issue(sid, entry.sent, entry.member, entry.seq, entry.target)  # type: ignore[arg-type]
+        return None
+    why = (
+        f"was issued {sched.attempts} times without an answer" if safe else "is not safe to repeat"
+    )
+    return ErrorInfo(
+        type="outcome-unknown",
+        message=f"scheduled call-tool {keys.call_key(sid)} may or may not have happened and {why}",
+    )
 
 
 def cancel_pending(t: Txn, everything: bool = False) -> None:
     """Cancel scheduled calls not yet due (``everything``: outliving ones too)."""
-    for sid, sched in list(t.schedules.items()):
+    for sid, sched in sorted(t.schedules.items()):
         if sched.status is SchedStatus.PENDING and (everything or not sched.outlive):
             _cancel(t, sid, sched)
+
+
+def settle_open(t: Txn) -> None:
+    """The run settles: a call still pending is cancelled, one still out is uncertain.
+
+    A run that settles the ordinary way has cancelled or waited for them
+    already; one that runs out of budget has not.
+    """
+    for sid, sched in sorted(t.schedules.items()):
+        if sched.status is SchedStatus.PENDING:
+            _cancel(t, sid, sched)
+        elif sched.status is SchedStatus.CALLED:
+            error = ErrorInfo(
+                type="outcome-unknown",
+                message=f"the run settled while scheduled call {sid} was out",
+            )
+            done = _replace(sched, status=SchedStatus.UNCERTAIN, finished_ms=t.now_ms, error=error)
+            t.set_sched(sid, done)
 
 
 def outstanding(t: Txn) -> bool:
@@ -84,3 +167,56 @@ def outstanding(t: Txn) -> bool:
         sched.outlive and sched.status in (SchedStatus.PENDING, SchedStatus.CALLED)
         for sched in t.schedules.values()
     )
+
+
+# --- from outside the run ---------------------------------------------------------------
+
+
+def cancel_outside(t: Txn, sid: str) -> None:
+    """``scheduled-cancel-requested``: cancel ``sid`` if it is still pending."""
+    sched = t.schedules.get(sid)
+    done = sched is not None and sched.status is SchedStatus.PENDING
+    if sched is not None and done:
+        t.check_clock()
+        _cancel(t, sid, sched)
+    t.answer = ScheduledAnswer(id=sid, done=done)
+
+
+def run_now(t: Txn, sid: str) -> None:
+    """``scheduled-run-now-requested``: issue ``sid`` now if it is still pending."""
+    sched = t.schedules.get(sid)
+    done = sched is not None and sched.status is SchedStatus.PENDING
+    if sched is not None and done:
+        t.check_clock()
+        t.drop_key(keys.delay_key(sid))
+        _issue(t, sid, _replace(sched, due_ms=t.now_ms))
+    t.answer = ScheduledAnswer(id=sid, done=done)
+
+
+def add_outside(t: Txn, ev: ScheduledAddRequested) -> None:
+    """``scheduled-add-requested``: a new pending call to a schedulable tool."""
+    decl = t.flow.tools.get(ev.tool)
+    if decl is None or not decl.schedulable:
+        names = sorted(name for name, d in t.flow.tools.items() if d.schedulable)
+        listed = ", ".join(repr(n) for n in names) if names else "none"
+        why = "is not declared" if decl is None else "is not declared schedulable"
+        raise EventRejected(
+            f"tool {ev.tool!r} {why} in flow {t.flow.id!r}: the schedulable tools are {listed}"
+        )
+    if ev.delay_ms > MAX_MS:
+        raise EventRejected(f"delay {ev.delay_ms} ms is over the limit of {MAX_MS:,} ms")
+    if t.tree.ending is not None:
+        raise EventRejected(
+            f"run {t.run_id} is ending ({t.tree.ending.status}): no call can be scheduled"
+        )
+    t.check_clock()
+    n = t.scheduled_added + 1
+    sid = keys.outside_schedule_id(t.run_id, n)
+    due = t.now_ms + ev.delay_ms
+    t.scheduled_added = n
+    sched = Sched(
+        SchedStatus.PENDING, ev.tool, ev.input, created_ms=t.now_ms, due_ms=due, outside=True
+    )
+    t.set_sched(sid, sched)
+    t.timer(keys.delay_key(sid), due, PendingKind.SCHEDULE_DELAY, sid)
+    t.answer = ScheduledAnswer(id=sid, done=True)
