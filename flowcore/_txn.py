@@ -125,6 +125,7 @@ class Txn:
 
     __slots__ = (
         "above",
+        "answer",
         "effects",
         "emitted",
         "emitted_now",
@@ -142,7 +143,6 @@ class Txn:
         "rows",
         "run",
         "run_id",
-        "answer",
         "sched_changed",
         "scheduled_added",
         "schedules",
