@@ -20,6 +20,7 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -121,24 +122,31 @@ class ScheduledCall(_View, frozen=True):
     outside: bool  # added from outside the run (scheduled-add-requested), not by a step
 
 
-def scheduled_calls(state: State) -> tuple[ScheduledCall, ...]:
-    """Every scheduled call of ``state``'s run, by id, pending and finished."""
-    return tuple(
-        ScheduledCall(
-            id=sid,
-            run_id=state.run_id,
-            tool=sched.tool,
-            input=sched.input,
-            status=STATUS[sched.status],
-            created_ms=sched.created_ms,
-            due_ms=sched.due_ms,
-            attempts=sched.attempts,
-            finished_ms=sched.finished_ms,
-            error=sched.error,
-            outlive_run=sched.outlive,
-            outside=sched.outside,
-        )
-        for sid, sched in sorted(state.schedules.items())
+def scheduled_calls(state: State, ids: Iterable[str] | None = None) -> tuple[ScheduledCall, ...]:
+    """Every scheduled call of ``state``'s run, by id, pending and finished.
+
+    ``ids``: only those (in that order), e.g. ``state.journal.scheduled``, the
+    calls the last transition changed.
+    """
+    schedules = state.schedules
+    chosen = sorted(schedules) if ids is None else [sid for sid in ids if sid in schedules]
+    return tuple(_call(state.run_id, sid, schedules[sid]) for sid in chosen)
+
+
+def _call(run_id: str, sid: str, sched: Sched) -> ScheduledCall:
+    return ScheduledCall(
+        id=sid,
+        run_id=run_id,
+        tool=sched.tool,
+        input=sched.input,
+        status=STATUS[sched.status],
+        created_ms=sched.created_ms,
+        due_ms=sched.due_ms,
+        attempts=sched.attempts,
+        finished_ms=sched.finished_ms,
+        error=sched.error,
+        outlive_run=sched.outlive,
+        outside=sched.outside,
     )
 
 

@@ -40,8 +40,10 @@ class TrajectoryEntry(msgspec.Struct, kw_only=True, gc=False):
 
     ``kind`` is the effect kind (``call-tool``, ``run-agent``, ``run-team``,
     ``ask-human``, ``sleep``, ``await-signal``, ``run-subflow``) or, for
-    events that answer no effect, ``signal-received``, ``cancel-requested``
-    or ``event-rejected``. ``target`` is the tool, agent, team, flow or signal
+    events that answer no effect, ``signal-received``, ``cancel-requested``,
+    ``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
+    ``scheduled-add-requested`` (``key``: the schedule id) or ``event-rejected``.
+    ``target`` is the tool, agent, team, flow or signal
     (for ``sleep``, the timer's role: ``wait``, ``timeout``, ``backoff``,
     ``deadline``, ``tick``, ``ask-timeout``, ``signal-timeout``,
     ``sched-delay``). ``input`` is the tool or subflow input, the prompt, the
@@ -51,7 +53,9 @@ class TrajectoryEntry(msgspec.Struct, kw_only=True, gc=False):
     ``status``: ``pending``, ``succeeded``, ``failed``, ``uncertain``,
     ``not-started``, ``answered``, ``fired``, ``received``, ``abandoned``
     (dropped before anything answered it), ``delivered`` / ``buffered``
-    (signals), ``requested`` (cancel), ``rejected``. ``issues`` counts
+    (signals), ``requested`` (cancel), ``rejected``; for the scheduled-call
+    events from outside ``cancelled`` / ``issued`` / ``not-pending`` (the id
+    was not pending) and ``scheduled``. ``issues`` counts
     re-issues under the same key after an unknown outcome, plus one.
 
     A plain record, filled in while replay folds (hence not frozen): treat

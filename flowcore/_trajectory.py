@@ -34,6 +34,9 @@ from ._wire import (
     RunAgent,
     RunSubflow,
     RunTeam,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     Settled,
     SignalReceived,
     Sleep,
@@ -284,6 +287,36 @@ class Trajectory:
                         input=event.reason,
                         status="requested",
                         at=at,
+                    )
+                )
+            case ScheduledCancelRequested() | ScheduledRunNowRequested():
+                answer = batch.answer
+                done = answer is not None and answer.done
+                if isinstance(event, ScheduledCancelRequested):
+                    status = "cancelled" if done else "not-pending"
+                else:
+                    status = "issued" if done else "not-pending"
+                self.rows.append(
+                    TrajectoryEntry(
+                        index=index,
+                        kind=event.__struct_config__.tag,  # type: ignore[arg-type]
+                        key=event.schedule_id,
+                        status=status,
+                        at=at,
+                    )
+                )
+            case ScheduledAddRequested():
+                answer = batch.answer
+                self.rows.append(
+                    TrajectoryEntry(
+                        index=index,
+                        kind="scheduled-add-requested",
+                        key="" if answer is None else answer.id,
+                        target=event.tool,
+                        input=event.input,
+                        status="scheduled",
+                        at=at,
+                        note=f"delay {event.delay_ms} ms",
                     )
                 )
             case _:

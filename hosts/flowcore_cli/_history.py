@@ -26,7 +26,7 @@ import flowcore
 from flowcore import Record, Settled, Sleep, TimerFired
 from flowcore._report import ReplayReport
 
-from ._progress import REDISPATCHED, describe, progress_item, progress_line
+from ._progress import REDISPATCHED, SCHEDULED_CHANGED, describe, progress_item, progress_line
 
 __all__ = [
     "duration",
@@ -109,7 +109,7 @@ def _what(record: Record) -> Text | None:
         return line
     if kind == "event.rejected":
         return Text.assemble(("✗ rejected", "red"), f" {data.get('reason', '')}")
-    if kind == REDISPATCHED:
+    if kind in (REDISPATCHED, SCHEDULED_CHANGED):
         return progress_line(record)
     item = progress_item(record)
     if item is None:

@@ -55,6 +55,9 @@ from flowcore import (
     RunAgent,
     RunSubflow,
     RunTeam,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     Settled,
     SignalReceived,
     SubflowSettled,
@@ -65,6 +68,7 @@ from ._common import say
 
 __all__ = [
     "REDISPATCHED",
+    "SCHEDULED_CHANGED",
     "Item",
     "RunTree",
     "ask",
@@ -75,6 +79,7 @@ __all__ = [
     "progress_item",
     "progress_line",
     "prompt",
+    "scheduled_changed",
     "watch",
 ]
 
@@ -112,10 +117,47 @@ def progress_item(record: Record) -> Item | None:
     return None
 
 
+SCHEDULED_CHANGED = "scheduled.changed"
+"""The record of a change to a scheduled call: its id, tool, status (pending,
+running, completed, failed, cancelled, uncertain), attempts, due time and
+error; never its input. Read leniently, like ``effect.redispatched``."""
+
+_SCHEDULED_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "uncertain": "red",
+    "cancelled": "yellow",
+    "running": "cyan",
+}
+
+
+def scheduled_changed(record: Record) -> Text:
+    """``◷ KEY TOOL STATUS``, with the due time, attempts or error where they say something."""
+    data = record.data if isinstance(record.data, dict) else {}
+    sid, tool, status = (str(data.get(name, "?")) for name in ("id", "tool", "status"))
+    line = Text.assemble(
+        ("◷", _SCHEDULED_STYLE.get(status, "dim")),
+        f" scheduled {sid} {tool} ",
+        (status, _SCHEDULED_STYLE.get(status, "")),
+    )
+    due, attempts, error = data.get("dueMs"), data.get("attempts"), data.get("error")
+    if status == "pending" and isinstance(due, int) and not isinstance(due, bool):
+        from ._history import iso  # _history imports this module
+
+        line.append(f" due {iso(due)}", "dim")
+    if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 1:
+        line.append(f" (attempt {attempts})", "dim")
+    if isinstance(error, dict):
+        line.append(f" {error.get('type', '')}: {error.get('message', '')}")
+    return line
+
+
 def progress_line(record: Record) -> Text | None:
     """The progress line of ``record``, or ``None`` if it is not shown."""
     if record.type == REDISPATCHED:
         return _redispatched(record)
+    if record.type == SCHEDULED_CHANGED:
+        return scheduled_changed(record)
     item = progress_item(record)
     return None if item is None else describe(item, record.run_id)
 
@@ -173,6 +215,12 @@ def describe(item: Item, run_id: str) -> Text | None:
             return line(("✓", "green"), f" {key} subflow {status}")
         case CancelRequested(reason=reason):
             return line(("■", "red"), f" cancel requested: {reason}")
+        case ScheduledCancelRequested(schedule_id=sid):
+            return line(("◷", "yellow"), f" cancel of scheduled {sid} requested")
+        case ScheduledRunNowRequested(schedule_id=sid):
+            return line(("◷", "cyan"), f" run-now of scheduled {sid} requested")
+        case ScheduledAddRequested(tool=tool, delay_ms=delay):
+            return line(("◷", "cyan"), f" scheduled call to {tool} requested, in {delay} ms")
         case TimerFired(idempotency_key=key) if not key.endswith("$deadline"):
             return line((f"⏲ {key}", "dim"))
     return None  # a sleep, a deadline's timer

@@ -76,6 +76,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON).",
     ),
     "cancel": ("_local", "cancel", "Cancel RUN: pending work is abandoned, compensations run."),
+    "scheduled": (
+        "_scheduled",
+        "scheduled",
+        "The scheduled calls of runs: list, cancel, run now, add.",
+    ),
     # `flowcore temporal ...`; temporalio is imported only when one of them runs.
     "temporal": (
         "_temporal",

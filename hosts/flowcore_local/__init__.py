@@ -8,6 +8,16 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
 
 from ._db import DB_ENV, NotAFlowcoreDatabase, default_db_path
 from ._host import LocalHost
+from ._scheduled import Retention, ScheduledRow
 from ._store import HostError, RunRow
 
-__all__ = ["DB_ENV", "HostError", "LocalHost", "NotAFlowcoreDatabase", "RunRow", "default_db_path"]
+__all__ = [
+    "DB_ENV",
+    "HostError",
+    "LocalHost",
+    "NotAFlowcoreDatabase",
+    "Retention",
+    "RunRow",
+    "ScheduledRow",
+    "default_db_path",
+]

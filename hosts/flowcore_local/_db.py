@@ -146,6 +146,27 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, resume, idx)
         ) WITHOUT ROWID""",
     ],
+    # 3: every run's scheduled calls, a projection of the runs' states kept in
+    # the transaction of each event, so that one query lists them across runs
+    [
+        """CREATE TABLE scheduled_calls (
+            run_id TEXT NOT NULL,
+            id TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            input TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_ms INTEGER NOT NULL,
+            due_ms INTEGER NOT NULL,
+            attempts INTEGER NOT NULL,
+            finished_ms INTEGER,
+            error TEXT,
+            outside INTEGER NOT NULL,
+            PRIMARY KEY (run_id, id)
+        )""",
+        "CREATE INDEX scheduled_calls_by_status ON scheduled_calls (status, due_ms)",
+        "CREATE INDEX scheduled_calls_by_tool ON scheduled_calls (tool)",
+        "CREATE INDEX scheduled_calls_finished ON scheduled_calls (run_id, finished_ms)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

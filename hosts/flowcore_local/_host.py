@@ -71,6 +71,7 @@ from flowcore_handlers import (
 from ._db import connect, default_db_path
 from ._flows import declared_signals, reachable_flows
 from ._resume import Rewind, plan_rewind
+from ._scheduled import Retention, ScheduledRow, list_scheduled, trim
 from ._store import Applied, Claimed, HostError, RunRow, Store
 
 __all__ = ["LocalHost"]
@@ -115,6 +116,20 @@ def _relative(key: str, run_id: str) -> str:
     return f"{info.path}#{info.attempt}"
 
 
+def _scheduled_call(run_id: str, key: str) -> bool:
+    """Whether ``key`` is a scheduled call's call-tool.
+
+    After a crash such a call goes back to the interpreter as
+    ``effect-outcome-unknown``: it decides whether to issue it again (its
+    class, and ``attempts``, up to three), so the attempts are in the run's
+    state and log, not only in this host's outbox.
+    """
+    try:
+        return flowcore.parse_key(key, run_id).role is flowcore.KeyRole.SCHEDULE_CALL
+    except ValueError:
+        return False
+
+
 def _spec_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -136,6 +151,8 @@ class LocalHost:
         max_recoveries: int = 3,
         poll_ms: int = 50,
         registry: Registry | None = None,
+        scheduled_retention: Retention | None = None,
+        now: Callable[[], int] | None = None,
     ) -> None:
         self.db_path = Path(db) if db is not None else default_db_path()
         self.tools = tools_module_name(tools)
@@ -166,7 +183,10 @@ class LocalHost:
         self._sem: asyncio.Semaphore | None = None
         self._writer: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
-        self.now: Callable[[], int] = wall_ms
+        # The host's clock (ms since the epoch): every event's atMs, timers,
+        # leases and retention read it. Tests pass a fake one.
+        self.now: Callable[[], int] = now or wall_ms
+        self.scheduled_retention = scheduled_retention or Retention()
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -473,6 +493,80 @@ class LocalHost:
     async def cancel(self, run_id: str, reason: str = "") -> None:
         await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
 
+    # --- scheduled calls -----------------------------------------------------------
+
+    async def scheduled(
+        self, run_id: str | None = None, tool: str | None = None, status: str | None = None
+    ) -> list[ScheduledRow]:
+        """The scheduled calls of every run (or of ``run_id``), pending and finished.
+
+        Finished calls stay listed as long as ``scheduled_retention`` keeps them.
+        """
+
+        def listing() -> list[ScheduledRow]:
+            if run_id is not None:
+                self.store.run_row(run_id)  # an unknown run is an error, not an empty list
+            return list_scheduled(self.store.conn, run_id, tool, status)
+
+        return await self._db(listing)
+
+    def _schedule_id(self, run_id: str, schedule_id: str) -> str:
+        """A schedule id as the run spells it: ``nudge#1`` and ``~scheduled-1`` are relative."""
+        if schedule_id.startswith(run_id + "/"):
+            return schedule_id
+        return f"{run_id}/{schedule_id}"
+
+    async def _scheduled_event(self, run_id: str, event: Event) -> bool:
+        row = await self.run(run_id)
+        if row.status != "running":
+            return False  # a settled run has no pending call: nothing to cancel or run
+        applied = await self._apply_now(run_id, event)
+        assert applied.scheduled is not None
+        return applied.scheduled.done
+
+    async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool:
+        """Cancel a pending scheduled call: True if it was pending, False if it was not
+        (unknown, already issued or finished); never an error for the id."""
+        sid = self._schedule_id(run_id, schedule_id)
+        event = flowcore.ScheduledCancelRequested(schedule_id=sid, at_ms=self.now())
+        return await self._scheduled_event(run_id, event)
+
+    async def run_scheduled_now(self, run_id: str, schedule_id: str) -> bool:
+        """Issue a pending scheduled call now: True if it was pending, else False."""
+        sid = self._schedule_id(run_id, schedule_id)
+        event = flowcore.ScheduledRunNowRequested(schedule_id=sid, at_ms=self.now())
+        return await self._scheduled_event(run_id, event)
+
+    async def add_scheduled(
+        self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0
+    ) -> str:
+        """Schedule a call to a tool the run's flow declares ``schedulable``; its id.
+
+        Refused (``HostError`` naming the schedulable tools) for any other tool,
+        and for a run that has settled or is ending.
+        """
+        row = await self.run(run_id)
+        if row.status != "running":
+            raise HostError(f"run {run_id!r} has settled ({row.status}): no call can be scheduled")
+        if type(delay_ms) is not int or not 0 <= delay_ms <= MAX_MS:
+            raise HostError(f"delay must be an integer from 0 to {MAX_MS:,} ms, not {delay_ms!r}")
+        event = flowcore.ScheduledAddRequested(
+            tool=tool, input=input, delay_ms=delay_ms, at_ms=self.now()
+        )
+        applied = await self._apply_now(run_id, event)
+        assert applied.scheduled is not None
+        return applied.scheduled.id
+
+    async def trim_scheduled(self) -> int:
+        """Apply ``scheduled_retention`` now (the worker does, as it works); rows dropped."""
+        now = self.now()
+
+        def trimming() -> int:
+            with self.store.tx():
+                return trim(self.store.conn, now, self.scheduled_retention)
+
+        return await self._db(trimming)
+
     async def run(self, run_id: str) -> RunRow:
         return await self._db(self.store.run_row, run_id)
 
@@ -610,6 +704,7 @@ class LocalHost:
             while not stop.is_set():
                 if time.monotonic() - last_recovery > self.lease_ms / 2000:
                     await self._recover()
+                    await self.trim_scheduled()
                     last_recovery = time.monotonic()
                 await self._fire_timers()
                 await self._start_subflows()
@@ -725,13 +820,16 @@ class LocalHost:
                             )
                         store.dead_letter(run_id, key, kind, dispatches, error.message, now)
                         store.close(run_id, key)
-                    elif exec_class in SAFE:
+                    elif exec_class in SAFE and not _scheduled_call(run_id, key):
                         store.requeue(run_id, key, owner)  # its claim logs effect.redispatched
                     else:
                         with store.savepoint():
                             event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
-                            out.append(store.apply(run_id, event, now))
-                        store.close(run_id, key)
+                            applied = store.apply(run_id, event, now)
+                            out.append(applied)
+                        # A scheduled call the interpreter issued again keeps its row.
+                        if not any(e.idempotency_key == key for e in applied.plan.start):
+                            store.close(run_id, key)
                     out.extend(store.take_extra())
                 marks = ",".join("?" * len(dead))
                 # A worker limited to one run (``only``) leaves the dead workers

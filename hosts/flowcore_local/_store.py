@@ -54,6 +54,8 @@ from flowcore import (
 )
 from flowcore_handlers import tools_module_name
 
+from . import _scheduled as scheduled
+
 __all__ = ["Applied", "Claimed", "HostError", "RunRow", "Store", "budget_json"]
 
 WORK = ("call-tool", "run-agent", "run-team")
@@ -116,6 +118,7 @@ class Applied:
     plan: Plan = field(default_factory=Plan)
     claimed: list[Claimed] = field(default_factory=list)
     rejected: str | None = None
+    scheduled: flowcore.ScheduledAnswer | None = None  # a scheduled-call event's answer
 
     @property
     def settled(self) -> Settled | None:
@@ -588,8 +591,9 @@ class Store:
         conn = self.conn
         state = decision.state
         plan = flowcore.plan(decision)
-        applied = Applied(run_id, plan)
+        applied = Applied(run_id, plan, scheduled=decision.scheduled)
         self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
+        scheduled.project(conn, run_id, state)
         changes = persist.state_changes(state)
         results, rows = changes.results, changes.report
         if changes.resolved:
@@ -784,6 +788,7 @@ class Store:
         )
         for table in ("results", "report", "resolved", "outbox"):
             conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        scheduled.project_all(conn, run_id, state)
         conn.executemany(
             "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)",
             [(run_id, name, _json.encode(rec)) for name, rec in results.items() if rec is not None],
