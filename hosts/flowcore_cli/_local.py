@@ -26,8 +26,9 @@ from rich.table import Table
 from rich.text import Text
 
 import flowcore
+from flowcore._time import DurationError, parse_duration
 from flowcore_handlers import RegistryError
-from flowcore_local import DB_ENV, HostError, LocalHost, NotAFlowcoreDatabase, RunRow
+from flowcore_local import DB_ENV, HostError, LocalHost, NotAFlowcoreDatabase, Retention, RunRow
 
 from ._common import (
     CliError,
@@ -266,9 +267,35 @@ def _budget(caps: dict[str, Any] | None) -> flowcore.Budget | None:
 @click.option("--concurrency", default=64, show_default=True, help="Handlers running at once.")
 @click.option("--max-recoveries", default=3, show_default=True, help="Before a dead letter.")
 @click.option("--until-idle", is_flag=True, help="Stop when no run is left running.")
+@click.option(
+    "--keep-completed",
+    default="30d",
+    show_default=True,
+    help="How long completed and cancelled scheduled calls stay listed.",
+)
+@click.option(
+    "--keep-failed",
+    default="24h",
+    show_default=True,
+    help="How long failed and uncertain scheduled calls stay listed.",
+)
+@click.option(
+    "--keep-finished",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="The newest finished scheduled calls each run keeps listed.",
+)
 @db_option
 def worker(
-    tools: str | None, concurrency: int, max_recoveries: int, until_idle: bool, db: Path
+    tools: str | None,
+    concurrency: int,
+    max_recoveries: int,
+    until_idle: bool,
+    keep_completed: str,
+    keep_failed: str,
+    keep_finished: int,
+    db: Path,
 ) -> None:
     """Resume and process every run in the database until stopped.
 
@@ -317,7 +344,29 @@ def worker(
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
         _print(f"worker stopped: {len(settled)} run(s) settled ({summary}); {left} still running")
 
-    _run(db, body, tools, must_exist=False, concurrency=concurrency, max_recoveries=max_recoveries)
+    retention = Retention(
+        completed_ms=_duration(keep_completed, "--keep-completed"),
+        failed_ms=_duration(keep_failed, "--keep-failed"),
+        per_run=keep_finished,
+    )
+    _run(
+        db,
+        body,
+        tools,
+        must_exist=False,
+        concurrency=concurrency,
+        max_recoveries=max_recoveries,
+        scheduled_retention=retention,
+    )
+
+
+def _duration(text: str, option: str) -> int:
+    """Milliseconds from a duration as people write it (``30d``, ``2h30m``, ``PT2H``, ``5000``)."""
+    stripped = text.strip()
+    try:
+        return parse_duration(int(stripped) if stripped.isdigit() else stripped, allow_zero=True)
+    except DurationError as exc:
+        raise CliError(f"{option}: {exc}") from None
 
 
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "budget-exhausted")

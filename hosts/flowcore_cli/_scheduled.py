@@ -20,12 +20,11 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from flowcore._time import DurationError, parse_duration
 from flowcore_local import LocalHost, ScheduledRow
 
-from ._common import CliError, checked_name, json_value
+from ._common import checked_name, json_value
 from ._history import iso, short_json, tables
-from ._local import _print, _run, db_option
+from ._local import _duration, _print, _run, db_option
 from ._options import json_option, run_id_argument
 
 __all__ = ["scheduled"]
@@ -166,11 +165,7 @@ def add(run_id: str, tool: str, input_: str | None, delay: str, as_json: bool, d
     accepted; the error lists them.
     """
     value = json_value(input_, "--input")
-    try:
-        text = delay.strip()
-        delay_ms = parse_duration(int(text) if text.isdigit() else text, allow_zero=True)
-    except DurationError as exc:
-        raise CliError(f"--delay: {exc}") from None
+    delay_ms = _duration(delay, "--delay")
 
     async def body(host: LocalHost) -> str:
         return await host.add_scheduled(run_id, tool, value, delay_ms)
