@@ -487,9 +487,12 @@ class Simulator:
     ``humans`` answers ``ask-human``: a mapping from step id (or ``*``) to an
     answer, a callable taking a ``Call``, or one answer for every question.
     ``signals`` are sent at their virtual times, ``cancel_at_ms`` requests
-    cancellation of the root run. ``subflows`` is the registry of flows that
-    ``run-subflow`` may start (a mapping by id, or flows). ``latency_ms`` is
-    how long every answer takes unless the response says otherwise.
+    cancellation of the root run. ``events`` are other events from outside the
+    root run (``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
+    ``scheduled-add-requested``), each delivered at its ``at_ms``. ``subflows``
+    is the registry of flows that ``run-subflow`` may start (a mapping by id,
+    or flows). ``latency_ms`` is how long every answer takes unless the
+    response says otherwise.
 
     ``order`` breaks ties between events due at the same instant: a sequence
     of choices (each taken modulo the number of ties; FIFO once used up) or a
@@ -509,6 +512,7 @@ class Simulator:
         subflows: Mapping[str, Spec] | Iterable[Flow] | None = None,
         faults: Iterable[Fault] = (),
         cancel_at_ms: int | None = None,
+        events: Iterable[Event] = (),
         latency_ms: int = 1,
         default: Any = None,
         order: Sequence[int] | Callable[[int], int] | None = None,
@@ -533,6 +537,7 @@ class Simulator:
         self.subflows = registry
         self.faults = tuple(faults)
         self.cancel_at_ms = cancel_at_ms
+        self.events = tuple(events)
         self.latency_ms = latency_ms
         self.default = default
         self.order = order
@@ -643,6 +648,9 @@ class _Simulation:
         if sim.cancel_at_ms is not None:
             at = max(sim.cancel_at_ms, self.now)
             self.push(at, run_id, CancelRequested(reason="cancel requested", at_ms=at))
+        for event in sim.events:
+            at = max(event.at_ms, self.now)
+            self.push(at, run_id, msgspec.structs.replace(event, at_ms=at))
         stop: Stop = "idle"
         while self.agenda:
             if self.count >= sim.max_events:

@@ -46,6 +46,9 @@ from flowcore import (  # noqa: E402
     HumanAnswered,
     Record,
     Recorder,
+    ScheduledAddRequested,
+    ScheduledCancelRequested,
+    ScheduledRunNowRequested,
     SignalReceived,
     SubflowSettled,
     TimerFired,
@@ -178,6 +181,24 @@ class Driver:
 
     def cancel(self, reason: str = "", *, at: int | None = None, reject: bool = False) -> None:
         self.send(CancelRequested(reason=reason, at_ms=self._at(at)), reject)
+
+    def cancel_scheduled(self, sid: str, *, at: int | None = None) -> None:
+        self.send(ScheduledCancelRequested(schedule_id=self.key(sid), at_ms=self._at(at)))
+
+    def run_now(self, sid: str, *, at: int | None = None) -> None:
+        self.send(ScheduledRunNowRequested(schedule_id=self.key(sid), at_ms=self._at(at)))
+
+    def add_scheduled(
+        self,
+        tool: str,
+        input: Any = None,
+        delay_ms: int = 0,
+        *,
+        at: int | None = None,
+        reject: bool = False,
+    ) -> None:
+        event = ScheduledAddRequested(tool=tool, input=input, delay_ms=delay_ms, at_ms=self._at(at))
+        self.send(event, reject)
 
 
 Script = Callable[[Driver], None]
@@ -722,6 +743,63 @@ output: "${steps.log.output}"
 def _schedule_outlive(d: Driver) -> None:
     d.fire("log#1/delay")
     d.ok("log#1/call", "logged")
+
+
+MANAGED = """
+flow: managed
+tools:
+  send_reminder: {class: idempotent, schedulable: true}
+  cleanup: {class: readonly}
+steps:
+  - id: nudge
+    schedule: {tool: send_reminder, input: {to: "${input.who}"}, delay_ms: 3600000}
+  - id: wait
+    await_signal: {signal: done}
+output: "${steps.nudge.output}"
+"""
+
+
+@case(
+    "scheduled-cancel-from-outside",
+    "scheduled-cancel-requested cancels a pending scheduled call from outside the run (its "
+    "delay timer is dropped); a second cancel of the same id, and a cancel of an unknown id, "
+    "answer false and change nothing.",
+    MANAGED,
+    input={"who": "ana"},
+)
+def _scheduled_cancel(d: Driver) -> None:
+    d.cancel_scheduled("nudge#1")
+    d.cancel_scheduled("nudge#1")
+    d.cancel_scheduled("nope#1")
+    d.signal("done")
+
+
+@case(
+    "scheduled-run-now",
+    "scheduled-run-now-requested issues a pending scheduled call now: its delay timer is "
+    "dropped and its call-tool emitted; its result only changes the call's status.",
+    MANAGED,
+    input={"who": "ana"},
+)
+def _scheduled_run_now(d: Driver) -> None:
+    d.run_now("nudge#1")
+    d.ok("nudge#1/call", {"sent": True})
+    d.signal("done")
+
+
+@case(
+    "scheduled-add-from-outside",
+    "scheduled-add-requested schedules a call to a tool the flow declares schedulable, under "
+    "an id the run counts (r-1/~scheduled-1); a tool that is not schedulable is rejected.",
+    MANAGED,
+    input={"who": "ana"},
+)
+def _scheduled_add(d: Driver) -> None:
+    d.add_scheduled("cleanup", {"all": True}, 1000, reject=True)
+    d.add_scheduled("send_reminder", {"to": "bo"}, 2000)
+    d.fire("~scheduled-1/delay")
+    d.fail("~scheduled-1/call", "smtp-down")
+    d.signal("done")
 
 
 RETRY = """

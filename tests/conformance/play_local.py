@@ -22,7 +22,9 @@ How each event reaches the run, as on any local host:
   unknown outcome (specs/local.md §5).
 - ``timer-fired``: the clock reaches the timer; the worker loop fires it.
 - ``human-answered``, ``signal-received``, ``cancel-requested``:
-  ``LocalHost.answer``, ``signal``, ``cancel``.
+  ``LocalHost.answer``, ``signal``, ``cancel``; the scheduled-call events
+  from outside: ``LocalHost.cancel_scheduled``, ``run_scheduled_now``,
+  ``add_scheduled``.
 - ``subflow-settled``: the child is a run in the same database, started by
   the worker from the registered child spec; it ends on a signal
   (``LocalHost.signal`` to the child) or when its call's handler answers, and
@@ -49,6 +51,7 @@ from flowcore_local import HostError, LocalHost
 from .vectors import (
     API_KINDS,
     RELEASE,
+    SCHEDULED_KINDS,
     Outcome,
     Plan,
     Script,
@@ -153,6 +156,17 @@ def refuse(plan: Plan) -> str | None:
     return None
 
 
+async def _scheduled(host: LocalHost, run_id: str, event: dict[str, Any]) -> None:
+    """A scheduled-call event from outside, sent as a person would send it."""
+    kind = event["kind"]
+    if kind == "scheduled-cancel-requested":
+        await host.cancel_scheduled(run_id, event["scheduleId"])
+    elif kind == "scheduled-run-now-requested":
+        await host.run_scheduled_now(run_id, event["scheduleId"])
+    else:
+        await host.add_scheduled(run_id, event["tool"], event.get("input"), event.get("delayMs", 0))
+
+
 class Clock:
     """The host's clock: it moves only when the player moves it."""
 
@@ -245,6 +259,8 @@ class _Player:
             await host.cancel(run_id, event.get("reason", ""))
         elif turn.action == "child-signal":
             await host.signal(turn.key, RELEASE, event.get("output"))
+        elif turn.action in SCHEDULED_KINDS:
+            await _scheduled(host, run_id, event)
         else:
             raise AssertionError(f"event {turn.index}: no way to produce {turn.action}")
 
@@ -264,6 +280,8 @@ class _Player:
                     await host.answer(run_id, event["idempotencyKey"], event["answer"])
                 elif event["kind"] == "signal-received":
                     await host.signal(run_id, event["signal"], event.get("payload"))
+                elif event["kind"] in SCHEDULED_KINDS:
+                    await _scheduled(host, run_id, event)
                 else:
                     await host.cancel(run_id, event.get("reason", ""))
             except HostError:

@@ -11,7 +11,8 @@ says:
 - ``human-answered``: the ``humans`` callable answers each question as the
   log did, at the recorded time (``Hang`` for one never answered);
 - ``signal-received``: ``Signal`` entries at the recorded times;
-  ``cancel-requested``: ``cancel_at_ms``;
+  ``cancel-requested``: ``cancel_at_ms``; the scheduled-call events from
+  outside: ``events``;
 - ``timer-fired``: the simulator fires its own timers when they are due;
 - ``subflow-settled``: children run from the small child specs, ending on a
   ``Signal`` sent to the child or when the child's call is answered; an
@@ -29,9 +30,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import flowcore
 from flowcore.testing import Call, Fail, Fault, Hang, Ok, Signal, Simulator, Unknown
 
-from .vectors import RELEASE, Outcome, Plan, Step, budget_of
+from .vectors import RELEASE, SCHEDULED_KINDS, Outcome, Plan, Step, budget_of
 
 NAME = "sim"
 CLOCK = False  # a virtual clock: nothing to mask
@@ -205,6 +207,9 @@ async def play(plan: Plan, workdir: Path, server: str | None = None) -> Outcome:
         subflows=plan.flows,
         faults=world.faults(),
         cancel_at_ms=cancels[0] if cancels else None,
+        events=[
+            flowcore.event_from_wire(t.event) for t in plan.turns if t.action in SCHEDULED_KINDS
+        ],
         latency_ms=latency,
     )
     outcome = Outcome()

@@ -56,6 +56,7 @@ import flowcore
 
 from .vectors import (
     RELEASE,
+    SCHEDULED_KINDS,
     WORK_KINDS,
     Outcome,
     Plan,
@@ -144,6 +145,12 @@ def prepare(plan: Plan, late_s: float = LATE_S) -> Timing:
     """
     if plan.late is not None:
         raise Refused(f"{plan.late}; Temporal fires timers on time")
+    outside = sorted({t.action for t in plan.turns if t.action in SCHEDULED_KINDS})
+    if outside:
+        raise Refused(
+            f"{', '.join(outside)}: the Temporal workflow has no way in for the scheduled-call"
+            " events from outside yet (specs/temporal.md)"
+        )
     turns, work = plan.turns, plan.work
     # Real time: fired timers should take about a second; every timer must
     # outlast the events the log delivers before it fires or is let go.

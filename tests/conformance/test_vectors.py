@@ -200,6 +200,9 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "signal-received",
         "subflow-settled",
         "cancel-requested",
+        "scheduled-cancel-requested",
+        "scheduled-run-now-requested",
+        "scheduled-add-requested",
     }
     effects = {r["data"]["kind"] for r in records if r["type"] == "effect.emitted"}
     assert effects == {
@@ -218,6 +221,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "event.rejected",
         "effect.emitted",
         "run.settled",
+        "scheduled.changed",
     }
     settled = [r["data"] for r in records if r["type"] == "run.settled"]
     assert {s["status"] for s in settled} == {

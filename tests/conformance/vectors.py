@@ -44,7 +44,12 @@ CHILD_TOOL = "conformance.child"
 RELEASE = "conformance-release"  # the signal a "signal"-shaped child waits for
 
 WORK_KINDS = ("call-tool", "run-agent", "run-team")
-API_KINDS = ("human-answered", "signal-received", "cancel-requested")
+SCHEDULED_KINDS = (
+    "scheduled-cancel-requested",
+    "scheduled-run-now-requested",
+    "scheduled-add-requested",
+)
+API_KINDS = ("human-answered", "signal-received", "cancel-requested", *SCHEDULED_KINDS)
 
 
 class Unplayable(Exception):
@@ -69,6 +74,7 @@ class Turn:
     index: int
     event: dict[str, Any]
     action: str  # release | timer | signal | answer | cancel | child-signal | terminate
+    # | a scheduled-call event's kind (scheduled-cancel-requested, ...): sent as it is
     key: str = ""
 
 
@@ -324,6 +330,8 @@ def plan_vector(path: Path) -> Plan:
             action = "signal"
         elif kind == "cancel-requested":
             action = "cancel"
+        elif kind in SCHEDULED_KINDS:
+            action = kind
         else:
             raise Unplayable(f"unexpected event {kind}")
         turns.append(Turn(t, event, action, key))
