@@ -648,9 +648,9 @@ class _Simulation:
         if sim.cancel_at_ms is not None:
             at = max(sim.cancel_at_ms, self.now)
             self.push(at, run_id, CancelRequested(reason="cancel requested", at_ms=at))
-        for event in sim.events:
-            at = max(event.at_ms, self.now)
-            self.push(at, run_id, msgspec.structs.replace(event, at_ms=at))
+        for outside in sim.events:
+            at = max(outside.at_ms, self.now)
+            self.push(at, run_id, msgspec.structs.replace(outside, at_ms=at))
         stop: Stop = "idle"
         while self.agenda:
             if self.count >= sim.max_events:

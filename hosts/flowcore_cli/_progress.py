@@ -220,7 +220,9 @@ def describe(item: Item, run_id: str) -> Text | None:
         case ScheduledRunNowRequested(schedule_id=sid):
             return line(("◷", "cyan"), f" run-now of scheduled {sid} requested")
         case ScheduledAddRequested(tool=tool, delay_ms=delay):
-            return line(("◷", "cyan"), f" scheduled call to {tool} requested, in {delay} ms")
+            from ._history import duration  # _history imports this module
+
+            return line(("◷", "cyan"), f" scheduled call to {tool} requested, in {duration(delay)}")
         case TimerFired(idempotency_key=key) if not key.endswith("$deadline"):
             return line((f"⏲ {key}", "dim"))
     return None  # a sleep, a deadline's timer

@@ -109,7 +109,8 @@ def list_(
 
 def _answer(done: bool, sid: str, run_id: str, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"runId": run_id, "id": sid, "done": done}))
+        full = sid if sid.startswith(run_id + "/") else f"{run_id}/{sid}"
+        click.echo(json.dumps({"runId": run_id, "id": full, "done": done}))
     else:
         click.echo("true" if done else "false")
 

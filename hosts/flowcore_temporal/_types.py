@@ -25,6 +25,7 @@ __all__ = [
     "LOG_QUERY",
     "MAX_TIMEOUT_MS",
     "QUESTIONS_QUERY",
+    "SCHEDULED_UPDATE",
     "STATUS_QUERY",
     "WORKFLOW_NAME",
     "RunArgs",
@@ -43,6 +44,11 @@ run-team effect in wire form, and the tools module (``None``: the worker's)."""
 
 ANSWER_UPDATE = "answer"
 """Update ``answer(key, answer)``: answers an ask-human question, validated first."""
+
+SCHEDULED_UPDATE = "scheduled"
+"""Update ``scheduled(event)``: a scheduled-call event from outside the run, as its wire
+object without ``atMs`` (``{"kind": "scheduled-cancel-requested", "scheduleId": ...}``,
+``scheduled-run-now-requested``, ``scheduled-add-requested``); returns ``{id, done}``."""
 
 QUESTIONS_QUERY = "pending_questions"
 LOG_QUERY = "log"

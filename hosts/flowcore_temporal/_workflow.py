@@ -128,6 +128,7 @@ from ._types import (
     ANSWER_UPDATE,
     LOG_QUERY,
     QUESTIONS_QUERY,
+    SCHEDULED_UPDATE,
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
@@ -161,6 +162,13 @@ _LONGEST_TIMER_S: Final = 100 * 365 * 24 * 3600.0
 
 class _Refused(Exception):
     """A value from outside that flowcore cannot take; the message says why."""
+
+
+_SCHEDULED_KINDS = (
+    "scheduled-cancel-requested",
+    "scheduled-run-now-requested",
+    "scheduled-add-requested",
+)
 
 
 def _decode(value: Any, what: str) -> Any:
@@ -438,6 +446,57 @@ class FlowcoreWorkflow:
             flowcore.advance(state, event)
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
+
+    @workflow.update(name=SCHEDULED_UPDATE)
+    async def scheduled(self, event: RawValue) -> dict[str, Any]:
+        """A scheduled-call event from outside; the validator has checked it applies.
+
+        One that comes before the run has started waits for it (like an
+        early signal). Its answer is the decision's (``Decision.scheduled``):
+        a cancel or run-now of an id that is not pending answers ``done: false``.
+        """
+        await workflow.wait_condition(lambda: self._state is not None)
+        checked = self._scheduled_event(event)
+        assert self._state is not None
+        try:
+            decision = flowcore.advance(self._state, checked)
+        except EventRejected as exc:
+            raise ApplicationError(
+                str(exc), type="scheduled-rejected", non_retryable=True
+            ) from None
+        self._records.extend(self._recorder.applied(checked, decision))
+        self._follow(decision)
+        answer = decision.scheduled
+        assert answer is not None
+        return {"id": answer.id, "done": answer.done}
+
+    def _scheduled_event(self, raw: Any) -> Event:
+        """The scheduled-call event, stamped now, or a ``scheduled-rejected`` error."""
+        try:
+            data = _decode(raw, "the event")
+            if not isinstance(data, dict) or data.get("kind") not in _SCHEDULED_KINDS:
+                raise _Refused(
+                    f"expected an object whose kind is one of {', '.join(_SCHEDULED_KINDS)}"
+                )
+            return flowcore.event_from_wire({**data, "atMs": self._now()})
+        except (_Refused, flowcore.DataError, flowcore.WireError) as exc:
+            raise ApplicationError(
+                f"scheduled-call event refused: {exc}",
+                type="scheduled-rejected",
+                non_retryable=True,
+            ) from None
+
+    @scheduled.validator
+    def _check_scheduled(self, event: RawValue) -> None:
+        checked = self._scheduled_event(event)
+        if self._state is None:
+            return  # checked by the handler once the run has started
+        try:
+            flowcore.advance(self._state, checked)  # a probe: advance is pure
+        except EventRejected as exc:
+            raise ApplicationError(
+                str(exc), type="scheduled-rejected", non_retryable=True
+            ) from None
 
     # --- queries -------------------------------------------------------------------------
 

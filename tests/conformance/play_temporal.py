@@ -6,7 +6,8 @@ Each event comes from where a Temporal run gets it:
   answer from the recorded log (an unknown outcome is an activity that
   outlives its start-to-close timeout);
 - answers through the ``answer`` update, signals as Temporal signals, cancel
-  as workflow cancellation;
+  as workflow cancellation, the scheduled-call events from outside through
+  the ``scheduled`` update;
 - ``timer-fired`` from durable timers;
 - ``subflow-settled`` from a child workflow (the small child spec), and an
   unknown subflow outcome from terminating that child.
@@ -145,12 +146,6 @@ def prepare(plan: Plan, late_s: float = LATE_S) -> Timing:
     """
     if plan.late is not None:
         raise Refused(f"{plan.late}; Temporal fires timers on time")
-    outside = sorted({t.action for t in plan.turns if t.action in SCHEDULED_KINDS})
-    if outside:
-        raise Refused(
-            f"{', '.join(outside)}: the Temporal workflow has no way in for the scheduled-call"
-            " events from outside yet (specs/temporal.md)"
-        )
     turns, work = plan.turns, plan.work
     # Real time: fired timers should take about a second; every timer must
     # outlast the events the log delivers before it fires or is let go.
@@ -381,6 +376,9 @@ async def _play_once(plan: Plan, server: str | None, timing: Timing) -> Outcome:
                     )
                 elif turn.action == "cancel":
                     await handle.cancel(reason=event.get("reason", ""))
+                elif turn.action in SCHEDULED_KINDS:
+                    sent = {k: v for k, v in event.items() if k != "atMs"}
+                    await handle.execute_update(ft.SCHEDULED_UPDATE, args=[sent])
                 elif turn.action == "child-signal":
                     child = await _child_running(client, child_id)
                     await child.signal(RELEASE, event.get("output"))

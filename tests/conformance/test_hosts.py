@@ -16,8 +16,7 @@ three an event that arrives after a timer was due (each fires timers on
 time); on Temporal timers too close together to order in real time; on the
 local host an unknown outcome of readonly, idempotent or subflow work and a
 start with a parent's budget or depth (``LocalHost.start`` takes neither);
-on the simulator a start at depth > 0 and a cancel reason other than its own;
-on Temporal the scheduled-call events from outside (specs/temporal.md).
+on the simulator a start at depth > 0 and a cancel reason other than its own.
 Rejected events are not sent, except on the local host, where the rejected
 answers, signals, cancels and scheduled-call events go through its API and
 must be refused.

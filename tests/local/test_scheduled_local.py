@@ -185,7 +185,7 @@ def test_every_scheduled_command_end_to_end(tmp_path: Path) -> None:
     assert ok("scheduled", "cancel", "r-1", "r-1/nudge#1", "--db", d) == "false\n"
     assert json.loads(ok("scheduled", "cancel", "r-1", "nope#9", "--json", "--db", d)) == {
         "runId": "r-1",
-        "id": "nope#9",
+        "id": "r-1/nope#9",
         "done": False,
     }
     assert listed(db, "--status", "cancelled").keys() == {"r-1/nudge#1"}
