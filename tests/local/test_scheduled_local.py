@@ -10,6 +10,7 @@ again up to three times when its tool is idempotent, once when it is not.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -299,7 +300,7 @@ def test_retention_on_the_hosts_clock(tmp_path: Path) -> None:
             for sid in ids:
                 clock.now += 1000  # each finishes at its own time
                 assert await host.run_scheduled_now("r", sid)
-                await asyncio.wait_for(_until(lambda sid=sid: finished(sid)), 60)
+                await asyncio.wait_for(_until(functools.partial(finished, sid)), 60)
             stop.set()
             await worker
             rows = {row.id: row for row in await host.scheduled()}

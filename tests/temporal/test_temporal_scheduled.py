@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
@@ -30,7 +31,7 @@ def test_the_scheduled_update_answers_and_refuses(temporal_address: str) -> None
             rid = await host.start(SPEC, None, unique("sched"))
             handle = host.handle(rid)
 
-            async def send(event: dict[str, object]) -> object:
+            async def send(event: Mapping[str, object]) -> object:
                 return await asyncio.wait_for(
                     handle.execute_update(ft.SCHEDULED_UPDATE, args=[event]), 20
                 )
