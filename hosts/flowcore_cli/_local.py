@@ -27,7 +27,7 @@ from rich.text import Text
 
 import flowcore
 from flowcore_handlers import RegistryError
-from flowcore_local import DB_ENV, HostError, LocalHost, NotAFlowcoreDatabase, RunRow
+from flowcore_local import DB_ENV, Deleted, HostError, LocalHost, NotAFlowcoreDatabase, RunRow
 
 from ._common import (
     CliError,
@@ -228,7 +228,12 @@ async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow
         running = {row.run_id: row for row in await host.runs("running")}
         ids = set(running) | set(printed) | ({row.run_id for row in settled} - finished)
         for rid in sorted(ids):
-            row = running.get(rid) or await host.run(rid)  # one read per run and look
+            try:
+                row = running.get(rid) or await host.run(rid)  # one read per run and look
+            except HostError:  # deleted since (a retention of seconds): nothing more to show
+                printed.pop(rid, None)
+                finished.add(rid)
+                continue
             start = printed.get(rid, 0)
             if row.next_index > start:
                 for record in await host.records(rid, start):
@@ -266,18 +271,39 @@ def _budget(caps: dict[str, Any] | None) -> flowcore.Budget | None:
 @click.option("--concurrency", default=64, show_default=True, help="Handlers running at once.")
 @click.option("--max-recoveries", default=3, show_default=True, help="Before a dead letter.")
 @click.option("--until-idle", is_flag=True, help="Stop when no run is left running.")
+@click.option(
+    "--retention",
+    metavar="DURATION",
+    help="Delete runs settled longer ago than this (30d, 12h, PT1H), checked every minute.",
+)
 @db_option
 def worker(
-    tools: str | None, concurrency: int, max_recoveries: int, until_idle: bool, db: Path
+    tools: str | None,
+    concurrency: int,
+    max_recoveries: int,
+    until_idle: bool,
+    retention: str | None,
+    db: Path,
 ) -> None:
     """Resume and process every run in the database until stopped.
 
     Prints a line when it starts, the progress lines of every run it works
     (as `run` does; questions are not asked here: answer them with
     `flowcore answer`), a line for every run it settles (with the error of a
-    failed one), and a summary when it stops.
+    failed one), a line for every prune of its --retention, and a summary
+    when it stops.
     """
+    # Imported here: _retention imports this module.
+    from ._retention import duration_ms, rows_text
+
+    retention_ms = None if retention is None else duration_ms(retention, "--retention")
     settled: list[RunRow] = []
+
+    def on_pruned(deleted: Deleted) -> None:
+        _print(
+            f"pruned {len(deleted.runs)} run(s) settled more than {retention} ago:"
+            f" {rows_text(deleted)}"
+        )
 
     def on_settled(row: RunRow) -> None:
         settled.append(row)  # shown by the follower, after the run's last progress line
@@ -291,6 +317,7 @@ def worker(
         _print(
             f"worker on {db}: {len(running)} run(s) running; concurrency {concurrency}"
             + (f"; default tools {tools}" if tools else "")
+            + (f"; retention {retention}" if retention else "")
             + ("; until idle" if until_idle else "; Ctrl-C stops")
         )
         follower = asyncio.create_task(_follow_all(host, stop, settled))
@@ -304,7 +331,7 @@ def worker(
 
             watcher = asyncio.create_task(idle())
         try:
-            await host.work(stop, on_settled=on_settled)
+            await host.work(stop, on_settled=on_settled, on_pruned=on_pruned)
         finally:
             stop.set()
             await follower
@@ -317,7 +344,15 @@ def worker(
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
         _print(f"worker stopped: {len(settled)} run(s) settled ({summary}); {left} still running")
 
-    _run(db, body, tools, must_exist=False, concurrency=concurrency, max_recoveries=max_recoveries)
+    _run(
+        db,
+        body,
+        tools,
+        must_exist=False,
+        concurrency=concurrency,
+        max_recoveries=max_recoveries,
+        retention_ms=retention_ms,
+    )
 
 
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "budget-exhausted")

@@ -8,6 +8,15 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
 
 from ._db import DB_ENV, NotAFlowcoreDatabase, default_db_path
 from ._host import LocalHost
+from ._prune import Deleted
 from ._store import HostError, RunRow
 
-__all__ = ["DB_ENV", "HostError", "LocalHost", "NotAFlowcoreDatabase", "RunRow", "default_db_path"]
+__all__ = [
+    "DB_ENV",
+    "Deleted",
+    "HostError",
+    "LocalHost",
+    "NotAFlowcoreDatabase",
+    "RunRow",
+    "default_db_path",
+]

@@ -11,11 +11,15 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Final
 
 __all__ = [
     "APPLICATION_ID",
     "DB_ENV",
+    "FLOW_REFERENCES",
+    "RUN_TABLES",
     "SCHEMA_VERSION",
+    "SHARED_TABLES",
     "NotAFlowcoreDatabase",
     "connect",
     "default_db_path",
@@ -148,6 +152,31 @@ MIGRATIONS: list[list[str]] = [
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# Where a run's rows are, besides its ``runs`` row: each table holding rows of
+# one run, and the column that names it. Deleting a run (``_prune``) removes
+# its rows from every table here, then its ``runs`` row, in one transaction.
+# Every table of the schema is here, is ``runs``, or is in SHARED_TABLES:
+# tests/local/test_delete_prune.py reads the tables from ``sqlite_master`` and
+# fails on one that is in none of them (a new table must say whose rows it holds).
+RUN_TABLES: Final[dict[str, str]] = {
+    "log": "run_id",
+    "results": "run_id",
+    "report": "run_id",
+    "outbox": "run_id",
+    "resolved": "run_id",
+    "dead_letters": "run_id",
+    "failures": "run_id",
+    "resumes": "run_id",
+    "log_archive": "run_id",
+}
+# Tables whose rows belong to no one run: the stored specs (a spec is removed
+# with the last run that refers to it, see FLOW_REFERENCES) and the workers.
+SHARED_TABLES: Final[tuple[str, ...]] = ("flows", "workers")
+# The columns that refer to a stored spec (``flows.spec_hash``): a spec is
+# kept while a row here names it, or while a flow named here can start it as
+# a subflow.
+FLOW_REFERENCES: Final[tuple[tuple[str, str], ...]] = (("runs", "spec_hash"),)
 
 
 class NotAFlowcoreDatabase(Exception):

@@ -68,8 +68,10 @@ from flowcore_handlers import (
     tools_module_name,
 )
 
+from . import _prune
 from ._db import connect, default_db_path
 from ._flows import declared_signals, reachable_flows
+from ._prune import Deleted
 from ._resume import Rewind, plan_rewind
 from ._store import Applied, Claimed, HostError, RunRow, Store
 
@@ -78,6 +80,7 @@ __all__ = ["LocalHost"]
 T = TypeVar("T")
 log = logging.getLogger("flowcore.local")
 SAFE = ("readonly", "idempotent")
+RETENTION_EVERY_MS = 60_000  # how often (host clock) a worker with a retention prunes
 
 
 def wall_ms() -> int:
@@ -136,6 +139,8 @@ class LocalHost:
         max_recoveries: int = 3,
         poll_ms: int = 50,
         registry: Registry | None = None,
+        clock: Callable[[], int] | None = None,
+        retention_ms: int | None = None,
     ) -> None:
         self.db_path = Path(db) if db is not None else default_db_path()
         self.tools = tools_module_name(tools)
@@ -166,7 +171,20 @@ class LocalHost:
         self._sem: asyncio.Semaphore | None = None
         self._writer: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
-        self.now: Callable[[], int] = wall_ms
+        # The host's clock, in epoch milliseconds: every time it records, every
+        # due time it compares, every age it prunes by (tests pass a fake one).
+        self.now: Callable[[], int] = clock or wall_ms
+        if retention_ms is not None and (
+            type(retention_ms) is not int or not 0 < retention_ms <= MAX_MS
+        ):
+            raise HostError(
+                f"retention_ms must be an integer from 1 to {MAX_MS:,} or None,"
+                f" not {safe_text(repr(retention_ms), 60)}"
+            )
+        # A worker deletes the runs settled longer ago than this (``_retain``).
+        self.retention_ms = retention_ms
+        self._next_prune: int | None = None
+        self._on_pruned: Callable[[Deleted], Any] | None = None
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -473,6 +491,129 @@ class LocalHost:
     async def cancel(self, run_id: str, reason: str = "") -> None:
         await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
 
+    # --- deleting runs (``_prune``) -------------------------------------------------
+
+    async def delete(
+        self, run_id: str, force: bool = False, *, timeout: float | None = None
+    ) -> Deleted:
+        """Delete the run and its child runs, every row of them, in one transaction.
+
+        Refused with ``HostError`` (nothing deleted): an unknown run; a child
+        run whose parent is still running; a tree with a run still running,
+        unless ``force``. ``force`` cancels the running runs of the tree as
+        ``cancel`` does (their compensations run and are recorded), waits
+        until every run of the tree has settled — working the tree itself
+        when this host is not working already — and then deletes it;
+        ``timeout`` (seconds) bounds that wait, after which the runs are left
+        cancelling, not deleted (``HostError``).
+        """
+        active = await self._db(_prune.active_runs, self.store, run_id)
+        cancelled: list[str] = []
+        if active:
+            if not force:
+                raise _prune.refusal(run_id, active)
+            cancelled = await self._cancel_tree(active)
+            await self._settle_tree(run_id, timeout)
+        deleted = await self._db(_prune.delete_tree, self.store, run_id)
+        deleted.cancelled = cancelled
+        return deleted
+
+    async def _cancel_tree(self, active: list[str]) -> list[str]:
+        """Cancel the topmost running runs of a tree (a cancel reaches their children)."""
+        cancelled = []
+        for run_id in active:
+            row = await self.run(run_id)
+            if row.status != "running" or row.parent_run in cancelled:
+                continue  # settled meanwhile, or cancelled with its parent
+            try:
+                await self.cancel(run_id, "cancelled to be deleted")
+            except HostError:
+                continue  # compensating already (a cancel was requested before)
+            cancelled.append(run_id)
+        return cancelled
+
+    async def _settle_tree(self, run_id: str, timeout: float | None) -> None:
+        """Wait until no run of ``run_id``'s tree is running, working it if nobody here is."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stop = asyncio.Event()
+        worker = None
+        if not self.store.dispatching:
+            worker = asyncio.create_task(self.work(stop, only=run_id))
+        try:
+            while active := await self._db(_prune.active_runs, self.store, run_id):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise HostError(
+                        f"cannot delete run {run_id!r}: it was cancelled and has not settled"
+                        f" within {timeout:g} s (running: {_prune.listed(active)}), so it is"
+                        " not deleted; delete it once it settles"
+                    )
+                if worker is not None and worker.done():
+                    worker.result()  # the worker failed: say why
+                    worker = None
+                await asyncio.sleep(self.poll_ms / 1000)
+        finally:
+            stop.set()
+            if worker is not None:
+                await worker
+
+    async def prune(
+        self,
+        settled_before_ms: int,
+        statuses: Iterable[str] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Deleted:
+        """Delete the root runs that settled before ``settled_before_ms``, with their trees.
+
+        ``statuses``: only roots that settled so (default: every settled
+        status). A tree with a run still running, or one that settled at or
+        after the cutoff, is kept whole. Trees go a batch per transaction
+        (never one split between two). ``dry_run``: delete nothing, count
+        what would go.
+        """
+        if type(settled_before_ms) is not int:
+            raise HostError(
+                "settled_before_ms must be an integer (epoch milliseconds),"
+                f" not {safe_text(repr(settled_before_ms), 60)}"
+            )
+        chosen = _prune.checked_statuses(statuses)
+        store = self.store
+        roots = await self._db(_prune.prunable_roots, store, settled_before_ms, chosen)
+        total = Deleted(dry_run=dry_run)
+        for start in range(0, len(roots), _prune.PRUNE_BATCH):
+            batch = roots[start : start + _prune.PRUNE_BATCH]
+            total.add(
+                await self._db(_prune.prune_batch, store, batch, settled_before_ms, chosen, dry_run)
+            )
+            await asyncio.sleep(0)  # a worker's handlers and commits go on between batches
+        return total
+
+    async def vacuum(self) -> tuple[int, int]:
+        """``VACUUM`` the database file: its size in bytes (with the WAL) before and after."""
+        return await self._db(_prune.vacuum, self.store, self.db_path)
+
+    async def _retain(self) -> None:
+        """Prune what the retention lets go, at most once a minute of the host's clock."""
+        if self.retention_ms is None or self.store.only is not None:
+            return
+        now = self.now()
+        if self._next_prune is not None and now < self._next_prune:
+            return
+        self._next_prune = now + RETENTION_EVERY_MS
+        pruned = await self.prune(now - self.retention_ms)
+        if pruned.runs:
+            log.info(
+                "flowcore: pruned %d run(s) settled more than %d ms ago",
+                len(pruned.runs),
+                self.retention_ms,
+            )
+            if self._on_pruned is not None:
+                try:
+                    self._on_pruned(pruned)
+                except Exception as exc:  # the caller's code: say so, keep working
+                    why = f"{type(exc).__name__}: {safe_text(exc, 200)}"
+                    log.warning("flowcore: on_pruned raised: %s", why)
+
     async def run(self, run_id: str) -> RunRow:
         return await self._db(self.store.run_row, run_id)
 
@@ -585,6 +726,7 @@ class LocalHost:
         *,
         only: str | None = None,
         on_settled: Callable[[RunRow], Any] | None = None,
+        on_pruned: Callable[[Deleted], Any] | None = None,
     ) -> None:
         """Process every run in the database until ``stop`` is set (or the run settles).
 
@@ -593,7 +735,10 @@ class LocalHost:
         ``on_settled`` is called, on the event loop, with the ``RunRow`` of
         every run this host settles while it works (a failed one included),
         right after the commit that settled it; what it raises is logged and
-        does not stop the worker.
+        does not stop the worker. With the host's ``retention_ms``, a worker
+        not limited by ``only`` prunes the runs settled longer ago than that,
+        when it starts and then every minute of the host's clock, and calls
+        ``on_pruned`` with what each prune deleted (when it deleted any).
         """
         stop = stop or asyncio.Event()
         assert self._wake is not None
@@ -602,6 +747,8 @@ class LocalHost:
         await self._db(self._register_worker)
         self.store.only = only
         self._on_settled = on_settled
+        self._on_pruned = on_pruned
+        self._next_prune = None
         self.store.dispatching = True
         self._writer = asyncio.create_task(self._write_loop())
         self._heart = asyncio.create_task(self._heartbeat())
@@ -614,6 +761,7 @@ class LocalHost:
                 await self._fire_timers()
                 await self._start_subflows()
                 await self._claim_ready()
+                await self._retain()
                 if until_settled is not None:
                     row = await self.run(until_settled)
                     if row.status != "running":
@@ -632,6 +780,7 @@ class LocalHost:
             self.store.dispatching = False
             self.store.only = None
             self._on_settled = None
+            self._on_pruned = None
 
     async def _drain(self) -> None:
         """Let running handlers finish and their results commit."""
