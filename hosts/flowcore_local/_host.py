@@ -24,7 +24,9 @@ the run saying so), and a rerun with the same id must have the same options.
 A handler's exception keeps its traceback in the ``failures`` table, off the
 wire. ``resume`` rewinds a failed run to just before the event that failed
 it (``_resume`` says when that is faithful) and dispatches the work pending
-there again.
+there again. ``delete`` and ``prune`` remove whole run trees (``_prune``);
+with ``retention_ms`` a worker prunes as it works, on the host's clock
+(``clock``, which tests replace).
 
 All database access happens on the event loop's thread (see ``_db``).
 """

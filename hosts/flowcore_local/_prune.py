@@ -182,9 +182,24 @@ def _remove(store: Store, nodes: list[Node]) -> dict[str, int]:
     for table, column in RUN_TABLES.items():
         rows[table] = conn.execute(f"DELETE FROM {table} WHERE {column} IN {_IDS}", (ids,)).rowcount
     rows["runs"] = conn.execute(f"DELETE FROM runs WHERE run_id IN {_IDS}", (ids,)).rowcount
-    rows["flows"] = _drop_specs(store, {n.spec_hash for n in nodes})
+    rows["flows"] = _drop_specs(store, _used_specs(store, {n.spec_hash for n in nodes}))
     store.forget([n.run_id for n in nodes])
     return {table: n for table, n in rows.items() if n}
+
+
+def _reachable(store: Store, spec_hash: str) -> set[str]:
+    """The specs a run of ``spec_hash`` could start as subflows, itself included."""
+    try:
+        flow = store.flow_by_hash(spec_hash)
+    except (HostError, flowcore.FlowcoreError):
+        return {spec_hash}  # a spec this flowcore cannot read starts nothing here
+    return {spec_hash} | {f.spec_hash for f in reachable_flows(store, flow)}
+
+
+def _used_specs(store: Store, spec_hashes: set[str]) -> set[str]:
+    """The specs deleted runs used: their own, and those they could start as subflows
+    (a child run deleted before them left its spec to them)."""
+    return set().union(*(_reachable(store, h) for h in spec_hashes))
 
 
 def _drop_specs(store: Store, candidates: set[str]) -> int:
@@ -207,17 +222,10 @@ def _drop_specs(store: Store, candidates: set[str]) -> int:
     if not unused:
         return 0
     needed: set[str] = set()
-    seen: set[str] = set()
     for table, column in FLOW_REFERENCES:
         for (spec_hash,) in conn.execute(f"SELECT DISTINCT {column} FROM {table}"):
-            if spec_hash in seen:
-                continue
-            seen.add(spec_hash)
-            try:
-                flow = store.flow_by_hash(spec_hash)
-            except (HostError, flowcore.FlowcoreError):
-                continue  # a spec this flowcore cannot read starts nothing here
-            needed.update(f.spec_hash for f in reachable_flows(store, flow))
+            if spec_hash not in needed:
+                needed |= _reachable(store, spec_hash)
     gone = [h for h in unused if h not in needed]
     return conn.execute(
         f"DELETE FROM flows WHERE spec_hash IN {_IDS}", (json.dumps(gone),)

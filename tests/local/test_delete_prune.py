@@ -363,14 +363,18 @@ def test_a_settled_child_of_a_settled_parent_may_go_alone(tmp_path: Path) -> Non
     kid = tmp_path / "kid.yaml"
     kid.write_text(CALM)
 
-    async def body(host: LocalHost) -> tuple[Deleted, Any]:
+    async def body(host: LocalHost) -> tuple[Deleted, Any, Deleted]:
         await settle(host, await host.start(PARENT, {}, "p", flows=[kid]))
-        return await host.delete("p/k#1"), await host.show("p")
+        return await host.delete("p/k#1"), await host.show("p"), await host.delete("p")
 
-    deleted, shown = on_host(db, body)
-    # kid's spec stays: no run of it is left, but p's flow names it (a subflow step).
-    assert deleted.runs == ["p/k#1"] and "flows" not in deleted.rows
+    child, shown, parent = on_host(db, body)
+    # kid's spec stays: no run of it is left, but p's flow names it (a subflow step) ...
+    assert child.runs == ["p/k#1"] and "flows" not in child.rows
     assert (shown["status"], shown["children"]) == ("completed", [])
+    # ... and goes with p, the last run that could start it.
+    assert parent.runs == ["p"] and parent.rows["flows"] == 2
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM flows").fetchone()[0] == 0
 
 
 # --- --force: cancel, compensate, delete ---------------------------------------------------
