@@ -602,7 +602,12 @@ class LocalHost:
         if self._next_prune is not None and now < self._next_prune:
             return
         self._next_prune = now + RETENTION_EVERY_MS
-        pruned = await self.prune(now - self.retention_ms)
+        try:
+            pruned = await self.prune(now - self.retention_ms)
+        except Exception as exc:  # the database (locked, full): the worker goes on
+            why = f"{type(exc).__name__}: {safe_text(exc, 200)}"
+            log.warning("flowcore: pruning failed (%s); trying again in a minute", why)
+            return
         if pruned.runs:
             log.info(
                 "flowcore: pruned %d run(s) settled more than %d ms ago",

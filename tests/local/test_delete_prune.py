@@ -833,3 +833,53 @@ def test_worker_retention_prunes_and_says_so(tmp_path: Path) -> None:
         lines
     )
     assert [r for (r,) in sqlite3.connect(db).execute("SELECT run_id FROM runs")] == ["new"]
+
+
+def test_a_prune_that_fails_does_not_stop_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "locked.db"
+    clock = Clock()
+    real = _prune.prunable_roots
+    failures = [sqlite3.OperationalError("database is locked")]
+
+    def locked_once(*args: Any) -> list[str]:
+        if failures:
+            raise failures.pop()
+        return real(*args)
+
+    monkeypatch.setattr(_prune, "prunable_roots", locked_once)
+
+    async def body(host: LocalHost) -> list[str]:
+        await settle(host, await host.start(ONE_CALL, {}, "old"))
+        clock.ms = T0 + 2 * DAY
+        rid = await host.start(ONE_CALL, {}, "new")
+        stop = asyncio.Event()
+        worker = asyncio.create_task(host.work(stop))  # its first prune fails ...
+        await eventually(lambda: _status_is(host, rid, "completed"))
+        assert not failures
+        clock.ms += 60_000  # ... it works on, and a minute later prunes again
+        await eventually(lambda: _gone(host, "old"))
+        stop.set()
+        await asyncio.wait_for(worker, timeout=30)
+        return sorted(r.run_id for r in await host.runs())
+
+    assert on_host(db, body, clock=clock, retention_ms=DAY) == ["new"]
+    assert "flowcore: pruning failed (OperationalError: database is locked)" in caplog.text
+
+
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait until ``check()`` holds (a generous bound, not a timed assertion)."""
+    for _ in range(3000):
+        if await check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+async def _status_is(host: LocalHost, run_id: str, status: str) -> bool:
+    return (await host.run(run_id)).status == status
+
+
+async def _gone(host: LocalHost, run_id: str) -> bool:
+    return run_id not in {r.run_id for r in await host.runs()}
