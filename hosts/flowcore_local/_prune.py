@@ -49,13 +49,13 @@ SETTLED = ("completed", "failed", "cancelled", "budget-exhausted")
 PRUNE_BATCH = 100  # root runs (with their trees) per transaction of a prune
 
 # The run ``?`` and every run below it. UNION (not UNION ALL) stops at a run
-# seen before, whatever the rows say. A child's id extends its parent's
-# (``p/k#1``) and it is created after it: this order lists parents first.
+# seen before, whatever the rows say. A child's depth is its parent's plus
+# one: this order lists parents first, the run ``?`` first of all.
 _TREE = (
     "WITH RECURSIVE tree(id) AS (SELECT ? UNION SELECT r.run_id FROM runs r"
     " JOIN tree ON r.parent_run = tree.id)"
     " SELECT r.run_id, r.parent_run, r.status, r.updated_ms, r.spec_hash"
-    " FROM tree JOIN runs r ON r.run_id = tree.id ORDER BY r.created_ms, r.run_id"
+    " FROM tree JOIN runs r ON r.run_id = tree.id ORDER BY r.depth, r.created_ms, r.run_id"
 )
 _IDS = "(SELECT value FROM json_each(?))"  # a JSON array parameter as a set of values
 
@@ -141,14 +141,13 @@ def refusal(run_id: str, active: list[str]) -> HostError:
     )
 
 
-def delete_tree(store: Store, run_id: str, dry_run: bool = False) -> Deleted:
+def delete_tree(store: Store, run_id: str) -> Deleted:
     """Delete ``run_id`` and its child runs, in a transaction of its own.
 
     Refused (``HostError``, nothing deleted) for an unknown run, a child run
-    of a running run, and a tree with a run still running. ``dry_run``: the
-    same, rolled back; the counts are what it would have removed.
+    of a running run, and a tree with a run still running.
     """
-    result = Deleted(dry_run=dry_run)
+    result = Deleted()
 
     def deleting() -> None:
         nodes = _known_tree(store, run_id)
@@ -159,7 +158,7 @@ def delete_tree(store: Store, run_id: str, dry_run: bool = False) -> Deleted:
         result.runs.extend(n.run_id for n in nodes)
         result.rows.update(_remove(store, nodes))
 
-    _in_tx(store, deleting, dry_run)
+    _in_tx(store, deleting, dry_run=False)
     return result
 
 
