@@ -86,10 +86,13 @@ def _text_ms(text: str) -> int:
         seconds = float(parts["s"] or 0) + int(parts["ms"] or 0) / 1000
         iso += f"{seconds:.3f}S" if seconds else ""
         stripped = iso.removesuffix("T") if iso != "PT" else "PT0S"
+    elif stripped[1:] and stripped[0] == "-" and _HUMAN.fullmatch(stripped[1:]):
+        raise DurationError(f"a duration cannot be negative, got {text!r}")
     elif not stripped.upper().startswith(("P", "-P")):
+        hint = " (milliseconds are a number, without quotes)" if stripped.isdigit() else ""
         raise DurationError(
             f"{text!r} is not a duration: write it like '90s', '2h30m', '1d', '250ms'"
-            " or ISO-8601 'PT2H'"
+            f" or ISO-8601 'PT2H'{hint}"
         )
     try:
         delta = _decode_iso(msgspec.json.encode(stripped))
