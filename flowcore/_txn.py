@@ -34,7 +34,7 @@ import immutables
 import msgspec
 
 from . import _keys as keys
-from ._data import short
+from ._data import short_json
 from ._expr import TemplateError
 from ._outcome import (
     FAIL,
@@ -266,7 +266,9 @@ class Txn:
         try:
             return parse_duration(got, allow_zero=zero)
         except DurationError as exc:
-            raise InvalidDuration(f"{field} {value.source!r} gave {short(got)}: {exc}") from None
+            raise InvalidDuration(
+                f"{field} {value.source!r} gave {short_json(got)}: {exc}"
+            ) from None
 
     def scope_of(self, env: str) -> str:
         return self.envs[env].scope
