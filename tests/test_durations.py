@@ -597,3 +597,18 @@ def test_validate_runs_as_a_command(tmp_path: Path) -> None:
     proc = fc("validate", spec)
     assert isinstance(proc, subprocess.CompletedProcess)
     assert proc.returncode == 0 and proc.stdout.strip() == f"{spec}: ok (flow f v1, 2 steps)"
+
+
+def test_graph_shows_a_decided_duration_and_a_cron_s_zone(tmp_path: Path) -> None:
+    spec = tmp_path / "g.yaml"
+    spec.write_text(
+        "flow: g\ntools: {t: {}}\nsteps:\n"
+        "  - {id: nap, sleep: {for_ms: '${input.wait}'}, timeout_ms: 90s}\n"
+        "  - id: nightly\n"
+        "    repeat: {cron: '0 3 * * *', timezone: Europe/Paris,"
+        " steps: [{id: x, call_tool: {tool: t}}]}\n"
+    )
+    proc = fc("graph", spec)
+    assert proc.returncode == 0, proc.stderr
+    assert "sleep ${input.wait}" in proc.stdout and "timeout 90s" in proc.stdout
+    assert "repeat cron 0 3 * * * (Europe/Paris)" in proc.stdout

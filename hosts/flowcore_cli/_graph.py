@@ -224,6 +224,8 @@ class _Builder:
             when = (
                 f"every {_ms(body.every_ms)}" if body.every_ms is not None else f"cron {body.cron}"
             )
+            if body.timezone is not None:
+                when += f" ({body.timezone})"
             lines = [step.id, f"repeat {when}"]
             stops = []
             if body.max_fires is not None:
