@@ -57,7 +57,6 @@ from ._data import DataError, check_data
 from ._errors import FlowcoreError
 from ._expr import Template, TemplateError, compile_template
 from ._time import (
-    MAX_DURATION_MS,
     DurationError,
     check_cron,
     check_zone,
@@ -81,6 +80,7 @@ __all__ = [
     "Skip",
     "Start",
     "backfill",
+    "backfill_slots",
     "check_schedule",
     "decide",
     "due_ms",
@@ -614,25 +614,14 @@ def trigger(schedule: Schedule, number: int, now_ms: int) -> Start | Skip:
     return _start(schedule, now_ms, trigger_run_id(schedule.name, number))
 
 
-def backfill(
-    schedule: Schedule,
-    start_ms: int,
-    end_ms: int,
-    running: Sequence[str] = (),
-    buffered_ms: int | None = None,
-    done: Iterable[int] = (),
-) -> tuple[tuple[Action, ...], int | None]:
-    """Start the slots from ``start_ms`` through ``end_ms`` as if each were due now.
+def backfill_slots(schedule: Schedule, start_ms: int, end_ms: int) -> list[int]:
+    """The slots from ``start_ms`` through ``end_ms``, both included.
 
-    The overlap policy applies between them as between any slots (a started
-    run counts as running for the next slot: with ``skip``, one run starts);
-    the catch-up window and ``limit`` do not apply. Slots in ``done`` (a run
-    exists already) are skipped. Returns the actions and the buffered slot.
-    Raises ``ValueError`` for an empty or reversed range or more than
-    ``MAX_BACKFILL_SLOTS`` slots.
+    Raises ``ValueError`` for a reversed range, a range without slots, or
+    more than ``MAX_BACKFILL_SLOTS`` slots.
     """
     if end_ms < start_ms:
-        raise ValueError(f"the backfill ends ({iso_ms(end_ms)}) before it starts")
+        raise ValueError(f"the range ends ({iso_ms(end_ms)}) before it starts ({iso_ms(start_ms)})")
     slots: list[int] = []
     for slot in _slots_between(schedule, start_ms - 1, end_ms):
         slots.append(slot)
@@ -641,7 +630,28 @@ def backfill(
                 f"the range holds more than {MAX_BACKFILL_SLOTS:,} slots: backfill it in parts"
             )
     if not slots:
-        raise ValueError(f"no slot of schedule {schedule.name!r} lies in the range")
+        raise ValueError(
+            f"no slot of schedule {schedule.name!r} lies from {iso_ms(start_ms)}"
+            f" through {iso_ms(end_ms)}"
+        )
+    return slots
+
+
+def backfill(
+    schedule: Schedule,
+    slots: Sequence[int],
+    running: Sequence[str] = (),
+    buffered_ms: int | None = None,
+    done: Iterable[int] = (),
+) -> tuple[tuple[Action, ...], int | None]:
+    """Start ``slots`` (from ``backfill_slots``) as if each were due now, in order.
+
+    The overlap policy applies between them as between any slots (a started
+    run counts as running for the next slot: with ``skip``, one run starts;
+    ``allow_all`` starts them all); the catch-up window and ``limit`` do not
+    apply. Slots in ``done`` (their run exists already) are skipped. Returns
+    the actions and the slot now buffered.
+    """
     seen = set(done)
     placer = _Placer(schedule, running, buffered_ms)
     for slot in slots:
@@ -652,4 +662,3 @@ def backfill(
             continue
         placer.place(slot)
     return tuple(placer.actions), placer.buffered
-

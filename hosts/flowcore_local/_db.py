@@ -146,6 +146,44 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, resume, idx)
         ) WITHOUT ROWID""",
     ],
+    # 3: schedules (flowcore.schedules), their recent actions and the runs
+    # they started that were running when last looked at
+    [
+        """CREATE TABLE schedules (
+            name TEXT PRIMARY KEY,
+            flow_id TEXT NOT NULL,
+            spec_hash TEXT NOT NULL REFERENCES flows (spec_hash),
+            definition TEXT NOT NULL,
+            declared INTEGER NOT NULL,
+            tools TEXT,
+            paused INTEGER NOT NULL,
+            note TEXT NOT NULL,
+            considered_ms INTEGER NOT NULL,
+            buffered_ms INTEGER,
+            remaining INTEGER,
+            triggers INTEGER NOT NULL DEFAULT 0,
+            next_ms INTEGER,
+            created_ms INTEGER NOT NULL,
+            updated_ms INTEGER NOT NULL
+        )""",
+        "CREATE INDEX schedules_by_next ON schedules (next_ms)",
+        """CREATE TABLE schedule_actions (
+            name TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            at_ms INTEGER NOT NULL,
+            action TEXT NOT NULL,
+            slot_ms INTEGER,
+            through_ms INTEGER,
+            run_id TEXT,
+            why TEXT,
+            PRIMARY KEY (name, n)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE schedule_runs (
+            name TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            PRIMARY KEY (name, run_id)
+        ) WITHOUT ROWID""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
