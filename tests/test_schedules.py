@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import subprocess
 import sys
 import zoneinfo
@@ -154,7 +155,7 @@ def test_cron_slots_increase_and_lie_on_the_cron_in_the_zone(
 ) -> None:
     s = sched(cron=cron, timezone=zone)
     slots = slots_after(s, after, 6)
-    assert slots[0] > after and all(a < b for a, b in zip(slots, slots[1:], strict=False))
+    assert slots[0] > after and all(a < b for a, b in itertools.pairwise(slots))
     minute, hour = cron.split()[:2]
     for slot in slots:
         local = dt.datetime.fromtimestamp(slot / 1000, zoneinfo.ZoneInfo(zone))
@@ -179,7 +180,7 @@ def test_interval_slots_are_epoch_plus_offset_plus_multiples(
     s = sched(every=every, offset=offset) if offset else sched(every=every)
     slots = slots_after(s, after, 5)
     assert slots[0] > after >= slots[0] - every
-    for a, b in zip(slots, slots[1:], strict=False):
+    for a, b in itertools.pairwise(slots):
         assert b - a == every
     assert all((slot - offset) % every == 0 for slot in slots)
 
