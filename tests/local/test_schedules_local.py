@@ -263,12 +263,15 @@ def test_backfill_starts_each_slot_once_under_the_overlap_policy(tmp_path: Path)
     asyncio.run(main())
 
 
-SPEC = FLOW + """\
+SPEC = (
+    FLOW
+    + """\
 schedules:
   s:
     every: 1m
     input: {at: "${schedule.at}"}
 """
+)
 
 
 def test_a_newer_spec_replaces_the_definition_and_keeps_the_history(tmp_path: Path) -> None:
