@@ -76,6 +76,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON).",
     ),
     "cancel": ("_local", "cancel", "Cancel RUN: pending work is abandoned, compensations run."),
+    "schedule": (
+        "_schedule",
+        "schedule",
+        "Start runs on a cadence: schedules declared in a spec's `schedules:`.",
+    ),
     # `flowcore temporal ...`; temporalio is imported only when one of them runs.
     "temporal": (
         "_temporal",
