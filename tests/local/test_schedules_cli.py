@@ -39,8 +39,16 @@ def test_every_schedule_command(tmp_path: Path) -> None:
     assert listed[0]["remaining"] == 3 and len(listed[1]["nextSlotsMs"]) == 5
     assert "nightly" in ok("schedule", "list", *db)
 
-    out = ok("schedule", "backfill", "nightly", "--start", "2026-11-28T00:00:00Z", "--end",
-             "2026-11-30T12:00:00+01:00", *db)  # fmt: skip
+    out = ok(
+        "schedule",
+        "backfill",
+        "nightly",
+        "--start",
+        "2026-11-28T00:00:00Z",
+        "--end",
+        "2026-11-30T12:00:00+01:00",
+        *db,
+    )
     assert out.splitlines() == [
         "started 2026-11-28T06:00:00Z nightly@2026-11-28T06:00:00Z",
         "started 2026-11-29T06:00:00Z nightly@2026-11-29T06:00:00Z",
@@ -60,7 +68,7 @@ def test_every_schedule_command(tmp_path: Path) -> None:
             "2026-11-29T06:00:00Z",
             "--json",
             *db,
-        )  # fmt: skip
+        )
     )
     assert [(a["action"], a["why"]) for a in again] == [
         ("skipped", "run 'nightly@2026-11-29T06:00:00Z' exists already")
@@ -91,17 +99,35 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     ok("schedule", "add", "--spec", str(spec), *db)
     assert bad("schedule", "show", "nope", *db) == "flowcore: no schedule 'nope' in the database"
     assert "is not an ISO-8601 time" in bad(
-        "schedule", "backfill", "nightly", "--start", "yesterday", "--end", "2026-11-30T00:00:00Z",
+        "schedule",
+        "backfill",
+        "nightly",
+        "--start",
+        "yesterday",
+        "--end",
+        "2026-11-30T00:00:00Z",
         *db,
-    )  # fmt: skip
+    )
     assert "has no time zone" in bad(
-        "schedule", "backfill", "nightly", "--start", "2026-11-30T00:00:00", "--end",
-        "2026-11-30T00:00:00Z", *db,
-    )  # fmt: skip
+        "schedule",
+        "backfill",
+        "nightly",
+        "--start",
+        "2026-11-30T00:00:00",
+        "--end",
+        "2026-11-30T00:00:00Z",
+        *db,
+    )
     assert "before it starts" in bad(
-        "schedule", "backfill", "nightly", "--start", "2026-11-30T00:00:00Z", "--end",
-        "2026-11-29T00:00:00Z", *db,
-    )  # fmt: skip
+        "schedule",
+        "backfill",
+        "nightly",
+        "--start",
+        "2026-11-30T00:00:00Z",
+        "--end",
+        "2026-11-29T00:00:00Z",
+        *db,
+    )
     plain = tmp_path / "plain.yaml"
     plain.write_text(SPEC.split("schedules:")[0])
     assert bad("schedule", "add", "--spec", str(plain), *db).endswith(
