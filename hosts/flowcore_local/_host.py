@@ -649,22 +649,18 @@ class LocalHost:
 
     async def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, by name, as ``schedule`` describes it (without its actions)."""
-        now = self.now()
-
         def listing() -> list[dict[str, Any]]:
             store = self.store
-            return [_schedules.describe(store, row, now) for row in _schedules.all_rows(store)]
+            return [_schedules.describe(store, row) for row in _schedules.all_rows(store)]
 
         return await self._db(listing)
 
     async def schedule(self, name: str, next_slots: int = 5) -> dict[str, Any]:
         """The schedule: its definition, state, next slots and recent actions (oldest first)."""
-        now = self.now()
-
         def showing() -> dict[str, Any]:
             store = self.store
             row = _schedules.get(store, name)
-            info = _schedules.describe(store, row, now, next_slots)
+            info = _schedules.describe(store, row, next_slots)
             info["actions"] = _schedules.actions_of(store, name)
             return info
 

@@ -432,11 +432,12 @@ def actions_of(
     ]
 
 
-def describe(store: Store, row: ScheduleRow, now: int, count: int = 5) -> dict[str, Any]:
+def describe(store: Store, row: ScheduleRow, count: int = 5) -> dict[str, Any]:
     """The schedule as ``show`` prints it: definition, state, recent actions, next slots."""
     nxt: list[int] = []
     if not row.paused and row.progress.remaining != 0:
-        nxt = slots_after(row.schedule, max(row.progress.considered_ms, now), count)
+        # The slots not decided yet: one already due is among them until a worker takes it.
+        nxt = slots_after(row.schedule, row.progress.considered_ms, count)
     return {
         "name": row.name,
         "flowId": row.flow_id,
