@@ -84,6 +84,7 @@ __all__ = [
     "check_schedule",
     "decide",
     "due_ms",
+    "input_for",
     "iso_ms",
     "jitter_ms",
     "next_due_ms",
@@ -426,6 +427,13 @@ class _Context:
 def slot_input(schedule: Schedule, at_ms: int) -> Any:
     """The input of the run started for ``at_ms``. Raises ``TemplateError``."""
     return schedule.input.evaluate(_Context(schedule.name, at_ms))
+
+
+def input_for(name: str, template: Any, at_ms: int) -> Any:
+    """What the input ``template`` (as a spec writes it) of schedule ``name`` gives
+    for the slot ``at_ms``: for a host that carries the template to where the run
+    starts (a Temporal workflow). Raises ``TemplateError``."""
+    return compile_template(template).evaluate(_Context(name, at_ms))
 
 
 # --- the decision ------------------------------------------------------------------

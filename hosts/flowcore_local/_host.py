@@ -649,6 +649,7 @@ class LocalHost:
 
     async def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, by name, as ``schedule`` describes it (without its actions)."""
+
         def listing() -> list[dict[str, Any]]:
             store = self.store
             return [_schedules.describe(store, row) for row in _schedules.all_rows(store)]
@@ -657,6 +658,7 @@ class LocalHost:
 
     async def schedule(self, name: str, next_slots: int = 5) -> dict[str, Any]:
         """The schedule: its definition, state, next slots and recent actions (oldest first)."""
+
         def showing() -> dict[str, Any]:
             store = self.store
             row = _schedules.get(store, name)
