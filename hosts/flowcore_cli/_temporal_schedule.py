@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._common import checked_name
-from ._history import iso, tables
+from ._history import iso, short_json, tables
 from ._progress import out
 from ._schedule import _instant, _ms, cadence
 from ._temporal import _connection_options, _with_host
@@ -169,6 +169,8 @@ def show(name: str, as_json: bool, address: str, task_queue: str, namespace: str
         if info["remaining"] is not None:
             policy += f", {info['remaining']} run(s) left"
         _line(f"  policy      {policy}")
+        if "input" in d:
+            _line(f"  input       {short_json(d['input'])}")
         if info["running"]:
             _line(f"  running     {', '.join(info['running'])}")
         nxt = info["nextSlotsMs"]

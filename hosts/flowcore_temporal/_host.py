@@ -22,6 +22,7 @@ from temporalio import workflow
 from temporalio.client import (
     Client,
     Schedule,
+    ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleBackfill,
     ScheduleListActionStartWorkflow,
@@ -455,7 +456,22 @@ class TemporalHost:
     async def schedule(self, name: str) -> dict[str, Any]:
         """The schedule as Temporal describes it: definition, state, next slots, actions."""
         handle = self.client.get_schedule_handle(name)
-        return describe(name, await self._schedule_call(handle.describe(), name))
+        description = await self._schedule_call(handle.describe(), name)
+        return describe(name, description, await self._definition(name, description))
+
+    async def _definition(self, name: str, description: Any) -> dict[str, Any] | None:
+        """The flowcore definition the schedule was made from, read back from its action's
+        ``RunArgs`` (Temporal keeps a cron only as calendars); None if it is not there."""
+        action = description.schedule.action
+        if not isinstance(action, ScheduleActionStartWorkflow) or not action.args:
+            return None
+        try:
+            [raw] = await self.client.data_converter.decode(list(action.args[:1]), [dict])
+            flow = flowcore.parse_flow(raw["spec"], source_name=str(raw.get("source_name")))
+            found = flow.schedules.get(raw.get("schedule") or name)
+        except Exception:  # someone else's schedule, or one made by hand
+            return None
+        return None if found is None else found.definition()
 
     async def _schedule_call(self, awaitable: Any, name: str) -> Any:
         try:

@@ -94,8 +94,15 @@ def _epoch_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def describe(name: str, description: ScheduleDescription) -> dict[str, Any]:
-    """A Temporal Schedule as ``flowcore temporal schedule show`` prints it."""
+def describe(
+    name: str, description: ScheduleDescription, flowcore_definition: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Temporal Schedule as ``flowcore temporal schedule show`` prints it.
+
+    ``definition`` is what Temporal holds (policy and state as they are now);
+    its cadence is the flowcore definition's when given (Temporal turns a cron
+    into calendars), else Temporal's intervals.
+    """
     sched = description.schedule
     info = description.info
     spec, state, policy = sched.spec, sched.state, sched.policy
@@ -108,8 +115,12 @@ def describe(name: str, description: ScheduleDescription) -> dict[str, Any]:
         definition["every"] = int(interval.every.total_seconds() * 1000)
         if interval.offset:
             definition["offset"] = int(interval.offset.total_seconds() * 1000)
-    # Temporal may write a cron as calendars; show what it holds.
-    if not spec.cron_expressions and spec.calendars:
+    if flowcore_definition is not None:
+        for key in ("cron", "timezone", "every", "offset", "input"):
+            definition.pop(key, None)
+            if key in flowcore_definition:
+                definition[key] = flowcore_definition[key]
+    elif not spec.cron_expressions and spec.calendars:
         definition["calendars"] = [repr(c) for c in spec.calendars]
     definition["overlap"] = policy.overlap.name.lower()
     if policy.catchup_window:

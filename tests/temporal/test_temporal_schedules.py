@@ -74,6 +74,8 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
         expected = slots_after(flow.schedules[f"{name}-nightly"], now, 3)
         assert nightly["nextSlotsMs"][:3] == expected
         assert nightly["definition"]["overlap"] == "skip" and not nightly["paused"]
+        assert nightly["definition"]["cron"] == "0 7 * * *"
+        assert nightly["definition"]["timezone"] == "Europe/Paris"
         quarter = await host.schedule(f"{name}-quarter")
         assert quarter["paused"] and quarter["note"] == "not yet" and quarter["remaining"] == 5
         assert quarter["definition"]["every"] == 3_600_000
@@ -165,6 +167,18 @@ def test_the_temporal_schedule_commands(temporal_address: str, tmp_path: Path) -
         )
         text = cli.ok("schedule", "show", name)
         assert f"schedule {name}: paused: quiet" in text and "overlap allow_all" in text
+        # A newer spec updates the schedule; Temporal keeps its state (still paused).
+        spec.write_text(
+            spec.read_text().replace(
+                "every: 1h\n    overlap: allow_all", "every: 2h\n    overlap: allow_all"
+            )
+        )
+        cli.ok("schedule", "add", "--spec", str(spec))
+        again = json.loads(cli.ok("schedule", "show", name, "--json"))
+        assert again["paused"] and again["definition"]["every"] == 7_200_000
+        assert "cadence     cron 0 7 * * * (Europe/Paris)" in cli.ok(
+            "schedule", "show", f"{name}-nightly"
+        )
         listed = json.loads(cli.ok("schedule", "list", "--json"))
         assert {name, f"{name}-quarter"} <= {item["name"] for item in listed}
         assert "schedule" in cli.ok("schedule", "list")
