@@ -931,7 +931,22 @@ class LocalHost:
                 return out
             with store.tx():
                 for name in _schedules.due(store, now):  # again, holding the write lock
-                    out.extend(_schedules.fire(store, name, now))
+                    try:
+                        with store.savepoint():
+                            out.extend(_schedules.fire(store, name, now))
+                    except Exception as exc:
+                        # A row this host cannot decide (written by a newer
+                        # flowcore, say) must not stop the worker or the
+                        # other schedules: say so, and look again later.
+                        store.take_extra()
+                        log.warning(
+                            "flowcore: schedule %s cannot be decided (%s: %s); retrying in %d s",
+                            name,
+                            type(exc).__name__,
+                            safe_text(exc, 200),
+                            _schedules.RETRY_MS // 1000,
+                        )
+                        _schedules.postpone(store, name, now)
             return out
 
         self._after(await self._db(firing))

@@ -87,7 +87,10 @@ _COLUMNS = (
 def _row(values: tuple[Any, ...]) -> ScheduleRow:
     (name, flow_id, spec_hash, definition, declared, tools, paused, note) = values[:8]
     considered, buffered, remaining, triggers, next_ms, created, updated = values[8:]
-    schedule = parse_schedule(name, _decode(definition), flow_id)
+    try:
+        schedule = parse_schedule(name, _decode(definition), flow_id)
+    except (ScheduleError, msgspec.DecodeError) as exc:
+        raise HostError(f"schedule {name!r} cannot be read from the database: {exc}") from None
     schedule = attrs.evolve(schedule, paused=bool(paused), note=note)
     return ScheduleRow(
         name,
@@ -234,8 +237,9 @@ def due(store: Store, now: int) -> list[str]:
         r[0]
         for r in store.conn.execute(
             "SELECT s.name FROM schedules s WHERE s.paused = 0 AND (s.next_ms <= ?"
-            " OR (s.buffered_ms IS NOT NULL AND NOT EXISTS (SELECT 1 FROM schedule_runs x"
-            " JOIN runs r USING (run_id) WHERE x.name = s.name AND r.status = 'running')))"
+            " OR (s.buffered_ms IS NOT NULL AND coalesce(s.remaining, 1) > 0 AND NOT EXISTS"
+            " (SELECT 1 FROM schedule_runs x JOIN runs r USING (run_id)"
+            " WHERE x.name = s.name AND r.status = 'running')))"
             " ORDER BY s.name",
             (now,),
         )
@@ -337,6 +341,14 @@ def _apply_actions(
                     out.append(applied)
                     out.extend(store.take_extra())
                     _record(store, row.name, now, "cancelled-other", slot, run_id, applied.rejected)
+
+
+RETRY_MS = 60_000  # a schedule that cannot be decided is looked at again this much later
+
+
+def postpone(store: Store, name: str, now: int) -> None:
+    """Look at the schedule again in ``RETRY_MS`` (its row could not be decided)."""
+    store.conn.execute("UPDATE schedules SET next_ms = ? WHERE name = ?", (now + RETRY_MS, name))
 
 
 def fire(store: Store, name: str, now: int) -> list[Applied]:

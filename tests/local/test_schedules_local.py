@@ -352,3 +352,27 @@ def test_a_worker_limited_to_one_run_starts_no_scheduled_runs(tmp_path: Path) ->
             assert run_id_for("s", T0 + MIN) not in {r.run_id for r in await host.runs()}
 
     asyncio.run(main())
+
+
+def test_a_schedule_that_cannot_be_decided_stops_neither_the_worker_nor_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        async with scene(tmp_path, every="1m", overlap="allow_all") as s:
+            await s.host.add_schedule(s.spec, "broken", {"every": "1m"})
+            s.host.store.conn.execute(
+                "UPDATE schedules SET definition = '{\"every\": \"soon\"}' WHERE name = 'broken'"
+            )
+            await s.jump(MIN)
+            await s.started("00:01:00")
+            await s.jump(MIN)
+            await s.started("00:02:00")
+            broken = s.host.store.conn.execute(
+                "SELECT next_ms FROM schedules WHERE name = 'broken'"
+            ).fetchone()[0]
+            assert broken > s.clock.at  # looked at again later, not in a loop
+            with pytest.raises(HostError, match="'broken' cannot be read from the database"):
+                await s.host.schedule("broken")
+
+    asyncio.run(main())
+    assert "schedule broken cannot be decided (HostError" in caplog.text
