@@ -46,6 +46,7 @@ from flowcore.schedules import (
     run_id_for,
     slots_after,
     trigger,
+    trigger_run_id,
 )
 
 from ._store import Applied, HostError, Store
@@ -381,6 +382,9 @@ def trigger_now(store: Store, name: str, now: int) -> tuple[str, list[Applied]]:
     """Start a run of the schedule now, outside its cadence: ``<name>@trigger-<n>``."""
     row = get(store, name)
     number = row.triggers + 1
+    # A schedule deleted and added again counts from 1 again: pass the numbers taken.
+    while store.existing(trigger_run_id(name, number)) is not None:
+        number += 1
     store.conn.execute("UPDATE schedules SET triggers = ? WHERE name = ?", (number, name))
     action = trigger(row.schedule, number, now)
     if isinstance(action, Skip):

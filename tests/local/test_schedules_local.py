@@ -238,6 +238,9 @@ def test_a_limit_stops_the_cadence_but_not_a_trigger(tmp_path: Path) -> None:
             assert (await s.host.run(run_id)).input == iso_ms(s.clock.at)
             assert await s.host.trigger_schedule("s") == "s@trigger-2"
             assert (await s.host.schedule("s"))["actions"][-1]["why"] == "triggered"
+            await s.host.delete_schedule("s")  # added again: the numbers taken are passed
+            await s.host.add_schedule(s.spec, "s", {"every": "1m"})
+            assert await s.host.trigger_schedule("s") == "s@trigger-3"
 
     asyncio.run(main())
 
