@@ -28,12 +28,13 @@ __all__ = ["begin", "begin_cancel", "call_done", "cancel_pending", "delay_over",
 
 
 def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
+    delay = t.duration(frame, body.delay_ms, "schedule.delay_ms", zero=True)
     sid = t.key(frame)
     value = body.input.evaluate(t.resolver(frame.env, frame.attempt))
     t.schedules = t.schedules.set(
         sid, Sched(SchedStatus.PENDING, body.tool, value, body.outlive_run)
     )
-    t.timer(keys.delay_key(sid), t.now_ms + body.delay_ms, PendingKind.SCHEDULE_DELAY, sid)
+    t.timer(keys.delay_key(sid), t.now_ms + delay, PendingKind.SCHEDULE_DELAY, sid)
     return (OK, sid)
 
 

@@ -113,6 +113,7 @@ def _tree(host: LocalHost) -> RunTree:
         answer=host.answer,
         refused=HostError,
         interval=0.1,  # a read of the local database is cheap
+        questions=host.questions,
     )
 
 

@@ -474,6 +474,14 @@ class LocalHost:
             listed = ", ".join(open_keys) if open_keys else "none"
             raise HostError(f"{exc} (open questions of run {run_id!r}: {listed})") from None
 
+    async def questions(self, run_id: str) -> list[str]:
+        """The keys of the run's open questions, as its state has them now."""
+
+        def reading() -> list[str]:
+            return [q.key for q in flowcore.waiting_for(self.store.state(run_id)).questions]
+
+        return await self._db(reading)
+
     async def cancel(self, run_id: str, reason: str = "") -> None:
         await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
 
