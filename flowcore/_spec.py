@@ -50,6 +50,7 @@ from ._data import problems as data_problems
 from ._errors import Problem, SpecError
 from ._expr import Cond, Template, TemplateError, compile_cond, compile_template, find_expressions
 from ._time import MAX_DURATION_MS, DurationError, check_zone, parse_duration
+from .schedules import Schedule, check_schedule
 
 __all__ = [
     "AskHumanStep",
@@ -331,6 +332,9 @@ class Flow:
     # fire (nested loops excluded, compensation steps included): what ending
     # the iteration's scope deletes.
     scopes: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    # The spec's top-level ``schedules:``: name -> flowcore.schedules.Schedule,
+    # each starting this flow (a host registers them; the flow's runs ignore them).
+    schedules: dict[str, Schedule] = attrs.field(factory=dict)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -369,6 +373,7 @@ _TOP = (
     "teams",
     "steps",
     "output",
+    "schedules",
 )
 
 
@@ -1398,6 +1403,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     input_schema = raw.get("input_schema")
     if input_schema is not None:
         input_schema = _check_schema(input_schema, found)
+    schedules = _check_schedules(raw, flow_id, found)
     if "steps" in raw and isinstance(raw["steps"], list) and not raw["steps"]:
         found.append((("steps",), "a flow needs at least one step"))
     found.extend(_cross_check(raw))
@@ -1435,7 +1441,29 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
             for step in by_id.values()
             if isinstance(step.body, ForEachStep | RepeatStep)
         },
+        schedules=schedules,
     )
+
+
+def _check_schedules(
+    raw: Mapping[str, Any], flow_id: str, found: list[tuple[tuple[Any, ...], str]]
+) -> dict[str, Schedule]:
+    """The top-level ``schedules:`` (name -> definition), checked by ``flowcore.schedules``."""
+    section = raw.get("schedules")
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        message = f"expected a mapping of schedule name to schedule, got {_describe(section)}"
+        found.append((("schedules",), message))
+        return {}
+    out: dict[str, Schedule] = {}
+    for name, definition in section.items():
+        schedule, problems = check_schedule(name, definition, flow_id)
+        for path, message in problems:
+            found.append((("schedules", str(name), *path), message))
+        if schedule is not None:
+            out[schedule.name] = schedule
+    return out
 
 
 def _scoped_ids(steps: tuple[Step, ...]) -> tuple[str, ...]:

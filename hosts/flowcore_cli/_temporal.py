@@ -449,6 +449,11 @@ def GROUP() -> None:
 for _command in (worker, run, signal_, answer, cancel, show, export):
     GROUP.add_command(_command)
 
+# `flowcore temporal schedule ...`: its module imports this one's helpers.
+from ._temporal_schedule import schedule as _schedule  # noqa: E402
+
+GROUP.add_command(_schedule)
+
 
 def main() -> None:
     """``python -m flowcore_temporal``: the group on its own, same checks and exit codes."""

@@ -86,6 +86,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "prune",
         "Delete the runs that settled longer ago than --settled-before, with their child runs.",
     ),
+    "schedule": (
+        "_schedule",
+        "schedule",
+        "Start runs on a cadence: schedules declared in a spec's `schedules:`.",
+    ),
     # `flowcore temporal ...`; temporalio is imported only when one of them runs.
     "temporal": (
         "_temporal",

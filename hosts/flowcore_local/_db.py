@@ -150,6 +150,44 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, resume, idx)
         ) WITHOUT ROWID""",
     ],
+    # 3: schedules (flowcore.schedules), their recent actions and the runs
+    # they started that were running when last looked at
+    [
+        """CREATE TABLE schedules (
+            name TEXT PRIMARY KEY,
+            flow_id TEXT NOT NULL,
+            spec_hash TEXT NOT NULL REFERENCES flows (spec_hash),
+            definition TEXT NOT NULL,
+            declared INTEGER NOT NULL,
+            tools TEXT,
+            paused INTEGER NOT NULL,
+            note TEXT NOT NULL,
+            considered_ms INTEGER NOT NULL,
+            buffered_ms INTEGER,
+            remaining INTEGER,
+            triggers INTEGER NOT NULL DEFAULT 0,
+            next_ms INTEGER,
+            created_ms INTEGER NOT NULL,
+            updated_ms INTEGER NOT NULL
+        )""",
+        "CREATE INDEX schedules_by_next ON schedules (next_ms)",
+        """CREATE TABLE schedule_actions (
+            name TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            at_ms INTEGER NOT NULL,
+            action TEXT NOT NULL,
+            slot_ms INTEGER,
+            through_ms INTEGER,
+            run_id TEXT,
+            why TEXT,
+            PRIMARY KEY (name, n)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE schedule_runs (
+            name TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            PRIMARY KEY (name, run_id)
+        ) WITHOUT ROWID""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -169,14 +207,19 @@ RUN_TABLES: Final[dict[str, str]] = {
     "failures": "run_id",
     "resumes": "run_id",
     "log_archive": "run_id",
+    "schedule_runs": "run_id",  # a schedule's runs still running when last looked at
 }
 # Tables whose rows belong to no one run: the stored specs (a spec is removed
-# with the last run that refers to it, see FLOW_REFERENCES) and the workers.
-SHARED_TABLES: Final[tuple[str, ...]] = ("flows", "workers")
+# with the last run that refers to it, see FLOW_REFERENCES), the workers, and
+# the schedules with their recent actions (which name runs, deleted or not).
+SHARED_TABLES: Final[tuple[str, ...]] = ("flows", "workers", "schedules", "schedule_actions")
 # The columns that refer to a stored spec (``flows.spec_hash``): a spec is
 # kept while a row here names it, or while a flow named here can start it as
 # a subflow.
-FLOW_REFERENCES: Final[tuple[tuple[str, str], ...]] = (("runs", "spec_hash"),)
+FLOW_REFERENCES: Final[tuple[tuple[str, str], ...]] = (
+    ("runs", "spec_hash"),
+    ("schedules", "spec_hash"),
+)
 
 
 class NotAFlowcoreDatabase(Exception):

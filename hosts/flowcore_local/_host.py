@@ -39,7 +39,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,7 +70,7 @@ from flowcore_handlers import (
     tools_module_name,
 )
 
-from . import _prune
+from . import _prune, _schedules
 from ._db import connect, default_db_path
 from ._flows import declared_signals, reachable_flows
 from ._prune import Deleted
@@ -732,6 +732,154 @@ class LocalHost:
 
         return await self._db(showing)
 
+    # --- schedules ---------------------------------------------------------------------
+
+    async def add_schedules(self, spec: str | Path, *, tools: str | None = None) -> list[str]:
+        """Register the schedules ``spec`` declares (its ``schedules:``); returns their names.
+
+        A schedule already in the database gets the new definition and keeps
+        its history (progress, runs, recent actions); see ``add_schedule``.
+        Refused with ``HostError`` when the spec declares none.
+        """
+        text, source = (_spec_text(spec), str(spec)) if isinstance(spec, Path) else (spec, "<spec>")
+        return await self._put_schedules(text, source, None, tools)
+
+    async def add_schedule(
+        self,
+        spec: str | Path,
+        name: str,
+        definition: Mapping[str, Any],
+        *,
+        tools: str | None = None,
+    ) -> str:
+        """Add (or redefine) the schedule ``name`` starting runs of ``spec``'s flow.
+
+        ``definition`` has the keys of a spec's ``schedules:`` entry (``cron``,
+        ``timezone``, ``every``, ``offset``, ``input``, ``overlap``,
+        ``catchup_window``, ``jitter``, ``paused``, ``note``, ``limit``); a bad
+        one is refused with ``HostError`` naming every problem. A redefined
+        schedule keeps its progress, runs and actions; its ``paused``/``note``
+        and ``limit`` change only where the definition changes them.
+        """
+        text, source = (_spec_text(spec), str(spec)) if isinstance(spec, Path) else (spec, "<spec>")
+        names = await self._put_schedules(text, source, (name, definition), tools)
+        return names[0]
+
+    async def _put_schedules(
+        self,
+        text: str,
+        source: str,
+        one: tuple[str, Mapping[str, Any]] | None,
+        tools: str | None,
+    ) -> list[str]:
+        tools = tools_module_name(tools) or self.tools
+        registry = self._checkable(tools)
+        now = self.now()
+
+        def putting() -> list[str]:
+            store = self.store
+            with store.tx():
+                flow = store.register_flow(text, source, now)
+                if one is None:
+                    found = list(flow.schedules.values())
+                    if not found:
+                        raise HostError(f"{source}: the spec declares no schedules")
+                else:
+                    found = [_schedules.checked(one[0], one[1], flow.id)]
+                if registry is not None:
+                    missing = missing_handlers(registry, reachable_flows(store, flow))
+                    if missing:
+                        names = ", ".join(repr(s.name) for s in found)
+                        raise HostError(
+                            f"cannot add schedule {names}: {self._lacks(tools, missing)}"
+                        )
+                for schedule in found:
+                    _schedules.put(store, schedule, flow, tools, one is None, now)
+                return [s.name for s in found]
+
+        return await self._db(putting)
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule, by name, as ``schedule`` describes it (without its actions)."""
+
+        def listing() -> list[dict[str, Any]]:
+            store = self.store
+            return [_schedules.describe(store, row) for row in _schedules.all_rows(store)]
+
+        return await self._db(listing)
+
+    async def schedule(self, name: str, next_slots: int = 5) -> dict[str, Any]:
+        """The schedule: its definition, state, next slots and recent actions (oldest first)."""
+
+        def showing() -> dict[str, Any]:
+            store = self.store
+            row = _schedules.get(store, name)
+            info = _schedules.describe(store, row, next_slots)
+            info["actions"] = _schedules.actions_of(store, name)
+            return info
+
+        return await self._db(showing)
+
+    async def pause_schedule(self, name: str, note: str = "") -> None:
+        """Start nothing more until resumed (slots while paused are never started)."""
+        now = self.now()
+        await self._schedule_tx(lambda store: _schedules.set_paused(store, name, True, note, now))
+
+    async def resume_schedule(self, name: str, note: str = "") -> None:
+        """Start again, from the slots after now."""
+        now = self.now()
+        await self._schedule_tx(lambda store: _schedules.set_paused(store, name, False, note, now))
+
+    async def delete_schedule(self, name: str) -> None:
+        """Forget the schedule and its actions (the runs it started stay)."""
+        await self._schedule_tx(lambda store: _schedules.delete(store, name))
+
+    async def _schedule_tx(self, fn: Callable[[Store], None]) -> None:
+        def changing() -> None:
+            store = self.store
+            with store.tx():
+                fn(store)
+
+        await self._db(changing)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def trigger_schedule(self, name: str) -> str:
+        """Start a run of the schedule now, outside its cadence, whatever runs;
+        its id is ``<name>@trigger-<n>`` and ``schedule.at`` is now. Returns the id."""
+        now = self.now()
+
+        def triggering() -> tuple[str, list[Applied]]:
+            store = self.store
+            with store.tx():
+                return _schedules.trigger_now(store, name, now)
+
+        run_id, applied = await self._db(triggering)
+        self._after(applied)
+        return run_id
+
+    async def backfill_schedule(
+        self, name: str, start_ms: int, end_ms: int
+    ) -> list[dict[str, Any]]:
+        """Start the schedule's slots from ``start_ms`` through ``end_ms`` (epoch ms).
+
+        Each slot's run has the slot's own id, so a slot is started once however
+        often it is backfilled (or was started by the cadence). The overlap
+        policy applies between the slots as between any (with ``skip`` only the
+        first starts while it runs); the catch-up window and limit do not.
+        Returns the actions recorded, oldest first.
+        """
+        now = self.now()
+
+        def filling() -> tuple[list[dict[str, Any]], list[Applied]]:
+            store = self.store
+            with store.tx():
+                return _schedules.backfill_range(store, name, start_ms, end_ms, now)
+
+        actions, applied = await self._db(filling)
+        self._after(applied)
+        return actions
+
     # --- the worker ---------------------------------------------------------------------
 
     async def work(
@@ -774,6 +922,8 @@ class LocalHost:
                     await self._recover()
                     last_recovery = time.monotonic()
                 await self._fire_timers()
+                if only is None:  # an attached run's worker starts no scheduled runs
+                    await self._fire_schedules()
                 await self._start_subflows()
                 await self._claim_ready()
                 await self._retain()
@@ -784,6 +934,10 @@ class LocalHost:
                 self._wake.clear()
                 delay = self.poll_ms / 1000
                 nxt = await self._db(self.store.next_timer)
+                if only is None:
+                    scheduled = await self._db(_schedules.next_due, self.store)
+                    if scheduled is not None and (nxt is None or scheduled < nxt):
+                        nxt = scheduled
                 if nxt is not None:
                     delay = min(delay, max(0.0, (nxt - self.now()) / 1000))
                 try:
@@ -926,6 +1080,36 @@ class LocalHost:
                 future.exception()
 
         return done
+
+    async def _fire_schedules(self) -> None:
+        now = self.now()
+
+        def firing() -> list[Applied]:
+            store = self.store
+            out: list[Applied] = []
+            if not _schedules.due(store, now):  # a read: most rounds have nothing due
+                return out
+            with store.tx():
+                for name in _schedules.due(store, now):  # again, holding the write lock
+                    try:
+                        with store.savepoint():
+                            out.extend(_schedules.fire(store, name, now))
+                    except Exception as exc:
+                        # A row this host cannot decide (written by a newer
+                        # flowcore, say) must not stop the worker or the
+                        # other schedules: say so, and look again later.
+                        store.take_extra()
+                        log.warning(
+                            "flowcore: schedule %s cannot be decided (%s: %s); retrying in %d s",
+                            name,
+                            type(exc).__name__,
+                            safe_text(exc, 200),
+                            _schedules.RETRY_MS // 1000,
+                        )
+                        _schedules.postpone(store, name, now)
+            return out
+
+        self._after(await self._db(firing))
 
     async def _start_subflows(self) -> None:
         now = self.now()
