@@ -10,6 +10,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# Compiled once here: a machine with PYTHONDONTWRITEBYTECODE set would
+	# otherwise compile every module of the project at every command's start.
+	$(PY) -m compileall -q flowcore hosts
 	touch $@
 
 DEMO_INPUT := '{"incident_id": "INC-7"}'

@@ -15,6 +15,7 @@ __all__ = [
     "NO_BUDGET",
     "OK",
     "Exhausted",
+    "InvalidDuration",
     "Outcome",
     "effect_tag",
     "err",
@@ -37,6 +38,13 @@ class Exhausted(Exception):
 
     def __init__(self, limit: str) -> None:
         self.limit = limit
+
+
+class InvalidDuration(Exception):
+    """A duration decided at run time is not one: the step fails ``invalid-duration``.
+
+    Raised while a step begins (its message names the field and the value);
+    ``Txn.begin`` turns it into the step's failure, which ``try/catch`` can catch."""
 
 
 def err(kind: str, message: str, retryable: bool = False) -> ErrorInfo:

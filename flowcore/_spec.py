@@ -49,6 +49,8 @@ from ._data import first_surrogate
 from ._data import problems as data_problems
 from ._errors import Problem, SpecError
 from ._expr import Cond, Template, TemplateError, compile_cond, compile_template, find_expressions
+from ._time import MAX_DURATION_MS, DurationError, check_zone, parse_duration
+from .schedules import Schedule, check_schedule
 
 __all__ = [
     "AskHumanStep",
@@ -57,6 +59,8 @@ __all__ = [
     "CallToolStep",
     "CancelScheduledStep",
     "CatchClause",
+    "Duration",
+    "DurationExpr",
     "Flow",
     "ForEachStep",
     "Limits",
@@ -75,6 +79,7 @@ __all__ = [
     "TeamMember",
     "ToolDecl",
     "TryStep",
+    "duration_text",
     "parse_flow",
 ]
 
@@ -88,7 +93,7 @@ Fraction = NewType("Fraction", float)  # a jitter fraction
 Ident = NewType("Ident", str)  # a step id, usable unquoted in JMESPath
 Name = NewType("Name", str)  # a non-empty name (tool, agent, signal...)
 
-MAX_MS = 10 * 366 * 24 * 3600 * 1000  # ten years
+MAX_MS = MAX_DURATION_MS  # ten years
 MAX_COUNT = 1_000_000_000
 MAX_AMOUNT = 10**15
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -100,6 +105,31 @@ ParallelMode: TypeAlias = Literal["all", "all_settled", "race", "any"]
 TeamMode: TypeAlias = Literal["sequential", "parallel"]
 
 # --- the model -------------------------------------------------------------------
+
+
+@attrs.frozen
+class DurationExpr:
+    """A duration decided when its step begins: a template (``${...}``) whose
+    value is milliseconds or duration text (``90s``, ``PT2H``), read then by
+    ``_time.parse_duration``; a bad value fails the step ``invalid-duration``."""
+
+    template: Template
+
+    @property
+    def source(self) -> str:
+        source = self.template.source
+        assert isinstance(source, str)
+        return source
+
+
+# A duration field: milliseconds (written as an integer or as text, read at
+# parse time) or an expression evaluated when the step begins.
+Duration: TypeAlias = Ms | DurationExpr
+
+
+def duration_text(value: Duration) -> str:
+    """A duration as messages show it: ``1500 ms``, or the expression that decided it."""
+    return f"{value} ms" if isinstance(value, int) else f"the time {value.source!r} gave"
 
 
 @attrs.frozen
@@ -172,20 +202,20 @@ class RunTeamStep:
 class AskHumanStep:
     question: Template
     options: tuple[str, ...] | None = None
-    timeout_ms: Ms | None = None
+    timeout_ms: Duration | None = None
     default: str | None = None
 
 
 @attrs.frozen
 class SleepStep:
-    for_ms: Ms | None = None
+    for_ms: Duration | None = None
     until: Template | None = None
 
 
 @attrs.frozen
 class AwaitSignalStep:
     signal: Name
-    timeout_ms: Ms | None = None
+    timeout_ms: Duration | None = None
 
 
 @attrs.frozen
@@ -224,8 +254,9 @@ class ForEachStep:
 @attrs.frozen
 class RepeatStep:
     steps: tuple[Step, ...]
-    every_ms: Ms | None = None
+    every_ms: Duration | None = None
     cron: str | None = None
+    timezone: str | None = None  # the cron's IANA time zone; UTC when None
     max_fires: Count | None = None
     until: Cond | None = None
 
@@ -233,7 +264,7 @@ class RepeatStep:
 @attrs.frozen
 class ScheduleStep:
     tool: Name
-    delay_ms: Ms
+    delay_ms: Duration
     input: Template = attrs.field(factory=lambda: compile_template(None))
     outlive_run: bool = False
 
@@ -279,7 +310,7 @@ class Step:
     kind: str
     body: Body
     retry: Retry | None = None
-    timeout_ms: Ms | None = None
+    timeout_ms: Duration | None = None
     compensate: tuple[Step, ...] = ()
     path: str = ""
     index: int = 0  # in the list that holds it
@@ -305,6 +336,9 @@ class Flow:
     # fire (nested loops excluded, compensation steps included): what ending
     # the iteration's scope deletes.
     scopes: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    # The spec's top-level ``schedules:``: name -> flowcore.schedules.Schedule,
+    # each starting this flow (a host registers them; the flow's runs ignore them).
+    schedules: dict[str, Schedule] = attrs.field(factory=dict)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -343,6 +377,7 @@ _TOP = (
     "teams",
     "steps",
     "output",
+    "schedules",
 )
 
 
@@ -463,6 +498,77 @@ def _cond(value: Any, _: Any) -> Cond:
         raise _Msg(str(exc)) from None
 
 
+def _literal_ms(value: Any, _: Any = None) -> int:
+    """A duration written in the spec: milliseconds, or text read by ``parse_duration``."""
+    if isinstance(value, str) and find_expressions(value):
+        raise _Msg(
+            f"{value!r}: this duration is read when the flow is parsed, so it cannot be an"
+            " expression; write milliseconds or text like '90s'"
+        )
+    try:
+        return parse_duration(value, allow_zero=True)
+    except DurationError as exc:
+        raise _Msg(str(exc)) from None
+
+
+def _duration(value: Any, _: Any) -> Duration:
+    """A literal duration (checked now), or ``${...}`` evaluated when the step begins."""
+    if isinstance(value, str) and find_expressions(value):
+        try:
+            return DurationExpr(compile_template(value))
+        except TemplateError as exc:
+            raise _Msg(str(exc)) from None
+    return Ms(_literal_ms(value))
+
+
+# Zones suggested for a misspelt ``timezone``. A fixed list: listing the tz
+# database (``zoneinfo.available_timezones``) reads the file system.
+_ZONES = (
+    "UTC",
+    "Africa/Cairo",
+    "Africa/Johannesburg",
+    "Africa/Lagos",
+    "America/Chicago",
+    "America/Denver",
+    "America/Los_Angeles",
+    "America/Mexico_City",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "America/Toronto",
+    "Asia/Dubai",
+    "Asia/Hong_Kong",
+    "Asia/Kolkata",
+    "Asia/Seoul",
+    "Asia/Shanghai",
+    "Asia/Singapore",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+    "Europe/Amsterdam",
+    "Europe/Berlin",
+    "Europe/Istanbul",
+    "Europe/London",
+    "Europe/Madrid",
+    "Europe/Moscow",
+    "Europe/Paris",
+    "Europe/Rome",
+    "Europe/Stockholm",
+    "Europe/Zurich",
+    "Pacific/Auckland",
+)
+
+
+def _timezone(value: Any) -> str:
+    text = _str(value)
+    try:
+        check_zone(text)
+    except DurationError:
+        hint = _did_you_mean(text, _ZONES)
+        raise _Msg(
+            f"unknown time zone {text!r}{hint} (an IANA name such as 'Europe/Paris' or 'UTC')"
+        ) from None
+    return text
+
+
 def _cron(value: Any) -> str:
     from cronsim import CronSim, CronSimError
 
@@ -505,9 +611,9 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(int, lambda v, _: _strict_int(v, -(2**53), 2**53, "an integer"))
     conv.register_structure_hook(Name, _name)
     conv.register_structure_hook(Ident, _ident)
-    conv.register_structure_hook(
-        Ms, lambda v, _: _strict_int(v, 0, MAX_MS, "a duration in milliseconds")
-    )
+    conv.register_structure_hook(Ms, _literal_ms)
+    _register_generic(conv, Duration, _duration)
+    _register_generic(conv, Duration | None, lambda v, _: None if v is None else _duration(v, _))
     conv.register_structure_hook(
         Count, lambda v, _: _strict_int(v, 1, MAX_COUNT, "a positive integer")
     )
@@ -661,6 +767,15 @@ def _build_converter() -> cattrs.Converter:
                 _cron(cron)
             except _Msg as exc:
                 errors.append(_note_attr(exc, "cron"))
+        if raw.get("timezone") is not None:
+            if isinstance(raw["timezone"], str):  # else the structure below says so
+                try:
+                    _timezone(raw["timezone"])
+                except _Msg as exc:
+                    errors.append(_note_attr(exc, "timezone"))
+            if cron is None and "every_ms" in raw:
+                message = "timezone applies to a cron: use it with 'cron', not 'every_ms'"
+                errors.append(_note_attr(_Msg(message), "timezone"))
         try:
             step = cast(RepeatStep, base[RepeatStep](raw, RepeatStep))
         except ClassValidationError as exc:
@@ -857,12 +972,13 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
             except Exception as exc:
                 errors.append(_note_attr(exc, "catch"))
     common: dict[str, Any] = {}
-    for key, typ in (
+    fields: tuple[tuple[str, Any], ...] = (
         ("retry", Retry),
-        ("timeout_ms", Ms),
+        ("timeout_ms", Duration),
         ("compensate", tuple[Step, ...]),
         ("description", str),
-    ):
+    )
+    for key, typ in fields:
         if key in raw:
             try:
                 common[key] = conv.structure(raw[key], typ)
@@ -1039,6 +1155,8 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                     out.append(((*path, kind, "tool"), message))
         for text, spath, cond in _own_strings(step, path):
             expressions.append((text, spath, cond))
+        if isinstance(step.get("timeout_ms"), str):  # a duration decided at run time
+            expressions.append((step["timeout_ms"], (*path, "timeout_ms"), False))
     output = raw.get("output")
     for text, spath in _strings(output, ("output",), frozenset()):
         expressions.append((text, spath, False))
@@ -1289,6 +1407,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     input_schema = raw.get("input_schema")
     if input_schema is not None:
         input_schema = _check_schema(input_schema, found)
+    schedules = _check_schedules(raw, flow_id, found)
     if "steps" in raw and isinstance(raw["steps"], list) and not raw["steps"]:
         found.append((("steps",), "a flow needs at least one step"))
     found.extend(_cross_check(raw))
@@ -1326,7 +1445,29 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
             for step in by_id.values()
             if isinstance(step.body, ForEachStep | RepeatStep)
         },
+        schedules=schedules,
     )
+
+
+def _check_schedules(
+    raw: Mapping[str, Any], flow_id: str, found: list[tuple[tuple[Any, ...], str]]
+) -> dict[str, Schedule]:
+    """The top-level ``schedules:`` (name -> definition), checked by ``flowcore.schedules``."""
+    section = raw.get("schedules")
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        message = f"expected a mapping of schedule name to schedule, got {_describe(section)}"
+        found.append((("schedules",), message))
+        return {}
+    out: dict[str, Schedule] = {}
+    for name, definition in section.items():
+        schedule, problems = check_schedule(name, definition, flow_id)
+        for path, message in problems:
+            found.append((("schedules", str(name), *path), message))
+        if schedule is not None:
+            out[schedule.name] = schedule
+    return out
 
 
 def _scoped_ids(steps: tuple[Step, ...]) -> tuple[str, ...]:

@@ -241,6 +241,7 @@ class ForEachProgress(_S, frozen=True, gc=False, tag="for_each"):
 class RepeatProgress(_S, frozen=True, gc=False, tag="repeat"):
     fires: int = 0
     due_ms: int = 0
+    every_ms: int = 0  # a cadence decided when the step began (0: the spec's, or a cron)
     last: Any = None
     comp_depth: int = 0  # compensation stack depth when the current fire began
 

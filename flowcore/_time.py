@@ -29,6 +29,8 @@ from functools import lru_cache
 
 import msgspec
 
+from ._data import short
+
 __all__ = [
     "MAX_DURATION_MS",
     "DurationError",
@@ -60,7 +62,9 @@ def parse_duration(value: object, *, allow_zero: bool = False) -> int:
     Raises ``DurationError`` naming what is wrong. Zero is refused unless
     ``allow_zero`` (a delay may be zero; a timeout or a cadence may not)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise DurationError(f"expected a duration (milliseconds or text like '90s'), got {value!r}")
+        raise DurationError(
+            f"expected a duration (milliseconds or text like '90s'), not {_kind(value)}"
+        )
     if isinstance(value, float):
         if not value.is_integer():
             raise DurationError(f"a duration in milliseconds must be whole, got {value!r}")
@@ -76,6 +80,18 @@ def parse_duration(value: object, *, allow_zero: bool = False) -> int:
     return value
 
 
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
 def _text_ms(text: str) -> int:
     stripped = text.strip()
     human = _HUMAN.fullmatch(stripped)
@@ -86,16 +102,19 @@ def _text_ms(text: str) -> int:
         seconds = float(parts["s"] or 0) + int(parts["ms"] or 0) / 1000
         iso += f"{seconds:.3f}S" if seconds else ""
         stripped = iso.removesuffix("T") if iso != "PT" else "PT0S"
+    elif stripped[1:] and stripped[0] == "-" and _HUMAN.fullmatch(stripped[1:]):
+        raise DurationError(f"a duration cannot be negative, got {short(text)}")
     elif not stripped.upper().startswith(("P", "-P")):
+        hint = " (milliseconds are a number, without quotes)" if stripped.isdigit() else ""
         raise DurationError(
-            f"{text!r} is not a duration: write it like '90s', '2h30m', '1d', '250ms'"
-            " or ISO-8601 'PT2H'"
+            f"{short(text)} is not a duration: write it like '90s', '2h30m', '1d', '250ms'"
+            f" or ISO-8601 'PT2H'{hint}"
         )
     try:
         delta = _decode_iso(msgspec.json.encode(stripped))
     except msgspec.DecodeError as exc:
         reason = str(exc).removesuffix(" - at `$`")
-        raise DurationError(f"{text!r} is not a duration: {reason}") from None
+        raise DurationError(f"{short(text)} is not a duration: {reason}") from None
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 

@@ -47,7 +47,7 @@ from . import _ending
 from ._data import short
 from ._errors import EventRejected
 from ._outcome import FAIL, OK, Exhausted, Outcome, err
-from ._spec import CallToolStep, RunSubflowStep, Step
+from ._spec import CallToolStep, RunSubflowStep, Step, duration_text
 from ._state import Ending, How, Pending, PendingKind, ReportRow, Resolution, StepFrame
 from ._txn import Txn
 from ._wire import (
@@ -370,7 +370,9 @@ def _timer(t: Txn, ev: TimerFired) -> None:
         case PendingKind.STEP_TIMEOUT:
             t.abandon_children(frame.id)
             step = t.step_of(frame)
-            error = err("timeout", f"step {step.id!r} timed out after {step.timeout_ms} ms")
+            assert step.timeout_ms is not None
+            after = duration_text(step.timeout_ms)
+            error = err("timeout", f"step {step.id!r} timed out after {after}")
             t.step_ended(frame.id, (FAIL, error))
         case PendingKind.BACKOFF:
             t.retry_now(frame)

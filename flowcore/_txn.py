@@ -7,7 +7,7 @@ event drops the scratch copy.
 
 The methods here are the small interface every construct is written against:
 
-- reading: ``step_of``, ``resolver``, ``scope_of``;
+- reading: ``step_of``, ``resolver``, ``scope_of``, ``duration``;
 - waiting: ``wait_for``, ``timer``, ``drop_key``, ``stop_waiting``;
 - work: ``emit_work`` (budget, ``max_concurrency``), ``add_row``;
 - frames: ``set_frame``, ``start_list``, ``finish_step``, ``step_ended``,
@@ -34,10 +34,21 @@ import immutables
 import msgspec
 
 from . import _keys as keys
+from ._data import short_json
 from ._expr import TemplateError
-from ._outcome import FAIL, OK, Exhausted, Outcome, effect_tag, err, error_dict, unit_fraction
+from ._outcome import (
+    FAIL,
+    OK,
+    Exhausted,
+    InvalidDuration,
+    Outcome,
+    effect_tag,
+    err,
+    error_dict,
+    unit_fraction,
+)
 from ._results import ResultStore
-from ._spec import AskHumanStep, Flow, Step
+from ._spec import AskHumanStep, Duration, Flow, Step
 from ._state import (
     CompLink,
     Env,
@@ -64,6 +75,7 @@ from ._state import (
     Waiting,
     add_report_row,
 )
+from ._time import DurationError, parse_duration
 from ._wire import (
     BudgetRemaining,
     CallTool,
@@ -261,6 +273,26 @@ class Txn:
 
     def resolver(self, env: str, attempt: int = 1, extra: dict[str, Any] | None = None) -> Resolver:
         return Resolver(self, env, attempt, extra)
+
+    def duration(self, frame: StepFrame, value: Duration, field: str, *, zero: bool) -> int:
+        """Milliseconds of a duration field as the step ``frame`` begins.
+
+        A literal was checked when the flow was parsed; an expression is
+        evaluated in the step's context and its value read by
+        ``parse_duration`` (``zero``: whether zero is allowed). Anything else
+        raises ``InvalidDuration`` naming ``field`` and the value."""
+        if isinstance(value, int):
+            return value
+        try:
+            got = value.template.evaluate(self.resolver(frame.env, frame.attempt))
+        except TemplateError as exc:
+            raise InvalidDuration(f"{field} {value.source!r}: {exc}") from None
+        try:
+            return parse_duration(got, allow_zero=zero)
+        except DurationError as exc:
+            raise InvalidDuration(
+                f"{field} {value.source!r} gave {short_json(got)}: {exc}"
+            ) from None
 
     def scope_of(self, env: str) -> str:
         return self.envs[env].scope
@@ -567,8 +599,13 @@ class Txn:
         fid = prefix + step.id
         frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id)
         if step.timeout_ms is not None:
+            try:
+                timeout = self.duration(frame, step.timeout_ms, "timeout_ms", zero=False)
+            except InvalidDuration as exc:
+                self.put_frame(frame)
+                return self.finish_step(fid, (FAIL, _invalid(step, exc)), frame, step)
             timer = keys.step_timeout_key(self.run_id, fid)
-            self.timer(timer, self.now_ms + step.timeout_ms, PendingKind.STEP_TIMEOUT, fid)
+            self.timer(timer, self.now_ms + timeout, PendingKind.STEP_TIMEOUT, fid)
             frame = _replace(frame, timer=timer)
         return self.begin(frame, step)
 
@@ -576,6 +613,8 @@ class Txn:
         """Start (an attempt of) ``step``; returns its outcome if it ends at once."""
         try:
             out = self.above.begin(self, frame, step)
+        except InvalidDuration as exc:
+            out = (FAIL, _invalid(step, exc))
         except TemplateError as exc:
             out = (FAIL, err("expression-error", f"step {step.id!r}: {exc}"))
         if out is None:
@@ -875,3 +914,7 @@ class Resolver:
         if self.extra:
             out.update(self.extra)
         return out
+
+
+def _invalid(step: Step, exc: InvalidDuration) -> ErrorInfo:
+    return err("invalid-duration", f"step {step.id!r}: {exc}")

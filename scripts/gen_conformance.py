@@ -214,6 +214,7 @@ class Case:
     input: Any = None
     budget: Budget | None = None
     depth: int = 0
+    now: int = 0  # the run's start time (epoch ms)
     # divergent cases
     edit: Edit | None = None
     newer_spec: str | None = None  # replay against this instead of ``spec``
@@ -1023,6 +1024,91 @@ def _expression_error(d: Driver) -> None:
     d.answer("ask#1", "use tomorrow")
 
 
+@case(
+    "run-time-delays",
+    "Durations decided at run time: a schedule's delay_ms and a sleep's for_ms read an earlier "
+    "step's output (duration text and milliseconds), beside durations written as people write "
+    "them (90s, PT10M).",
+    """
+flow: run-time-delays
+tools: {planner: {class: readonly}, send_reminder: {}}
+steps:
+  - id: plan
+    call_tool: {tool: planner, input: {ticket: "${input.ticket}"}}
+    timeout_ms: PT10M
+  - id: remind
+    schedule:
+      tool: send_reminder
+      input: {ticket: "${input.ticket}"}
+      delay_ms: "${steps.plan.output.remind_in}"
+  - id: pause
+    sleep: {for_ms: "${steps.plan.output.pause_ms}"}
+  - id: settle
+    sleep: {for_ms: 90s}
+output: "${ {reminder: steps.remind.output} }"
+""",
+    input={"ticket": "T-42"},
+)
+def _run_time_delays(d: Driver) -> None:
+    d.ok("plan#1", {"remind_in": "2m", "pause_ms": 45000})
+    d.fire("pause#1")
+    d.fire("remind#1/delay")
+    d.ok("remind#1/call", "sent")
+    d.fire("settle#1")
+
+
+@case(
+    "invalid-duration",
+    "A duration decided at run time that is not one (here 'soon') fails its step with error "
+    "type invalid-duration, naming the field and the value; try/catch catches it.",
+    """
+flow: bad-duration
+steps:
+  - id: guard
+    try:
+      - id: nap
+        sleep: {for_ms: "${input.wait}"}
+    catch:
+      - errors: [invalid-duration]
+        steps:
+          - id: ask
+            ask_human: {question: "${error.message}", timeout_ms: 1h}
+output: "${steps.ask.answer}"
+""",
+    input={"wait": "soon"},
+)
+def _invalid_duration(d: Driver) -> None:
+    d.answer("ask#1", "wait an hour")
+
+
+@case(
+    "repeat-cron-timezone",
+    "repeat on a cron read in a time zone (Europe/Paris): 02:30 does not exist on the night "
+    "clocks spring forward, so that fire comes at the first instant after the gap (03:00 "
+    "CEST, 01:00 UTC); the next day's comes at 02:30 CEST (00:30 UTC).",
+    """
+flow: paris-nightly
+tools: {report: {class: readonly}}
+steps:
+  - id: nightly
+    repeat:
+      cron: "30 2 * * *"
+      timezone: Europe/Paris
+      max_fires: 2
+      steps:
+        - id: run
+          call_tool: {tool: report, input: {fire: "${fire_count}"}}
+output: "${steps.nightly.output}"
+""",
+    now=1_774_699_200_000,  # 2026-03-28T12:00:00Z; Paris springs forward 2026-03-29 02:00
+)
+def _repeat_cron_timezone(d: Driver) -> None:
+    d.fire("nightly[1]/tick")
+    d.ok("nightly[1]/run#1", "first")
+    d.fire("nightly[2]/tick")
+    d.ok("nightly[2]/run#1", "second")
+
+
 def _triage_spec() -> str:
     return (ROOT / "specs" / "examples" / "triage.yaml").read_text(encoding="utf-8")
 
@@ -1566,7 +1652,7 @@ def _json_line(record: dict[str, Any]) -> bytes:
 def build(c: Case) -> dict[str, bytes]:
     """The files of one case, by name."""
     spec = _triage_spec() if c.extra.get("spec_from") == "triage" else c.spec
-    driver = Driver(spec, c.input, budget=c.budget, depth=c.depth)
+    driver = Driver(spec, c.input, budget=c.budget, depth=c.depth, now=c.now)
     c.script(driver)
     log = encode_records(driver.records, "json")
     replay_spec = spec if c.newer_spec is None else c.newer_spec.strip() + "\n"

@@ -215,3 +215,52 @@ def test_a_question_answered_at_the_terminal(tmp_path: Path, terminals: list[Ter
     assert "! r1/q#1 answered 'yes'" in text
     assert 'output: "yes"' in text
     assert "no longer asking" not in text
+
+
+RACE = """\
+flow: racing
+steps:
+  - id: pick
+    parallel:
+      mode: race
+      branches:
+        human:
+          - id: q
+            ask_human: {question: 'ship it?', options: [yes, no]}
+        machine:
+          - id: go
+            await_signal: {signal: go}
+  - id: again
+    ask_human: {question: 'really?', options: [yes, no]}
+output: "${steps.again.answer}"
+"""
+
+
+def test_a_question_its_branch_abandons_stops_being_asked(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    """The question's branch loses a race (a signal from another process ends
+    the other branch first): no record answers or times it out, yet its prompt
+    goes away while the run goes on, and the next question is asked."""
+    spec = tmp_path / "racing.yaml"
+    spec.write_text(RACE)
+    db = str(tmp_path / "x.db")
+    terminal = Terminal(["run", str(spec), "--db", db, "--run-id", "r1"], tmp_path)
+    terminals.append(terminal)
+    terminal.expect("ship it? (yes, no): ")
+    terminal.type("ye")  # typed, never sent: the prompt goes away first
+    sent = fc("signal", "r1", "go", "--db", db, cwd=tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    terminal.expect("really? (yes, no): ")
+    text = terminal.text
+    closed = "no longer asking r1/q#1: the run no longer waits for it"
+    assert closed in text, text
+    terminal.type("no\n")
+    assert terminal.wait() == 0, terminal.text
+    text = terminal.text
+    # Not asked again once it went away; what was typed there was not sent.
+    assert "ship it? (yes, no): " not in text.split(closed, 1)[1]
+    assert "r1/q#1 answered" not in text
+    assert "! r1/again#1 answered 'no'" in text
+    assert 'output: "no"' in text
+    assert termios.tcgetattr(terminal.slave) == terminal.before

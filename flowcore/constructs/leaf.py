@@ -18,7 +18,14 @@ from .._data import short
 from .._errors import EventRejected
 from .._expr import TemplateError
 from .._outcome import FAIL, NO_BUDGET, OK, err
-from .._spec import AskHumanStep, AwaitSignalStep, CallToolStep, RunAgentStep, SleepStep
+from .._spec import (
+    AskHumanStep,
+    AwaitSignalStep,
+    CallToolStep,
+    RunAgentStep,
+    SleepStep,
+    duration_text,
+)
 from .._state import Pending, PendingKind, StepFrame
 from .._wire import AskHuman, AwaitSignal, CallTool, RunAgent
 
@@ -87,6 +94,9 @@ def run_agent(
 
 
 def begin_ask_human(t: Txn, frame: StepFrame, body: AskHumanStep) -> Outcome | None:
+    timeout = None
+    if body.timeout_ms is not None:
+        timeout = t.duration(frame, body.timeout_ms, "ask_human.timeout_ms", zero=True)
     r = t.resolver(frame.env, frame.attempt)
     key = t.key(frame)
     t.set_frame(frame, key=key)
@@ -94,19 +104,16 @@ def begin_ask_human(t: Txn, frame: StepFrame, body: AskHumanStep) -> Outcome | N
         question=as_text(body.question.evaluate(r)), options=body.options, idempotency_key=key
     )
     t.wait_for(key, PendingKind.QUESTION, frame.id, question)
-    if body.timeout_ms is not None:
+    if timeout is not None:
         t.timer(
-            keys.wait_timeout_key(key),
-            t.now_ms + body.timeout_ms,
-            PendingKind.QUESTION_TIMEOUT,
-            frame.id,
+            keys.wait_timeout_key(key), t.now_ms + timeout, PendingKind.QUESTION_TIMEOUT, frame.id
         )
     return None
 
 
 def begin_sleep(t: Txn, frame: StepFrame, body: SleepStep) -> Outcome | None:
     if body.for_ms is not None:
-        until = t.now_ms + body.for_ms
+        until = t.now_ms + t.duration(frame, body.for_ms, "sleep.for_ms", zero=True)
     else:
         assert body.until is not None
         until = _instant(body.until.evaluate(t.resolver(frame.env, frame.attempt)))
@@ -119,6 +126,9 @@ def begin_sleep(t: Txn, frame: StepFrame, body: SleepStep) -> Outcome | None:
 
 
 def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outcome | None:
+    timeout = None
+    if body.timeout_ms is not None:
+        timeout = t.duration(frame, body.timeout_ms, "await_signal.timeout_ms", zero=True)
     w = t.waiting
     buffered = w.signals.get(body.signal)
     if buffered:
@@ -135,12 +145,9 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
     t.waiting = msgspec.structs.replace(
         w, waiters=w.waiters.set(body.signal, (*w.waiters.get(body.signal, ()), key))
     )
-    if body.timeout_ms is not None:
+    if timeout is not None:
         t.timer(
-            keys.wait_timeout_key(key),
-            t.now_ms + body.timeout_ms,
-            PendingKind.SIGNAL_TIMEOUT,
-            frame.id,
+            keys.wait_timeout_key(key), t.now_ms + timeout, PendingKind.SIGNAL_TIMEOUT, frame.id
         )
     return None
 
@@ -203,7 +210,8 @@ def question_timed_out(t: Txn, frame: StepFrame) -> None:
     if body.default is not None:
         t.step_ended(frame.id, (OK, body.default), current)
     else:
-        error = err("timeout", f"no answer to {frame.key} within {body.timeout_ms} ms")
+        assert body.timeout_ms is not None
+        error = err("timeout", f"no answer to {frame.key} within {duration_text(body.timeout_ms)}")
         t.step_ended(frame.id, (FAIL, error), current)
 
 
@@ -212,7 +220,9 @@ def signal_timed_out(t: Txn, frame: StepFrame) -> None:
     assert isinstance(body, AwaitSignalStep) and frame.key is not None
     t.drop_key(frame.key)
     current = t.set_frame(frame, key=None)
-    error = err("timeout", f"signal {body.signal!r} not received within {body.timeout_ms} ms")
+    assert body.timeout_ms is not None
+    within = duration_text(body.timeout_ms)
+    error = err("timeout", f"signal {body.signal!r} not received within {within}")
     t.step_ended(frame.id, (FAIL, error), current)
 
 

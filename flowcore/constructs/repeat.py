@@ -5,11 +5,15 @@ scope is dropped when the fire ends unless a compensation recorded during
 the fire needs it, so a repeat that fires for ever keeps a bounded state.
 Fires missed while the body overran are skipped. The step ends after
 ``max_fires`` or once ``until`` holds, with the last fire's output.
+
+A cadence decided by an expression is evaluated once, when the step begins,
+and kept in the frame's progress (``every_ms``), so that a snapshot and a
+replay tick at the same times. A cron is read in its ``timezone`` (UTC when
+none) by ``_time.next_cron_ms``, which says how DST gaps and repeats fire.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -19,6 +23,7 @@ from .._expr import TemplateError
 from .._outcome import FAIL, OK, err
 from .._spec import RepeatStep
 from .._state import Env, ListKind, PendingKind, RepeatProgress, StepFrame
+from .._time import next_cron_ms
 
 if TYPE_CHECKING:
     from .._outcome import Outcome
@@ -28,26 +33,29 @@ __all__ = ["begin", "child_done", "tick"]
 
 
 def begin(t: Txn, frame: StepFrame, body: RepeatStep) -> Outcome | None:
-    t.set_frame(frame, progress=RepeatProgress(due_ms=t.now_ms))
+    every = 0  # a literal cadence is read from the spec; only a decided one is kept
+    if body.every_ms is not None and not isinstance(body.every_ms, int):
+        every = t.duration(frame, body.every_ms, "repeat.every_ms", zero=False)
+    t.set_frame(frame, progress=RepeatProgress(due_ms=t.now_ms, every_ms=every))
     _arm(t, frame.id, body, 1, t.now_ms)
     return None
 
 
 def _arm(t: Txn, fid: str, body: RepeatStep, fire: int, after_ms: int) -> None:
-    if body.every_ms is not None:
-        due = after_ms + body.every_ms
-        if due <= t.now_ms:
-            # Fires that were missed (the body overran) are skipped: the next
-            # tick is the next point on the cadence after now.
-            due += ((t.now_ms - due) // body.every_ms + 1) * body.every_ms
-    else:
-        assert body.cron is not None
-        from cronsim import CronSim
-
-        due = _dt_to_ms(next(CronSim(body.cron, _ms_to_dt(max(after_ms, t.now_ms)))))
     frame = t.frame(fid)
     prog = frame.progress
     assert isinstance(prog, RepeatProgress)
+    every = prog.every_ms or body.every_ms
+    if every is not None:
+        assert isinstance(every, int)
+        due = after_ms + every
+        if due <= t.now_ms:
+            # Fires that were missed (the body overran) are skipped: the next
+            # tick is the next point on the cadence after now.
+            due += ((t.now_ms - due) // every + 1) * every
+    else:
+        assert body.cron is not None
+        due = next_cron_ms(body.cron, body.timezone, max(after_ms, t.now_ms))
     t.set_frame(frame, progress=msgspec.structs.replace(prog, due_ms=due))
     scope = keys.loop_scope(
         keys.child_prefix(frame.prefix, frame.step, frame.attempt), frame.step, fire
@@ -103,12 +111,3 @@ def child_done(t: Txn, frame: StepFrame, body: RepeatStep, out: Outcome) -> Outc
         return (OK, out[1])
     _arm(t, frame_now.id, body, fire + 1, prog.due_ms)
     return None
-
-
-def _ms_to_dt(ms: int) -> _dt.datetime:
-    return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(milliseconds=ms)
-
-
-def _dt_to_ms(value: _dt.datetime) -> int:
-    delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-    return delta // _dt.timedelta(milliseconds=1)

@@ -61,9 +61,10 @@ _replace = msgspec.structs.replace
 
 
 def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
+    delay = t.duration(frame, body.delay_ms, "schedule.delay_ms", zero=True)
     sid = t.key(frame)
     value = body.input.evaluate(t.resolver(frame.env, frame.attempt))
-    due = t.now_ms + body.delay_ms
+    due = t.now_ms + delay
     sched = Sched(
         SchedStatus.PENDING, body.tool, value, body.outlive_run, created_ms=t.now_ms, due_ms=due
     )

@@ -30,6 +30,7 @@ from flowcore._spec import (
     AwaitSignalStep,
     CallToolStep,
     CancelScheduledStep,
+    Duration,
     ForEachStep,
     ParallelStep,
     RepeatStep,
@@ -88,7 +89,9 @@ class Graph:
             self.edges.append(Edge(e.node, dst, e.label, e.style))
 
 
-def _ms(value: int) -> str:
+def _ms(value: Duration) -> str:
+    if not isinstance(value, int):  # decided when the step begins
+        return value.source
     for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
         if value >= size and value % size == 0:
             return f"{value // size}{unit}"
@@ -221,6 +224,8 @@ class _Builder:
             when = (
                 f"every {_ms(body.every_ms)}" if body.every_ms is not None else f"cron {body.cron}"
             )
+            if body.timezone is not None:
+                when += f" ({body.timezone})"
             lines = [step.id, f"repeat {when}"]
             stops = []
             if body.max_fires is not None:

@@ -28,7 +28,15 @@ from rich.text import Text
 import flowcore
 from flowcore._time import DurationError, parse_duration
 from flowcore_handlers import RegistryError
-from flowcore_local import DB_ENV, HostError, LocalHost, NotAFlowcoreDatabase, Retention, RunRow
+from flowcore_local import (
+    DB_ENV,
+    Deleted,
+    HostError,
+    LocalHost,
+    NotAFlowcoreDatabase,
+    RunRow,
+    ScheduledRetention,
+)
 
 from ._common import (
     CliError,
@@ -114,6 +122,7 @@ def _tree(host: LocalHost) -> RunTree:
         answer=host.answer,
         refused=HostError,
         interval=0.1,  # a read of the local database is cheap
+        questions=host.questions,
     )
 
 
@@ -229,7 +238,12 @@ async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow
         running = {row.run_id: row for row in await host.runs("running")}
         ids = set(running) | set(printed) | ({row.run_id for row in settled} - finished)
         for rid in sorted(ids):
-            row = running.get(rid) or await host.run(rid)  # one read per run and look
+            try:
+                row = running.get(rid) or await host.run(rid)  # one read per run and look
+            except HostError:  # deleted since (a retention of seconds): nothing more to show
+                printed.pop(rid, None)
+                finished.add(rid)
+                continue
             start = printed.get(rid, 0)
             if row.next_index > start:
                 for record in await host.records(rid, start):
@@ -268,6 +282,11 @@ def _budget(caps: dict[str, Any] | None) -> flowcore.Budget | None:
 @click.option("--max-recoveries", default=3, show_default=True, help="Before a dead letter.")
 @click.option("--until-idle", is_flag=True, help="Stop when no run is left running.")
 @click.option(
+    "--retention",
+    metavar="DURATION",
+    help="Delete runs settled longer ago than this (30d, 12h, PT1H), checked every minute.",
+)
+@click.option(
     "--keep-completed",
     default="30d",
     show_default=True,
@@ -292,6 +311,7 @@ def worker(
     concurrency: int,
     max_recoveries: int,
     until_idle: bool,
+    retention: str | None,
     keep_completed: str,
     keep_failed: str,
     keep_finished: int,
@@ -302,9 +322,20 @@ def worker(
     Prints a line when it starts, the progress lines of every run it works
     (as `run` does; questions are not asked here: answer them with
     `flowcore answer`), a line for every run it settles (with the error of a
-    failed one), and a summary when it stops.
+    failed one), a line for every prune of its --retention, and a summary
+    when it stops.
     """
+    # Imported here: _retention imports this module.
+    from ._retention import duration_ms, rows_text
+
+    retention_ms = None if retention is None else duration_ms(retention, "--retention")
     settled: list[RunRow] = []
+
+    def on_pruned(deleted: Deleted) -> None:
+        _print(
+            f"pruned {len(deleted.runs)} run(s) settled more than {retention} ago:"
+            f" {rows_text(deleted)}"
+        )
 
     def on_settled(row: RunRow) -> None:
         settled.append(row)  # shown by the follower, after the run's last progress line
@@ -318,6 +349,7 @@ def worker(
         _print(
             f"worker on {db}: {len(running)} run(s) running; concurrency {concurrency}"
             + (f"; default tools {tools}" if tools else "")
+            + (f"; retention {retention}" if retention else "")
             + ("; until idle" if until_idle else "; Ctrl-C stops")
         )
         follower = asyncio.create_task(_follow_all(host, stop, settled))
@@ -331,7 +363,7 @@ def worker(
 
             watcher = asyncio.create_task(idle())
         try:
-            await host.work(stop, on_settled=on_settled)
+            await host.work(stop, on_settled=on_settled, on_pruned=on_pruned)
         finally:
             stop.set()
             await follower
@@ -344,7 +376,7 @@ def worker(
         summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
         _print(f"worker stopped: {len(settled)} run(s) settled ({summary}); {left} still running")
 
-    retention = Retention(
+    scheduled = ScheduledRetention(
         completed_ms=_duration(keep_completed, "--keep-completed"),
         failed_ms=_duration(keep_failed, "--keep-failed"),
         per_run=keep_finished,
@@ -356,7 +388,8 @@ def worker(
         must_exist=False,
         concurrency=concurrency,
         max_recoveries=max_recoveries,
-        scheduled_retention=retention,
+        retention_ms=retention_ms,
+        scheduled_retention=scheduled,
     )
 
 

@@ -289,6 +289,11 @@ class RunTree:
     refused: type[Exception]
     # Seconds between two reads of the tree.
     interval: float
+    # The keys of a run's open questions, as the host's state has them now: a
+    # question the run stopped waiting for without a record saying so (its
+    # branch lost a race, its ``try`` failed) stops being asked. ``None``: only
+    # the records close questions.
+    questions: Callable[[str], Awaitable[Iterable[str]]] | None = None
     # Only where the event loop cannot watch standard input (see ``prompt``):
     # prompts in daemon threads, for a process that ends with ``os._exit`` (the
     # Temporal command), so that a prompt blocked on stdin does not delay the end;
@@ -693,6 +698,7 @@ class _Watch:
         self.runs = [root]  # every run of the tree found so far, parents before children
         self.next: dict[str, int] = {root: 0}  # the next index to read of each
         self.start = start  # a run's records before this index are read, not printed
+        self.gone: set[tuple[str, str]] = set()  # open here, not in the host's state
 
     async def read(self) -> dict[str, deque[_Read]]:
         """Read every run of the tree once, parents before children (a child found
@@ -761,6 +767,39 @@ class _Watch:
             self.one(run_id, head)
         self.asker.resume_prompt()
 
+    async def withdrawn(self, runs: Iterable[str]) -> None:
+        """Stop asking the questions their run no longer waits for.
+
+        Asked after each pass, of the runs it read new records of and of those
+        suspected last time. The host's state is at least as new as the records
+        read, so a question it does not list was answered, timed out or
+        abandoned (its branch lost a race, its ``try`` failed). It is first only
+        suspected: the next pass reads the records written before that state,
+        and a record that closes it (an answer from elsewhere, a timeout) says
+        how. One still open after that is closed here.
+        """
+        if self.tree.questions is None:
+            return
+        suspects, self.gone = self.gone, set()
+        for run_id in dict.fromkeys([*runs, *(rid for rid, _ in suspects)]):
+            mine = [key for rid, key in self.asker.open if rid == run_id]
+            if not mine:
+                continue
+            try:
+                still = set(await self.tree.questions(run_id))
+            except Exception:  # progress never stops a run from being followed
+                continue
+            for key in mine:
+                if key in still:
+                    continue
+                if (run_id, key) not in suspects:
+                    self.gone.add((run_id, key))
+                    continue
+                text = self.asker.close(run_id, key, "the run no longer waits for it")
+                if text is not None:
+                    self.asker.print(text)
+        self.asker.resume_prompt()
+
     def one(self, run_id: str, read: _Read) -> None:
         """Print one record's line (if it is past ``start``) and follow its questions."""
         record, item = read.record, read.item
@@ -816,7 +855,10 @@ async def watch(
             # was written before (a pass under way when it was set may have read
             # a run before its last records).
             last = stop.is_set()
-            watching.show(await watching.read())
+            read = await watching.read()
+            fresh = list(read)
+            watching.show(read)
+            await watching.withdrawn(fresh)
             if last:
                 return
             if not stop.is_set():

@@ -218,11 +218,15 @@ def _tree(host: TemporalHost) -> RunTree:
             if isinstance(item, flowcore.RunSubflow)
         ]
 
+    async def questions(run_id: str) -> list[str]:
+        return [str(q["key"]) for q in await host.questions(run_id)]
+
     return RunTree(
         records=records,
         children=children,
         answer=host.answer,
         refused=ft.TemporalHostError,
+        questions=questions,
         interval=0.2,  # each read is a query, which a worker answers by replaying the workflow
         daemon_prompts=True,  # the process ends with os._exit (_finish)
     )
@@ -444,6 +448,11 @@ def GROUP() -> None:
 
 for _command in (worker, run, signal_, answer, cancel, show, export):
     GROUP.add_command(_command)
+
+# `flowcore temporal schedule ...`: its module imports this one's helpers.
+from ._temporal_schedule import schedule as _schedule  # noqa: E402
+
+GROUP.add_command(_schedule)
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Entry point of the ``flowcore`` console script.
 
 Every command lives in this package: ``validate``, ``graph``, ``replay``, the
-local host's (``_local``) and ``flowcore temporal ...`` (``_temporal``). The
-hosts expose Python APIs only.
+local host's (``_local``; ``delete`` and ``prune`` in ``_retention``) and
+``flowcore temporal ...`` (``_temporal``). The hosts expose Python APIs only.
 
 Every command returns its exit code: 0 success, 1 a finding (a replay that
 diverges), 2 bad input. ``run`` checks the command line (UTF-8 only) and runs
@@ -76,6 +76,21 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON).",
     ),
     "cancel": ("_local", "cancel", "Cancel RUN: pending work is abandoned, compensations run."),
+    "delete": (
+        "_retention",
+        "delete",
+        "Delete RUN and its child runs from the database, every row of them.",
+    ),
+    "prune": (
+        "_retention",
+        "prune",
+        "Delete the runs that settled longer ago than --settled-before, with their child runs.",
+    ),
+    "schedule": (
+        "_schedule",
+        "schedule",
+        "Start runs on a cadence: schedules declared in a spec's `schedules:`.",
+    ),
     "scheduled": (
         "_scheduled",
         "scheduled",

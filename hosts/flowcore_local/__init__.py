@@ -8,16 +8,18 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
 
 from ._db import DB_ENV, NotAFlowcoreDatabase, default_db_path
 from ._host import LocalHost
-from ._scheduled import Retention, ScheduledRow
+from ._prune import Deleted
+from ._scheduled import ScheduledRetention, ScheduledRow
 from ._store import HostError, RunRow
 
 __all__ = [
     "DB_ENV",
+    "Deleted",
     "HostError",
     "LocalHost",
     "NotAFlowcoreDatabase",
-    "Retention",
     "RunRow",
+    "ScheduledRetention",
     "ScheduledRow",
     "default_db_path",
 ]

@@ -11,11 +11,15 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Final
 
 __all__ = [
     "APPLICATION_ID",
     "DB_ENV",
+    "FLOW_REFERENCES",
+    "RUN_TABLES",
     "SCHEMA_VERSION",
+    "SHARED_TABLES",
     "NotAFlowcoreDatabase",
     "connect",
     "default_db_path",
@@ -146,7 +150,45 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, resume, idx)
         ) WITHOUT ROWID""",
     ],
-    # 3: every run's scheduled calls, a projection of the runs' states kept in
+    # 3: schedules (flowcore.schedules), their recent actions and the runs
+    # they started that were running when last looked at
+    [
+        """CREATE TABLE schedules (
+            name TEXT PRIMARY KEY,
+            flow_id TEXT NOT NULL,
+            spec_hash TEXT NOT NULL REFERENCES flows (spec_hash),
+            definition TEXT NOT NULL,
+            declared INTEGER NOT NULL,
+            tools TEXT,
+            paused INTEGER NOT NULL,
+            note TEXT NOT NULL,
+            considered_ms INTEGER NOT NULL,
+            buffered_ms INTEGER,
+            remaining INTEGER,
+            triggers INTEGER NOT NULL DEFAULT 0,
+            next_ms INTEGER,
+            created_ms INTEGER NOT NULL,
+            updated_ms INTEGER NOT NULL
+        )""",
+        "CREATE INDEX schedules_by_next ON schedules (next_ms)",
+        """CREATE TABLE schedule_actions (
+            name TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            at_ms INTEGER NOT NULL,
+            action TEXT NOT NULL,
+            slot_ms INTEGER,
+            through_ms INTEGER,
+            run_id TEXT,
+            why TEXT,
+            PRIMARY KEY (name, n)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE schedule_runs (
+            name TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            PRIMARY KEY (name, run_id)
+        ) WITHOUT ROWID""",
+    ],
+    # 4: every run's scheduled calls, a projection of the runs' states kept in
     # the transaction of each event, so that one query lists them across runs
     [
         """CREATE TABLE scheduled_calls (
@@ -169,6 +211,37 @@ MIGRATIONS: list[list[str]] = [
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# Where a run's rows are, besides its ``runs`` row: each table holding rows of
+# one run, and the column that names it. Deleting a run (``_prune``) removes
+# its rows from every table here, then its ``runs`` row, in one transaction.
+# Every table of the schema is here, is ``runs``, or is in SHARED_TABLES:
+# tests/local/test_delete_prune.py reads the tables from ``sqlite_master`` and
+# fails on one that is in none of them (a new table must say whose rows it holds).
+RUN_TABLES: Final[dict[str, str]] = {
+    "log": "run_id",
+    "results": "run_id",
+    "report": "run_id",
+    "outbox": "run_id",
+    "resolved": "run_id",
+    "dead_letters": "run_id",
+    "failures": "run_id",
+    "resumes": "run_id",
+    "log_archive": "run_id",
+    "schedule_runs": "run_id",  # a schedule's runs still running when last looked at
+    "scheduled_calls": "run_id",  # the run's scheduled calls (the projection of its state)
+}
+# Tables whose rows belong to no one run: the stored specs (a spec is removed
+# with the last run that refers to it, see FLOW_REFERENCES), the workers, and
+# the schedules with their recent actions (which name runs, deleted or not).
+SHARED_TABLES: Final[tuple[str, ...]] = ("flows", "workers", "schedules", "schedule_actions")
+# The columns that refer to a stored spec (``flows.spec_hash``): a spec is
+# kept while a row here names it, or while a flow named here can start it as
+# a subflow.
+FLOW_REFERENCES: Final[tuple[tuple[str, str], ...]] = (
+    ("runs", "spec_hash"),
+    ("schedules", "spec_hash"),
+)
 
 
 class NotAFlowcoreDatabase(Exception):

@@ -7,7 +7,7 @@ the runs and one query lists the calls of every run. The run's state and
 log remain the truth: the table is what ``flowcore scheduled list`` reads,
 and what retention trims.
 
-Retention (``Retention``), applied by the worker on its own clock: completed
+Retention (``ScheduledRetention``), applied by the worker on its own clock: completed
 and cancelled calls stay listed for 30 days, failed (and uncertain) ones for
 24 hours, and a run keeps at most its newest 1,000 finished calls. Pending and
 running calls are never trimmed.
@@ -30,7 +30,7 @@ from flowcore import State
 __all__ = [
     "FINISHED",
     "STATUSES",
-    "Retention",
+    "ScheduledRetention",
     "ScheduledRow",
     "list_scheduled",
     "project",
@@ -44,7 +44,7 @@ FINISHED = ("completed", "failed", "cancelled", "uncertain")
 _encode = msgspec.json.Encoder().encode
 
 
-class Retention(msgspec.Struct, frozen=True, kw_only=True):
+class ScheduledRetention(msgspec.Struct, frozen=True, kw_only=True):
     """How long finished scheduled calls stay listed (``None``: for ever)."""
 
     completed_ms: int | None = 30 * DAY_MS  # completed and cancelled
@@ -166,7 +166,7 @@ def list_scheduled(
     return out
 
 
-def trim(conn: sqlite3.Connection, now: int, retention: Retention) -> int:
+def trim(conn: sqlite3.Connection, now: int, retention: ScheduledRetention) -> int:
     """Drop the finished calls retention no longer keeps listed; how many were dropped."""
     dropped = 0
     for statuses, keep in (

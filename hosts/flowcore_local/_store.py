@@ -549,6 +549,12 @@ class Store:
     def state(self, run_id: str) -> State:
         return self.load(run_id).state
 
+    def forget(self, run_ids: list[str]) -> None:
+        """Drop the cached states of runs that were deleted (``_prune``)."""
+        for run_id in run_ids:
+            self._cache.pop(run_id, None)
+        self._in_scope.difference_update(run_ids)
+
     # --- applying events -------------------------------------------------------------
 
     def apply(self, run_id: str, event: Event, now: int) -> Applied:

@@ -99,6 +99,10 @@ class RunArgs:
     clock_origin_ms: int | None = None
     clock_scale: float = 1.0
     clock_started_ms: int | None = None
+    schedule: str | None = None
+    """The flowcore schedule that starts this run (a Temporal Schedule's action):
+    ``input`` is then the schedule's input template, evaluated when the run
+    starts with ``schedule.at`` the run's ``TemporalScheduledStartTime``."""
 
 
 MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
@@ -168,6 +172,7 @@ def _problems(args: RunArgs) -> list[str]:
         ("depth", _int_problem(args.depth, 0, _MAX_INT)),
         ("tools", _text_problem(args.tools, optional=True, limit=flowcore.MAX_NAME_CHARS)),
         ("source_name", _text_problem(args.source_name, limit=flowcore.MAX_NAME_CHARS)),
+        ("schedule", _text_problem(args.schedule, optional=True, limit=flowcore.MAX_NAME_CHARS)),
         ("activity_timeout_ms", _int_problem(args.activity_timeout_ms, 1, MAX_TIMEOUT_MS)),
         (
             "heartbeat_timeout_ms",

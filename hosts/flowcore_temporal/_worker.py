@@ -8,6 +8,7 @@ sandbox still applies its runtime restrictions to the workflow code itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,7 +62,14 @@ def sandbox_restrictions(flowcore: bool = True) -> SandboxRestrictions:
     show it touches nothing nondeterministic).
     """
     modules = PASSTHROUGH_MODULES if flowcore else LIBRARIES
-    return SandboxRestrictions.default.with_passthrough_modules(*modules)
+    # The default restricts a few members of zoneinfo.ZoneInfo (clear_cache,
+    # from_file, reset_tzpath), which makes the class a proxy whose instances
+    # datetime refuses as a tzinfo; flowcore only calls ZoneInfo(key) to read a
+    # repeat's cron in its time zone, which the sandbox allows.
+    default = SandboxRestrictions.default
+    members = default.invalid_module_members.with_child_unrestricted("zoneinfo", "ZoneInfo")
+    restrictions = dataclasses.replace(default, invalid_module_members=members)
+    return restrictions.with_passthrough_modules(*modules)
 
 
 def workflow_runner(flowcore: bool = True) -> SandboxedWorkflowRunner:

@@ -71,7 +71,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -121,6 +121,7 @@ from flowcore import (
     Usage,
     Waits,
 )
+from flowcore.schedules import input_for
 from flowcore_temporal import _flows
 
 from ._types import (
@@ -141,6 +142,8 @@ from ._types import (
 __all__ = ["FlowcoreWorkflow", "budget_to_args"]
 
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+# Set by Temporal on the runs a Schedule starts: the slot, before its jitter.
+_SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 
 # Temporal decodes a workflow's argument by the annotation of ``run``; a
 # payload that does not decode as a RunArgs would fail every workflow task,
@@ -277,6 +280,14 @@ class FlowcoreWorkflow:
         scale = self._args.clock_scale if self._args.clock_origin_ms is not None else 1.0
         return max(0.0, (until_ms - self._now()) / scale / 1000)
 
+    def _scheduled_ms(self) -> int:
+        """The slot a Temporal Schedule started this run for (its search attribute
+        ``TemporalScheduledStartTime``, before Temporal's jitter); now when absent."""
+        at = workflow.info().typed_search_attributes.get(_SCHEDULED_START)
+        if at is None:
+            return self._now()
+        return int(at.timestamp() * 1000)
+
     # --- the run -------------------------------------------------------------------------
 
     @workflow.run
@@ -289,6 +300,8 @@ class FlowcoreWorkflow:
         now = self._now()
         try:
             flow = _parse(args.spec, args.source_name)
+            if args.schedule is not None:
+                args.input = input_for(args.schedule, args.input, self._scheduled_ms())
             decision = flowcore.start(
                 flow, args.input, self._run_id, now_ms=now, budget=budget, depth=args.depth
             )

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from flowcore_local import HostError, LocalHost, Retention
+from flowcore_local import HostError, LocalHost, ScheduledRetention
 
 from .local_helpers import tools_file
 
@@ -282,9 +282,9 @@ def test_retention_on_the_hosts_clock(tmp_path: Path) -> None:
     clock = Clock(1_000_000)
 
     async def main() -> None:
-        retention = Retention(per_run=3)
+        retention = ScheduledRetention(per_run=3)
         async with LocalHost(
-            tmp_path / "r.db", str(tools), now=clock, scheduled_retention=retention
+            tmp_path / "r.db", str(tools), clock=clock, scheduled_retention=retention
         ) as host:
             await host.start(spec, {"who": "ana"}, run_id="r")
             ids = [await host.add_scheduled("r", "pager", {"n": n}, DAY) for n in range(2)]
@@ -311,7 +311,7 @@ def test_retention_on_the_hosts_clock(tmp_path: Path) -> None:
             assert kept == {"r/~scheduled-3", "r/~scheduled-4", "r/~scheduled-5"}
 
             # a day later, failed ones go; thirty days later, the rest
-            host.scheduled_retention = Retention()
+            host.scheduled_retention = ScheduledRetention()
             added = await host.add_scheduled("r", "pager", None, DAY)
             clock.now += 1
             assert await host.run_scheduled_now("r", added)
@@ -340,7 +340,7 @@ def test_the_worker_applies_retention(tmp_path: Path) -> None:
     clock = Clock(5_000)
 
     async def main() -> None:
-        async with LocalHost(tmp_path / "w.db", str(tools), now=clock) as host:
+        async with LocalHost(tmp_path / "w.db", str(tools), clock=clock) as host:
             await host.start(spec, {"who": "ana"}, run_id="r")
             assert await host.cancel_scheduled("r", "nudge#1")
             assert [row.status for row in await host.scheduled()] == ["cancelled"]
