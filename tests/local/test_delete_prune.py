@@ -154,6 +154,7 @@ PARENT = """
 flow: parent
 tools: {echo: {class: readonly}}
 steps:
+  - {id: later, schedule: {tool: echo, delay_ms: 3600000}}
   - id: loop
     for_each:
       items: [1, 2]
@@ -166,6 +167,7 @@ OTHER = """
 flow: other
 tools: {echo: {class: readonly}}
 steps:
+  - {id: later, schedule: {tool: echo, delay_ms: 3600000}}
   - {id: a, call_tool: {tool: echo, input: 1}}
   - {id: w, await_signal: {signal: go}}
 """
