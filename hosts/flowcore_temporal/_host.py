@@ -444,7 +444,10 @@ class TemporalHost:
             raise TemporalHostError(f"{spec}: cannot read: {exc.strerror or exc}") from None
 
     async def schedules(self) -> list[str]:
-        """The ids of the Temporal Schedules whose action starts a flowcore run."""
+        """The ids of the Temporal Schedules whose action starts a flowcore run.
+
+        Temporal lists schedules from its visibility store: a schedule just
+        created (or deleted) may show (or go) a moment later."""
         names = []
         async for item in await self._call(self.client.list_schedules(), "schedules"):
             action = item.schedule.action if item.schedule is not None else None

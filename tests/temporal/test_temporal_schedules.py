@@ -81,7 +81,14 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
         assert quarter["definition"]["every"] == 3_600_000
         assert quarter["definition"]["offset"] == 900_000
         assert quarter["definition"]["overlap"] == "buffer_one"
-        assert set(await host.schedules()) >= {name, f"{name}-nightly", f"{name}-quarter"}
+        # Temporal lists schedules from its visibility store, which catches up
+        # with a create a moment later (eventually consistent).
+        wanted = {name, f"{name}-nightly", f"{name}-quarter"}
+
+        async def listed() -> bool:
+            return set(await host.schedules()) >= wanted
+
+        assert await eventually(listed, "the new schedules listed", timeout=60, every=0.5)
 
         # A scheduled run: its id and its input come from the slot.
         async def first_run() -> Any:
@@ -179,8 +186,14 @@ def test_the_temporal_schedule_commands(temporal_address: str, tmp_path: Path) -
         assert "cadence     cron 0 7 * * * (Europe/Paris)" in cli.ok(
             "schedule", "show", f"{name}-nightly"
         )
-        listed = json.loads(cli.ok("schedule", "list", "--json"))
-        assert {name, f"{name}-quarter"} <= {item["name"] for item in listed}
+        # Listed from Temporal's visibility store, which catches up a moment later.
+        deadline = time.monotonic() + 60
+        while True:
+            listed = json.loads(cli.ok("schedule", "list", "--json"))
+            if {name, f"{name}-quarter"} <= {item["name"] for item in listed}:
+                break
+            assert time.monotonic() < deadline, f"not listed within 60 s: {listed}"
+            time.sleep(0.5)
         assert "schedule" in cli.ok("schedule", "list")
         cli.ok("schedule", "resume", name)
         cli.ok("schedule", "trigger", f"{name}-quarter")
