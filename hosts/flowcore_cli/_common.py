@@ -35,6 +35,7 @@ from ._errors import (
 )
 
 __all__ = [
+    "duration_value",
     "MAX_JSON_TEXT_BYTES",
     "MAX_LINE_CHARS",
     "MAX_VALUE_BYTES",
@@ -276,6 +277,20 @@ def text_value(text: str, what: str, limit: int = MAX_VALUE_BYTES) -> str:
             f"{what}: {shown_argument(text)} is {size:,} bytes as JSON, over the limit of {limit:,}"
         )
     return text
+
+
+def duration_value(text: str, option: str, allow_zero: bool = False) -> int:
+    """Milliseconds from a duration as people write it (``30d``, ``2h30m``,
+    ``PT2H``, or a whole number of milliseconds), or the error naming ``option``."""
+    from flowcore._time import DurationError, parse_duration
+
+    stripped = text.strip()
+    try:
+        return parse_duration(
+            int(stripped) if stripped.isdigit() else stripped, allow_zero=allow_zero
+        )
+    except DurationError as exc:
+        raise CliError(f"{option}: {exc}") from None
 
 
 def answer_value(text: str | None, data: str | None) -> Any:

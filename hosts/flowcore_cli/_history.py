@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -29,6 +30,8 @@ from flowcore._report import ReplayReport
 from ._progress import REDISPATCHED, SCHEDULED_CHANGED, describe, progress_item, progress_line
 
 __all__ = [
+    "scheduled_answer",
+    "scheduled_table",
     "duration",
     "event_line",
     "iso",
@@ -186,3 +189,42 @@ def work_report(report: ReplayReport) -> Table:
             Text(key), Text(what), Text(status, style=_STYLE.get(e.status, "")), took, Text(result)
         )
     return table
+
+
+def scheduled_table(rows: Iterable[flowcore.ScheduledCall | Any]) -> Table:
+    """Scheduled calls as ``scheduled list`` shows them: a ``flowcore.ScheduledCall``
+    each, or a row with the same fields (the local host's ``ScheduledRow``)."""
+    table = Table(header_style="bold")
+    for name in ("id", "run", "tool", "status", "attempts", "created (UTC)", "due (UTC)"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("arguments", overflow="ellipsis", no_wrap=True, max_width=30)
+    table.add_column("error", overflow="ellipsis", no_wrap=True, max_width=40)
+    for r in rows:
+        prefix = r.run_id + "/"
+        error = r.error
+        told = "" if error is None else error.type
+        if error is not None and error.message:
+            told += f": {error.message}"
+        cells = (
+            r.id[len(prefix) :] if r.id.startswith(prefix) else r.id,
+            r.run_id,
+            r.tool,
+            r.status,
+            str(r.attempts),
+            iso(r.created_ms, "seconds"),
+            iso(r.due_ms, "seconds"),
+            short_json(r.input, 30),
+            told,
+        )
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
+
+
+def scheduled_answer(done: bool, sid: str, run_id: str, as_json: bool) -> None:
+    """What ``scheduled cancel`` and ``run-now`` print: ``true`` when the call was
+    pending, ``false`` when not; ``{runId, id, done}`` with ``--json``."""
+    if as_json:
+        full = sid if sid.startswith(run_id + "/") else f"{run_id}/{sid}"
+        click.echo(json.dumps({"runId": run_id, "id": full, "done": done}))
+    else:
+        click.echo("true" if done else "false")

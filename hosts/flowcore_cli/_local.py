@@ -26,7 +26,6 @@ from rich.table import Table
 from rich.text import Text
 
 import flowcore
-from flowcore._time import DurationError, parse_duration
 from flowcore_handlers import RegistryError
 from flowcore_local import (
     DB_ENV,
@@ -43,6 +42,7 @@ from ._common import (
     answer_value,
     budget_value,
     checked_name,
+    duration_value,
     json_value,
     problem_line,
     say,
@@ -326,9 +326,9 @@ def worker(
     when it stops.
     """
     # Imported here: _retention imports this module.
-    from ._retention import duration_ms, rows_text
+    from ._retention import rows_text
 
-    retention_ms = None if retention is None else duration_ms(retention, "--retention")
+    retention_ms = None if retention is None else duration_value(retention, "--retention")
     settled: list[RunRow] = []
 
     def on_pruned(deleted: Deleted) -> None:
@@ -377,8 +377,8 @@ def worker(
         _print(f"worker stopped: {len(settled)} run(s) settled ({summary}); {left} still running")
 
     scheduled = ScheduledRetention(
-        completed_ms=_duration(keep_completed, "--keep-completed"),
-        failed_ms=_duration(keep_failed, "--keep-failed"),
+        completed_ms=duration_value(keep_completed, "--keep-completed", allow_zero=True),
+        failed_ms=duration_value(keep_failed, "--keep-failed", allow_zero=True),
         per_run=keep_finished,
     )
     _run(
@@ -391,15 +391,6 @@ def worker(
         retention_ms=retention_ms,
         scheduled_retention=scheduled,
     )
-
-
-def _duration(text: str, option: str) -> int:
-    """Milliseconds from a duration as people write it (``30d``, ``2h30m``, ``PT2H``, ``5000``)."""
-    stripped = text.strip()
-    try:
-        return parse_duration(int(stripped) if stripped.isdigit() else stripped, allow_zero=True)
-    except DurationError as exc:
-        raise CliError(f"{option}: {exc}") from None
 
 
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "budget-exhausted")

@@ -17,25 +17,16 @@ from typing import Any
 
 import click
 
-from flowcore._time import DurationError, parse_duration
 from flowcore_local import Deleted, LocalHost
 
-from ._common import CliError
+from ._common import CliError, duration_value
 from ._history import iso
 from ._local import _print, _run, db_option
 from ._options import json_option, run_id_argument
 
-__all__ = ["COMMANDS", "delete", "duration_ms", "prune", "rows_text"]
+__all__ = ["COMMANDS", "delete", "prune", "rows_text"]
 
 SETTLED = ("completed", "failed", "cancelled", "budget-exhausted")
-
-
-def duration_ms(text: str, option: str, allow_zero: bool = False) -> int:
-    """``text`` (``30d``, ``12h``, ``PT1H``) in milliseconds, or the error naming ``option``."""
-    try:
-        return parse_duration(text, allow_zero=allow_zero)
-    except DurationError as exc:
-        raise CliError(f"{option}: {exc}") from None
 
 
 def _plural(n: int, word: str) -> str:
@@ -95,7 +86,7 @@ def delete(run_id: str, force: bool, timeout_: str | None, as_json: bool, db: Pa
     """
     if timeout_ is not None and not force:
         raise CliError("--timeout is the wait of --force: give --force with it")
-    seconds = None if timeout_ is None else duration_ms(timeout_, "--timeout") / 1000
+    seconds = None if timeout_ is None else duration_value(timeout_, "--timeout") / 1000
 
     async def body(host: LocalHost) -> Deleted:
         if force:
@@ -154,7 +145,7 @@ def prune(
     """
     if vacuum and dry_run:
         raise CliError("--vacuum and --dry-run go against each other: a dry run changes nothing")
-    age_ms = duration_ms(age, "--settled-before", allow_zero=True)
+    age_ms = duration_value(age, "--settled-before", allow_zero=True)
 
     async def body(host: LocalHost) -> tuple[int, Deleted, tuple[int, int] | None]:
         cutoff = host.now() - age_ms

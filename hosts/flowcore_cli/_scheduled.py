@@ -17,14 +17,12 @@ from typing import Any
 
 import click
 import msgspec
-from rich.table import Table
-from rich.text import Text
 
 from flowcore_local import LocalHost, ScheduledRow
 
-from ._common import checked_name, json_value
-from ._history import iso, short_json, tables
-from ._local import _duration, _print, _run, db_option
+from ._common import checked_name, duration_value, json_value
+from ._history import scheduled_answer, scheduled_table, tables
+from ._local import _print, _run, db_option
 from ._options import json_option, run_id_argument
 
 __all__ = ["scheduled"]
@@ -35,17 +33,6 @@ STATUSES = ("pending", "running", "completed", "failed", "cancelled", "uncertain
 def _row_json(row: ScheduledRow) -> dict[str, Any]:
     out: dict[str, Any] = msgspec.to_builtins(row)
     return out
-
-
-def _error(row: ScheduledRow) -> str:
-    if row.error is None:
-        return ""
-    return f"{row.error.type}: {row.error.message}" if row.error.message else row.error.type
-
-
-def _short_id(row: ScheduledRow) -> str:
-    prefix = row.run_id + "/"
-    return row.id[len(prefix) :] if row.id.startswith(prefix) else row.id
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -86,33 +73,7 @@ def list_(
     if not rows:
         _print("no scheduled calls" + (" match" if run_id or tool or status else ""))
         return
-    table = Table(header_style="bold")
-    for name in ("id", "run", "tool", "status", "attempts", "created (UTC)", "due (UTC)"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("arguments", overflow="ellipsis", no_wrap=True, max_width=30)
-    table.add_column("error", overflow="ellipsis", no_wrap=True, max_width=40)
-    for r in rows:
-        cells = (
-            _short_id(r),
-            r.run_id,
-            r.tool,
-            r.status,
-            str(r.attempts),
-            iso(r.created_ms, "seconds"),
-            iso(r.due_ms, "seconds"),
-            short_json(r.input, 30),
-            _error(r),
-        )
-        table.add_row(*(Text(cell) for cell in cells))
-    tables().print(table)
-
-
-def _answer(done: bool, sid: str, run_id: str, as_json: bool) -> None:
-    if as_json:
-        full = sid if sid.startswith(run_id + "/") else f"{run_id}/{sid}"
-        click.echo(json.dumps({"runId": run_id, "id": full, "done": done}))
-    else:
-        click.echo("true" if done else "false")
+    tables().print(scheduled_table(rows))
 
 
 @scheduled.command()
@@ -130,7 +91,7 @@ def cancel(run_id: str, schedule_id: str, as_json: bool, db: Path) -> None:
     async def body(host: LocalHost) -> bool:
         return await host.cancel_scheduled(run_id, schedule_id)
 
-    _answer(_run(db, body), schedule_id, run_id, as_json)
+    scheduled_answer(_run(db, body), schedule_id, run_id, as_json)
 
 
 @scheduled.command("run-now")
@@ -147,7 +108,7 @@ def run_now(run_id: str, schedule_id: str, as_json: bool, db: Path) -> None:
     async def body(host: LocalHost) -> bool:
         return await host.run_scheduled_now(run_id, schedule_id)
 
-    _answer(_run(db, body), schedule_id, run_id, as_json)
+    scheduled_answer(_run(db, body), schedule_id, run_id, as_json)
 
 
 @scheduled.command()
@@ -166,7 +127,7 @@ def add(run_id: str, tool: str, input_: str | None, delay: str, as_json: bool, d
     accepted; the error lists them.
     """
     value = json_value(input_, "--input")
-    delay_ms = _duration(delay, "--delay")
+    delay_ms = duration_value(delay, "--delay", allow_zero=True)
 
     async def body(host: LocalHost) -> str:
         return await host.add_scheduled(run_id, tool, value, delay_ms)

@@ -449,10 +449,12 @@ def GROUP() -> None:
 for _command in (worker, run, signal_, answer, cancel, show, export):
     GROUP.add_command(_command)
 
-# `flowcore temporal schedule ...`: its module imports this one's helpers.
+# `flowcore temporal schedule ...` and `scheduled ...`: their modules import this one's helpers.
 from ._temporal_schedule import schedule as _schedule  # noqa: E402
+from ._temporal_scheduled import scheduled as _scheduled  # noqa: E402
 
 GROUP.add_command(_schedule)
+GROUP.add_command(_scheduled)
 
 
 def main() -> None:

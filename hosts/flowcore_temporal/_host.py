@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
+import msgspec
 from temporalio import workflow
 from temporalio.client import (
     Client,
@@ -59,6 +60,8 @@ from ._types import (
     DEFAULT_TASK_QUEUE,
     LOG_QUERY,
     QUESTIONS_QUERY,
+    SCHEDULED_QUERY,
+    SCHEDULED_UPDATE,
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
@@ -320,6 +323,51 @@ class TemporalHost:
         except WorkflowUpdateFailedError as exc:
             raise TemporalHostError(_failure_text(exc.cause)) from None
 
+    # --- scheduled calls (the ``scheduled`` update and query) -----------------------------
+
+    async def scheduled(self, run_id: str) -> list[flowcore.ScheduledCall]:
+        """The run's scheduled calls, pending and finished, soonest due first."""
+        raw = await self._query(run_id, SCHEDULED_QUERY)
+        calls = msgspec.convert(raw, list[flowcore.ScheduledCall])
+        return sorted(calls, key=lambda c: (c.due_ms, c.id))
+
+    async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool:
+        """Cancel a pending scheduled call: True if it was pending, False if not."""
+        event = {"kind": "scheduled-cancel-requested", "scheduleId": _full(run_id, schedule_id)}
+        done: bool = (await self._scheduled_update(run_id, event))["done"]
+        return done
+
+    async def run_scheduled_now(self, run_id: str, schedule_id: str) -> bool:
+        """Issue a pending scheduled call now: True if it was pending, False if not."""
+        event = {"kind": "scheduled-run-now-requested", "scheduleId": _full(run_id, schedule_id)}
+        done: bool = (await self._scheduled_update(run_id, event))["done"]
+        return done
+
+    async def add_scheduled(
+        self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0
+    ) -> str:
+        """Schedule a call to a tool the flow declares schedulable; returns its id."""
+        event = {"kind": "scheduled-add-requested", "tool": tool, "delayMs": delay_ms}
+        if input is not None:
+            event["input"] = input
+        sid: str = (await self._scheduled_update(run_id, event))["id"]
+        return sid
+
+    async def _scheduled_update(self, run_id: str, event: dict[str, Any]) -> dict[str, Any]:
+        try:
+            flowcore.check_event(flowcore.event_from_wire({**event, "atMs": 0}))
+        except flowcore.FlowcoreError as exc:
+            raise TemporalHostError(f"refused: {exc}") from None
+        handle = self.handle(run_id)
+        try:
+            result: dict[str, Any] = await self._call(
+                handle.execute_update(SCHEDULED_UPDATE, args=[event], rpc_timeout=_QUERY_TIMEOUT),
+                run_id,
+            )
+        except WorkflowUpdateFailedError as exc:
+            raise TemporalHostError(_failure_text(exc.cause)) from None
+        return result
+
     async def cancel(self, run_id: str, reason: str = "") -> None:
         """Cancel the run: pending work is abandoned, compensations run, it settles cancelled."""
         await self._call(self.handle(run_id).cancel(reason=reason), run_id)
@@ -516,6 +564,11 @@ class TemporalHost:
         """Delete the Temporal Schedule (the runs it started stay)."""
         handle = self.client.get_schedule_handle(name)
         await self._schedule_call(handle.delete(), name)
+
+
+def _full(run_id: str, schedule_id: str) -> str:
+    """A scheduled call's id: as given, or under the run (``nudge#1`` → ``RUN/nudge#1``)."""
+    return schedule_id if schedule_id.startswith(run_id + "/") else f"{run_id}/{schedule_id}"
 
 
 def _failure_text(error: BaseException | None) -> str:

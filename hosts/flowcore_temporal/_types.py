@@ -25,6 +25,7 @@ __all__ = [
     "LOG_QUERY",
     "MAX_TIMEOUT_MS",
     "QUESTIONS_QUERY",
+    "SCHEDULED_QUERY",
     "SCHEDULED_UPDATE",
     "STATUS_QUERY",
     "WORKFLOW_NAME",
@@ -49,6 +50,10 @@ SCHEDULED_UPDATE = "scheduled"
 """Update ``scheduled(event)``: a scheduled-call event from outside the run, as its wire
 object without ``atMs`` (``{"kind": "scheduled-cancel-requested", "scheduleId": ...}``,
 ``scheduled-run-now-requested``, ``scheduled-add-requested``); returns ``{id, done}``."""
+
+SCHEDULED_QUERY = "scheduled_calls"
+"""Query ``scheduled_calls()``: the run's scheduled calls, pending and finished
+(``flowcore.scheduled_calls``, as wire objects)."""
 
 QUESTIONS_QUERY = "pending_questions"
 LOG_QUERY = "log"

@@ -129,6 +129,7 @@ from ._types import (
     ANSWER_UPDATE,
     LOG_QUERY,
     QUESTIONS_QUERY,
+    SCHEDULED_QUERY,
     SCHEDULED_UPDATE,
     STATUS_QUERY,
     WORKFLOW_NAME,
@@ -516,6 +517,14 @@ class FlowcoreWorkflow:
     @workflow.query(name=QUESTIONS_QUERY)
     def pending_questions(self) -> list[dict[str, Any]]:
         return [] if self._state is None else _questions(flowcore.waiting_for(self._state))
+
+    @workflow.query(name=SCHEDULED_QUERY)
+    def scheduled_calls(self) -> list[dict[str, Any]]:
+        """The run's scheduled calls, pending and finished, as wire objects."""
+        if self._state is None:
+            return []
+        calls: list[dict[str, Any]] = msgspec.to_builtins(flowcore.scheduled_calls(self._state))
+        return calls
 
     @workflow.query(name=LOG_QUERY)
     def log(self, start: int = 0) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 
 import pytest
@@ -10,7 +11,7 @@ from temporalio.client import WorkflowUpdateFailedError
 
 import flowcore_temporal as ft
 
-from .support import running_host, unique
+from .support import eventually, running_host, unique
 
 SPEC = """
 flow: managed
@@ -56,5 +57,80 @@ def test_the_scheduled_update_answers_and_refuses(temporal_address: str) -> None
             assert result["status"] == "completed"
             types = [r["type"] for r in await handle.query(ft.LOG_QUERY)]
             assert types.count("scheduled.changed") == 4  # pending, cancelled, pending, cancelled
+
+    asyncio.run(main())
+
+
+MANAGED = """
+flow: managed-cli
+tools:
+  echo: {class: idempotent, schedulable: true}
+  book: {class: idempotent}
+steps:
+  - id: nudge
+    schedule: {tool: echo, input: {to: ana}, delay_ms: 3600000}
+  - id: wait
+    await_signal: {signal: done}
+"""
+
+
+def test_scheduled_calls_are_listed_and_managed_from_the_command_and_the_api(
+    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`flowcore temporal scheduled list|cancel|run-now|add` (each in a process) and
+    the TemporalHost methods behind them, on a run a worker is running."""
+    from .test_temporal_cli import Cli
+
+    monkeypatch.setenv("COLUMNS", "200")  # the commands' tables, unsqueezed
+
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = await host.start(MANAGED, None, unique("schedcli"))
+            cli = Cli(temporal_address, host.task_queue)
+
+            async def run(*args: str) -> str:
+                return await asyncio.to_thread(cli.ok, "scheduled", *args)
+
+            async def bad(*args: str) -> str:
+                return await asyncio.to_thread(cli.bad, "scheduled", *args)
+
+            listed = await run("list", rid)
+            assert "nudge#1" in listed and "pending" in listed and '{"to":"ana"}' in listed
+            sid = (await run("add", rid, "echo", "--input", '{"n": 1}', "--delay", "2h")).strip()
+            assert sid == f"{rid}/~scheduled-1"
+            refused = await bad("add", rid, "book")
+            assert "not declared schedulable" in refused and "'echo'" in refused
+            assert "90 minutes" in await bad("add", rid, "echo", "--delay", "90 minutes")
+            assert (await run("cancel", rid, "nudge#1")).strip() == "true"
+            assert (await run("cancel", rid, "nudge#1")).strip() == "false"
+            answer = json.loads(await run("run-now", rid, "~scheduled-1", "--json"))
+            assert answer == {"runId": rid, "id": sid, "done": True}
+
+            async def ran() -> bool:
+                calls = {c.id: c for c in await host.scheduled(rid)}
+                return calls[sid].status == "completed"
+
+            await eventually(ran, "the call run now to complete", timeout=30)
+            rows = json.loads(await run("list", rid, "--json"))
+            assert {r["id"]: r["status"] for r in rows} == {
+                f"{rid}/nudge#1": "cancelled",
+                sid: "completed",
+            }
+            assert [
+                r["id"] for r in json.loads(await run("list", rid, "--json", "--tool", "x"))
+            ] == []
+            pending = json.loads(await run("list", rid, "--status", "pending", "--json"))
+            assert pending == []
+
+            # The API: the same answers.
+            again = await host.add_scheduled(rid, "echo", None, 60_000)
+            assert again == f"{rid}/~scheduled-2"
+            assert await host.cancel_scheduled(rid, "~scheduled-2") is True
+            assert await host.run_scheduled_now(rid, again) is False
+            with pytest.raises(ft.TemporalHostError, match="schedulable"):
+                await host.add_scheduled(rid, "book")
+            await host.signal(rid, "done")
+            result = await asyncio.wait_for(host.result(rid), 20)
+            assert result["status"] == "completed"
 
     asyncio.run(main())
