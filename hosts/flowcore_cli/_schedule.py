@@ -11,6 +11,7 @@ exits 2, as every command does.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,39 @@ def _ms(ms: int) -> str:
     return out or "0s"
 
 
-def _state(info: dict[str, Any]) -> str:
+def state_text(info: dict[str, Any]) -> str:
+    """A schedule's state for people: active, paused (with its note), limit reached."""
     if info["paused"]:
         return "paused" + (f": {info['note']}" if info["note"] else "")
     if info["remaining"] == 0:
         return "limit reached"
     return "active"
+
+
+def schedules_table(
+    found: list[dict[str, Any]],
+    cadence_of: Callable[[dict[str, Any]], str] = cadence,
+    flow: bool = True,
+) -> Table:
+    """Schedules as ``schedule list`` shows them (``flow``: with the flow's id)."""
+    table = Table(header_style="bold")
+    columns = ["schedule", "flow", "cadence", "overlap", "state", "next (UTC)", "running"]
+    for column in columns if flow else [c for c in columns if c != "flow"]:
+        table.add_column(column, no_wrap=column != "cadence", overflow="fold")
+    for info in found:
+        nxt = info["nextSlotsMs"]
+        cells = [
+            info["name"],
+            cadence_of(info),
+            info["definition"]["overlap"],
+            state_text(info),
+            iso(nxt[0], "seconds") if nxt else "",
+            str(len(info["running"])),
+        ]
+        if flow:
+            cells.insert(1, info["flowId"])
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
 
 
 @click.group()
@@ -122,7 +150,7 @@ def add(spec: Path, tools: str | None, as_json: bool, db: Path) -> None:
     for info in added:
         nxt = info["nextSlotsMs"]
         _print(
-            f"schedule {info['name']} ({info['flowId']}): {cadence(info)}; {_state(info)}"
+            f"schedule {info['name']} ({info['flowId']}): {cadence(info)}; {state_text(info)}"
             + (f"; next {iso(nxt[0], 'seconds')}" if nxt else "")
         )
 
@@ -143,22 +171,7 @@ def list_(as_json: bool, db: Path) -> None:
     if not found:
         _print("no schedules (flowcore schedule add --spec FILE)")
         return
-    table = Table(header_style="bold")
-    for column in ("schedule", "flow", "cadence", "overlap", "state", "next (UTC)", "running"):
-        table.add_column(column, no_wrap=column != "cadence", overflow="fold")
-    for info in found:
-        nxt = info["nextSlotsMs"]
-        cells = (
-            info["name"],
-            info["flowId"],
-            cadence(info),
-            info["definition"]["overlap"],
-            _state(info),
-            iso(nxt[0], "seconds") if nxt else "",
-            str(len(info["running"])),
-        )
-        table.add_row(*(Text(cell) for cell in cells))
-    tables().print(table)
+    tables().print(schedules_table(found))
 
 
 @schedule.command()
@@ -176,7 +189,7 @@ def show(name: str, as_json: bool, db: Path) -> None:
         _emit_json(info)
         return
     d = info["definition"]
-    _print(f"schedule {info['name']}: flow {info['flowId']}, {_state(info)}")
+    _print(f"schedule {info['name']}: flow {info['flowId']}, {state_text(info)}")
     _print(f"  cadence     {cadence(info)}")
     _print(
         f"  policy      overlap {d['overlap']}, catch-up window {_ms(d['catchup_window'])}"

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from ._common import checked_name
 from ._history import iso, short_json, tables
 from ._progress import out
-from ._schedule import _instant, _ms, cadence
+from ._schedule import _instant, _ms, cadence, schedules_table, state_text
 from ._temporal import _connection_options, _with_host
 
 if TYPE_CHECKING:
@@ -39,14 +38,6 @@ def _line(text: str) -> None:
 
 def _emit(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def _state(info: dict[str, Any]) -> str:
-    if info["paused"]:
-        return "paused" + (f": {info['note']}" if info["note"] else "")
-    if info["remaining"] == 0:
-        return "limit reached"
-    return "active"
 
 
 def _cadence(info: dict[str, Any]) -> str:
@@ -100,7 +91,7 @@ def add(
         for info in added:
             nxt = info["nextSlotsMs"]
             _line(
-                f"schedule {info['name']}: {_cadence(info)}; {_state(info)}"
+                f"schedule {info['name']}: {_cadence(info)}; {state_text(info)}"
                 + (f"; next {iso(nxt[0], 'seconds')}" if nxt else "")
             )
         return 0
@@ -124,21 +115,7 @@ def list_(as_json: bool, address: str, task_queue: str, namespace: str) -> None:
         if not found:
             _line("no flowcore schedules on Temporal (flowcore temporal schedule add --spec FILE)")
             return 0
-        table = Table(header_style="bold")
-        for column in ("schedule", "cadence", "overlap", "state", "next (UTC)", "running"):
-            table.add_column(column, no_wrap=column == "schedule", overflow="fold")
-        for info in found:
-            nxt = info["nextSlotsMs"]
-            cells = (
-                info["name"],
-                _cadence(info),
-                info["definition"]["overlap"],
-                _state(info),
-                iso(nxt[0], "seconds") if nxt else "",
-                str(len(info["running"])),
-            )
-            table.add_row(*(Text(c) for c in cells))
-        tables().print(table)
+        tables().print(schedules_table(found, _cadence, flow=False))
         return 0
 
     _with_host(address, namespace, task_queue, body, after)
@@ -159,7 +136,7 @@ def show(name: str, as_json: bool, address: str, task_queue: str, namespace: str
             _emit(info)
             return 0
         d = info["definition"]
-        _line(f"schedule {name}: {_state(info)}")
+        _line(f"schedule {name}: {state_text(info)}")
         _line(f"  cadence     {_cadence(info)}")
         policy = f"overlap {d['overlap']}"
         if "catchup_window" in d:

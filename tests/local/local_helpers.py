@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,22 @@ async def settle(host: LocalHost, run_id: str, timeout: float = 20, **options: A
     """Work until ``run_id`` settles; its row."""
     await asyncio.wait_for(host.work(until_settled=run_id, **options), timeout=timeout)
     return await host.run(run_id)
+
+
+async def work_until(
+    host: LocalHost, done: Callable[[], Awaitable[bool]], timeout: float = 30, **options: Any
+) -> None:
+    """Run the worker until ``done()`` holds (checked while it works)."""
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not await done():
+            await asyncio.sleep(0.02)
+        stop.set()
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.wait_for(host.work(stop, **options), timeout=timeout)
+    await watcher
 
 
 def dispatch_to_ghost(db: Path, worker: str = "ghost") -> list[str]:

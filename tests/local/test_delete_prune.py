@@ -29,7 +29,7 @@ from flowcore_handlers import HandlerError, Registry
 from flowcore_local import Deleted, HostError, LocalHost, _prune
 from flowcore_local._db import RUN_TABLES, SHARED_TABLES, connect
 
-from .local_helpers import dispatch_to_ghost
+from .local_helpers import dispatch_to_ghost, work_until
 
 DAY = 86_400_000
 T0 = 1_900_000_000_000  # the fake clock's start (2030)
@@ -75,20 +75,6 @@ def on_host(db: Path, body: Callable[[LocalHost], Awaitable[Any]], **options: An
             return await body(host)
 
     return asyncio.run(main())
-
-
-async def work_until(host: LocalHost, done: Callable[[], Awaitable[bool]], **options: Any) -> None:
-    """Run the worker until ``done()`` holds (checked while it works)."""
-    stop = asyncio.Event()
-
-    async def watch() -> None:
-        while not await done():
-            await asyncio.sleep(0.02)
-        stop.set()
-
-    watcher = asyncio.create_task(watch())
-    await asyncio.wait_for(host.work(stop, **options), timeout=30)
-    await watcher
 
 
 async def settle(host: LocalHost, run_id: str) -> str:

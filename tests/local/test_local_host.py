@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,8 @@ import flowcore
 from flowcore import CallTool, RunAgent
 from flowcore_handlers import HandlerError, Registry, Result
 from flowcore_local import HostError, LocalHost, NotAFlowcoreDatabase
+
+from .local_helpers import work_until
 
 CALLS: list[str] = []
 
@@ -59,20 +60,6 @@ def run_host(db: Path, body: Any, **options: Any) -> Any:
             return await body(host)
 
     return asyncio.run(main())
-
-
-async def work_until(host: LocalHost, done: Callable[[], Awaitable[bool]]) -> None:
-    """Run the worker until ``done()`` holds (checked while it works)."""
-    stop = asyncio.Event()
-
-    async def watch() -> None:
-        while not await done():
-            await asyncio.sleep(0.02)
-        stop.set()
-
-    watcher = asyncio.create_task(watch())
-    await asyncio.wait_for(host.work(stop), timeout=20)
-    await watcher
 
 
 def test_a_run_goes_from_start_to_settled_and_its_log_replays(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from flowcore_local import LocalHost
 from flowcore_local._store import Store
 
 from ..hostile_values import BAD, BAD_FLOW, CAUGHT_FLOW, EXECUTIONS, HEALTHY_FLOW, REGISTRY
-from .test_local_host import work_until
+from .local_helpers import work_until
 
 
 def run_host(db: Path, body: Any) -> Any:
