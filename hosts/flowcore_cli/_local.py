@@ -323,7 +323,9 @@ def worker(
     (as `run` does; questions are not asked here: answer them with
     `flowcore answer`), a line for every run it settles (with the error of a
     failed one), a line for every prune of its --retention, and a summary
-    when it stops.
+    when it stops. It also starts the runs of the database's schedules as
+    their slots come due (`flowcore schedule`), and trims the scheduled calls
+    kept listed (--keep-*).
     """
     # Imported here: _retention imports this module.
     from ._retention import rows_text
