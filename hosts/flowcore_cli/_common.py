@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,6 +36,8 @@ from ._errors import (
 )
 
 __all__ = [
+    "duration",
+    "iso",
     "duration_value",
     "MAX_JSON_TEXT_BYTES",
     "MAX_LINE_CHARS",
@@ -92,6 +95,36 @@ def checked_name(ctx: click.Context, param: click.Parameter, value: str | None) 
             f"{what}: {shown_argument(value)} is longer than {flowcore.MAX_NAME_CHARS:,} characters"
         )
     return value
+
+
+# --- times for people
+
+
+def iso(ms: int | None, timespec: str = "milliseconds") -> str:
+    """Epoch milliseconds as ISO-8601 in UTC, to the millisecond (``2026-12-02T04:15:11.123Z``)
+    or to what ``timespec`` says (``"seconds"``)."""
+    if ms is None:
+        return ""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"  # beyond what a calendar shows: the number itself
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def duration(ms: int) -> str:
+    """A span of time as people read it: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 07 min``."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    seconds = ms // 1000
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    minutes = seconds // 60
+    if minutes < 48 * 60:
+        return f"{minutes // 60} h {minutes % 60:02d} min"
+    return f"{minutes // (24 * 60)} d {minutes // 60 % 24:02d} h"
 
 
 # --- files and specs ---------------------------------------------------------------------

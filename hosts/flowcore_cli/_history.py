@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -27,14 +26,13 @@ import flowcore
 from flowcore import Record, Settled, Sleep, TimerFired
 from flowcore._report import ReplayReport
 
+from ._common import duration, iso
 from ._progress import REDISPATCHED, SCHEDULED_CHANGED, describe, progress_item, progress_line
 
 __all__ = [
     "scheduled_answer",
     "scheduled_table",
-    "duration",
     "event_line",
-    "iso",
     "short_json",
     "tables",
     "timeline",
@@ -49,33 +47,6 @@ def tables() -> Console:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, soft_wrap=True, width=160)
     return console
-
-
-def iso(ms: int | None, timespec: str = "milliseconds") -> str:
-    """Epoch milliseconds as ISO-8601 in UTC, to the millisecond (``2026-12-02T04:15:11.123Z``)
-    or to what ``timespec`` says (``"seconds"``)."""
-    if ms is None:
-        return ""
-    try:
-        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"  # beyond what a calendar shows: the number itself
-    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
-
-
-def duration(ms: int) -> str:
-    """A span of time as people read it: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 07 min``."""
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    seconds = ms // 1000
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    minutes = seconds // 60
-    if minutes < 48 * 60:
-        return f"{minutes // 60} h {minutes % 60:02d} min"
-    return f"{minutes // (24 * 60)} d {minutes // 60 % 24:02d} h"
 
 
 def short_json(value: Any, width: int = 60) -> str:

@@ -42,12 +42,14 @@ from ._common import (
     answer_value,
     budget_value,
     checked_name,
+    duration,
     duration_value,
+    iso,
     json_value,
     problem_line,
     say,
 )
-from ._history import duration, event_line, iso, short_json, tables, timeline, work_report
+from ._history import event_line, short_json, tables, timeline, work_report
 from ._options import (
     FROM_FILE,
     answer_arguments,
@@ -327,9 +329,6 @@ def worker(
     their slots come due (`flowcore schedule`), and trims the scheduled calls
     kept listed (--keep-*).
     """
-    # Imported here: _retention imports this module.
-    from ._retention import rows_text
-
     retention_ms = None if retention is None else duration_value(retention, "--retention")
     settled: list[RunRow] = []
 
@@ -393,6 +392,17 @@ def worker(
         retention_ms=retention_ms,
         scheduled_retention=scheduled,
     )
+
+
+def plural(n: int, word: str) -> str:
+    """``1 run``, ``2 runs``, ``1,000 rows``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def rows_text(deleted: Deleted) -> str:
+    """``57 rows (log 40, results 6, ...)``: the rows, and per table those that had some."""
+    tables = ", ".join(f"{table} {n:,}" for table, n in deleted.rows.items())
+    return plural(deleted.total_rows, "row") + (f" ({tables})" if tables else "")
 
 
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "budget-exhausted")

@@ -64,7 +64,7 @@ from flowcore import (
     TimerFired,
 )
 
-from ._common import say
+from ._common import duration, iso, say
 
 __all__ = [
     "REDISPATCHED",
@@ -142,8 +142,6 @@ def scheduled_changed(record: Record) -> Text:
     )
     due, attempts, error = data.get("dueMs"), data.get("attempts"), data.get("error")
     if status == "pending" and isinstance(due, int) and not isinstance(due, bool):
-        from ._history import iso  # _history imports this module
-
         line.append(f" due {iso(due)}", "dim")
     if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 1:
         line.append(f" (attempt {attempts})", "dim")
@@ -220,8 +218,6 @@ def describe(item: Item, run_id: str) -> Text | None:
         case ScheduledRunNowRequested(schedule_id=sid):
             return line(("◷", "cyan"), f" run-now of scheduled {sid} requested")
         case ScheduledAddRequested(tool=tool, delay_ms=delay):
-            from ._history import duration  # _history imports this module
-
             return line(("◷", "cyan"), f" scheduled call to {tool} requested, in {duration(delay)}")
         case TimerFired(idempotency_key=key) if not key.endswith("$deadline"):
             return line((f"⏲ {key}", "dim"))

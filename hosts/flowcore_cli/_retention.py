@@ -19,24 +19,13 @@ import click
 
 from flowcore_local import Deleted, LocalHost
 
-from ._common import CliError, duration_value
-from ._history import iso
-from ._local import _print, _run, db_option
+from ._common import CliError, duration_value, iso
+from ._local import _print, _run, db_option, plural, rows_text
 from ._options import json_option, run_id_argument
 
-__all__ = ["COMMANDS", "delete", "prune", "rows_text"]
+__all__ = ["COMMANDS", "delete", "prune"]
 
 SETTLED = ("completed", "failed", "cancelled", "budget-exhausted")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
-def rows_text(deleted: Deleted) -> str:
-    """``57 rows (log 40, results 6, ...)``: the rows, and per table those that had some."""
-    tables = ", ".join(f"{table} {n:,}" for table, n in deleted.rows.items())
-    return _plural(deleted.total_rows, "row") + (f" ({tables})" if tables else "")
 
 
 def _deleted_json(deleted: Deleted) -> dict[str, Any]:
@@ -105,7 +94,7 @@ def delete(run_id: str, force: bool, timeout_: str | None, as_json: bool, db: Pa
         click.echo(json.dumps(document))
         return
     children = len(deleted.runs) - 1
-    tree = f" and {_plural(children, 'child run')}" if children else ""
+    tree = f" and {plural(children, 'child run')}" if children else ""
     first = f" (cancelled first: {', '.join(deleted.cancelled)})" if deleted.cancelled else ""
     _print(f"deleted run {run_id}{tree}{first}: {rows_text(deleted)}")
 
@@ -167,11 +156,11 @@ def prune(
         return
     verb = "would delete" if dry_run else "deleted"
     how = f" ({' or '.join(statuses)})" if statuses else ""
-    roots = _plural(len(deleted.roots), "root run")
+    roots = plural(len(deleted.roots), "root run")
     children = len(deleted.runs) - len(deleted.roots)
-    tail = f" and {_plural(children, 'child run')}" if children else ""
+    tail = f" and {plural(children, 'child run')}" if children else ""
     _print(
-        f"{verb} {_plural(len(deleted.runs), 'run')}: {roots}{how} settled before"
+        f"{verb} {plural(len(deleted.runs), 'run')}: {roots}{how} settled before"
         f" {iso(cutoff)}{tail}; {rows_text(deleted)}"
     )
     if sizes is not None:

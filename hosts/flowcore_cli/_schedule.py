@@ -21,8 +21,8 @@ from rich.text import Text
 
 from flowcore_local import LocalHost
 
-from ._common import CliError, checked_name
-from ._history import iso, short_json, tables
+from ._common import CliError, checked_name, iso
+from ._history import short_json, tables
 from ._local import _print, _run, db_option
 from ._options import json_option
 

@@ -1,7 +1,9 @@
 """``flowcore temporal ...``: the Temporal host's commands, on
 ``flowcore_temporal.TemporalHost``.
 
-worker, run, signal, answer, cancel, show, export. Every failure a user can
+worker, run, signal, answer, cancel, show, export, and the groups schedule
+(``_temporal_schedule``) and scheduled (``_temporal_scheduled``); how each
+reaches Temporal is ``_temporal_session``. Every failure a user can
 cause (a server that cannot be reached, an unknown run, bad JSON, a bad spec,
 a rejected answer) prints one line on stderr and exits 2. JSON options, names
 and answers are read and checked by ``_common`` (shared with the local host's
@@ -21,12 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal as signals
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -37,11 +38,8 @@ from ._common import (
     answer_value,
     budget_value,
     checked_name,
-    internal_error,
     invoke,
     json_value,
-    problem_line,
-    say,
 )
 from ._options import (
     FROM_FILE,
@@ -55,6 +53,9 @@ from ._options import (
     spec_argument,
 )
 from ._progress import Item, RunTree, out, watch
+from ._temporal_schedule import schedule
+from ._temporal_scheduled import scheduled
+from ._temporal_session import connection_options, finish, with_host
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -62,91 +63,6 @@ if TYPE_CHECKING:
     from flowcore_temporal import TemporalHost
 
 __all__ = ["GROUP", "main"]
-
-T = TypeVar("T")
-ADDRESS_ENV = "FLOWCORE_TEMPORAL_ADDRESS"
-QUEUE_ENV = "FLOWCORE_TEMPORAL_TASK_QUEUE"
-NAMESPACE_ENV = "FLOWCORE_TEMPORAL_NAMESPACE"
-
-
-def _finish(code: int) -> NoReturn:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option(
-        "--namespace",
-        envvar=NAMESPACE_ENV,
-        default="default",
-        show_default=True,
-        help=f"Temporal namespace (or ${NAMESPACE_ENV}).",
-    )(fn)
-    fn = click.option(
-        "--task-queue",
-        envvar=QUEUE_ENV,
-        default="flowcore",
-        show_default=True,
-        help=f"Task queue of the flowcore workers (or ${QUEUE_ENV}).",
-    )(fn)
-    fn = click.option(
-        "--address",
-        envvar=ADDRESS_ENV,
-        default="localhost:7233",
-        show_default=True,
-        help=f"HOST:PORT of the Temporal frontend (or ${ADDRESS_ENV}).",
-    )(fn)
-    return fn
-
-
-def _with_host(
-    address: str,
-    namespace: str,
-    task_queue: str,
-    body: Callable[[TemporalHost], Awaitable[T]],
-    after: Callable[[T], int],
-) -> NoReturn:
-    """Connect, run ``body``, print through ``after`` (its exit code), and end the process.
-
-    Every path ends in ``os._exit`` once a client may exist; a known error is
-    one line on stderr and exit 2.
-    """
-    try:
-        from temporalio.service import RPCError
-
-        import flowcore_temporal as ft
-        from flowcore_handlers import RegistryError
-    except ImportError as exc:
-        raise CliError(
-            f"the Temporal host needs the temporal extra (pip install 'flowcore[temporal]'): {exc}"
-        ) from None
-
-    async def main() -> T:
-        host = await ft.TemporalHost.connect(address, namespace, task_queue)
-        return await body(host)
-
-    code = 2
-    try:
-        result = asyncio.run(main())
-        code = after(result)
-    except click.ClickException as exc:
-        say(exc.format_message())
-        code = 2 if exc.exit_code == 1 else exc.exit_code
-    except flowcore.SpecError as exc:
-        for problem in exc.problems:
-            say(problem_line(problem))
-    except (ft.TemporalHostError, flowcore.InputError, RegistryError, OSError) as exc:
-        say(" ".join(str(exc).split()))
-    except RPCError as exc:
-        say(f"Temporal said: {exc.message}")
-    except KeyboardInterrupt:
-        say("interrupted")
-        code = 130
-    except Exception as exc:  # the last line of defence: never a traceback
-        say(internal_error(exc))
-    _finish(code)
-
 
 # --- worker -----------------------------------------------------------------------------
 
@@ -159,7 +75,7 @@ def _with_host(
     show_default=True,
     help="Handlers this worker runs at once.",
 )
-@_connection_options
+@connection_options
 def worker(
     tools: str | None,
     max_concurrent_activities: int,
@@ -194,7 +110,7 @@ def worker(
             )
             await stop.wait()
 
-    _with_host(address, namespace, task_queue, body, lambda _: 0)
+    with_host(address, namespace, task_queue, body, lambda _: 0)
 
 
 # --- run --------------------------------------------------------------------------------
@@ -263,7 +179,7 @@ def _tree(host: TemporalHost) -> RunTree:
 )
 @click.option("--detach", is_flag=True, help="Start the run, print its id, do not wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
-@_connection_options
+@connection_options
 def run(
     spec: Path,
     input_: str | None,
@@ -320,7 +236,7 @@ def run(
                 click.echo(f"error: {json.dumps(result['error'])}")
         return 0 if result.get("status") == "completed" else 1
 
-    _with_host(address, namespace, task_queue, body, after)
+    with_host(address, namespace, task_queue, body, after)
 
 
 # --- talking to runs --------------------------------------------------------------------
@@ -328,20 +244,20 @@ def run(
 
 @click.command("signal")
 @signal_arguments
-@_connection_options
+@connection_options
 def signal_(
     run_id: str, name: str, data: str | None, address: str, task_queue: str, namespace: str
 ) -> None:
     """Send signal NAME to RUN (buffered if the run does not wait for it yet)."""
     payload = json_value(data, "--data")
-    _with_host(
+    with_host(
         address, namespace, task_queue, lambda h: h.signal(run_id, name, payload), lambda _: 0
     )
 
 
 @click.command()
 @answer_arguments
-@_connection_options
+@connection_options
 def answer(
     run_id: str,
     key: str,
@@ -356,22 +272,22 @@ def answer(
     A wrong answer is rejected and changes nothing.
     """
     value = answer_value(answer, data)
-    _with_host(address, namespace, task_queue, lambda h: h.answer(run_id, key, value), lambda _: 0)
+    with_host(address, namespace, task_queue, lambda h: h.answer(run_id, key, value), lambda _: 0)
 
 
 @click.command()
 @run_id_argument
 @reason_option
-@_connection_options
+@connection_options
 def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: str) -> None:
     """Cancel RUN: pending work is abandoned, compensations run, it settles cancelled."""
-    _with_host(address, namespace, task_queue, lambda h: h.cancel(run_id, reason), lambda _: 0)
+    with_host(address, namespace, task_queue, lambda h: h.cancel(run_id, reason), lambda _: 0)
 
 
 @click.command()
 @run_id_argument
 @json_option
-@_connection_options
+@connection_options
 def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
     """Status, budget, pending work, questions and awaited signals of RUN."""
 
@@ -404,7 +320,7 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
             click.echo(f"waiting for signal: {name}")
         return 0
 
-    _with_host(address, namespace, task_queue, lambda h: h.status(run_id), after)
+    with_host(address, namespace, task_queue, lambda h: h.status(run_id), after)
 
 
 @click.command()
@@ -415,7 +331,7 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
     is_flag=True,
     help="Ask the running workflow (the log query) instead of replaying its history.",
 )
-@_connection_options
+@connection_options
 def export(
     run_id: str,
     output: Path | None,
@@ -438,7 +354,7 @@ def export(
             output.write_bytes(data)
         return 0
 
-    _with_host(address, namespace, task_queue, body, after)
+    with_host(address, namespace, task_queue, body, after)
 
 
 @click.group("temporal")
@@ -448,15 +364,10 @@ def GROUP() -> None:
 
 for _command in (worker, run, signal_, answer, cancel, show, export):
     GROUP.add_command(_command)
-
-# `flowcore temporal schedule ...` and `scheduled ...`: their modules import this one's helpers.
-from ._temporal_schedule import schedule as _schedule  # noqa: E402
-from ._temporal_scheduled import scheduled as _scheduled  # noqa: E402
-
-GROUP.add_command(_schedule)
-GROUP.add_command(_scheduled)
+GROUP.add_command(schedule)
+GROUP.add_command(scheduled)
 
 
 def main() -> None:
     """``python -m flowcore_temporal``: the group on its own, same checks and exit codes."""
-    _finish(invoke(GROUP, None, "flowcore temporal"))
+    finish(invoke(GROUP, None, "flowcore temporal"))

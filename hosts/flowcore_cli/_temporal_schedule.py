@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
-from ._common import checked_name
-from ._history import iso, short_json, tables
+from ._common import checked_name, iso
+from ._history import short_json, tables
 from ._progress import out
 from ._schedule import _instant, _ms, cadence, schedules_table, state_text
-from ._temporal import _connection_options, _with_host
+from ._temporal_session import connection_options, with_host
 
 if TYPE_CHECKING:
     from flowcore_temporal import TemporalHost
@@ -68,7 +68,7 @@ def schedule() -> None:
     help="More spec files or directories that run_subflow may name (repeatable).",
 )
 @json_flag
-@_connection_options
+@connection_options
 def add(
     spec: Path,
     tools: str | None,
@@ -96,12 +96,12 @@ def add(
             )
         return 0
 
-    _with_host(address, namespace, task_queue, body, after)
+    with_host(address, namespace, task_queue, body, after)
 
 
 @schedule.command("list")
 @json_flag
-@_connection_options
+@connection_options
 def list_(as_json: bool, address: str, task_queue: str, namespace: str) -> None:
     """List the Temporal Schedules that start flowcore runs."""
 
@@ -118,13 +118,13 @@ def list_(as_json: bool, address: str, task_queue: str, namespace: str) -> None:
         tables().print(schedules_table(found, _cadence, flow=False))
         return 0
 
-    _with_host(address, namespace, task_queue, body, after)
+    with_host(address, namespace, task_queue, body, after)
 
 
 @schedule.command()
 @name_argument
 @json_flag
-@_connection_options
+@connection_options
 def show(name: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
     """Show schedule NAME: its cadence, policy, state, next 5 slots and recent runs."""
 
@@ -163,7 +163,7 @@ def show(name: str, as_json: bool, address: str, task_queue: str, namespace: str
             )
         return 0
 
-    _with_host(address, namespace, task_queue, body, after)
+    with_host(address, namespace, task_queue, body, after)
 
 
 def _change(
@@ -182,7 +182,7 @@ def _change(
             _line(f"schedule {name} {done}")
         return 0
 
-    _with_host(address, namespace, task_queue, change, after)
+    with_host(address, namespace, task_queue, change, after)
 
 
 note_option = click.option("--note", default="", help="Why (Temporal keeps it with the state).")
@@ -192,7 +192,7 @@ note_option = click.option("--note", default="", help="Why (Temporal keeps it wi
 @name_argument
 @note_option
 @json_flag
-@_connection_options
+@connection_options
 def pause(
     name: str, note: str, as_json: bool, address: str, task_queue: str, namespace: str
 ) -> None:
@@ -205,7 +205,7 @@ def pause(
 @name_argument
 @note_option
 @json_flag
-@_connection_options
+@connection_options
 def resume(
     name: str, note: str, as_json: bool, address: str, task_queue: str, namespace: str
 ) -> None:
@@ -217,7 +217,7 @@ def resume(
 @schedule.command()
 @name_argument
 @json_flag
-@_connection_options
+@connection_options
 def delete(name: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
     """Delete schedule NAME; the runs it started stay."""
     connection = (address, task_queue, namespace)
@@ -227,7 +227,7 @@ def delete(name: str, as_json: bool, address: str, task_queue: str, namespace: s
 @schedule.command()
 @name_argument
 @json_flag
-@_connection_options
+@connection_options
 def trigger(name: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
     """Start a run of schedule NAME now, outside its cadence, whatever runs."""
     connection = (address, task_queue, namespace)
@@ -239,7 +239,7 @@ def trigger(name: str, as_json: bool, address: str, task_queue: str, namespace: 
 @click.option("--start", required=True, callback=_instant, help="First time (ISO-8601, a zone).")
 @click.option("--end", required=True, callback=_instant, help="Last time (included).")
 @json_flag
-@_connection_options
+@connection_options
 def backfill(
     name: str,
     start: int,

@@ -22,7 +22,7 @@ from ._common import duration_value, json_value
 from ._history import scheduled_answer, scheduled_table, tables
 from ._options import json_option, run_id_argument
 from ._progress import out
-from ._temporal import _connection_options, _with_host
+from ._temporal_session import connection_options, with_host
 
 if TYPE_CHECKING:
     from flowcore_temporal import TemporalHost
@@ -46,7 +46,7 @@ def scheduled() -> None:
 @click.option("--tool", help="Only the calls to this tool.")
 @click.option("--status", type=click.Choice(STATUSES), help="Only calls with this status.")
 @json_option
-@_connection_options
+@connection_options
 def list_(
     run_id: str,
     tool: str | None,
@@ -75,14 +75,14 @@ def list_(
             tables().print(scheduled_table(calls))
         return 0
 
-    _with_host(address, namespace, task_queue, body, after)
+    with_host(address, namespace, task_queue, body, after)
 
 
 @scheduled.command()
 @run_id_argument
 @click.argument("schedule_id", metavar="ID")
 @json_option
-@_connection_options
+@connection_options
 def cancel(
     run_id: str, schedule_id: str, as_json: bool, address: str, task_queue: str, namespace: str
 ) -> None:
@@ -92,7 +92,7 @@ def cancel(
         scheduled_answer(done, schedule_id, run_id, as_json)
         return 0
 
-    _with_host(
+    with_host(
         address, namespace, task_queue, lambda h: h.cancel_scheduled(run_id, schedule_id), after
     )
 
@@ -101,7 +101,7 @@ def cancel(
 @run_id_argument
 @click.argument("schedule_id", metavar="ID")
 @json_option
-@_connection_options
+@connection_options
 def run_now(
     run_id: str, schedule_id: str, as_json: bool, address: str, task_queue: str, namespace: str
 ) -> None:
@@ -111,7 +111,7 @@ def run_now(
         scheduled_answer(done, schedule_id, run_id, as_json)
         return 0
 
-    _with_host(
+    with_host(
         address, namespace, task_queue, lambda h: h.run_scheduled_now(run_id, schedule_id), after
     )
 
@@ -124,7 +124,7 @@ def run_now(
     "--delay", default="0s", show_default=True, help="When it fires: 90s, 2h30m, PT2H, or ms."
 )
 @json_option
-@_connection_options
+@connection_options
 def add(
     run_id: str,
     tool: str,
@@ -146,7 +146,7 @@ def add(
             click.echo(sid)
         return 0
 
-    _with_host(
+    with_host(
         address,
         namespace,
         task_queue,
