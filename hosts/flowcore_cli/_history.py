@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import click
 from rich.console import Console
@@ -162,9 +162,32 @@ def work_report(report: ReplayReport) -> Table:
     return table
 
 
-def scheduled_table(rows: Iterable[flowcore.ScheduledCall | Any]) -> Table:
-    """Scheduled calls as ``scheduled list`` shows them: a ``flowcore.ScheduledCall``
-    each, or a row with the same fields (the local host's ``ScheduledRow``)."""
+class CallRow(Protocol):
+    """What ``scheduled_table`` reads of a scheduled call: ``flowcore.ScheduledCall``
+    (Temporal's query) and the local host's ``ScheduledRow`` both have it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def input(self) -> Any: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def created_ms(self) -> int: ...
+    @property
+    def due_ms(self) -> int: ...
+    @property
+    def error(self) -> flowcore.ErrorInfo | None: ...
+
+
+def scheduled_table(rows: Iterable[CallRow]) -> Table:
+    """Scheduled calls as ``scheduled list`` shows them, one row each."""
     table = Table(header_style="bold")
     for name in ("id", "run", "tool", "status", "attempts", "created (UTC)", "due (UTC)"):
         table.add_column(name, no_wrap=True)
