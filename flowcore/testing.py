@@ -276,7 +276,7 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         if shape % 5 != 4:
             ask["options"] = ["yes", "no"]
         if shape // 5 % 2:
-            ask["timeout_ms"] = draw(st.integers(1, 5000))
+            ask["timeout_ms"] = _written(draw(st.integers(1, 5000)))
             if shape // 10:
                 ask["default"] = "no"
         step["ask_human"] = ask
@@ -285,12 +285,12 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         if wait_ms > 5000:  # an instant instead, mostly already past
             step["sleep"] = {"until": f"1970-01-01T00:00:0{wait_ms % 10}Z"}
         else:
-            step["sleep"] = {"for_ms": wait_ms}
+            step["sleep"] = {"for_ms": _written(wait_ms)}
     elif kind == "await_signal":
         shape = draw(st.integers(0, 3))
         wait: dict[str, Any] = {"signal": SIGNALS[shape % 2]}
         if shape // 2:
-            wait["timeout_ms"] = draw(st.integers(1, 5000))
+            wait["timeout_ms"] = _written(draw(st.integers(1, 5000)))
         step["await_signal"] = wait
     elif kind == "run_subflow":
         step["run_subflow"] = {"flow": "child", "input": {"v": ref}}
@@ -298,13 +298,29 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         shape = draw(st.integers(0, 7))
         step["schedule"] = {
             "tool": _TOOL_NAMES[shape % 4],
-            "delay_ms": draw(st.integers(0, 5000)),
+            "delay_ms": _written(draw(st.integers(0, 5000))),
             "outlive_run": shape >= 4,
         }
         ids.scheduled.append(sid)
     else:  # pragma: no cover - the callers pass leaf kinds only
         raise AssertionError(kind)
     return step
+
+
+def _written(ms: int) -> int | str:
+    """A duration of ``ms`` in one of the forms a spec may write it, chosen by its
+    value so that no draw is spent on it: milliseconds, human text (``250ms``),
+    ISO-8601 (``PT0.250S``), or an expression evaluated when the step begins
+    (``${`250`}``). Every form means the same time."""
+    match ms % 4:
+        case 1:
+            return f"{ms}ms"
+        case 2:
+            return f"PT{ms // 1000}.{ms % 1000:03d}S"
+        case 3:
+            return f"${{`{ms}`}}"
+        case _:
+            return ms
 
 
 class _Knobs:
@@ -380,7 +396,7 @@ def _step(
             if shape // 3 % 6 == 5:
                 rep["cron"] = "*/5 * * * *"
             else:
-                rep["every_ms"] = draw(st.integers(1, 5000))
+                rep["every_ms"] = _written(draw(st.integers(1, 5000)))
             if shape // 18:
                 rep["until"] = "fire_count >= `2`"
             step = {"id": sid, "repeat": rep}
@@ -396,7 +412,7 @@ def _step(
     # in 5 a retry, 1 in 6 a compensation): draws are what generation costs.
     deco = draw(st.integers(0, 149))
     if deco % 5 == 4:
-        step["timeout_ms"] = draw(st.integers(1, 10000))
+        step["timeout_ms"] = _written(draw(st.integers(1, 10000)))
     if deco // 5 % 5 == 4:
         # max_attempts 1..3, the interval, jitter on or off, an errors filter or not.
         shape = draw(st.integers(0, 11))

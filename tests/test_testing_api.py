@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 import unittest
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -212,6 +212,33 @@ EVERY_CONSTRUCT = sorted(
 def test_flows_reach_every_construct(construct: str) -> None:
     spec = find(flows(), lambda s: construct in constructs(s), settings=FIND)
     flowcore.parse_flow(spec)
+
+
+def _durations(value: Any) -> Iterator[Any]:
+    """Every value of a ``*_ms`` key anywhere in ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.endswith("_ms"):
+                yield item
+            yield from _durations(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _durations(item)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda v: type(v) is int,
+        lambda v: isinstance(v, str) and v.endswith("ms"),
+        lambda v: isinstance(v, str) and v.startswith("PT"),
+        lambda v: isinstance(v, str) and v.startswith("${"),
+    ],
+    ids=["milliseconds", "text", "iso-8601", "expression"],
+)
+def test_flows_write_durations_in_every_form_a_spec_may(form: Callable[[Any], bool]) -> None:
+    spec = find(flows(), lambda s: any(form(v) for v in _durations(s)), settings=FIND)
+    flowcore.start(flowcore.parse_flow(spec), {"n": 1}, run_id="r", now_ms=0)
 
 
 @settings(max_examples=200, deadline=None)
