@@ -80,10 +80,11 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if args.no_cache:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="flowcore-nocache-")
     print(f"bytecode cache: {'off' if args.no_cache else 'on'}; {args.repeats} runs each")
     command = shutil.which("flowcore") or str(Path(sys.executable).with_name("flowcore"))
     with tempfile.TemporaryDirectory() as tmp:
+        if args.no_cache:
+            env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "no-cache")  # empty: nothing cached
         spec = Path(tmp) / "wait.yaml"
         spec.write_text(FLOW)
         db = str(Path(tmp) / "b.db")
