@@ -194,30 +194,10 @@ class TemporalHost:
         The other arguments are checked as the workflow checks them (a bad
         budget or timeout is a ``TemporalHostError``, not a failed workflow).
         """
-        if isinstance(spec, Path):
-            try:
-                text = spec.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise TemporalHostError(f"{spec}: cannot read: {exc.strerror or exc}") from None
-            source = str(spec)
-        else:
-            text, source = spec, "<spec>"
-        try:
-            flowcore.check_data(text)  # parse_flow wants valid Unicode
-        except flowcore.DataError as exc:
-            raise TemporalHostError(
-                f"{source}: the spec is not valid text: {exc.problem}"
-            ) from None
+        text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
         self._check_input(flow, input)
-        if isinstance(flows, Mapping):
-            known = dict(flows)
-        else:
-            extra = list(flows)
-            if isinstance(spec, Path):
-                extra.append(spec.parent)
-            known = collect_flows(extra)
-        known[flow.id] = text
+        known = self._known_flows(spec, flows, flow.id, text)
         rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
         args = RunArgs(
             spec=text,
@@ -455,14 +435,7 @@ class TemporalHost:
         flow = flowcore.parse_flow(text, source_name=source)
         if not flow.schedules:
             raise TemporalHostError(f"{source}: the spec declares no schedules")
-        if isinstance(flows, Mapping):
-            known = dict(flows)
-        else:
-            extra = list(flows)
-            if isinstance(spec, Path):
-                extra.append(spec.parent)
-            known = collect_flows(extra)
-        known[flow.id] = text
+        known = self._known_flows(spec, flows, flow.id, text)
         for schedule in flow.schedules.values():
             args = RunArgs(spec=text, flows=known, tools=tools, source_name=source)
             target = to_temporal(schedule, args, self.task_queue)
@@ -484,12 +457,37 @@ class TemporalHost:
 
     @staticmethod
     def _spec_text(spec: str | Path) -> tuple[str, str]:
-        if not isinstance(spec, Path):
-            return spec, "<spec>"
+        """The spec's text and where it came from (a path, or ``<spec>``)."""
+        if isinstance(spec, Path):
+            try:
+                text, source = spec.read_text(encoding="utf-8"), str(spec)
+            except OSError as exc:
+                raise TemporalHostError(f"{spec}: cannot read: {exc.strerror or exc}") from None
+        else:
+            text, source = spec, "<spec>"
         try:
-            return spec.read_text(encoding="utf-8"), str(spec)
-        except OSError as exc:
-            raise TemporalHostError(f"{spec}: cannot read: {exc.strerror or exc}") from None
+            flowcore.check_data(text)  # parse_flow wants valid Unicode
+        except flowcore.DataError as exc:
+            raise TemporalHostError(
+                f"{source}: the spec is not valid text: {exc.problem}"
+            ) from None
+        return text, source
+
+    @staticmethod
+    def _known_flows(
+        spec: str | Path, flows: Iterable[str | Path] | Mapping[str, str], flow_id: str, text: str
+    ) -> dict[str, str]:
+        """The specs ``run_subflow`` may name: ``flows`` (files, folders, or a ready
+        map), a path spec's own folder, and the spec itself."""
+        if isinstance(flows, Mapping):
+            known = dict(flows)
+        else:
+            extra = list(flows)
+            if isinstance(spec, Path):
+                extra.append(spec.parent)
+            known = collect_flows(extra)
+        known[flow_id] = text
+        return known
 
     async def schedules(self) -> list[str]:
         """The ids of the Temporal Schedules whose action starts a flowcore run.
