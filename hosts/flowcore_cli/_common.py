@@ -47,6 +47,7 @@ __all__ = [
     "budget_value",
     "check_argv",
     "checked_name",
+    "decode_json",
     "error_line",
     "internal_error",
     "invoke",
@@ -208,10 +209,11 @@ def json_value(text: str | None, option: str, limit: int = MAX_VALUE_BYTES) -> A
             data = text.encode("utf-8")
         except UnicodeEncodeError:  # only from a caller in Python: argv was checked
             raise CliError(f"{option} is not valid UTF-8") from None
-    return _decode(data, source, limit)
+    return decode_json(data, source, limit)
 
 
-def _decode(data: bytes, source: str, limit: int) -> Any:
+def decode_json(data: bytes, source: str, limit: int = MAX_VALUE_BYTES) -> Any:
+    """JSON text as flowcore data, refused as ``json_value`` says (``source`` names it)."""
     if len(data) > MAX_JSON_TEXT_BYTES:
         raise CliError(
             f"{source}: more than {MAX_JSON_TEXT_BYTES:,} bytes of JSON text (the limit;"

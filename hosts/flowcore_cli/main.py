@@ -86,6 +86,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "prune",
         "Delete the runs that settled longer ago than --settled-before, with their child runs.",
     ),
+    "serve": (
+        "_serve",
+        "serve",
+        "Serve the database over HTTP: the JSON API, its event streams and the web view.",
+    ),
     "schedule": (
         "_schedule",
         "schedule",

@@ -209,6 +209,12 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX scheduled_calls_by_tool ON scheduled_calls (tool)",
         "CREATE INDEX scheduled_calls_finished ON scheduled_calls (run_id, finished_ms)",
     ],
+    # 5: the principal that started each run (``flowcore serve``: NULL for a run
+    # started outside it), and the runs newest first for paged listings
+    [
+        "ALTER TABLE runs ADD COLUMN principal TEXT",
+        "CREATE INDEX runs_by_created ON runs (created_ms, run_id)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -279,12 +279,14 @@ class LocalHost:
         tools: str | None = None,
         flows: Iterable[str | Path] = (),
         budget: flowcore.Budget | None = None,
+        principal: str | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text). Idempotent by ``run_id``.
 
         ``flows`` are more spec files (or directories of them) that subflows may
         name; ``tools`` the run's tools module (default: the host's; a ``.py``
-        path is stored absolute); ``budget`` caps the run below its spec's.
+        path is stored absolute); ``budget`` caps the run below its spec's;
+        ``principal`` records who started it (its child runs inherit it).
         Returns the run id.
 
         Refused with ``HostError`` before anything is written: a run whose flow,
@@ -329,7 +331,9 @@ class LocalHost:
                     missing = missing_handlers(registry, reachable_flows(store, flow))
                     if missing:  # raised inside the transaction: nothing stays written
                         raise HostError(f"cannot start run {rid!r}: {self._lacks(tools, missing)}")
-                _, applied = store.start_run(flow, input, rid, now, tools, budget=budget)
+                _, applied = store.start_run(
+                    flow, input, rid, now, tools, budget=budget, principal=principal
+                )
                 applied.run_id = rid
                 return applied
 
@@ -726,6 +730,14 @@ class LocalHost:
 
     async def runs(self, status: str | None = None) -> list[RunRow]:
         return await self._db(self.store.runs, status)
+
+    async def waits(self, run_id: str) -> flowcore.Waits:
+        """What the run waits for now (``flowcore.waiting_for`` of its state)."""
+        return await self._db(lambda: flowcore.waiting_for(self.store.state(run_id)))
+
+    async def page_runs(self, **filters: Any) -> list[RunRow]:
+        """Runs newest first, filtered and paged (``Store.page_runs``)."""
+        return await self._db(lambda: self.store.page_runs(**filters))
 
     async def children(self, run_id: str) -> list[str]:
         return await self._db(self.store.children, run_id)
@@ -1240,6 +1252,7 @@ class LocalHost:
                                 parent_key=key,
                                 budget=effect.budget_remaining,
                                 depth=effect.depth,
+                                principal=parent.principal,
                             )
                             out.append(applied)
                     out.extend(store.take_extra())

@@ -90,6 +90,7 @@ class RunRow:
     created_ms: int
     updated_ms: int
     next_index: int
+    principal: str | None = None  # who started it through ``flowcore serve`` (children inherit)
 
 
 @dataclass
@@ -385,7 +386,7 @@ class Store:
     def run_row(self, run_id: str) -> RunRow:
         row = self.conn.execute(
             "SELECT run_id, flow_id, spec_hash, parent_run, parent_key, depth, status, input,"
-            " output, error, tools, created_ms, updated_ms, next_index FROM runs"
+            " output, error, tools, created_ms, updated_ms, next_index, principal FROM runs"
             " WHERE run_id = ?",
             (run_id,),
         ).fetchone()
@@ -405,6 +406,45 @@ class Store:
         ids = [r[0] for r in self.conn.execute(query + " ORDER BY created_ms, run_id", args)]
         return [self.run_row(i) for i in ids]
 
+    def page_runs(
+        self,
+        *,
+        flow: str | None = None,
+        status: str | None = None,
+        parent: str | None = None,
+        created_from: int | None = None,
+        created_to: int | None = None,
+        principal: str | None = None,
+        before: tuple[int, str] | None = None,
+        limit: int = 50,
+    ) -> list[RunRow]:
+        """Runs newest first, filtered; ``before`` is the (created_ms, run_id) of
+        the last run of the previous page. ``principal`` keeps that principal's runs."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("flow_id", flow), ("status", status), ("parent_run", parent)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if created_from is not None:
+            where.append("created_ms >= ?")
+            args.append(created_from)
+        if created_to is not None:
+            where.append("created_ms < ?")
+            args.append(created_to)
+        if principal is not None:
+            where.append("principal = ?")
+            args.append(principal)
+        if before is not None:
+            where.append("(created_ms < ? OR (created_ms = ? AND run_id < ?))")
+            args.extend((before[0], before[0], before[1]))
+        query = "SELECT run_id FROM runs"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY created_ms DESC, run_id DESC LIMIT ?"
+        ids = [r[0] for r in self.conn.execute(query, (*args, limit))]
+        return [self.run_row(i) for i in ids]
+
     def start_run(
         self,
         flow: Flow,
@@ -416,6 +456,7 @@ class Store:
         parent_key: str | None = None,
         budget: flowcore.Budget | flowcore.BudgetRemaining | None = None,
         depth: int = 0,
+        principal: str | None = None,
     ) -> tuple[bool, Applied]:
         """Start a run; an existing run started with the same options is returned as is.
 
@@ -435,8 +476,8 @@ class Store:
         records = recorder.started(flow, input, now, decision, budget=budget, depth=depth)
         self.conn.execute(
             "INSERT INTO runs (run_id, flow_id, spec_hash, parent_run, parent_key, depth, status,"
-            " input, budget, tools, created_ms, updated_ms, next_index)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 0)",
+            " input, budget, tools, created_ms, updated_ms, next_index, principal)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 0, ?)",
             (
                 run_id,
                 flow.id,
@@ -449,6 +490,7 @@ class Store:
                 tools,
                 now,
                 now,
+                principal,
             ),
         )
         cached = _Cached(0, decision.state, tools, 0)

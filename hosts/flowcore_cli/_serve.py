@@ -1,0 +1,103 @@
+"""``flowcore serve``: the HTTP API and the web view on a local-host database."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from pathlib import Path
+
+import click
+
+from flowcore_handlers import RegistryError
+from flowcore_local import NotAFlowcoreDatabase
+
+from ._common import CliError
+from ._local import db_option
+
+__all__ = ["serve"]
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="The port (0: any free one).",
+)
+@click.option("--tools", help="Default tools module for runs that did not record one.")
+@click.option(
+    "--flows",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="The registry folder: the flow specs POST /api/runs may start, by flow id.",
+)
+@click.option(
+    "--tokens",
+    type=click.Path(dir_okay=False, exists=True),
+    help="The token file (YAML: tokens: [{token, principal, access}]); else $FLOWCORE_TOKENS;"
+    " else one admin token is made for the session and printed in the address.",
+)
+@click.option(
+    "--max-body",
+    default=1 << 20,
+    show_default=True,
+    type=click.IntRange(1024, 1 << 26),
+    help="The largest request body, in bytes (413 above it).",
+)
+@db_option
+def serve(
+    host: str,
+    port: int,
+    tools: str | None,
+    flows: Path | None,
+    tokens: str | None,
+    max_body: int,
+    db: Path,
+) -> None:
+    """Serve the database over HTTP: the JSON API, its event streams and the web view.
+
+    Runs a worker on the database in the same process, so the runs it starts
+    (and every other run of the database) make progress. Prints the address
+    to open once it listens; stops on Ctrl-C or SIGTERM.
+    """
+    try:
+        from flowcore_serve import TokenError, load_tokens
+        from flowcore_serve import serve as run_server
+    except ImportError as exc:  # the extra is not installed
+        raise CliError(
+            f"flowcore serve needs the serve extra (pip install 'flowcore[serve]'): {exc}"
+        ) from None
+    try:
+        found = load_tokens(tokens)
+    except TokenError as exc:
+        raise CliError(str(exc)) from None
+
+    def ready(bound_host: str, bound_port: int) -> None:
+        where = f"http://{bound_host}:{bound_port}/"
+        if found.generated is not None:
+            click.echo(f"serving {db} at {where} — open {where}?token={found.generated}")
+        else:
+            click.echo(f"serving {db} at {where}")
+
+    try:
+        asyncio.run(
+            run_server(
+                db,
+                found,
+                host=host,
+                port=port,
+                tools=tools,
+                flows=flows,
+                body_limit=max_body,
+                on_ready=ready,
+            )
+        )
+    except (NotAFlowcoreDatabase, RegistryError) as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise CliError(f"cannot listen on {host}:{port}: the address is in use") from None
+        raise CliError(str(exc)) from None
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,23 @@
+"""``flowcore serve``: an HTTP API and a web view on a local-host database.
+
+    async with LocalHost("flowcore.db", tools="myapp.tools") as host:
+        app = create_app(host, load_tokens(None), flows="flows/")
+        # any ASGI server; ``serve`` runs uvicorn and the worker in one process
+
+Needs the ``serve`` extra (Starlette, uvicorn, sse-starlette).
+"""
+
+from ._app import DEFAULT_BODY_LIMIT, create_app
+from ._auth import TOKENS_ENV, Principal, TokenError, Tokens, load_tokens
+from ._server import serve
+
+__all__ = [
+    "DEFAULT_BODY_LIMIT",
+    "TOKENS_ENV",
+    "Principal",
+    "TokenError",
+    "Tokens",
+    "create_app",
+    "load_tokens",
+    "serve",
+]

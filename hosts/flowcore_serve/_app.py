@@ -1,0 +1,74 @@
+"""The ASGI app of ``flowcore serve``: the API, ``/openapi.json`` and the web view."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from flowcore_local import LocalHost
+
+from ._api import Api
+from ._auth import Tokens
+from ._flows import FlowFolder
+from ._http import ApiError, endpoint, json_response, problem_response
+from ._openapi import openapi
+from ._web import web_routes
+
+__all__ = ["DEFAULT_BODY_LIMIT", "create_app"]
+
+log = logging.getLogger("flowcore.serve")
+
+DEFAULT_BODY_LIMIT = 1 << 20  # 1 MiB: a run's input, an answer or a payload fits well under it
+
+
+def _version() -> str:
+    try:
+        return version("flowcore")
+    except PackageNotFoundError:
+        return "0"
+
+
+def create_app(
+    host: LocalHost,
+    tokens: Tokens,
+    flows: str | Path | None = None,
+    body_limit: int = DEFAULT_BODY_LIMIT,
+) -> Starlette:
+    """The app on an open ``host``: every operation of ``Api``, the OpenAPI
+    document and the web view, each request authenticated with ``tokens``."""
+    api = Api(host, FlowFolder(None if flows is None else Path(flows)))
+    operations = api.operations()
+    document = openapi(operations, _version())
+
+    async def openapi_json(request: Request) -> Response:
+        return json_response(document)
+
+    routes: list[BaseRoute] = [
+        Route(op.path, endpoint(op, tokens, body_limit), methods=[op.method]) for op in operations
+    ]
+    routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
+    routes.extend(web_routes(api, tokens))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        error = ApiError(exc.status_code, code, str(exc.detail))
+        return problem_response(error, request.url.path)
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.error("flowcore serve: %s %s failed", request.method, request.url.path, exc_info=exc)
+        error = ApiError(
+            500, "internal", f"the server failed on this request ({type(exc).__name__})"
+        )
+        return problem_response(error, request.url.path)
+
+    handlers: dict[Any, Any] = {HTTPException: http_error, Exception: internal}
+    return Starlette(routes=routes, exception_handlers=handlers)

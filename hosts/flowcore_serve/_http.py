@@ -1,0 +1,223 @@
+"""The HTTP plumbing every operation shares: the operation table, problems,
+authentication, reading bodies and query strings into their types.
+
+An ``Operation`` names its method, path, access, body type, query type and
+reply type; ``endpoint`` wraps its handler so that every request goes through
+the same steps (authenticate, check access, read and type the body or query,
+call, encode), and ``_openapi`` documents the same table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import attrs
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from flowcore_cli._common import CliError, decode_json
+
+from ._auth import Principal, Tokens
+from ._types import Access, Problem
+
+__all__ = [
+    "COOKIE",
+    "PROBLEM_TYPE",
+    "ApiError",
+    "Context",
+    "Operation",
+    "endpoint",
+    "json_response",
+    "problem_response",
+]
+
+T = TypeVar("T")
+
+COOKIE: Final = "flowcore_token"
+PROBLEM_TYPE: Final = "application/problem+json"
+_TITLES: Final = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+}
+_RANK: Final[dict[Access, int]] = {"read": 0, "write": 1, "admin": 2}
+
+
+class ApiError(Exception):
+    """A request refused: becomes an ``application/problem+json`` reply."""
+
+    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+
+
+def problem_response(error: ApiError, instance: str | None = None) -> Response:
+    problem = Problem(
+        type=f"/problems/{error.code}",
+        title=_TITLES.get(error.status, "Error"),
+        status=error.status,
+        detail=error.detail[:2000],
+        instance=instance,
+        **error.extra,
+    )
+    headers = {"WWW-Authenticate": 'Bearer realm="flowcore"'} if error.status == 401 else None
+    return Response(
+        msgspec.json.encode(problem), error.status, headers=headers, media_type=PROBLEM_TYPE
+    )
+
+
+def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(msgspec.json.encode(value), status, headers, media_type="application/json")
+
+
+@attrs.frozen
+class Context:
+    """What a handler gets: the request, who made it, and its typed body and query."""
+
+    request: Request
+    principal: Principal
+    body: Any
+    query: Any
+
+    def param(self, name: str) -> str:
+        value: str = self.request.path_params[name]
+        return value
+
+
+Handler = Callable[[Context], Awaitable[Response]]
+
+
+@attrs.frozen
+class Operation:
+    method: str
+    path: str  # Starlette's form: /api/runs/{run_id}
+    handler: Handler
+    summary: str
+    access: Access = "read"
+    body: type | None = None
+    query: type | None = None
+    reply: type | None = None  # None: no JSON body (streams document themselves)
+    status: int = 200
+    errors: tuple[int, ...] = ()
+    media_type: str = "application/json"
+    operation_id: str = ""
+
+
+def principal_of(request: Request, tokens: Tokens) -> Principal:
+    header = request.headers.get("authorization")
+    token: str | None = None
+    if header is not None:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise ApiError(401, "unauthorized", "the Authorization header must be 'Bearer TOKEN'")
+        token = value.strip()
+    else:
+        token = request.cookies.get(COOKIE)
+        if token is not None and request.method not in ("GET", "HEAD"):
+            # A cookie is sent by the browser on its own: an unsafe request that
+            # relies on it must come from this server's own pages.
+            origin = request.headers.get("origin")
+            host = request.headers.get("host")
+            if origin is None or host is None or origin.split("://", 1)[-1] != host:
+                raise ApiError(
+                    403,
+                    "cross-origin",
+                    "a cookie-authenticated change must come from this server's pages",
+                )
+    if not token:
+        raise ApiError(401, "unauthorized", "no token: send 'Authorization: Bearer TOKEN'")
+    found = tokens.lookup(token)
+    if found is None:
+        raise ApiError(401, "unauthorized", "the token is not one this server accepts")
+    return found
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(
+            413,
+            "too-large",
+            f"the request body is {int(length):,} bytes, over the limit of {limit:,}",
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(
+                413, "too-large", f"the request body is over the limit of {limit:,} bytes"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def typed(value: Any, kind: type[T], where: str, strict: bool = True) -> T:
+    try:
+        return msgspec.convert(value, kind, strict=strict)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, "invalid-request", f"{where}: {exc}") from None
+
+
+def _body(data: bytes, kind: type[T], content_type: str | None) -> T:
+    if content_type is not None and content_type.split(";")[0].strip() not in (
+        "application/json",
+        "",
+    ):
+        raise ApiError(415, "unsupported-media-type", "send the body as application/json")
+    if not data.strip():
+        return typed({}, kind, "the body")
+    try:
+        value = decode_json(data, "the body")
+    except CliError as exc:
+        raise ApiError(422, "invalid-json", exc.message) from None
+    return typed(value, kind, "the body")
+
+
+def _query(request: Request, kind: type[T]) -> T:
+    raw: dict[str, Any] = {}
+    for name, value in request.query_params.multi_items():
+        if name in raw:
+            raise ApiError(422, "invalid-request", f"query parameter {name!r} is given twice")
+        raw[name] = value
+    # Not strict: a query string is text, so "20" may be the integer 20.
+    return typed(raw, kind, "the query string", strict=False)
+
+
+def endpoint(
+    op: Operation, tokens: Tokens, body_limit: int
+) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        try:
+            principal = principal_of(request, tokens)
+            if _RANK[principal.access] < _RANK[op.access]:
+                raise ApiError(
+                    403,
+                    "forbidden",
+                    f"this needs {op.access} access; the token of {principal.name!r}"
+                    f" has {principal.access}",
+                )
+            body: Any = None
+            if op.body is not None:
+                data = await read_body(request, body_limit)
+                body = _body(data, op.body, request.headers.get("content-type"))
+            query = _query(request, op.query) if op.query is not None else None
+            if op.query is None and request.query_params:
+                raise ApiError(422, "invalid-request", "this operation takes no query parameters")
+            return await op.handler(Context(request, principal, body, query))
+        except ApiError as exc:
+            return problem_response(exc, request.url.path)
+
+    handle.__name__ = op.operation_id or op.handler.__name__
+    return handle

@@ -1,0 +1,194 @@
+"""The bodies the HTTP API reads and writes, as msgspec Structs.
+
+The handlers decode requests into these types and encode their replies from
+them, and ``_openapi`` builds ``/openapi.json`` from the same types: the
+document cannot drift from what the server does. Field names are camelCase
+on the wire, as in flowcore's wire protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+__all__ = [
+    "Access",
+    "AnswerBody",
+    "BackfillBody",
+    "BudgetBody",
+    "CancelBody",
+    "FlowList",
+    "FlowSummary",
+    "Graph",
+    "Problem",
+    "RunPage",
+    "RunSummary",
+    "RunView",
+    "RunsQuery",
+    "ScheduleChange",
+    "ScheduleList",
+    "ScheduledCallList",
+    "SignalBody",
+    "StartBody",
+    "StreamQuery",
+    "Whoami",
+]
+
+Access = Literal["read", "write", "admin"]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """A request body: unknown fields are refused, not ignored."""
+
+
+class _Reply(msgspec.Struct, kw_only=True, rename="camel"):
+    """A reply body."""
+
+
+# --- requests ----------------------------------------------------------------------
+
+
+class BudgetBody(_Body):
+    """Caps the run below its spec's budget (each field optional)."""
+
+    steps: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    cost_minor_units: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    wall_clock_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class StartBody(_Body):
+    """Start a run of a flow of the server's registry folder."""
+
+    flow: Name
+    input: Any = None
+    budget: BudgetBody | None = None
+    run_id: Name | None = None
+
+
+class CancelBody(_Body):
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""
+
+
+class AnswerBody(_Body):
+    """Answer an open question: ``key`` is its key, relative key or step id."""
+
+    key: Name
+    answer: Any
+
+
+class SignalBody(_Body):
+    name: Name
+    payload: Any = None
+
+
+class BackfillBody(_Body):
+    """Start the runs of the slots in [start, end) (ISO-8601 instants)."""
+
+    start: str
+    end: str
+
+
+class ScheduleChange(_Body):
+    note: Annotated[str, msgspec.Meta(max_length=1000)] = ""
+
+
+# --- query strings -----------------------------------------------------------------
+
+
+class RunsQuery(_Body):
+    """Filters of the runs list; ``cursor`` is the ``nextCursor`` of the previous page."""
+
+    flow: Name | None = None
+    status: Literal["running", "completed", "failed", "cancelled", "budget-exhausted"] | None = None
+    parent: Name | None = None
+    created_from: str | None = None  # ISO-8601 instant, inclusive
+    created_to: str | None = None  # ISO-8601 instant, exclusive
+    cursor: str | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+
+
+class StreamQuery(_Body):
+    """Where an event stream starts: the index of the first record wanted."""
+
+    start: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+# --- replies -----------------------------------------------------------------------
+
+
+class RunSummary(_Reply):
+    run_id: str
+    flow_id: str
+    status: str
+    parent: str | None
+    depth: int
+    principal: str | None
+    created_at: str  # ISO-8601, UTC
+    updated_at: str
+    duration_ms: int  # from start to settlement, or to now while running
+    next_index: int  # the index the next log record will have
+
+
+class RunPage(_Reply):
+    runs: list[RunSummary]
+    next_cursor: str | None  # None on the last page
+
+
+class RunView(_Reply):
+    """One run: its summary, what it waits for (``flowcore.waiting_for``), its budget,
+    and once settled its output or error and the settled report."""
+
+    run: RunSummary
+    waits: dict[str, Any]
+    budget: dict[str, Any]
+    output: Any = None
+    error: Any = None
+    exhausted: str | None = None
+    report: list[dict[str, Any]] | None = None
+    dead_letters: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    children: list[str] = msgspec.field(default_factory=list)
+
+
+class Graph(_Reply):
+    """The run's flow as Mermaid text (``flowcore graph``) and the nodes it is at now."""
+
+    mermaid: str
+    current: list[str]
+    done: list[str]
+
+
+class FlowSummary(_Reply):
+    flow_id: str
+    version: int
+    source: str
+
+
+class FlowList(_Reply):
+    flows: list[FlowSummary]
+
+
+class ScheduleList(_Reply):
+    schedules: list[dict[str, Any]]
+
+
+class ScheduledCallList(_Reply):
+    calls: list[dict[str, Any]]
+
+
+class Whoami(_Reply):
+    principal: str
+    access: Access
+
+
+class Problem(_Reply, omit_defaults=True):
+    """An error, as ``application/problem+json`` (RFC 9457)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    options: list[str] | None = None  # an answer's allowed options, when it was not one
+    open_questions: list[str] | None = None
