@@ -14,6 +14,7 @@ import binascii
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import attrs
 import msgspec
@@ -171,7 +172,8 @@ class Api:
             status = 409 if "already exists" in text else 422
             raise ApiError(status, "cannot-start", text) from None
         row = await self.host.run(run_id)
-        return json_response(self.summary(row), 201, {"Location": f"/api/runs/{run_id}"})
+        location = "/api/runs/" + quote(run_id, safe="")
+        return json_response(self.summary(row), 201, {"Location": location})
 
     async def show_run(self, ctx: Context) -> Response:
         row = await self.owned(ctx)
@@ -187,11 +189,13 @@ class Api:
             children=shown["children"],
         )
         if row.status != "running":
-            last = await self.host.records(row.run_id, max(0, row.next_index - 1))
-            settled = [r for r in last if r.type == "run.settled"]
-            if settled and isinstance(settled[-1].data, dict):
-                view.report = settled[-1].data.get("report")
-                view.exhausted = settled[-1].data.get("exhausted")
+            # The settled effect (with its report), then the run.settled record.
+            last = await self.host.records(row.run_id, max(0, row.next_index - 2))
+            for record in last:
+                data = record.data
+                if isinstance(data, dict) and data.get("kind") == "settled":
+                    view.report = data.get("report", [])  # left out when no work ran
+                    view.exhausted = data.get("exhausted")
         return json_response(view)
 
     async def cancel_run(self, ctx: Context) -> Response:

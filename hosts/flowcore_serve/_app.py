@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -18,7 +19,7 @@ from flowcore_local import LocalHost
 from ._api import Api
 from ._auth import Tokens
 from ._flows import FlowFolder
-from ._http import ApiError, endpoint, json_response, problem_response
+from ._http import ApiError, RawApiPaths, endpoint, json_response, problem_response
 from ._openapi import openapi
 from ._web import web_routes
 
@@ -71,4 +72,8 @@ def create_app(
         return problem_response(error, request.url.path)
 
     handlers: dict[Any, Any] = {HTTPException: http_error, Exception: internal}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    return Starlette(
+        routes=routes,
+        exception_handlers=handlers,
+        middleware=[Middleware(RawApiPaths)],
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
+from urllib.parse import unquote
 
 import attrs
 import msgspec
@@ -24,6 +25,7 @@ from ._types import Access, Problem
 
 __all__ = [
     "COOKIE",
+    "RawApiPaths",
     "PROBLEM_TYPE",
     "ApiError",
     "Context",
@@ -91,8 +93,12 @@ class Context:
     query: Any
 
     def param(self, name: str) -> str:
+        """A path parameter, percent-decoded (the API routes on the raw path)."""
         value: str = self.request.path_params[name]
-        return value
+        try:
+            return unquote(value, errors="strict")
+        except UnicodeDecodeError:
+            raise ApiError(422, "invalid-request", f"{name}: not UTF-8 once decoded") from None
 
 
 Handler = Callable[[Context], Awaitable[Response]]
@@ -221,3 +227,25 @@ def endpoint(
 
     handle.__name__ = op.operation_id or op.handler.__name__
     return handle
+
+
+class RawApiPaths:
+    """Route ``/api/`` requests on the path as sent, still percent-encoded.
+
+    A run id may hold ``/`` (a child run is named by its parent's key,
+    ``r-1/review#1``): sent as ``%2F`` it stays inside its segment, so
+    ``/api/runs/a%2Fevents`` is the run ``a/events`` and never the events of
+    ``a``. ``Context.param`` decodes the segment.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            if raw is not None:
+                path = raw.split(b"?", 1)[0].decode("latin-1")
+                if path.startswith("/api/"):
+                    scope = {**scope, "path": path}
+        await self.app(scope, receive, send)

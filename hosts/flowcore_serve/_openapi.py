@@ -19,7 +19,7 @@ _REF = "#/components/schemas/{name}"
 def _parameters(op: Operation) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in re.findall(r"{(\w+)}", op.path)
+        for name in re.findall(r"{(\w+)(?::\w+)?}", op.path)
     ]
     if op.query is not None:
         _, components = msgspec.json.schema_components([op.query], ref_template=_REF)
@@ -78,7 +78,8 @@ def openapi(operations: list[Operation], version: str) -> dict[str, Any]:
                 "content": {PROBLEM_TYPE: {"schema": by_type[Problem]}},
             }
         item["responses"] = responses
-        paths.setdefault(op.path, {})[op.method.lower()] = item
+        path = re.sub(r"{(\w+):\w+}", r"{\1}", op.path)  # Starlette's convertors
+        paths.setdefault(path, {})[op.method.lower()] = item
     return {
         "openapi": "3.1.0",
         "info": {

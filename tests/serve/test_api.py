@@ -1,0 +1,384 @@
+"""The HTTP API of ``flowcore serve``: a real server process on a loopback port,
+driven with a real HTTP client (httpx)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import jsonschema
+import pytest
+from openapi_spec_validator import validate
+
+from .serving import Served, start_serve
+
+TOKENS = {
+    "alice": "alice-token-0123456789",
+    "bob": "bob-token-0123456789ab",
+    "reader": "reader-token-0123456789",  # alice's runs, read only
+    "admin": "admin-token-0123456789a",
+}
+TOKEN_FILE = f"""
+tokens:
+  - {{token: {TOKENS["alice"]}, principal: alice}}
+  - {{token: {TOKENS["bob"]}, principal: bob, access: write}}
+  - {{token: {TOKENS["reader"]}, principal: alice, access: read}}
+  - {{token: {TOKENS["admin"]}, principal: ops, access: admin}}
+"""
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("serve")
+    (tmp / "tokens.yaml").write_text(TOKEN_FILE)
+    server = start_serve(tmp, "--tokens", str(tmp / "tokens.yaml"), "--max-body", "4096")
+    yield server
+    server.stop()
+
+
+def client(served: Served, who: str | None) -> httpx.Client:
+    headers = {} if who is None else {"Authorization": f"Bearer {TOKENS[who]}"}
+    return httpx.Client(base_url=served.url, headers=headers, timeout=30)
+
+
+def problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status and body["type"].startswith("/problems/")
+    return body
+
+
+def start(c: httpx.Client, run_id: str, change: str = "v1") -> dict[str, Any]:
+    r = c.post("/api/runs", json={"flow": "approve", "input": {"change": change}, "runId": run_id})
+    assert r.status_code == 201, r.text
+    assert r.headers["location"] == "/api/runs/" + quote(run_id, safe="")
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def wait_for(c: httpx.Client, run_id: str, check: Any, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        view: dict[str, Any] = c.get("/api/runs/" + quote(run_id, safe="")).json()
+        if check(view):
+            return view
+        assert time.monotonic() < deadline, f"run {run_id} never got there: {view}"
+        time.sleep(0.05)
+
+
+def asking(view: dict[str, Any]) -> bool:
+    return bool(view["waits"]["questions"])
+
+
+def test_no_token_or_a_wrong_one_is_401(served: Served) -> None:
+    with client(served, None) as c:
+        body = problem(c.get("/api/runs"), 401)
+        assert "no token" in body["detail"]
+        assert c.get("/api/runs").headers["www-authenticate"].startswith("Bearer")
+        wrong = c.get("/api/runs", headers={"Authorization": "Bearer not-a-token-at-all"})
+        assert "not one this server accepts" in problem(wrong, 401)["detail"]
+        basic = c.get("/api/runs", headers={"Authorization": "Basic YWxpY2U6eA=="})
+        assert "Bearer TOKEN" in problem(basic, 401)["detail"]
+
+
+def test_a_run_belongs_to_the_principal_that_started_it(served: Served) -> None:
+    with client(served, "alice") as alice, client(served, "bob") as bob:
+        run = start(alice, "owned-1")
+        assert run["principal"] == "alice" and run["status"] == "running"
+        wait_for(alice, "owned-1", asking)
+        for response in (
+            bob.get("/api/runs/owned-1"),
+            bob.get("/api/runs/owned-1/events"),
+            bob.post("/api/runs/owned-1/answers", json={"key": "decide", "answer": "ship"}),
+            bob.post("/api/runs/owned-1/signals", json={"name": "deployed"}),
+            bob.post("/api/runs/owned-1/cancel", json={}),
+            # Starting a run under another principal's run id does not reach it.
+            bob.post(
+                "/api/runs", json={"flow": "approve", "input": {"change": "v1"}, "runId": "owned-1"}
+            ),
+        ):
+            assert "another principal" in problem(response, 403)["detail"]
+        assert "owned-1" not in [r["runId"] for r in bob.get("/api/runs").json()["runs"]]
+    with client(served, "admin") as admin:
+        assert admin.get("/api/runs/owned-1").json()["run"]["principal"] == "alice"
+
+
+def test_a_read_only_token_reads_and_changes_nothing(served: Served) -> None:
+    with client(served, "alice") as alice, client(served, "reader") as reader:
+        start(alice, "read-1")
+        wait_for(alice, "read-1", asking)
+        assert reader.get("/api/runs/read-1").status_code == 200
+        refused = reader.post("/api/runs/read-1/answers", json={"key": "decide", "answer": "ship"})
+        assert "needs write access" in problem(refused, 403)["detail"]
+        refused = reader.post("/api/runs", json={"flow": "approve", "input": {"change": "x"}})
+        problem(refused, 403)
+        assert alice.get("/api/runs/read-1").json()["run"]["status"] == "running"
+
+
+def test_a_question_an_answer_a_signal_and_settlement(served: Served) -> None:
+    with client(served, "alice") as c:
+        start(c, "flow-1", "v7")
+        view = wait_for(c, "flow-1", asking)
+        (question,) = view["waits"]["questions"]
+        assert question["question"] == "Ship v7?" and question["options"] == ["ship", "hold"]
+        assert question["default"] == "hold" and question["deadlineMs"] > 0
+        # Not an option: 422 with the options.
+        body = problem(
+            c.post("/api/runs/flow-1/answers", json={"key": "decide", "answer": "yes"}), 422
+        )
+        assert body["options"] == ["ship", "hold"]
+        # No such question: 409 with the open ones.
+        body = problem(
+            c.post("/api/runs/flow-1/answers", json={"key": "nope", "answer": "ship"}), 409
+        )
+        assert body["openQuestions"] == ["decide#1"]
+        # A signal the flow never waits for.
+        body = problem(c.post("/api/runs/flow-1/signals", json={"name": "rebooted"}), 422)
+        assert "'deployed'" in body["detail"]
+        ok = c.post("/api/runs/flow-1/answers", json={"key": "decide#1", "answer": "ship"})
+        assert ok.status_code == 200, ok.text
+        sent = c.post(
+            "/api/runs/flow-1/signals", json={"name": "deployed", "payload": {"commit": "a1b2"}}
+        )
+        assert sent.status_code == 202, sent.text
+        view = wait_for(c, "flow-1", lambda v: v["run"]["status"] != "running")
+        assert view["run"]["status"] == "completed"
+        assert view["output"] == {"decision": "ship", "commit": "a1b2"}
+        assert view["report"] == [] and view["error"] is None
+        # Settled: every change is a conflict.
+        for response in (
+            c.post("/api/runs/flow-1/answers", json={"key": "decide", "answer": "ship"}),
+            c.post("/api/runs/flow-1/signals", json={"name": "deployed"}),
+            c.post("/api/runs/flow-1/cancel", json={"reason": "late"}),
+        ):
+            assert "has settled (completed)" in problem(response, 409)["detail"]
+
+
+def test_cancel(served: Served) -> None:
+    with client(served, "alice") as c:
+        start(c, "cancel-1")
+        wait_for(c, "cancel-1", asking)
+        r = c.post("/api/runs/cancel-1/cancel", json={"reason": "not needed"})
+        assert r.status_code == 202, r.text
+        view = wait_for(c, "cancel-1", lambda v: v["run"]["status"] != "running")
+        assert view["run"]["status"] == "cancelled"
+
+
+def test_unknown_things_are_404(served: Served) -> None:
+    with client(served, "admin") as c:
+        assert "no run 'ghost'" in problem(c.get("/api/runs/ghost"), 404)["detail"]
+        problem(c.post("/api/runs/ghost/cancel", json={}), 404)
+        problem(c.get("/api/nothing-here"), 404)
+        problem(c.get("/api/runs/%FF%FE"), 422)
+        problem(c.get("/api/schedules/ghost"), 404)
+        body = problem(c.post("/api/runs", json={"flow": "ghost", "input": {}}), 422)
+        assert "no flow 'ghost'" in body["detail"]
+
+
+def test_bad_bodies_and_queries(served: Served) -> None:
+    with client(served, "alice") as c:
+        big = {"flow": "approve", "input": {"change": "x" * 5000}}
+        assert "over the limit of 4,096" in problem(c.post("/api/runs", json=big), 413)["detail"]
+        garbage = c.post(
+            "/api/runs", content=b"{not json", headers={"Content-Type": "application/json"}
+        )
+        assert "not valid JSON" in problem(garbage, 422)["detail"]
+        twice = c.post(
+            "/api/runs",
+            content=b'{"flow": "approve", "flow": "other"}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert "appears twice" in problem(twice, 422)["detail"]
+        unknown = c.post("/api/runs", json={"flow": "approve", "inptu": {}})
+        assert "inptu" in problem(unknown, 422)["detail"]
+        typed = c.post("/api/runs", json={"flow": "approve", "budget": {"steps": "many"}})
+        assert "$.budget.steps" in problem(typed, 422)["detail"]
+        schema = c.post("/api/runs", json={"flow": "approve", "input": {"change": 3}})
+        assert "change" in problem(schema, 422)["detail"]
+        form = c.post("/api/runs", content=b"flow=approve", headers={"Content-Type": "text/plain"})
+        problem(form, 415)
+        problem(c.get("/api/runs?limit=0"), 422)
+        problem(c.get("/api/runs?limit=ten"), 422)
+        problem(c.get("/api/runs?status=sleeping"), 422)
+        problem(c.get("/api/runs?colour=blue"), 422)
+        problem(c.get("/api/runs?cursor=%%%"), 422)
+        problem(c.get("/api/runs?createdFrom=yesterday"), 422)
+
+
+def test_listing_filters_and_pages(served: Served) -> None:
+    with client(served, "bob") as c:
+        for n in range(5):
+            start(c, f"page-{n}")
+        seen: list[str] = []
+        cursor = None
+        pages = 0
+        while True:
+            params: dict[str, Any] = {"limit": 2, "flow": "approve"}
+            if cursor:
+                params["cursor"] = cursor
+            page = c.get("/api/runs", params=params).json()
+            seen += [r["runId"] for r in page["runs"]]
+            pages += 1
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert pages == 3
+        # Newest first; bob sees his own runs only.
+        assert sorted(seen) == [f"page-{n}" for n in range(5)] and len(set(seen)) == 5
+        created = [c.get(f"/api/runs/{r}").json()["run"]["createdAt"] for r in seen]
+        assert created == sorted(created, reverse=True)
+        assert c.get("/api/runs", params={"status": "completed"}).json()["runs"] == []
+        assert c.get("/api/runs", params={"flow": "other"}).json()["runs"] == []
+        future = c.get("/api/runs", params={"createdFrom": "2999-01-01T00:00:00Z"}).json()
+        assert future["runs"] == []
+        past = c.get("/api/runs", params={"createdTo": "2999-01-01T00:00:00Z", "limit": 500}).json()
+        assert len(past["runs"]) == 5
+
+
+def test_the_event_stream_one_shot_replay_and_sse(served: Served) -> None:
+    with client(served, "alice") as c:
+        start(c, "stream-1")
+        wait_for(c, "stream-1", asking)
+        lines = c.get("/api/runs/stream-1/events").text.splitlines()
+        records = [json.loads(line) for line in lines]
+        assert [r["index"] for r in records] == list(range(len(records)))
+        assert records[0]["type"] == "run.started" and records[0]["runId"] == "stream-1"
+        assert set(records[0]) == {"type", "index", "runId", "at", "data"}
+        tail = [json.loads(x) for x in c.get("/api/runs/stream-1/events?start=2").text.splitlines()]
+        assert tail == records[2:]
+
+        def sse(headers: dict[str, str]) -> list[tuple[str | None, str, str]]:
+            got: list[tuple[str | None, str, str]] = []
+            event: dict[str, str] = {}
+            with c.stream("GET", "/api/runs/stream-1/events/stream", headers=headers) as r:
+                assert r.headers["content-type"].startswith("text/event-stream")
+                for line in r.iter_lines():
+                    if line.startswith(":"):
+                        continue
+                    if line:
+                        field, _, value = line.partition(":")
+                        event[field] = value.lstrip(" ")
+                        continue
+                    if not event:
+                        continue
+                    got.append((event.get("id"), event.get("event", "message"), event["data"]))
+                    if event.get("event") == "end":
+                        return got
+                    if len(got) == len(records) and "answered" not in headers.get("x-test", ""):
+                        # Live: the run waits; answer it so that it moves on and settles.
+                        headers["x-test"] = "answered"
+                        c.post(
+                            "/api/runs/stream-1/answers", json={"key": "decide", "answer": "hold"}
+                        )
+                        c.post(
+                            "/api/runs/stream-1/signals",
+                            json={"name": "deployed", "payload": {"commit": "c"}},
+                        )
+                    event = {}
+            return got
+
+        live = sse({})
+        assert live[-1][1] == "end"
+        indexes = [int(i) for i, _, _ in live[:-1] if i is not None]
+        assert indexes == list(range(len(indexes))) and len(indexes) > len(records)
+        assert [json.loads(data) for _, _, data in live[: len(records)]] == records
+        assert json.loads(live[-2][2])["type"] == "run.settled"
+        # Resumable: after Last-Event-ID comes the rest, nothing twice.
+        resumed = sse({"Last-Event-ID": "3", "x-test": "answered"})
+        assert [int(i) for i, _, _ in resumed[:-1] if i is not None] == indexes[4:]
+        problem(c.get("/api/runs/stream-1/events/stream", headers={"Last-Event-ID": "x"}), 422)
+
+
+def test_schedules_need_admin_to_change(served: Served) -> None:
+    with client(served, "admin") as admin, client(served, "alice") as alice:
+        assert admin.get("/api/schedules").json() == {"schedules": []}
+        refused = alice.post("/api/schedules/nightly/pause", json={})
+        assert "needs admin access" in problem(refused, 403)["detail"]
+        problem(admin.post("/api/schedules/nightly/pause", json={}), 404)
+
+
+def test_openapi_document_is_valid_and_describes_the_replies(served: Served) -> None:
+    with client(served, "alice") as c:
+        document = c.get("/openapi.json").json()
+        validate(document)
+        ops = {(m.upper(), p) for p, item in document["paths"].items() for m in item}
+        assert ("POST", "/api/runs/{run_id}/answers") in ops
+        assert ("GET", "/api/runs/{run_id}/events/stream") in ops
+        schemas = document["components"]["schemas"]
+
+        def check(value: Any, name: str) -> None:
+            resolver = {"$ref": f"#/components/schemas/{name}", "components": {"schemas": schemas}}
+            jsonschema.validate(value, resolver)
+
+        start(c, "doc-1")
+        view = wait_for(c, "doc-1", asking)
+        check(view, "RunView")
+        check(c.get("/api/runs").json(), "RunPage")
+        check(c.get("/api/runs/doc-1/graph").json(), "Graph")
+        check(problem(c.get("/api/runs/ghost"), 404), "Problem")
+        answers = document["paths"]["/api/runs/{run_id}/answers"]["post"]
+        assert answers["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/AnswerBody"
+        }
+        assert set(answers["responses"]) == {"200", "401", "403", "404", "409", "413", "422"}
+
+
+def test_the_graph_marks_where_the_run_is(served: Served) -> None:
+    with client(served, "alice") as c:
+        start(c, "graph-1")
+        wait_for(c, "graph-1", asking)
+        graph = c.get("/api/runs/graph-1/graph").json()
+        assert "flowchart TD" in graph["mermaid"] and "s_decide" in graph["mermaid"]
+        assert graph["current"] == ["s_decide"]
+
+
+def test_serve_makes_a_token_when_none_is_given(tmp_path: Path) -> None:
+    server = start_serve(tmp_path)
+    try:
+        assert server.token is not None and len(server.token) >= 16
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            problem(c.get("/api/whoami"), 401)
+            who = c.get("/api/whoami", headers={"Authorization": f"Bearer {server.token}"})
+            assert who.json() == {"principal": "operator", "access": "admin"}
+        assert server.url.startswith("http://127.0.0.1:")
+    finally:
+        server.stop()
+
+
+def test_a_bad_token_file_is_refused_with_its_place(tmp_path: Path) -> None:
+    bad = tmp_path / "tokens.yaml"
+    bad.write_text("tokens:\n  - {token: short, principal: eve}\n")
+    import subprocess
+
+    from .serving import FLOWCORE
+
+    done = subprocess.run(
+        [FLOWCORE, "serve", "--port", "0", "--db", str(tmp_path / "x.db"), "--tokens", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"flowcore: {bad}: tokens[0].token: a string of at least 16 characters"
+    )
+
+
+def test_a_run_id_with_slashes_and_hashes(served: Served) -> None:
+    """Child runs are named by their parent's key (``r/sub#1``): every route takes such ids."""
+    run_id = "team a/deploy #7/events"
+    path = "/api/runs/" + quote(run_id, safe="")
+    with client(served, "alice") as c:
+        start(c, run_id)
+        view = wait_for(c, run_id, asking)
+        assert view["run"]["runId"] == run_id
+        assert c.get(path).json()["run"]["runId"] == run_id
+        first = json.loads(c.get(path + "/events").text.splitlines()[0])
+        assert first["runId"] == run_id
+        assert c.post(path + "/cancel", json={}).status_code == 202
