@@ -20,6 +20,7 @@ from ._errors import (
     WireError,
 )
 from ._interp import DEFAULT_STEP_BUDGET, Decision, InputError, advance, start
+from ._jsontext import JsonTextError, decode_json_text
 from ._keys import KeyInfo, KeyRole, parse_key
 from ._log import (
     LogCorrupt,
@@ -111,6 +112,7 @@ __all__ = [
     "FlowcoreError",
     "HumanAnswered",
     "InputError",
+    "JsonTextError",
     "KeyInfo",
     "KeyRole",
     "LogCorrupt",
@@ -156,6 +158,7 @@ __all__ = [
     "decode_effect",
     "decode_event",
     "decode_log",
+    "decode_json_text",
     "decode_state",
     "effect_from_wire",
     "effect_to_wire",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import flowcore
-from flowcore_cli._graph import build_graph, to_dot, to_mermaid
+from flowcore.diagram import build_graph, to_dot, to_mermaid
 
 REPO = Path(__file__).resolve().parent.parent
 FLOWS = [

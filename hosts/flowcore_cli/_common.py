@@ -12,7 +12,6 @@ command line"); what counts as data is the core's rule (``flowcore/_data.py``).
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,91 +212,16 @@ def json_value(text: str | None, option: str, limit: int = MAX_VALUE_BYTES) -> A
 
 
 def decode_json(data: bytes, source: str, limit: int = MAX_VALUE_BYTES) -> Any:
-    """JSON text as flowcore data, refused as ``json_value`` says (``source`` names it)."""
+    """JSON text as flowcore data (``flowcore.decode_json_text``), or a ``CliError``."""
     if len(data) > MAX_JSON_TEXT_BYTES:
         raise CliError(
             f"{source}: more than {MAX_JSON_TEXT_BYTES:,} bytes of JSON text (the limit;"
             f" the value may be at most {limit:,} bytes as compact JSON)"
         )
-    if not data.strip():
-        raise CliError(f"{source} is empty: expected a JSON value")
     try:
-        # msgspec, strictly: no NaN or infinities, no lone surrogates, valid
-        # UTF-8. Its recursion is bounded by a RecursionError, caught below.
-        value = msgspec.json.decode(data)
-    except RecursionError:
-        raise CliError(
-            f"{source} is nested too deeply (flowcore data is at most"
-            f" {flowcore.MAX_DEPTH} levels deep)"
-        ) from None
-    except msgspec.DecodeError as exc:
-        _explain(data, source)
-        raise CliError(f"{source} is not valid JSON: {exc}") from None
-    try:
-        flowcore.check_data(value, "$", source)
-    except flowcore.DataError as exc:
+        return flowcore.decode_json_text(data, source, limit)
+    except flowcore.JsonTextError as exc:
         raise CliError(str(exc)) from None
-    size = _json_size(value)
-    if size > limit:
-        raise CliError(
-            f"{source}: the value is {size:,} bytes as JSON, over the limit of {limit:,}"
-        )
-    _refuse_repeated_keys(data, source)
-    return value
-
-
-def _explain(data: bytes, source: str) -> None:
-    """Say precisely why msgspec refused text that Python's parser reads.
-
-    msgspec's messages are terse, and one is wrong: a lone surrogate escape
-    ``"\\ud800"`` is "Input data was truncated". Python's parser accepts NaN,
-    1e999 (as inf) and lone surrogates; when it reads the text, the core's
-    ``check_data`` names the bad part and its path. msgspec still decides: a
-    text it refused is refused, with its own message if this finds nothing.
-    """
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return  # malformed for both parsers: msgspec's message (with its offset) stands
-    try:
-        flowcore.check_data(value, "$", source)
-    except flowcore.DataError as exc:
-        raise CliError(str(exc)) from None
-
-
-class _RepeatedKey(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RepeatedKey(key)
-            seen.add(key)
-    return result
-
-
-def _refuse_repeated_keys(data: bytes, source: str) -> None:
-    """Refuse an object that gives a key twice.
-
-    msgspec (like most parsers) keeps the last value and drops the others
-    without a word: that is a silent rewrite, and spec files refuse it too.
-    Python's parser reports the pairs as written; the text is known to be
-    valid and shallow by now.
-    """
-    if b"{" not in data:
-        return
-    try:
-        json.loads(data.decode("utf-8"), object_pairs_hook=_unique_pairs)
-    except _RepeatedKey as exc:
-        raise CliError(
-            f"{source}: key {shown_argument(exc.key)} appears twice in one object;"
-            " give each key once (only one of the values could be kept)"
-        ) from None
 
 
 def text_value(text: str, what: str, limit: int = MAX_VALUE_BYTES) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -22,8 +22,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.responses import Response, StreamingResponse
 
 import flowcore
-from flowcore_cli._common import iso
-from flowcore_cli._graph import build_graph, to_mermaid
+from flowcore.diagram import build_graph, node_id, to_mermaid
 from flowcore_local import HostError, LocalHost, RunRow
 
 from ._flows import FlowFolder
@@ -67,6 +66,10 @@ def _instant(text: str | None, name: str) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
+def _moment(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms // 1000, tz=UTC) + timedelta(milliseconds=ms % 1000)
+
+
 def _cursor(row: RunRow) -> str:
     raw = msgspec.json.encode([row.created_ms, row.run_id])
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -97,8 +100,8 @@ class Api:
             parent=row.parent_run,
             depth=row.depth,
             principal=row.principal,
-            created_at=iso(row.created_ms),
-            updated_at=iso(row.updated_ms),
+            created_at=_moment(row.created_ms),
+            updated_at=_moment(row.updated_ms),
             duration_ms=max(0, end - row.created_ms),
             next_index=row.next_index,
         )
@@ -307,8 +310,8 @@ class Api:
         current: set[str] = set()
         for items in (waits.work, waits.questions, waits.signals, waits.timers):
             for item in items:
-                if item.step is not None:
-                    current.add(f"s_{item.step}")
+                if item.step is not None and item.step in flow.by_id:
+                    current.add(node_id(flow.by_id[item.step]))
         done: set[str] = set()
         for record in await self.host.records(row.run_id):
             if record.type != "effect.emitted" or not isinstance(record.data, dict):
@@ -320,8 +323,8 @@ class Api:
                 step = flowcore.parse_key(key, row.run_id).step
             except ValueError:
                 continue
-            if step is not None:
-                done.add(f"s_{step}")
+            if step is not None and step in flow.by_id:
+                done.add(node_id(flow.by_id[step]))
         return json_response(
             Graph(
                 mermaid=to_mermaid(build_graph(flow)),

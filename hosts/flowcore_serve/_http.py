@@ -10,6 +10,7 @@ call, encode), and ``_openapi`` documents the same table.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
@@ -18,7 +19,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from flowcore_cli._common import CliError, decode_json
+import flowcore
 
 from ._auth import Principal, Tokens
 from ._types import Access, Problem
@@ -40,15 +41,7 @@ T = TypeVar("T")
 COOKIE: Final = "flowcore_token"
 PROBLEM_TYPE: Final = "application/problem+json"
 _TITLES: Final = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    409: "Conflict",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    422: "Unprocessable Content",
-    500: "Internal Server Error",
+    status: HTTPStatus(status).phrase for status in (400, 401, 403, 404, 409, 413, 415, 422, 500)
 }
 _RANK: Final[dict[Access, int]] = {"read": 0, "write": 1, "admin": 2}
 
@@ -67,7 +60,7 @@ class ApiError(Exception):
 def problem_response(error: ApiError, instance: str | None = None) -> Response:
     problem = Problem(
         type=f"/problems/{error.code}",
-        title=_TITLES.get(error.status, "Error"),
+        title=HTTPStatus(error.status).phrase,
         status=error.status,
         detail=error.detail[:2000],
         instance=instance,
@@ -185,9 +178,9 @@ def _body(data: bytes, kind: type[T], content_type: str | None) -> T:
     if not data.strip():
         return typed({}, kind, "the body")
     try:
-        value = decode_json(data, "the body")
-    except CliError as exc:
-        raise ApiError(422, "invalid-json", exc.message) from None
+        value = flowcore.decode_json_text(data, "the body")
+    except flowcore.JsonTextError as exc:
+        raise ApiError(422, "invalid-json", str(exc)) from None
     return typed(value, kind, "the body")
 
 

@@ -8,6 +8,7 @@ on the wire, as in flowcore's wire protocol.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -125,8 +126,8 @@ class RunSummary(_Reply):
     parent: str | None
     depth: int
     principal: str | None
-    created_at: str  # ISO-8601, UTC
-    updated_at: str
+    created_at: datetime  # RFC 3339, UTC
+    updated_at: datetime
     duration_ms: int  # from start to settlement, or to now while running
     next_index: int  # the index the next log record will have
 
