@@ -41,7 +41,7 @@ import msgspec
 import flowcore
 from flowcore import Effect, Flow, SpecError
 
-from ._errors import _cut, _printable
+from ._errors import _cut, _printable, shown_argument
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -431,7 +431,7 @@ def _request(obj: dict[str, Any]) -> Request:
     if not isinstance(op, str) or op not in _REQUEST_TYPES:
         shown = op if isinstance(op, str) else msgspec.json.encode(op).decode()
         raise Problem(
-            "unknown-op", f"unknown op {_cut(shown, 60)!r}; one of: {', '.join(OPS)}", "$.op"
+            "unknown-op", f"unknown op {shown_argument(shown)}; one of: {', '.join(OPS)}", "$.op"
         )
     if "id" in obj and _request_id(obj) is None and obj["id"] is not None:
         raise Problem(
