@@ -400,6 +400,9 @@ def test_a_bad_spec_gets_every_problem_with_its_location(decide: Decide) -> None
     assert re.fullmatch(r"spec:\d+:\d+", error["where"]), error
     error = error_of(decide.ask(start_request({"flow": "x"})), "bad-spec")
     assert "steps" in error["message"]
+    many = "flow: many\nsteps:\n" + "".join(f"  - {{id: s{i}, nope: 1}}\n" for i in range(30))
+    error = error_of(decide.ask(start_request(many)), "bad-spec")
+    assert len(error["problems"]) == 21 and error["problems"][-1].endswith("more")
 
 
 def test_bad_input_is_refused_by_the_input_schema(decide: Decide) -> None:

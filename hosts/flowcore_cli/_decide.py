@@ -192,7 +192,7 @@ _head = msgspec.msgpack.Decoder(_Head).decode
 _envelope = msgspec.msgpack.Decoder(_Envelope).decode
 
 
-class Problem(Exception):
+class Refusal(Exception):
     """A request that cannot be served: becomes an ``ErrorBody``."""
 
     def __init__(
@@ -209,8 +209,16 @@ class Problem(Exception):
             message=_bounded(message),
             where=None if where is None else _bounded(where, 200),
             key=None if key is None else _bounded(key, 200),
-            problems=None if problems is None else [_bounded(p, 300) for p in problems],
+            problems=None if problems is None else _listed(problems),
         )
+
+
+def _listed(problems: list[str]) -> list[str]:
+    """At most ``MAX_PROBLEMS`` problems, each bounded, and how many more there were."""
+    shown = [_bounded(p, 300) for p in problems[:MAX_PROBLEMS]]
+    if len(problems) > MAX_PROBLEMS:
+        shown.append(f"… and {len(problems) - MAX_PROBLEMS:,} more")
+    return shown
 
 
 def _bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -250,12 +258,12 @@ class Decider:
             try:
                 obj = msgspec.json.decode(line)
             except msgspec.DecodeError as exc:
-                raise Problem("not-json", f"the line is not JSON: {exc}") from None
+                raise Refusal("not-json", f"the line is not JSON: {exc}") from None
             if not isinstance(obj, dict):
-                raise Problem("not-object", f"a request is a JSON object, not {type(obj).__name__}")
+                raise Refusal("not-object", f"a request is a JSON object, not {type(obj).__name__}")
             request_id = _request_id(obj)
             reply = self.serve(_request(obj))
-        except Problem as problem:
+        except Refusal as problem:
             return _encode(Failed(id=request_id, ok=False, error=problem.body))
         except Exception as exc:  # the last line of defence: the process goes on
             body = ErrorBody(type="internal", message=_bounded(f"{type(exc).__name__}: {exc}"))
@@ -267,7 +275,7 @@ class Decider:
             f"the line is {size:,} bytes, over the limit of {limit:,} bytes"
             " (--max-line-bytes); it was read to its end and discarded"
         )
-        return _encode(Failed(id=None, ok=False, error=Problem("too-large", message).body))
+        return _encode(Failed(id=None, ok=False, error=Refusal("too-large", message).body))
 
     # -- operations --
 
@@ -296,7 +304,7 @@ class Decider:
                 depth=request.depth,
             )
         except flowcore.InputError as exc:
-            raise Problem(
+            raise Refusal(
                 "bad-input", str(exc), where="$.input", problems=list(exc.problems)
             ) from None
         return _decided(request.id, decision, canonical)
@@ -307,11 +315,11 @@ class Decider:
             event = flowcore.event_from_wire(request.event)
         except flowcore.WireError as exc:
             where = "$.event" + exc.path.removeprefix("$")
-            raise Problem("bad-event", str(exc), where=where) from None
+            raise Refusal("bad-event", str(exc), where=where) from None
         try:
             decision = flowcore.advance(state, event)
         except flowcore.EventRejected as exc:
-            raise Problem("event-rejected", exc.reason, where="$.event", key=exc.key) from None
+            raise Refusal("event-rejected", exc.reason, where="$.event", key=exc.key) from None
         return _decided(request.id, decision, canonical)
 
     # -- specs and states --
@@ -342,12 +350,9 @@ class Decider:
             flow = flowcore.parse_flow(spec, source_name="spec")
         except SpecError as exc:
             first = exc.problems[0]
-            lines = [str(p) for p in exc.problems[:MAX_PROBLEMS]]
-            more = len(exc.problems) - len(lines)
-            if more > 0:
-                lines.append(f"… and {more} more")
+            lines = [str(p) for p in exc.problems]
             message = f"the spec has {len(exc.problems)} problem(s); the first: {first}"
-            raise Problem("bad-spec", message, where=first.location, problems=lines) from None
+            raise Refusal("bad-spec", message, where=first.location, problems=lines) from None
         entry = (flow, _canonical(spec, flow))
         self._remember(digest, entry)
         # The same spec comes back from a state string under its canonical hash.
@@ -360,11 +365,11 @@ class Decider:
             raw = base64.b64decode(text.encode("ascii"), validate=True)
             format = _head(raw).format
         except (UnicodeEncodeError, binascii.Error, msgspec.DecodeError) as exc:
-            raise Problem(
+            raise Refusal(
                 "bad-state", f"not a state string of decide: {exc}", where="$.state"
             ) from None
         if format != STATE_FORMAT:
-            raise Problem(
+            raise Refusal(
                 "state-mismatch",
                 f"a state string of format {format}; this flowcore reads format {STATE_FORMAT}",
                 where="$.state",
@@ -372,7 +377,7 @@ class Decider:
         try:
             envelope = _envelope(raw)
         except msgspec.DecodeError as exc:
-            raise Problem("bad-state", f"not a state string of decide: {exc}", "$.state") from None
+            raise Refusal("bad-state", f"not a state string of decide: {exc}", "$.state") from None
         digest = hashlib.sha256(envelope.spec).hexdigest()
         found = self._cached("json:" + digest)
         if found is None:
@@ -380,11 +385,11 @@ class Decider:
                 spec = msgspec.json.decode(envelope.spec)
                 flow = flowcore.parse_flow(spec, source_name="state")
             except (msgspec.DecodeError, SpecError) as exc:
-                raise Problem(
+                raise Refusal(
                     "bad-state", f"the state string's spec does not parse: {exc}", "$.state"
                 ) from None
             if flow.spec_hash != digest:
-                raise Problem(
+                raise Refusal(
                     "bad-state", "the state string's spec is not in canonical form", "$.state"
                 )
             found = (flow, envelope.spec)
@@ -393,9 +398,9 @@ class Decider:
         try:
             state = flowcore.decode_state(envelope.state, flow)
         except flowcore.SnapshotMismatch as exc:
-            raise Problem("state-mismatch", str(exc), where="$.state") from None
+            raise Refusal("state-mismatch", str(exc), where="$.state") from None
         except flowcore.WireError as exc:
-            raise Problem("bad-state", str(exc), where="$.state") from None
+            raise Refusal("bad-state", str(exc), where="$.state") from None
         return state, canonical
 
 
@@ -426,22 +431,22 @@ def _request_id(obj: dict[str, Any]) -> Scalar:
 def _request(obj: dict[str, Any]) -> Request:
     """The request an object holds, checked field by field."""
     if "op" not in obj:
-        raise Problem("bad-request", "the request has no op (start or advance)", where="$.op")
+        raise Refusal("bad-request", "the request has no op (start or advance)", where="$.op")
     op = obj["op"]
     if not isinstance(op, str) or op not in _REQUEST_TYPES:
         shown = op if isinstance(op, str) else msgspec.json.encode(op).decode()
-        raise Problem(
+        raise Refusal(
             "unknown-op", f"unknown op {shown_argument(shown)}; one of: {', '.join(OPS)}", "$.op"
         )
     if "id" in obj and _request_id(obj) is None and obj["id"] is not None:
-        raise Problem(
+        raise Refusal(
             "bad-request", "id must be a JSON scalar (string, number, boolean or null)", "$.id"
         )
     try:
         return msgspec.convert(obj, _REQUEST_TYPES[op], strict=True)
     except msgspec.ValidationError as exc:
         where, text = _path_of(exc)
-        raise Problem("bad-request", f"invalid {op} request at {where}: {text}", where) from None
+        raise Refusal("bad-request", f"invalid {op} request at {where}: {text}", where) from None
 
 
 def _decided(request_id: Scalar, decision: flowcore.Decision, canonical: bytes) -> Decided:
