@@ -2,7 +2,8 @@
 
 Usage: ``python scripts/gen_schemas.py`` from anywhere writes them to
 ``specs/schema/``. Effects and events come from ``flowcore``'s wire types,
-log records from its log types; ``tests/test_wire.py`` fails when the
+log records from its log types, the requests and replies of ``flowcore
+decide --stdio`` from the types that command decodes and encodes; ``tests/test_wire.py`` fails when the
 committed copies go stale. Each schema is a standalone draft 2020-12 document:
 its ``$defs`` hold every struct it references, so hosts in other languages can
 validate against one file.
