@@ -3,10 +3,10 @@
 Usage: ``python scripts/gen_schemas.py`` from anywhere writes them to
 ``specs/schema/``. Effects and events come from ``flowcore``'s wire types,
 log records from its log types, the requests and replies of ``flowcore
-decide --stdio`` from the types that command decodes and encodes; ``tests/test_wire.py`` fails when the
-committed copies go stale. Each schema is a standalone draft 2020-12 document:
-its ``$defs`` hold every struct it references, so hosts in other languages can
-validate against one file.
+decide --stdio`` from the types that command decodes and encodes;
+``tests/test_wire.py`` fails when the committed copies go stale. Each schema
+is a standalone draft 2020-12 document: its ``$defs`` hold every struct it
+references, so hosts in other languages can validate against one file.
 
 The schemas describe the protocol; nothing in ``flowcore`` needs them at run
 time, so they are made here and not in the package.
