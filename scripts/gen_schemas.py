@@ -23,8 +23,9 @@ from typing import Any
 import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a plain script, without an installed flowcore
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "hosts"):  # run as a plain script, without an installed flowcore
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from flowcore import Effect, Event  # noqa: E402
 from flowcore._log import TypedRecord  # noqa: E402
