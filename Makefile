@@ -39,7 +39,11 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-unit: $(VENV)/.installed
+# The reference TypeScript host's compiler (tests/test_ts_host.py runs it).
+hosts/ts/node_modules/.installed: hosts/ts/package-lock.json
+	cd hosts/ts && npm ci --no-audit --no-fund && touch node_modules/.installed
+
+unit: $(VENV)/.installed hosts/ts/node_modules/.installed
 	$(PY) -m pytest
 
 test: lint typecheck unit

@@ -2,10 +2,11 @@
 
 Usage: ``python scripts/gen_schemas.py`` from anywhere writes them to
 ``specs/schema/``. Effects and events come from ``flowcore``'s wire types,
-log records from its log types; ``tests/test_wire.py`` fails when the
-committed copies go stale. Each schema is a standalone draft 2020-12 document:
-its ``$defs`` hold every struct it references, so hosts in other languages can
-validate against one file.
+log records from its log types, the requests and replies of ``flowcore
+decide --stdio`` from the types that command decodes and encodes;
+``tests/test_wire.py`` fails when the committed copies go stale. Each schema
+is a standalone draft 2020-12 document: its ``$defs`` hold every struct it
+references, so hosts in other languages can validate against one file.
 
 The schemas describe the protocol; nothing in ``flowcore`` needs them at run
 time, so they are made here and not in the package.
@@ -14,6 +15,7 @@ time, so they are made here and not in the package.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,18 @@ from typing import Any
 import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a plain script, without an installed flowcore
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "hosts"):  # run as a plain script, without an installed flowcore
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from flowcore import Effect, Event  # noqa: E402
 from flowcore._log import TypedRecord  # noqa: E402
+from flowcore_cli._decide import (  # noqa: E402
+    AdvanceRequest,
+    Decided,
+    Failed,
+    StartRequest,
+)
 
 __all__ = ["SCHEMA_BASE_URI", "render_schema", "wire_schemas"]
 
@@ -79,14 +88,72 @@ def _document(key: str, union: Any, title: str, description: str) -> dict[str, A
     return out
 
 
+def _decide_documents() -> dict[str, dict[str, Any]]:
+    """The requests and replies of ``flowcore decide --stdio`` (specs/protocol.md §13).
+
+    A request's ``event`` is checked by ``flowcore.event_from_wire``, not by
+    msgspec, so its type there is a plain object; the schema points it at the
+    event union instead, whose structs it holds in its ``$defs`` too.
+    """
+    roots, defs = msgspec.json.schema_components(
+        [StartRequest | AdvanceRequest, Decided, Failed, Event], ref_template=_REF_TEMPLATE
+    )
+    requests, decided, failed, event = roots
+    defs["Event"] = event
+    defs["AdvanceRequest"]["properties"]["event"] = {"$ref": _REF_TEMPLATE.format(name="Event")}
+    docs = {
+        "decide-requests": (
+            requests,
+            "flowcore decide request",
+            "One request line of `flowcore decide --stdio` (host -> decide), discriminated "
+            "by `op`: start a run, or advance one with an event.",
+        ),
+        "decide-replies": (
+            {"anyOf": [decided, failed]},
+            "flowcore decide reply",
+            "One reply line of `flowcore decide --stdio` (decide -> host): a decision "
+            "(`ok: true`: the state string and the effects) or a typed error (`ok: false`).",
+        ),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for key, (root, title, description) in docs.items():
+        doc = {
+            "$schema": _DRAFT,
+            "$id": f"{SCHEMA_BASE_URI}{key}.json",
+            "title": title,
+            "description": description,
+            **root,
+            "$defs": _reachable(root, defs),
+        }
+        out[key] = msgspec.json.decode(msgspec.json.encode(doc))
+    return out
+
+
+def _reachable(root: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The ``$defs`` that ``root`` refers to, directly or through others."""
+    found: dict[str, Any] = {}
+    todo = [root]
+    while todo:
+        text = json.dumps(todo.pop())
+        for name in re.findall(r'"\$ref": "#/\$defs/([^"]*)"', text):
+            if name not in found:
+                found[name] = defs[name]
+                todo.append(defs[name])
+    return dict(sorted(found.items()))
+
+
 def wire_schemas() -> dict[str, dict[str, Any]]:
-    """The JSON Schemas, keyed ``"effects"``, ``"events"`` and ``"records"``.
+    """The JSON Schemas, keyed ``"effects"``, ``"events"``, ``"records"``,
+    ``"decide-requests"`` and ``"decide-replies"``.
 
     Returns fresh dicts on every call; callers may mutate them.
     """
     return {
-        key: _document(key, union, title, description)
-        for key, (union, title, description) in _UNIONS.items()
+        **{
+            key: _document(key, union, title, description)
+            for key, (union, title, description) in _UNIONS.items()
+        },
+        **_decide_documents(),
     }
 
 

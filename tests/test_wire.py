@@ -712,7 +712,7 @@ def test_effect_from_wire_names_the_bad_field(data: Any, path: str) -> None:
 
 def test_wire_schemas_are_standalone_2020_12_documents() -> None:
     schemas = wire_schemas()
-    assert set(schemas) == {"effects", "events", "records"}
+    assert set(schemas) == {"effects", "events", "records", "decide-requests", "decide-replies"}
     for name, schema in schemas.items():
         Draft202012Validator.check_schema(schema)
         assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
@@ -739,7 +739,9 @@ def test_wire_schemas_returns_fresh_documents() -> None:
     assert wire_schemas()["effects"]["$defs"], "mutating one result must not leak into the next"
 
 
-@pytest.mark.parametrize("name", ["effects", "events", "records"])
+@pytest.mark.parametrize(
+    "name", ["effects", "events", "records", "decide-requests", "decide-replies"]
+)
 def test_committed_schema_is_up_to_date(name: str) -> None:
     path = SCHEMA_DIR / f"{name}.json"
     assert path.is_file(), f"{path.relative_to(REPO)} is missing: {REGENERATE}"

@@ -101,6 +101,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "scheduled",
         "The scheduled calls of runs: list, cancel, run now, add.",
     ),
+    "decide": (
+        "_decide",
+        "decide",
+        "Serve start and advance as JSON lines on stdin and stdout, for hosts in any language.",
+    ),
     # `flowcore temporal ...`; temporalio is imported only when one of them runs.
     "temporal": (
         "_temporal",

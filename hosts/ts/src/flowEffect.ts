@@ -1,0 +1,275 @@
+/**
+ * The flowcore wire protocol in TypeScript: effects (core -> host), events
+ * (host -> core) and the `flowcore decide --stdio` requests and replies.
+ *
+ * `FlowEffect` has the kinds and fields of the `FlowEffect` union that
+ * TypeScript hosts already use, plus flowcore's documented additions
+ * (specs/protocol.md §2): `idempotencyKey` on `ask-human`, `sleep` and
+ * `await-signal`; `input` and `budgetRemaining` on `run-subflow`; `status`,
+ * `output`, `error`, `exhausted` and `report` on `settled`. Nothing of that
+ * union is renamed or dropped. A field whose value is its default is absent
+ * on the wire (specs/protocol.md §1): `input` absent means null, which is why
+ * it is optional here and may be any JSON value.
+ *
+ * The JSON Schemas in specs/schema/ (effects.json, events.json,
+ * decide-requests.json, decide-replies.json) are the reference.
+ */
+
+/** Any JSON value: what inputs, outputs, answers and payloads may hold. */
+export type JsonValue =
+  | null
+  | boolean
+  | number
+  | string
+  | readonly JsonValue[]
+  | { readonly [key: string]: JsonValue };
+
+/** What is left of the root run's budget when an effect is emitted. Absent = unlimited. */
+export interface BudgetRemaining {
+  readonly steps: number;
+  readonly costMinorUnits?: number;
+  readonly wallClockMs?: number;
+}
+
+export type SettledStatus = "completed" | "failed" | "cancelled" | "budget-exhausted";
+export type ExhaustedLimit = "steps" | "cost" | "wall-clock";
+
+export interface ErrorInfo {
+  readonly type: string;
+  readonly message?: string;
+  readonly retryable?: boolean;
+}
+
+/** One work effect of a run in its `settled` report (specs/protocol.md §5). */
+export interface ReportEntry {
+  readonly idempotencyKey: string;
+  readonly effect: "call-tool" | "run-agent" | "run-team" | "run-subflow";
+  readonly target: string;
+  readonly status: "succeeded" | "failed" | "uncertain" | "not-started";
+}
+
+export interface RunAgent {
+  readonly kind: "run-agent";
+  readonly agentId: string;
+  readonly prompt: string;
+  readonly instructions?: string;
+  /** Which team member this step is, so the child run and its usage carry the attribution. */
+  readonly member?: string;
+  readonly idempotencyKey: string;
+  /** What the flow has left to spend, re-derived at every emission. */
+  readonly budgetRemaining: BudgetRemaining;
+}
+
+export interface RunTeam {
+  readonly kind: "run-team";
+  readonly teamId: string;
+  readonly prompt: string;
+  readonly idempotencyKey: string;
+}
+
+export interface CallTool {
+  readonly kind: "call-tool";
+  readonly tool: string;
+  /** Absent = null; any JSON value (a spec may pass a list or a scalar). */
+  readonly input?: JsonValue;
+  readonly idempotencyKey: string;
+}
+
+export interface AskHuman {
+  readonly kind: "ask-human";
+  readonly question: string;
+  /** When present, the answer must be one of them. */
+  readonly options?: readonly string[];
+  /** An addition: correlates the answer (questions may be asked in parallel branches). */
+  readonly idempotencyKey: string;
+}
+
+export interface Sleep {
+  readonly kind: "sleep";
+  /** An instant on the run's clock (epoch ms); fire at once if it is not in the future. */
+  readonly untilMs: number;
+  /** An addition: the key `timer-fired` reports. */
+  readonly idempotencyKey: string;
+}
+
+export interface AwaitSignal {
+  readonly kind: "await-signal";
+  readonly signal: string;
+  /** An addition; signals are reported by name, whenever they arrive. */
+  readonly idempotencyKey: string;
+}
+
+export interface RunSubflow {
+  readonly kind: "run-subflow";
+  readonly flowId: string;
+  /** The child's depth: start the child with it. */
+  readonly depth: number;
+  readonly idempotencyKey: string;
+  /** An addition: the child's input (absent = null). */
+  readonly input?: JsonValue;
+  /** An addition: the child's budget, its parent's remainder (start the child with it). */
+  readonly budgetRemaining: BudgetRemaining;
+}
+
+export interface Settled {
+  readonly kind: "settled";
+  /** Nothing more to do; status says why. */
+  readonly status: SettledStatus;
+  readonly output?: JsonValue;
+  readonly error?: ErrorInfo;
+  readonly exhausted?: ExhaustedLimit;
+  readonly report?: readonly ReportEntry[];
+}
+
+/** One unit of work the host performs and reports back. Data, not a callback. */
+export type FlowEffect =
+  | RunAgent
+  | RunTeam
+  | CallTool
+  | AskHuman
+  | Sleep
+  | AwaitSignal
+  | RunSubflow
+  | Settled;
+
+export type EffectKind = FlowEffect["kind"];
+
+/** Usage reported for one piece of work; absent fields are 0. */
+export interface Usage {
+  readonly steps?: number;
+  readonly costMinorUnits?: number;
+}
+
+/** An event the host reports (host -> core); `atMs` is the host's clock. */
+export type FlowEvent =
+  | {
+      readonly kind: "effect-succeeded";
+      readonly idempotencyKey: string;
+      readonly output?: JsonValue;
+      readonly usage?: Usage;
+      readonly atMs: number;
+    }
+  | {
+      readonly kind: "effect-failed";
+      readonly idempotencyKey: string;
+      readonly error: ErrorInfo;
+      readonly atMs: number;
+    }
+  | { readonly kind: "effect-outcome-unknown"; readonly idempotencyKey: string; readonly atMs: number }
+  | {
+      readonly kind: "human-answered";
+      readonly idempotencyKey: string;
+      readonly answer: JsonValue;
+      readonly atMs: number;
+    }
+  | { readonly kind: "timer-fired"; readonly idempotencyKey: string; readonly atMs: number }
+  | {
+      readonly kind: "signal-received";
+      readonly signal: string;
+      readonly payload?: JsonValue;
+      readonly atMs: number;
+    }
+  | {
+      readonly kind: "subflow-settled";
+      readonly idempotencyKey: string;
+      readonly status: SettledStatus;
+      readonly output?: JsonValue;
+      readonly usage?: Usage;
+      readonly atMs: number;
+    }
+  | { readonly kind: "cancel-requested"; readonly reason?: string; readonly atMs: number }
+  | { readonly kind: "scheduled-cancel-requested"; readonly scheduleId: string; readonly atMs: number }
+  | { readonly kind: "scheduled-run-now-requested"; readonly scheduleId: string; readonly atMs: number }
+  | {
+      readonly kind: "scheduled-add-requested";
+      readonly tool: string;
+      readonly input?: JsonValue;
+      readonly delayMs?: number;
+      readonly atMs: number;
+    };
+
+export type EventKind = FlowEvent["kind"];
+
+// --- flowcore decide --stdio (specs/protocol.md §13) ---------------------------------------
+
+/** A request id: any JSON scalar, echoed in the reply. */
+export type RequestId = string | number | boolean | null;
+
+/** Caps below the spec's own budget; a child's share is its run-subflow's budgetRemaining. */
+export interface BudgetCaps {
+  readonly steps?: number;
+  readonly costMinorUnits?: number;
+  readonly wallClockMs?: number;
+}
+
+export interface StartRequest {
+  readonly id: RequestId;
+  readonly op: "start";
+  /** Spec text (YAML or JSON) as written, or a spec object. */
+  readonly spec: string | { readonly [key: string]: JsonValue };
+  readonly input?: JsonValue;
+  readonly runId: string;
+  readonly nowMs: number;
+  readonly budget?: BudgetCaps | null;
+  readonly depth?: number;
+}
+
+export interface AdvanceRequest {
+  readonly id: RequestId;
+  readonly op: "advance";
+  /** A state string from an earlier reply: opaque. */
+  readonly state: string;
+  readonly event: FlowEvent;
+}
+
+export type DecideRequest = StartRequest | AdvanceRequest;
+
+export type RunStatus = "running" | SettledStatus;
+
+export interface Decided {
+  readonly id: RequestId;
+  readonly ok: true;
+  /** The run's next state string. Opaque: store it, hand it back, never look inside. */
+  readonly state: string;
+  readonly effects: readonly FlowEffect[];
+  readonly status: RunStatus;
+  /** Set once the run has settled: the totals a parent's subflow-settled reports. */
+  readonly usage?: { readonly steps: number; readonly costMinorUnits: number };
+  /** The answer to a scheduled-call event from outside. */
+  readonly scheduled?: { readonly id: string; readonly done: boolean };
+}
+
+export type DecideErrorType =
+  | "not-json"
+  | "not-object"
+  | "too-large"
+  | "unknown-op"
+  | "bad-request"
+  | "bad-spec"
+  | "bad-input"
+  | "bad-event"
+  | "event-rejected"
+  | "bad-state"
+  | "state-mismatch"
+  | "internal";
+
+export interface DecideError {
+  readonly type: DecideErrorType;
+  readonly message: string;
+  readonly where?: string;
+  readonly key?: string;
+  readonly problems?: readonly string[];
+}
+
+export interface Failed {
+  readonly id: RequestId;
+  readonly ok: false;
+  readonly error: DecideError;
+}
+
+export type DecideReply = Decided | Failed;
+
+/** Exhaustive dispatch over the effects: a new kind is a type error until handled. */
+export function assertNever(value: never): never {
+  throw new Error(`unexpected value: ${JSON.stringify(value)}`);
+}

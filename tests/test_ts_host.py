@@ -1,0 +1,127 @@
+"""The reference TypeScript host (hosts/ts): it type-checks strictly and plays the vectors.
+
+``tsc`` checks the sources with ``--strict``; the compiled conformance script
+then plays every vector of specs/conformance through ``flowcore decide
+--stdio`` (this environment's console script) and must agree with every
+recorded effect. Its typed union must carry the fields of the effect schema.
+Needs Node (skipped, saying so, without it) and the compiler that
+``make hosts/ts/node_modules/.installed`` installs from package-lock.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TS = REPO / "hosts" / "ts"
+TSC = TS / "node_modules" / ".bin" / "tsc"
+VECTORS = REPO / "specs" / "conformance"
+FLOWCORE = Path(sys.executable).parent / "flowcore"
+NODE = shutil.which("node")
+TIMEOUT_S = 600  # generous: compiling and playing on a loaded machine
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed (needed for hosts/ts)")
+
+
+def _tsc(*args: str) -> subprocess.CompletedProcess[str]:
+    assert TSC.exists(), (
+        f"{TSC.relative_to(REPO)} is missing: run `make hosts/ts/node_modules/.installed`"
+    )
+    return subprocess.run(
+        [str(TSC), *args], capture_output=True, text=True, timeout=TIMEOUT_S, cwd=TS
+    )
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ts-host")
+    done = _tsc("-p", ".", "--outDir", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def _conformance(compiled: Path, vectors: Path) -> subprocess.CompletedProcess[str]:
+    assert NODE is not None
+    return subprocess.run(
+        [NODE, str(compiled / "conformance.js"), "--flowcore", str(FLOWCORE)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env={**os.environ, "FLOWCORE_VECTORS": str(vectors)},
+    )
+
+
+def _playable(vectors: Path) -> list[str]:
+    out = []
+    for folder in sorted(p for p in vectors.iterdir() if p.is_dir()):
+        expect = json.loads((folder / "expect.json").read_text(encoding="utf-8"))
+        if expect.get("error") is None and expect.get("divergenceIndex") is None:
+            out.append(folder.name)
+    return out
+
+
+def test_the_sources_type_check_strictly() -> None:
+    config = json.loads((TS / "tsconfig.json").read_text(encoding="utf-8"))
+    assert config["compilerOptions"]["strict"] is True
+    done = _tsc("--strict", "--noEmit", "-p", ".")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_ts_host_plays_every_non_divergent_vector(compiled: Path) -> None:
+    done = _conformance(compiled, VECTORS)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    playable = _playable(VECTORS)
+    assert len(playable) >= 40
+    lines = done.stdout.splitlines()
+    assert sorted(line.split()[1].rstrip(":") for line in lines if line.startswith("ok ")) == (
+        playable
+    )
+    skipped = len([p for p in VECTORS.iterdir() if p.is_dir()]) - len(playable)
+    assert lines[-1] == f"played {len(playable)}, skipped {skipped}, failed 0"
+
+
+def test_a_vector_the_host_does_not_reproduce_fails_the_run(compiled: Path, tmp_path: Path) -> None:
+    """Guard against a check that passes whatever decide answers: an edited recorded
+    effect in a vector that claims to replay must fail the script."""
+    case = tmp_path / "sequence-call-tool"
+    shutil.copytree(VECTORS / "sequence-call-tool", case)
+    log = (case / "log.ndjson").read_text(encoding="utf-8")
+    edited = log.replace('"input":{"name":"Ada"}', '"input":{"name":"Bob"}', 1)
+    assert edited != log
+    (case / "log.ndjson").write_text(edited, encoding="utf-8")
+    done = _conformance(compiled, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL sequence-call-tool: record 3:" in done.stdout
+    assert done.stdout.splitlines()[-1] == "played 1, skipped 0, failed 1"
+
+
+def test_the_typed_effect_union_has_the_fields_of_the_effect_schema() -> None:
+    source = (TS / "src" / "flowEffect.ts").read_text(encoding="utf-8")
+    interfaces = {
+        m.group(1): set(re.findall(r"^\s+readonly (\w+)\??:", m.group(2), re.M))
+        for m in re.finditer(r"^export interface (\w+) \{\n(.*?)^\}", source, re.M | re.S)
+    }
+    schema = json.loads((REPO / "specs/schema/effects.json").read_text(encoding="utf-8"))
+    mapping = schema["discriminator"]["mapping"]
+    union = re.search(r"export type FlowEffect =(.*?);", source, re.S)
+    assert union is not None
+    assert sorted(re.findall(r"\| (\w+)", union.group(1))) == sorted(
+        ref.rsplit("/", 1)[1] for ref in mapping.values()
+    )
+    for kind, ref in mapping.items():
+        name = ref.rsplit("/", 1)[1]
+        fields = set(schema["$defs"][name]["properties"])
+        assert interfaces[name] == fields, kind
+    events = json.loads((REPO / "specs/schema/events.json").read_text(encoding="utf-8"))
+    block = source[source.index("export type FlowEvent =") : source.index("export type EventKind")]
+    assert sorted(re.findall(r'kind: "([a-z-]+)"', block)) == sorted(
+        events["discriminator"]["mapping"]
+    )
