@@ -46,7 +46,7 @@ from ._query import (
     waiting_for,
 )
 from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
-from ._spec import Budget, Flow, parse_flow
+from ._spec import Budget, Flow, canonical_spec, parse_flow
 from ._state import ScheduledAnswer, State, decode_state, encode_state
 from ._wire import (
     UNENCODABLE_OUTPUT,
@@ -153,6 +153,7 @@ __all__ = [
     "Waits",
     "WireError",
     "advance",
+    "canonical_spec",
     "check_data",
     "check_event",
     "decode_effect",

@@ -1338,6 +1338,16 @@ def _canonical_hash(data: Any) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+def canonical_spec(spec: str | bytes | Mapping[str, Any]) -> bytes:
+    """The canonical JSON of a valid spec: the bytes its ``Flow.spec_hash`` is the
+    SHA-256 of (keys sorted, no whitespace; the same for YAML and JSON text)."""
+    if isinstance(spec, bytes):
+        spec = spec.decode("utf-8")
+    data = _load_text(spec, "<spec>")[0] if isinstance(spec, str) else spec
+    canonical: bytes = msgspec.json.encode(_sorted(data))
+    return canonical
+
+
 def _sorted(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _sorted(value[k]) for k in sorted(value, key=str)}

@@ -256,9 +256,11 @@ class Decider:
         request_id: Scalar = None
         try:
             try:
-                obj = msgspec.json.decode(line)
-            except msgspec.DecodeError as exc:
-                raise Refusal("not-json", f"the line is not JSON: {exc}") from None
+                # The rules of every JSON a client hands over: no NaN, no lone
+                # surrogates, no key twice, nothing deeper than flowcore data.
+                obj = flowcore.decode_json_text(line, "the line", limit=len(line) + 1)
+            except flowcore.JsonTextError as exc:
+                raise Refusal("not-json", str(exc)) from None
             if not isinstance(obj, dict):
                 raise Refusal("not-object", f"a request is a JSON object, not {type(obj).__name__}")
             request_id = _request_id(obj)
@@ -406,10 +408,7 @@ class Decider:
 
 def _canonical(spec: str | dict[str, Any], flow: Flow) -> bytes:
     """The spec's canonical JSON: exactly the bytes ``flow.spec_hash`` is the SHA-256 of."""
-    from flowcore._spec import _load_text, _sorted
-
-    data = _load_text(spec, "spec")[0] if isinstance(spec, str) else spec
-    canonical: bytes = msgspec.json.encode(_sorted(data))
+    canonical = flowcore.canonical_spec(spec)
     if hashlib.sha256(canonical).hexdigest() != flow.spec_hash:  # pragma: no cover
         raise RuntimeError(f"the canonical form of flow {flow.id!r} does not give its hash")
     return canonical
