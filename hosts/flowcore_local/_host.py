@@ -186,6 +186,7 @@ class LocalHost:
         self._queue: list[tuple[str, Event, asyncio.Future[Applied]]] = []
         self._queue_event: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
+        self._committed = asyncio.Event()  # set (and replaced) after each commit
         self._sem: asyncio.Semaphore | None = None
         self._writer: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
@@ -762,9 +763,14 @@ class LocalHost:
     async def events(
         self, run_id: str, start_index: int = 0, follow: bool = False
     ) -> AsyncIterator[flowcore.Record]:
-        """The run's log records from ``start_index``; with ``follow``, until it settles."""
+        """The run's log records from ``start_index``; with ``follow``, until it settles.
+
+        Following wakes at each commit of this host, and every ``poll_ms`` for
+        what other processes on the database commit.
+        """
         index = start_index
         while True:
+            committed = self._committed  # taken before reading: no commit slips between
             batch = await self.records(run_id, index)
             for record in batch:
                 yield record
@@ -774,7 +780,10 @@ class LocalHost:
             row = await self.run(run_id)
             if row.status != "running" and row.next_index <= index:
                 return
-            await asyncio.sleep(self.poll_ms / 1000)
+            try:
+                await asyncio.wait_for(committed.wait(), self.poll_ms / 1000)
+            except TimeoutError:
+                pass
 
     async def wait(self, run_id: str, timeout: float | None = None) -> RunRow:
         """Wait until the run settles (someone must be running a worker)."""
@@ -1279,6 +1288,10 @@ class LocalHost:
     # --- running handlers and committing their results --------------------------------
 
     def _after(self, applied: Iterable[Applied]) -> None:
+        # Followers of the log (``events(follow=True)``) in this process see
+        # the commit at once; those of other processes on their next poll.
+        self._committed.set()
+        self._committed = asyncio.Event()
         wake = False
         for item in applied:
             for claimed in item.claimed:

@@ -382,3 +382,64 @@ def test_a_run_id_with_slashes_and_hashes(served: Served) -> None:
         first = json.loads(c.get(path + "/events").text.splitlines()[0])
         assert first["runId"] == run_id
         assert c.post(path + "/cancel", json={}).status_code == 202
+
+
+SCHEDULED = """\
+flow: report
+steps:
+  - {id: nap, sleep: {for_ms: 10}}
+output: "${input}"
+schedules:
+  nightly:
+    cron: "0 7 * * *"
+    timezone: Europe/Paris
+    overlap: allow_all
+    input: {day: "${schedule.at}"}
+"""
+
+
+def test_schedule_operations(tmp_path: Path) -> None:
+    import subprocess
+
+    from .serving import FLOWCORE
+
+    spec = tmp_path / "report.yaml"
+    spec.write_text(SCHEDULED)
+    added = subprocess.run(
+        [FLOWCORE, "schedule", "add", "--spec", str(spec), "--db", str(tmp_path / "serve.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert added.returncode == 0, added.stderr
+    server = start_serve(tmp_path)
+    try:
+        headers = {"Authorization": f"Bearer {server.token}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            (listed,) = c.get("/api/schedules").json()["schedules"]
+            assert listed["name"] == "nightly"
+            shown = c.get("/api/schedules/nightly").json()
+            assert shown["name"] == "nightly" and len(shown["nextSlotsMs"]) == 5
+            paused = c.post("/api/schedules/nightly/pause", json={"note": "maintenance"})
+            assert paused.status_code == 200 and paused.json()["paused"] is True
+            resumed = c.post("/api/schedules/nightly/resume", json={})
+            assert resumed.json()["paused"] is False
+            triggered = c.post("/api/schedules/nightly/trigger")
+            assert triggered.status_code == 201, triggered.text
+            run = triggered.json()
+            assert run["flowId"] == "report" and run["principal"] is None
+            view = wait_for(c, run["runId"], lambda v: v["run"]["status"] != "running")
+            assert view["run"]["status"] == "completed"
+            bad = c.post("/api/schedules/nightly/backfill", json={"start": "soon", "end": "later"})
+            assert "not an ISO-8601 instant" in problem(bad, 422)["detail"]
+            filled = c.post(
+                "/api/schedules/nightly/backfill",
+                json={"start": "2026-01-01T00:00:00Z", "end": "2026-01-03T00:00:00Z"},
+            )
+            assert filled.status_code == 200, filled.text
+            two = c.get("/api/runs", params={"flow": "report", "limit": 10}).json()["runs"]
+            assert len(two) == 3  # the triggered run and two nightly slots
+            assert c.delete("/api/schedules/nightly").status_code == 204
+            problem(c.get("/api/schedules/nightly"), 404)
+    finally:
+        server.stop()
