@@ -443,3 +443,30 @@ def test_schedule_operations(tmp_path: Path) -> None:
             problem(c.get("/api/schedules/nightly"), 404)
     finally:
         server.stop()
+
+
+def test_child_runs_belong_to_the_parents_principal(served: Served) -> None:
+    with client(served, "alice") as alice, client(served, "bob") as bob:
+        r = alice.post(
+            "/api/runs", json={"flow": "release", "input": {"change": "v9"}, "runId": "rel"}
+        )
+        assert r.status_code == 201, r.text
+        parent = wait_for(alice, "rel", lambda v: bool(v["children"]))
+        (child_id,) = parent["children"]
+        assert child_id == "rel/approval#1"
+        child = wait_for(alice, child_id, asking)
+        assert child["run"]["principal"] == "alice" and child["run"]["parent"] == "rel"
+        path = "/api/runs/" + quote(child_id, safe="")
+        problem(bob.get(path), 403)
+        listed = alice.get("/api/runs", params={"parent": "rel"}).json()["runs"]
+        assert [r["runId"] for r in listed] == [child_id]
+        assert (
+            alice.post(path + "/answers", json={"key": "decide", "answer": "ship"}).status_code
+            == 200
+        )
+        sent = alice.post(path + "/signals", json={"name": "deployed", "payload": {"commit": "f"}})
+        assert sent.status_code == 202
+        done = wait_for(alice, "rel", lambda v: v["run"]["status"] != "running")
+        assert done["run"]["status"] == "completed"
+        assert done["output"] == {"decision": "ship", "commit": "f"}
+        assert [row["status"] for row in done["report"]] == ["succeeded"]
