@@ -341,6 +341,15 @@ def test_a_garbage_line_gets_an_error_and_the_next_request_is_served(decide: Dec
     error_of(decide.ask(b"\xff\xfe{}"), "not-json")
     error_of(decide.ask(b""), "not-json")
     error_of(decide.ask(b'{"id": 1, "op": "start"'), "not-json")
+    # Valid to some parsers, not flowcore data: refused whole, never rewritten.
+    twice = error_of(decide.ask(b'{"id": 1, "op": "start", "op": "advance"}'), "not-json")
+    assert "key 'op' appears twice" in twice["message"]
+    nan = error_of(decide.ask(b'{"id": 1, "op": "start", "input": NaN}'), "not-json")
+    assert nan["message"].startswith("the line at $.input: nan is not a JSON number")
+    surrogate = error_of(decide.ask(b'{"id": 1, "input": "\\ud800"}'), "not-json")
+    assert "surrogate" in surrogate["message"]
+    deep = error_of(decide.ask(b"[" * 100 + b"]" * 100), "not-json")
+    assert deep["message"].endswith(": nested deeper than 64 levels")
     reply = decide.ask(start_request(SEQUENCE, {"id": "u-7"}))
     assert reply["ok"] is True and reply["id"] == 1
 
