@@ -104,6 +104,7 @@ __all__ = [
     "TornTail",
     "TypedRecord",
     "UnknownRecordType",
+    "budget_from_wire",
     "budget_to_wire",
     "decode_log",
     "detect_format",
@@ -884,6 +885,23 @@ def budget_to_wire(budget: Budget | BudgetRemaining | None) -> dict[str, int] | 
         if value is not None:
             out[name] = int(value)
     return out
+
+
+def budget_from_wire(data: dict[str, Any] | None) -> Budget | None:
+    """The start budget a ``run.started`` record (or a client) gives as camelCase
+    limits (``steps``, ``costMinorUnits``, ``wallClockMs``; absent = not capped).
+    The amounts are checked where the budget is used (``start``)."""
+    if data is None:
+        return None
+    caps: Any = {
+        field: data.get(name)
+        for field, name in (
+            ("steps", "steps"),
+            ("cost_minor_units", "costMinorUnits"),
+            ("wall_clock_ms", "wallClockMs"),
+        )
+    }
+    return Budget(**caps)
 
 
 class Recorder:

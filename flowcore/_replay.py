@@ -97,12 +97,13 @@ from ._log import (
     Record,
     TornTail,
     UnknownRecordType,
+    budget_from_wire,
     scheduled_changed_data,
     settled_record_data,
     why,
 )
 from ._report import ReplayError, ReplayReport, TrajectoryEntry, _Rejected, _Started
-from ._spec import Budget, Flow
+from ._spec import Flow
 from ._state import PendingKind, decode_state
 from ._trajectory import Trajectory
 from ._wire import (
@@ -720,14 +721,7 @@ class _Replayer:
         self.check_started(index, started)
         self.version = started.version
         self.spec_hash = started.spec_hash
-        budget = None
-        if started.budget is not None:
-            b = started.budget
-            budget = Budget(
-                steps=b.get("steps"),  # type: ignore[arg-type]
-                cost_minor_units=b.get("costMinorUnits"),  # type: ignore[arg-type]
-                wall_clock_ms=b.get("wallClockMs"),  # type: ignore[arg-type]
-            )
+        budget = budget_from_wire(started.budget)
         try:
             decision = start(
                 flow,

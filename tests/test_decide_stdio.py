@@ -163,13 +163,7 @@ def test_every_replayable_vector_gives_over_the_wire_what_it_gives_in_process(
             started.data["input"],
             run_id=started.run_id,
             now_ms=started.at,
-            budget=None
-            if budget is None
-            else flowcore.Budget(
-                steps=budget.get("steps"),
-                cost_minor_units=budget.get("costMinorUnits"),
-                wall_clock_ms=budget.get("wallClockMs"),
-            ),
+            budget=flowcore.budget_from_wire(budget),
             depth=started.data["depth"],
         )
         more = {"budget": budget} if budget is not None else {}

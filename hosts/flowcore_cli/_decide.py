@@ -288,14 +288,7 @@ class Decider:
 
     def start(self, request: StartRequest) -> Decided:
         flow, canonical = self._flow_of(request.spec)
-        budget = None
-        if request.budget is not None:
-            caps = request.budget
-            budget = flowcore.Budget(
-                steps=caps.steps,  # type: ignore[arg-type]
-                cost_minor_units=caps.cost_minor_units,  # type: ignore[arg-type]
-                wall_clock_ms=caps.wall_clock_ms,  # type: ignore[arg-type]
-            )
+        budget = flowcore.budget_from_wire(msgspec.to_builtins(request.budget))
         try:
             decision = flowcore.start(
                 flow,

@@ -175,7 +175,7 @@ def run(
     if input_ == "-" and budget == "-":
         raise CliError("--input and --budget cannot both read standard input (-)")
     data = json_value(input_, "--input")
-    caps = _budget(budget_value(budget))
+    caps = flowcore.budget_from_wire(budget_value(budget))
 
     async def body(host: LocalHost) -> dict[str, Any]:
         # Where the run tree is (a run started again, after a crash): progress goes on from there.
@@ -266,16 +266,6 @@ async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow
             await asyncio.wait_for(stop.wait(), 0.2)
         except TimeoutError:
             pass
-
-
-def _budget(caps: dict[str, Any] | None) -> flowcore.Budget | None:
-    if caps is None:
-        return None
-    return flowcore.Budget(
-        steps=caps.get("steps"),
-        cost_minor_units=caps.get("costMinorUnits"),
-        wall_clock_ms=caps.get("wallClockMs"),
-    )
 
 
 @click.command()

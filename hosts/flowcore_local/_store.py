@@ -56,7 +56,7 @@ from flowcore_handlers import tools_module_name
 
 from . import _scheduled as scheduled
 
-__all__ = ["Applied", "Claimed", "HostError", "RunRow", "Store", "budget_json"]
+__all__ = ["Applied", "Claimed", "HostError", "RunRow", "Store"]
 
 WORK = ("call-tool", "run-agent", "run-team")
 # The run ``?`` and every run below it (its child runs, theirs, ...).
@@ -130,22 +130,6 @@ def _dumps(value: Any) -> str:
     return _json.encode(value).decode()
 
 
-def budget_json(budget: flowcore.Budget | flowcore.BudgetRemaining | None) -> dict[str, int] | None:
-    """A start budget as ``run.started`` records it (camelCase, unset limits left out)."""
-    if budget is None:
-        return None
-    out: dict[str, int] = {}
-    for attr, name in (
-        ("steps", "steps"),
-        ("cost_minor_units", "costMinorUnits"),
-        ("wall_clock_ms", "wallClockMs"),
-    ):
-        value = getattr(budget, attr)
-        if value is not None:
-            out[name] = int(value)
-    return out
-
-
 def _rebuild(
     flow: Flow, run_id: str, records: list[flowcore.Record], cut: int
 ) -> tuple[State, dict[str, Any], list[persist.ReportRow], dict[str, persist.Resolution]]:
@@ -163,13 +147,7 @@ def _rebuild(
         data.get("input"),
         run_id=run_id,
         now_ms=first.at,
-        budget=None
-        if budget is None
-        else flowcore.Budget(
-            steps=budget.get("steps"),
-            cost_minor_units=budget.get("costMinorUnits"),
-            wall_clock_ms=budget.get("wallClockMs"),
-        ),
+        budget=flowcore.budget_from_wire(budget),
         depth=data.get("depth", 0),
     )
     results: dict[str, Any] = {}
@@ -486,7 +464,7 @@ class Store:
                 parent_key,
                 depth,
                 _dumps(input),
-                None if budget is None else _dumps(budget_json(budget)),
+                None if budget is None else _dumps(flowcore.budget_to_wire(budget)),
                 tools,
                 now,
                 now,
@@ -528,10 +506,9 @@ class Store:
         # (A run stored before paths were made absolute may hold a relative one.)
         if tools is not None and tools not in (stored_tools, tools_module_name(stored_tools)):
             differs.append(f"tools module (it has {stored_tools!r}, not {tools!r})")
-        if budget is not None and stored_budget != budget_json(budget):
-            differs.append(
-                f"budget (it has {_dumps(stored_budget)}, not {_dumps(budget_json(budget))})"
-            )
+        wanted = flowcore.budget_to_wire(budget)
+        if wanted is not None and stored_budget != wanted:
+            differs.append(f"budget (it has {_dumps(stored_budget)}, not {_dumps(wanted)})")
         return " and ".join(differs)
 
     # --- state ------------------------------------------------------------------------

@@ -157,10 +157,7 @@ class Api:
                     raise ApiError(
                         403, "not-yours", f"run {body.run_id!r} belongs to another principal"
                     )
-        budget = None
-        if body.budget is not None:
-            caps: dict[str, Any] = msgspec.structs.asdict(body.budget)
-            budget = flowcore.Budget(**caps)  # the host checks the amounts
+        budget = flowcore.budget_from_wire(msgspec.to_builtins(body.budget))
         try:
             run_id = await self.host.start(
                 path,

@@ -121,13 +121,7 @@ def test_replay_ends_in_the_state_advance_reaches(case: str) -> None:
         started["input"],
         run_id=read.records[0].run_id,
         now_ms=read.records[0].at,
-        budget=None
-        if started.get("budget") is None
-        else flowcore.Budget(
-            steps=started["budget"].get("steps"),
-            cost_minor_units=started["budget"].get("costMinorUnits"),
-            wall_clock_ms=started["budget"].get("wallClockMs"),
-        ),
+        budget=flowcore.budget_from_wire(started.get("budget")),
         depth=started.get("depth", 0),
     ).state
     for record in read.records:
