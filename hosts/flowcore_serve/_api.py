@@ -187,11 +187,16 @@ class Api:
             children=shown["children"],
         )
         if row.status != "running":
-            last = await self.host.records(row.run_id, max(0, row.next_index - 1))
-            settled = [r for r in last if r.type == "run.settled"]
-            if settled and isinstance(settled[-1].data, dict):
-                view.report = settled[-1].data.get("report")
-                view.exhausted = settled[-1].data.get("exhausted")
+            # The ``settled`` effect carries the report, the ``run.settled`` record
+            # after it does not; records about scheduled calls may follow both.
+            last = await self.host.records(row.run_id, max(0, row.next_index - 64))
+            for record in last:
+                if not isinstance(record.data, dict):
+                    continue
+                if record.type == "effect.emitted" and record.data.get("kind") == "settled":
+                    view.report = record.data.get("report")
+                elif record.type == "run.settled":
+                    view.exhausted = record.data.get("exhausted")
         return json_response(view)
 
     async def cancel_run(self, ctx: Context) -> Response:
