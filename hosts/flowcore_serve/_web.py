@@ -46,7 +46,7 @@ _HEADERS: Final = {
         " base-uri 'none'; form-action 'self'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make form posts send Origin: null
     "Cache-Control": "no-store",
 }
 
@@ -78,9 +78,7 @@ class _Web:
 
     # --- responses ------------------------------------------------------------------
 
-    def page(
-        self, request: Request, name: str, status: int = 200, **context: object
-    ) -> Response:
+    def page(self, request: Request, name: str, status: int = 200, **context: object) -> Response:
         response = self.templates.TemplateResponse(request, name, dict(context), status)
         response.headers.update(_HEADERS)
         return response

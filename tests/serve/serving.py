@@ -37,14 +37,13 @@ class Served:
     db: Path
     log: Path  # where its stdout and stderr go
 
-    @property
-    def headers(self) -> dict[str, str]:
-        return {} if self.token is None else {"Authorization": f"Bearer {self.token}"}
-
-    def client(self, **kwargs: Any) -> httpx.Client:
-        """An HTTP client on the server's address, with the session token."""
+    def client(self, token: str | None = None, **kwargs: Any) -> httpx.Client:
+        """An HTTP client on the server's address with ``token`` (default: the
+        session token) as its bearer token."""
         kwargs.setdefault("timeout", 30.0)
-        return httpx.Client(base_url=self.url.rstrip("/"), headers=self.headers, **kwargs)
+        token = token or self.token
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        return httpx.Client(base_url=self.url.rstrip("/"), headers=headers, **kwargs)
 
     def output(self) -> str:
         return self.log.read_text("utf-8", "replace")
