@@ -76,6 +76,9 @@ def test_answering_on_the_run_page_settles_the_run(context: BrowserContext, serv
     with served.client() as api:
         start(api, "rel-1")
         page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
         log_in(page, served)
         cookie = next(c for c in context.cookies() if c["name"] == COOKIE)
         assert cookie.get("httpOnly") is True and cookie.get("sameSite") == "Strict"
@@ -127,6 +130,8 @@ def test_answering_on_the_run_page_settles_the_run(context: BrowserContext, serv
             "rows => rows.map(r => Number(r.dataset.index))"
         )
         assert rows == list(range(view["run"]["nextIndex"]))
+        # No script error and no refusal (a Content-Security-Policy one included).
+        assert errors == []
 
 
 def test_signal_and_cancel_forms_and_a_refusal(context: BrowserContext, served: Served) -> None:
@@ -199,6 +204,15 @@ def test_the_runs_list_updates_live_and_shows_only_the_principals_runs(
         reply = alice.post("/api/runs/a-1/cancel", json={"reason": "live"})
         assert reply.status_code == 202, reply.text
         expect(row.locator(".status")).to_have_text("cancelled", timeout=WAIT_MS)
+
+        # The start form: a flow of --flows and its input; it opens the new run's page.
+        page.locator("#start summary").click()
+        expect(page.locator("#start-flow option")).to_have_text(["release v1"], timeout=WAIT_MS)
+        page.locator("#start-input").fill('{"ref": "v9"}')
+        page.get_by_role("button", name="Start", exact=True).click()
+        expect(page.locator(".question .text")).to_have_text("Ship app-v9.tar.gz?", timeout=WAIT_MS)
+        started = page.url.rsplit("/", 1)[-1]
+        assert alice.get(f"/api/runs/{started}").json()["run"]["principal"] == "alice"
 
         page.goto(f"{served.url}runs/b-1")  # bob's run: not alice's to see
         expect(page.locator("p.error")).to_contain_text("another principal", timeout=WAIT_MS)

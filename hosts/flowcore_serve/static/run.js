@@ -52,6 +52,8 @@
     return { text: lines.join("\n") + "\n", current, done };
   }
 
+  $("diagram").addEventListener("click", () => $("diagram").classList.toggle("full"));
+
   async function refreshGraph() {
     const box = $("diagram");
     const graph = await api("GET", `${base}/graph`);
