@@ -34,6 +34,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    expect.set_options(timeout=WAIT_MS)  # also for the checks that name none
     with sync_playwright() as playwright:
         found = launch(playwright)
         try:
