@@ -190,7 +190,8 @@ def web_routes(api: Api, tokens: Tokens) -> list[BaseRoute]:
     web = _Web(api, tokens)
     return [
         Route("/", web.runs, methods=["GET"]),
-        Route("/runs/{run_id}", web.run, methods=["GET"]),
+        # :path, since a child run's id holds a slash (parent/step#n)
+        Route("/runs/{run_id:path}", web.run, methods=["GET"]),
         Route("/login", web.login, methods=["POST"]),
         Route("/logout", web.logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
