@@ -24,7 +24,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.serve.serving import start_serve  # noqa: E402
+from tests.serve.serving import FLOWS, start_serve  # noqa: E402
 
 DOC = ROOT / "specs" / "serve.md"
 START, END = "<!-- examples:start -->", "<!-- examples:end -->"
@@ -75,7 +75,7 @@ def examples() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "tokens.yaml").write_text(TOKENS)
-        served = start_serve(folder, "--tokens", str(folder / "tokens.yaml"))
+        served = start_serve(folder, "--flows", FLOWS, "--tokens", str(folder / "tokens.yaml"))
         try:
             alice = httpx.Client(
                 base_url=served.url,

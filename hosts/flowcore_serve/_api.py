@@ -189,13 +189,17 @@ class Api:
             children=shown["children"],
         )
         if row.status != "running":
-            # The settled effect (with its report), then the run.settled record.
-            last = await self.host.records(row.run_id, max(0, row.next_index - 2))
+            # The ``settled`` effect carries the report (left out when no work
+            # ran), the ``run.settled`` record after it does not; records about
+            # scheduled calls may follow both.
+            last = await self.host.records(row.run_id, max(0, row.next_index - 64))
             for record in last:
-                data = record.data
-                if isinstance(data, dict) and data.get("kind") == "settled":
-                    view.report = data.get("report", [])  # left out when no work ran
-                    view.exhausted = data.get("exhausted")
+                if not isinstance(record.data, dict):
+                    continue
+                if record.type == "effect.emitted" and record.data.get("kind") == "settled":
+                    view.report = record.data.get("report", [])
+                elif record.type == "run.settled":
+                    view.exhausted = record.data.get("exhausted")
         return json_response(view)
 
     async def cancel_run(self, ctx: Context) -> Response:

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from .serving import Served, start_serve
+from .serving import FLOWS, Served, start_serve
 
 TOKENS = {
     "alice": "alice-token-0123456789",
@@ -36,7 +36,9 @@ tokens:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("serve")
     (tmp / "tokens.yaml").write_text(TOKEN_FILE)
-    server = start_serve(tmp, "--tokens", str(tmp / "tokens.yaml"), "--max-body", "4096")
+    server = start_serve(
+        tmp, "--flows", FLOWS, "--tokens", str(tmp / "tokens.yaml"), "--max-body", "4096"
+    )
     yield server
     server.stop()
 
@@ -448,7 +450,7 @@ def test_schedule_operations(tmp_path: Path) -> None:
 def test_child_runs_belong_to_the_parents_principal(served: Served) -> None:
     with client(served, "alice") as alice, client(served, "bob") as bob:
         r = alice.post(
-            "/api/runs", json={"flow": "release", "input": {"change": "v9"}, "runId": "rel"}
+            "/api/runs", json={"flow": "handoff", "input": {"change": "v9"}, "runId": "rel"}
         )
         assert r.status_code == 201, r.text
         parent = wait_for(alice, "rel", lambda v: bool(v["children"]))

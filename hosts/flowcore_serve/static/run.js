@@ -1,0 +1,347 @@
+// The run page: the diagram (Mermaid, from GET /api/runs/{id}/graph, with the
+// run's position marked), the timeline (the Server-Sent Events stream, one
+// row per log record), and the run's state and actions (GET /api/runs/{id};
+// answers, signals and cancel POST to the API). New records refresh the state.
+"use strict";
+
+(() => {
+  const { api, el, localTime, clockTime, duration, notice, refused, statusBadge } = flowcore;
+  const runId = document.body.dataset.runId;
+  const writes = document.body.dataset.writes === "yes";
+  const base = `/api/runs/${encodeURIComponent(runId)}`;
+  const prefix = runId + "/";
+  const RECORD_TYPES = [
+    "run.started", "effect.emitted", "event.reported", "event.rejected",
+    "run.settled", "effect.redispatched", "scheduled.changed",
+  ];
+
+  const $ = (id) => document.getElementById(id);
+  const short = (key) => (typeof key === "string" && key.startsWith(prefix) ? key.slice(prefix.length) : key);
+  const clip = (text, n = 80) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
+  const json = (value) => {
+    try { return JSON.stringify(value); } catch (e) { return String(value); }
+  };
+
+  // --- the diagram -------------------------------------------------------------------
+
+  let diagramKey = null;
+  let diagramCount = 0;
+  if (window.mermaid) {
+    window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral", flowchart: { useMaxWidth: true } });
+  }
+
+  function marked(graph, status) {
+    // Only ids of nodes the text declares: a class line naming an unknown id
+    // would make Mermaid draw a new node.
+    const declared = new Set();
+    for (const line of graph.mermaid.split("\n")) {
+      const m = /^\s+([A-Za-z0-9_]+)[[({>]/.exec(line);
+      if (m) declared.add(m[1]);
+    }
+    const current = graph.current.filter((id) => declared.has(id));
+    const done = graph.done.filter((id) => declared.has(id));
+    if (declared.has("flow_start")) done.unshift("flow_start");
+    if (status === "completed" && declared.has("flow_end")) done.push("flow_end");
+    const lines = [
+      graph.mermaid.trimEnd(),
+      "    classDef current fill:#ffe8a3,stroke:#d9480f,stroke-width:3px;",
+      "    classDef done fill:#d3f9d8,stroke:#2b8a3e;",
+    ];
+    if (done.length) lines.push(`    class ${done.join(",")} done;`);
+    if (current.length) lines.push(`    class ${current.join(",")} current;`);
+    return { text: lines.join("\n") + "\n", current, done };
+  }
+
+  $("diagram").addEventListener("click", () => $("diagram").classList.toggle("full"));
+
+  async function refreshGraph() {
+    const box = $("diagram");
+    const graph = await api("GET", `${base}/graph`);
+    const { text, current, done } = marked(graph, $("status").dataset.status);
+    if (text === diagramKey) return;
+    diagramKey = text;
+    box.dataset.current = current.join(" ");
+    box.dataset.done = done.join(" ");
+    if (!window.mermaid) {
+      box.replaceChildren(el("pre", {}, graph.mermaid));
+      return;
+    }
+    try {
+      diagramCount += 1;
+      const { svg } = await window.mermaid.render(`fc-diagram-${diagramCount}`, text);
+      box.innerHTML = svg; // Mermaid's own output, sanitized by it (securityLevel strict)
+    } catch (error) {
+      box.replaceChildren(el("p", { class: "error" }, `The diagram could not be drawn: ${error.message || error}`), el("pre", {}, graph.mermaid));
+    }
+  }
+
+  // --- the timeline ------------------------------------------------------------------
+
+  let lastIndex = -1;
+  const timeline = $("timeline-body");
+
+  function summary(record) {
+    const d = record.data || {};
+    switch (record.type) {
+      case "run.started":
+        return `${d.flowId} v${d.version}` + (d.input !== undefined && d.input !== null ? ` input ${clip(json(d.input), 60)}` : "");
+      case "effect.emitted": {
+        const what = {
+          "call-tool": d.tool,
+          "run-agent": d.agentId + (d.member ? ` (${d.member})` : ""),
+          "run-team": d.teamId,
+          "ask-human": d.question === undefined ? undefined : `“${clip(String(d.question), 60)}”`,
+          "sleep": d.untilMs === undefined ? undefined : `until ${clockTime(d.untilMs)}`,
+          "await-signal": d.signal,
+          "run-subflow": d.flowId,
+          "settled": d.status,
+        }[d.kind];
+        return [d.kind, what, d.idempotencyKey ? short(d.idempotencyKey) : null].filter((x) => x !== undefined && x !== null && x !== "").join(" · ");
+      }
+      case "event.reported": {
+        const extra = {
+          "human-answered": d.answer === undefined ? undefined : `answer ${clip(json(d.answer), 40)}`,
+          "signal-received": d.signal,
+          "effect-failed": d.error ? `${d.error.type}: ${clip(String(d.error.message || ""), 50)}` : undefined,
+          "subflow-settled": d.status,
+          "cancel-requested": d.reason ? clip(String(d.reason), 50) : undefined,
+        }[d.kind];
+        return [d.kind, d.idempotencyKey ? short(d.idempotencyKey) : null, extra].filter((x) => x !== undefined && x !== null && x !== "").join(" · ");
+      }
+      case "event.rejected":
+        return `${d.event && d.event.kind ? d.event.kind : "event"} refused: ${clip(String(d.reason || ""), 70)}`;
+      case "run.settled":
+        return String(d.status);
+      case "effect.redispatched":
+        return `${short(d.idempotencyKey)} · recovery ${d.recovery}`;
+      default:
+        return clip(json(d), 100);
+    }
+  }
+
+  function addRecord(record) {
+    if (typeof record.index !== "number" || record.index <= lastIndex) return;
+    lastIndex = record.index;
+    const kind = record.data && typeof record.data.kind === "string" ? record.data.kind : "";
+    timeline.append(el(
+      "tr",
+      { "data-index": record.index, "data-type": record.type, class: `rec ${record.type.replace(".", "-")}` },
+      el("td", { class: "num" }, record.index),
+      el("td", { title: localTime(record.at) }, clockTime(record.at)),
+      el("td", {}, record.type),
+      el("td", { "data-kind": kind }, summary(record)),
+    ));
+  }
+
+  // Records the stream skipped (a type this page does not listen for) are read
+  // from the NDJSON endpoint, so the timeline has no holes.
+  let chain = Promise.resolve();
+  function receive(record) {
+    chain = chain.then(async () => {
+      if (record.index > lastIndex + 1) {
+        const response = await fetch(`${base}/events?start=${lastIndex + 1}`, { credentials: "same-origin" });
+        if (response.ok) {
+          for (const line of (await response.text()).split("\n")) {
+            if (!line.trim()) continue;
+            const earlier = JSON.parse(line);
+            if (earlier.index < record.index) addRecord(earlier);
+          }
+        }
+      }
+      addRecord(record);
+      soon();
+    }).catch((error) => refused(error));
+  }
+
+  function follow() {
+    const source = new EventSource(`${base}/events/stream`);
+    for (const type of RECORD_TYPES) {
+      source.addEventListener(type, (event) => receive(JSON.parse(event.data)));
+    }
+    source.addEventListener("end", () => { source.close(); soon(); });
+    source.onerror = () => {
+      // The browser reconnects by itself (resuming after the last id); a
+      // refusal closes the stream for good.
+      if (source.readyState === EventSource.CLOSED) notice("The live event stream stopped: reload the page.");
+    };
+  }
+
+  // --- the state ---------------------------------------------------------------------
+
+  let pending = null;
+  function soon() {
+    if (pending !== null) return;
+    pending = setTimeout(() => {
+      pending = null;
+      refreshView().then(refreshGraph).catch(refused);
+    }, 150);
+  }
+
+  function budgetText(view) {
+    const b = view.budget || {};
+    const left = (view.waits && view.waits.budget) || {};
+    const parts = [];
+    if (b.stepsLeft !== undefined && b.stepsLeft !== null) parts.push(`${b.stepsLeft} steps (${b.stepsUsed} used)`);
+    if (b.costLeft !== undefined && b.costLeft !== null) parts.push(`${b.costLeft} cost units (${b.costUsed} used)`);
+    if (typeof left.wallClockMs === "number" && view.run.status === "running") parts.push(`${duration(left.wallClockMs)} of wall clock`);
+    return parts.length ? parts.join(" · ") : "unlimited";
+  }
+
+  async function answer(question, value, buttons) {
+    buttons.forEach((b) => { b.disabled = true; });
+    try {
+      await api("POST", `${base}/answers`, { key: question.key, answer: value });
+      notice("");
+      soon();
+    } catch (error) {
+      refused(error);
+      buttons.forEach((b) => { b.disabled = false; });
+    }
+  }
+
+  function questionBlock(q, running) {
+    const box = el("div", { class: "question", "data-key": q.key, "data-step": q.step });
+    box.append(el("p", { class: "text" }, q.question));
+    const meta = [];
+    if (q.default !== null && q.default !== undefined) meta.push(`default: ${q.default}`);
+    if (q.deadlineMs !== null && q.deadlineMs !== undefined) meta.push(`deadline: ${localTime(q.deadlineMs)}`);
+    meta.push(`step ${q.step}`);
+    box.append(el("p", { class: "muted small" }, meta.join(" · ")));
+    if (!writes || !running) return box;
+    if (Array.isArray(q.options)) {
+      const row = el("div", { class: "options" });
+      const buttons = q.options.map((option) => el(
+        "button",
+        { type: "button", class: option === q.default ? "option default" : "option", "data-answer": option },
+        option,
+      ));
+      buttons.forEach((b, i) => b.addEventListener("click", () => answer(q, q.options[i], buttons)));
+      row.append(...buttons);
+      box.append(row);
+    } else {
+      const input = el("input", { type: "text", class: "free", "aria-label": "answer", required: true });
+      const send = el("button", { type: "submit" }, "Answer");
+      const form = el("form", { class: "free-answer" }, input, send);
+      form.addEventListener("submit", (event) => { event.preventDefault(); answer(q, input.value, [send]); });
+      box.append(form);
+    }
+    return box;
+  }
+
+  function waitingItems(waits) {
+    const items = [];
+    for (const w of waits.work || []) {
+      const e = w.effect || {};
+      const target = e.tool || e.agentId || e.teamId || e.flowId || "";
+      items.push(`${e.kind} ${target} · ${short(w.key)}${w.held ? " (held back by max_concurrency)" : ""}`);
+    }
+    for (const s of waits.signals || []) {
+      items.push(`signal “${s.signal}” (step ${s.step})` + (s.deadlineMs ? ` until ${localTime(s.deadlineMs)}` : ""));
+    }
+    for (const t of waits.timers || []) {
+      if (t.role === "ask-timeout" || t.role === "signal-timeout" || t.role === "deadline") continue;
+      items.push(`timer ${t.role} ${short(t.key)} at ${localTime(t.dueMs)}`);
+    }
+    for (const [name, payloads] of Object.entries(waits.buffered || {})) {
+      items.push(`buffered signal “${name}” ×${payloads.length}`);
+    }
+    return items;
+  }
+
+  function resultBlock(view) {
+    const out = [];
+    if (view.run.status === "completed") {
+      out.push(el("h3", {}, "Output"), el("pre", { id: "output" }, JSON.stringify(view.output, null, 2)));
+    }
+    if (view.error !== null && view.error !== undefined) {
+      out.push(el("h3", {}, "Error"), el("pre", { id: "error", class: "error" }, JSON.stringify(view.error, null, 2)));
+    }
+    if (view.exhausted) out.push(el("p", {}, `Budget exhausted: ${view.exhausted}`));
+    if (Array.isArray(view.report) && view.report.length) {
+      const rows = view.report.map((r) => el(
+        "tr", {},
+        el("td", {}, short(r.idempotencyKey)), el("td", {}, r.effect), el("td", {}, r.target || ""),
+        el("td", { "data-status": r.status }, r.status),
+      ));
+      out.push(el("h3", {}, "Report"), el("table", { class: "report", id: "report" },
+        el("thead", {}, el("tr", {}, el("th", {}, "Key"), el("th", {}, "Effect"), el("th", {}, "Target"), el("th", {}, "Status"))),
+        el("tbody", {}, ...rows)));
+    }
+    if (Array.isArray(view.deadLetters) && view.deadLetters.length) {
+      out.push(el("h3", {}, "Dead letters"), el("pre", {}, JSON.stringify(view.deadLetters, null, 2)));
+    }
+    return out;
+  }
+
+  async function refreshView() {
+    const view = await api("GET", base);
+    const run = view.run;
+    const running = run.status === "running";
+    statusBadge($("status"), run.status);
+    $("started").textContent = localTime(run.createdAt);
+    $("duration").textContent = duration(run.durationMs);
+    $("principal").textContent = run.principal === null ? "—" : run.principal;
+    $("budget").textContent = budgetText(view);
+    if (run.parent) {
+      $("crumb-parent").replaceChildren(el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent), " / ");
+    }
+    const children = (view.children || []).map((id) => el("li", {}, el("a", { href: `/runs/${encodeURIComponent(id)}` }, id)));
+    $("children").replaceChildren(...(children.length ? [el("h3", {}, "Child runs"), el("ul", {}, ...children)] : []));
+
+    const questions = view.waits.questions || [];
+    $("questions").replaceChildren(...(questions.length ? questions.map((q) => questionBlock(q, running)) : [el("p", { class: "muted" }, "None open.")]));
+    const waiting = running ? waitingItems(view.waits) : [];
+    $("waiting").replaceChildren(...waiting.map((text) => el("li", {}, text)));
+    $("waiting-section").hidden = waiting.length === 0;
+
+    const result = resultBlock(view);
+    $("result").replaceChildren(...result);
+    $("result-section").hidden = result.length === 0;
+
+    const names = $("signal-names");
+    if (names) names.replaceChildren(...(view.waits.signals || []).map((s) => el("option", { value: s.signal })));
+    const actions = $("actions");
+    if (actions) actions.hidden = !running;
+  }
+
+  // --- actions -----------------------------------------------------------------------
+
+  const signalForm = $("signal-form");
+  if (signalForm) {
+    signalForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const text = $("signal-payload").value.trim();
+      let payload = null;
+      if (text) {
+        try { payload = JSON.parse(text); } catch (e) { notice(`The payload is not JSON: ${e.message}`); return; }
+      }
+      try {
+        await api("POST", `${base}/signals`, { name: $("signal-name").value.trim(), payload });
+        notice("");
+        $("signal-payload").value = "";
+        soon();
+      } catch (error) {
+        refused(error);
+      }
+    });
+  }
+  const cancelForm = $("cancel-form");
+  if (cancelForm) {
+    cancelForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        await api("POST", `${base}/cancel`, { reason: $("cancel-reason").value });
+        notice("");
+        soon();
+      } catch (error) {
+        refused(error);
+      }
+    });
+  }
+
+  // Keep the duration and remaining wall clock moving while nothing is logged.
+  setInterval(() => { if ($("status").dataset.status === "running" && !document.hidden) soon(); }, 5000);
+
+  refreshView().then(refreshGraph).catch(refused);
+  follow();
+})();
