@@ -34,6 +34,7 @@ __all__ = [
     "endpoint",
     "json_response",
     "problem_response",
+    "same_origin",
 ]
 
 T = TypeVar("T")
@@ -113,6 +114,13 @@ class Operation:
     operation_id: str = ""
 
 
+def same_origin(request: Request) -> bool:
+    """Whether a browser's request comes from this server's own pages (its Origin)."""
+    origin = request.headers.get("origin")
+    host = request.headers.get("host")
+    return origin is not None and host is not None and origin.split("://", 1)[-1] == host
+
+
 def principal_of(request: Request, tokens: Tokens) -> Principal:
     header = request.headers.get("authorization")
     token: str | None = None
@@ -126,9 +134,7 @@ def principal_of(request: Request, tokens: Tokens) -> Principal:
         if token is not None and request.method not in ("GET", "HEAD"):
             # A cookie is sent by the browser on its own: an unsafe request that
             # relies on it must come from this server's own pages.
-            origin = request.headers.get("origin")
-            host = request.headers.get("host")
-            if origin is None or host is None or origin.split("://", 1)[-1] != host:
+            if not same_origin(request):
                 raise ApiError(
                     403,
                     "cross-origin",

@@ -30,7 +30,7 @@ from flowcore_local import HostError
 
 from ._api import Api
 from ._auth import Principal, Tokens
-from ._http import COOKIE
+from ._http import COOKIE, same_origin
 
 __all__ = ["web_routes"]
 
@@ -49,13 +49,6 @@ _HEADERS: Final = {
     "Referrer-Policy": "same-origin",  # no-referrer would make form posts send Origin: null
     "Cache-Control": "no-store",
 }
-
-
-def _same_origin(request: Request) -> bool:
-    """Whether a form POST comes from this server's own pages (browsers send Origin)."""
-    origin = request.headers.get("origin")
-    host = request.headers.get("host")
-    return origin is not None and host is not None and origin.split("://", 1)[-1] == host
 
 
 def _next_path(text: str | None) -> str:
@@ -161,7 +154,7 @@ class _Web:
         return self.page(request, "run.html", principal=who, run=row)
 
     async def login(self, request: Request) -> Response:
-        if not _same_origin(request):
+        if not same_origin(request):
             return self.login_form(request, "Log in from this server's own page.", 403)
         data = b""
         async for chunk in request.stream():
@@ -179,7 +172,7 @@ class _Web:
         return self.with_cookie(request, token, to)
 
     async def logout(self, request: Request) -> Response:
-        if not _same_origin(request):
+        if not same_origin(request):
             return self.login_form(request, "Log out from this server's own page.", 403)
         response = RedirectResponse("/", 303)
         response.delete_cookie(COOKIE, path="/")
