@@ -26,9 +26,12 @@ TSC = TS / "node_modules" / ".bin" / "tsc"
 VECTORS = REPO / "specs" / "conformance"
 FLOWCORE = Path(sys.executable).parent / "flowcore"
 NODE = shutil.which("node")
+NPM = shutil.which("npm")
 TIMEOUT_S = 600  # generous: compiling and playing on a loaded machine
 
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed (needed for hosts/ts)")
+pytestmark = pytest.mark.skipif(
+    NODE is None or NPM is None, reason="node and npm are not installed (needed for hosts/ts)"
+)
 
 
 def _tsc(*args: str) -> subprocess.CompletedProcess[str]:
