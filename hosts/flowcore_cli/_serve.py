@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ import click
 from flowcore_handlers import RegistryError
 from flowcore_local import NotAFlowcoreDatabase
 
-from ._common import CliError
+from ._common import CliError, say
 from ._local import db_option
 
 __all__ = ["serve"]
@@ -74,7 +75,13 @@ def serve(
         raise CliError(str(exc)) from None
 
     def ready(bound_host: str, bound_port: int) -> None:
-        where = f"http://{bound_host}:{bound_port}/"
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host  # IPv6
+        where = f"http://{shown}:{bound_port}/"
+        if not ipaddress.ip_address(bound_host).is_loopback:
+            say(
+                f"listening on {bound_host}, not loopback: tokens cross the network in clear"
+                " over plain HTTP; put TLS in front (a reverse proxy)"
+            )
         if found.generated is not None:
             click.echo(f"serving {db} at {where} — open {where}?token={found.generated}")
         else:
