@@ -15,6 +15,14 @@ EXPECTED = {
     "DataError",
     "check_data",
     "check_event",
+    # JSON text a person or client hands over (the command, serve, decide --stdio)
+    "JsonTextError",
+    "decode_json_text",
+    # a start budget as the log and the wire write it, both ways
+    "budget_from_wire",
+    "budget_to_wire",
+    # the bytes a spec's hash is of (decide --stdio's self-contained state)
+    "canonical_spec",
     "AskHuman",
     "AwaitSignal",
     "Budget",

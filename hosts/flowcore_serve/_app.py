@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,17 @@ def _version() -> str:
         return "0"
 
 
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _by_method(methods: dict[str, Endpoint]) -> Endpoint:
+    async def dispatch(request: Request) -> Response:
+        # Starlette answers a method the route does not list (405) before this.
+        return await methods["GET" if request.method == "HEAD" else request.method](request)
+
+    return dispatch
+
+
 def create_app(
     host: LocalHost,
     tokens: Tokens,
@@ -52,8 +64,12 @@ def create_app(
     async def openapi_json(request: Request) -> Response:
         return json_response(document)
 
+    # One route per path, whatever its methods, so that a 405 lists them all.
+    by_path: dict[str, dict[str, Endpoint]] = {}
+    for op in operations:
+        by_path.setdefault(op.path, {})[op.method] = endpoint(op, tokens, body_limit)
     routes: list[BaseRoute] = [
-        Route(op.path, endpoint(op, tokens, body_limit), methods=[op.method]) for op in operations
+        Route(path, _by_method(methods), methods=list(methods)) for path, methods in by_path.items()
     ]
     routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
     routes.extend(web_routes(api, tokens))
@@ -62,7 +78,9 @@ def create_app(
         assert isinstance(exc, HTTPException)
         code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
         error = ApiError(exc.status_code, code, str(exc.detail))
-        return problem_response(error, request.url.path)
+        response = problem_response(error, request.url.path)
+        response.headers.update(exc.headers or {})  # 405's Allow
+        return response
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.error("flowcore serve: %s %s failed", request.method, request.url.path, exc_info=exc)

@@ -35,11 +35,35 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
                 "name": "Last-Event-ID",
                 "in": "header",
                 "required": False,
-                "schema": {"type": "string"},
+                "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
                 "description": "Resume after this event index (sent by EventSource on reconnect).",
             }
         )
     return params
+
+
+# One Server-Sent Event of a run's stream: ``id`` the record's index, ``event``
+# its type, ``data`` its NDJSON envelope ({type, index, runId, at, data});
+# the last event is ``end`` with ``{}``.
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "event": {"type": "string"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+    "required": ["event", "data"],
+}
+
+
+def _implied(op: Operation) -> set[int]:
+    """The refusals every operation of its shape can give, whatever its handler does."""
+    found: set[int] = set()
+    if op.query is not None or "{" in op.path:
+        found.add(422)  # a query parameter, or a path segment, that is not valid
+    if op.body is not None:
+        found |= {413, 415, 422}
+    return found
 
 
 def openapi(operations: list[Operation], version: str) -> dict[str, Any]:
@@ -62,17 +86,20 @@ def openapi(operations: list[Operation], version: str) -> dict[str, Any]:
         if params:
             item["parameters"] = params
         if op.body is not None:
+            required = bool(components[op.body.__name__].get("required"))
             item["requestBody"] = {
-                "required": False,
+                "required": required,  # else an empty body is the defaults
                 "content": {"application/json": {"schema": by_type[op.body]}},
             }
         ok: dict[str, Any] = {"description": "OK"}
         if op.reply is not None:
             ok["content"] = {"application/json": {"schema": by_type[op.reply]}}
+        elif op.media_type == "text/event-stream":
+            ok["content"] = {op.media_type: {"schema": _SSE_EVENT}}
         elif op.status != 204:
             ok["content"] = {op.media_type: {"schema": {"type": "string"}}}
         responses: dict[str, Any] = {str(op.status): ok}
-        for status in sorted({401, *op.errors}):
+        for status in sorted({401, *op.errors, *_implied(op)}):
             responses[str(status)] = {
                 "description": _TITLES[status],
                 "content": {PROBLEM_TYPE: {"schema": by_type[Problem]}},

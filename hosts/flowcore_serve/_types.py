@@ -85,10 +85,10 @@ class SignalBody(_Body):
 
 
 class BackfillBody(_Body):
-    """Start the runs of the slots in [start, end) (ISO-8601 instants)."""
+    """Start the runs of the slots in [start, end) (RFC 3339 instants; no zone: UTC)."""
 
-    start: str
-    end: str
+    start: datetime
+    end: datetime
 
 
 class ScheduleChange(_Body):
@@ -104,8 +104,8 @@ class RunsQuery(_Body):
     flow: Name | None = None
     status: Literal["running", "completed", "failed", "cancelled", "budget-exhausted"] | None = None
     parent: Name | None = None
-    created_from: str | None = None  # ISO-8601 instant, inclusive
-    created_to: str | None = None  # ISO-8601 instant, exclusive
+    created_from: datetime | None = None  # RFC 3339 instant, inclusive (no zone: UTC)
+    created_to: datetime | None = None  # exclusive
     cursor: str | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
 

@@ -210,7 +210,13 @@ def test_bad_bodies_and_queries(served: Served) -> None:
         problem(c.get("/api/runs?status=sleeping"), 422)
         problem(c.get("/api/runs?colour=blue"), 422)
         problem(c.get("/api/runs?cursor=%%%"), 422)
-        problem(c.get("/api/runs?createdFrom=yesterday"), 422)
+        bad_time = problem(c.get("/api/runs?createdFrom=yesterday"), 422)
+        assert "$.createdFrom" in bad_time["detail"]
+        # What the OpenAPI document promises of every operation: 405 names what is allowed.
+        not_allowed = problem(c.request("TRACE", "/api/whoami"), 405)
+        assert not_allowed["type"] == "/problems/method-not-allowed"
+        allow = c.request("PUT", "/api/runs").headers["allow"]
+        assert sorted(allow.split(", ")) == ["GET", "HEAD", "POST"]
 
 
 def test_listing_filters_and_pages(served: Served) -> None:
@@ -328,7 +334,8 @@ def test_openapi_document_is_valid_and_describes_the_replies(served: Served) -> 
         assert answers["requestBody"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/AnswerBody"
         }
-        assert set(answers["responses"]) == {"200", "401", "403", "404", "409", "413", "422"}
+        statuses = {"200", "401", "403", "404", "409", "413", "415", "422"}
+        assert set(answers["responses"]) == statuses
 
 
 def test_the_graph_marks_where_the_run_is(served: Served) -> None:
@@ -433,7 +440,7 @@ def test_schedule_operations(tmp_path: Path) -> None:
             view = wait_for(c, run["runId"], lambda v: v["run"]["status"] != "running")
             assert view["run"]["status"] == "completed"
             bad = c.post("/api/schedules/nightly/backfill", json={"start": "soon", "end": "later"})
-            assert "not an ISO-8601 instant" in problem(bad, 422)["detail"]
+            assert "Invalid RFC3339 encoded datetime - at `$.start`" in problem(bad, 422)["detail"]
             filled = c.post(
                 "/api/schedules/nightly/backfill",
                 json={"start": "2026-01-01T00:00:00Z", "end": "2026-01-03T00:00:00Z"},
