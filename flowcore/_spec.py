@@ -134,11 +134,16 @@ def duration_text(value: Duration) -> str:
 
 @attrs.frozen
 class ToolDecl:
-    """A declared tool: its execution class, and whether a call to it may be
-    scheduled from outside the run (``scheduled-add-requested``)."""
+    """A declared tool: its execution class, whether a call to it may be
+    scheduled from outside the run (``scheduled-add-requested``), and the JSON
+    Schemas its input and output must meet (checked by the interpreter: a
+    literal input when the spec is parsed, an evaluated one before the call is
+    issued, the output when it is reported)."""
 
     exec_class: ExecClass = "uncertain"
     schedulable: bool = False
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -673,6 +678,8 @@ def _build_converter() -> cattrs.Converter:
     _register_generic(
         conv, dict[str, tuple[Step, ...]], dict_of(tuple[Step, ...], "branches", _ident)
     )
+    # A tool's schemas are taken as written; _tool_schemas checks them with their place.
+    conv.register_structure_hook(dict[str, Any] | None, lambda value, _: value)
     conv.register_structure_hook(ToolDecl, _structure_fn(conv, ToolDecl))
     plain: tuple[type[Any], ...] = (
         Budget,
@@ -1414,6 +1421,8 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     limits = field("limits", Limits, Limits())
     steps = field("steps", tuple[Step, ...], (), required=True)
     output = field("output", Template, None)
+    tools = _tool_schemas(tools, found)
+    _literal_inputs(raw, tools, found)
     input_schema = raw.get("input_schema")
     if input_schema is not None:
         input_schema = _check_schema(input_schema, found)
@@ -1503,14 +1512,62 @@ def _scoped_ids(steps: tuple[Step, ...]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _check_schema(schema: Any, found: list[tuple[tuple[Any, ...], str]]) -> dict[str, Any] | None:
+def _check_schema(
+    schema: Any,
+    found: list[tuple[tuple[Any, ...], str]],
+    where: tuple[Any, ...] = ("input_schema",),
+) -> dict[str, Any] | None:
     from ._validate import schema_problems
 
     if not isinstance(schema, dict):
-        found.append(
-            (("input_schema",), f"expected a JSON Schema mapping, got {_describe(schema)}")
-        )
+        found.append((where, f"expected a JSON Schema mapping, got {_describe(schema)}"))
         return None
-    for path, message in schema_problems(schema):
-        found.append((("input_schema", *path), message))
-    return schema
+    problems = schema_problems(schema)
+    for path, message in problems:
+        found.append(((*where, *path), message))
+    return None if problems else schema
+
+
+def _tool_schemas(
+    tools: dict[str, ToolDecl], found: list[tuple[tuple[Any, ...], str]]
+) -> dict[str, ToolDecl]:
+    """The declared tools, each schema checked (an invalid one is reported and dropped)."""
+    out = {}
+    for name, decl in tools.items():
+        where = ("tools", name)
+        if decl.input_schema is not None:
+            checked = _check_schema(decl.input_schema, found, (*where, "input_schema"))
+            decl = attrs.evolve(decl, input_schema=checked)
+        if decl.output_schema is not None:
+            checked = _check_schema(decl.output_schema, found, (*where, "output_schema"))
+            decl = attrs.evolve(decl, output_schema=checked)
+        out[name] = decl
+    return out
+
+
+def _literal_inputs(
+    raw: Mapping[str, Any], tools: dict[str, ToolDecl], found: list[tuple[tuple[Any, ...], str]]
+) -> None:
+    """A call_tool or schedule input with no expression in it, checked against its
+    tool's input_schema now, where the spec says it (evaluated ones are checked
+    before the call is issued)."""
+    from ._validate import input_problems
+
+    steps = raw.get("steps")
+    if not isinstance(steps, list):
+        return
+    for step, path in _walk_steps(steps, ("steps",)):
+        for kind in ("call_tool", "schedule"):
+            body = step.get(kind)
+            if not isinstance(body, dict) or not isinstance(body.get("tool"), str):
+                continue
+            decl = tools.get(body["tool"])
+            if decl is None or decl.input_schema is None:
+                continue
+            value = body.get("input")
+            if any(find_expressions(text) for text, _ in _strings(value, (), frozenset())):
+                continue  # evaluated at run time
+            for problem in input_problems(decl.input_schema, value):
+                found.append(
+                    ((*path, kind, "input"), f"input of tool {body['tool']!r} at {problem}")
+                )

@@ -51,6 +51,7 @@ from ._spec import CallToolStep, RunSubflowStep, Step, duration_text
 from ._state import Ending, How, Pending, PendingKind, ReportRow, Resolution, StepFrame
 from ._txn import Txn
 from ._wire import (
+    CallTool,
     CancelRequested,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -228,6 +229,12 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
     if ev.usage is not None:
         t.charge_usage(ev.usage)
     t.check_clock()
+    sent = entry.sent
+    if isinstance(sent, CallTool):
+        invalid = leaf.tool_output_error(t, sent.tool, ev.output)
+        if invalid is not None:  # the call ran; what it gave cannot be used
+            _work_done(t, key, entry, (FAIL, invalid))
+            return
     _work_done(t, key, entry, (OK, ev.output))
 
 

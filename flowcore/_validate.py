@@ -22,7 +22,9 @@ from ._data import short
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
 
-__all__ = ["input_problems", "schema_problems"]
+__all__ = ["input_problems", "schema_problems", "value_problem"]
+
+MAX_PROBLEMS_SHOWN = 5
 
 
 def schema_problems(schema: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
@@ -117,6 +119,17 @@ def input_problems(schema: dict[str, Any], value: Any) -> list[str]:
             if line not in out:
                 out.append(line)
     return out
+
+
+def value_problem(schema: dict[str, Any], value: Any, what: str) -> str | None:
+    """One message for every way ``value`` fails ``schema`` (None when it meets it):
+    ``input of tool 'lookup' at $.id: expected a string, got 3``."""
+    problems = input_problems(schema, value)
+    if not problems:
+        return None
+    shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+    more = len(problems) - MAX_PROBLEMS_SHOWN
+    return f"{what} at {shown}" + (f" (and {more} more)" if more > 0 else "")
 
 
 # --- values and types in JSON's words -------------------------------------------------

@@ -1082,6 +1082,44 @@ def _invalid_duration(d: Driver) -> None:
 
 
 @case(
+    "tool-schemas",
+    "A tool's declared input_schema and output_schema: an evaluated input that does not "
+    "meet it fails the step with invalid-input and the tool is never called (try/catch "
+    "catches it); an output that does not meet it fails the step with invalid-output.",
+    """
+flow: tool-schemas
+tools:
+  lookup:
+    class: readonly
+    input_schema:
+      type: object
+      required: [id]
+      properties: {id: {type: string}}
+    output_schema:
+      type: object
+      required: [name]
+steps:
+  - id: guard
+    try:
+      - id: first
+        call_tool: {tool: lookup, input: {id: "${input.id}"}}
+    catch:
+      - errors: [invalid-input]
+        steps:
+          - id: again
+            call_tool: {tool: lookup, input: {id: "${to_string(input.id)}"}}
+  - id: named
+    call_tool: {tool: lookup, input: {id: "${steps.guard.output.name}"}}
+output: "${steps.named.output}"
+""",
+    input={"id": 7},
+)
+def _tool_schemas(d: Driver) -> None:
+    d.ok("again#1", {"name": "ada"})
+    d.ok("named#1", {"nom": "ada"})
+
+
+@case(
     "repeat-cron-timezone",
     "repeat on a cron read in a time zone (Europe/Paris): 02:30 does not exist on the night "
     "clocks spring forward, so that fire comes at the first instant after the gap (03:00 "

@@ -27,7 +27,8 @@ from .._spec import (
     duration_text,
 )
 from .._state import Pending, PendingKind, StepFrame
-from .._wire import AskHuman, AwaitSignal, CallTool, RunAgent
+from .._validate import value_problem
+from .._wire import AskHuman, AwaitSignal, CallTool, ErrorInfo, RunAgent
 
 if TYPE_CHECKING:
     from .._expr import Template
@@ -48,6 +49,8 @@ __all__ = [
     "signal_timed_out",
     "signalled",
     "slept",
+    "tool_input_error",
+    "tool_output_error",
 ]
 
 
@@ -60,9 +63,30 @@ def begin_call_tool(t: Txn, frame: StepFrame, body: CallToolStep) -> Outcome | N
         if template.constant
         else template.evaluate(t.resolver(frame.env, frame.attempt))
     )
+    invalid = tool_input_error(t, body.tool, value)
+    if invalid is not None:
+        return (FAIL, invalid)  # the tool is never called with it
     effect = CallTool(tool=body.tool, input=value, idempotency_key=key)
     t.emit_work(frame.id, effect, body.tool, tag="call-tool")
     return None
+
+
+def tool_input_error(t: Txn, tool: str, value: Any) -> ErrorInfo | None:
+    """``invalid-input`` when ``value`` does not meet the tool's declared input_schema."""
+    decl = t.flow.tools.get(tool)
+    if decl is None or decl.input_schema is None:
+        return None
+    why = value_problem(decl.input_schema, value, f"input of tool {tool!r}")
+    return None if why is None else err("invalid-input", why)
+
+
+def tool_output_error(t: Txn, tool: str, value: Any) -> ErrorInfo | None:
+    """``invalid-output`` when a tool's reported output does not meet its output_schema."""
+    decl = t.flow.tools.get(tool)
+    if decl is None or decl.output_schema is None:
+        return None
+    why = value_problem(decl.output_schema, value, f"output of tool {tool!r}")
+    return None if why is None else err("invalid-output", why)
 
 
 def begin_run_agent(t: Txn, frame: StepFrame, body: RunAgentStep) -> Outcome | None:

@@ -29,10 +29,11 @@ import msgspec
 
 from .. import _keys as keys
 from .._errors import EventRejected
-from .._outcome import OK
+from .._outcome import FAIL, OK
 from .._spec import MAX_MS, CancelScheduledStep, ScheduleStep
 from .._state import Pending, PendingKind, Sched, SchedStatus, ScheduledAnswer, StepFrame
 from .._wire import CallTool, ErrorInfo, ScheduledAddRequested
+from .leaf import tool_input_error
 
 if TYPE_CHECKING:
     from .._outcome import Outcome
@@ -64,6 +65,9 @@ def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
     delay = t.duration(frame, body.delay_ms, "schedule.delay_ms", zero=True)
     sid = t.key(frame)
     value = body.input.evaluate(t.resolver(frame.env, frame.attempt))
+    invalid = tool_input_error(t, body.tool, value)
+    if invalid is not None:
+        return (FAIL, invalid)  # nothing is scheduled
     due = t.now_ms + delay
     sched = Sched(
         SchedStatus.PENDING, body.tool, value, body.outlive_run, created_ms=t.now_ms, due_ms=due
@@ -210,6 +214,9 @@ def add_outside(t: Txn, ev: ScheduledAddRequested) -> None:
         raise EventRejected(
             f"run {t.run_id} is ending ({t.tree.ending.status}): no call can be scheduled"
         )
+    invalid = tool_input_error(t, ev.tool, ev.input)
+    if invalid is not None:
+        raise EventRejected(invalid.message)
     t.check_clock()
     n = t.scheduled_added + 1
     sid = keys.outside_schedule_id(t.run_id, n)
