@@ -48,6 +48,9 @@ _EXHAUSTED = {
     "steps": "step budget exhausted",
     "cost": "cost budget exhausted",
     "wall-clock": "wall-clock budget exhausted",
+    "tokens": "token budget exhausted",
+    "tool-calls": "tool-call budget exhausted",
+    "turns": "turn budget exhausted",
 }
 
 

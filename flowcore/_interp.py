@@ -99,20 +99,27 @@ def start(
         problems = input_problems(flow.input_schema, input)
         if problems:
             raise InputError(flow.id, problems)
-    steps: int | None = flow.budget.steps
-    cost: int | None = flow.budget.cost_minor_units
-    wall: int | None = flow.budget.wall_clock_ms
+    own = flow.budget
+    steps: int | None = own.steps
+    cost: int | None = own.cost_minor_units
+    wall: int | None = own.wall_clock_ms
+    tokens: int | None = own.tokens
+    tool_calls: int | None = own.tool_calls
+    turns: int | None = own.turns
     if budget is not None:
         steps = _tighter(steps, budget.steps)
         cost = _tighter(cost, budget.cost_minor_units)
         wall = _tighter(wall, budget.wall_clock_ms)
+        tokens = _tighter(tokens, budget.tokens)
+        tool_calls = _tighter(tool_calls, budget.tool_calls)
+        turns = _tighter(turns, budget.turns)
     if steps is None:
         steps = DEFAULT_STEP_BUDGET
     state = State(
         flow=flow,
         run=Run(run_id, depth, input, now_ms),
         now_ms=now_ms,
-        ledger=Ledger(steps, cost, wall),
+        ledger=Ledger(steps, cost, wall, tokens=tokens, tool_calls=tool_calls, turns=turns),
         tree=Tree(envs=immutables.Map({"": Env(parent=None, scope="")})),
         waiting=Waiting(),
         results=ResultStore(),

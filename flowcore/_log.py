@@ -156,6 +156,9 @@ class StartBudget(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omi
     steps: NonNegInt | None = None
     cost_minor_units: NonNegInt | None = None
     wall_clock_ms: NonNegInt | None = None
+    tokens: NonNegInt | None = None
+    tool_calls: NonNegInt | None = None
+    turns: NonNegInt | None = None
 
 
 class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -871,16 +874,23 @@ def decode_log(data: bytes, format: LogFormat | None = None) -> LogRead:
     return LogRead(tuple(records), torn)
 
 
+# A budget's limits: (attribute, camelCase wire name).
+_BUDGET_WIRE: tuple[tuple[str, str], ...] = (
+    ("steps", "steps"),
+    ("cost_minor_units", "costMinorUnits"),
+    ("wall_clock_ms", "wallClockMs"),
+    ("tokens", "tokens"),
+    ("tool_calls", "toolCalls"),
+    ("turns", "turns"),
+)
+
+
 def budget_to_wire(budget: Budget | BudgetRemaining | None) -> dict[str, int] | None:
     """A start budget as the camelCase mapping ``run.started`` records (unset limits omitted)."""
     if budget is None:
         return None
     out: dict[str, int] = {}
-    for field, name in (
-        ("steps", "steps"),
-        ("cost_minor_units", "costMinorUnits"),
-        ("wall_clock_ms", "wallClockMs"),
-    ):
+    for field, name in _BUDGET_WIRE:
         value = getattr(budget, field)
         if value is not None:
             out[name] = int(value)
@@ -893,14 +903,7 @@ def budget_from_wire(data: dict[str, Any] | None) -> Budget | None:
     The amounts are checked where the budget is used (``start``)."""
     if data is None:
         return None
-    caps: Any = {
-        field: data.get(name)
-        for field, name in (
-            ("steps", "steps"),
-            ("cost_minor_units", "costMinorUnits"),
-            ("wall_clock_ms", "wallClockMs"),
-        )
-    }
+    caps: Any = {field: data.get(name) for field, name in _BUDGET_WIRE}
     return Budget(**caps)
 
 

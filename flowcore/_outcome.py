@@ -8,14 +8,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ._wire import BudgetRemaining, Effect, ErrorInfo
+from ._wire import BudgetRemaining, Effect, ErrorInfo, Usage
 
 __all__ = [
     "FAIL",
     "NO_BUDGET",
+    "NO_USAGE",
     "OK",
     "Exhausted",
     "InvalidDuration",
+    "add_usage",
     "Outcome",
     "effect_tag",
     "err",
@@ -31,6 +33,20 @@ FAIL = False
 
 NO_BUDGET = BudgetRemaining(steps=0)
 """The placeholder budget of a run-agent or run-subflow, filled in when it is issued."""
+
+NO_USAGE = Usage()
+"""Usage of nothing: charging it changes no ledger."""
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    """The sum of two usages, field by field."""
+    return Usage(
+        steps=a.steps + b.steps,
+        cost_minor_units=a.cost_minor_units + b.cost_minor_units,
+        tokens=a.tokens + b.tokens,
+        tool_calls=a.tool_calls + b.tool_calls,
+        turns=a.turns + b.turns,
+    )
 
 
 class Exhausted(Exception):

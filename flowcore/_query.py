@@ -28,7 +28,15 @@ import msgspec
 from . import _keys as keys
 from ._spec import AskHumanStep
 from ._state import Pending, PendingKind, Sched, SchedStatus, State, Status, StepFrame
-from ._wire import AskHuman, AwaitSignal, BudgetRemaining, ErrorInfo, Sleep, effect_to_wire
+from ._wire import (
+    AskHuman,
+    AwaitSignal,
+    BudgetRemaining,
+    ErrorInfo,
+    Sleep,
+    Usage,
+    effect_to_wire,
+)
 
 __all__ = [
     "OpenWork",
@@ -165,6 +173,19 @@ class Waits(_View, frozen=True):
     budget: BudgetRemaining
     used_steps: int
     used_cost_minor_units: int
+    used_tokens: int = 0
+    used_tool_calls: int = 0
+    used_turns: int = 0
+
+    def usage(self) -> Usage:
+        """What the run has used in all: what a parent's ``subflow-settled`` reports."""
+        return Usage(
+            steps=self.used_steps,
+            cost_minor_units=self.used_cost_minor_units,
+            tokens=self.used_tokens,
+            tool_calls=self.used_tool_calls,
+            turns=self.used_turns,
+        )
 
 
 _ROLE = {
@@ -266,6 +287,9 @@ def waiting_for(state: State) -> Waits:
         budget=budget,
         used_steps=led.used_steps,
         used_cost_minor_units=led.used_cost,
+        used_tokens=led.used_tokens,
+        used_tool_calls=led.used_tool_calls,
+        used_turns=led.used_turns,
     )
 
 

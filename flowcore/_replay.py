@@ -850,7 +850,7 @@ class _Replayer:
         state = self.batch.state() if self.batch is not None else None
         if state is not None:
             self.trajectory.close(state)
-        steps, cost, by_member = self.trajectory.usage()
+        usage, by_member, delegated = self.trajectory.usage()
         unrecorded: tuple[Effect, ...] = ()
         if divergence is None and self.qi < len(self.queue):
             unrecorded = tuple(self.queue[self.qi :])
@@ -871,8 +871,9 @@ class _Replayer:
             status=state.status if state is not None else "not-started",
             settled=settled,
             trajectory=tuple(self.trajectory.rows),
-            usage=Usage(steps=steps, cost_minor_units=cost) if steps or cost else _NO_USAGE,
+            usage=usage,
             usage_by_member=by_member,
+            usage_delegated=delegated,
             steps_used=ledger.used_steps if ledger is not None else 0,
             cost_used=ledger.used_cost if ledger is not None else 0,
             unrecorded=unrecorded,

@@ -88,6 +88,7 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
 
     ``usage`` sums the usage hosts reported; ``usage_by_member`` splits the
     part reported for team members' run-agent effects by member name;
+    ``usage_delegated`` is the part child runs reported (``subflow-settled``);
     ``steps_used`` and ``cost_used`` are the run's ledger (every work effect
     costs one step on top of reported usage). ``state`` is the state after the
     last record replayed (before a divergence), None if ``start`` itself failed.
@@ -112,6 +113,7 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     steps_used: int
     cost_used: int
     unrecorded: tuple[Effect, ...] = ()
+    usage_delegated: Usage = Usage()  # the part of ``usage`` child runs reported
     torn: TornTail | None = None
     divergence: ReplayDivergence | None = None
     state: State | None = None

@@ -997,7 +997,7 @@ class _Simulation:
             idempotency_key=child.key,
             status=state.settled.status,
             output=state.settled.output,
-            usage=Usage(steps=used.used_steps, cost_minor_units=used.used_cost_minor_units),
+            usage=used.usage(),
             at_ms=self.now + delay,
         )
         self.deliver_later(parent.run_id, event, fault)

@@ -164,6 +164,9 @@ class Budget:
     steps: Amount | None = None
     cost_minor_units: Amount | None = None
     wall_clock_ms: Ms | None = None
+    tokens: Amount | None = None  # input + output tokens agents report
+    tool_calls: Amount | None = None  # call-tool effects, and the tool calls agents report
+    turns: Amount | None = None  # the model turns agents report
 
 
 @attrs.frozen

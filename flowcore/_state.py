@@ -333,6 +333,14 @@ class Ledger(_S, frozen=True, gc=False, array_like=True):
     wall_clock_ms: int | None
     used_steps: int = 0
     used_cost: int = 0
+    # Added in a later flowcore: at the end, with defaults, so that older
+    # snapshots (which end at used_cost) decode unchanged.
+    tokens: int | None = None
+    tool_calls: int | None = None
+    turns: int | None = None
+    used_tokens: int = 0
+    used_tool_calls: int = 0
+    used_turns: int = 0
 
     def remaining(self, started_ms: int, now_ms: int) -> BudgetRemaining:
         """What is left at ``now_ms`` of a run started at ``started_ms``."""
@@ -341,9 +349,29 @@ class Ledger(_S, frozen=True, gc=False, array_like=True):
             wall = max(0, started_ms + self.wall_clock_ms - now_ms)
         return BudgetRemaining(
             steps=max(0, (self.steps or 0) - self.used_steps),
-            cost_minor_units=None if self.cost is None else max(0, self.cost - self.used_cost),
+            cost_minor_units=_left(self.cost, self.used_cost),
             wall_clock_ms=wall,
+            tokens=_left(self.tokens, self.used_tokens),
+            tool_calls=_left(self.tool_calls, self.used_tool_calls),
+            turns=_left(self.turns, self.used_turns),
         )
+
+    def over(self) -> str | None:
+        """The limit used beyond what it allows, if one is (``exhausted``'s words)."""
+        for limit, used, name in (
+            (self.steps, self.used_steps, "steps"),
+            (self.cost, self.used_cost, "cost"),
+            (self.tokens, self.used_tokens, "tokens"),
+            (self.tool_calls, self.used_tool_calls, "tool-calls"),
+            (self.turns, self.used_turns, "turns"),
+        ):
+            if limit is not None and used > limit:
+                return name
+        return None
+
+
+def _left(limit: int | None, used: int) -> int | None:
+    return None if limit is None else max(0, limit - used)
 
 
 class SchedStatus(StrEnum):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import immutables
 
+from ._outcome import NO_USAGE, add_usage
 from ._report import TrajectoryEntry
 from ._state import Pending, State
 from ._wire import (
@@ -60,9 +61,9 @@ class Trajectory:
     def __init__(self) -> None:
         self.rows: list[TrajectoryEntry] = []
         self.where: dict[str, int] = {}  # key -> position in rows
-        self.usage_steps = 0
-        self.usage_cost = 0
-        self.by_member: dict[str, list[int]] = {}
+        self.total = NO_USAGE
+        self.delegated = NO_USAGE  # what child runs (run-subflow) used
+        self.by_member: dict[str, Usage] = {}
         self.pending: immutables.Map[str, Pending] = _NONE  # what the run waits for now
 
     def started(self, pending: immutables.Map[str, Pending]) -> None:
@@ -103,10 +104,9 @@ class Trajectory:
             row = self.rows[pos]
             row.note = _join(row.note, f"re-dispatched after recovery ({recovery})")
 
-    def usage(self) -> tuple[int, int, dict[str, Usage]]:
-        """Usage reported in all (steps, cost) and by team member."""
-        by_member = {m: Usage(steps=s, cost_minor_units=c) for m, (s, c) in self.by_member.items()}
-        return self.usage_steps, self.usage_cost, by_member
+    def usage(self) -> tuple[Usage, dict[str, Usage], Usage]:
+        """Usage reported in all, by team member, and by child runs (delegated)."""
+        return self.total, dict(self.by_member), self.delegated
 
     def effect(self, index: int, at: int, effect: Effect) -> None:
         """An effect the log records (and the interpreter derived)."""
@@ -332,12 +332,11 @@ class Trajectory:
         return row
 
     def count_usage(self, row: TrajectoryEntry, usage: Usage) -> None:
-        self.usage_steps += usage.steps
-        self.usage_cost += usage.cost_minor_units
+        self.total = add_usage(self.total, usage)
         if row.member is not None:
-            acc = self.by_member.setdefault(row.member, [0, 0])
-            acc[0] += usage.steps
-            acc[1] += usage.cost_minor_units
+            self.by_member[row.member] = add_usage(self.by_member.get(row.member, NO_USAGE), usage)
+        if row.kind == "run-subflow":
+            self.delegated = add_usage(self.delegated, usage)
 
     def close(self, state: State) -> None:
         """Entries nothing answered: still pending, or dropped along the way."""

@@ -38,6 +38,7 @@ from ._data import short_json
 from ._expr import TemplateError
 from ._outcome import (
     FAIL,
+    NO_USAGE,
     OK,
     Exhausted,
     InvalidDuration,
@@ -311,21 +312,21 @@ class Txn:
         return self.ledger.remaining(self.run.started_ms, self.now_ms)
 
     def charge_usage(self, usage: Usage | None) -> None:
-        if usage is None or (usage.steps == 0 and usage.cost_minor_units == 0):
+        if usage is None or usage == NO_USAGE:
             return
         led = self.ledger
-        led = Ledger(
-            led.steps,
-            led.cost,
-            led.wall_clock_ms,
-            led.used_steps + usage.steps,
-            led.used_cost + usage.cost_minor_units,
+        led = _replace(
+            led,
+            used_steps=led.used_steps + usage.steps,
+            used_cost=led.used_cost + usage.cost_minor_units,
+            used_tokens=led.used_tokens + usage.tokens,
+            used_tool_calls=led.used_tool_calls + usage.tool_calls,
+            used_turns=led.used_turns + usage.turns,
         )
         self.ledger = led
-        if led.steps is not None and led.used_steps > led.steps:
-            raise Exhausted("steps")
-        if led.cost is not None and led.used_cost > led.cost:
-            raise Exhausted("cost")
+        over = led.over()
+        if over is not None:
+            raise Exhausted(over)
 
     def check_clock(self) -> None:
         wall = self.ledger.wall_clock_ms
@@ -367,10 +368,11 @@ class Txn:
             self.pending = self.pending.delete(key)
             self.in_flight -= 1
             self.add_row(row)
-            if taken_back:
+            if taken_back:  # refunded: what issuing it charged
                 led = self.ledger
-                self.ledger = Ledger(
-                    led.steps, led.cost, led.wall_clock_ms, led.used_steps - 1, led.used_cost
+                calls = 1 if entry.effect == "call-tool" else 0
+                self.ledger = _replace(
+                    led, used_steps=led.used_steps - 1, used_tool_calls=led.used_tool_calls - calls
                 )
         else:
             self.pending = self.pending.delete(key)
@@ -445,8 +447,18 @@ class Txn:
             raise Exhausted("steps")
         if led.cost is not None and led.used_cost >= led.cost:
             raise Exhausted("cost")
-        self.ledger = Ledger(
-            led.steps, led.cost, led.wall_clock_ms, led.used_steps + 1, led.used_cost
+        calls = 0
+        if isinstance(effect, CallTool):
+            calls = 1  # a tool call; an agent's own ones come in its usage
+            if led.tool_calls is not None and led.used_tool_calls + 1 > led.tool_calls:
+                raise Exhausted("tool-calls")
+        elif not isinstance(effect, RunSubflow):  # an agent or a team needs a turn and tokens
+            if led.turns is not None and led.used_turns >= led.turns:
+                raise Exhausted("turns")
+            if led.tokens is not None and led.used_tokens >= led.tokens:
+                raise Exhausted("tokens")
+        self.ledger = _replace(
+            led, used_steps=led.used_steps + 1, used_tool_calls=led.used_tool_calls + calls
         )
         if not tag:
             tag = effect_tag(effect)

@@ -76,7 +76,7 @@ __all__ = [
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 SettledStatus: TypeAlias = Literal["completed", "failed", "cancelled", "budget-exhausted"]
-ExhaustedLimit: TypeAlias = Literal["steps", "cost", "wall-clock"]
+ExhaustedLimit: TypeAlias = Literal["steps", "cost", "wall-clock", "tokens", "tool-calls", "turns"]
 ReportStatus: TypeAlias = Literal["succeeded", "failed", "uncertain", "not-started"]
 WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow"]
 
@@ -93,13 +93,21 @@ class BudgetRemaining(_Value, frozen=True, kw_only=True):
     steps: int
     cost_minor_units: int | None = None
     wall_clock_ms: int | None = None
+    tokens: int | None = None
+    tool_calls: int | None = None
+    turns: int | None = None
 
 
 class Usage(_Value, frozen=True, kw_only=True):
-    """Usage reported by a host for one piece of work."""
+    """Usage reported by a host for one piece of work: steps and cost beyond the
+    step the work itself costs, and what an agent spent inside (tokens, its own
+    tool calls, its model turns)."""
 
     steps: NonNegInt = 0
     cost_minor_units: NonNegInt = 0
+    tokens: NonNegInt = 0
+    tool_calls: NonNegInt = 0
+    turns: NonNegInt = 0
 
 
 class ErrorInfo(_Value, frozen=True, kw_only=True):

@@ -301,7 +301,7 @@ def test_a_child_run_gets_its_depth_and_budget_from_the_effect_and_reports_its_u
         )
     )
     assert done["status"] == "completed"
-    assert done["usage"] == {"steps": 1, "costMinorUnits": 30}
+    assert done["usage"] == {"steps": 1, "costMinorUnits": 30, "toolCalls": 1}
     settled = done["effects"][-1]
     report = {
         "kind": "subflow-settled",
@@ -317,7 +317,7 @@ def test_a_child_run_gets_its_depth_and_budget_from_the_effect_and_reports_its_u
     d = flowcore.start(flowcore.parse_flow(PARENT), {"n": 21}, run_id="r-1", now_ms=0)
     d = flowcore.advance(d.state, flowcore.event_from_wire(report))
     assert end["effects"] == wire(d)
-    assert end["usage"] == {"steps": 2, "costMinorUnits": 30}
+    assert end["usage"] == {"steps": 2, "costMinorUnits": 30, "toolCalls": 1}
 
 
 def test_a_child_started_deeper_than_its_flow_allows_settles_failed(decide: Decide) -> None:

@@ -220,6 +220,9 @@ def test_flow_level_settings(full: Flow) -> None:
         "steps": 400,
         "cost_minor_units": 5000,
         "wall_clock_ms": 3600000,
+        "tokens": None,
+        "tool_calls": None,
+        "turns": None,
     }
     assert _fields(full.limits) == {
         "max_subflow_depth": 2,

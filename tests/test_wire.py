@@ -445,8 +445,16 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
-    BudgetRemaining: ("steps", "costMinorUnits?", "wallClockMs?"),
-    Usage: ("steps?", "costMinorUnits?"),
+    # tokens, toolCalls and turns: additions (specs/protocol.md §2), present when limited
+    BudgetRemaining: (
+        "steps",
+        "costMinorUnits?",
+        "wallClockMs?",
+        "tokens?",
+        "toolCalls?",
+        "turns?",
+    ),
+    Usage: ("steps?", "costMinorUnits?", "tokens?", "toolCalls?", "turns?"),
     ErrorInfo: ("type", "message?", "retryable?"),
     ReportEntry: ("idempotencyKey", "effect", "target", "status"),
 }
@@ -505,7 +513,14 @@ def test_value_wire_fields_are_pinned(cls: type[msgspec.Struct]) -> None:
 
 def test_literal_values_are_pinned() -> None:
     assert set(get_args(SettledStatus)) == {"completed", "failed", "cancelled", "budget-exhausted"}
-    assert set(get_args(ExhaustedLimit)) == {"steps", "cost", "wall-clock"}
+    assert set(get_args(ExhaustedLimit)) == {
+        "steps",
+        "cost",
+        "wall-clock",
+        "tokens",
+        "tool-calls",
+        "turns",
+    }
     assert set(get_args(ReportStatus)) == {"succeeded", "failed", "uncertain", "not-started"}
     assert set(get_args(WorkKind)) == {"run-agent", "run-team", "call-tool", "run-subflow"}
 

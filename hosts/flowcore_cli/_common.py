@@ -271,14 +271,15 @@ def answer_value(text: str | None, data: str | None) -> Any:
     return json_value(data, "--data")
 
 
-BUDGET_KEYS: Final = ("steps", "costMinorUnits", "wallClockMs")
+BUDGET_KEYS: Final = ("steps", "costMinorUnits", "wallClockMs", "tokens", "toolCalls", "turns")
 
 
 def budget_value(text: str | None, option: str = "--budget") -> dict[str, int] | None:
     """The budget caps given to ``option`` as JSON (wire names), checked: ``None`` if not given.
 
-    An object of the keys ``steps``, ``costMinorUnits``, ``wallClockMs``, each
-    a non-negative integer; anything else is a ``CliError`` naming it.
+    An object of the keys ``BUDGET_KEYS`` (``steps``, ``costMinorUnits``,
+    ``wallClockMs``, ``tokens``, ``toolCalls``, ``turns``), each a non-negative
+    integer; anything else is a ``CliError`` naming it.
     """
     caps = json_value(text, option)
     if caps is None:

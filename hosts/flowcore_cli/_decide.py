@@ -100,6 +100,9 @@ class BudgetCaps(
     steps: Int64 | None = None
     cost_minor_units: Int64 | None = None
     wall_clock_ms: Int64 | None = None
+    tokens: Int64 | None = None
+    tool_calls: Int64 | None = None
+    turns: Int64 | None = None
 
 
 class StartRequest(
@@ -132,13 +135,6 @@ Request: TypeAlias = StartRequest | AdvanceRequest
 # --- replies -----------------------------------------------------------------------------------
 
 
-class Used(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """What a settled run used in all: a parent's ``subflow-settled`` usage."""
-
-    steps: int
-    cost_minor_units: int
-
-
 class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """The decision: the next state string and the effects to perform, in order.
 
@@ -152,7 +148,7 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     state: str
     effects: tuple[Effect, ...]
     status: RunStatus
-    usage: Used | None = None
+    usage: flowcore.Usage | None = None  # what a parent's subflow-settled reports
     scheduled: flowcore.ScheduledAnswer | None = None
 
 
@@ -449,7 +445,7 @@ def _decided(request_id: Scalar, decision: flowcore.Decision, canonical: bytes) 
     if state.settled is not None:
         status = state.settled.status
         used = flowcore.waiting_for(state)
-        usage = Used(steps=used.used_steps, cost_minor_units=used.used_cost_minor_units)
+        usage = used.usage()
     return Decided(
         id=request_id,
         ok=True,

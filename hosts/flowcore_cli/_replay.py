@@ -166,8 +166,29 @@ def _until_command(log_path: str, spec_path: str | None, until: int, db: Path | 
     return f"flowcore replay {shlex.quote(log_path)}{where}{spec} --until {until}"
 
 
+_MORE_USAGE = (
+    ("tokens", "tokens", "tokens"),
+    ("tool_calls", "toolCalls", "tool calls"),
+    ("turns", "turns", "turns"),
+)
+
+
 def _usage(usage: Usage) -> dict[str, int]:
-    return {"steps": usage.steps, "costMinorUnits": usage.cost_minor_units}
+    """Steps and cost always; tokens, tool calls and turns when some were reported."""
+    out = {"steps": usage.steps, "costMinorUnits": usage.cost_minor_units}
+    for attr, key, _ in _MORE_USAGE:
+        if getattr(usage, attr):
+            out[key] = getattr(usage, attr)
+    return out
+
+
+def _usage_text(usage: Usage) -> str:
+    more = "".join(
+        f", {getattr(usage, attr)} {words}"
+        for attr, _, words in _MORE_USAGE
+        if getattr(usage, attr)
+    )
+    return f"{usage.steps} steps, {usage.cost_minor_units} cost{more}"
 
 
 def _entry_to_json(entry: TrajectoryEntry) -> dict[str, Any]:
@@ -216,6 +237,7 @@ def report_to_json(report: ReplayReport) -> dict[str, Any]:
         "exhausted": None if settled is None else settled.exhausted,
         "usage": _usage(report.usage),
         "usageByMember": {m: _usage(u) for m, u in report.usage_by_member.items()},
+        "usageDelegated": _usage(report.usage_delegated),
         "ledger": {"stepsUsed": report.steps_used, "costUsed": report.cost_used},
         "trajectory": [_entry_to_json(e) for e in report.trajectory],
         "unrecorded": [flowcore.effect_to_wire(e) for e in report.unrecorded],
@@ -323,13 +345,12 @@ def _print_report(
         )
     if report.trajectory:
         out.print(trajectory_table(report))
-    parts = [f"reported usage {report.usage.steps} steps, {report.usage.cost_minor_units} cost"]
+    parts = [f"reported usage {_usage_text(report.usage)}"]
     if report.usage_by_member:
-        members = ", ".join(
-            f"{m} {u.steps} steps/{u.cost_minor_units} cost"
-            for m, u in report.usage_by_member.items()
-        )
+        members = ", ".join(f"{m} {_usage_text(u)}" for m, u in report.usage_by_member.items())
         parts.append(f"by member: {members}")
+    if report.usage_delegated != Usage():
+        parts.append(f"by child runs: {_usage_text(report.usage_delegated)}")
     parts.append(f"ledger {report.steps_used} steps, {report.cost_used} cost")
     out.print(escape("; ".join(parts)))
     settled = report.settled

@@ -307,7 +307,16 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
             )
         usage = info.get("usage")
         if usage:
-            click.echo(f"usage: {usage['steps']} steps, cost {usage['costMinorUnits']}")
+            more = "".join(
+                f", {usage[key]} {word}"
+                for key, word in (
+                    ("tokens", "tokens"),
+                    ("toolCalls", "tool calls"),
+                    ("turns", "turns"),
+                )
+                if usage.get(key)
+            )
+            click.echo(f"usage: {usage['steps']} steps, cost {usage['costMinorUnits']}{more}")
         if info.get("output") is not None:
             click.echo(f"output: {json.dumps(info['output'])}")
         if info.get("error"):

@@ -49,7 +49,6 @@ from flowcore import (
     Sleep,
     State,
     SubflowSettled,
-    Usage,
     persist,
 )
 from flowcore_handlers import tools_module_name
@@ -739,7 +738,7 @@ class Store:
             return
         parent_run, parent_key = row
         used = flowcore.waiting_for(state)
-        usage = Usage(steps=used.used_steps, cost_minor_units=used.used_cost_minor_units)
+        usage = used.usage()
         event = SubflowSettled(
             idempotency_key=parent_key,
             status=settled.status,

@@ -57,6 +57,9 @@ class BudgetBody(_Body):
     steps: Annotated[int, msgspec.Meta(ge=0)] | None = None
     cost_minor_units: Annotated[int, msgspec.Meta(ge=0)] | None = None
     wall_clock_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    turns: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class StartBody(_Body):

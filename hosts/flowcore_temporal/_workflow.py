@@ -94,7 +94,6 @@ with workflow.unsafe.imports_passed_through():
 
 import flowcore
 from flowcore import (
-    Budget,
     BudgetRemaining,
     CallTool,
     CancelRequested,
@@ -210,25 +209,18 @@ def _run_args(value: Any) -> RunArgs:
 
 def budget_to_args(budget: BudgetRemaining | None) -> dict[str, int] | None:
     """A remaining budget in the wire form ``RunArgs.budget`` takes."""
-    if budget is None:
-        return None
-    out = {"steps": budget.steps}
-    if budget.cost_minor_units is not None:
-        out["costMinorUnits"] = budget.cost_minor_units
-    if budget.wall_clock_ms is not None:
-        out["wallClockMs"] = budget.wall_clock_ms
-    return out
+    return flowcore.budget_to_wire(budget)
 
 
-def _budget_from_args(data: dict[str, int] | None) -> Budget | BudgetRemaining | None:
-    if data is None:
-        return None
-    cost = data.get("costMinorUnits")
-    wall = data.get("wallClockMs")
-    if "steps" in data:
-        return BudgetRemaining(steps=data["steps"], cost_minor_units=cost, wall_clock_ms=wall)
-    budget: Any = Budget(cost_minor_units=cost, wall_clock_ms=wall)  # type: ignore[arg-type]
-    return budget  # type: ignore[no-any-return]
+def _usage_json(usage: Usage) -> dict[str, int]:
+    """A run's usage in its result, every limit named (0 included)."""
+    return {
+        "steps": usage.steps,
+        "costMinorUnits": usage.cost_minor_units,
+        "tokens": usage.tokens,
+        "toolCalls": usage.tool_calls,
+        "turns": usage.turns,
+    }
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -297,7 +289,7 @@ class FlowcoreWorkflow:
         if self._refusal is not None:
             raise ApplicationError(self._refusal, type="RunArgsError", non_retryable=True)
         args = self._args
-        budget = _budget_from_args(args.budget)
+        budget = flowcore.budget_from_wire(args.budget)
         now = self._now()
         try:
             flow = _parse(args.spec, args.source_name)
@@ -356,7 +348,7 @@ class FlowcoreWorkflow:
             "output": wire.get("output"),
             "error": wire.get("error"),
             "exhausted": wire.get("exhausted"),
-            "usage": {"steps": used.used_steps, "costMinorUnits": used.used_cost_minor_units},
+            "usage": _usage_json(used.usage()),
             "report": wire.get("report", []),
         }
 
@@ -790,13 +782,18 @@ def _subflow_event(key: str, raw: Any, now: int) -> Event:
                 idempotency_key=key,
                 status=result["status"],
                 output=result.get("output"),
-                usage=Usage(
-                    steps=usage.get("steps", 0), cost_minor_units=usage.get("costMinorUnits", 0)
-                ),
+                usage=msgspec.convert(usage, Usage),
                 at_ms=now,
             )
         )
-    except (_Refused, flowcore.DataError, AttributeError, KeyError, TypeError) as exc:
+    except (
+        _Refused,
+        flowcore.DataError,
+        msgspec.ValidationError,
+        AttributeError,
+        KeyError,
+        TypeError,
+    ) as exc:
         message = f"the child workflow for {key} returned no flowcore result: {clip(str(exc), 200)}"
         return _failed(key, "bad-subflow-result", message, now)
 

@@ -134,7 +134,13 @@ def test_the_demo_flow_gives_the_local_hosts_output(demo_run: DemoRun, tmp_path:
     assert normalise_keys(temporal_report, demo_run.run_id) == normalise_keys(
         local["report"], local["runId"]
     )
-    assert result["usage"] == {"steps": 15, "costMinorUnits": 280}
+    assert result["usage"] == {
+        "steps": 15,
+        "costMinorUnits": 280,
+        "tokens": 0,
+        "toolCalls": 6,  # the flow's call-tool effects
+        "turns": 0,
+    }
 
 
 def test_an_early_signal_is_buffered_and_a_wrong_answer_is_rejected(demo_run: DemoRun) -> None:

@@ -29,10 +29,14 @@ export interface BudgetRemaining {
   readonly steps: number;
   readonly costMinorUnits?: number;
   readonly wallClockMs?: number;
+  /** Additions: present when the root run limits them. */
+  readonly tokens?: number;
+  readonly toolCalls?: number;
+  readonly turns?: number;
 }
 
 export type SettledStatus = "completed" | "failed" | "cancelled" | "budget-exhausted";
-export type ExhaustedLimit = "steps" | "cost" | "wall-clock";
+export type ExhaustedLimit = "steps" | "cost" | "wall-clock" | "tokens" | "tool-calls" | "turns";
 
 export interface ErrorInfo {
   readonly type: string;
@@ -138,6 +142,10 @@ export type EffectKind = FlowEffect["kind"];
 export interface Usage {
   readonly steps?: number;
   readonly costMinorUnits?: number;
+  /** What an agent spent inside: input + output tokens, its own tool calls, its model turns. */
+  readonly tokens?: number;
+  readonly toolCalls?: number;
+  readonly turns?: number;
 }
 
 /** An event the host reports (host -> core); `atMs` is the host's clock. */
@@ -200,6 +208,9 @@ export interface BudgetCaps {
   readonly steps?: number;
   readonly costMinorUnits?: number;
   readonly wallClockMs?: number;
+  readonly tokens?: number;
+  readonly toolCalls?: number;
+  readonly turns?: number;
 }
 
 export interface StartRequest {
@@ -234,7 +245,7 @@ export interface Decided {
   readonly effects: readonly FlowEffect[];
   readonly status: RunStatus;
   /** Set once the run has settled: the totals a parent's subflow-settled reports. */
-  readonly usage?: { readonly steps: number; readonly costMinorUnits: number };
+  readonly usage?: Usage;
   /** The answer to a scheduled-call event from outside. */
   readonly scheduled?: { readonly id: string; readonly done: boolean };
 }
