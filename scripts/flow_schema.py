@@ -290,6 +290,13 @@ _DOC_SECTIONS: dict[str, tuple[str, str]] = {
 
 _ROW_KEY = re.compile(r"^(?P<prefix>[a-z]+ )?`(?P<key>[a-z_]+)`$")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_SECTION_ONLY = re.compile(r"^§[0-9.]+?\.?$")
+# Rows of the reference whose meaning is only a link to the section that tells it.
+_SEE = {
+    "retry": "How the step is retried when it fails, with backoff (§5).",
+    "timeout_ms": "A timeout over all the step's attempts and backoffs; not zero (§6).",
+    "compensate": "Steps that undo this one when the run later fails or is cancelled (§7).",
+}
 
 
 def _doc_rows(text: str, heading: str, prefix: str) -> dict[str, str]:
@@ -311,6 +318,8 @@ def _doc_rows(text: str, heading: str, prefix: str) -> dict[str, str]:
             continue
         meaning = _LINK.sub(r"\1", cells[-1]).replace("**", "").replace("\\|", "|")
         meaning = meaning.replace(" (below)", "")
+        if _SECTION_ONLY.match(meaning):  # a bare "§5.": say what it is
+            meaning = _SEE.get(match["key"], meaning)
         out.setdefault(match["key"], meaning)
     return out
 
@@ -446,7 +455,9 @@ def _step(b: _Builder) -> dict[str, Any]:
         if cl is spec.SwitchStep:
             props[kind] = _ref(_switch(b))
         elif cl is spec.TryStep:  # `try: [steps]`; its clauses are the step's `catch`
-            props[kind] = b.type_schema(typing.get_type_hints(cl)["steps"], "try")
+            steps = b.type_schema(typing.get_type_hints(cl)["steps"], "try")
+            rows = _doc_rows(b.doc, "### 4.14 try / catch", "")
+            props[kind] = {**steps, "description": f"§4.14 try: {rows['try']}"}
         else:
             props[kind] = _ref(b.settings(cl))
     extra = {
