@@ -1,10 +1,12 @@
-"""The wire protocol's and the event log's JSON Schemas, derived from msgspec types.
+"""The JSON Schemas of the wire protocol, the event log and flow specs.
 
 Usage: ``python scripts/gen_schemas.py`` from anywhere writes them to
 ``specs/schema/``. Effects and events come from ``flowcore``'s wire types,
 log records from its log types, the requests and replies of ``flowcore
-decide --stdio`` from the types that command decodes and encodes;
-``tests/test_wire.py`` fails when the committed copies go stale. Each schema
+decide --stdio`` from the types that command decodes and encodes (all msgspec
+types), and a flow spec's from the attrs model ``flowcore.parse_flow`` builds
+(``scripts/flow_schema.py``); ``tests/test_wire.py`` fails when the committed
+copies go stale. Each schema
 is a standalone draft 2020-12 document: its ``$defs`` hold every struct it
 references, so hosts in other languages can validate against one file.
 
@@ -35,8 +37,9 @@ from flowcore_cli._decide import (  # noqa: E402
     Failed,
     StartRequest,
 )
+from scripts.flow_schema import flow_schema  # noqa: E402
 
-__all__ = ["SCHEMA_BASE_URI", "render_schema", "wire_schemas"]
+__all__ = ["SCHEMA_BASE_URI", "all_schemas", "render_schema", "wire_schemas"]
 
 OUT_DIR = ROOT / "specs" / "schema"
 
@@ -157,6 +160,12 @@ def wire_schemas() -> dict[str, dict[str, Any]]:
     }
 
 
+def all_schemas() -> dict[str, dict[str, Any]]:
+    """Every committed schema: the wire's (``wire_schemas``) and ``"flow"``, a flow
+    spec document's. Returns fresh dicts on every call."""
+    return {**wire_schemas(), "flow": flow_schema(f"{SCHEMA_BASE_URI}flow.json")}
+
+
 def render_schema(schema: dict[str, Any]) -> str:
     """The canonical text of a committed schema file: 2-space indent, sorted keys, final newline."""
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -164,7 +173,7 @@ def render_schema(schema: dict[str, Any]) -> str:
 
 def main() -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    for name, schema in sorted(wire_schemas().items()):
+    for name, schema in sorted(all_schemas().items()):
         path = OUT_DIR / f"{name}.json"
         text = render_schema(schema)
         old = path.read_text(encoding="utf-8") if path.exists() else None
