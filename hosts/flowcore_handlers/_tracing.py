@@ -14,7 +14,7 @@ tracing off, never loads it. This module must never be imported by the core.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import flowcore
 from flowcore import (
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TRACER_NAME",
     "TracingError",
+    "provider_for",
     "record_outcome",
     "run_of_key",
     "tracer_for",
@@ -55,8 +56,10 @@ class TracingError(ValueError):
     """Tracing was asked for and cannot be given (a bad option, or no opentelemetry-api)."""
 
 
-def tracer_for(tracing: bool | TracerProvider | None, where: str = "tracing") -> Tracer | None:
-    """The tracer a host emits with, or None when tracing is off.
+def provider_for(
+    tracing: bool | TracerProvider | None, where: str = "tracing"
+) -> TracerProvider | None:
+    """The tracer provider a host emits with, or None when tracing is off.
 
     ``tracing`` is False or None (off: nothing is imported), True (the
     global tracer provider, as ``opentelemetry.trace.set_tracer_provider``
@@ -72,16 +75,21 @@ def tracer_for(tracing: bool | TracerProvider | None, where: str = "tracing") ->
             " (pip install 'flowcore[tracing]')"
         ) from None
     if tracing is True:
-        provider: Any = trace.get_tracer_provider()
-    elif callable(getattr(tracing, "get_tracer", None)):
-        provider = tracing
-    else:
+        return trace.get_tracer_provider()
+    if not callable(getattr(tracing, "get_tracer", None)):
         raise TracingError(
             f"{where} must be True, False or an OpenTelemetry TracerProvider,"
             f" not {type(tracing).__name__}"
         )
-    tracer: Tracer = provider.get_tracer(TRACER_NAME, _version())
-    return tracer
+    return tracing
+
+
+def tracer_for(tracing: bool | TracerProvider | None, where: str = "tracing") -> Tracer | None:
+    """The ``flowcore`` tracer of ``provider_for(tracing)``, or None when tracing is off."""
+    provider = provider_for(tracing, where)
+    if provider is None:
+        return None
+    return provider.get_tracer(TRACER_NAME, _version())
 
 
 def _version() -> str | None:
