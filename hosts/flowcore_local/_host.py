@@ -42,7 +42,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import flowcore
 from flowcore import (
@@ -69,6 +69,7 @@ from flowcore_handlers import (
     safe_text,
     tools_module_name,
 )
+from flowcore_handlers._tracing import TracingError, tracer_for
 
 from . import _prune, _schedules
 from ._db import connect, default_db_path
@@ -77,6 +78,11 @@ from ._prune import Deleted
 from ._resume import Rewind, plan_rewind
 from ._scheduled import ScheduledRetention, ScheduledRow, list_scheduled, trim
 from ._store import Applied, Claimed, HostError, RunRow, Store
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ._tracing import LocalTracing
 
 __all__ = ["LocalHost"]
 
@@ -135,6 +141,19 @@ def _scheduled_call(run_id: str, key: str) -> bool:
         return False
 
 
+def _local_tracing(tracing: Any, host: LocalHost) -> LocalTracing | None:
+    """The host's spans when ``tracing`` asks for them (opentelemetry is imported only then)."""
+    try:
+        tracer = tracer_for(tracing, "LocalHost(tracing=...)")
+    except TracingError as exc:
+        raise HostError(str(exc)) from None
+    if tracer is None:
+        return None
+    from ._tracing import LocalTracing
+
+    return LocalTracing(tracer, host)
+
+
 def _spec_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -159,6 +178,7 @@ class LocalHost:
         scheduled_retention: ScheduledRetention | None = None,
         clock: Callable[[], int] | None = None,
         retention_ms: int | None = None,
+        tracing: bool | TracerProvider = False,
     ) -> None:
         self.db_path = Path(db) if db is not None else default_db_path()
         self.tools = tools_module_name(tools)
@@ -206,6 +226,8 @@ class LocalHost:
         self._on_pruned: Callable[[Deleted], Any] | None = None
         # How long finished scheduled calls stay listed (``trim_scheduled``).
         self.scheduled_retention = scheduled_retention or ScheduledRetention()
+        # OpenTelemetry spans (``_tracing``, specs/tracing.md); None: off, and free.
+        self._tracing: LocalTracing | None = _local_tracing(tracing, self)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -232,6 +254,8 @@ class LocalHost:
         self._sem = asyncio.Semaphore(self.concurrency)
 
     async def close(self) -> None:
+        if self._tracing is not None:
+            self._tracing.close()
         for task in (self._writer, self._heart):
             if task is not None:
                 task.cancel()
@@ -1296,6 +1320,8 @@ class LocalHost:
         for item in applied:
             for claimed in item.claimed:
                 self._spawn(claimed)
+            if item.plan.settled is not None and self._tracing is not None:
+                self._tracing.settled(item.run_id, item.plan.settled)
             if item.plan.settled is not None and self._on_settled is not None:
                 self._tell_settled(item.run_id)
             # Work this worker claimed is already running; the main loop only
@@ -1323,7 +1349,10 @@ class LocalHost:
         ident = (claimed.run_id, claimed.key)
         if ident in self._running:
             return
-        self._running[ident] = asyncio.create_task(self._execute(claimed))
+        running = self._execute(claimed)
+        if self._tracing is not None:
+            running = self._tracing.work(claimed, running)
+        self._running[ident] = asyncio.create_task(running)
 
     async def _execute(self, claimed: Claimed) -> None:
         assert self._sem is not None
@@ -1372,6 +1401,9 @@ class LocalHost:
             )
 
     def _submit(self, run_id: str, event: Event) -> asyncio.Future[Applied]:
+        if self._tracing is not None:
+            key = getattr(event, "idempotency_key", "")
+            self._tracing.submitted(run_id, event, self._failures.get((run_id, key)))
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Applied] = loop.create_future()
         self._queue.append((run_id, event, future))

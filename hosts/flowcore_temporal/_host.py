@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 from temporalio import workflow
@@ -53,6 +53,9 @@ import flowcore
 from flowcore import Flow, HumanAnswered, Record, SignalReceived
 
 from ._schedules import describe, to_temporal
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 from ._types import (
     ANSWER_UPDATE,
     DEFAULT_ACTIVITY_TIMEOUT_MS,
@@ -91,10 +94,21 @@ class TemporalUnavailable(TemporalHostError):
     """The Temporal server cannot be reached."""
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
-    """A client for ``address``; ``TemporalUnavailable`` (one line) if nobody answers there."""
+async def connect(
+    address: str, namespace: str = "default", *, tracing: bool | TracerProvider = False
+) -> Client:
+    """A client for ``address``; ``TemporalUnavailable`` (one line) if nobody answers there.
+
+    ``tracing`` (True: the global tracer provider) carries OpenTelemetry trace
+    context from this client into the runs it starts (``specs/tracing.md``).
+    """
+    interceptors: list[Any] = []
+    if tracing is not False:
+        from ._tracing import client_interceptors
+
+        interceptors = client_interceptors(tracing, "connect")
     try:
-        return await Client.connect(address, namespace=namespace)
+        return await Client.connect(address, namespace=namespace, interceptors=interceptors)
     except RuntimeError as exc:
         text = str(exc)
         reason = "connection refused" if "refused" in text.lower() else text.split(": ", 1)[-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
@@ -21,6 +21,9 @@ from flowcore_handlers import Registry
 from ._activities import FlowcoreActivities
 from ._types import DEFAULT_TASK_QUEUE
 from ._workflow import FlowcoreWorkflow
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = [
     "LIBRARIES",
@@ -84,6 +87,7 @@ def new_worker(
     registry: Registry | None = None,
     max_concurrent_activities: int = 100,
     interceptors: Sequence[Interceptor] = (),
+    tracing: bool | TracerProvider = False,
     **options: Any,
 ) -> Worker:
     """A worker that runs the ``flowcore`` workflow and the ``flowcore_work`` activity.
@@ -92,8 +96,13 @@ def new_worker(
     from, unless a run names its own; ``registry`` supplies it ready-made.
     Other ``options`` go to ``temporalio.worker.Worker`` (``workflow_runner``
     defaults to the sandbox with ``PASSTHROUGH_MODULES``). Run it with
-    ``async with worker:`` or ``await worker.run()``.
+    ``async with worker:`` or ``await worker.run()``. ``tracing`` (True: the
+    global tracer provider) emits OpenTelemetry spans (``specs/tracing.md``).
     """
+    if tracing is not False:
+        from ._tracing import worker_interceptors
+
+        interceptors = [*interceptors, *worker_interceptors(tracing, client, "new_worker")]
     activities = FlowcoreActivities(tools, registry=registry)
     options.setdefault("workflow_runner", workflow_runner())
     return Worker(
