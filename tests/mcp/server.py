@@ -17,7 +17,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-server = MCPServer("flowcore-test")
+server = MCPServer("flowcore-test", log_level="WARNING")
 
 
 def _record(tool: str, arguments: dict[str, Any], ctx: Context) -> None:
