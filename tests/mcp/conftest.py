@@ -1,4 +1,4 @@
-"""The MCP tests on Temporal need the Temporal dev server of ``tests/temporal`` (one per session)."""
+"""The MCP tests on Temporal use the Temporal dev server of ``tests/temporal`` (one a session)."""
 
 from tests.temporal.conftest import temporal_address
 

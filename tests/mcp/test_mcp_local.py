@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from .support import EXPECTED, FLOW, calls, crash_flow, http_server, tools_module
+from flowcore_handlers import RegistryError
+from flowcore_local import HostError, LocalHost
 
-from flowcore_handlers import RegistryError  # noqa: E402  (after the importorskip in support)
-from flowcore_local import HostError, LocalHost  # noqa: E402
+from .support import EXPECTED, FLOW, calls, crash_flow, http_server, tools_module
 
 
 def run_local(
@@ -99,7 +99,7 @@ def test_a_flow_calling_a_tool_the_server_lacks_is_refused_at_start(tmp_path: Pa
 
     async def main() -> None:
         async with LocalHost(tmp_path / "runs.db", str(tools_module(tmp_path, log))) as host:
-            with pytest.raises(HostError, match="files.absent") as caught:
+            with pytest.raises(HostError, match=r"files\.absent") as caught:
                 await host.start(spec, {}, "m-5")
             assert "files.lookup" not in str(caught.value)
             assert await host.runs() == []
@@ -152,4 +152,9 @@ def test_the_same_tools_over_streamable_http(tmp_path: Path) -> None:
         tools = tools_module(tmp_path, log, server=f"HttpServer({url!r})")
         row = run_local(tmp_path, tools, FLOW, {"name": "ada"}, "h-1")
     assert (row.status, row.output) == ("completed", EXPECTED)
-    assert [c["key"] for c in calls(log)] == ["h-1/look#1", "h-1/jot#1", "h-1/nope#1", "h-1/caught#1"]
+    assert [c["key"] for c in calls(log)] == [
+        "h-1/look#1",
+        "h-1/jot#1",
+        "h-1/nope#1",
+        "h-1/caught#1",
+    ]
