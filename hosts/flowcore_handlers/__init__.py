@@ -10,8 +10,12 @@ Each handler is a plain callable, sync or ``async``, that receives the effect
 (a ``flowcore.CallTool``, ``RunAgent`` or ``RunTeam``: input or prompt, the
 idempotency key, the remaining budget) and returns its output, or a
 ``Result(output, usage)`` to report usage. Raising ``HandlerError(type,
-message, retryable=...)`` fails the effect with that error type; any other
-exception fails it with the exception's class name as the type.
+message, retryable=...)`` fails the effect with that error type; raising
+``OutcomeUnknown`` says the handler cannot tell whether the work happened
+(a connection lost mid-call), reported as ``effect-outcome-unknown`` so the
+flow's execution class decides (re-issue with the same key, or fail with
+``outcome-unknown``); any other exception fails it with the exception's
+class name as the type.
 
 The same module works on every host (local, Temporal).
 
@@ -46,6 +50,7 @@ import flowcore
 from flowcore import (
     CallTool,
     EffectFailed,
+    EffectOutcomeUnknown,
     EffectSucceeded,
     ErrorInfo,
     RunAgent,
@@ -57,6 +62,7 @@ __all__ = [
     "MAX_TRACEBACK_BYTES",
     "Handler",
     "HandlerError",
+    "OutcomeUnknown",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
     "Registry",
@@ -93,6 +99,16 @@ class HandlerError(Exception):
         self.type = type
         self.message = message
         self.retryable = retryable
+
+
+class OutcomeUnknown(Exception):
+    """The handler cannot tell whether its work happened (e.g. the connection broke mid-call).
+
+    Reported as ``effect-outcome-unknown``: a ``readonly`` or ``idempotent``
+    tool is then issued again with the same idempotency key, anything else
+    fails its step with ``outcome-unknown``. Raise it only when the work may
+    have happened; when it surely did not, raise ``HandlerError`` instead.
+    """
 
 
 class RegistryError(ValueError):
@@ -305,10 +321,17 @@ UNENCODABLE_OUTPUT = flowcore.UNENCODABLE_OUTPUT
 """The error type of an effect whose handler returned something that is not flowcore data."""
 
 
+Outcome = EffectSucceeded | EffectFailed | EffectOutcomeUnknown
+"""The events that report how a handler went."""
+
+
 def outcome_event(
     effect: WorkEffect, outcome: Any, error: BaseException | None, at_ms: int
-) -> EffectSucceeded | EffectFailed:
+) -> Outcome:
     """The event that reports a handler's return value or exception.
+
+    ``OutcomeUnknown`` gives ``effect-outcome-unknown``; any other exception
+    ``effect-failed``.
 
     A return value flowcore cannot store (not JSON data, an integer beyond
     64 bits, a lone surrogate, too large) fails this effect, once, with
@@ -316,6 +339,8 @@ def outcome_event(
     not run again, and no other run is touched.
     """
     key = effect.idempotency_key
+    if isinstance(error, OutcomeUnknown):
+        return EffectOutcomeUnknown(idempotency_key=key, at_ms=at_ms)
     if error is not None:
         return EffectFailed(idempotency_key=key, error=_error_of(error), at_ms=at_ms)
     output, usage = outcome, None
@@ -329,7 +354,7 @@ async def run_handler(
     effect: WorkEffect,
     now_ms: Callable[[], int],
     executor: Executor | None = None,
-) -> tuple[EffectSucceeded | EffectFailed, BaseException | None]:
+) -> tuple[Outcome, BaseException | None]:
     """Run the effect's handler: the event that reports it, and the exception it raised.
 
     The exception (None when the handler returned, or has no handler) is for
@@ -362,7 +387,7 @@ async def run_handler(
                 outcome = await asyncio.get_running_loop().run_in_executor(executor, call)
             if inspect.isawaitable(outcome):
                 outcome = await outcome
-    except Exception as exc:  # every handler failure becomes effect-failed
+    except Exception as exc:  # every handler failure becomes effect-failed (or -outcome-unknown)
         return outcome_event(effect, None, exc, now_ms()), exc
     return outcome_event(effect, outcome, None, now_ms()), None
 
@@ -372,7 +397,7 @@ async def call_handler(
     effect: WorkEffect,
     now_ms: Callable[[], int],
     executor: Executor | None = None,
-) -> EffectSucceeded | EffectFailed:
+) -> Outcome:
     """Run the effect's handler and report how it went (``run_handler`` without the exception)."""
     event, _ = await run_handler(registry, effect, now_ms, executor)
     return event

@@ -202,6 +202,9 @@ class LocalHost:
         self._failures: dict[tuple[str, str], str | None] = {}
         self._on_settled: Callable[[RunRow], Any] | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Effects reported outcome-unknown whose task is still committing that:
+        # the interpreter may issue them again (same key) in that very commit.
+        self._reissued: dict[tuple[str, str], Claimed | None] = {}
         self._firing: set[tuple[str, str]] = set()
         self._queue: list[tuple[str, Event, asyncio.Future[Applied]]] = []
         self._queue_event: asyncio.Event | None = None
@@ -1348,6 +1351,8 @@ class LocalHost:
     def _spawn(self, claimed: Claimed) -> None:
         ident = (claimed.run_id, claimed.key)
         if ident in self._running:
+            if ident in self._reissued:  # run it once the last issue's task ends
+                self._reissued[ident] = claimed
             return
         running = self._execute(claimed)
         if self._tracing is not None:
@@ -1372,6 +1377,8 @@ class LocalHost:
                     )
                     if isinstance(event, EffectFailed):
                         self._failures[ident] = None if raised is None else format_traceback(raised)
+                    elif isinstance(event, EffectOutcomeUnknown):
+                        self._reissued[ident] = None
             await self._submit(claimed.run_id, event)
         except Exception as exc:
             # The group commit itself failed (the database, not this event):
@@ -1387,6 +1394,9 @@ class LocalHost:
         finally:
             self._running.pop(ident, None)
             self._failures.pop(ident, None)
+            again = self._reissued.pop(ident, None)
+            if again is not None:
+                self._spawn(again)
 
     def _cannot_load(self, claimed: Claimed, exc: RegistryError) -> None:
         """Say once per tools module that this worker cannot load it (the runs fail with why)."""

@@ -3,7 +3,8 @@
 Handlers come from a tools module exactly as on the local host
 (``flowcore_handlers``): the same module works on both. The handler receives
 the effect, idempotency key included, and its return value or exception is
-reported as the ``effect-succeeded`` / ``effect-failed`` event, which the
+reported as the ``effect-succeeded`` / ``effect-failed`` event (or
+``effect-outcome-unknown`` when the handler raised ``OutcomeUnknown``), which the
 workflow applies at its own clock.
 
 The activity heartbeats while the handler runs, so a worker that dies
@@ -29,7 +30,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 import flowcore
-from flowcore import CallTool, EffectFailed, EffectSucceeded, ErrorInfo, RunAgent, RunTeam
+from flowcore import (
+    CallTool,
+    EffectFailed,
+    EffectOutcomeUnknown,
+    EffectSucceeded,
+    ErrorInfo,
+    RunAgent,
+    RunTeam,
+)
 from flowcore_handlers import (
     Registry,
     RegistryError,
@@ -103,7 +112,7 @@ class FlowcoreActivities:
         return _result(event)
 
 
-def _result(event: EffectSucceeded | EffectFailed) -> dict[str, Any]:
+def _result(event: EffectSucceeded | EffectFailed | EffectOutcomeUnknown) -> dict[str, Any]:
     """The activity's result: the event as a wire dict, checked as flowcore data first.
 
     ``call_handler`` already reports an unstorable value as ``unencodable-output``;
@@ -115,7 +124,7 @@ def _result(event: EffectSucceeded | EffectFailed) -> dict[str, Any]:
     key = event.idempotency_key
     if isinstance(event, EffectSucceeded):
         event = flowcore.result_event(key, event.output, event.usage, at_ms=event.at_ms)
-    else:
+    elif isinstance(event, EffectFailed):
         try:
             flowcore.check_event(event)
         except flowcore.DataError:

@@ -762,7 +762,10 @@ def _work_event(key: str, raw: Any, now: int) -> Event:
     except flowcore.WireError as exc:
         return _failed(key, "bad-activity-result", f"the activity for {key}: {exc}", now)
     answered = getattr(event, "idempotency_key", None)
-    if not isinstance(event, (EffectSucceeded, EffectFailed)) or answered != key:
+    if (
+        not isinstance(event, (EffectSucceeded, EffectFailed, EffectOutcomeUnknown))
+        or answered != key
+    ):
         message = f"the activity for {key} answered {_tag(event)} for {answered!a}"
         return _failed(key, "bad-activity-result", message, now)
     return msgspec.structs.replace(event, at_ms=now)
