@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import immutables
 import msgspec
 
+from . import _keys as keys
 from ._data import MAX_EVENT_BYTES, json_size
 from ._expr import TemplateError
-from ._outcome import effect_tag, err
+from ._outcome import Exhausted, effect_tag, err
 from ._state import (
     Ending,
     Frame,
@@ -59,9 +60,14 @@ class NeedsReport(Exception):
 
 
 def root_done(t: Txn, child: Frame | None, out: Any) -> None:
-    """A list without a parent ended: the flow's own steps, or a compensation."""
-    if child is not None and getattr(child, "list", None) is ListKind.COMPENSATION:
+    """A list without a parent ended: the flow's own steps, a compensation, or the
+    steps run within the reserve after the budget ran out."""
+    kind = getattr(child, "list", None)
+    if kind is ListKind.COMPENSATION:
         next_compensation(t)
+        return
+    if kind is ListKind.FINAL:
+        final_done(t, out)
         return
     if not out[0]:
         t.abandon_all()
@@ -113,8 +119,50 @@ def maybe_finish(t: Txn) -> None:
 
 
 def exhaust(t: Txn, limit: str) -> None:
+    """A limit was reached: settle ``budget-exhausted`` at once, or first run the
+    flow's ``on_budget_exhausted`` steps within the reserve (once)."""
     t.abandon_all()
-    settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[limit]), limit)
+    final = t.flow.on_exhausted
+    if final is None or t.tree.exhausted is not None or t.tree.ending is not None:
+        settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[limit]), limit)
+        return
+    t.tree = msgspec.structs.replace(t.tree, exhausted=limit)
+    t.release_reserve(final.reserve)
+    try:
+        out = t.start_list(keys.FINAL_LIST, None, "", "", "", ListKind.FINAL)
+        if out is not None:
+            final_done(t, out)
+        t.drain_queue()
+    except Exhausted as exc:  # the reserve was not enough: settle now
+        t.abandon_all()
+        settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[exc.limit]), limit)
+
+
+def final_done(t: Txn, out: Any) -> None:
+    """``on_budget_exhausted``'s steps ended: settle ``budget-exhausted`` with their output."""
+    limit = t.tree.exhausted
+    final = t.flow.on_exhausted
+    assert limit is not None and final is not None
+    t.abandon_all()
+    error = err("budget-exhausted", _EXHAUSTED[limit])
+    if not out[0]:
+        failed: ErrorInfo = out[1]
+        message = f"{_EXHAUSTED[limit]}; its final steps failed ({failed.type}: {failed.message})"
+        settle(t, "budget-exhausted", None, err("budget-exhausted", message), limit)
+        return
+    output = out[1]
+    if final.output is not None:
+        try:
+            output = final.output.evaluate(t.resolver(""))
+        except TemplateError as exc:
+            message = f"{_EXHAUSTED[limit]}; on_budget_exhausted.output: {exc}"
+            settle(t, "budget-exhausted", None, err("budget-exhausted", message), limit)
+            return
+    if json_size(output) > MAX_EVENT_BYTES:
+        message = f"{_EXHAUSTED[limit]}; its final output is over {MAX_EVENT_BYTES:,} bytes"
+        settle(t, "budget-exhausted", None, err("budget-exhausted", message), limit)
+        return
+    settle(t, "budget-exhausted", output, error, limit)
 
 
 def settle(

@@ -67,6 +67,13 @@ def _tighter(own: int | None, given: int | None) -> int | None:
     return own if given is None else min(own, given)
 
 
+def _less(limit: int | None, reserve: int | None) -> int | None:
+    """A limit less a reserve (an unlimited one stays unlimited)."""
+    if limit is None or not reserve:
+        return limit
+    return max(0, limit - reserve)
+
+
 def start(
     flow: Flow,
     input: Any = None,
@@ -115,6 +122,14 @@ def start(
         turns = _tighter(turns, budget.turns)
     if steps is None:
         steps = DEFAULT_STEP_BUDGET
+    if flow.on_exhausted is not None:  # the main work runs within what the reserve leaves
+        keep = flow.on_exhausted.reserve
+        steps = _less(steps, keep.steps)
+        cost = _less(cost, keep.cost_minor_units)
+        wall = _less(wall, keep.wall_clock_ms)
+        tokens = _less(tokens, keep.tokens)
+        tool_calls = _less(tool_calls, keep.tool_calls)
+        turns = _less(turns, keep.turns)
     state = State(
         flow=flow,
         run=Run(run_id, depth, input, now_ms),

@@ -13,6 +13,7 @@ The grammar, for a run ``r-1``::
            | run "/" path "/timeout"             a step's timeout timer
            | run "/" scope "tick"                a repeat's tick timer
            | run "/$deadline"                    the wall-clock deadline
+           | run "/$deadline-reserve"            the deadline of the reserve's steps
            | run "/~scheduled-" n                a call scheduled from outside the run
            | schedule "/delay" | schedule "/call"   a scheduled call's timer and call
     path   = { scope } step
@@ -54,6 +55,9 @@ __all__ = [
     "child_prefix",
     "compensation_list",
     "deadline_key",
+    "reserve_deadline_key",
+    "FINAL_LIST",
+    "RESERVE_DEADLINE",
     "delay_key",
     "iteration_list",
     "loop_output",
@@ -69,6 +73,7 @@ __all__ = [
 ]
 
 DEADLINE = "$deadline"
+RESERVE_DEADLINE = "$deadline-reserve"  # the wall clock of on_budget_exhausted's steps
 
 
 # --- keys -------------------------------------------------------------------------
@@ -107,6 +112,15 @@ def tick_key(run_id: str, scope: str) -> str:
 def deadline_key(run_id: str) -> str:
     """The wall-clock budget's deadline timer: ``r-1/$deadline``."""
     return f"{run_id}/{DEADLINE}"
+
+
+def reserve_deadline_key(run_id: str) -> str:
+    """The deadline of the steps run within the reserve: ``r-1/$deadline-reserve``."""
+    return f"{run_id}/{RESERVE_DEADLINE}"
+
+
+FINAL_LIST = "!exhausted:"
+"""The frame id of the list of ``on_budget_exhausted`` steps."""
 
 
 def delay_key(schedule: str) -> str:
@@ -238,7 +252,7 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
         rest = key[len(run_id) + 1 :]
     else:
         raise ValueError(f"key {key[:200]!r} does not belong to run {run_id[:200]!r}")
-    if rest == DEADLINE:
+    if rest == DEADLINE or rest == RESERVE_DEADLINE:
         return KeyInfo(
             run_id=run_id, role=KeyRole.DEADLINE, step=None, path="", loops=(), attempt=None
         )

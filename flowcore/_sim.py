@@ -57,6 +57,7 @@ from ._errors import EventRejected, FlowcoreError
 from ._interp import Decision, InputError, advance, start
 from ._keys import parse_key
 from ._log import Record, Recorder
+from ._outcome import NO_USAGE
 from ._query import waiting_for
 from ._spec import Budget, Flow, parse_flow
 from ._state import State, encode_state
@@ -129,6 +130,9 @@ class Ok:
     output: Any = None
     steps: int = attrs.field(default=0, kw_only=True)
     cost: int = attrs.field(default=0, kw_only=True)
+    tokens: int = attrs.field(default=0, kw_only=True)
+    tool_calls: int = attrs.field(default=0, kw_only=True)
+    turns: int = attrs.field(default=0, kw_only=True)
     delay_ms: int | None = attrs.field(default=None, kw_only=True)
 
 
@@ -869,9 +873,15 @@ class _Simulation:
         at = self.now + delay
         event: Event
         if isinstance(response, Ok):
-            usage = None
-            if response.steps or response.cost:
-                usage = Usage(steps=response.steps, cost_minor_units=response.cost)
+            usage: Usage | None = Usage(
+                steps=response.steps,
+                cost_minor_units=response.cost,
+                tokens=response.tokens,
+                tool_calls=response.tool_calls,
+                turns=response.turns,
+            )
+            if usage == NO_USAGE:
+                usage = None
             # What every host does with a handler's unstorable value.
             event = result_event(key, response.output, usage, at_ms=at)
             if isinstance(event, EffectSucceeded):

@@ -170,6 +170,17 @@ class Budget:
 
 
 @attrs.frozen
+class OnExhausted:
+    """What a run does when a budget limit is reached (``on_budget_exhausted``):
+    run ``steps`` within ``reserve``, which the main work may not spend, and
+    settle ``budget-exhausted`` with ``output`` (default: the last step's)."""
+
+    reserve: Budget
+    steps: tuple[Step, ...]
+    output: Template | None = None
+
+
+@attrs.frozen
 class Limits:
     max_subflow_depth: Amount = Amount(4)
     max_concurrency: Count | None = None
@@ -347,6 +358,8 @@ class Flow:
     # The spec's top-level ``schedules:``: name -> flowcore.schedules.Schedule,
     # each starting this flow (a host registers them; the flow's runs ignore them).
     schedules: dict[str, Schedule] = attrs.field(factory=dict)
+    # ``on_budget_exhausted``: the final steps and the reserve they run within.
+    on_exhausted: OnExhausted | None = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -386,6 +399,7 @@ _TOP = (
     "steps",
     "output",
     "schedules",
+    "on_budget_exhausted",
 )
 
 
@@ -686,6 +700,7 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(ToolDecl, _structure_fn(conv, ToolDecl))
     plain: tuple[type[Any], ...] = (
         Budget,
+        OnExhausted,
         Limits,
         Retry,
         TeamDecl,
@@ -1082,6 +1097,16 @@ def _step_lists(
                 yield branch, (*path, "parallel", "branches", name)
 
 
+def _all_steps(raw: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], tuple[Any, ...]]]:
+    """Every step of the spec, nested ones included: the flow's, then the final ones."""
+    steps = raw.get("steps")
+    if isinstance(steps, list):
+        yield from _walk_steps(steps, ("steps",))
+    final = raw.get("on_budget_exhausted")
+    if isinstance(final, dict) and isinstance(final.get("steps"), list):
+        yield from _walk_steps(final["steps"], ("on_budget_exhausted", "steps"))
+
+
 def _walk_steps(
     steps: list[Any], path: tuple[Any, ...]
 ) -> Iterator[tuple[dict[str, Any], tuple[Any, ...]]]:
@@ -1147,7 +1172,7 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     tools = raw.get("tools") if isinstance(raw.get("tools"), dict) else {}
     seen: dict[str, tuple[Any, ...]] = {}
     expressions: list[tuple[str, tuple[Any, ...], bool]] = []
-    for step, path in _walk_steps(steps, ("steps",)):
+    for step, path in _all_steps(raw):
         sid = step.get("id")
         if isinstance(sid, str) and _IDENT.match(sid):
             if sid in seen:
@@ -1167,9 +1192,12 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
             expressions.append((text, spath, cond))
         if isinstance(step.get("timeout_ms"), str):  # a duration decided at run time
             expressions.append((step["timeout_ms"], (*path, "timeout_ms"), False))
-    output = raw.get("output")
-    for text, spath in _strings(output, ("output",), frozenset()):
-        expressions.append((text, spath, False))
+    for where in (("output",), ("on_budget_exhausted", "output")):
+        value = raw.get(where[0])
+        if len(where) == 2:
+            value = value.get(where[1]) if isinstance(value, dict) else None
+        for text, spath in _strings(value, where, frozenset()):
+            expressions.append((text, spath, False))
     for text, spath, cond in expressions:
         refs: set[str] = set()
         try:
@@ -1424,6 +1452,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     limits = field("limits", Limits, Limits())
     steps = field("steps", tuple[Step, ...], (), required=True)
     output = field("output", Template, None)
+    on_exhausted = field("on_budget_exhausted", OnExhausted, None)
     tools = _tool_schemas(tools, found)
     _literal_inputs(raw, tools, found)
     input_schema = raw.get("input_schema")
@@ -1449,6 +1478,9 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         raise SpecError(problems)
     by_id: dict[str, Step] = {}
     placed = _index(steps, "steps", by_id)
+    if on_exhausted is not None:
+        final = _index(on_exhausted.steps, "on_budget_exhausted.steps", by_id)
+        on_exhausted = attrs.evolve(on_exhausted, steps=final)
     return Flow(
         id=flow_id,
         version=version,
@@ -1468,6 +1500,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
             if isinstance(step.body, ForEachStep | RepeatStep)
         },
         schedules=schedules,
+        on_exhausted=on_exhausted,
     )
 
 
@@ -1556,10 +1589,7 @@ def _literal_inputs(
     before the call is issued)."""
     from ._validate import input_problems
 
-    steps = raw.get("steps")
-    if not isinstance(steps, list):
-        return
-    for step, path in _walk_steps(steps, ("steps",)):
+    for step, path in _all_steps(raw):
         for kind in ("call_tool", "schedule"):
             body = step.get(kind)
             if not isinstance(body, dict) or not isinstance(body.get("tool"), str):

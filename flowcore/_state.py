@@ -215,6 +215,7 @@ class ListKind(StrEnum):
     BRANCH = "branch"  # a parallel branch (``branch``)
     BODY = "body"  # a for_each iteration or a repeat fire (``index``)
     COMPENSATION = "compensation"  # the owner's compensate steps
+    FINAL = "final"  # on_budget_exhausted's steps, run within the reserve (no owner)
 
 
 class Env(_S, frozen=True, gc=False, array_like=True):
@@ -320,6 +321,7 @@ class Tree(_S, frozen=True, gc=False):
     envs: immutables.Map[str, Env] = _EMPTY
     compensations: CompLink | None = None
     ending: Ending | None = None  # set while compensations run before settling
+    exhausted: str | None = None  # the limit reached, while on_budget_exhausted's steps run
 
 
 # --- budget, schedules, report ------------------------------------------------------------

@@ -39,7 +39,7 @@ This module must never do I/O, read a clock or draw a random number.
 
 from __future__ import annotations
 
-from typing import Final, assert_never
+from typing import Any, Final, assert_never
 
 import msgspec
 
@@ -64,6 +64,7 @@ from ._wire import (
     SignalReceived,
     SubflowSettled,
     TimerFired,
+    Usage,
 )
 from .constructs import leaf, repeat, schedule, team
 
@@ -227,7 +228,7 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
         return
     t.work_answered(key, entry, "succeeded")
     if ev.usage is not None:
-        t.charge_usage(ev.usage)
+        _charge_keeping(t, entry, ev.usage, ev.output)
     t.check_clock()
     sent = entry.sent
     if isinstance(sent, CallTool):
@@ -236,6 +237,20 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
             _work_done(t, key, entry, (FAIL, invalid))
             return
     _work_done(t, key, entry, (OK, ev.output))
+
+
+def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) -> None:
+    """Charge ``usage``; when that exhausts the budget of a flow with
+    ``on_budget_exhausted``, the work's step first keeps its output as its result,
+    so that the final steps can read what the last work found."""
+    try:
+        t.charge_usage(usage)
+    except Exhausted:
+        if t.flow.on_exhausted is not None and entry.kind is PendingKind.WORK and not entry.member:
+            frame = t.frames.get(entry.frame)
+            if isinstance(frame, StepFrame):
+                t.finish_step(frame.id, (OK, output), frame)  # recorded, not handed on
+        raise
 
 
 def _failed(t: Txn, ev: EffectFailed) -> None:
@@ -258,7 +273,7 @@ def _subflow(t: Txn, ev: SubflowSettled) -> None:
         t.charge_usage(ev.usage)
         return
     t.work_answered(key, entry, "succeeded" if ok else "failed")
-    t.charge_usage(ev.usage)
+    _charge_keeping(t, entry, ev.usage, ev.output if ok else None)
     t.check_clock()
     if ok:
         _work_done(t, key, entry, (OK, ev.output))

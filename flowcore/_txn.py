@@ -49,7 +49,7 @@ from ._outcome import (
     unit_fraction,
 )
 from ._results import ResultStore
-from ._spec import AskHumanStep, Duration, Flow, Step
+from ._spec import AskHumanStep, Budget, Duration, Flow, Step
 from ._state import (
     CompLink,
     Env,
@@ -236,12 +236,7 @@ class Txn:
         )
         tree = self.tree
         if self.frames is not tree.frames or self.envs is not tree.envs:
-            tree = Tree(
-                frames=self.frames,
-                envs=self.envs,
-                compensations=tree.compensations,
-                ending=tree.ending,
-            )
+            tree = _replace(tree, frames=self.frames, envs=self.envs)
         waiting = self.waiting
         if (
             self.pending is not waiting.pending
@@ -327,6 +322,28 @@ class Txn:
         over = led.over()
         if over is not None:
             raise Exhausted(over)
+
+    def release_reserve(self, reserve: Budget) -> None:
+        """Add ``reserve`` back to the limits the main work ran within (``on_budget_exhausted``);
+        a reserved wall clock moves the deadline."""
+        led = self.ledger
+        widened: dict[str, int] = {}
+        for name, extra in (
+            ("steps", reserve.steps),
+            ("cost", reserve.cost_minor_units),
+            ("tokens", reserve.tokens),
+            ("tool_calls", reserve.tool_calls),
+            ("turns", reserve.turns),
+            ("wall_clock_ms", reserve.wall_clock_ms),
+        ):
+            limit = getattr(led, name)
+            if limit is not None and extra:
+                widened[name] = limit + extra
+        self.ledger = _replace(led, **widened)
+        if "wall_clock_ms" in widened:
+            self.drop_key(keys.deadline_key(self.run_id))
+            due = self.run.started_ms + widened["wall_clock_ms"]
+            self.timer(keys.reserve_deadline_key(self.run_id), due, PendingKind.DEADLINE, "")
 
     def check_clock(self) -> None:
         wall = self.ledger.wall_clock_ms
@@ -557,6 +574,10 @@ class Txn:
 
     def step_list(self, frame: SeqFrame) -> tuple[Step, ...]:
         if not frame.owner:
+            if frame.list is ListKind.FINAL:
+                final = self.flow.on_exhausted
+                assert final is not None
+                return final.steps
             return self.flow.steps
         return self.above.steps_of(self.flow.by_id[frame.owner], frame)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import attrs
+
 from ._spec import (
     AskHumanStep,
     AwaitSignalStep,
@@ -116,7 +118,22 @@ class _Builder:
         end_lines = ["end"]
         if self.flow.output is not None:
             end_lines.append(f"output: {_clip(_source(self.flow.output))}")
-        self.g.connect(exits, self.g.node("flow_end", end_lines, "circle"))
+        end = self.g.node("flow_end", end_lines, "circle")
+        self.g.connect(exits, end)
+        final = self.flow.on_exhausted
+        if final is not None:
+            # Entered from wherever a limit is reached: a dashed edge from start.
+            caps = ", ".join(
+                f"{name} {value}"
+                for name, value in attrs.asdict(final.reserve).items()
+                if value is not None
+            )
+            lines = ["on budget exhausted", f"reserve: {caps or 'none'}"]
+            if final.output is not None:
+                lines.append(f"output: {_clip(_source(final.output))}")
+            head = self.g.node("flow_exhausted", lines, "hexagon")
+            self.g.connect([_Exit(start, "limit reached", DASHED)], head)
+            self.g.connect(self.seq(final.steps, [_Exit(head)]), end)
         return self.g
 
     def seq(self, steps: tuple[Step, ...], entries: list[_Exit]) -> list[_Exit]:

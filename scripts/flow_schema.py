@@ -227,8 +227,10 @@ _DESCRIPTIONS: dict[str, str] = {
     "another or all at once.",
     "TeamMember": "A member of a declared team: its name, the agent that plays it, and "
     "its instructions.",
-    "Budget": "The run's budget, one ledger per root run (§11): steps, cost and wall "
-    "clock; a caller of `start` can only tighten it.",
+    "Budget": "The run's budget, one ledger per root run (§11): steps, cost, wall "
+    "clock, tokens, tool calls and turns; a caller of `start` can only tighten it.",
+    "OnExhausted": "What the run does when a budget limit is reached (§11.5): the final "
+    "steps, run within a reserve the main work may not spend, and the output then.",
     "Limits": "Limits of the run (§12): sub-flow depth, work in flight, buffered signals.",
     "Retry": "How a failing step is retried, with exponential backoff and "
     "deterministic jitter (§5).",
@@ -270,6 +272,7 @@ _DOC_SECTIONS: dict[str, tuple[str, str]] = {
     "TeamMember": ("### teams", ""),
     "Step": ("## 3. Steps: common fields, sequences, results", ""),
     "Budget": ("### 11.1 Limits and defaults", ""),
+    "OnExhausted": ("### 11.5 on_budget_exhausted: a reserve for the last steps", ""),
     "Limits": ("## 12. Limits", ""),
     "Retry": ("## 5. retry", ""),
     "CallToolStep": ("### 4.1 call_tool", ""),
@@ -547,6 +550,7 @@ _TOP_TYPES: dict[str, Any] = {
     "version": spec.Amount,
     "description": str,
     "output": Template,
+    "on_budget_exhausted": spec.OnExhausted | None,
 }
 
 

@@ -1217,6 +1217,68 @@ def _budget_cost(d: Driver) -> None:
 
 
 @case(
+    "budget-tokens-turns-tool-calls",
+    "Token, turn and tool-call limits: a call-tool costs a tool call, an agent reports tokens, "
+    "its own tool calls and turns as usage; budgetRemaining carries what is left; the turns "
+    "an agent reported use up the limit and the run settles budget-exhausted (turns).",
+    """
+flow: agentic
+budget: {tokens: 5000, tool_calls: 4, turns: 3}
+tools: {search: {class: readonly}}
+steps:
+  - id: look
+    call_tool: {tool: search, input: first}
+  - id: think
+    run_agent: {agent: analyst, prompt: "think about ${steps.look.output}"}
+  - id: again
+    run_agent: {agent: analyst, prompt: "and again"}
+output: "${steps.again.output}"
+""",
+)
+def _budget_tokens_turns(d: Driver) -> None:
+    d.ok("look#1", "found")
+    d.ok("think#1", "thought", usage=Usage(tokens=1200, tool_calls=2, turns=3))
+
+
+@case(
+    "budget-reserve",
+    "on_budget_exhausted: the main work runs within the budget less the reserve; when a limit "
+    "is reached (tokens here) the final steps run within the reserve, and the run settles "
+    "budget-exhausted with their output.",
+    """
+flow: researcher
+budget: {steps: 6, tokens: 1000}
+tools: {search: {class: readonly}}
+steps:
+  - id: research
+    for_each:
+      items: "${input.topics}"
+      as: topic
+      max_concurrency: 1
+      steps:
+        - id: look
+          call_tool: {tool: search, input: "${topic}"}
+        - id: think
+          run_agent: {agent: analyst, prompt: "think about ${steps.look.output}"}
+output: "${steps.research.output}"
+on_budget_exhausted:
+  reserve: {steps: 1, tokens: 300}
+  steps:
+    - id: best
+      run_agent: {agent: writer, prompt: "Budget spent: your best answer so far"}
+  output: {answer: "${steps.best.output}", partial: true}
+""",
+    input={"topics": ["a", "b", "c"]},
+)
+def _budget_reserve(d: Driver) -> None:
+    d.ok("research[0]/look#1", "A")
+    d.ok("research[0]/think#1", "about A", usage=Usage(tokens=400))
+    d.ok("research[1]/look#1", "B")
+    d.ok("research[1]/think#1", "about B", usage=Usage(tokens=400))
+    d.ok("best#1", "A and B", usage=Usage(tokens=150))
+
+
+@case(
     "budget-wall-clock",
     "Wall-clock budget: the deadline timer armed at start fires and the run settles "
     "budget-exhausted (wall-clock).",

@@ -379,6 +379,7 @@ EXAMPLE_INPUTS: dict[str, Any] = {
     "incident-triage": {"incident_id": "INC-7"},
     "incident-response": {"incident_id": "INC-7"},
     "postmortem": {"incident": "INC-7", "fix": {"commit": "abc123"}},
+    "mcp-warehouse": {"sku": "widget", "quantity": 20},
 }
 EXAMPLE_OUTPUTS: dict[str, Any] = {
     "pagerduty.get_incident": {"title": "checkout latency", "service": "checkout"},

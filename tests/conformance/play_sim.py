@@ -140,6 +140,9 @@ class _World:
                 step.output,
                 steps=usage.get("steps", 0),
                 cost=usage.get("costMinorUnits", 0),
+                tokens=usage.get("tokens", 0),
+                tool_calls=usage.get("toolCalls", 0),
+                turns=usage.get("turns", 0),
                 delay_ms=delay,
             )
         if step.what == "fail":

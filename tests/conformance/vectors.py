@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
+
 import flowcore
 from flowcore import Budget, BudgetRemaining, Sleep, Usage
 from flowcore_handlers import HandlerError, Registry, Result
@@ -497,11 +499,7 @@ class Script:
         if step.what == "succeed":
             if step.usage is None:
                 return step.output
-            usage = Usage(
-                steps=step.usage.get("steps", 0),
-                cost_minor_units=step.usage.get("costMinorUnits", 0),
-            )
-            return Result(step.output, usage)
+            return Result(step.output, msgspec.convert(step.usage, Usage))
         error = step.error or {}
         raise HandlerError(
             error.get("type", "error"), error.get("message", ""), error.get("retryable", False)
@@ -538,7 +536,16 @@ def same_event(ours: dict[str, Any], recorded: dict[str, Any], clock: bool = Tru
     a, b = essence(ours), essence(recorded)
     if recorded["kind"] == "subflow-settled" and "usage" not in b:
         a.pop("usage", None)
+    elif recorded["kind"] == "subflow-settled" and isinstance(a.get("usage"), dict):
+        # The child this harness makes for a vector calls a tool, which counts a
+        # tool call the scripted child of the log may not have reported.
+        a["usage"] = {
+            k: v for k, v in a["usage"].items() if k in b["usage"] or k not in _AGENT_USAGE
+        }
     return a == b
+
+
+_AGENT_USAGE = frozenset(("tokens", "toolCalls", "turns"))
 
 
 def check_outcome(plan: Plan, outcome: Outcome, clock: bool) -> None:
