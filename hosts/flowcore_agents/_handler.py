@@ -180,6 +180,8 @@ def agent_error(exc: BaseException) -> HandlerError | None:
             retryable = False
         return HandlerError(MODEL_ERROR, message, retryable=retryable)
     if isinstance(exc, UnexpectedModelBehavior):
+        if exc.__cause__ is not None:  # e.g. the validation error behind "Exceeded maximum retries"
+            message = safe_text(f"{exc}: {exc.__cause__}")
         return HandlerError(MODEL_BEHAVIOR, message)
     if isinstance(exc, UserError):
         return HandlerError(AGENT_CONFIG, message)
