@@ -97,8 +97,9 @@ class Prices:
     """A price table: model name → ``Price``, and an optional ``default`` for the rest.
 
     The name is the one ``pydantic_agent`` looks models up by: its
-    ``model_name`` argument, else the agent's model's ``model_name`` (a
-    ``Model``), else the string the agent was given (``"openai:gpt-4o"``).
+    ``model_name`` argument, else the agent's model's ``model_name``
+    (``Agent("openai:gpt-4o")`` → ``"gpt-4o"``), else the string the agent
+    kept (``defer_model_check=True``).
     """
 
     models: Mapping[str, Price] = field(default_factory=dict)

@@ -50,3 +50,17 @@ def test_the_agent_team_example_runs_to_completion(tmp_path: Path) -> None:
     # Two member effects, one more model request by the security reviewer; 2 + 1 cents
     # of tokens at the example's prices.
     assert info["budget"] == {"stepsUsed": 3, "stepsLeft": 9, "costUsed": 3, "costLeft": 47}
+
+
+def test_neither_the_core_nor_a_host_imports_the_agents_extra() -> None:
+    # The agents extra is optional: only a tools module that uses it imports it.
+    code = (
+        "import sys, flowcore, flowcore_handlers, flowcore_local, flowcore_cli.main\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " ('pydantic_ai', 'flowcore_agents')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

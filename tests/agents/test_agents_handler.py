@@ -490,3 +490,11 @@ def test_bad_arguments_are_refused_at_once() -> None:
         pydantic_agent(Agent(TestModel()), prices={"m": Price(1, 1)})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="usage_limits must be a UsageLimits"):
         pydantic_agent(Agent(TestModel()), usage_limits={"request_limit": 1})  # type: ignore[arg-type]
+
+
+def test_a_model_is_priced_by_its_model_name() -> None:
+    # Agent("test") infers a TestModel, whose model_name is "test".
+    handler = pydantic_agent(Agent("test"), prices=Prices({"test": Price(input=1, output=1)}))
+    event = serve(handler, effect(budget=BudgetRemaining(steps=5, cost_minor_units=1)))
+    assert isinstance(event, EffectSucceeded), event
+    assert event.usage == Usage(steps=0, cost_minor_units=1)
