@@ -258,8 +258,11 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
     entry = _take(t, key, "effect-failed")
     if isinstance(entry, Resolution):
         _late(t, key, entry, "failed")
+        t.charge_usage(ev.usage)
         return
     t.work_answered(key, entry, "failed")
+    if ev.usage is not None:
+        t.charge_usage(ev.usage)
     t.check_clock()
     _work_done(t, key, entry, (FAIL, ev.error))
 

@@ -224,6 +224,7 @@ class EffectSucceeded(_Event, tag="effect-succeeded", frozen=True, kw_only=True)
 class EffectFailed(_Event, tag="effect-failed", frozen=True, kw_only=True):
     idempotency_key: str
     error: ErrorInfo
+    usage: Usage | None = None  # what failed work still spent (an agent cut off by its limits)
     at_ms: NonNegInt
 
 

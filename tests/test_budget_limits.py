@@ -145,3 +145,21 @@ def test_what_parses_and_what_does_not() -> None:
     assert any("expression reads unknown step 'nope'" in p for p in problems(bad_ref))
     missing = "flow: f\nsteps: [{id: a, sleep: {for_ms: 1}}]\non_budget_exhausted: {steps: []}\n"
     assert any("reserve" in p for p in problems(missing))
+
+
+def test_what_failed_work_spent_is_charged() -> None:
+    """An agent cut off by its own limits reports what it spent on ``effect-failed``:
+    that is charged, so the run's limit is reached and the reserve's steps run."""
+    d = flowcore.start(parse(RESERVED), None, run_id="r", now_ms=0)
+    d = flowcore.advance(d.state, EffectSucceeded(idempotency_key="r/a#1", at_ms=1))
+    cut = EffectFailed(
+        idempotency_key="r/b#1",
+        error=ErrorInfo(type="usage-limit-exceeded", message="over"),
+        usage=Usage(tokens=950, turns=2),
+        at_ms=2,
+    )
+    d = flowcore.advance(d.state, cut)
+    (final,) = d.effects
+    assert isinstance(final, flowcore.RunAgent) and final.idempotency_key == "r/last#1"
+    assert flowcore.waiting_for(d.state).used_tokens == 950
+    assert final.budget_remaining.tokens == 50  # 1,000 with the reserve back, 950 spent

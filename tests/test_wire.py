@@ -432,7 +432,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
 
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "effect-succeeded": ("kind", "idempotencyKey", "output?", "usage?", "atMs"),
-    "effect-failed": ("kind", "idempotencyKey", "error", "atMs"),
+    "effect-failed": ("kind", "idempotencyKey", "error", "usage?", "atMs"),  # usage: an addition
     "effect-outcome-unknown": ("kind", "idempotencyKey", "atMs"),
     "human-answered": ("kind", "idempotencyKey", "answer", "atMs"),
     "timer-fired": ("kind", "idempotencyKey", "atMs"),

@@ -39,7 +39,7 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
-from pydantic_ai.usage import UsageLimits
+from pydantic_ai.usage import RunUsage, UsageLimits
 
 import flowcore
 from flowcore import BudgetRemaining, RunAgent
@@ -251,12 +251,14 @@ def pydantic_agent(
         limits = limits_for(budget, tokens, usage_limits)
         fc = FlowcoreDeps.of(effect)
         timeout = None if budget.wall_clock_ms is None else budget.wall_clock_ms / 1000
+        spent = RunUsage()  # pydantic-ai adds to it as it goes: known even when the run fails
         try:
             result = await agent.run(
                 effect.prompt,
                 instructions=effect.instructions,
                 deps=fc if deps is None else deps(fc),
                 usage_limits=limits,
+                usage=spent,
                 model_settings=model_settings,
                 timeout=timeout,
                 metadata={
@@ -269,6 +271,12 @@ def pydantic_agent(
             error = agent_error(exc)
             if error is None:
                 raise
+            # What the run spent before it stopped is charged too: a run cut off by
+            # its limits must still count against the budget it was cut off by.
+            try:
+                error.usage = usage_of(spent, name, prices)
+            except PriceError:
+                pass
             raise error from exc
         try:
             output = pydantic_core.to_jsonable_python(result.output)

@@ -94,11 +94,14 @@ class Result:
 class HandlerError(Exception):
     """A failure a handler reports on purpose, with the type flows can catch."""
 
-    def __init__(self, type: str, message: str = "", retryable: bool = False) -> None:
+    def __init__(
+        self, type: str, message: str = "", retryable: bool = False, usage: Usage | None = None
+    ) -> None:
         super().__init__(message or type)
         self.type = type
         self.message = message
         self.retryable = retryable
+        self.usage = usage  # what the failed work still spent: charged to the run
 
 
 class OutcomeUnknown(Exception):
@@ -342,7 +345,8 @@ def outcome_event(
     if isinstance(error, OutcomeUnknown):
         return EffectOutcomeUnknown(idempotency_key=key, at_ms=at_ms)
     if error is not None:
-        return EffectFailed(idempotency_key=key, error=_error_of(error), at_ms=at_ms)
+        usage = error.usage if isinstance(error, HandlerError) else None
+        return EffectFailed(idempotency_key=key, error=_error_of(error), usage=usage, at_ms=at_ms)
     output, usage = outcome, None
     if isinstance(outcome, Result):
         output, usage = outcome.output, outcome.usage

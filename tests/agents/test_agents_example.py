@@ -76,3 +76,24 @@ def test_neither_the_core_nor_a_host_imports_the_agents_extra() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_research_example_spends_its_reserve_on_a_summary(tmp_path: Path) -> None:
+    """specs/examples/research.yaml: pydantic-ai agents, an MCP tool, a token budget
+    with a reserve. The comparison is cut off at the tokens left; what it spent
+    reaches the ledger, the limit is reached, and the writer's summary runs within
+    the reserve."""
+    db = str(tmp_path / "research.db")
+    tools = str(EXAMPLES / "research_tools.py")
+    spec = str(EXAMPLES / "research.yaml")
+    run = flowcore_cli("run", spec, "--tools", tools, "--db", db, "--run-id", "r")
+    assert run.returncode == 1, (run.stdout, run.stderr)  # the run did not complete
+    assert "settled budget-exhausted" in run.stdout
+    shown = flowcore_cli("show", "r", "--db", db, "--json")
+    info = json.loads(shown.stdout)
+    assert info["status"] == "budget-exhausted"
+    assert info["output"]["complete"] is False
+    assert info["output"]["answer"].startswith("plan: reorder widgets now (Out of tokens.")
+    # 2,000 + 2,000 for the analyses, 1,000 for the cut-off comparison, 800 for the summary.
+    assert info["budget"]["tokensUsed"] == 5800 and info["budget"]["tokensLeft"] == 200
+    assert info["budget"]["toolCallsUsed"] == 2  # the MCP server's stock tool, twice

@@ -98,5 +98,7 @@ def test_the_step_budget_cuts_a_looping_agent_off(tmp_path: Path) -> None:
     emitted = [r.data for r in records if r.type == "effect.emitted"]
     [settled] = [e for e in emitted if e["kind"] == "settled"]
     assert [(r["target"], r["status"]) for r in settled["report"]] == [("looper", "failed")]
-    # A failed effect reports no usage: the ledger holds the effect's own step alone.
-    assert shown["budget"]["stepsUsed"] == 1
+    # The cut-off run still reports what it spent (on effect-failed): all 4 requests are in
+    # the ledger, which they fill exactly.
+    assert shown["budget"]["stepsUsed"] == 4
+    assert shown["budget"]["turnsUsed"] == 4

@@ -161,6 +161,8 @@ export type FlowEvent =
       readonly kind: "effect-failed";
       readonly idempotencyKey: string;
       readonly error: ErrorInfo;
+      /** Addition: what failed work still spent (an agent cut off by its limits). */
+      readonly usage?: Usage;
       readonly atMs: number;
     }
   | { readonly kind: "effect-outcome-unknown"; readonly idempotencyKey: string; readonly atMs: number }
