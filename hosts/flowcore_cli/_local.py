@@ -68,6 +68,13 @@ __all__ = ["COMMANDS"]
 
 T = TypeVar("T")
 
+trace_option = click.option(
+    "--trace",
+    is_flag=True,
+    help="Emit OpenTelemetry spans to the global tracer provider (e.g. under"
+    " `opentelemetry-instrument`; the tracing extra; specs/tracing.md).",
+)
+
 db_option = click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -151,6 +158,7 @@ def _print(*parts: str | tuple[str, str]) -> None:
 @click.option("--budget", help='Cap the spec\'s budget, as JSON: {"steps": 10, ...};' + FROM_FILE)
 @click.option("--detach", is_flag=True, help="Start the run and print its id; a worker runs it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run as JSON.")
+@trace_option
 @db_option
 def run(
     spec: Path,
@@ -161,6 +169,7 @@ def run(
     budget: str | None,
     detach: bool,
     as_json: bool,
+    trace: bool,
     db: Path,
 ) -> None:
     """Start a run of SPEC and process it to the end, showing progress.
@@ -188,7 +197,7 @@ def run(
         # With --json, stdout holds the JSON document alone: progress goes to stderr.
         return await _follow(host, rid, seen, err if as_json else out)
 
-    result = _run(db, body, tools, must_exist=False)
+    result = _run(db, body, tools, must_exist=False, tracing=trace)
     if detach:
         click.echo(result["runId"])
         return
@@ -297,6 +306,7 @@ async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow
     type=click.IntRange(min=0),
     help="The newest finished scheduled calls each run keeps listed.",
 )
+@trace_option
 @db_option
 def worker(
     tools: str | None,
@@ -307,6 +317,7 @@ def worker(
     keep_completed: str,
     keep_failed: str,
     keep_finished: int,
+    trace: bool,
     db: Path,
 ) -> None:
     """Resume and process every run in the database until stopped.
@@ -381,6 +392,7 @@ def worker(
         max_recoveries=max_recoveries,
         retention_ms=retention_ms,
         scheduled_retention=scheduled,
+        tracing=trace,
     )
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 
 from flowcore_handlers import RegistryError
-from flowcore_local import NotAFlowcoreDatabase
+from flowcore_local import HostError, NotAFlowcoreDatabase
 
 from ._common import CliError, say
-from ._local import db_option
+from ._local import db_option, trace_option
 
 __all__ = ["serve"]
 
@@ -46,6 +46,7 @@ __all__ = ["serve"]
     type=click.IntRange(1024, 1 << 26),
     help="The largest request body, in bytes (413 above it).",
 )
+@trace_option
 @db_option
 def serve(
     host: str,
@@ -54,6 +55,7 @@ def serve(
     flows: Path | None,
     tokens: str | None,
     max_body: int,
+    trace: bool,
     db: Path,
 ) -> None:
     """Serve the database over HTTP: the JSON API, its event streams and the web view.
@@ -98,9 +100,10 @@ def serve(
                 flows=flows,
                 body_limit=max_body,
                 on_ready=ready,
+                tracing=trace,
             )
         )
-    except (NotAFlowcoreDatabase, RegistryError) as exc:
+    except (NotAFlowcoreDatabase, RegistryError, HostError) as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:

@@ -26,10 +26,11 @@ async def serve(
     flows: str | Path | None = None,
     body_limit: int = DEFAULT_BODY_LIMIT,
     on_ready: Callable[[str, int], None] | None = None,
+    tracing: bool = False,
 ) -> None:
     """Serve the database ``db`` until SIGINT or SIGTERM; ``on_ready(host, port)``
     is called once the socket listens (``port=0`` picks a free one)."""
-    async with LocalHost(db, tools) as local:
+    async with LocalHost(db, tools, tracing=tracing) as local:
         app = create_app(local, tokens, flows, body_limit)
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
