@@ -163,3 +163,19 @@ def test_what_failed_work_spent_is_charged() -> None:
     assert isinstance(final, flowcore.RunAgent) and final.idempotency_key == "r/last#1"
     assert flowcore.waiting_for(d.state).used_tokens == 950
     assert final.budget_remaining.tokens == 50  # 1,000 with the reserve back, 950 spent
+
+
+def test_replay_sums_usage_by_member_and_by_child_run() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "specs" / "conformance"
+    child = root / "subflow-completed"
+    flow = flowcore.parse_flow((child / "flow.yaml").read_text())
+    report = flowcore.replay(flowcore.decode_log((child / "log.ndjson").read_bytes()).records, flow)
+    assert report.usage_delegated == Usage(steps=4, cost_minor_units=80)
+    assert report.usage == report.usage_delegated  # the parent's only reported usage
+    team = root / "team-sequential"
+    flow = flowcore.parse_flow((team / "flow.yaml").read_text())
+    report = flowcore.replay(flowcore.decode_log((team / "log.ndjson").read_bytes()).records, flow)
+    assert set(report.usage_by_member) == {"security", "style"}
+    assert report.usage_delegated == Usage()

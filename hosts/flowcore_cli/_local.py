@@ -62,7 +62,7 @@ from ._options import (
     spec_argument,
 )
 from ._progress import Item, RunTree, err, out, positions, progress_line, watch
-from ._replay import report_to_json
+from ._replay import report_to_json, usage_text
 
 __all__ = ["COMMANDS"]
 
@@ -561,10 +561,16 @@ def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
         return info, records, trajectory
 
     info, records, report = _run(db, body)
+    replayed = report_to_json(report) if report is not None else None
     if as_json:
         info["history"] = [json.loads(flowcore.encode_record(r)) for r in records]
-        if report is not None:
-            info["report"] = report_to_json(report)["trajectory"]
+        if replayed is not None:
+            info["report"] = replayed["trajectory"]
+            info["usage"] = {
+                "reported": replayed["usage"],
+                "byMember": replayed["usageByMember"],
+                "delegated": replayed["usageDelegated"],
+            }
         click.echo(json.dumps(info))
         return
 
@@ -572,10 +578,23 @@ def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
     budget = info["budget"]
     steps_left = "unlimited" if budget["stepsLeft"] is None else budget["stepsLeft"]
     cost_left = "unlimited" if budget["costLeft"] is None else budget["costLeft"]
+    more = "".join(
+        f"; {budget[f'{key}Used']} {words} used, "
+        + ("unlimited" if budget[f"{key}Left"] is None else str(budget[f"{key}Left"]))
+        + " left"
+        for key, words in (("tokens", "tokens"), ("toolCalls", "tool calls"), ("turns", "turns"))
+        if budget[f"{key}Used"] or budget[f"{key}Left"] is not None
+    )
     _print(
         f"budget: {budget['stepsUsed']} steps used, {steps_left} left;"
-        f" cost {budget['costUsed']} used, {cost_left} left"
+        f" cost {budget['costUsed']} used, {cost_left} left{more}"
     )
+    none = flowcore.Usage()
+    if report is not None and (report.usage_by_member or report.usage_delegated != none):
+        parts = [f"{m} {usage_text(u)}" for m, u in report.usage_by_member.items()]
+        if report.usage_delegated != none:
+            parts.append(f"child runs {usage_text(report.usage_delegated)}")
+        _print(f"usage by member: {'; '.join(parts)}")
     if records:
         span = records[-1].at - records[0].at
         _print(

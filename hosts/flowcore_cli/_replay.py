@@ -39,7 +39,7 @@ from flowcore._replay import replay as replay_log
 
 from ._common import CliError, load_spec, read_bytes
 
-__all__ = ["replay", "report_to_json", "trajectory_table"]
+__all__ = ["replay", "report_to_json", "trajectory_table", "usage_text"]
 
 _SPEC_NAMES = ("flow.yaml", "flow.yml", "flow.json")
 
@@ -182,7 +182,8 @@ def _usage(usage: Usage) -> dict[str, int]:
     return out
 
 
-def _usage_text(usage: Usage) -> str:
+def usage_text(usage: Usage) -> str:
+    """``2 steps, 30 cost, 1200 tokens``: the parts reported."""
     more = "".join(
         f", {getattr(usage, attr)} {words}"
         for attr, _, words in _MORE_USAGE
@@ -345,12 +346,12 @@ def _print_report(
         )
     if report.trajectory:
         out.print(trajectory_table(report))
-    parts = [f"reported usage {_usage_text(report.usage)}"]
+    parts = [f"reported usage {usage_text(report.usage)}"]
     if report.usage_by_member:
-        members = ", ".join(f"{m} {_usage_text(u)}" for m, u in report.usage_by_member.items())
+        members = ", ".join(f"{m} {usage_text(u)}" for m, u in report.usage_by_member.items())
         parts.append(f"by member: {members}")
     if report.usage_delegated != Usage():
-        parts.append(f"by child runs: {_usage_text(report.usage_delegated)}")
+        parts.append(f"by child runs: {usage_text(report.usage_delegated)}")
     parts.append(f"ledger {report.steps_used} steps, {report.cost_used} cost")
     out.print(escape("; ".join(parts)))
     settled = report.settled

@@ -40,6 +40,11 @@ def test_the_agent_team_example_runs_to_completion(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     info = json.loads(shown.stdout)
     assert info["status"] == "completed"
+    # What each member's agent spent, from the run's log (the replay trajectory).
+    assert set(info["usage"]["byMember"]) == {"security", "editor"}
+    assert info["usage"]["byMember"]["security"]["turns"] == 2
+    text = flowcore_cli("show", "team", "--db", db)
+    assert "usage by member: security 1 steps" in text.stdout
     assert info["output"]["security"] == "approve"
     assert info["output"]["editor"] == "approve with edits"
     # The editor's instructions carried the security review (the team's ``members``).

@@ -235,7 +235,8 @@ def test_run_takes_a_budget(tmp_path: Path) -> None:
     proc = fc("run", str(spec), "--db", db, *tools, "--budget", '{"stepz": 2}')
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "flowcore: --budget: unknown limit 'stepz' (one of steps, costMinorUnits, wallClockMs)"
+        "flowcore: --budget: unknown limit 'stepz'"
+        " (one of steps, costMinorUnits, wallClockMs, tokens, toolCalls, turns)"
     )
 
 
