@@ -73,20 +73,21 @@ def begin_call_tool(t: Txn, frame: StepFrame, body: CallToolStep) -> Outcome | N
 
 def tool_input_error(t: Txn, tool: str, value: Any) -> ErrorInfo | None:
     """``invalid-input`` when ``value`` does not meet the tool's declared input_schema."""
-    decl = t.flow.tools.get(tool)
-    if decl is None or decl.input_schema is None:
-        return None
-    why = value_problem(decl.input_schema, value, f"input of tool {tool!r}")
-    return None if why is None else err("invalid-input", why)
+    return _schema_error(t, tool, value, "input")
 
 
 def tool_output_error(t: Txn, tool: str, value: Any) -> ErrorInfo | None:
     """``invalid-output`` when a tool's reported output does not meet its output_schema."""
+    return _schema_error(t, tool, value, "output")
+
+
+def _schema_error(t: Txn, tool: str, value: Any, which: str) -> ErrorInfo | None:
     decl = t.flow.tools.get(tool)
-    if decl is None or decl.output_schema is None:
+    schema = None if decl is None else getattr(decl, f"{which}_schema")
+    if schema is None:
         return None
-    why = value_problem(decl.output_schema, value, f"output of tool {tool!r}")
-    return None if why is None else err("invalid-output", why)
+    why = value_problem(schema, value, f"{which} of tool {tool!r}")
+    return None if why is None else err(f"invalid-{which}", why)
 
 
 def begin_run_agent(t: Txn, frame: StepFrame, body: RunAgentStep) -> Outcome | None:
