@@ -63,7 +63,7 @@ def bench_flowcore(db: Path, steps: int) -> float:
     spec = json.dumps(sequential_spec(steps))
 
     async def main() -> float:
-        async with LocalHost(db, registry=flowcore_registry(), durable=True) as host:
+        async with LocalHost(db, registry=flowcore_registry(), durability="power-loss") as host:
             # Parsing the spec is not part of the per-step cost (LangGraph's
             # graph and DBOS's workflow are built before their clocks start).
             host.store.register_flow(spec, "<bench>", 0)
@@ -83,7 +83,7 @@ def bench_throughput(db: Path, runs: int, steps: int) -> float:
     spec = json.dumps(sequential_spec(steps, "thr"))
 
     async def main() -> float:
-        async with LocalHost(db, registry=flowcore_registry(), durable=True) as host:
+        async with LocalHost(db, registry=flowcore_registry(), durability="power-loss") as host:
             ids = [await host.start(spec, {}, f"r{i}") for i in range(runs)]
             stop = asyncio.Event()
 
@@ -129,7 +129,7 @@ def prepare_resume(db: Path, fires: int) -> None:
     )
 
     async def main() -> None:
-        async with LocalHost(db, registry=flowcore_registry(), durable=False) as host:
+        async with LocalHost(db, registry=flowcore_registry(), durability="process-crash") as host:
             rid = await host.start(spec, {}, "r")
             stop = asyncio.Event()
 
@@ -165,7 +165,9 @@ def bench_resume(db: Path) -> float:
 
     async def main() -> float:
         t0 = time.perf_counter()
-        async with LocalHost(db, registry=Registry(tools={"noop": tool}), durable=True) as host:
+        async with LocalHost(
+            db, registry=Registry(tools={"noop": tool}), durability="power-loss"
+        ) as host:
             await host.signal("r", "go")
             await host.work(until_settled="r")
             assert (await host.run("r")).status == "completed"

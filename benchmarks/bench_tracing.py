@@ -46,7 +46,9 @@ REGISTRY = Registry(tools={"t": tool})
 
 async def one_round(db: Path, runs: int, spec: str, tracing: Any) -> float:
     """Seconds from the first start to the last settlement of ``runs`` runs."""
-    async with LocalHost(db, registry=REGISTRY, durable=False, tracing=tracing) as host:
+    async with LocalHost(
+        db, registry=REGISTRY, durability="process-crash", tracing=tracing
+    ) as host:
         began = time.perf_counter()
         ids = [await host.start(spec, None, f"r{i}") for i in range(runs)]
         stop = asyncio.Event()

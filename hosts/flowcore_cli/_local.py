@@ -30,6 +30,7 @@ from flowcore_handlers import RegistryError
 from flowcore_local import (
     DB_ENV,
     Deleted,
+    Durability,
     HostError,
     LocalHost,
     NotAFlowcoreDatabase,
@@ -67,6 +68,17 @@ from ._replay import report_to_json, usage_text
 __all__ = ["COMMANDS"]
 
 T = TypeVar("T")
+
+durability_option = click.option(
+    "--durability",
+    type=click.Choice(["power-loss", "process-crash"]),
+    envvar="FLOWCORE_DURABILITY",
+    default="power-loss",
+    show_default=True,
+    help="What each commit survives: power-loss fsyncs every commit; process-crash"
+    " survives a killed process, not an OS crash or a power loss (or"
+    " $FLOWCORE_DURABILITY; specs/local.md §2).",
+)
 
 trace_option = click.option(
     "--trace",
@@ -158,6 +170,7 @@ def _print(*parts: str | tuple[str, str]) -> None:
 @click.option("--budget", help='Cap the spec\'s budget, as JSON: {"steps": 10, ...};' + FROM_FILE)
 @click.option("--detach", is_flag=True, help="Start the run and print its id; a worker runs it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run as JSON.")
+@durability_option
 @trace_option
 @db_option
 def run(
@@ -169,6 +182,7 @@ def run(
     budget: str | None,
     detach: bool,
     as_json: bool,
+    durability: Durability,
     trace: bool,
     db: Path,
 ) -> None:
@@ -197,7 +211,7 @@ def run(
         # With --json, stdout holds the JSON document alone: progress goes to stderr.
         return await _follow(host, rid, seen, err if as_json else out)
 
-    result = _run(db, body, tools, must_exist=False, tracing=trace)
+    result = _run(db, body, tools, must_exist=False, tracing=trace, durability=durability)
     if detach:
         click.echo(result["runId"])
         return
@@ -306,6 +320,7 @@ async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow
     type=click.IntRange(min=0),
     help="The newest finished scheduled calls each run keeps listed.",
 )
+@durability_option
 @trace_option
 @db_option
 def worker(
@@ -317,6 +332,7 @@ def worker(
     keep_completed: str,
     keep_failed: str,
     keep_finished: int,
+    durability: Durability,
     trace: bool,
     db: Path,
 ) -> None:
@@ -393,6 +409,7 @@ def worker(
         retention_ms=retention_ms,
         scheduled_retention=scheduled,
         tracing=trace,
+        durability=durability,
     )
 
 

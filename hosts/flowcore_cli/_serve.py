@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 
 from flowcore_handlers import RegistryError
-from flowcore_local import HostError, NotAFlowcoreDatabase
+from flowcore_local import Durability, HostError, NotAFlowcoreDatabase
 
 from ._common import CliError, say
-from ._local import db_option, trace_option
+from ._local import db_option, durability_option, trace_option
 
 __all__ = ["serve"]
 
@@ -46,6 +46,7 @@ __all__ = ["serve"]
     type=click.IntRange(1024, 1 << 26),
     help="The largest request body, in bytes (413 above it).",
 )
+@durability_option
 @trace_option
 @db_option
 def serve(
@@ -55,6 +56,7 @@ def serve(
     flows: Path | None,
     tokens: str | None,
     max_body: int,
+    durability: Durability,
     trace: bool,
     db: Path,
 ) -> None:
@@ -101,6 +103,7 @@ def serve(
                 body_limit=max_body,
                 on_ready=ready,
                 tracing=trace,
+                durability=durability,
             )
         )
     except (NotAFlowcoreDatabase, RegistryError, HostError) as exc:

@@ -6,7 +6,7 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
     print((await host.run(run_id)).output)
 """
 
-from ._db import DB_ENV, NotAFlowcoreDatabase, default_db_path
+from ._db import DB_ENV, DURABILITY, Durability, NotAFlowcoreDatabase, default_db_path
 from ._host import LocalHost
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention, ScheduledRow
@@ -14,6 +14,8 @@ from ._store import HostError, RunRow
 
 __all__ = [
     "DB_ENV",
+    "DURABILITY",
+    "Durability",
     "Deleted",
     "HostError",
     "LocalHost",

@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
     "APPLICATION_ID",
     "DB_ENV",
+    "DURABILITY",
+    "Durability",
     "FLOW_REFERENCES",
     "RUN_TABLES",
     "SCHEMA_VERSION",
@@ -258,7 +260,14 @@ def default_db_path() -> Path:
     return Path(os.environ.get(DB_ENV) or "flowcore.db")
 
 
-def connect(path: str | Path, durable: bool = True) -> sqlite3.Connection:
+Durability = Literal["power-loss", "process-crash"]
+DURABILITY: Final[tuple[Durability, ...]] = ("power-loss", "process-crash")
+"""What a commit survives: ``power-loss`` (every commit fsync'd, ``synchronous=FULL``;
+the default) or ``process-crash`` (WAL with ``synchronous=NORMAL``: a killed
+process loses nothing, an OS crash or a power loss may lose the last commits)."""
+
+
+def connect(path: str | Path, durability: Durability = "power-loss") -> sqlite3.Connection:
     """Open (creating if needed) and migrate a flowcore database."""
     path = Path(path)
     if path.exists() and path.is_dir():
@@ -276,7 +285,7 @@ def connect(path: str | Path, durable: bool = True) -> sqlite3.Connection:
         conn.close()
         raise NotAFlowcoreDatabase(f"{path} is not a flowcore database")
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+    conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'power-loss' else 'NORMAL'}")
     # Checkpoint the WAL less often than the default 1000 pages: each one
     # costs fsyncs of the main file in the middle of some commit.
     conn.execute("PRAGMA wal_autocheckpoint = 8000")

@@ -72,7 +72,7 @@ from flowcore_handlers import (
 from flowcore_handlers._tracing import TracingError, tracer_for
 
 from . import _prune, _schedules
-from ._db import connect, default_db_path
+from ._db import DURABILITY, Durability, connect, default_db_path
 from ._flows import declared_signals, reachable_flows
 from ._prune import Deleted
 from ._resume import Rewind, plan_rewind
@@ -169,7 +169,7 @@ class LocalHost:
         db: str | Path | None = None,
         tools: str | None = None,
         *,
-        durable: bool = True,
+        durability: Durability = "power-loss",
         concurrency: int = 64,
         lease_ms: int = 10_000,
         max_recoveries: int = 3,
@@ -182,7 +182,12 @@ class LocalHost:
     ) -> None:
         self.db_path = Path(db) if db is not None else default_db_path()
         self.tools = tools_module_name(tools)
-        self.durable = durable
+        if durability not in DURABILITY:
+            raise HostError(
+                f"durability must be one of {', '.join(DURABILITY)},"
+                f" not {safe_text(repr(durability), 60)}"
+            )
+        self.durability: Durability = durability
         self.concurrency = concurrency
         self.lease_ms = lease_ms
         self.max_recoveries = max_recoveries
@@ -243,7 +248,7 @@ class LocalHost:
 
     async def open(self) -> None:
         def opening() -> Store:
-            conn = connect(self.db_path, durable=self.durable)
+            conn = connect(self.db_path, self.durability)
             return Store(conn, self.worker_id, self.lease_ms)
 
         if self.tools is not None and self.tools not in self._registries:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
-from flowcore_local import LocalHost
+from flowcore_local import Durability, LocalHost
 
 from ._app import DEFAULT_BODY_LIMIT, create_app
 from ._auth import Tokens
@@ -27,10 +27,11 @@ async def serve(
     body_limit: int = DEFAULT_BODY_LIMIT,
     on_ready: Callable[[str, int], None] | None = None,
     tracing: bool = False,
+    durability: Durability = "power-loss",
 ) -> None:
     """Serve the database ``db`` until SIGINT or SIGTERM; ``on_ready(host, port)``
     is called once the socket listens (``port=0`` picks a free one)."""
-    async with LocalHost(db, tools, tracing=tracing) as local:
+    async with LocalHost(db, tools, tracing=tracing, durability=durability) as local:
         app = create_app(local, tokens, flows, body_limit)
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import flowcore
+from flowcore_local import DURABILITY
 
 HERE = Path(__file__).resolve().parent
 FLOW = HERE / "crash_flow.yaml"
@@ -155,10 +156,13 @@ def clean_output(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return info["output"]
 
 
+@pytest.mark.parametrize("durability", DURABILITY)
 def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_work(
-    tmp_path: Path, clean_output: Any
+    tmp_path: Path, clean_output: Any, durability: str
 ) -> None:
+    """In both durability modes: each promises to survive a killed process."""
     env = environment(tmp_path)
+    env["FLOWCORE_DURABILITY"] = durability
     db = tmp_path / "crash.db"
     rng = random.Random(20261130)
     start(db, "run", env)
