@@ -57,13 +57,13 @@ def flowcore_registry() -> Any:
     return Registry(tools={"noop": lambda effect: noop(effect.input)})
 
 
-def bench_flowcore(db: Path, steps: int) -> float:
+def bench_flowcore(db: Path, steps: int, durability: Any = "power-loss") -> float:
     from flowcore_local import LocalHost
 
     spec = json.dumps(sequential_spec(steps))
 
     async def main() -> float:
-        async with LocalHost(db, registry=flowcore_registry(), durability="power-loss") as host:
+        async with LocalHost(db, registry=flowcore_registry(), durability=durability) as host:
             # Parsing the spec is not part of the per-step cost (LangGraph's
             # graph and DBOS's workflow are built before their clocks start).
             host.store.register_flow(spec, "<bench>", 0)
@@ -259,6 +259,8 @@ def child(system: str, steps: int) -> None:
         db = Path(tmp) / "bench.db"
         if system == "flowcore":
             value = bench_flowcore(db, steps)
+        elif system == "flowcore-crash":  # the process-crash durability mode
+            value = bench_flowcore(db, steps, "process-crash")
         elif system == "langgraph":
             value = bench_langgraph(db, steps)
         elif system == "dbos":
@@ -336,7 +338,7 @@ def main() -> None:
         return
     steps = args.steps
     per_step: dict[str, float] = {}
-    for system in ("flowcore", "langgraph", "dbos"):
+    for system in ("flowcore", "langgraph", "dbos", "flowcore-crash"):
         runs = [measure(system, steps) / steps * 1000 for _ in range(args.repeat)]
         per_step[system] = statistics.median(runs)
     with tempfile.TemporaryDirectory() as tmp:
@@ -345,9 +347,16 @@ def main() -> None:
     print(f"(one fsync'd SQLite commit of a single row on this disk: {floor * 1000:.3f} ms;")
     hop = thread_round_trip()
     print(f" a no-op's round trip from the event loop to a thread: {hop * 1000:.3f} ms)")
-    print(f"{'system':<12}{'ms/step':>10}{'vs flowcore':>14}")
+    print(f"{'system':<16}{'ms/step':>10}{'vs flowcore':>14}")
     for system, value in per_step.items():
-        print(f"{system:<12}{value:>10.3f}{value / per_step['flowcore']:>13.1f}x")
+        name = "flowcore" if system == "flowcore" else system
+        if system == "flowcore-crash":
+            name = "flowcore, durability process-crash (no fsync per commit)"
+            print(
+                f"{name}: {value:.3f} ms/step, {value / per_step['flowcore']:.2f}x the fsync mode"
+            )
+            continue
+        print(f"{name:<16}{value:>10.3f}{value / per_step['flowcore']:>13.1f}x")
     throughput = statistics.median(measure("throughput", 100) for _ in range(args.repeat))
     print(f"throughput, 100 runs x 100 steps at once: {throughput:,.0f} durable steps/s")
     if not args.skip_resume:
