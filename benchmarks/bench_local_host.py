@@ -51,19 +51,32 @@ def sequential_spec(steps: int, name: str = "seq") -> dict[str, Any]:
     }
 
 
+def flowcore_async_registry() -> Any:
+    """The no-op as an ``async`` handler: it runs on the event loop, no thread hop."""
+    from flowcore_handlers import Registry
+
+    async def tool(effect: Any) -> Any:
+        return noop(effect.input)
+
+    return Registry(tools={"noop": tool})
+
+
 def flowcore_registry() -> Any:
     from flowcore_handlers import Registry
 
     return Registry(tools={"noop": lambda effect: noop(effect.input)})
 
 
-def bench_flowcore(db: Path, steps: int, durability: Any = "power-loss") -> float:
+def bench_flowcore(
+    db: Path, steps: int, durability: Any = "power-loss", registry: Any = None
+) -> float:
     from flowcore_local import LocalHost
 
     spec = json.dumps(sequential_spec(steps))
 
     async def main() -> float:
-        async with LocalHost(db, registry=flowcore_registry(), durability=durability) as host:
+        handlers = registry if registry is not None else flowcore_registry()
+        async with LocalHost(db, registry=handlers, durability=durability) as host:
             # Parsing the spec is not part of the per-step cost (LangGraph's
             # graph and DBOS's workflow are built before their clocks start).
             host.store.register_flow(spec, "<bench>", 0)
@@ -261,6 +274,8 @@ def child(system: str, steps: int) -> None:
             value = bench_flowcore(db, steps)
         elif system == "flowcore-crash":  # the process-crash durability mode
             value = bench_flowcore(db, steps, "process-crash")
+        elif system == "flowcore-async":  # an async handler: no thread hop
+            value = bench_flowcore(db, steps, registry=flowcore_async_registry())
         elif system == "langgraph":
             value = bench_langgraph(db, steps)
         elif system == "dbos":
@@ -338,7 +353,7 @@ def main() -> None:
         return
     steps = args.steps
     per_step: dict[str, float] = {}
-    for system in ("flowcore", "langgraph", "dbos", "flowcore-crash"):
+    for system in ("flowcore", "langgraph", "dbos", "flowcore-async", "flowcore-crash"):
         runs = [measure(system, steps) / steps * 1000 for _ in range(args.repeat)]
         per_step[system] = statistics.median(runs)
     with tempfile.TemporaryDirectory() as tmp:
@@ -348,15 +363,16 @@ def main() -> None:
     hop = thread_round_trip()
     print(f" a no-op's round trip from the event loop to a thread: {hop * 1000:.3f} ms)")
     print(f"{'system':<16}{'ms/step':>10}{'vs flowcore':>14}")
+    notes = {
+        "flowcore-async": "flowcore with an async no-op handler (on the loop, no thread hop)",
+        "flowcore-crash": "flowcore, durability process-crash (no fsync per commit)",
+    }
     for system, value in per_step.items():
-        name = "flowcore" if system == "flowcore" else system
-        if system == "flowcore-crash":
-            name = "flowcore, durability process-crash (no fsync per commit)"
-            print(
-                f"{name}: {value:.3f} ms/step, {value / per_step['flowcore']:.2f}x the fsync mode"
-            )
+        ratio = value / per_step["flowcore"]
+        if system in notes:
+            print(f"{notes[system]}: {value:.3f} ms/step, {ratio:.2f}x flowcore's")
             continue
-        print(f"{name:<16}{value:>10.3f}{value / per_step['flowcore']:>13.1f}x")
+        print(f"{system:<16}{value:>10.3f}{ratio:>13.1f}x")
     throughput = statistics.median(measure("throughput", 100) for _ in range(args.repeat))
     print(f"throughput, 100 runs x 100 steps at once: {throughput:,.0f} durable steps/s")
     if not args.skip_resume:
