@@ -117,6 +117,47 @@ def bench_throughput(db: Path, runs: int, steps: int) -> float:
     return asyncio.run(main())
 
 
+WORKER_TOOLS = """\
+def noop(effect):
+    return effect.input
+
+TOOLS = {"noop": noop}
+"""
+
+
+def bench_workers(db: Path, workers: int, runs: int = 100, steps: int = 100) -> float:
+    """Durable steps/s of ``workers`` ``flowcore worker`` processes on one database
+    holding ``runs`` runs of ``steps`` steps, started before the clock starts."""
+    from flowcore_local import LocalHost
+
+    tools = db.with_name("bench_tools.py")
+    tools.write_text(WORKER_TOOLS)
+    spec = json.dumps(sequential_spec(steps, "par"))
+
+    async def prepare() -> None:
+        async with LocalHost(db, str(tools)) as host:
+            for i in range(runs):
+                await host.start(spec, {}, f"r{i}")
+
+    asyncio.run(prepare())
+    command = [str(Path(sys.executable).with_name("flowcore")), "worker", "--until-idle"]
+    command += ["--db", str(db), "--tools", str(tools)]
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(workers)]
+    for proc in procs:
+        if proc.wait() != 0:
+            raise SystemExit(f"a worker exited with {proc.returncode}")
+    elapsed = time.perf_counter() - t0
+
+    async def check() -> None:
+        async with LocalHost(db) as host:
+            left = await host.runs("running")
+            assert not left, f"{len(left)} runs still running"
+
+    asyncio.run(check())
+    return runs * steps / elapsed
+
+
 def prepare_resume(db: Path, fires: int) -> None:
     """A run whose history has about ``2 * fires`` events, left waiting for a signal."""
     from flowcore_local import LocalHost
@@ -282,6 +323,8 @@ def child(system: str, steps: int) -> None:
             value = bench_dbos(db, steps)
         elif system == "throughput":
             value = bench_throughput(db, 100, steps)
+        elif system.startswith("workers-"):
+            value = bench_workers(db, int(system.split("-")[1]))
         elif system.startswith("resume-"):
             prepare_resume(db, int(system.split("-")[1]))
             value = bench_resume(db)
@@ -375,6 +418,12 @@ def main() -> None:
         print(f"{system:<16}{value:>10.3f}{ratio:>13.1f}x")
     throughput = statistics.median(measure("throughput", 100) for _ in range(args.repeat))
     print(f"throughput, 100 runs x 100 steps at once: {throughput:,.0f} durable steps/s")
+    one = statistics.median(measure("workers-1", 0) for _ in range(args.repeat))
+    two = statistics.median(measure("workers-2", 0) for _ in range(args.repeat))
+    print(
+        f"worker processes on one database (100 runs x 100 steps, process start included):"
+        f" 1 worker {one:,.0f} steps/s, 2 workers {two:,.0f} steps/s, ratio {two / one:.2f}x"
+    )
     if not args.skip_resume:
         small = statistics.median(measure("resume-500", 0) for _ in range(args.repeat))
         large = statistics.median(measure("resume-50000", 0) for _ in range(args.repeat))
