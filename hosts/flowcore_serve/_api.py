@@ -100,8 +100,9 @@ class Api:
             next_index=row.next_index,
         )
 
-    async def owned(self, ctx: Context, write: bool = False) -> RunRow:
-        """The run named in the path, if the principal may see it (and act on it)."""
+    async def owned(self, ctx: Context) -> RunRow:
+        """The run named in the path, if the principal may see it and act on it
+        (what the token's access allows is checked before, per operation)."""
         run_id = ctx.param("run_id")
         try:
             row = await self.host.run(run_id)
