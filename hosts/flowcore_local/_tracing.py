@@ -28,9 +28,9 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -41,12 +41,20 @@ from flowcore import CallTool, Event, RunSubflow, Settled
 from flowcore_handlers._tracing import record_outcome, work_attributes, work_span_name
 
 if TYPE_CHECKING:
-    from ._host import LocalHost
-    from ._store import Claimed, RunRow
+    from ._store import Claimed, RunRow, Store
 
 __all__ = ["LocalTracing"]
 
 log = logging.getLogger("flowcore.local")
+
+
+class TracedHost(Protocol):
+    """What the spans read of their host (a ``LocalHost``): its clock and its store."""
+
+    now: Callable[[], int]
+
+    @property
+    def store(self) -> Store: ...
 
 
 @dataclass
@@ -59,7 +67,7 @@ class _Work:
 class LocalTracing:
     """The spans of one ``LocalHost`` session (open to close)."""
 
-    def __init__(self, tracer: Tracer, host: LocalHost) -> None:
+    def __init__(self, tracer: Tracer, host: TracedHost) -> None:
         self.tracer = tracer
         self.host = host
         self.started_ms = host.now()  # runs created since are back-dated to their creation
