@@ -40,13 +40,7 @@ NO_USAGE = Usage()
 
 def add_usage(a: Usage, b: Usage) -> Usage:
     """The sum of two usages, field by field."""
-    return Usage(
-        steps=a.steps + b.steps,
-        cost_minor_units=a.cost_minor_units + b.cost_minor_units,
-        tokens=a.tokens + b.tokens,
-        tool_calls=a.tool_calls + b.tool_calls,
-        turns=a.turns + b.turns,
-    )
+    return Usage(**{f: getattr(a, f) + getattr(b, f) for f in Usage.__struct_fields__})
 
 
 class Exhausted(Exception):

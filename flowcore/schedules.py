@@ -30,7 +30,7 @@ Policies, as Temporal names them:
   own default is a year; the Temporal host passes the value explicitly).
 - ``jitter``: a slot is due at ``slot + d``, ``d`` in ``[0, jitter)``, derived
   from sha256 of the schedule's name and the slot (``jitter_ms``): the same in
-  every process and on every replay, never random. Slots are still decided in
+  every process and on every replay (a pure function of both). Slots are still decided in
   order: a slot waits for the one before it.
 - ``paused`` (with a ``note``): no slot is decided; on resume, the host
   starts again from the time of the resume (slots while paused are neither
@@ -395,7 +395,7 @@ def _slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> Iterator
 
 
 def jitter_ms(schedule: Schedule, slot_ms: int) -> int:
-    """The slot's delay in ``[0, jitter)``: sha256 of the name and the slot, never random."""
+    """The slot's delay in ``[0, jitter)``: sha256 of the name and the slot (a pure function)."""
     if schedule.jitter_ms <= 0:
         return 0
     digest = hashlib.sha256(f"{schedule.name}\n{slot_ms}".encode()).digest()

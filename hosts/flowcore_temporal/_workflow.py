@@ -214,13 +214,7 @@ def budget_to_args(budget: BudgetRemaining | None) -> dict[str, int] | None:
 
 def _usage_json(usage: Usage) -> dict[str, int]:
     """A run's usage in its result, every limit named (0 included)."""
-    return {
-        "steps": usage.steps,
-        "costMinorUnits": usage.cost_minor_units,
-        "tokens": usage.tokens,
-        "toolCalls": usage.tool_calls,
-        "turns": usage.turns,
-    }
+    return {f.encode_name: getattr(usage, f.name) for f in msgspec.structs.fields(usage)}
 
 
 @workflow.defn(name=WORKFLOW_NAME)
