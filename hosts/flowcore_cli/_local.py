@@ -62,7 +62,7 @@ from ._options import (
     signal_arguments,
     spec_argument,
 )
-from ._progress import Item, RunTree, err, out, positions, progress_line, watch
+from ._progress import Item, RunTree, err, out, positions, print_lines, progress_line, watch
 from ._replay import report_to_json, usage_text
 
 __all__ = ["COMMANDS"]
@@ -248,49 +248,6 @@ def _settled(result: dict[str, Any]) -> None:
         sys.exit(1)
 
 
-async def _follow_all(host: LocalHost, stop: asyncio.Event, settled: list[RunRow]) -> None:
-    """Print the progress lines of every running run as its records are written.
-
-    Runs already running when the worker starts are followed from where they
-    are; runs started later from their first record; a run that settles is
-    followed to its last record, then dropped (``settled``: the runs this worker
-    settled, so that one that started and ended between two looks is shown too).
-    """
-    printed = {row.run_id: row.next_index for row in await host.runs("running")}
-    finished: set[str] = set()
-    while True:
-        last = stop.is_set()
-        running = {row.run_id: row for row in await host.runs("running")}
-        ids = set(running) | set(printed) | ({row.run_id for row in settled} - finished)
-        for rid in sorted(ids):
-            try:
-                row = running.get(rid) or await host.run(rid)  # one read per run and look
-            except HostError:  # deleted since (a retention of seconds): nothing more to show
-                printed.pop(rid, None)
-                finished.add(rid)
-                continue
-            start = printed.get(rid, 0)
-            if row.next_index > start:
-                for record in await host.records(rid, start):
-                    line = progress_line(record)
-                    if line is not None:
-                        out.print(line)
-            if row.status == "running":
-                printed[rid] = row.next_index
-            else:
-                printed.pop(rid, None)
-                finished.add(rid)
-                if isinstance(row.error, dict):
-                    error = f"{row.error.get('type', '')}: {row.error.get('message', '')}"
-                    out.print(Text.assemble(("  error: ", "red"), error))
-        if last:
-            return
-        try:
-            await asyncio.wait_for(stop.wait(), 0.2)
-        except TimeoutError:
-            pass
-
-
 @click.command()
 @click.option("--tools", help="Default tools module for runs that did not record one.")
 @click.option("--concurrency", default=64, show_default=True, help="Handlers running at once.")
@@ -338,10 +295,10 @@ def worker(
 ) -> None:
     """Resume and process every run in the database until stopped.
 
-    Prints a line when it starts, the progress lines of every run it works
-    (as `run` does; questions are not asked here: answer them with
-    `flowcore answer`), a line for every run it settles (with the error of a
-    failed one), a line for every prune of its --retention, and a summary
+    Prints a line when it starts, the progress lines of what it does (as
+    `run` does, for the events this worker applies; questions are not asked
+    here: answer them with `flowcore answer`), the error of every run it
+    settles failed, a line for every prune of its --retention, and a summary
     when it stops. It also starts the runs of the database's schedules as
     their slots come due (`flowcore schedule`), and trims the scheduled calls
     kept listed (--keep-*).
@@ -355,8 +312,15 @@ def worker(
             f" {rows_text(deleted)}"
         )
 
+    def on_records(records: list[flowcore.Record]) -> None:
+        lines = [progress_line(record) for record in records]
+        print_lines([line for line in lines if line is not None])
+
     def on_settled(row: RunRow) -> None:
-        settled.append(row)  # shown by the follower, after the run's last progress line
+        settled.append(row)  # after the run's last progress line (``on_records``)
+        if isinstance(row.error, dict):
+            error = f"{row.error.get('type', '')}: {row.error.get('message', '')}"
+            out.print(Text.assemble(("  error: ", "red"), error))
 
     async def body(host: LocalHost) -> None:
         stop = asyncio.Event()
@@ -370,7 +334,6 @@ def worker(
             + (f"; retention {retention}" if retention else "")
             + ("; until idle" if until_idle else "; Ctrl-C stops")
         )
-        follower = asyncio.create_task(_follow_all(host, stop, settled))
         if until_idle:
 
             async def idle() -> None:
@@ -381,10 +344,9 @@ def worker(
 
             watcher = asyncio.create_task(idle())
         try:
-            await host.work(stop, on_settled=on_settled, on_pruned=on_pruned)
+            await host.work(stop, on_settled=on_settled, on_pruned=on_pruned, on_records=on_records)
         finally:
             stop.set()
-            await follower
             if until_idle:
                 await watcher
         counts: dict[str, int] = {}

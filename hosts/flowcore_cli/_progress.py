@@ -77,6 +77,7 @@ __all__ = [
     "out",
     "positions",
     "progress_item",
+    "print_lines",
     "progress_line",
     "prompt",
     "scheduled_changed",
@@ -90,6 +91,22 @@ Item: TypeAlias = flowcore.Effect | flowcore.Event
 # no highlighting of numbers and strings, no wrapping of long lines.
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_lines(lines: list[Text]) -> None:
+    """Print lines to ``out`` in one write: a worker prints one per record.
+
+    Without colours (a pipe, a file) the lines are written as plain text;
+    rich's rendering of each line would cost more than the record's step.
+    """
+    if not lines:
+        return
+    if out.color_system is None and not out.is_terminal:
+        out.file.write("".join(f"{line.plain}\n" for line in lines))
+        out.file.flush()
+    else:
+        out.print(Text("\n").join(lines))
+
 
 REDISPATCHED = "effect.redispatched"
 """The record a host writes when it runs an effect again after a recovery: its

@@ -58,10 +58,13 @@ from flowcore import (
     Usage,
 )
 
+from ._threads import HandlerThreads
+
 __all__ = [
     "MAX_TRACEBACK_BYTES",
     "Handler",
     "HandlerError",
+    "HandlerThreads",
     "OutcomeUnknown",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
@@ -357,15 +360,16 @@ async def run_handler(
     registry: Registry,
     effect: WorkEffect,
     now_ms: Callable[[], int],
-    executor: Executor | None = None,
+    executor: Executor | HandlerThreads | None = None,
 ) -> tuple[Outcome, BaseException | None]:
     """Run the effect's handler: the event that reports it, and the exception it raised.
 
     The exception (None when the handler returned, or has no handler) is for
     the host's own records, its traceback with it (``format_traceback``); the
     event carries only its type and message. A sync handler runs in a thread
-    of ``executor`` (the loop's default one when None, which holds only a few
-    threads); an ``async`` one on the loop.
+    of ``executor`` (a ``HandlerThreads`` costs the loop least; the loop's
+    default executor when None, which holds only a few threads); an ``async``
+    one on the loop.
     """
     handler = registry.handler_for(effect)
     if handler is None:
@@ -384,10 +388,12 @@ async def run_handler(
         if inspect.iscoroutinefunction(handler):
             outcome = await handler(effect)
         else:
-            if executor is None:
+            call = functools.partial(contextvars.copy_context().run, handler, effect)
+            if isinstance(executor, HandlerThreads):
+                outcome = await executor.run(call)
+            elif executor is None:
                 outcome = await asyncio.to_thread(handler, effect)
             else:
-                call = functools.partial(contextvars.copy_context().run, handler, effect)
                 outcome = await asyncio.get_running_loop().run_in_executor(executor, call)
             if inspect.isawaitable(outcome):
                 outcome = await outcome
@@ -400,7 +406,7 @@ async def call_handler(
     registry: Registry,
     effect: WorkEffect,
     now_ms: Callable[[], int],
-    executor: Executor | None = None,
+    executor: Executor | HandlerThreads | None = None,
 ) -> Outcome:
     """Run the effect's handler and report how it went (``run_handler`` without the exception)."""
     event, _ = await run_handler(registry, effect, now_ms, executor)

@@ -217,6 +217,47 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN principal TEXT",
         "CREATE INDEX runs_by_created ON runs (created_ms, run_id)",
     ],
+    # 6: the log as the journal. ``saved_index``: the hot state in ``runs.state``
+    # and the results, report and resolved rows hold the run as of the log
+    # record before this index (a checkpoint); later events are replayed from
+    # the log when the run is loaded. Runs of older schemas stored everything at
+    # every event, so their checkpoint is their next index. ``version`` counts
+    # the writes of the run's row, so a process can tell that its cached state
+    # is still the run's (see _store.Store.load). ``workers.only_run``: the run a
+    # worker limits itself to (NULL: every run), for the workers' shares.
+    [
+        "ALTER TABLE runs ADD COLUMN saved_index INTEGER NOT NULL DEFAULT 0",
+        "UPDATE runs SET saved_index = next_index",
+        "ALTER TABLE runs ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE workers ADD COLUMN only_run TEXT",
+        # The outbox keyed by (run, key) without a rowid, ``seq`` its order
+        # of emission (the index of the effect's ``effect.emitted``; rows of
+        # older schemas keep their order before any new one), and indexed only
+        # where workers look for work: dispatched and waiting rows, the hot
+        # path, are written to one b-tree.
+        """CREATE TABLE outbox_6 (
+            run_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            effect BLOB NOT NULL,
+            status TEXT NOT NULL,
+            due_ms INTEGER,
+            exec_class TEXT NOT NULL,
+            dispatches INTEGER NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_until INTEGER,
+            note TEXT,
+            seq INTEGER NOT NULL,
+            PRIMARY KEY (run_id, key)
+        ) WITHOUT ROWID""",
+        "INSERT INTO outbox_6 SELECT run_id, key, kind, effect, status, due_ms, exec_class,"
+        " dispatches, lease_owner, lease_until, note,"
+        " rowid - (SELECT COALESCE(MAX(rowid), 0) + 1 FROM outbox) FROM outbox",
+        "DROP TABLE outbox",
+        "ALTER TABLE outbox_6 RENAME TO outbox",
+        "CREATE INDEX outbox_timers ON outbox (due_ms) WHERE status = 'timer'",
+        "CREATE INDEX outbox_ready ON outbox (kind) WHERE status = 'ready'",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -40,7 +40,6 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -59,6 +58,7 @@ from flowcore import (
 from flowcore._spec import MAX_AMOUNT, MAX_MS
 from flowcore_handlers import (
     HandlerError,
+    HandlerThreads,
     Registry,
     RegistryError,
     format_traceback,
@@ -77,7 +77,7 @@ from ._flows import declared_signals, reachable_flows
 from ._prune import Deleted
 from ._resume import Rewind, plan_rewind
 from ._scheduled import ScheduledRetention, ScheduledRow, list_scheduled, trim
-from ._store import Applied, Claimed, HostError, RunRow, Store
+from ._store import Applied, Claimed, Conflict, HostError, RunRow, Store
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -90,6 +90,10 @@ T = TypeVar("T")
 log = logging.getLogger("flowcore.local")
 SAFE = ("readonly", "idempotent")
 RETENTION_EVERY_MS = 60_000  # how often (host clock) a worker with a retention prunes
+
+
+# How often a worker looks again at how many workers share the database.
+SHARE_S = 0.25
 
 
 def wall_ms() -> int:
@@ -193,7 +197,7 @@ class LocalHost:
         self.max_recoveries = max_recoveries
         self.poll_ms = poll_ms
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._threads: ThreadPoolExecutor | None = None
+        self._threads: HandlerThreads | None = None
         self._store: Store | None = None
         self._registries: dict[str | None, Registry] = {}
         # Handlers the caller supplied as objects (``registry``): taken as given,
@@ -232,6 +236,7 @@ class LocalHost:
         self.retention_ms = retention_ms
         self._next_prune: int | None = None
         self._on_pruned: Callable[[Deleted], Any] | None = None
+        self._on_records: Callable[[list[flowcore.Record]], Any] | None = None
         # How long finished scheduled calls stay listed (``trim_scheduled``).
         self.scheduled_retention = scheduled_retention or ScheduledRetention()
         # OpenTelemetry spans (``_tracing``, specs/tracing.md); None: off, and free.
@@ -256,7 +261,7 @@ class LocalHost:
         self._store = await self._db(opening)
         # Sync handlers get a thread each, up to the host-wide limit (the
         # loop's default pool holds only a few threads).
-        self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flowcore-handler")
+        self._threads = HandlerThreads(self.concurrency)
         self._queue_event = asyncio.Event()
         self._wake = asyncio.Event()
         self._sem = asyncio.Semaphore(self.concurrency)
@@ -273,13 +278,18 @@ class LocalHost:
             store = self._store
 
             def closing() -> None:
+                try:
+                    with store.tx():
+                        store.checkpoint_all()
+                except Exception as exc:  # the log holds it all: the next load replays it
+                    log.warning("flowcore: no checkpoint of the runs at close (%s)", exc)
                 store.conn.execute("DELETE FROM workers WHERE worker_id = ?", (self.worker_id,))
                 store.conn.close()
 
             await self._db(closing)
             self._store = None
         if self._threads is not None:
-            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._threads.shutdown()
             self._threads = None
 
     @property
@@ -1041,6 +1051,7 @@ class LocalHost:
         only: str | None = None,
         on_settled: Callable[[RunRow], Any] | None = None,
         on_pruned: Callable[[Deleted], Any] | None = None,
+        on_records: Callable[[list[flowcore.Record]], Any] | None = None,
     ) -> None:
         """Process every run in the database until ``stop`` is set (or the run settles).
 
@@ -1049,7 +1060,9 @@ class LocalHost:
         ``on_settled`` is called, on the event loop, with the ``RunRow`` of
         every run this host settles while it works (a failed one included),
         right after the commit that settled it; what it raises is logged and
-        does not stop the worker. With the host's ``retention_ms``, a worker
+        does not stop the worker. ``on_records`` is called likewise with the log
+        records of each event this host applies while it works, before
+        ``on_settled``. With the host's ``retention_ms``, a worker
         not limited by ``only`` prunes the runs settled longer ago than that,
         when it starts and then every minute of the host's clock, and calls
         ``on_pruned`` with what each prune deleted (when it deleted any).
@@ -1058,17 +1071,21 @@ class LocalHost:
         assert self._wake is not None
         if only is not None:
             await self.run(only)  # an unknown run id is refused, not worked on for ever
-        await self._db(self._register_worker)
         self.store.only = only
+        await self._db(self._register_worker)
         self._on_settled = on_settled
         self._on_pruned = on_pruned
+        self._on_records = on_records
         self._next_prune = None
         self.store.dispatching = True
         self._writer = asyncio.create_task(self._write_loop())
         self._heart = asyncio.create_task(self._heartbeat())
-        last_recovery = 0.0
+        last_recovery = last_share = 0.0
         try:
             while not stop.is_set():
+                if time.monotonic() - last_share > SHARE_S:
+                    self.store.share = await self._db(self._share)
+                    last_share = time.monotonic()
                 if time.monotonic() - last_recovery > self.lease_ms / 2000:
                     await self._recover()
                     await self.trim_scheduled()
@@ -1098,10 +1115,13 @@ class LocalHost:
                     pass
         finally:
             await self._drain()
+            await self._db(self._unregister_worker)
             self.store.dispatching = False
+            self.store.share = None
             self.store.only = None
             self._on_settled = None
             self._on_pruned = None
+            self._on_records = None
 
     async def _drain(self) -> None:
         """Let running handlers finish and their results commit."""
@@ -1121,10 +1141,34 @@ class LocalHost:
     def _register_worker(self) -> None:
         conn = self.store.conn
         conn.execute(
-            "INSERT OR REPLACE INTO workers (worker_id, pid, hostname, heartbeat_ms)"
-            " VALUES (?, ?, ?, ?)",
-            (self.worker_id, os.getpid(), socket.gethostname(), self.now()),
+            "INSERT OR REPLACE INTO workers (worker_id, pid, hostname, heartbeat_ms, only_run)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (self.worker_id, os.getpid(), socket.gethostname(), self.now(), self.store.only),
         )
+
+    def _unregister_worker(self) -> None:
+        """Leave ``workers`` once ``work`` returns (its handlers have all finished)."""
+        self.store.conn.execute("DELETE FROM workers WHERE worker_id = ?", (self.worker_id,))
+
+    def _share(self) -> int | None:
+        """How many running runs this worker keeps (``Store.keeps``): None when it is
+        the only live worker on every run, else an even split among those."""
+        conn = self.store.conn
+        if self.store.only is not None:
+            return None
+        dead = set(self._dead_workers())
+        others = [
+            worker_id
+            for (worker_id,) in conn.execute(
+                "SELECT worker_id FROM workers WHERE only_run IS NULL AND worker_id != ?",
+                (self.worker_id,),
+            )
+            if worker_id not in dead
+        ]
+        if not others:
+            return None
+        (running,) = conn.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()
+        return max(1, -(-int(running) // (len(others) + 1)))
 
     async def _heartbeat(self) -> None:
         while True:
@@ -1334,6 +1378,8 @@ class LocalHost:
         for item in applied:
             for claimed in item.claimed:
                 self._spawn(claimed)
+            if item.records and self._on_records is not None:
+                self._callback(self._on_records, item.records, item.run_id, "on_records")
             if item.plan.settled is not None and self._tracing is not None:
                 self._tracing.settled(item.run_id, item.plan.settled)
             if item.plan.settled is not None and self._on_settled is not None:
@@ -1347,13 +1393,17 @@ class LocalHost:
             self._wake.set()
 
     def _tell_settled(self, run_id: str) -> None:
-        callback = self._on_settled
-        assert callback is not None
+        assert self._on_settled is not None
+        self._callback(self._on_settled, self.store.run_row(run_id), run_id, "on_settled")
+
+    @staticmethod
+    def _callback(callback: Callable[[Any], Any], value: Any, run_id: str, name: str) -> None:
         try:
-            callback(self.store.run_row(run_id))
+            callback(value)
         except Exception as exc:  # the caller's code: say so, keep working
             log.warning(
-                "flowcore: on_settled raised for run %s: %s: %s",
+                "flowcore: %s raised for run %s: %s: %s",
+                name,
                 run_id,
                 type(exc).__name__,
                 safe_text(exc, 200),
@@ -1439,6 +1489,9 @@ class LocalHost:
     ) -> list[tuple[Applied, list[Applied]]]:
         """One group commit: every queued event applied in one transaction.
 
+        The batch is first planned outside the write lock and written under
+        it (``Store.planned``); if another process changed one of its runs
+        meanwhile, it is applied again holding the lock (``Store.tx``).
         An event that fails (its run is gone, or anything unforeseen) must not
         take the other runs' events down, nor leave half its writes behind.
         That is rare, so a batch first runs without a savepoint per event (two
@@ -1447,11 +1500,15 @@ class LocalHost:
         failure touches that event alone (``_isolated``).
         """
         store = self.store
-        try:
-            with store.tx():
-                return [self._apply_one(run_id, event, now) for run_id, event, _ in batch]
-        except Exception:
-            store.take_extra()  # side applies of the rolled-back attempt
+        for attempt in (store.planned, store.tx):
+            try:
+                with attempt():
+                    return [self._apply_one(run_id, event, now) for run_id, event, _ in batch]
+            except Conflict:
+                store.take_extra()  # side applies of the attempt
+            except Exception:
+                store.take_extra()
+                break
         with store.tx():
             return [self._isolated(run_id, event, now) for run_id, event, _ in batch]
 

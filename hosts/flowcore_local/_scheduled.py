@@ -30,10 +30,11 @@ from flowcore import State
 __all__ = [
     "FINISHED",
     "STATUSES",
+    "UPSERT",
     "ScheduledRetention",
     "ScheduledRow",
+    "changed",
     "list_scheduled",
-    "project",
     "project_all",
     "trim",
 ]
@@ -74,7 +75,7 @@ class ScheduledRow(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     outside: bool
 
 
-_UPSERT = (
+UPSERT = (
     "INSERT OR REPLACE INTO scheduled_calls (run_id, id, tool, input, status, created_ms,"
     " due_ms, attempts, finished_ms, error, outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
@@ -99,17 +100,16 @@ def _rows(state: State, ids: Iterable[str] | None) -> list[tuple[Any, ...]]:
     ]
 
 
-def project(conn: sqlite3.Connection, run_id: str, state: State) -> None:
-    """Write the rows of the scheduled calls the last transition changed."""
+def changed(state: State) -> list[tuple[Any, ...]]:
+    """The rows (for ``UPSERT``) of the scheduled calls the last transition changed."""
     sids = state.journal.scheduled
-    if sids:
-        conn.executemany(_UPSERT, _rows(state, sids))
+    return _rows(state, sids) if sids else []
 
 
 def project_all(conn: sqlite3.Connection, run_id: str, state: State) -> None:
     """Write every scheduled call of the run again (a rewound run)."""
     conn.execute("DELETE FROM scheduled_calls WHERE run_id = ?", (run_id,))
-    conn.executemany(_UPSERT, _rows(state, None))
+    conn.executemany(UPSERT, _rows(state, None))
 
 
 def list_scheduled(

@@ -23,6 +23,7 @@ whether and where).
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from flowcore_handlers import tools_module_name
 
 from . import _scheduled as scheduled
 
-__all__ = ["Applied", "Claimed", "HostError", "RunRow", "Store"]
+__all__ = ["Applied", "Claimed", "Conflict", "HostError", "RunRow", "Store"]
 
 WORK = ("call-tool", "run-agent", "run-team")
 # The run ``?`` and every run below it (its child runs, theirs, ...).
@@ -71,6 +72,12 @@ _effect_dec: msgspec.json.Decoder[Effect] = msgspec.json.Decoder(Effect)
 
 class HostError(Exception):
     """A request the host cannot carry out (unknown run, conflicting start, ...)."""
+
+
+class Conflict(Exception):
+    """A group commit that cannot be written as it was planned (``Store.planned``):
+    another connection changed a run the plan read, or the plan had to read rows
+    it had itself buffered. Nothing was written; apply the events again in ``tx``."""
 
 
 @dataclass
@@ -92,12 +99,38 @@ class RunRow:
     principal: str | None = None  # who started it through ``flowcore serve`` (children inherit)
 
 
+# A run's checkpoint (its hot state and growing rows, ``runs.saved_index``) is
+# written once the log holds this many records after the last one: the events
+# in between are replayed from the log when the run is loaded (``Store.load``).
+CHECKPOINT_RECORDS = 64
+# How long a transaction waits for the write lock (the connection's busy_timeout).
+BUSY_S = 30.0
+
+
+@dataclass
+class _Unsaved:
+    """What the transitions since a run's checkpoint wrote to the growing parts."""
+
+    results: dict[str, Any] = field(default_factory=dict)  # record, or None: deleted
+    report: list[persist.ReportRow] = field(default_factory=list)
+    resolved: dict[str, persist.Resolution] = field(default_factory=dict)
+
+    def take(self, state: State) -> None:
+        changes = persist.state_changes(state)
+        self.results.update(changes.results)
+        self.report.extend(changes.report)
+        self.resolved.update(changes.resolved)
+
+
 @dataclass
 class _Cached:
     next_index: int
     state: State
     tools: str | None
-    report_rows: int
+    report_rows: int  # report rows in the table (the checkpoint's)
+    version: int  # runs.version this state was stored with
+    saved_index: int  # runs.saved_index: the checkpoint's next index
+    unsaved: _Unsaved = field(default_factory=_Unsaved)
 
 
 @dataclass
@@ -119,10 +152,23 @@ class Applied:
     claimed: list[Claimed] = field(default_factory=list)
     rejected: str | None = None
     scheduled: flowcore.ScheduledAnswer | None = None  # a scheduled-call event's answer
+    records: list[flowcore.Record] = field(default_factory=list)  # the log records written
 
     @property
     def settled(self) -> Settled | None:
         return self.plan.settled
+
+
+def _answered(event: Event, before: State, after: State) -> tuple[str, ...]:
+    """The keys ``event`` answered itself (``flowcore.plan`` lists only the others)."""
+    key = getattr(event, "idempotency_key", None)
+    if key is not None:
+        return (key,)
+    if not isinstance(event, SignalReceived):
+        return ()
+    # A signal is taken by a wait for it, which is then no longer open.
+    still = {wait.key for wait in flowcore.waiting_for(after).signals}
+    return tuple(wait.key for wait in flowcore.waiting_for(before).signals if wait.key not in still)
 
 
 def _dumps(value: Any) -> str:
@@ -184,6 +230,9 @@ class Store:
         self._parsed: dict[str, Flow] = {}  # spec text -> flow, for this process
         self._data_version = -1
         self._cache: dict[str, _Cached] = {}
+        # Cached runs checked against their ``runs.version`` since another
+        # connection last committed (see _drop_stale and load).
+        self._verified: set[str] = set()
         self._touched: set[str] = set()
         self._pending_applied: list[Applied] = []
         # Rows written by the events of one transaction, sent to SQLite in one
@@ -192,12 +241,27 @@ class Store:
         self._log_rows: list[tuple[str, int, str, int, str]] = []
         self._result_rows: dict[tuple[str, str], bytes | None] = {}  # None: delete
         self._report_rows: list[tuple[str, int, bytes]] = []
-        self._run_rows: dict[str, tuple[int, int, bytes]] = {}  # a running run's new state
+        self._resolved_rows: dict[tuple[str, str], bytes] = {}
+        # A running run's new row: (updated_ms, next_index, version, hot state
+        # or None when it is not a checkpoint, saved_index).
+        self._run_rows: dict[str, tuple[int, int, int, bytes | None, int]] = {}
+        # Other writes of a planned group commit, in order, with their
+        # parameters: consecutive ones of one statement run as one executemany.
+        self._statements: list[tuple[str, list[tuple[Any, ...]]]] = []
+        # While planning (``planned``): the runs.version of each run the plan
+        # read (None: no such run), checked under the write lock.
+        self._planning = False
+        self._read: dict[str, int | None] = {}
         # True while this process runs a worker: new work is then recorded as
         # dispatched to it in the transaction that creates it, and run at once.
         self.dispatching = False
         # The run a worker limits itself to (with its child runs), or None.
         self._only: str | None = None
+        # With several workers on the database: how many running runs this
+        # one keeps dispatching to itself (None: all of them), and those it
+        # keeps (see keeps).
+        self.share: int | None = None
+        self._owned: set[str] = set()
         self._in_scope: set[str] = set()
 
     # --- which runs a worker works on --------------------------------------------------
@@ -238,21 +302,46 @@ class Store:
     # --- transactions ----------------------------------------------------------------
 
     def _drop_stale(self) -> None:
-        """Forget every cached state if another connection committed since we looked.
+        """Doubt every cached state if another connection committed since we looked.
 
         ``PRAGMA data_version`` changes exactly when another connection commits
         to the file (our own commits leave it alone). It says nothing about
-        *which* run was written, so the whole cache goes.
+        *which* run was written: each cached run is checked against its
+        ``runs.version`` when it is next loaded.
         """
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
-            self._cache.clear()
+            self._verified = set()
             self._data_version = version
+
+    def _begin(self) -> None:
+        """``BEGIN IMMEDIATE``, waiting for the write lock in steps from 0.1 ms.
+
+        SQLite's own busy handler sleeps 1 ms, then 2, 5, 10, ... while the
+        lock is usually held for less than a millisecond (one group commit of
+        another worker): it would make two workers slower than one.
+        """
+        conn = self.conn
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            delay, waited = 0.0001, 0.0
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or waited > BUSY_S:
+                        raise
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 0.002)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_S * 1000:.0f}")
 
     @contextmanager
     def tx(self) -> Iterator[None]:
         """One write transaction. On failure, cached states it touched are dropped."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        self._begin()
         # Holding the write lock, nobody else can commit until we do: one
         # look at data_version serves every load in this transaction.
         self._drop_stale()
@@ -268,9 +357,82 @@ class Store:
                 self._cache.pop(run_id, None)
             raise
 
+    @contextmanager
+    def planned(self) -> Iterator[None]:
+        """One group commit, planned outside the write lock and written under it.
+
+        The events are applied (states advanced, rows computed and buffered)
+        without the lock, while other processes may commit. Then, holding the
+        write lock, every run the plan read must still have the
+        ``runs.version`` it read (or still not exist) — unless no other
+        connection committed since the plan began (``PRAGMA data_version``) —
+        and the buffered rows are written and committed. Otherwise
+        ``Conflict`` is raised with nothing written: apply the events again in
+        ``tx``. Two workers thus hold the lock only to write, not to apply.
+        """
+        conn = self.conn
+        self._drop_stale()
+        began = self._data_version
+        self._touched = set()
+        self._read = {}
+        self._planning = True
+        try:
+            yield
+            self._planning = False
+            self._begin()
+            if conn.execute("PRAGMA data_version").fetchone()[0] != began:
+                for run_id, version in self._read.items():
+                    row = conn.execute(
+                        "SELECT version FROM runs WHERE run_id = ?", (run_id,)
+                    ).fetchone()
+                    if (None if row is None else row[0]) != version:
+                        raise Conflict(f"run {run_id!r} changed while its events were applied")
+            self._flush()
+            conn.execute("COMMIT")
+        except BaseException:
+            self._planning = False
+            self._discard()
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for run_id in self._touched:
+                self._cache.pop(run_id, None)
+            raise
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Execute a write now, or buffer it in order while planning."""
+        if not self._planning:
+            self.conn.execute(sql, params)
+        elif self._statements and self._statements[-1][0] == sql:
+            self._statements[-1][1].append(params)
+        else:
+            self._statements.append((sql, [params]))
+
+    def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        if not self._planning:
+            self.conn.executemany(sql, rows)
+        elif self._statements and self._statements[-1][0] == sql:
+            self._statements[-1][1].extend(rows)
+        else:
+            self._statements.append((sql, rows))
+
+    def _before_read(self, run_id: str) -> None:
+        """Make the buffered rows visible before reading ``run_id``'s rows.
+
+        While planning nothing may be written, so a run whose rows the plan
+        buffered cannot be read back: the plan gives way to ``tx``.
+        """
+        if not self._planning:
+            self._flush()
+        elif run_id in self._touched:
+            raise Conflict(f"run {run_id!r} must be read back in the transaction that wrote it")
+
     def _flush(self) -> None:
         """Write the buffered rows (in the open transaction)."""
         conn = self.conn
+        for sql, rows in self._statements:
+            conn.executemany(sql, rows)
         if self._log_rows:
             conn.executemany(
                 "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
@@ -290,17 +452,25 @@ class Store:
             conn.executemany(
                 "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)", self._report_rows
             )
+        if self._resolved_rows:
+            conn.executemany(
+                "INSERT OR REPLACE INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
+                [(*ident, how) for ident, how in self._resolved_rows.items()],
+            )
         if self._run_rows:
             conn.executemany(
-                "UPDATE runs SET updated_ms = ?, next_index = ?, state = ? WHERE run_id = ?",
+                "UPDATE runs SET updated_ms = ?, next_index = ?, version = ?,"
+                " state = COALESCE(?, state), saved_index = ? WHERE run_id = ?",
                 [(*row, run_id) for run_id, row in self._run_rows.items()],
             )
         self._discard()
 
     def _discard(self) -> None:
+        self._statements = []
         self._log_rows = []
         self._result_rows = {}
         self._report_rows = []
+        self._resolved_rows = {}
         self._run_rows = {}
 
     @contextmanager
@@ -470,8 +640,9 @@ class Store:
                 principal,
             ),
         )
-        cached = _Cached(0, decision.state, tools, 0)
-        return True, self._persist(run_id, cached, decision, records, now, tools, ())
+        cached = _Cached(0, decision.state, tools, 0, 0, 0)
+        applied = self._persist(run_id, cached, decision, records, now, tools, (), checkpoint=True)
+        return True, applied
 
     def existing(self, run_id: str) -> tuple[Any, str, str | None, Any] | None:
         """An existing run's start options: (input, spec hash, tools, budget JSON)."""
@@ -513,26 +684,65 @@ class Store:
     # --- state ------------------------------------------------------------------------
 
     def load(self, run_id: str, report: bool = False) -> _Cached:
-        """A run's state, from the cache or restored from its rows.
+        """A run's state, from the cache or restored from its checkpoint and log.
 
-        The report rows (one per work effect ever run) are read only when
-        ``report`` is set: restoring costs what the run holds now, not its
-        history, and the rare transition that needs them reads them then
-        (``flowcore.persist.advance``, see ``apply``).
+        A cached state is used while the run's ``runs.version`` is the one it
+        was stored with (checked once another connection has committed).
+        Restoring reads the checkpoint (hot state, results, resolved keys and
+        the *number* of report rows) and replays the events the log holds
+        after it, at most ``CHECKPOINT_RECORDS`` records: it costs what the
+        run holds now, not its history. The report rows themselves are read
+        only when ``report`` is set; the rare transition that needs them
+        reads them then (``flowcore.persist.advance``, see ``apply``).
         """
-        if not self.conn.in_transaction:  # in one, tx() has looked already
+        if not (self.conn.in_transaction or self._planning):  # else tx/planned looked
             self._drop_stale()
         cached = self._cache.get(run_id)
+        if cached is not None and run_id not in self._verified:
+            row = self.conn.execute(
+                "SELECT version FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is not None and row[0] == cached.version:
+                self._verified.add(run_id)
+            else:
+                cached = None
         if cached is not None and (cached.state.report_complete or not report):
-            return cached  # nobody else has written since it was cached
-        self._flush()  # the rows read below may be buffered still
+            if self._planning:
+                self._read.setdefault(run_id, cached.version)
+            return cached
+        self._before_read(run_id)  # the rows read below may be buffered still
+        with self._snapshot():
+            cached = self._restore(run_id, report)
+        self._cache[run_id] = cached
+        self._verified.add(run_id)
+        return cached
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """A read transaction around several reads (nothing when one is open):
+        a run is restored from one state of the file."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _restore(self, run_id: str, report: bool) -> _Cached:
+        """A run restored from its checkpoint and the events the log holds after it."""
         row = self.conn.execute(
-            "SELECT next_index, spec_hash, tools FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT next_index, spec_hash, tools, state, saved_index, version FROM runs"
+            " WHERE run_id = ?",
+            (run_id,),
         ).fetchone()
+        if self._planning:
+            self._read.setdefault(run_id, None if row is None else row[5])
         if row is None:
             raise HostError(f"no run {run_id!r} in the database")
-        flow = self.flow_by_hash(row[1])
-        hot = self.conn.execute("SELECT state FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        next_index, spec_hash, tools, hot, saved_index, version = row
+        flow = self.flow_by_hash(spec_hash)
         results = (
             (name, _json_decode(record))
             for name, record in self.conn.execute(
@@ -548,21 +758,34 @@ class Store:
                 "SELECT key, how FROM resolved WHERE run_id = ?", (run_id,)
             )
         )
-        rows = self._report(run_id) if report else None
-        state = persist.restore_state(hot[0], results, flow, resolved, rows)
-        cached = _Cached(int(row[0]), state, row[2], count)
-        self._cache[run_id] = cached
+        rows = self._saved_report(run_id) if report else None
+        state = persist.restore_state(hot, results, flow, resolved, rows)
+        cached = _Cached(next_index, state, tools, count, version, saved_index)
+        unsaved = cached.unsaved
+        for (data,) in self.conn.execute(
+            "SELECT data FROM log WHERE run_id = ? AND idx >= ? AND type = 'event.reported'"
+            " ORDER BY idx",
+            (run_id, saved_index),
+        ).fetchall():
+            event = flowcore.event_from_wire(_json_decode(data))
+            loader = lambda: [*self._saved_report(run_id), *unsaved.report]  # noqa: E731
+            cached.state = persist.advance(cached.state, event, loader).state
+            unsaved.take(cached.state)
         return cached
 
-    def _report(self, run_id: str) -> list[persist.ReportRow]:
-        """Every report row of a run, oldest first."""
-        self._flush()
+    def _saved_report(self, run_id: str) -> list[persist.ReportRow]:
+        """The report rows of a run's checkpoint, oldest first."""
+        self._before_read(run_id)
         return [
             persist.decode_row(blob)
             for (blob,) in self.conn.execute(
                 "SELECT row FROM report WHERE run_id = ? ORDER BY n", (run_id,)
             )
         ]
+
+    def _report(self, run_id: str, cached: _Cached) -> list[persist.ReportRow]:
+        """Every report row of a run, oldest first: the checkpoint's, then the later ones."""
+        return [*self._saved_report(run_id), *cached.unsaved.report]
 
     def state(self, run_id: str) -> State:
         return self.load(run_id).state
@@ -579,27 +802,14 @@ class Store:
         """Apply one event inside the current transaction; rejected ones change nothing."""
         cached = self.load(run_id)
         try:
-            decision = persist.advance(cached.state, event, lambda: self._report(run_id))
+            decision = persist.advance(cached.state, event, lambda: self._report(run_id, cached))
         except EventRejected as exc:
             return Applied(run_id, rejected=exc.reason)
         recorder = flowcore.Recorder(run_id)
         recorder.index = cached.next_index
         records = recorder.applied(event, decision)
-        answered = self._answered(run_id, event, decision.state)
+        answered = _answered(event, cached.state, decision.state)
         return self._persist(run_id, cached, decision, records, now, cached.tools, answered)
-
-    def _answered(self, run_id: str, event: Event, state: State) -> tuple[str, ...]:
-        """The keys ``event`` answered itself (``flowcore.plan`` lists only the others)."""
-        key = getattr(event, "idempotency_key", None)
-        if key is not None:
-            return (key,)
-        if not isinstance(event, SignalReceived):
-            return ()
-        # A signal is taken by a wait for it, which is then no longer open.
-        query = "SELECT key FROM outbox WHERE run_id = ? AND kind = 'await-signal'"
-        waits = [key for (key,) in self.conn.execute(query, (run_id,))]
-        still = {wait.key for wait in flowcore.waiting_for(state).signals} if waits else ()
-        return tuple(key for key in waits if key not in still)
 
     def _persist(
         self,
@@ -610,64 +820,80 @@ class Store:
         now: int,
         tools: str | None,
         answered: tuple[str, ...],
+        *,
+        checkpoint: bool = False,
     ) -> Applied:
+        """Write what one transition did (in the open transaction, buffered).
+
+        Every transition appends its log records, updates the run's row
+        (``next_index``, ``version``) and its outbox rows. What it wrote to the
+        growing parts (results, report, resolved keys) and the hot state are
+        kept in memory and written at the run's next checkpoint: when the log
+        holds ``CHECKPOINT_RECORDS`` records after the last one, when the run
+        settles, or when ``checkpoint`` is set (a start). Until then the log's
+        events are what restores them (``load``).
+        """
         self._touched.add(run_id)
-        conn = self.conn
         state = decision.state
         plan = flowcore.plan(decision)
-        applied = Applied(run_id, plan, scheduled=decision.scheduled)
+        applied = Applied(run_id, plan, scheduled=decision.scheduled, records=records)
         self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
-        scheduled.project(conn, run_id, state)
-        changes = persist.state_changes(state)
-        results, rows = changes.results, changes.report
-        if changes.resolved:
-            conn.executemany(
-                "INSERT OR REPLACE INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
-                [(run_id, key, persist.encode_resolution(how)) for key, how in changes.resolved],
-            )
-        buffered = self._result_rows
-        for name, rec in results:  # None: a finished loop scope's result, deleted
-            buffered[(run_id, name)] = None if rec is None else _json.encode(rec)
-        if rows:
-            start = cached.report_rows
-            self._report_rows.extend(
-                (run_id, start + i, persist.encode_row(r)) for i, r in enumerate(rows)
-            )
-            cached.report_rows += len(rows)
+        self._write_many(scheduled.UPSERT, scheduled.changed(state))
+        cached.unsaved.take(state)
         emitted = set()
-        for effect in decision.effects:  # in emission order, as ``show`` lists them
+        seqs = [r.index for r in records if r.type == "effect.emitted"]
+        for effect, seq in zip(decision.effects, seqs, strict=True):  # in emission order
             if not isinstance(effect, Settled):
                 emitted.add(effect.idempotency_key)
-                self._outbox(run_id, state.flow, effect, now, applied, tools)
+                self._outbox(run_id, state.flow, effect, now, applied, tools, seq)
         # Close what the run no longer waits for (and was not issued again):
         # what the event answered, and what the plan stops (everything, when the
         # run settles). Done rows are deleted: the log keeps the history, and
         # the outbox stays as small as what is in flight.
         gone = (*answered, *plan.drop, *plan.cancel, *plan.withdraw)
-        conn.executemany(
+        self._write_many(
             "DELETE FROM outbox WHERE run_id = ? AND key = ?",
             [(run_id, key) for key in gone if key not in emitted],
         )
-        next_index = cached.next_index + len(records)
         settled = plan.settled
+        entry = _Cached(
+            cached.next_index + len(records),
+            state,
+            cached.tools,
+            cached.report_rows,
+            cached.version + 1,
+            cached.saved_index,
+            cached.unsaved,
+        )
+        hot = None
+        if (
+            checkpoint
+            or settled is not None
+            or (entry.next_index - entry.saved_index >= CHECKPOINT_RECORDS)
+        ):
+            hot = self._checkpoint(run_id, entry)
         if settled is not None:
+            self._owned.discard(run_id)
             self._run_rows.pop(run_id, None)
-            conn.execute(
+            self._write(
                 "UPDATE runs SET status = ?, output = ?, error = ?, updated_ms = ?, next_index = ?,"
-                " state = ? WHERE run_id = ?",
+                " version = ?, state = ?, saved_index = ? WHERE run_id = ?",
                 (
                     settled.status,
                     _dumps(settled.output),
                     None if settled.error is None else _dumps(settled.error),
                     now,
-                    next_index,
-                    persist.encode_hot(state),
+                    entry.next_index,
+                    entry.version,
+                    hot,
+                    entry.saved_index,
                     run_id,
                 ),
             )
         else:
-            self._run_rows[run_id] = (now, next_index, persist.encode_hot(state))
-        self._cache[run_id] = _Cached(next_index, state, cached.tools, cached.report_rows)
+            self._buffer_run_row(run_id, entry, now, hot)
+        self._cache[run_id] = entry
+        self._verified.add(run_id)
         # A child run the run no longer waits for is cancelled once this run's
         # own writes are complete: cancelling it may tell this run, re-entering apply.
         for key in plan.cancel:
@@ -675,6 +901,70 @@ class Store:
         if settled is not None:
             self._notify_parent(run_id, state, settled, now)
         return applied
+
+    def keeps(self, run_id: str) -> bool:
+        """Whether this worker runs the new work of ``run_id`` itself (else it is left
+        ``ready`` for any worker to claim).
+
+        A worker keeps the runs whose work it runs, up to its ``share`` of the
+        running runs when other workers share the database: past its share it
+        lets runs go, one at a time as their next work is created, and claims
+        no others, so that work started by one worker spreads over all of them.
+        """
+        share, owned = self.share, self._owned
+        if share is None:
+            return True
+        if run_id in owned:
+            if len(owned) <= share:
+                return True
+            owned.discard(run_id)
+            return False
+        if len(owned) < share:
+            owned.add(run_id)
+            return True
+        return False
+
+    def _checkpoint(self, run_id: str, entry: _Cached) -> bytes:
+        """Buffer the rows of a checkpoint of ``entry`` and return its hot state."""
+        unsaved = entry.unsaved
+        for name, rec in unsaved.results.items():  # None: a finished loop scope's, deleted
+            self._result_rows[(run_id, name)] = None if rec is None else _json.encode(rec)
+        start = entry.report_rows
+        self._report_rows.extend(
+            (run_id, start + i, persist.encode_row(r)) for i, r in enumerate(unsaved.report)
+        )
+        for key, how in unsaved.resolved.items():
+            self._resolved_rows[(run_id, key)] = persist.encode_resolution(how)
+        entry.report_rows += len(unsaved.report)
+        entry.unsaved = _Unsaved()
+        entry.saved_index = entry.next_index
+        return persist.encode_hot(entry.state)
+
+    def checkpoint_all(self) -> None:
+        """Checkpoint every cached run with events after its checkpoint (in the open
+        transaction): a host that closes leaves nothing to replay."""
+        for run_id, entry in list(self._cache.items()):
+            if entry.saved_index == entry.next_index:
+                continue
+            try:
+                entry = self.load(run_id)  # checked against runs.version
+            except HostError:  # deleted meanwhile
+                continue
+            if entry.saved_index == entry.next_index:
+                continue
+            self._touched.add(run_id)
+            entry.version += 1
+            hot = self._checkpoint(run_id, entry)
+            self.conn.execute(
+                "UPDATE runs SET version = ?, state = ?, saved_index = ? WHERE run_id = ?",
+                (entry.version, hot, entry.saved_index, run_id),
+            )
+
+    def _buffer_run_row(self, run_id: str, entry: _Cached, now: int, hot: bytes | None) -> None:
+        """Buffer the update of a running run's row; a checkpoint's hot state stays with it."""
+        if hot is None and (earlier := self._run_rows.get(run_id)) is not None:
+            hot = earlier[3]
+        self._run_rows[run_id] = (now, entry.next_index, entry.version, hot, entry.saved_index)
 
     def _outbox(
         self,
@@ -684,7 +974,9 @@ class Store:
         now: int,
         applied: Applied,
         tools: str | None,
+        seq: int,
     ) -> None:
+        """The outbox row of a new effect; ``seq``: its ``effect.emitted`` record's index."""
         key = effect.idempotency_key
         kind = str(effect.__struct_config__.tag)
         exec_class = "uncertain"
@@ -697,7 +989,7 @@ class Store:
             decl = flow.tools.get(effect.tool)
             exec_class = decl.exec_class if decl is not None else "uncertain"
         if isinstance(effect, (CallTool, RunAgent, RunTeam)):
-            if self.dispatching and self.in_scope(run_id):
+            if self.dispatching and self.in_scope(run_id) and self.keeps(run_id):
                 # Recorded as dispatched to this worker in the same transaction
                 # that created it: the worker runs it right after the commit.
                 status, lease_owner, lease_until = "dispatched", self.worker_id, now + self.lease_ms
@@ -710,10 +1002,10 @@ class Store:
         elif isinstance(effect, Sleep):
             status, due = "timer", effect.until_ms
         # Work re-issued under its key keeps counting the dispatches of its row.
-        self.conn.execute(
+        self._write(
             "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
-            " dispatches, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ? + COALESCE("
-            "(SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0), ?, ?)",
+            " dispatches, lease_owner, lease_until, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ? + COALESCE("
+            "(SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0), ?, ?, ?)",
             (
                 run_id,
                 key,
@@ -727,6 +1019,7 @@ class Store:
                 key,
                 lease_owner,
                 lease_until,
+                seq,
             ),
         )
 
@@ -737,6 +1030,10 @@ class Store:
         if row is None or row[0] is None:
             return
         parent_run, parent_key = row
+        try:
+            parent = self.load(parent_run)
+        except HostError:  # deleted
+            return
         used = flowcore.waiting_for(state)
         usage = used.usage()
         event = SubflowSettled(
@@ -746,17 +1043,16 @@ class Store:
             usage=usage,
             at_ms=now,
         )
-        parent_status = self.conn.execute(
-            "SELECT status FROM runs WHERE run_id = ?", (parent_run,)
-        ).fetchone()
-        if parent_status is not None and parent_status[0] == "running":
+        if parent.state.status == "running":
             self._pending_applied.append(self.apply(parent_run, event, now))
 
     def _cancel_child(self, run_id: str, key: str, now: int) -> None:
         """Cancel the child run of ``key`` (work that is not a subflow has none)."""
         row = self.conn.execute(
-            "SELECT status FROM runs WHERE run_id = ? AND parent_run = ?", (key, run_id)
+            "SELECT status, version FROM runs WHERE run_id = ? AND parent_run = ?", (key, run_id)
         ).fetchone()
+        if self._planning:  # a child started meanwhile must be cancelled too
+            self._read.setdefault(key, None if row is None else row[1])
         if row is not None and row[0] == "running":
             event = CancelRequested(reason="the parent no longer waits for it", at_ms=now)
             self._pending_applied.append(self.apply(key, event, now))
@@ -797,7 +1093,7 @@ class Store:
             "SELECT COALESCE(MAX(n), 0) + 1 FROM resumes WHERE run_id = ?", (run_id,)
         ).fetchone()
         before = conn.execute(
-            "SELECT tools, error FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT tools, error, version FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         conn.execute(
             "INSERT INTO log_archive (run_id, resume, idx, type, at, data)"
@@ -828,15 +1124,23 @@ class Store:
         conn.execute("DELETE FROM dead_letters WHERE run_id = ? AND key = ?", (run_id, failed_key))
         conn.execute(
             "UPDATE runs SET status = 'running', output = NULL, error = NULL, tools = ?,"
-            " updated_ms = ?, next_index = ?, state = ? WHERE run_id = ?",
-            (tools, now, cut, persist.encode_hot(state), run_id),
+            " updated_ms = ?, next_index = ?, state = ?, saved_index = ?, version = ?"
+            " WHERE run_id = ?",
+            (tools, now, cut, persist.encode_hot(state), cut, before[2] + 1, run_id),
         )
         self._touched.add(run_id)
-        self._cache[run_id] = _Cached(cut, state, tools, len(report_rows))
+        self._cache[run_id] = _Cached(cut, state, tools, len(report_rows), before[2] + 1, cut)
+        self._verified.add(run_id)
         applied = Applied(run_id)
+        emitted = {  # each open effect's last emission before the cut
+            r.data.get("idempotencyKey"): r.index
+            for r in records
+            if r.type == "effect.emitted" and r.index < cut and isinstance(r.data, dict)
+        }
         for effect in pending:
             if not isinstance(effect, Settled):
-                self._outbox(run_id, flow, effect, now, applied, tools)
+                seq = emitted.get(effect.idempotency_key, cut)
+                self._outbox(run_id, flow, effect, now, applied, tools, seq)
         if child_resumed:
             self.mark(run_id, failed_key, "dispatched")
         return applied
@@ -909,7 +1213,7 @@ class Store:
         )
 
     def close(self, run_id: str, key: str) -> None:
-        self.conn.execute("DELETE FROM outbox WHERE run_id = ? AND key = ?", (run_id, key))
+        self._write("DELETE FROM outbox WHERE run_id = ? AND key = ?", (run_id, key))
 
     def dead_letter(
         self, run_id: str, key: str, kind: str, dispatches: int, note: str, now: int
@@ -939,7 +1243,7 @@ class Store:
         now: int,
     ) -> None:
         """Keep a handler failure of ``key`` with its traceback (the last one per key)."""
-        self.conn.execute(
+        self._write(
             "INSERT OR REPLACE INTO failures (run_id, key, type, message, traceback, at_ms)"
             " VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, key, error.type, error.message, traceback, now),
@@ -982,6 +1286,8 @@ class Store:
         )
         out = []
         for run_id, key, blob, tools, dispatches, lost in rows:
+            if not self.keeps(run_id):
+                continue
             note = None if lost is None else f"re-dispatched after recovery ({dispatches})"
             self.conn.execute(
                 "UPDATE outbox SET status = 'dispatched', dispatches = dispatches + 1,"
@@ -1006,12 +1312,14 @@ class Store:
         self._touched.add(run_id)
         self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
         cached.next_index = recorder.index
+        cached.version += 1
         buffered = self._run_rows.get(run_id)
         if buffered is not None:
-            self._run_rows[run_id] = (buffered[0], recorder.index, buffered[2])
+            self._buffer_run_row(run_id, cached, buffered[0], None)
         else:
             self.conn.execute(
-                "UPDATE runs SET next_index = ? WHERE run_id = ?", (recorder.index, run_id)
+                "UPDATE runs SET next_index = ?, version = ? WHERE run_id = ?",
+                (recorder.index, cached.version, run_id),
             )
 
     def expired(
@@ -1064,7 +1372,7 @@ class Store:
         out = []
         for key, kind, status, due, dispatches, note, blob in self.conn.execute(
             "SELECT key, kind, status, due_ms, dispatches, note, effect FROM outbox"
-            " WHERE run_id = ? ORDER BY rowid",
+            " WHERE run_id = ? ORDER BY seq, key",
             (run_id,),
         ):  # only what is still open: done rows are deleted
             out.append(

@@ -16,6 +16,21 @@ from typing import Any
 
 from flowcore_local import LocalHost, RunRow
 
+# A for_each of calls, then a wait for the signal ``go``, then one more call.
+LOOP = """
+flow: loop
+tools: {echo: {class: readonly}}
+steps:
+  - id: each
+    for_each:
+      items: "${input.items}"
+      steps: [{id: one, call_tool: {tool: echo, input: "${item}"}}]
+  - {id: go, await_signal: {signal: go}}
+  - {id: last, call_tool: {tool: echo, input: last}}
+output: "${length(steps.each.output)}"
+"""
+
+
 JOURNALED = """
 from pathlib import Path
 

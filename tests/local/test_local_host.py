@@ -14,7 +14,7 @@ from flowcore import CallTool, RunAgent
 from flowcore_handlers import HandlerError, Registry, Result
 from flowcore_local import HostError, LocalHost, NotAFlowcoreDatabase
 
-from .local_helpers import work_until
+from .local_helpers import LOOP, work_until
 
 CALLS: list[str] = []
 
@@ -330,20 +330,6 @@ def test_a_file_that_is_not_a_flowcore_database_is_refused(tmp_path: Path) -> No
     with pytest.raises(NotAFlowcoreDatabase):
         run_host(other, body)
     assert sqlite3.connect(other).execute("SELECT count(*) FROM mine").fetchone() == (0,)
-
-
-LOOP = """
-flow: loop
-tools: {echo: {class: readonly}}
-steps:
-  - id: each
-    for_each:
-      items: "${input.items}"
-      steps: [{id: one, call_tool: {tool: echo, input: "${item}"}}]
-  - {id: go, await_signal: {signal: go}}
-  - {id: last, call_tool: {tool: echo, input: last}}
-output: "${length(steps.each.output)}"
-"""
 
 
 def test_a_restart_restores_what_the_run_holds_not_its_history(tmp_path: Path) -> None:
