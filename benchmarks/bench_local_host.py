@@ -17,22 +17,39 @@ Each measurement runs in its own subprocess (DBOS is a process-wide
 singleton). LangGraph and DBOS come from the ``bench`` extra:
 ``pip install -e '.[bench]'``.
 
-Run: ``python benchmarks/bench_local_host.py [--steps N] [--repeat K]``
+``--against REV`` also measures the two throughput figures (100 runs at once
+in one process, and one against two ``flowcore worker`` processes) with the
+code of the git revision REV, and prints each beside this tree's with the
+ratio this/REV. REV's ``flowcore`` and ``hosts`` are exported to a temporary
+directory that its measurements import first (``PYTHONPATH``); the two trees
+are measured in turn, round after round, and each figure is the median of its
+rounds. ``--only-throughput`` skips the sequential and resume measurements.
+
+Run: ``python benchmarks/bench_local_host.py [--steps N] [--repeat K]
+[--skip-resume] [--only-throughput] [--against REV]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.util
 import json
+import os
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
+
+#: The repository holding this script: the tree ``--against`` compares with REV.
+REPO = Path(__file__).resolve().parent.parent
 
 
 def noop(x: Any) -> Any:
@@ -90,13 +107,17 @@ def bench_flowcore(
     return asyncio.run(main())
 
 
-def bench_throughput(db: Path, runs: int, steps: int) -> float:
+def bench_throughput(db: Path, runs: int, steps: int, registry: Any = None) -> float:
     from flowcore_local import LocalHost
 
     spec = json.dumps(sequential_spec(steps, "thr"))
 
     async def main() -> float:
-        async with LocalHost(db, registry=flowcore_registry(), durability="power-loss") as host:
+        # Only the arguments every revision's LocalHost takes (older ones had
+        # ``durable=``): ``--against`` runs this with another commit's host.
+        # The default durability is fsync per commit (``power-loss``) in all.
+        handlers = registry if registry is not None else flowcore_registry()
+        async with LocalHost(db, registry=handlers) as host:
             ids = [await host.start(spec, {}, f"r{i}") for i in range(runs)]
             stop = asyncio.Event()
 
@@ -140,7 +161,10 @@ def bench_workers(db: Path, workers: int, runs: int = 100, steps: int = 100) -> 
                 await host.start(spec, {}, f"r{i}")
 
     asyncio.run(prepare())
-    command = [str(Path(sys.executable).with_name("flowcore")), "worker", "--until-idle"]
+    # The flowcore_cli first on the path: a compared revision's, through
+    # PYTHONPATH. -P keeps the working directory off sys.path, where a
+    # checkout's own packages would shadow it.
+    command = [sys.executable, "-P", "-m", "flowcore_cli", "worker", "--until-idle"]
     command += ["--db", str(db), "--tools", str(tools)]
     t0 = time.perf_counter()
     procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(workers)]
@@ -308,10 +332,14 @@ def bench_dbos(db: Path, steps: int) -> float:
 # --- the driver ------------------------------------------------------------------------
 
 
-def child(system: str, steps: int) -> None:
+def child(system: str, steps: int, tree: Path | None) -> None:
+    if tree is not None:
+        check_imports(tree)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        if system == "flowcore":
+        if system == "floor":
+            value = commit_floor(db, steps)
+        elif system == "flowcore":
             value = bench_flowcore(db, steps)
         elif system == "flowcore-crash":  # the process-crash durability mode
             value = bench_flowcore(db, steps, "process-crash")
@@ -323,6 +351,8 @@ def child(system: str, steps: int) -> None:
             value = bench_dbos(db, steps)
         elif system == "throughput":
             value = bench_throughput(db, 100, steps)
+        elif system == "throughput-async":
+            value = bench_throughput(db, 100, steps, flowcore_async_registry())
         elif system.startswith("workers-"):
             value = bench_workers(db, int(system.split("-")[1]))
         elif system.startswith("resume-"):
@@ -333,26 +363,28 @@ def child(system: str, steps: int) -> None:
     print(json.dumps(value))
 
 
-def commit_floor(directory: Path, commits: int = 300) -> float:
-    """Median seconds of one fsync'd SQLite commit of a single small row.
+def commit_floor(db: Path, commits: int) -> float:
+    """Seconds for ``commits`` fsync'd SQLite transactions of one small row each,
+    one after the other.
 
     A sequential step needs one durable commit before its next effect may
     run (the dispatch must be on disk first), so this is a floor under the
-    per-step figure of any SQLite host on this disk.
+    per-step figure of any SQLite host on this disk. It is measured as the
+    flows are (the whole run's time, so its slow commits count as theirs do)
+    in each round next to them.
     """
-    conn = sqlite3.connect(directory / "floor.db", isolation_level=None)
+    conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)")
-    times = []
+    t0 = time.perf_counter()
     for _ in range(commits):
-        conn.execute("BEGIN")
+        conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT INTO t (b) VALUES (?)", (b"x" * 200,))
-        t0 = time.perf_counter()
         conn.execute("COMMIT")
-        times.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
     conn.close()
-    return statistics.median(times)
+    return elapsed
 
 
 def thread_round_trip(calls: int = 2000) -> float:
@@ -372,16 +404,103 @@ def thread_round_trip(calls: int = 2000) -> float:
     return asyncio.run(main())
 
 
-def measure(system: str, steps: int) -> float:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", system, "--steps", str(steps)],
+# --- another revision's code -----------------------------------------------------------
+
+#: What the measurements import; with ``--against`` each must come from the tree measured.
+PACKAGES = ("flowcore", "flowcore_local", "flowcore_handlers", "flowcore_cli")
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Code to measure: ``root`` holds its ``flowcore/`` and ``hosts/``."""
+
+    label: str
+    root: Path
+
+    def env(self) -> dict[str, str]:
+        """The environment of a process that imports this tree's packages first
+        (the editable install is a ``.pth`` path list, which PYTHONPATH precedes)."""
+        paths = [str(self.root), str(self.root / "hosts")]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+@contextlib.contextmanager
+def exported(rev: str) -> Iterator[Tree]:
+    """The tree of ``rev`` (its ``flowcore`` and ``hosts``) in a temporary
+    directory, removed on exit; labelled with its short commit hash."""
+    git = ["git", "-C", str(REPO)]
+    parsed = subprocess.run(
+        [*git, "rev-parse", "--verify", "--quiet", "--short", f"{rev}^{{commit}}"],
         capture_output=True,
         text=True,
         check=False,
     )
+    if parsed.returncode != 0:
+        raise SystemExit(f"--against: {rev!r} is not a commit of the repository at {REPO}")
+    commit = parsed.stdout.strip()
+    with tempfile.TemporaryDirectory(prefix=f"bench-{commit}-") as tmp:
+        archive = subprocess.run(
+            [*git, "archive", commit, "flowcore", "hosts"],
+            capture_output=True,
+            check=False,
+        )
+        if archive.returncode != 0:
+            raise SystemExit(f"cannot export {rev}:\n{archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        yield Tree(commit, Path(tmp))
+
+
+def check_imports(root: Path) -> None:
+    """Fail unless every one of ``PACKAGES`` is found under ``root``: a figure
+    labelled with a revision must be that revision's code. The worker processes
+    resolve them on the same path (same interpreter and environment, -P)."""
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+        if origin is None or not origin.is_relative_to(root.resolve()):
+            raise SystemExit(f"{name} is imported from {origin}, not from the tree at {root}")
+
+
+def measure(system: str, steps: int, tree: Tree | None = None) -> float:
+    """``system``'s figure, from a child process; with ``tree``, that tree's code."""
+    command = [sys.executable, __file__, "--child", system, "--steps", str(steps)]
+    if tree is not None:
+        command += ["--tree", str(tree.root)]
+    out = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=tree.env() if tree is not None else None,
+    )
     if out.returncode != 0:
-        raise SystemExit(f"{system} failed:\n{out.stderr}")
+        where = f" with {tree.label}" if tree is not None else ""
+        raise SystemExit(f"{system}{where} failed:\n{out.stderr}")
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def medians(system: str, steps: int, trees: Sequence[Tree | None], repeat: int) -> list[float]:
+    """The median of ``repeat`` measurements of ``system`` for each of ``trees``,
+    taken in turn (each tree once per round), so that the drift of a noisy
+    machine falls on all of them alike."""
+    runs: list[list[float]] = [[] for _ in trees]
+    for _ in range(repeat):
+        for values, tree in zip(runs, trees, strict=True):
+            values.append(measure(system, steps, tree))
+    return [statistics.median(values) for values in runs]
+
+
+def beside(values: Sequence[float], trees: Sequence[Tree | None], unit: str = "") -> str:
+    """The first figure, then each other tree's with the ratio first/other."""
+    text = f"{values[0]:,.0f}{unit}"
+    others = [
+        f"{tree.label}: {value:,.0f}; {values[0] / value:.2f}x"
+        for value, tree in zip(values[1:], trees[1:], strict=True)
+        if tree is not None
+    ]
+    return text + (f" ({'; '.join(others)})" if others else "")
 
 
 def main() -> None:
@@ -390,46 +509,94 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-resume", action="store_true")
+    parser.add_argument(
+        "--only-throughput",
+        action="store_true",
+        help="only the throughput figures (no sequential flow, no resume)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also measure the throughput figures with the code of this git revision",
+    )
+    parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.steps)
+        child(args.child, args.steps, args.tree)
         return
-    steps = args.steps
-    per_step: dict[str, float] = {}
-    for system in ("flowcore", "langgraph", "dbos", "flowcore-async", "flowcore-crash"):
-        runs = [measure(system, steps) / steps * 1000 for _ in range(args.repeat)]
-        per_step[system] = statistics.median(runs)
-    with tempfile.TemporaryDirectory() as tmp:
-        floor = commit_floor(Path(tmp))
-    print(f"sequential flow of {steps} steps, fsync on, median of {args.repeat} runs")
-    print(f"(one fsync'd SQLite commit of a single row on this disk: {floor * 1000:.3f} ms;")
-    hop = thread_round_trip()
-    print(f" a no-op's round trip from the event loop to a thread: {hop * 1000:.3f} ms)")
-    print(f"{'system':<16}{'ms/step':>10}{'vs flowcore':>14}")
-    notes = {
-        "flowcore-async": "flowcore with an async no-op handler (on the loop, no thread hop)",
-        "flowcore-crash": "flowcore, durability process-crash (no fsync per commit)",
-    }
-    for system, value in per_step.items():
-        ratio = value / per_step["flowcore"]
-        if system in notes:
-            print(f"{notes[system]}: {value:.3f} ms/step, {ratio:.2f}x flowcore's")
-            continue
-        print(f"{system:<16}{value:>10.3f}{ratio:>13.1f}x")
-    throughput = statistics.median(measure("throughput", 100) for _ in range(args.repeat))
-    print(f"throughput, 100 runs x 100 steps at once: {throughput:,.0f} durable steps/s")
-    one = statistics.median(measure("workers-1", 0) for _ in range(args.repeat))
-    two = statistics.median(measure("workers-2", 0) for _ in range(args.repeat))
+    with contextlib.ExitStack() as stack:
+        trees: list[Tree | None] = [None]
+        if args.against:
+            trees = [Tree("this tree", REPO), stack.enter_context(exported(args.against))]
+        report(args, trees)
+
+
+def report(args: argparse.Namespace, trees: Sequence[Tree | None]) -> None:
+    if not args.only_throughput:
+        sequential(args.steps, args.repeat)
+    against = trees[-1]
+    if against is not None:
+        print(
+            f"against {args.against} ({against.label}): this tree and {against.label}"
+            f" measured in turn, {args.repeat} round(s), medians"
+        )
+    throughput = medians("throughput", 100, trees, args.repeat)
     print(
-        f"worker processes on one database (100 runs x 100 steps, process start included):"
-        f" 1 worker {one:,.0f} steps/s, 2 workers {two:,.0f} steps/s, ratio {two / one:.2f}x"
+        "throughput, 100 runs x 100 steps at once: " + beside(throughput, trees, " durable steps/s")
     )
-    if not args.skip_resume:
+    throughput = medians("throughput-async", 100, trees, args.repeat)
+    print(
+        "  the same with an async no-op handler: " + beside(throughput, trees, " durable steps/s")
+    )
+    one = medians("workers-1", 0, trees, args.repeat)
+    two = medians("workers-2", 0, trees, args.repeat)
+    scaling = f"ratio {two[0] / one[0]:.2f}x"
+    if against is not None:
+        scaling += f" ({against.label}: {two[1] / one[1]:.2f}x)"
+    print(
+        "worker processes on one database (100 runs x 100 steps, process start included):"
+        f" 1 worker {beside(one, trees, ' steps/s')},"
+        f" 2 workers {beside(two, trees, ' steps/s')}, {scaling}"
+    )
+    if not (args.skip_resume or args.only_throughput):
         small = statistics.median(measure("resume-500", 0) for _ in range(args.repeat))
         large = statistics.median(measure("resume-50000", 0) for _ in range(args.repeat))
         print(
             f"resume: 1k-event history {small * 1000:.1f} ms, 100k-event history "
             f"{large * 1000:.1f} ms, ratio {large / small:.2f}x"
+        )
+
+
+SEQUENTIAL = {
+    "floor": "fsync'd single-row commits",
+    "flowcore": "flowcore",
+    "flowcore-async": "flowcore, async no-op handler (on the loop, no thread hop)",
+    "flowcore-crash": "flowcore, durability process-crash (no fsync per commit)",
+    "langgraph": "LangGraph + SqliteSaver",
+    "dbos": "DBOS on SQLite",
+}
+
+
+def sequential(steps: int, repeat: int) -> None:
+    """The per-step overhead of a sequential flow: flowcore, LangGraph, DBOS, and
+    the floor, each measured once per round, in turn; each ratio is the median of
+    the rounds' ratios (a slow moment of the machine falls on one round)."""
+    times: dict[str, list[float]] = {system: [] for system in SEQUENTIAL}
+    for _ in range(repeat):
+        for system, values in times.items():
+            values.append(measure(system, steps) / steps * 1000)
+
+    def ratio(system: str, to: str) -> float:
+        return statistics.median(a / b for a, b in zip(times[system], times[to], strict=True))
+
+    hop = thread_round_trip()
+    print(f"sequential flow of {steps} steps, fsync on, {repeat} rounds, medians")
+    print(f"(a no-op's round trip from the event loop to a thread: {hop * 1000:.3f} ms)")
+    print(f"{'':<60}{'ms/step':>9}{'vs floor':>10}{'vs flowcore':>13}")
+    for system, label in SEQUENTIAL.items():
+        print(
+            f"{label:<60}{statistics.median(times[system]):>9.3f}"
+            f"{ratio(system, 'floor'):>9.2f}x{ratio(system, 'flowcore'):>12.2f}x"
         )
 
 
