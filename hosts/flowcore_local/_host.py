@@ -93,7 +93,7 @@ RETENTION_EVERY_MS = 60_000  # how often (host clock) a worker with a retention 
 
 
 # How often a worker looks again at how many workers share the database.
-SHARE_S = 0.25
+SHARE_S = 0.1
 
 
 def wall_ms() -> int:

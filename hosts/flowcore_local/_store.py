@@ -252,6 +252,7 @@ class Store:
         # read (None: no such run), checked under the write lock.
         self._planning = False
         self._read: dict[str, int | None] = {}
+        self._doubted: set[str] = set()  # read from the cache without being verified
         # True while this process runs a worker: new work is then recorded as
         # dispatched to it in the transaction that creates it, and run at once.
         self.dispatching = False
@@ -364,9 +365,10 @@ class Store:
         The events are applied (states advanced, rows computed and buffered)
         without the lock, while other processes may commit. Then, holding the
         write lock, every run the plan read must still have the
-        ``runs.version`` it read (or still not exist) — unless no other
-        connection committed since the plan began (``PRAGMA data_version``) —
-        and the buffered rows are written and committed. Otherwise
+        ``runs.version`` it read (or still not exist) — unless every one was
+        known current when the plan began and no other connection committed
+        since (``PRAGMA data_version``) — and the buffered rows are written
+        and committed. Otherwise
         ``Conflict`` is raised with nothing written: apply the events again in
         ``tx``. Two workers thus hold the lock only to write, not to apply.
         """
@@ -375,18 +377,15 @@ class Store:
         began = self._data_version
         self._touched = set()
         self._read = {}
+        self._doubted = set()
         self._planning = True
         try:
             yield
             self._planning = False
             self._begin()
-            if conn.execute("PRAGMA data_version").fetchone()[0] != began:
-                for run_id, version in self._read.items():
-                    row = conn.execute(
-                        "SELECT version FROM runs WHERE run_id = ?", (run_id,)
-                    ).fetchone()
-                    if (None if row is None else row[0]) != version:
-                        raise Conflict(f"run {run_id!r} changed while its events were applied")
+            changed = conn.execute("PRAGMA data_version").fetchone()[0] != began
+            if changed or self._doubted:
+                self._validate()
             self._flush()
             conn.execute("COMMIT")
         except BaseException:
@@ -397,6 +396,22 @@ class Store:
             for run_id in self._touched:
                 self._cache.pop(run_id, None)
             raise
+
+    def _validate(self) -> None:
+        """Raise ``Conflict`` unless every run the plan read has the version it read."""
+        read = list(self._read.items())
+        for start in range(0, len(read), 500):
+            chunk = read[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            now = dict(
+                self.conn.execute(
+                    f"SELECT run_id, version FROM runs WHERE run_id IN ({marks})",
+                    [run_id for run_id, _ in chunk],
+                ).fetchall()
+            )
+            for run_id, version in chunk:
+                if now.get(run_id) != version:
+                    raise Conflict(f"run {run_id!r} changed while its events were applied")
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         """Execute a write now, or buffer it in order while planning."""
@@ -698,7 +713,10 @@ class Store:
         if not (self.conn.in_transaction or self._planning):  # else tx/planned looked
             self._drop_stale()
         cached = self._cache.get(run_id)
-        if cached is not None and run_id not in self._verified:
+        # While planning, a cached state is used as it is (not verified): the
+        # plan's check under the write lock finds a run another connection
+        # changed, before the plan or during it.
+        if cached is not None and run_id not in self._verified and not self._planning:
             row = self.conn.execute(
                 "SELECT version FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -707,8 +725,10 @@ class Store:
             else:
                 cached = None
         if cached is not None and (cached.state.report_complete or not report):
-            if self._planning:
-                self._read.setdefault(run_id, cached.version)
+            if self._planning and run_id not in self._read:
+                self._read[run_id] = cached.version
+                if run_id not in self._verified:
+                    self._doubted.add(run_id)
             return cached
         self._before_read(run_id)  # the rows read below may be buffered still
         with self._snapshot():

@@ -172,6 +172,35 @@ def test_a_planned_commit_overtaken_by_another_connection_is_applied_again(
     assert flowcore.replay(records, flowcore.parse_flow(WAIT_BOTH)).status == "completed"
 
 
+def test_a_plan_on_a_state_another_connection_changed_before_it_is_applied_again(
+    tmp_path: Path,
+) -> None:
+    """Signal ``b`` is committed by another connection before the batch of ``a`` is
+    planned: the cached state is used unverified, and the check under the lock
+    refuses the plan even though nobody committed while it was made."""
+    db = tmp_path / "s.db"
+
+    async def main() -> Any:
+        async with LocalHost(db) as host:
+            rid = await host.start(WAIT_BOTH, {}, "both")
+            other = Store(connect(db), "other")
+            with other.tx():
+                other.apply(rid, SignalReceived(signal="b", at_ms=1), 1)
+            loop = asyncio.get_running_loop()
+            batch: list[tuple[str, flowcore.Event, asyncio.Future[Any]]] = [
+                ("both", SignalReceived(signal="a", at_ms=2), loop.create_future())
+            ]
+            with _counting(host.store) as raised:
+                host._commit(batch, 2)
+            return raised, await host.run(rid), await host.records(rid)
+
+    raised, row, records = asyncio.run(main())
+    assert [type(exc) for exc in raised] == [Conflict]
+    assert row.status == "completed"
+    signals = [r.data["signal"] for r in records if r.type == "event.reported"]
+    assert signals == ["b", "a"]
+
+
 def test_without_another_writer_the_plan_is_written_as_planned(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
 
