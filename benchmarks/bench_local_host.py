@@ -107,6 +107,25 @@ def bench_flowcore(
     return asyncio.run(main())
 
 
+def wal_frames(db: Path, steps: int) -> float:
+    """WAL frames (pages) written per step of the sequential flow: what each
+    step's fsync'd commit carries (the WAL is not checkpointed in between)."""
+    from flowcore_local import LocalHost
+
+    spec = json.dumps(sequential_spec(steps))
+    wal = db.with_name(db.name + "-wal")
+
+    async def main() -> float:
+        async with LocalHost(db, registry=flowcore_async_registry()) as host:
+            host.store.register_flow(spec, "<bench>", 0)
+            rid = await host.start(spec, {}, "r")
+            before = wal.stat().st_size
+            await host.work(until_settled=rid)
+            return (wal.stat().st_size - before) / (4096 + 24) / steps
+
+    return asyncio.run(main())
+
+
 def bench_throughput(db: Path, runs: int, steps: int, registry: Any = None) -> float:
     from flowcore_local import LocalHost
 
@@ -343,12 +362,16 @@ def child(system: str, steps: int, tree: Path | None) -> None:
             value = bench_flowcore(db, steps)
         elif system == "flowcore-crash":  # the process-crash durability mode
             value = bench_flowcore(db, steps, "process-crash")
+        elif system == "flowcore-async-crash":  # what a step costs but its fsync
+            value = bench_flowcore(db, steps, "process-crash", flowcore_async_registry())
         elif system == "flowcore-async":  # an async handler: no thread hop
             value = bench_flowcore(db, steps, registry=flowcore_async_registry())
         elif system == "langgraph":
             value = bench_langgraph(db, steps)
         elif system == "dbos":
             value = bench_dbos(db, steps)
+        elif system == "wal-frames":
+            value = wal_frames(db, steps)
         elif system == "throughput":
             value = bench_throughput(db, 100, steps)
         elif system == "throughput-async":
@@ -540,6 +563,14 @@ def report(args: argparse.Namespace, trees: Sequence[Tree | None]) -> None:
             f"against {args.against} ({against.label}): this tree and {against.label}"
             f" measured in turn, {args.repeat} round(s), medians"
         )
+    frames = medians("wal-frames", 300, trees, 1)
+    print(
+        "WAL frames per sequential step (300 steps): "
+        + ", ".join(
+            f"{tree.label if tree else 'this tree'}: {value:.2f}"
+            for value, tree in zip(frames, trees, strict=True)
+        )
+    )
     throughput = medians("throughput", 100, trees, args.repeat)
     print(
         "throughput, 100 runs x 100 steps at once: " + beside(throughput, trees, " durable steps/s")
@@ -572,6 +603,7 @@ SEQUENTIAL = {
     "flowcore": "flowcore",
     "flowcore-async": "flowcore, async no-op handler (on the loop, no thread hop)",
     "flowcore-crash": "flowcore, durability process-crash (no fsync per commit)",
+    "flowcore-async-crash": "flowcore, async handler, durability process-crash",
     "langgraph": "LangGraph + SqliteSaver",
     "dbos": "DBOS on SQLite",
 }
