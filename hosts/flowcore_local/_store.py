@@ -195,25 +195,16 @@ def _rebuild(
         budget=flowcore.budget_from_wire(budget),
         depth=data.get("depth", 0),
     )
-    results: dict[str, Any] = {}
-    report: list[persist.ReportRow] = []
-    resolved: dict[str, persist.Resolution] = {}
-
-    def take(state: State) -> None:
-        changes = persist.state_changes(state)
-        results.update(changes.results)
-        report.extend(changes.report)
-        resolved.update(changes.resolved)
-
+    rows = _Unsaved()
     state = decision.state
-    take(state)
+    rows.take(state)
     for record in records[1:]:
         if record.index >= cut:
             break
         if record.type == "event.reported":
             state = flowcore.advance(state, flowcore.event_from_wire(record.data)).state
-            take(state)
-    return state, results, report, resolved
+            rows.take(state)
+    return state, rows.results, rows.report, rows.resolved
 
 
 class Store:
@@ -415,12 +406,7 @@ class Store:
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         """Execute a write now, or buffer it in order while planning."""
-        if not self._planning:
-            self.conn.execute(sql, params)
-        elif self._statements and self._statements[-1][0] == sql:
-            self._statements[-1][1].append(params)
-        else:
-            self._statements.append((sql, [params]))
+        self._write_many(sql, [params])
 
     def _write_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
@@ -788,8 +774,9 @@ class Store:
             (run_id, saved_index),
         ).fetchall():
             event = flowcore.event_from_wire(_json_decode(data))
-            loader = lambda: [*self._saved_report(run_id), *unsaved.report]  # noqa: E731
-            cached.state = persist.advance(cached.state, event, loader).state
+            cached.state = persist.advance(
+                cached.state, event, lambda: self._report(run_id, cached)
+            ).state
             unsaved.take(cached.state)
         return cached
 
