@@ -4,11 +4,16 @@ One run of this script, one machine, the same no-op tool, fsync on for all
 three (SQLite WAL with synchronous=FULL):
 
 * per-step durable overhead of a 1,000-step sequential flow: the flowcore
-  local host; LangGraph with ``SqliteSaver`` (a one-node loop that checkpoints
-  every super-step); DBOS with its SQLite system database (a workflow of
-  1,000 steps). Targets: flowcore <= 0.3 ms/step, >= 3x faster than
-  LangGraph, >= 7x faster than DBOS.
-* throughput with 100 runs active at once (target >= 10,000 durable steps/s).
+  local host (sync and async no-op handler, both durability modes); LangGraph
+  with ``SqliteSaver`` (a one-node loop that checkpoints every super-step);
+  DBOS with its SQLite system database (a workflow of 1,000 steps); and two
+  floors timed the same way: fsync'd single-row commits, and fsync'd commits
+  of the pages a flowcore step writes. Targets (ratios in one run): flowcore
+  within 1.5x the single-row floor, >= 3x faster than LangGraph, >= 8x
+  faster than DBOS.
+* throughput with 100 runs active at once, in one process (sync and async
+  handler) and in one against two ``flowcore worker`` processes (targets:
+  3x the commit before the log-as-journal store, two workers >= 1.6x one).
 * time to resume a run with a 100k-event history versus a 1k-event one
   (target <= 1.5x): open the database, load the run, and get its next effect
   running (its handler called).
@@ -165,13 +170,19 @@ TOOLS = {"noop": noop}
 """
 
 
-def bench_workers(db: Path, workers: int, runs: int = 100, steps: int = 100) -> float:
+def bench_workers(
+    db: Path, workers: int, runs: int = 100, steps: int = 100, handler: str = "sync"
+) -> list[float]:
     """Durable steps/s of ``workers`` ``flowcore worker`` processes on one database
-    holding ``runs`` runs of ``steps`` steps, started before the clock starts."""
+    holding ``runs`` runs of ``steps`` steps, started before the clock starts:
+    [from the processes' start to their end, from the first event the workers
+    applied to the last (the log's own times: the processes' start and exit
+    left out)]. ``handler``: the no-op tool as a ``sync`` or an ``async`` function."""
     from flowcore_local import LocalHost
 
     tools = db.with_name("bench_tools.py")
-    tools.write_text(WORKER_TOOLS)
+    source = WORKER_TOOLS if handler == "sync" else WORKER_TOOLS.replace("def ", "async def ")
+    tools.write_text(source)
     spec = json.dumps(sequential_spec(steps, "par"))
 
     async def prepare() -> None:
@@ -198,7 +209,12 @@ def bench_workers(db: Path, workers: int, runs: int = 100, steps: int = 100) -> 
             assert not left, f"{len(left)} runs still running"
 
     asyncio.run(check())
-    return runs * steps / elapsed
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        first, last, events = conn.execute(
+            "SELECT MIN(at), MAX(at), COUNT(*) FROM log WHERE type = 'event.reported'"
+        ).fetchone()
+    assert events == runs * steps, events
+    return [runs * steps / elapsed, events / max((last - first) / 1000, 0.001)]
 
 
 def prepare_resume(db: Path, fires: int) -> None:
@@ -356,8 +372,11 @@ def child(system: str, steps: int, tree: Path | None) -> None:
         check_imports(tree)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
+        value: float | list[float]
         if system == "floor":
             value = commit_floor(db, steps)
+        elif system == "step-floor":
+            value = commit_floor(db, steps, pages=STEP_PAGES)
         elif system == "flowcore":
             value = bench_flowcore(db, steps)
         elif system == "flowcore-crash":  # the process-crash durability mode
@@ -376,8 +395,9 @@ def child(system: str, steps: int, tree: Path | None) -> None:
             value = bench_throughput(db, 100, steps)
         elif system == "throughput-async":
             value = bench_throughput(db, 100, steps, flowcore_async_registry())
-        elif system.startswith("workers-"):
-            value = bench_workers(db, int(system.split("-")[1]))
+        elif system.startswith("workers-"):  # workers-N-sync, workers-N-async
+            _, workers, handler = system.split("-")
+            value = bench_workers(db, int(workers), handler=handler)
         elif system.startswith("resume-"):
             prepare_resume(db, int(system.split("-")[1]))
             value = bench_resume(db)
@@ -386,24 +406,33 @@ def child(system: str, steps: int, tree: Path | None) -> None:
     print(json.dumps(value))
 
 
-def commit_floor(db: Path, commits: int) -> float:
-    """Seconds for ``commits`` fsync'd SQLite transactions of one small row each,
-    one after the other.
+#: The pages (WAL frames) a sequential step's commit writes: its log records,
+#: its run's row and its outbox rows are in three b-trees (the figure the
+#: script prints as "WAL frames per sequential step" is about 4).
+STEP_PAGES = 4
+
+
+def commit_floor(db: Path, commits: int, pages: int = 1) -> float:
+    """Seconds for ``commits`` fsync'd SQLite transactions, one after the other,
+    each writing one small row into each of ``pages`` tables (a page each).
 
     A sequential step needs one durable commit before its next effect may
-    run (the dispatch must be on disk first), so this is a floor under the
-    per-step figure of any SQLite host on this disk. It is measured as the
-    flows are (the whole run's time, so its slow commits count as theirs do)
-    in each round next to them.
+    run (the dispatch must be on disk first), so ``pages=1`` is a floor under
+    the per-step figure of any SQLite host on this disk, and ``STEP_PAGES``
+    the floor of a commit holding what a flowcore step writes. It is measured
+    as the flows are (the whole run's time, so its slow commits count as
+    theirs do) in each round next to them.
     """
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b BLOB)")
+    for table in range(pages):
+        conn.execute(f"CREATE TABLE t{table} (a INTEGER PRIMARY KEY, b BLOB)")
     t0 = time.perf_counter()
     for _ in range(commits):
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO t (b) VALUES (?)", (b"x" * 200,))
+        for table in range(pages):
+            conn.execute(f"INSERT INTO t{table} (b) VALUES (?)", (b"x" * 200,))
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - t0
     conn.close()
@@ -486,7 +515,7 @@ def check_imports(root: Path) -> None:
             raise SystemExit(f"{name} is imported from {origin}, not from the tree at {root}")
 
 
-def measure(system: str, steps: int, tree: Tree | None = None) -> float:
+def measure(system: str, steps: int, tree: Tree | None = None) -> Any:
     """``system``'s figure, from a child process; with ``tree``, that tree's code."""
     command = [sys.executable, __file__, "--child", system, "--steps", str(steps)]
     if tree is not None:
@@ -501,18 +530,24 @@ def measure(system: str, steps: int, tree: Tree | None = None) -> float:
     if out.returncode != 0:
         where = f" with {tree.label}" if tree is not None else ""
         raise SystemExit(f"{system}{where} failed:\n{out.stderr}")
-    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def medians(system: str, steps: int, trees: Sequence[Tree | None], repeat: int) -> list[float]:
+def medians(system: str, steps: int, trees: Sequence[Tree | None], repeat: int) -> list[Any]:
     """The median of ``repeat`` measurements of ``system`` for each of ``trees``,
     taken in turn (each tree once per round), so that the drift of a noisy
-    machine falls on all of them alike."""
-    runs: list[list[float]] = [[] for _ in trees]
+    machine falls on all of them alike. A measurement of several figures (a
+    list) gives the median of each."""
+    runs: list[list[Any]] = [[] for _ in trees]
     for _ in range(repeat):
         for values, tree in zip(runs, trees, strict=True):
             values.append(measure(system, steps, tree))
-    return [statistics.median(values) for values in runs]
+    return [
+        [statistics.median(figure) for figure in zip(*values, strict=True)]
+        if isinstance(values[0], list)
+        else statistics.median(values)
+        for values in runs
+    ]
 
 
 def beside(values: Sequence[float], trees: Sequence[Tree | None], unit: str = "") -> str:
@@ -579,16 +614,19 @@ def report(args: argparse.Namespace, trees: Sequence[Tree | None]) -> None:
     print(
         "  the same with an async no-op handler: " + beside(throughput, trees, " durable steps/s")
     )
-    one = medians("workers-1", 0, trees, args.repeat)
-    two = medians("workers-2", 0, trees, args.repeat)
-    scaling = f"ratio {two[0] / one[0]:.2f}x"
-    if against is not None:
-        scaling += f" ({against.label}: {two[1] / one[1]:.2f}x)"
-    print(
-        "worker processes on one database (100 runs x 100 steps, process start included):"
-        f" 1 worker {beside(one, trees, ' steps/s')},"
-        f" 2 workers {beside(two, trees, ' steps/s')}, {scaling}"
-    )
+    for handler in ("sync", "async"):
+        one = medians(f"workers-1-{handler}", 0, trees, args.repeat)
+        two = medians(f"workers-2-{handler}", 0, trees, args.repeat)
+        print(f"flowcore worker processes on one database, 100 runs x 100 steps, {handler} no-op:")
+        for figure, how in enumerate(("process start to exit", "first event to last")):
+            pair = [[o[figure], t[figure]] for o, t in zip(one, two, strict=True)]
+            scaling = f"2 vs 1: {pair[0][1] / pair[0][0]:.2f}x"
+            if against is not None:
+                scaling += f" ({against.label}: {pair[1][1] / pair[1][0]:.2f}x)"
+            print(
+                f"  {how}: 1 worker {beside([p[0] for p in pair], trees, ' steps/s')},"
+                f" 2 workers {beside([p[1] for p in pair], trees, ' steps/s')}; {scaling}"
+            )
     if not (args.skip_resume or args.only_throughput):
         small = statistics.median(measure("resume-500", 0) for _ in range(args.repeat))
         large = statistics.median(measure("resume-50000", 0) for _ in range(args.repeat))
@@ -600,6 +638,7 @@ def report(args: argparse.Namespace, trees: Sequence[Tree | None]) -> None:
 
 SEQUENTIAL = {
     "floor": "fsync'd single-row commits",
+    "step-floor": f"fsync'd commits of {STEP_PAGES} pages (what a step writes)",
     "flowcore": "flowcore",
     "flowcore-async": "flowcore, async no-op handler (on the loop, no thread hop)",
     "flowcore-crash": "flowcore, durability process-crash (no fsync per commit)",
@@ -630,6 +669,19 @@ def sequential(steps: int, repeat: int) -> None:
             f"{label:<60}{statistics.median(times[system]):>9.3f}"
             f"{ratio(system, 'floor'):>9.2f}x{ratio(system, 'flowcore'):>12.2f}x"
         )
+    # What no host writing one commit of a step's pages per step can go
+    # under: that commit, plus the work between two commits (the async step
+    # with no fsync, whose own commit is a small part of it).
+    least = [
+        (commit + step) / floor
+        for commit, step, floor in zip(
+            times["step-floor"], times["flowcore-async-crash"], times["floor"], strict=True
+        )
+    ]
+    print(
+        f"floor of one {STEP_PAGES}-page commit per step plus the step's work without its"
+        f" fsync: {statistics.median(least):.2f}x the single-row floor"
+    )
 
 
 if __name__ == "__main__":

@@ -327,9 +327,10 @@ def connect(path: str | Path, durability: Durability = "power-loss") -> sqlite3.
         raise NotAFlowcoreDatabase(f"{path} is not a flowcore database")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'power-loss' else 'NORMAL'}")
-    # Checkpoint the WAL less often than the default 1000 pages: each one
-    # costs fsyncs of the main file in the middle of some commit.
-    conn.execute("PRAGMA wal_autocheckpoint = 8000")
+    # The WAL is checkpointed at SQLite's default 1,000 pages, then written
+    # again from its start: a commit that grows the file costs its fsync
+    # more than one that overwrites it (a four-page commit 0.36-0.45 ms
+    # against 0.21-0.27 ms here), far more than the checkpoints cost.
     conn.execute("PRAGMA foreign_keys = ON")
     try:
         migrate(conn)
