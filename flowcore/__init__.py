@@ -19,7 +19,7 @@ from ._errors import (
     SpecError,
     WireError,
 )
-from ._interp import DEFAULT_STEP_BUDGET, Decision, InputError, advance, start
+from ._interp import DEFAULT_STEP_BUDGET, SEMANTICS, Decision, InputError, advance, start
 from ._jsontext import JsonTextError, decode_json_text
 from ._keys import KeyInfo, KeyRole, parse_key
 from ._log import (
@@ -143,6 +143,7 @@ __all__ = [
     "SignalWait",
     "Sleep",
     "SnapshotMismatch",
+    "SEMANTICS",
     "SpecError",
     "State",
     "SubflowSettled",

@@ -41,9 +41,19 @@ from ._state import (
 from ._txn import Txn
 from ._wire import BudgetRemaining, Effect, Event, Settled, check_event
 
-__all__ = ["DEFAULT_STEP_BUDGET", "Decision", "InputError", "advance", "start"]
+__all__ = ["DEFAULT_STEP_BUDGET", "SEMANTICS", "Decision", "InputError", "advance", "start"]
 
 DEFAULT_STEP_BUDGET = 1000
+
+SEMANTICS = 2
+"""The interpreter's decision level for new runs (``start(semantics=)``).
+
+A run keeps the level it started with, so a newer flowcore decides its runs
+in flight, and replays their logs, as the flowcore that started them did.
+2: a retry with no backoff begins its next attempt at once (no zero-length
+timer), and a retried step that fails lists every attempt's error in its
+error's ``attempts``. 1: neither (runs and logs from before levels).
+"""
 """Steps a run may spend when neither the spec nor the caller sets a budget."""
 
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
@@ -81,14 +91,26 @@ def start(
     now_ms: int = 0,
     budget: Budget | BudgetRemaining | None = None,
     depth: int = 0,
+    semantics: int | None = None,
 ) -> Decision:
     """Begin a run of ``flow``. Raises ``InputError`` if the input fails the schema.
 
     ``budget`` caps the run below the spec's own budget: a child run gets the
-    parent's remaining budget from its ``run-subflow`` effect.
+    parent's remaining budget from its ``run-subflow`` effect. ``semantics``:
+    the decision level (``SEMANTICS`` when None); a host rebuilding or
+    replaying a run passes the level its ``run.started`` record holds.
     """
     if not isinstance(run_id, str) or not run_id:
         raise ValueError("run_id must be a non-empty string")
+    if semantics is None:
+        semantics = SEMANTICS
+    elif isinstance(semantics, bool) or not isinstance(semantics, int) or not 1 <= semantics:
+        raise ValueError(f"semantics must be an integer from 1, got {semantics!r}")
+    elif semantics > SEMANTICS:
+        raise ValueError(
+            f"the run was started by a newer flowcore (semantics {semantics});"
+            f" this one decides up to {SEMANTICS}"
+        )
     if isinstance(now_ms, bool) or not isinstance(now_ms, int) or now_ms < 0:
         raise ValueError(f"now_ms must be a non-negative integer, got {now_ms!r}")
     try:
@@ -132,7 +154,7 @@ def start(
         turns = _less(turns, keep.turns)
     state = State(
         flow=flow,
-        run=Run(run_id, depth, input, now_ms),
+        run=Run(run_id, depth, input, now_ms, semantics),
         now_ms=now_ms,
         ledger=Ledger(steps, cost, wall, tokens=tokens, tool_calls=tool_calls, turns=turns),
         tree=Tree(envs=immutables.Map({"": Env(parent=None, scope="")})),

@@ -170,6 +170,7 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     input: Any = None
     budget: StartBudget | None = None
     depth: NonNegInt = 0
+    semantics: int = 1  # absent: runs started before the interpreter had levels
 
 
 class EventRejectedData(msgspec.Struct, frozen=True, kw_only=True):
@@ -942,6 +943,9 @@ class Recorder:
             "budget": budget_to_wire(budget),
             "depth": depth,
         }
+        semantics = decision.state.run.semantics
+        if semantics != 1:  # absent means 1 (logs written before the field)
+            data["semantics"] = semantics
         out = [self._make(RUN_STARTED, at, data)]
         out.extend(self._scheduled(decision, at))
         out.extend(self._effects(decision.effects, at))

@@ -6,6 +6,7 @@ This module must never do I/O, read a clock or draw a random number.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 from ._wire import BudgetRemaining, Effect, ErrorInfo, Usage
@@ -22,6 +23,8 @@ __all__ = [
     "effect_tag",
     "err",
     "error_dict",
+    "error_types",
+    "matches",
     "unit_fraction",
 ]
 
@@ -62,7 +65,35 @@ def err(kind: str, message: str, retryable: bool = False) -> ErrorInfo:
 
 
 def error_dict(error: ErrorInfo) -> dict[str, Any]:
-    return {"type": error.type, "message": error.message, "retryable": error.retryable}
+    """An error as expressions see it (``${error}``, ``${steps.a.error}``):
+    ``type``, ``message``, ``retryable``, and ``details``, ``cause`` and
+    ``attempts`` where the error has them."""
+    out: dict[str, Any] = {
+        "type": error.type,
+        "message": error.message,
+        "retryable": error.retryable,
+    }
+    if error.details is not None:
+        out["details"] = error.details
+    if error.cause is not None:
+        out["cause"] = error_dict(error.cause)
+    if error.attempts:
+        out["attempts"] = [error_dict(attempt) for attempt in error.attempts]
+    return out
+
+
+def error_types(error: ErrorInfo) -> Iterator[str]:
+    """The types an error matches in ``catch`` and ``retry`` ``errors``: its own,
+    then its cause's, and so on down the chain."""
+    current: ErrorInfo | None = error
+    while current is not None:
+        yield current.type
+        current = current.cause
+
+
+def matches(names: tuple[str, ...], error: ErrorInfo) -> bool:
+    """Whether ``errors: names`` takes ``error``: ``*``, or a type of its chain."""
+    return "*" in names or any(kind in names for kind in error_types(error))
 
 
 def unit_fraction(key: str) -> float:

@@ -78,7 +78,7 @@ import msgspec
 
 from ._data import MAX_DEPTH, DataError, check_data, format_path, problems, short
 from ._errors import EventRejected, InputError, ReplayDivergence
-from ._interp import Batch, advance, start
+from ._interp import SEMANTICS, Batch, advance, start
 from ._log import (
     EFFECT_EMITTED,
     EFFECT_REDISPATCHED,
@@ -719,6 +719,12 @@ class _Replayer:
                 "replay it against its own flow (or a newer version of it)"
             )
         self.check_started(index, started)
+        if isinstance(started.semantics, int) and started.semantics > SEMANTICS:
+            raise ReplayError(
+                f"the log was recorded by a newer flowcore (decision level"
+                f" {short(started.semantics)}; this one decides up to {SEMANTICS}):"
+                " replay it with that flowcore or a newer one"
+            )
         self.version = started.version
         self.spec_hash = started.spec_hash
         budget = budget_from_wire(started.budget)
@@ -730,6 +736,7 @@ class _Replayer:
                 now_ms=rec.at,
                 budget=budget,
                 depth=started.depth,
+                semantics=started.semantics,
             )
         except InputError as exc:
             raise _diverged(

@@ -134,6 +134,7 @@ class _Started(msgspec.Struct, frozen=True, rename="camel"):
     input: Any = None
     budget: dict[str, int | None] | None = None
     depth: int = 0
+    semantics: int = 1
 
 
 class _Rejected(msgspec.Struct, frozen=True):

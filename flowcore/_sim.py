@@ -1008,6 +1008,7 @@ class _Simulation:
             status=state.settled.status,
             output=state.settled.output,
             usage=used.usage(),
+            error=state.settled.error,
             at_ms=self.now + delay,
         )
         self.deliver_later(parent.run_id, event, fault)

@@ -61,6 +61,7 @@ __all__ = [
     "CatchClause",
     "Duration",
     "DurationExpr",
+    "FailStep",
     "Flow",
     "ForEachStep",
     "Limits",
@@ -294,6 +295,16 @@ class CancelScheduledStep:
 
 
 @attrs.frozen
+class FailStep:
+    """Fail with an error the flow makes: ``type``, ``message``, ``details``."""
+
+    type: Template
+    message: Template = attrs.field(factory=lambda: compile_template(""))
+    details: Template | None = None
+    retryable: bool = False
+
+
+@attrs.frozen
 class CatchClause:
     steps: tuple[Step, ...]
     errors: tuple[Name, ...] = (Name("*"),)
@@ -319,6 +330,7 @@ Body: TypeAlias = (
     | RepeatStep
     | ScheduleStep
     | CancelScheduledStep
+    | FailStep
     | TryStep
 )
 
@@ -384,6 +396,7 @@ _KINDS: dict[str, type[Any]] = {
     "repeat": RepeatStep,
     "schedule": ScheduleStep,
     "cancel_scheduled": CancelScheduledStep,
+    "fail": FailStep,
     "try": TryStep,
 }
 _COMMON = ("id", "retry", "timeout_ms", "compensate", "catch", "description")
@@ -712,6 +725,7 @@ def _build_converter() -> cattrs.Converter:
         AwaitSignalStep,
         RunSubflowStep,
         ScheduleStep,
+        FailStep,
     )
     for cl in plain:
         conv.register_structure_hook(cl, _mapping_first(conv, cl))

@@ -289,6 +289,7 @@ class StepFrame(_S, frozen=True, gc=False, tag="step"):
     backoff: str | None = None  # a retry backoff timer in flight
     unknowns: int = 0  # re-issues after an unknown outcome
     progress: Progress | None = None
+    failures: tuple[ErrorInfo, ...] = ()  # the errors of its earlier attempts
 
 
 Frame: TypeAlias = SeqFrame | StepFrame
@@ -474,6 +475,10 @@ class Run(_S, frozen=True, gc=False, array_like=True):
     depth: int
     input: Any
     started_ms: int
+    # How the interpreter decides for this run (``flowcore.SEMANTICS``): fixed
+    # at its start, so code that changed a decision since decides its runs
+    # in flight, and replays their logs, as it did when they started.
+    semantics: int = 1
 
 
 Status: TypeAlias = Literal["running", "completed", "failed", "cancelled", "budget-exhausted"]

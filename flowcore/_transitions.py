@@ -282,6 +282,8 @@ def _subflow(t: Txn, ev: SubflowSettled) -> None:
         _work_done(t, key, entry, (OK, ev.output))
     else:
         error = err(f"subflow-{ev.status}", f"subflow {key} settled {ev.status}")
+        if ev.error is not None:
+            error = msgspec.structs.replace(error, cause=ev.error)
         _work_done(t, key, entry, (FAIL, error))
 
 

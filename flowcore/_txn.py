@@ -46,6 +46,7 @@ from ._outcome import (
     effect_tag,
     err,
     error_dict,
+    matches,
     unit_fraction,
 )
 from ._results import ResultStore
@@ -159,6 +160,7 @@ class Txn:
         "sched_changed",
         "scheduled_added",
         "schedules",
+        "semantics",
         "seq",
         "settled",
         "source",
@@ -173,6 +175,7 @@ class Txn:
         self.flow: Flow = s.flow
         self.run: Run = s.run
         self.run_id = s.run.run_id
+        self.semantics = s.run.semantics
         self.now_ms = s.now_ms
         self.ledger: Ledger = s.ledger
         self.tree: Tree = s.tree  # its frames and envs are worked on below, in place of it
@@ -679,12 +682,31 @@ class Txn:
             key = keys.backoff_key(self.key(frame))
             if retry.jitter:
                 delay *= 1.0 - retry.jitter * unit_fraction(key)
-            self.set_frame(frame, key=None, backoff=key, progress=None, unknowns=0)  # fresh attempt
+            failures = frame.failures
+            if self.semantics >= 2:
+                failures = (*failures, _replace(out[1], attempts=()))
+            if int(delay) == 0 and self.semantics >= 2:  # the next attempt begins now
+                frame = self.set_frame(
+                    frame,
+                    key=None,
+                    progress=None,
+                    unknowns=0,
+                    attempt=frame.attempt + 1,
+                    failures=failures,
+                )
+                return self.begin(frame, step)
+            # a fresh attempt, after the backoff
+            self.set_frame(
+                frame, key=None, backoff=key, progress=None, unknowns=0, failures=failures
+            )
             self.timer(key, self.now_ms + int(delay), PendingKind.BACKOFF, fid)
             return None
         if frame.timer is not None:
             self.drop_key(frame.timer)
         self.drop_frame(fid)
+        if not out[0] and frame.failures:  # a retried step failed: say how each attempt did
+            last = _replace(out[1], attempts=())
+            out = (FAIL, _replace(out[1], attempts=(*frame.failures, last)))
         if out[0]:
             record: dict[str, Any] = {"status": "succeeded", "output": out[1]}
             if isinstance(step.body, AskHumanStep):  # a question's result also keeps the answer
@@ -711,7 +733,7 @@ class Txn:
             return False  # the step's own deadline passed: no time left to retry in
         if retry.errors is None:
             return error.retryable
-        return "*" in retry.errors or error.type in retry.errors
+        return matches(retry.errors, error)
 
     def retry_now(self, frame: StepFrame) -> None:
         """The backoff is over: begin the next attempt."""

@@ -111,11 +111,21 @@ class Usage(_Value, frozen=True, kw_only=True):
 
 
 class ErrorInfo(_Value, frozen=True, kw_only=True):
-    """A failure: ``type`` is what ``catch`` and ``retry`` match on."""
+    """A failure: ``type`` is what ``catch`` and ``retry`` match on (``type``, or
+    the type of an error in its ``cause`` chain).
+
+    ``details``: data the failing side attached (a ``fail`` step's, say).
+    ``cause``: the error this one comes from (a child run's error, under its
+    parent's ``subflow-failed``). ``attempts``: for a step retried before it
+    failed, every attempt's error in order, this one's last.
+    """
 
     type: str
     message: str = ""
     retryable: bool = False
+    details: Any = None
+    cause: ErrorInfo | None = None
+    attempts: tuple[ErrorInfo, ...] = ()
 
 
 class ReportEntry(_Value, frozen=True, kw_only=True):
@@ -251,10 +261,14 @@ class SignalReceived(_Event, tag="signal-received", frozen=True, kw_only=True):
 
 
 class SubflowSettled(_Event, tag="subflow-settled", frozen=True, kw_only=True):
+    """A child run settled. ``error``: the child's own error when it did not complete
+    (its parent's step fails with ``subflow-<status>`` caused by it)."""
+
     idempotency_key: str
     status: SettledStatus
     output: Any = None
     usage: Usage | None = None
+    error: ErrorInfo | None = None
     at_ms: NonNegInt
 
 
@@ -416,6 +430,29 @@ def _check_usage(usage: Any) -> None:
     _check_count(usage.cost_minor_units, "$.usage.costMinorUnits")
 
 
+def _check_error(error: object, path: str) -> None:
+    """An error built in Python: its fields, and those of its causes and attempts."""
+    what = "invalid event"
+    if not isinstance(error, ErrorInfo):
+        raise DataError(
+            path,
+            f"expected flowcore.ErrorInfo, got {type(error).__name__}"
+            " (write ErrorInfo(type=..., message=...))",
+            what,
+        )
+    check_text(error.type, f"{path}.type", what, MAX_NAME_CHARS)
+    check_text(error.message, f"{path}.message", what)
+    if not isinstance(error.retryable, bool):
+        raise DataError(f"{path}.retryable", "expected a boolean", what)
+    check_data(error.details, f"{path}.details", what)
+    if error.cause is not None:
+        _check_error(error.cause, f"{path}.cause")
+    if not isinstance(error.attempts, tuple):
+        raise DataError(f"{path}.attempts", "expected a tuple of flowcore.ErrorInfo", what)
+    for i, attempt in enumerate(error.attempts):
+        _check_error(attempt, f"{path}.attempts[{i}]")
+
+
 def check_event(event: object) -> Event:
     """Check an event built in Python (``advance`` does, before anything else).
 
@@ -517,18 +554,7 @@ def _check_fields(event: object) -> Event:
             _check_usage(event.usage)
         case EffectFailed():
             check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
-            error = event.error
-            if not isinstance(error, ErrorInfo):
-                raise DataError(
-                    "$.error",
-                    f"expected flowcore.ErrorInfo, got {type(error).__name__}"
-                    " (write ErrorInfo(type=..., message=...))",
-                    what,
-                )
-            check_text(error.type, "$.error.type", what, MAX_NAME_CHARS)
-            check_text(error.message, "$.error.message", what)
-            if not isinstance(error.retryable, bool):
-                raise DataError("$.error.retryable", "expected a boolean", what)
+            _check_error(event.error, "$.error")
         case EffectOutcomeUnknown() | TimerFired():
             check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
         case HumanAnswered():
@@ -545,6 +571,8 @@ def _check_fields(event: object) -> Event:
                 )
             check_data(event.output, "$.output", what)
             _check_usage(event.usage)
+            if event.error is not None:
+                _check_error(event.error, "$.error")
         case CancelRequested():
             check_text(event.reason, "$.reason", what)
         case ScheduledCancelRequested() | ScheduledRunNowRequested():

@@ -30,6 +30,7 @@ from ._spec import (
     CallToolStep,
     CancelScheduledStep,
     Duration,
+    FailStep,
     Flow,
     ForEachStep,
     ParallelStep,
@@ -110,6 +111,9 @@ class _Builder:
     def __init__(self, flow: Flow) -> None:
         self.flow = flow
         self.g = Graph(f"{flow.id} v{flow.version}")
+        # fail steps: nothing follows them; a dashed edge to the end says the
+        # run fails there unless a try around them catches it.
+        self.fails: list[_Exit] = []
 
     def build(self) -> Graph:
         # Not "start"/"end": a lowercase "end" breaks a Mermaid flowchart.
@@ -120,6 +124,7 @@ class _Builder:
             end_lines.append(f"output: {_clip(_source(self.flow.output))}")
         end = self.g.node("flow_end", end_lines, "circle")
         self.g.connect(exits, end)
+        self.g.connect(self.fails, end)
         final = self.flow.on_exhausted
         if final is not None:
             # Entered from wherever a limit is reached: a dashed edge from start.
@@ -207,6 +212,11 @@ class _Builder:
                 nid, [step.id, f"cancel_scheduled {_clip(_source(body.id))}", *extra], "box"
             )
             exits = [_Exit(nid)]
+        elif isinstance(body, FailStep):
+            # Nothing follows a fail step: its failure goes to what holds it.
+            self.g.node(nid, [step.id, f"fail {_clip(_source(body.type))}", *extra], "box")
+            self.fails.append(_Exit(nid, "fails", DASHED))
+            exits = []
         elif isinstance(body, SwitchStep):
             self.g.node(nid, [step.id, "switch", *extra], "diamond")
             exits = []

@@ -256,6 +256,8 @@ _DESCRIPTIONS: dict[str, str] = {
     "the output is its schedule id.",
     "CancelScheduledStep": "§4.13 cancel_scheduled: cancel a scheduled call whose delay "
     "has not fired.",
+    "FailStep": "§4.15 fail: fail at once with an error the flow makes (type, message, "
+    "details); it travels as any failure.",
     "CatchClause": "A catch clause of a try step (§4.14): the error types it handles "
     "(`*` any) and its steps, which see `error`.",
     "Schedule": "A schedule (§2 schedules): runs of this flow a host starts on a cadence, "
@@ -287,6 +289,7 @@ _DOC_SECTIONS: dict[str, tuple[str, str]] = {
     "RepeatStep": ("### 4.11 repeat", ""),
     "ScheduleStep": ("### 4.12 schedule", ""),
     "CancelScheduledStep": ("### 4.13 cancel_scheduled", ""),
+    "FailStep": ("### 4.15 fail", ""),
     "CatchClause": ("### 4.14 try / catch", "clause "),
     "Schedule": ("### schedules", ""),
 }

@@ -167,6 +167,7 @@ class Driver:
         output: Any = None,
         *,
         usage: Usage | None = None,
+        error: ErrorInfo | None = None,
         at: int | None = None,
         reject: bool = False,
     ) -> None:
@@ -175,6 +176,7 @@ class Driver:
             status=status,  # type: ignore[arg-type]
             output=output,
             usage=usage,
+            error=error,
             at_ms=self._at(at),
         )
         self.send(event, reject)
@@ -495,14 +497,96 @@ def _subflow_completed(d: Driver) -> None:
     d.child("child#1", "completed", {"doc": "pm.md"}, usage=Usage(steps=4, cost_minor_units=80))
 
 
+# How a conformance player's child run fails (tests/conformance/vectors.py).
+CHILD_ERROR = ErrorInfo(type="child-failed", message="failed as recorded")
+
+
 @case(
     "subflow-failed",
-    "A child that settles failed fails the run_subflow step (error type subflow-failed).",
+    "A child that settles failed fails the run_subflow step (error type subflow-failed) "
+    "with the child's error as its cause.",
     SUBFLOW,
     input={"incident": "INC-2"},
 )
 def _subflow_failed(d: Driver) -> None:
-    d.child("child#1", "failed", usage=Usage(steps=1))
+    d.child("child#1", "failed", usage=Usage(steps=1), error=CHILD_ERROR)
+
+
+@case(
+    "subflow-failed-caught",
+    "catch matches a type down the cause chain: the child's own error type catches the "
+    "parent's subflow-failed, and the handler reads the cause.",
+    """
+flow: parent
+tools: {note: {class: idempotent}}
+steps:
+  - id: guard
+    try:
+      - id: child
+        run_subflow: {flow: postmortem, input: {incident: "${input.incident}"}}
+    catch:
+      - errors: [child-failed]
+        steps:
+          - id: tell
+            call_tool: {tool: note, input: "${error.cause}"}
+output: "${steps.guard.output}"
+""",
+    input={"incident": "INC-4"},
+)
+def _subflow_failed_caught(d: Driver) -> None:
+    d.child("child#1", "failed", usage=Usage(steps=1), error=CHILD_ERROR)
+    d.ok("tell#1", "noted")
+
+
+@case(
+    "fail-step",
+    "fail: a step fails with the type, message and details the flow makes; a try catches "
+    "one by its type and reads its details, the other fails the run.",
+    """
+flow: refunds
+tools: {check: {class: readonly}, notify: {class: idempotent}}
+steps:
+  - id: check
+    call_tool: {tool: check, input: {order: "${input.order}"}}
+  - id: guard
+    try:
+      - id: too_late
+        fail:
+          type: refund-too-late
+          message: "order ${input.order}: ${steps.check.output.days} days"
+          details: {order: "${input.order}", days: "${steps.check.output.days}"}
+    catch:
+      - errors: [refund-too-late]
+        steps:
+          - id: notify
+            call_tool: {tool: notify, input: "${error.details}"}
+  - id: stop
+    fail: {type: refund-refused, message: "refused", details: "${steps.notify.output}"}
+""",
+    input={"order": "A-7"},
+)
+def _fail_step(d: Driver) -> None:
+    d.ok("check#1", {"days": 40})
+    d.ok("notify#1", {"sent": True})
+
+
+@case(
+    "retry-at-once",
+    "retry with initial_interval_ms 0: the next attempt is issued at once, without a "
+    "backoff timer; the last error lists every attempt's error.",
+    """
+flow: eager
+tools: {flaky: {class: idempotent}}
+steps:
+  - id: call
+    call_tool: {tool: flaky}
+    retry: {max_attempts: 3, initial_interval_ms: 0, errors: ["*"]}
+""",
+)
+def _retry_at_once(d: Driver) -> None:
+    d.fail("call#1", "busy")
+    d.fail("call#2", "busy")
+    d.fail("call#3", "down")
 
 
 @case(

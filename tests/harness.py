@@ -124,6 +124,7 @@ class Run:
         output: Any = None,
         usage: Usage | None = None,
         at: int | None = None,
+        error: ErrorInfo | None = None,
     ) -> tuple[Effect, ...]:
         return self.send(
             SubflowSettled(
@@ -131,6 +132,7 @@ class Run:
                 status=status,  # type: ignore[arg-type]
                 output=output,
                 usage=usage,
+                error=error,
                 at_ms=self.tick(at),
             )
         )

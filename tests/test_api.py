@@ -77,6 +77,7 @@ EXPECTED = {
     "RunAgent",
     "RunSubflow",
     "RunTeam",
+    "SEMANTICS",
     "Settled",
     "SignalReceived",
     "SnapshotMismatch",

@@ -337,14 +337,14 @@ def test_replay_until_and_torn_tail() -> None:
     assert out["ok"] and out["lastIndex"] == 6 and out["status"] == "running"
     torn = fc("replay", VECTORS / "torn-tail" / "log.ndjson")
     assert torn.returncode == 0
-    assert "torn last record at byte 841" in torn.stdout
+    assert "torn last record at byte 855" in torn.stdout
 
 
 def test_replay_bad_inputs(tmp_path: Path) -> None:
     assert "no such log file" in bad("replay", tmp_path / "nope.ndjson")
     assert "not a flowcore log" in bad("replay", TRIAGE, "--spec", TRIAGE)
     corrupt = bad("replay", VECTORS / "corrupt-middle" / "log.ndjson")
-    assert "line 4 (byte 527)" in corrupt
+    assert "line 4 (byte 541)" in corrupt
     wrong = bad("replay", VECTORS / "sequence-call-tool" / "log.ndjson", "--spec", TRIAGE)
     assert "run of flow 'sequence', not 'incident-triage'" in wrong
     assert "no such spec file" in bad(
@@ -363,3 +363,33 @@ def test_replay_bad_inputs(tmp_path: Path) -> None:
 def test_replay_with_an_invalid_spec(spec: str) -> None:
     line = bad("replay", VECTORS / "switch" / "log.ndjson", "--spec", BAD_SPECS / spec)
     assert str(BAD_SPECS / spec) in line
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``flowcore events RUN | head -1``: the rest of the output meets a closed pipe.
+
+    The output is far larger than a pipe holds, so the command is still
+    writing when the reader closes its end: it must stop at once, exit 0 and
+    say nothing (no ``[Errno 32] Broken pipe``, no traceback)."""
+    steps = "".join(f"  - {{id: s{i}, call_tool: {{tool: t, input: {i}}}}}\n" for i in range(400))
+    (tmp_path / "long.yaml").write_text("flow: long\ntools: {t: {}}\nsteps:\n" + steps)
+    (tmp_path / "tools.py").write_text("def t(e):\n    return e.input\n\nTOOLS = {'t': t}\n")
+    db = tmp_path / "long.db"
+    made = fc("run", "long.yaml", "--tools", "tools.py", "--db", db, "--run-id", "L", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    log = tmp_path / "long.ndjson"
+    log.write_bytes(fc("export", "L", "--db", db).stdout.encode())
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    for args in (["events", "L", "--db", db], ["replay", log, "--spec", tmp_path / "long.yaml"]):
+        proc = subprocess.Popen(
+            [FLOWCORE, *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # as `head -1` does once it has its line
+        stderr = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0, (args, stderr)
+        assert first.strip() and stderr == "", (args, first, stderr)

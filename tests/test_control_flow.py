@@ -873,7 +873,10 @@ def test_retry_new_keys_and_exponential_backoff_capped() -> None:
                 row("r/flaky#3", "failed"),
                 row("r/flaky#4", "failed"),
             ],
-            err=error("x", "x happened", retryable=True),
+            err={
+                **error("x", "x happened", retryable=True),
+                "attempts": [error("x", "x happened", retryable=True)] * 4,
+            },
         )
     ]
 
@@ -910,7 +913,10 @@ def test_retry_errors_list_matches_by_type_regardless_of_retryable() -> None:
         settled(
             "failed",
             [row("r/flaky#1", "failed"), row("r/flaky#2", "failed")],
-            err=error("y", "y happened", retryable=True),
+            err={
+                **error("y", "y happened", retryable=True),
+                "attempts": [error("x", "x happened"), error("y", "y happened", retryable=True)],
+            },
         )
     ]
 

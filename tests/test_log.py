@@ -94,6 +94,7 @@ def test_recorder_numbers_records_and_follows_settled_with_run_settled() -> None
         "input": {"x": 1.5},
         "budget": None,
         "depth": 0,
+        "semantics": flowcore.SEMANTICS,
     }
     assert records[-2].data["kind"] == "settled"
     assert records[-1].data == {"status": "completed", "output": {"ok": [1, 2]}}

@@ -428,5 +428,6 @@ KINDS = (
     "repeat",
     "schedule",
     "cancel_scheduled",
+    "fail",
     "try",
 )

@@ -123,7 +123,25 @@ def usages() -> st.SearchStrategy[Usage]:
 
 
 def error_infos() -> st.SearchStrategy[ErrorInfo]:
-    return st.builds(ErrorInfo, type=texts(), message=texts(), retryable=st.booleans())
+    """Errors, with details, a cause chain and attempts now and then."""
+    plain = st.builds(
+        ErrorInfo,
+        type=texts(),
+        message=texts(),
+        retryable=st.booleans(),
+        details=st.none() | st.dictionaries(texts(), st.integers(0, 9), max_size=2),
+    )
+    return st.recursive(
+        plain,
+        lambda inner: st.builds(
+            ErrorInfo,
+            type=texts(),
+            message=texts(),
+            cause=st.none() | inner,
+            attempts=st.lists(inner, max_size=2).map(tuple),
+        ),
+        max_leaves=4,
+    )
 
 
 def report_entries() -> st.SearchStrategy[ReportEntry]:
@@ -437,7 +455,15 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "human-answered": ("kind", "idempotencyKey", "answer", "atMs"),
     "timer-fired": ("kind", "idempotencyKey", "atMs"),
     "signal-received": ("kind", "signal", "payload?", "atMs"),
-    "subflow-settled": ("kind", "idempotencyKey", "status", "output?", "usage?", "atMs"),
+    "subflow-settled": (
+        "kind",
+        "idempotencyKey",
+        "status",
+        "output?",
+        "usage?",
+        "error?",
+        "atMs",
+    ),
     "cancel-requested": ("kind", "reason?", "atMs"),
     "scheduled-cancel-requested": ("kind", "scheduleId", "atMs"),
     "scheduled-run-now-requested": ("kind", "scheduleId", "atMs"),
@@ -455,7 +481,7 @@ VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
         "turns?",
     ),
     Usage: ("steps?", "costMinorUnits?", "tokens?", "toolCalls?", "turns?"),
-    ErrorInfo: ("type", "message?", "retryable?"),
+    ErrorInfo: ("type", "message?", "retryable?", "details?", "cause?", "attempts?"),
     ReportEntry: ("idempotencyKey", "effect", "target", "status"),
 }
 

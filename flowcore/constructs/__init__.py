@@ -22,6 +22,7 @@ from .._spec import (
     AwaitSignalStep,
     CallToolStep,
     CancelScheduledStep,
+    FailStep,
     ForEachStep,
     ParallelStep,
     RepeatStep,
@@ -35,7 +36,7 @@ from .._spec import (
     TryStep,
 )
 from .._state import ListKind, SeqFrame, StepFrame
-from . import for_each, leaf, parallel, repeat, schedule, subflow, switch, team, try_catch
+from . import fail, for_each, leaf, parallel, repeat, schedule, subflow, switch, team, try_catch
 
 if TYPE_CHECKING:
     from .._outcome import Outcome
@@ -76,6 +77,8 @@ def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
             return schedule.begin(t, frame, body)
         case CancelScheduledStep():
             return schedule.begin_cancel(t, frame, body)
+        case FailStep():
+            return fail.begin(t, frame, body)
         case _:
             assert_never(body)
 
@@ -107,6 +110,7 @@ def child_done(t: Txn, frame: StepFrame, child: SeqFrame | None, out: Outcome) -
             | AwaitSignalStep()
             | ScheduleStep()
             | CancelScheduledStep()
+            | FailStep()
         ):
             raise AssertionError(f"step {step.id} has no lists")
         case _:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import _keys as keys
-from .._outcome import error_dict
+from .._outcome import error_dict, matches
 from .._spec import Step, TryStep
 from .._state import Env, ListKind, StepFrame, TryProgress
 
@@ -34,7 +34,7 @@ def child_done(t: Txn, frame: StepFrame, step: Step, body: TryStep, out: Outcome
         return out
     error = out[1]
     for i, clause in enumerate(body.catch):
-        if "*" in clause.errors or error.type in clause.errors:
+        if matches(clause.errors, error):
             env_id = keys.catch_env(frame.id)
             t.set_env(
                 env_id,

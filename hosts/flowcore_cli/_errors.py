@@ -11,6 +11,7 @@ escaped. This module imports no part of flowcore, so that ``flowcore
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import IO, Any, Final
@@ -130,6 +131,17 @@ def internal_error(exc: BaseException) -> str:
 _NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
+def _quiet_stdout() -> None:
+    """Point standard output at the null device: what is still buffered for a
+    reader that has gone is dropped when Python exits, not reported."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (a test's capture)
+        pass
+
+
 def invoke(command: click.Command, args: Sequence[str] | None, prog_name: str) -> int:
     """Run ``command`` on ``args`` (default: ``sys.argv[1:]``); return the exit code.
 
@@ -158,8 +170,9 @@ def invoke(command: click.Command, args: Sequence[str] | None, prog_name: str) -
     except KeyboardInterrupt:
         say("interrupted")
         return 130
-    except BrokenPipeError:
-        return 0  # e.g. `flowcore graph x | head`
+    except BrokenPipeError:  # e.g. `flowcore events RUN | head -1`: the reader has gone
+        _quiet_stdout()
+        return 0
     except Exception as exc:  # the last line of defence: never a traceback
         say(internal_error(exc))
         return 2

@@ -27,7 +27,14 @@ from flowcore import Record, Settled, Sleep, TimerFired
 from flowcore._report import ReplayReport
 
 from ._common import duration, iso
-from ._progress import REDISPATCHED, SCHEDULED_CHANGED, describe, progress_item, progress_line
+from ._progress import (
+    REDISPATCHED,
+    SCHEDULED_CHANGED,
+    Printer,
+    describe,
+    progress_item,
+    progress_line,
+)
 
 __all__ = [
     "scheduled_answer",
@@ -43,9 +50,9 @@ __all__ = [
 def tables() -> Console:
     """Where tables print: the terminal, or 160 columns for a pipe or a CI log
     (rich would squeeze them into 80), unless ``COLUMNS`` says."""
-    console = Console(highlight=False, soft_wrap=True)
+    console = Printer(highlight=False, soft_wrap=True)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, soft_wrap=True, width=160)
+        console = Printer(highlight=False, soft_wrap=True, width=160)
     return console
 
 

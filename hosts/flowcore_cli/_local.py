@@ -127,6 +127,8 @@ def _run(
         for text in exc.problems[:-1]:
             say(f"{head}: {text}")
         raise CliError(f"{head}: {exc.problems[-1]}" if exc.problems else head) from None
+    except BrokenPipeError:
+        raise  # the reader went away: the command ends quietly (_errors.invoke)
     except OSError as exc:
         raise CliError(str(exc)) from None
 

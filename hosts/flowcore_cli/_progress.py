@@ -87,10 +87,20 @@ __all__ = [
 T = TypeVar("T")
 Item: TypeAlias = flowcore.Effect | flowcore.Event
 
+
+class Printer(Console):
+    """A rich console whose reader may go away (``flowcore events RUN | head -1``):
+    the broken pipe ends the command quietly (``_errors.invoke``), where rich
+    would exit 1 on its own."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 # Where the commands print: rich markup only where the command writes it,
 # no highlighting of numbers and strings, no wrapping of long lines.
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Printer(highlight=False, soft_wrap=True)
+err = Printer(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_lines(lines: list[Text]) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 
 import click
 import msgspec
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -38,6 +37,7 @@ from flowcore._replay import ReplayError, ReplayReport, TrajectoryEntry
 from flowcore._replay import replay as replay_log
 
 from ._common import CliError, load_spec, read_bytes
+from ._progress import Printer
 
 __all__ = ["replay", "report_to_json", "trajectory_table", "usage_text"]
 
@@ -324,9 +324,9 @@ def _print_report(
         # (an ASCII-only locale, say): the log's text, or the table's own "→",
         # comes out escaped instead of raising UnicodeEncodeError.
         sys.stdout.reconfigure(errors="backslashreplace")
-    out = Console(highlight=False)
+    out = Printer(highlight=False)
     if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(highlight=False, width=160)  # a pipe or a CI log: room for the table
+        out = Printer(highlight=False, width=160)  # a pipe or a CI log: room for the table
     span = f"{report.first_index}-{report.last_index}" if report.records else "none"
     spec = escape(report.replayed_spec_hash[:12])
     head = (

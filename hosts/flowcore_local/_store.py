@@ -194,6 +194,7 @@ def _rebuild(
         now_ms=first.at,
         budget=flowcore.budget_from_wire(budget),
         depth=data.get("depth", 0),
+        semantics=data.get("semantics", 1),
     )
     rows = _Unsaved()
     state = decision.state
@@ -1048,6 +1049,7 @@ class Store:
             status=settled.status,
             output=settled.output,
             usage=usage,
+            error=settled.error,
             at_ms=now,
         )
         if parent.state.status == "running":

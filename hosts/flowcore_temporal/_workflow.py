@@ -290,7 +290,13 @@ class FlowcoreWorkflow:
             if args.schedule is not None:
                 args.input = input_for(args.schedule, args.input, self._scheduled_ms())
             decision = flowcore.start(
-                flow, args.input, self._run_id, now_ms=now, budget=budget, depth=args.depth
+                flow,
+                args.input,
+                self._run_id,
+                now_ms=now,
+                budget=budget,
+                depth=args.depth,
+                semantics=_semantics(),
             )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
@@ -765,6 +771,23 @@ def _work_event(key: str, raw: Any, now: int) -> Event:
     return msgspec.structs.replace(event, at_ms=now)
 
 
+# The interpreter's decision levels, each with the patch id that marks the
+# histories of workflows started at that level or later (flowcore.SEMANTICS).
+_SEMANTICS_PATCHES = ((2, "flowcore-semantics-2"),)
+
+
+def _semantics() -> int:
+    """The decision level of this workflow: a history started before a level
+    existed replays at the level it was started with (``workflow.patched`` is
+    false there), so a deploy of a newer flowcore never makes it diverge."""
+    level = 1
+    for semantics, patch in _SEMANTICS_PATCHES:
+        if not workflow.patched(patch):
+            break
+        level = semantics
+    return level
+
+
 def _subflow_event(key: str, raw: Any, now: int) -> Event:
     """The child workflow's result as subflow-settled, or effect-failed if garbled.
 
@@ -774,12 +797,14 @@ def _subflow_event(key: str, raw: Any, now: int) -> Event:
     try:
         result = _decode(raw, f"the result of child {key}")
         usage = result.get("usage") or {}
+        error = result.get("error")
         return flowcore.check_event(
             SubflowSettled(
                 idempotency_key=key,
                 status=result["status"],
                 output=result.get("output"),
                 usage=msgspec.convert(usage, Usage),
+                error=None if error is None else msgspec.convert(error, ErrorInfo),
                 at_ms=now,
             )
         )

@@ -265,6 +265,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "repeat",
         "schedule",
         "cancel_scheduled",
+        "fail",
         "try",
     }
     assert features == {

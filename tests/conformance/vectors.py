@@ -380,7 +380,10 @@ def plan_vector(path: Path) -> Plan:
                 turns[at_turn].action = "child-signal"
             elif event["status"] == "failed":
                 turns[at_turn].action = "release"
-                error = {"type": "child-failed", "message": "failed as recorded"}
+                # The child fails with the error the log records as its own
+                # (the cause its parent's step fails with).
+                recorded = {"type": "child-failed", "message": "failed as recorded"}
+                error = event.get("error") or recorded
                 work.setdefault(answer, []).append(Step("fail", at_turn, error=error))
             else:
                 turns[at_turn].action = "release"

@@ -153,6 +153,7 @@ export function subflowSettled(key: string, child: Decided, atMs: number): FlowE
     usage: child.usage,
     atMs,
     ...(settled.output !== undefined ? { output: settled.output } : {}),
+    ...(settled.error !== undefined ? { error: settled.error } : {}),
   };
   return event;
 }

@@ -42,6 +42,11 @@ export interface ErrorInfo {
   readonly type: string;
   readonly message?: string;
   readonly retryable?: boolean;
+  /** Additions (specs/language.md §9): data the failing side attached, the
+   * error this one comes from, and every attempt's error of a retried step. */
+  readonly details?: JsonValue;
+  readonly cause?: ErrorInfo;
+  readonly attempts?: readonly ErrorInfo[];
 }
 
 /** One work effect of a run in its `settled` report (specs/protocol.md §5). */
@@ -185,6 +190,8 @@ export type FlowEvent =
       readonly status: SettledStatus;
       readonly output?: JsonValue;
       readonly usage?: Usage;
+      /** Addition: the child's own error, the cause of its parent step's. */
+      readonly error?: ErrorInfo;
       readonly atMs: number;
     }
   | { readonly kind: "cancel-requested"; readonly reason?: string; readonly atMs: number }
