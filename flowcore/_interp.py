@@ -51,8 +51,9 @@ SEMANTICS = 2
 A run keeps the level it started with, so a newer flowcore decides its runs
 in flight, and replays their logs, as the flowcore that started them did.
 2: a retry with no backoff begins its next attempt at once (no zero-length
-timer), and a retried step that fails lists every attempt's error in its
-error's ``attempts``. 1: neither (runs and logs from before levels).
+timer), a retried step that fails lists every attempt's error in its
+error's ``attempts``, and a step abandoned while it ran reads as
+``cancelled``. 1: none of these (runs and logs from before levels).
 """
 """Steps a run may spend when neither the spec nor the caller sets a budget."""
 
@@ -271,6 +272,11 @@ class Batch:
             raise
         self.applied = True
         return t.effects  # this decision's own list: the next one starts another
+
+    @property
+    def signal_taker(self) -> str | None:
+        """The signal wait the last event (a signal) went to; None: it was buffered."""
+        return self.t.signal_taker
 
     def was_late(self, key: str) -> bool:
         """Whether the last event was a late answer to ``key`` (one the run no

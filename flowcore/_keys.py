@@ -99,6 +99,11 @@ def wait_timeout_key(key: str) -> str:
     return f"{key}/timeout"
 
 
+def attempt_timeout_key(key: str) -> str:
+    """The ``attempt_timeout_ms`` timer of the attempt ``key``: ``r-1/fetch#2/attempt-timeout``."""
+    return f"{key}/attempt-timeout"
+
+
 def backoff_key(key: str) -> str:
     """The retry backoff timer after the attempt ``key``: ``r-1/fetch#1/backoff``."""
     return f"{key}/backoff"
@@ -196,6 +201,7 @@ class KeyRole(StrEnum):
     EFFECT = "effect"  # a step's effect (work, question, sleep, signal wait), or a schedule id
     MEMBER = "member"  # a declared team member's run-agent
     STEP_TIMEOUT = "step-timeout"
+    ATTEMPT_TIMEOUT = "attempt-timeout"  # one attempt's attempt_timeout_ms
     WAIT_TIMEOUT = "wait-timeout"  # a question's or a signal wait's timeout
     BACKOFF = "backoff"
     TICK = "tick"
@@ -221,7 +227,7 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SCOPE = rf"{_NAME}(?:\[\d+\]|#\d+)/"
 _KEY = re.compile(
     rf"(?P<path>(?:{_SCOPE})*(?P<step>{_NAME}))"
-    rf"(?:#(?P<attempt>\d+)(?P<suffix>/timeout|/backoff|/delay|/call)?"
+    rf"(?:#(?P<attempt>\d+)(?P<suffix>/timeout|/attempt-timeout|/backoff|/delay|/call)?"
     rf"|/(?P<member>{_NAME})#(?P<mattempt>\d+)"
     rf"|/(?P<timeout>timeout)"
     rf"|\[(?P<fire>\d+)\]/(?P<tick>tick))\Z"
@@ -231,6 +237,7 @@ _OUTSIDE = re.compile(r"~scheduled-(?P<n>[1-9][0-9]*)(?P<suffix>/delay|/call)?\Z
 _SUFFIX_ROLE = {
     None: KeyRole.EFFECT,
     "/timeout": KeyRole.WAIT_TIMEOUT,
+    "/attempt-timeout": KeyRole.ATTEMPT_TIMEOUT,
     "/backoff": KeyRole.BACKOFF,
     "/delay": KeyRole.SCHEDULE_DELAY,
     "/call": KeyRole.SCHEDULE_CALL,

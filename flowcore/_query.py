@@ -191,6 +191,7 @@ class Waits(_View, frozen=True):
 _ROLE = {
     PendingKind.SLEEP: "sleep",
     PendingKind.STEP_TIMEOUT: "timeout",
+    PendingKind.ATTEMPT_TIMEOUT: "attempt-timeout",
     PendingKind.BACKOFF: "backoff",
     PendingKind.DEADLINE: "deadline",
     PendingKind.TICK: "tick",

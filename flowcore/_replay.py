@@ -784,12 +784,11 @@ class _Replayer:
         batch = self.batch
         assert batch is not None
         self.n_events += 1
-        # Who a signal goes to is known only before it is applied.
-        receiver = self.trajectory.receiver(event, batch) if type(event) is SignalReceived else None
         try:
             effects = batch.advance(event)
         except EventRejected as exc:
             raise self.refused(index, position, event, exc) from None
+        receiver = batch.signal_taker if type(event) is SignalReceived else None
         self.queue = effects
         self.qi = 0
         self.set_changes(

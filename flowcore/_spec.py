@@ -236,6 +236,8 @@ class SleepStep:
 class AwaitSignalStep:
     signal: Name
     timeout_ms: Duration | None = None
+    # Only a signal whose payload makes this true (``payload`` in it) is taken.
+    where: Cond | None = None
 
 
 @attrs.frozen
@@ -345,6 +347,7 @@ class Step:
     compensate: tuple[Step, ...] = ()
     path: str = ""
     index: int = 0  # in the list that holds it
+    attempt_timeout_ms: Duration | None = None  # each attempt's own timeout
 
 
 @attrs.frozen(eq=False)
@@ -399,7 +402,15 @@ _KINDS: dict[str, type[Any]] = {
     "fail": FailStep,
     "try": TryStep,
 }
-_COMMON = ("id", "retry", "timeout_ms", "compensate", "catch", "description")
+_COMMON = (
+    "id",
+    "retry",
+    "timeout_ms",
+    "attempt_timeout_ms",
+    "compensate",
+    "catch",
+    "description",
+)
 _TOP = (
     "flow",
     "version",
@@ -1014,6 +1025,7 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
     fields: tuple[tuple[str, Any], ...] = (
         ("retry", Retry),
         ("timeout_ms", Duration),
+        ("attempt_timeout_ms", Duration),
         ("compensate", tuple[Step, ...]),
         ("description", str),
     )
@@ -1023,8 +1035,9 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
                 common[key] = conv.structure(raw[key], typ)
             except Exception as exc:
                 errors.append(_note_attr(exc, key))
-    if common.get("timeout_ms") == 0:
-        errors.append(_note_attr(_Msg("timeout_ms must be positive"), "timeout_ms"))
+    for key in ("timeout_ms", "attempt_timeout_ms"):
+        if common.get(key) == 0:
+            errors.append(_note_attr(_Msg(f"{key} must be positive"), key))
     _gather("step", errors, Step)
     common.pop("description", None)
     return Step(id=step_id, kind=kind, body=body, **common)
@@ -1152,8 +1165,9 @@ def _own_strings(
 ) -> Iterator[tuple[str, tuple[Any, ...], bool]]:
     """The strings of one raw step that are its own (not in nested steps).
 
-    Yields ``(text, path, is_condition)``: switch ``if`` and repeat ``until``
-    are bare JMESPath conditions, everything else is a template.
+    Yields ``(text, path, is_condition)``: switch ``if``, repeat ``until`` and
+    await_signal ``where`` are bare JMESPath conditions, everything else is a
+    template.
     """
     for kind, body in step.items():
         if kind not in _KINDS:
@@ -1171,7 +1185,9 @@ def _own_strings(
             for key, value in body.items():
                 if key in ("steps", "branches"):
                     continue
-                if kind == "repeat" and key == "until" and isinstance(value, str):
+                if (kind, key) in (("repeat", "until"), ("await_signal", "where")) and isinstance(
+                    value, str
+                ):
                     yield value, (*here, key), True
                     continue
                 for text, spath in _strings(value, (*here, key), frozenset()):
@@ -1204,8 +1220,9 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                     out.append(((*path, kind, "tool"), message))
         for text, spath, cond in _own_strings(step, path):
             expressions.append((text, spath, cond))
-        if isinstance(step.get("timeout_ms"), str):  # a duration decided at run time
-            expressions.append((step["timeout_ms"], (*path, "timeout_ms"), False))
+        for key in ("timeout_ms", "attempt_timeout_ms"):
+            if isinstance(step.get(key), str):  # a duration decided at run time
+                expressions.append((step[key], (*path, key), False))
     for where in (("output",), ("on_budget_exhausted", "output")):
         value = raw.get(where[0])
         if len(where) == 2:

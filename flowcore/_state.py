@@ -115,6 +115,7 @@ class PendingKind(StrEnum):
     # Timers, by role (``_transitions.TIMERS``):
     SLEEP = "wait"  # a sleep step
     STEP_TIMEOUT = "timeout"  # a step's timeout_ms
+    ATTEMPT_TIMEOUT = "attempt-timeout"  # a step's attempt_timeout_ms, for one attempt
     BACKOFF = "backoff"  # the pause before a retry
     DEADLINE = "deadline"  # the wall-clock budget
     TICK = "tick"  # a repeat's next fire
@@ -290,6 +291,7 @@ class StepFrame(_S, frozen=True, gc=False, tag="step"):
     unknowns: int = 0  # re-issues after an unknown outcome
     progress: Progress | None = None
     failures: tuple[ErrorInfo, ...] = ()  # the errors of its earlier attempts
+    attempt_timer: str | None = None  # this attempt's attempt_timeout_ms timer
 
 
 Frame: TypeAlias = SeqFrame | StepFrame

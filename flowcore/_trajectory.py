@@ -2,8 +2,8 @@
 
 Replay (``_replay``) applies each recorded event with ``advance`` and tells
 this observer what happened: an effect the log records (``effect``), an
-event applied (``applied``; for a signal, ``receiver`` asks first whose wait
-it ends), a rejected event, a record skipped, work re-dispatched after a
+event applied (``applied``; for a signal, the wait it went to, which the
+batch tells after applying it), a rejected event, a record skipped, work re-dispatched after a
 recovery (a note on its entry). The observer keeps one ``TrajectoryEntry`` per
 effect key, updated as its answer comes (a late answer noted as such), and
 closes the entries nothing answered when the replay ends.
@@ -186,11 +186,6 @@ class Trajectory:
                 assert_never(effect)
         self.where[key] = len(self.rows)
         self.rows.append(entry)
-
-    def receiver(self, event: SignalReceived, batch: Batch) -> str | None:
-        """The signal wait ``event`` is about to be delivered to (None: it will be buffered)."""
-        waiting = batch.waiters.get(event.signal)
-        return waiting[0] if waiting else None
 
     def applied(
         self,

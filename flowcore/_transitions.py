@@ -79,6 +79,7 @@ TIMERS: Final = frozenset(
     {
         PendingKind.SLEEP,
         PendingKind.STEP_TIMEOUT,
+        PendingKind.ATTEMPT_TIMEOUT,
         PendingKind.BACKOFF,
         PendingKind.DEADLINE,
         PendingKind.TICK,
@@ -362,8 +363,7 @@ def _answered(t: Txn, ev: HumanAnswered) -> None:
 
 def _signal(t: Txn, ev: SignalReceived) -> None:
     t.check_clock()
-    if ev.signal in t.waiting.waiters:
-        leaf.signalled(t, ev.signal, ev.payload)
+    if ev.signal in t.waiting.waiters and leaf.signalled(t, ev.signal, ev.payload):
         return
     w = t.waiting
     limit = t.flow.limits.max_buffered_signals
@@ -401,6 +401,14 @@ def _timer(t: Txn, ev: TimerFired) -> None:
             after = duration_text(step.timeout_ms)
             error = err("timeout", f"step {step.id!r} timed out after {after}")
             t.step_ended(frame.id, (FAIL, error))
+        case PendingKind.ATTEMPT_TIMEOUT:
+            # This attempt's work stops; the step's retry may begin another.
+            t.abandon_children(frame.id)
+            step = t.step_of(frame)
+            assert step.attempt_timeout_ms is not None
+            after = duration_text(step.attempt_timeout_ms)
+            message = f"attempt {frame.attempt} of step {step.id!r} timed out after {after}"
+            t.step_ended(frame.id, (FAIL, err("timeout", message, retryable=True)))
         case PendingKind.BACKOFF:
             t.retry_now(frame)
         case PendingKind.TICK:

@@ -163,6 +163,7 @@ class Txn:
         "semantics",
         "seq",
         "settled",
+        "signal_taker",
         "source",
         "tree",
         "waiting",
@@ -198,6 +199,7 @@ class Txn:
         self.resolved_now: list[str] = []  # resolved keys written: the journal
         self.rows = 0  # report rows added: the journal
         self.sched_changed: list[str] = []  # schedule ids changed: the journal
+        self.signal_taker: str | None = None  # the wait a signal of this decision went to
         self.answer: ScheduledAnswer | None = None  # to a scheduled-call event from outside
 
     def checkpoint(self) -> tuple[Any, ...]:
@@ -224,6 +226,7 @@ class Txn:
         self.resolved_now = []
         self.rows = 0
         self.sched_changed = []
+        self.signal_taker = None
         self.answer = None
 
     def freeze(self) -> State:
@@ -648,6 +651,12 @@ class Txn:
     def begin(self, frame: StepFrame, step: Step) -> Outcome | None:
         """Start (an attempt of) ``step``; returns its outcome if it ends at once."""
         try:
+            if step.attempt_timeout_ms is not None:  # this attempt's own timer
+                ms = self.duration(frame, step.attempt_timeout_ms, "attempt_timeout_ms", zero=False)
+                timer = keys.attempt_timeout_key(self.key(frame))
+                self.timer(timer, self.now_ms + ms, PendingKind.ATTEMPT_TIMEOUT, frame.id)
+                frame = _replace(frame, attempt_timer=timer)
+                self.put_frame(frame)
             out = self.above.begin(self, frame, step)
         except InvalidDuration as exc:
             out = (FAIL, _invalid(step, exc))
@@ -671,6 +680,10 @@ class Txn:
             frame = self.frame(fid)
         if step is None:
             step = self.flow.by_id[frame.step]
+        if frame.attempt_timer is not None:  # the attempt ended: its own timer goes
+            if frame.attempt_timer in self.pending:
+                self.drop_key(frame.attempt_timer)
+            frame = self.set_frame(frame, attempt_timer=None)
         if not out[0] and self.should_retry(step, frame, out[1]):
             self.abandon_children(fid)
             retry = step.retry
@@ -873,6 +886,7 @@ class Txn:
             if entry.frame in gone and key != own_timer:
                 self.drop_key(key)
         gone.discard(fid)
+        self.cancelled(gone)
         self.drop_frames(gone)
 
     def abandon(self, gone: set[str]) -> None:
@@ -881,7 +895,21 @@ class Txn:
         for key, entry in list(self.pending.items()):
             if entry.frame in gone:
                 self.drop_key(key)
+        self.cancelled(gone)
         self.drop_frames(gone)
+
+    def cancelled(self, gone: set[str]) -> None:
+        """Steps abandoned while they ran read ``{status: cancelled}`` to expressions
+        (level 2; language.md §9.2). In order of their frame ids: the journal's
+        order must not depend on how a set of strings iterates."""
+        if self.semantics < 2:
+            return
+        frames = self.frames
+        for fid in sorted(gone):
+            frame = frames.get(fid)
+            if isinstance(frame, StepFrame) and frame.env in self.envs:
+                name = self.envs[frame.env].scope + frame.step
+                self.record(name, {"status": "cancelled", "output": None}, rewrite=True)
 
     def drop_frames(self, gone: set[str]) -> None:
         frames = self.frames

@@ -222,6 +222,7 @@ STEP_KINDS = (
     "for_each",
     "repeat",
     "try",
+    "fail",
 )
 _LEAF_KINDS = (
     "call_tool",
@@ -287,10 +288,13 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         else:
             step["sleep"] = {"for_ms": _written(wait_ms)}
     elif kind == "await_signal":
-        shape = draw(st.integers(0, 3))
+        # the name, a timeout 1 in 2, a condition on the payload 1 in 4
+        shape = draw(st.integers(0, 7))
         wait: dict[str, Any] = {"signal": SIGNALS[shape % 2]}
-        if shape // 2:
+        if shape // 2 % 2:
             wait["timeout_ms"] = _written(draw(st.integers(1, 5000)))
+        if shape // 4 and shape % 2:
+            wait["where"] = "payload != `2`"
         step["await_signal"] = wait
     elif kind == "run_subflow":
         step["run_subflow"] = {"flow": "child", "input": {"v": ref}}
@@ -328,6 +332,7 @@ class _Knobs:
         self.leaves = tuple(k for k in _LEAF_KINDS if kinds is None or k in kinds)
         self.nests = tuple(k for k in _NEST_KINDS if kinds is None or k in kinds)
         self.cancel = kinds is None or "cancel_scheduled" in kinds
+        self.fail = kinds is None or "fail" in kinds
         if not self.leaves:
             raise ValueError(f"flows(kinds=...) needs at least one leaf kind of {_LEAF_KINDS}")
 
@@ -403,6 +408,9 @@ def _step(
         else:
             body = _steps(draw, ids, knobs, inner, 2, earlier)
             errors = draw(st.sampled_from([["*"], ["timeout"], ["boom", "outcome-unknown"]]))
+            if knobs.fail and len(errors) == 2:  # the body raises what the catch takes
+                raised = {"type": "boom", "message": "raised", "details": {"n": "${input.n}"}}
+                body.append({"id": ids.next(), "fail": raised})
             step = {
                 "id": sid,
                 "try": body,
@@ -413,6 +421,8 @@ def _step(
     deco = draw(st.integers(0, 149))
     if deco % 5 == 4:
         step["timeout_ms"] = _written(draw(st.integers(1, 10000)))
+    if deco % 10 == 3:  # each attempt timed on its own
+        step["attempt_timeout_ms"] = _written(1 + deco * 37 % 5000)
     if deco // 5 % 5 == 4:
         # max_attempts 1..3, the interval, jitter on or off, an errors filter or not.
         shape = draw(st.integers(0, 11))

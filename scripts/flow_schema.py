@@ -301,6 +301,7 @@ _SECTION_ONLY = re.compile(r"^§[0-9.]+?\.?$")
 _SEE = {
     "retry": "How the step is retried when it fails, with backoff (§5).",
     "timeout_ms": "A timeout over all the step's attempts and backoffs; not zero (§6).",
+    "attempt_timeout_ms": "Each attempt's own timeout, a retryable failure; not zero (§6).",
     "compensate": "Steps that undo this one when the run later fails or is cancelled (§7).",
 }
 

@@ -929,6 +929,51 @@ def _retry_exhausted(d: Driver) -> None:
 
 
 @case(
+    "signal-where",
+    "await_signal with where: two waits for one signal name take the payloads they accept, "
+    "out of arrival order; a payload neither accepts is buffered.",
+    """
+flow: payments
+steps:
+  - id: both
+    parallel:
+      branches:
+        a: [{id: wa, await_signal: {signal: paid, where: "payload.order == 'A'"}}]
+        b: [{id: wb, await_signal: {signal: paid, where: "payload.order == input.mine"}}]
+output: "${steps.both.output}"
+""",
+    input={"mine": "B"},
+)
+def _signal_where(d: Driver) -> None:
+    d.signal("paid", {"order": "C"})
+    d.signal("paid", {"order": "B", "n": 1})
+    d.signal("paid", {"order": "A", "n": 2})
+
+
+@case(
+    "attempt-timeout",
+    "attempt_timeout_ms: the first attempt times out (a retryable timeout) and its work is "
+    "abandoned (its late result is accepted once and ignored); the retry's second attempt, "
+    "timed afresh, succeeds.",
+    """
+flow: patient
+tools: {slow: {class: idempotent}}
+steps:
+  - id: call
+    call_tool: {tool: slow, input: {n: 1}}
+    attempt_timeout_ms: 2s
+    retry: {max_attempts: 3, initial_interval_ms: 3000}
+output: "${steps.call.output}"
+""",
+)
+def _attempt_timeout(d: Driver) -> None:
+    d.fire("call#1/attempt-timeout")
+    d.ok("call#1", "late", at=3500)
+    d.fire("call#1/backoff")
+    d.ok("call#2", "second", at=5500)
+
+
+@case(
     "step-timeout",
     "timeout_ms on a step: the timer fails it with error type timeout (caught here); the "
     "late result is accepted once and ignored, a duplicate of it is rejected.",

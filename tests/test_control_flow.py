@@ -249,7 +249,8 @@ output: "${[steps.guard.output, steps.y1, steps.y2]}"
                 row("r/y1#1", "succeeded", "b"),
                 row("r/handle#1", "succeeded"),
             ],
-            output=["H", None, None],  # y2 never ran; y1's late output never recorded
+            # y1 was abandoned while it ran (its late output is not recorded); y2 never ran
+            output=["H", {"status": "cancelled", "output": None}, None],
         )
     ]
 
@@ -1872,7 +1873,8 @@ output: "${[steps.r1.output, steps.s]}"
                 row("r/s#1", "succeeded", "b"),
                 row("r/next#1", "succeeded"),
             ],
-            output=[{"quick": "Q"}, None],  # the loser's output was never recorded
+            # the loser was abandoned while it ran; its late output is not recorded
+            output=[{"quick": "Q"}, {"status": "cancelled", "output": None}],
         )
     ]
 

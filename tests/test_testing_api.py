@@ -143,7 +143,9 @@ def constructs(spec: dict[str, Any]) -> set[str]:
     for step in walk(spec["steps"]):
         kind = next(k for k in T.STEP_KINDS if k in step)
         found.add(kind)
-        found.update(k for k in ("timeout_ms", "retry", "compensate") if k in step)
+        found.update(
+            k for k in ("timeout_ms", "attempt_timeout_ms", "retry", "compensate") if k in step
+        )
         body = step[kind]
         if kind == "parallel":
             found.add(f"parallel.{body['mode']}")
@@ -158,8 +160,8 @@ def constructs(spec: dict[str, Any]) -> set[str]:
             found.update(
                 f"ask_human.{k}" for k in ("options", "timeout_ms", "default") if k in body
             )
-        elif kind == "await_signal" and "timeout_ms" in body:
-            found.add("await_signal.timeout_ms")
+        elif kind == "await_signal":
+            found.update(f"await_signal.{k}" for k in ("timeout_ms", "where") if k in body)
         elif kind == "run_agent" and "member" in body:
             found.add("run_agent.member")
         elif kind == "run_team":
@@ -199,6 +201,8 @@ EVERY_CONSTRUCT = sorted(
         "ask_human.timeout_ms",
         "ask_human.default",
         "await_signal.timeout_ms",
+        "await_signal.where",
+        "attempt_timeout_ms",
         "run_agent.member",
         "run_team.declared",
         "run_team.undeclared",

@@ -54,6 +54,7 @@ steps:
           - id: call
             call_tool: {tool: t}
             timeout_ms: 50000
+            attempt_timeout_ms: 20000
             retry: {max_attempts: 3, initial_interval_ms: 100, errors: ['*']}
         agent:
           - {id: think, run_agent: {agent: a, prompt: hi}}

@@ -49,6 +49,7 @@ __all__ = [
     "signal_timed_out",
     "signalled",
     "slept",
+    "takes",
     "tool_input_error",
     "tool_output_error",
 ]
@@ -155,12 +156,13 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
     if body.timeout_ms is not None:
         timeout = t.duration(frame, body.timeout_ms, "await_signal.timeout_ms", zero=True)
     w = t.waiting
-    buffered = w.signals.get(body.signal)
-    if buffered:
-        rest = buffered[1:]
-        signals = w.signals.set(body.signal, rest) if rest else w.signals.delete(body.signal)
-        t.waiting = msgspec.structs.replace(w, signals=signals)
-        return (OK, buffered[0])
+    buffered = w.signals.get(body.signal, ())
+    for i, payload in enumerate(buffered):  # the oldest it takes
+        if takes(t, frame, body, payload):
+            rest = (*buffered[:i], *buffered[i + 1 :])
+            signals = w.signals.set(body.signal, rest) if rest else w.signals.delete(body.signal)
+            t.waiting = msgspec.structs.replace(w, signals=signals)
+            return (OK, payload)
     key = t.key(frame)
     t.set_frame(frame, key=key)
     t.wait_for(
@@ -206,21 +208,47 @@ def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
     t.step_ended(frame.id, (OK, answer), t.set_frame(frame, key=None))
 
 
-def signalled(t: Txn, signal: str, payload: Any) -> None:
-    """A signal arrived for a step waiting for it (the first waiter takes it)."""
-    w = t.waiting
-    waiting = w.waiters[signal]
-    key = waiting[0]
-    entry = t.pending[key]
-    t.pending = t.pending.delete(key)
-    rest = w.waiters.set(signal, waiting[1:]) if len(waiting) > 1 else w.waiters.delete(signal)
-    t.waiting = msgspec.structs.replace(w, waiters=rest)
-    frame = t.frame(entry.frame)
+def takes(t: Txn, frame: StepFrame, body: AwaitSignalStep, payload: Any) -> bool:
+    """Whether the wait takes a signal with ``payload``: always without ``where``;
+    with it, when it holds (``payload`` bound to the payload). A ``where`` that
+    cannot be evaluated on a payload does not take it: a signal from outside
+    must not fail the run's step."""
+    if body.where is None:
+        return True
+    try:
+        return body.where.test(t.resolver(frame.env, frame.attempt, {"payload": payload}))
+    except TemplateError:
+        return False
+
+
+def _wait_takes(t: Txn, key: str, payload: Any) -> bool:
+    frame = t.frame(t.pending[key].frame)
     body = t.step_of(frame).body
     assert isinstance(body, AwaitSignalStep)
+    return takes(t, frame, body, payload)
+
+
+def signalled(t: Txn, signal: str, payload: Any) -> bool:
+    """A signal arrived: the oldest wait for it that takes it gets it. False when
+    no wait takes it (the caller buffers it)."""
+    w = t.waiting
+    waiting = w.waiters[signal]
+    found = next((i for i, key in enumerate(waiting) if _wait_takes(t, key, payload)), None)
+    if found is None:
+        return False
+    key = waiting[found]
+    frame = t.frame(t.pending[key].frame)
+    body = t.step_of(frame).body
+    assert isinstance(body, AwaitSignalStep)
+    t.pending = t.pending.delete(key)
+    t.signal_taker = key
+    left = (*waiting[:found], *waiting[found + 1 :])
+    rest = w.waiters.set(signal, left) if left else w.waiters.delete(signal)
+    t.waiting = msgspec.structs.replace(w, waiters=rest)
     if body.timeout_ms is not None:
         t.drop_key(keys.wait_timeout_key(key))
     t.step_ended(frame.id, (OK, payload), t.set_frame(frame, key=None))
+    return True
 
 
 def slept(t: Txn, frame: StepFrame) -> None:

@@ -19,6 +19,13 @@ class name as the type.
 
 The same module works on every host (local, Temporal).
 
+**Cancellation.** When the run stops waiting for work that is still running
+(its branch lost a race, its step timed out, the run was cancelled), the host
+tells the handler: an ``async`` handler is cancelled (``asyncio.CancelledError``
+at its next ``await``), and every handler can ask ``cancelled()`` (a sync one
+in its thread, between two pieces of its work) or wait on ``cancellation()``
+(a ``threading.Event``). What it returns after that is not used.
+
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
 resolves the same from any working directory); ``missing_handlers`` lists
@@ -39,6 +46,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
@@ -71,6 +79,8 @@ __all__ = [
     "Registry",
     "Result",
     "call_handler",
+    "cancellation",
+    "cancelled",
     "format_traceback",
     "load_registry",
     "missing_handlers",
@@ -84,6 +94,24 @@ __all__ = [
 
 Handler = Callable[[Any], Any]
 WorkEffect = CallTool | RunAgent | RunTeam
+
+# The cancel request of the work a handler runs (``run_handler``'s ``cancel``).
+_CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "flowcore_cancel", default=None
+)
+_NEVER = threading.Event()  # for a handler run without a cancel request
+
+
+def cancellation() -> threading.Event:
+    """Inside a handler: an event the host sets when the run no longer wants the
+    work (a lost race, a timeout, a cancelled run). Outside one, or on a host
+    that runs it without a cancel request, an event that is never set."""
+    return _CANCEL.get() or _NEVER
+
+
+def cancelled() -> bool:
+    """Inside a handler: whether the host asked to stop the work (``cancellation``)."""
+    return cancellation().is_set()
 
 
 @dataclass(frozen=True)
@@ -361,6 +389,7 @@ async def run_handler(
     effect: WorkEffect,
     now_ms: Callable[[], int],
     executor: Executor | HandlerThreads | None = None,
+    cancel: threading.Event | None = None,
 ) -> tuple[Outcome, BaseException | None]:
     """Run the effect's handler: the event that reports it, and the exception it raised.
 
@@ -369,8 +398,25 @@ async def run_handler(
     event carries only its type and message. A sync handler runs in a thread
     of ``executor`` (a ``HandlerThreads`` costs the loop least; the loop's
     default executor when None, which holds only a few threads); an ``async``
-    one on the loop.
+    one on the loop. ``cancel``: the event the host sets to ask the handler to
+    stop (``cancelled()`` inside it); a host that does also cancels the task
+    awaiting this, which stops an ``async`` handler at its next ``await``.
     """
+    if cancel is not None:
+        token = _CANCEL.set(cancel)
+        try:
+            return await _run_handler(registry, effect, now_ms, executor)
+        finally:
+            _CANCEL.reset(token)
+    return await _run_handler(registry, effect, now_ms, executor)
+
+
+async def _run_handler(
+    registry: Registry,
+    effect: WorkEffect,
+    now_ms: Callable[[], int],
+    executor: Executor | HandlerThreads | None,
+) -> tuple[Outcome, BaseException | None]:
     handler = registry.handler_for(effect)
     if handler is None:
         what = effect.__struct_config__.tag
@@ -407,7 +453,8 @@ async def call_handler(
     effect: WorkEffect,
     now_ms: Callable[[], int],
     executor: Executor | HandlerThreads | None = None,
+    cancel: threading.Event | None = None,
 ) -> Outcome:
     """Run the effect's handler and report how it went (``run_handler`` without the exception)."""
-    event, _ = await run_handler(registry, effect, now_ms, executor)
+    event, _ = await run_handler(registry, effect, now_ms, executor, cancel)
     return event

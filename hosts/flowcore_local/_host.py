@@ -34,10 +34,12 @@ All database access happens on the event loop's thread (see ``_db``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
@@ -211,6 +213,11 @@ class LocalHost:
         self._failures: dict[tuple[str, str], str | None] = {}
         self._on_settled: Callable[[RunRow], Any] | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # The cancel request of each running handler (flowcore_handlers.cancelled),
+        # and those set because the run stopped waiting for the work.
+        self._cancels: dict[tuple[str, str], threading.Event] = {}
+        self._stopped: set[tuple[str, str]] = set()
+        self._on_loop: set[tuple[str, str]] = set()  # running an ``async`` handler
         # Effects reported outcome-unknown whose task is still committing that:
         # the interpreter may issue them again (same key) in that very commit.
         self._reissued: dict[tuple[str, str], Claimed | None] = {}
@@ -1376,6 +1383,8 @@ class LocalHost:
         self._committed = asyncio.Event()
         wake = False
         for item in applied:
+            for key in item.plan.cancel:
+                self._stop_work(item.run_id, key)
             for claimed in item.claimed:
                 self._spawn(claimed)
             if item.records and self._on_records is not None:
@@ -1391,6 +1400,25 @@ class LocalHost:
             wake = wake or not item.claimed or bool(handles)
         if wake and self._wake is not None:
             self._wake.set()
+
+    def _stop_work(self, run_id: str, key: str) -> None:
+        """The run no longer waits for ``key``: if this worker runs its handler, tell
+        it (``flowcore_handlers.cancelled``), and cancel an ``async`` one (at its
+        next ``await``). A sync one runs on in its thread and may stop when it
+        looks; what a handler still returns is recorded as a late result, which
+        changes nothing but the report. The commit that stopped waiting closed
+        the work's row."""
+        ident = (run_id, key)
+        task = self._running.get(ident)
+        if task is None or ident in self._reissued:
+            return
+        self._stopped.add(ident)
+        cancel = self._cancels.get(ident)
+        if cancel is None:  # it has not begun, and returns when it does
+            return
+        cancel.set()
+        if ident in self._on_loop:
+            task.cancel()
 
     def _tell_settled(self, run_id: str) -> None:
         assert self._on_settled is not None
@@ -1423,7 +1451,10 @@ class LocalHost:
     async def _execute(self, claimed: Claimed) -> None:
         assert self._sem is not None
         ident = (claimed.run_id, claimed.key)
+        cancel = self._cancels[ident] = threading.Event()
         try:
+            if ident in self._stopped:  # stopped before it began
+                return
             async with self._sem:
                 try:
                     registry = self._registry(claimed.tools)
@@ -1433,14 +1464,20 @@ class LocalHost:
                     event: Event = outcome_event(claimed.effect, None, error, self.now())
                     self._failures[ident] = exc.detail
                 else:
+                    if inspect.iscoroutinefunction(registry.handler_for(claimed.effect)):
+                        self._on_loop.add(ident)
                     event, raised = await run_handler(
-                        registry, claimed.effect, self.now, self._threads
+                        registry, claimed.effect, self.now, self._threads, cancel
                     )
                     if isinstance(event, EffectFailed):
                         self._failures[ident] = None if raised is None else format_traceback(raised)
                     elif isinstance(event, EffectOutcomeUnknown):
                         self._reissued[ident] = None
             await self._submit(claimed.run_id, event)
+        except asyncio.CancelledError:
+            if ident not in self._stopped:
+                raise  # the host is closing
+            # The run stopped waiting for this work (_stop_work): nothing to report.
         except Exception as exc:
             # The group commit itself failed (the database, not this event):
             # the result is lost with it, and the effect's lease lapses, so
@@ -1454,6 +1491,9 @@ class LocalHost:
             )
         finally:
             self._running.pop(ident, None)
+            self._cancels.pop(ident, None)
+            self._stopped.discard(ident)
+            self._on_loop.discard(ident)
             self._failures.pop(ident, None)
             again = self._reissued.pop(ident, None)
             if again is not None:

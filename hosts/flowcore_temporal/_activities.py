@@ -23,6 +23,7 @@ bad value is), once, and the activity itself never fails for it.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -97,7 +98,8 @@ class FlowcoreActivities:
                 idempotency_key=effect.idempotency_key, error=error, at_ms=_wall_ms()
             )
             return _result(failed)
-        call = asyncio.ensure_future(call_handler(registry, effect, _wall_ms))
+        cancel = threading.Event()
+        call = asyncio.ensure_future(call_handler(registry, effect, _wall_ms, cancel=cancel))
         beat = activity.info().heartbeat_timeout
         try:
             if beat:
@@ -107,7 +109,10 @@ class FlowcoreActivities:
                     activity.heartbeat()
             event = await call
         finally:
-            if not call.done():  # the activity was cancelled: stop waiting for the handler
+            if not call.done():
+                # The activity was cancelled (the run stopped waiting for the
+                # work, learnt at a heartbeat): tell the handler, stop waiting.
+                cancel.set()
                 call.cancel()
         return _result(event)
 

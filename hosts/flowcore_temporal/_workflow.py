@@ -243,6 +243,8 @@ class FlowcoreWorkflow:
         self._records: list[Record] = []
         self._early: list[Event] = []  # signals that came before the run started
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}  # key -> (kind, task)
+        self._semantics = 1  # the run's decision level, read in run (_semantics)
+        self._cancelled: set[str] = set()  # work keys whose activity this workflow cancelled
         self._issues: dict[str, int] = {}  # work key -> times issued (activity ids)
         self._refused: list[dict[str, Any]] = []  # the latest signals that were dropped
         self._refused_count = 0
@@ -285,6 +287,7 @@ class FlowcoreWorkflow:
         args = self._args
         budget = flowcore.budget_from_wire(args.budget)
         now = self._now()
+        self._semantics = _semantics()
         try:
             flow = _parse(args.spec, args.source_name)
             if args.schedule is not None:
@@ -296,7 +299,7 @@ class FlowcoreWorkflow:
                 now_ms=now,
                 budget=budget,
                 depth=args.depth,
-                semantics=_semantics(),
+                semantics=self._semantics,
             )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
@@ -578,9 +581,16 @@ class FlowcoreWorkflow:
                     self._spawn("subflow", effect.idempotency_key, self._subflow, effect)
         stopped = {*plan.drop, *plan.cancel}
         if stopped:
+            # Timers and children stop; work the run no longer waits for is
+            # cancelled from decision level 2 on (the activity learns it at its
+            # next heartbeat; its handler is told, flowcore_handlers.cancelled).
+            # Before, it ran on and its late result was reported.
+            cancel_work = self._semantics >= 2
             for key, (kind, task) in list(self._tasks.items()):
-                if kind != "work" and key in stopped:
+                if key in stopped and (kind != "work" or cancel_work):
                     del self._tasks[key]
+                    if kind == "work":
+                        self._cancelled.add(key)  # nothing more to report for it
                     task.cancel()
         if plan.settled is not None:
             self._settled = plan.settled
@@ -640,7 +650,8 @@ class FlowcoreWorkflow:
                 summary=f"{_tag(effect)} {target}",
             )
         except ActivityError as exc:
-            self._report(_activity_failure(key, exc, self._now()))
+            if key not in self._cancelled:  # else the run stopped waiting: say nothing
+                self._report(_activity_failure(key, exc, self._now()))
             return
         self._report(_work_event(key, raw, self._now()))
 

@@ -227,6 +227,7 @@ class _Player:
             await self.crash(None, crashes[-1])
         for turn in plan.turns:
             await self.children_started(turn.index - 1)
+            await self.work_started(turn.index - 1)
             self.clock.set(turn.event["atMs"])
             if turn.index in crashes:
                 await self.crash(turn, crashes[turn.index])
@@ -325,6 +326,28 @@ class _Player:
                 return wanted <= set(await self.host.children(self.plan.run_id))
 
             await self.until_async(started, f"children {sorted(wanted)}")
+
+    async def work_started(self, turn: int) -> None:
+        """Wait until the worker has called the handlers of the work in flight that the
+        log answers later: the log says that work ran. A host stops work the run no
+        longer waits for, and never begins it when it stops waiting first; the
+        clock must not move on (a timeout firing, a race decided) before it began."""
+        plan = self.plan
+        wanted: dict[str, int] = {}
+        for key, emitted in plan.issues.items():
+            steps = plan.work.get(key, [])
+            issued = [n for n, at in enumerate(emitted) if at <= turn]
+            if not issued or issued[-1] >= len(steps):
+                continue
+            step = steps[issued[-1]]
+            if step.what in ("succeed", "fail") and step.turn is not None and step.turn > turn:
+                wanted[key] = len(issued)
+        if wanted:
+
+            async def called() -> bool:
+                return all(self.script.issued[key] >= n for key, n in wanted.items())
+
+            await self.until_async(called, f"handlers of {sorted(wanted)}")
 
     async def read(self) -> list[str]:
         fresh = await self.host.records(self.plan.run_id, self.next_index)

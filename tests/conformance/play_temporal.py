@@ -146,6 +146,11 @@ def prepare(plan: Plan, late_s: float = LATE_S) -> Timing:
     """
     if plan.late is not None:
         raise Refused(f"{plan.late}; Temporal fires timers on time")
+    if plan.late_work is not None and plan.started.get("semantics", 1) >= 2:
+        raise Refused(
+            f"{plan.late_work}; Temporal cancels the activity of work a run at decision"
+            " level 2 stops waiting for, so no late result reaches the run"
+        )
     turns, work = plan.turns, plan.work
     # Real time: fired timers should take about a second; every timer must
     # outlast the events the log delivers before it fires or is let go.

@@ -117,6 +117,9 @@ class Plan:
     rejected: list[tuple[int, dict[str, Any]]]  # (turns before it, event) per event.rejected
     settles: bool  # False: an in-flight run's log ends before run.settled
     late: str | None  # the first event that arrives after a pending timer was due
+    # The first work result the log reports after the run stopped waiting for
+    # the work (a host that cancels such work may never produce it).
+    late_work: str | None = None
 
     @property
     def input(self) -> Any:
@@ -284,6 +287,7 @@ def plan_vector(path: Path) -> Plan:
     work: dict[str, list[Step]] = {}
     outcomes: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # subflow key -> its outcomes
     late: str | None = None
+    late_work: str | None = None
     for t, event in enumerate(events):
         kind, key, at = event["kind"], event.get("idempotencyKey", ""), event["atMs"]
         for tkey, timer in timers.items():
@@ -304,6 +308,8 @@ def plan_vector(path: Path) -> Plan:
         elif kind in ("effect-succeeded", "effect-failed", "effect-outcome-unknown"):
             effect_kind = kinds.get(key)
             if effect_kind in WORK_KINDS:
+                if not waited and late_work is None:
+                    late_work = f"event {t} is a late result of {key}"
                 step = Step("succeed", t, event.get("output"), event.get("usage"))
                 if kind == "effect-failed":
                     step = Step("fail", t, error=event["error"])
@@ -423,6 +429,7 @@ def plan_vector(path: Path) -> Plan:
         rejected=rejected,
         settles=any(r.type == "run.settled" for r in records),
         late=late,
+        late_work=late_work,
     )
 
 
@@ -480,7 +487,16 @@ class Script:
         if gate is not None:
             waiters.append(asyncio.ensure_future(gate.wait()))
         try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                    break
+                except asyncio.CancelledError:
+                    # The host stopped waiting for the work and cancelled this
+                    # handler; the log says it answers later all the same (a
+                    # handler that finishes though told to stop): keep to it.
+                    if gate is None:
+                        raise
         finally:
             for waiter in waiters:
                 waiter.cancel()
