@@ -10,14 +10,15 @@ player drives, so they must match exactly; Temporal reads a real (faster)
 clock, so ``untilMs`` of ``sleep``, ``budgetRemaining.wallClockMs`` and the
 events' ``atMs`` are left out for it.
 
-Skipped, each with its reason: logs no host can produce (divergent, torn,
-cut, corrupt), and per host the events that host never produces — on all
-three an event that arrives after a timer was due (each fires timers on
-time); on Temporal timers too close together to order in real time, and a
-late result of work a run of decision level 2 stopped waiting for (Temporal
-cancels that activity); on the local host an unknown outcome of readonly, idempotent or subflow work and a
-start with a parent's budget or depth (``LocalHost.start`` takes neither);
-on the simulator a start at depth > 0 and a cancel reason other than its own.
+Skipped, each with its reason: logs no host can produce (divergent, torn, cut,
+corrupt), and per host the events that host never produces — on all three an
+event that arrives after a timer was due (each fires timers on time); on
+Temporal timers too close together to order in real time, and a late result of
+work a run of decision level 2 stopped waiting for (Temporal cancels that
+activity); on the local host an unknown outcome of readonly, idempotent or
+subflow work and a start with a parent's budget or depth (``LocalHost.start``
+takes neither); on the simulator a start at depth > 0 and a cancel reason other
+than its own.
 Rejected events are not sent, except on the local host, where the rejected
 answers, signals, cancels and scheduled-call events go through its API and
 must be refused.
