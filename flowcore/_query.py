@@ -238,13 +238,15 @@ def waiting_for(state: State) -> Waits:
             )
         elif kind is PendingKind.SIGNAL:
             assert isinstance(sent, AwaitSignal)
-            signals.append(
+            # A wait for any of several names is open to each of them.
+            signals.extend(
                 SignalWait(
                     key=key,
                     step=step_of(entry) or "",
-                    signal=sent.signal,
+                    signal=name,
                     deadline_ms=due(keys.wait_timeout_key(key)),
                 )
+                for name in sent.signals or (sent.signal,)
             )
         else:
             assert isinstance(sent, Sleep)

@@ -234,10 +234,23 @@ class SleepStep:
 
 @attrs.frozen
 class AwaitSignalStep:
-    signal: Name
+    signal: Name | None = None
     timeout_ms: Duration | None = None
     # Only a signal whose payload makes this true (``payload`` in it) is taken.
     where: Cond | None = None
+    signals: tuple[Name, ...] | None = None  # any of these names, instead of ``signal``
+    count: Count | None = None  # collect this many signals (a list), instead of one
+    until: Cond | None = None  # collect until this holds over ``received``
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names the wait takes, in the order written."""
+        return self.signals if self.signals is not None else (str(self.signal),)
+
+    @property
+    def collects(self) -> bool:
+        """Whether the output is the list of signals taken (``count`` or ``until``)."""
+        return self.count is not None or self.until is not None
 
 
 @attrs.frozen
@@ -733,7 +746,6 @@ def _build_converter() -> cattrs.Converter:
         RunTeamStep,
         CallToolStep,
         AskHumanStep,
-        AwaitSignalStep,
         RunSubflowStep,
         ScheduleStep,
         FailStep,
@@ -743,7 +755,15 @@ def _build_converter() -> cattrs.Converter:
 
     base = {
         cl: _mapping_first(conv, cl)
-        for cl in (TeamDecl, AskHumanStep, ForEachStep, SleepStep, RepeatStep, CancelScheduledStep)
+        for cl in (
+            TeamDecl,
+            AskHumanStep,
+            AwaitSignalStep,
+            ForEachStep,
+            SleepStep,
+            RepeatStep,
+            CancelScheduledStep,
+        )
     }
 
     def team_hook(value: Any, _: Any) -> TeamDecl:
@@ -781,6 +801,22 @@ def _build_converter() -> cattrs.Converter:
         return ask
 
     conv.register_structure_hook(AskHumanStep, ask_hook)
+
+    def await_hook(value: Any, _: Any) -> AwaitSignalStep:
+        wait = cast(AwaitSignalStep, base[AwaitSignalStep](value, AwaitSignalStep))
+        errors: list[Exception] = []
+        if (wait.signal is None) == (wait.signals is None):
+            errors.append(_Msg("await_signal needs exactly one of 'signal' or 'signals'"))
+        if wait.signals is not None and not wait.signals:
+            errors.append(_note_attr(_Msg("signals must not be empty"), "signals"))
+        if wait.signals is not None and len(set(wait.signals)) != len(wait.signals):
+            errors.append(_note_attr(_Msg("signals must be distinct"), "signals"))
+        if wait.count == 0:
+            errors.append(_note_attr(_Msg("count must be at least 1"), "count"))
+        _gather("await_signal", errors, AwaitSignalStep)
+        return wait
+
+    conv.register_structure_hook(AwaitSignalStep, await_hook)
 
     def for_each_hook(value: Any, _: Any) -> ForEachStep:
         each = cast(ForEachStep, base[ForEachStep](value, ForEachStep))
@@ -1160,14 +1196,18 @@ def _strings(
             yield from _strings(v, (*path, i), frozenset())
 
 
+# The keys of a step kind that are bare conditions, not templates.
+_CONDITIONS = frozenset({("repeat", "until"), ("await_signal", "where"), ("await_signal", "until")})
+
+
 def _own_strings(
     step: Mapping[str, Any], path: tuple[Any, ...]
 ) -> Iterator[tuple[str, tuple[Any, ...], bool]]:
     """The strings of one raw step that are its own (not in nested steps).
 
     Yields ``(text, path, is_condition)``: switch ``if``, repeat ``until`` and
-    await_signal ``where`` are bare JMESPath conditions, everything else is a
-    template.
+    await_signal ``where`` and ``until`` are bare JMESPath conditions,
+    everything else is a template.
     """
     for kind, body in step.items():
         if kind not in _KINDS:
@@ -1185,9 +1225,7 @@ def _own_strings(
             for key, value in body.items():
                 if key in ("steps", "branches"):
                     continue
-                if (kind, key) in (("repeat", "until"), ("await_signal", "where")) and isinstance(
-                    value, str
-                ):
+                if (kind, key) in _CONDITIONS and isinstance(value, str):
                     yield value, (*here, key), True
                     continue
                 for text, spath in _strings(value, (*here, key), frozenset()):

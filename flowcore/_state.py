@@ -258,8 +258,20 @@ class TryProgress(_S, frozen=True, gc=False, tag="try"):
     phase: Literal["try", "catch"] = "try"
 
 
+class SignalsProgress(_S, frozen=True, gc=False, tag="signals"):
+    """What a collecting ``await_signal`` (``count``, ``until``) took so far:
+    ``{signal, payload}`` in order of arrival."""
+
+    received: tuple[Any, ...] = ()
+
+
 Progress: TypeAlias = (
-    ParallelProgress | ForEachProgress | RepeatProgress | TeamProgress | TryProgress
+    ParallelProgress
+    | ForEachProgress
+    | RepeatProgress
+    | TeamProgress
+    | TryProgress
+    | SignalsProgress
 )
 
 

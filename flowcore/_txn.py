@@ -423,13 +423,15 @@ class Txn:
         return False
 
     def unwait(self, key: str) -> None:
+        """The signal wait ``key`` is no longer open: off every name it waits for."""
         waiters = self.waiting.waiters
+        changed = waiters
         for name, waiting in waiters.items():
             if key in waiting:
                 rest = tuple(k for k in waiting if k != key)
-                waiters = waiters.set(name, rest) if rest else waiters.delete(name)
-                self.waiting = _replace(self.waiting, waiters=waiters)
-                return
+                changed = changed.set(name, rest) if rest else changed.delete(name)
+        if changed is not waiters:
+            self.waiting = _replace(self.waiting, waiters=changed)
 
     # --- work ---------------------------------------------------------------------
 

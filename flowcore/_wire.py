@@ -185,8 +185,12 @@ class Sleep(_Effect, tag="sleep", frozen=True, kw_only=True):
 
 
 class AwaitSignal(_Effect, tag="await-signal", frozen=True, kw_only=True):
+    """A signal wait (informational: signals reach a run by name). ``signal``: the
+    name, the first of ``signals`` when the wait takes any of several."""
+
     signal: str
     idempotency_key: str
+    signals: tuple[str, ...] = ()
 
 
 class RunSubflow(_Effect, tag="run-subflow", frozen=True, kw_only=True):

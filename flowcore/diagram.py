@@ -193,7 +193,9 @@ class _Builder:
             self.g.node(nid, [step.id, what, *extra], "hexagon")
             exits = [_Exit(nid)]
         elif isinstance(body, AwaitSignalStep):
-            wait = f"await_signal {body.signal}"
+            wait = f"await_signal {' | '.join(body.names)}"
+            if body.count is not None:
+                wait += f" x{body.count}"
             if body.timeout_ms is not None:
                 wait += f" (timeout {_ms(body.timeout_ms)})"
             self.g.node(nid, [step.id, wait, *extra], "stadium")

@@ -288,13 +288,17 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         else:
             step["sleep"] = {"for_ms": _written(wait_ms)}
     elif kind == "await_signal":
-        # the name, a timeout 1 in 2, a condition on the payload 1 in 4
+        # the name, a timeout 1 in 2; 1 in 4 a condition on the payload, 1 in
+        # 4 both names and two signals collected
         shape = draw(st.integers(0, 7))
         wait: dict[str, Any] = {"signal": SIGNALS[shape % 2]}
         if shape // 2 % 2:
             wait["timeout_ms"] = _written(draw(st.integers(1, 5000)))
         if shape // 4 and shape % 2:
             wait["where"] = "payload != `2`"
+        elif shape // 4:
+            del wait["signal"]
+            wait.update(signals=list(SIGNALS), count=2)
         step["await_signal"] = wait
     elif kind == "run_subflow":
         step["run_subflow"] = {"flow": "child", "input": {"v": ref}}

@@ -951,6 +951,34 @@ def _signal_where(d: Driver) -> None:
 
 
 @case(
+    "signals-collect",
+    "await_signal for any of two names, collecting until two approvals (at most three "
+    "signals); a signal buffered before the wait is taken at once; then a wait for either "
+    "name says which came.",
+    """
+flow: votes
+steps:
+  - id: hold
+    await_signal: {signal: open}
+  - id: votes
+    await_signal:
+      signals: [approve, reject]
+      count: 3
+      until: "length(received[?signal=='approve']) >= `2`"
+  - id: last
+    await_signal: {signals: [done, abort]}
+output: {votes: "${steps.votes.output}", last: "${steps.last.output}"}
+""",
+)
+def _signals_collect(d: Driver) -> None:
+    d.signal("reject", {"by": "ann"})
+    d.signal("open")
+    d.signal("approve", {"by": "bo"})
+    d.signal("approve", {"by": "cy"})
+    d.signal("abort", "enough")
+
+
+@case(
     "attempt-timeout",
     "attempt_timeout_ms: the first attempt times out (a retryable timeout) and its work is "
     "abandoned (its late result is accepted once and ignored); the retry's second attempt, "

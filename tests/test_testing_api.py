@@ -161,7 +161,8 @@ def constructs(spec: dict[str, Any]) -> set[str]:
                 f"ask_human.{k}" for k in ("options", "timeout_ms", "default") if k in body
             )
         elif kind == "await_signal":
-            found.update(f"await_signal.{k}" for k in ("timeout_ms", "where") if k in body)
+            keys = ("timeout_ms", "where", "signals", "count")
+            found.update(f"await_signal.{k}" for k in keys if k in body)
         elif kind == "run_agent" and "member" in body:
             found.add("run_agent.member")
         elif kind == "run_team":
@@ -202,6 +203,8 @@ EVERY_CONSTRUCT = sorted(
         "ask_human.default",
         "await_signal.timeout_ms",
         "await_signal.where",
+        "await_signal.signals",
+        "await_signal.count",
         "attempt_timeout_ms",
         "run_agent.member",
         "run_team.declared",

@@ -443,7 +443,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
     "call-tool": ("kind", "tool", "input?", "idempotencyKey"),
     "ask-human": ("kind", "question", "options?", "idempotencyKey"),
     "sleep": ("kind", "untilMs", "idempotencyKey"),
-    "await-signal": ("kind", "signal", "idempotencyKey"),
+    "await-signal": ("kind", "signal", "idempotencyKey", "signals?"),
     "run-subflow": ("kind", "flowId", "depth", "idempotencyKey", "input?", "budgetRemaining"),
     "settled": ("kind", "status", "output?", "error?", "exhausted?", "report?"),
 }

@@ -26,7 +26,7 @@ from .._spec import (
     SleepStep,
     duration_text,
 )
-from .._state import Pending, PendingKind, StepFrame
+from .._state import Pending, PendingKind, SignalsProgress, StepFrame
 from .._validate import value_problem
 from .._wire import AskHuman, AwaitSignal, CallTool, ErrorInfo, RunAgent
 
@@ -155,28 +155,68 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
     timeout = None
     if body.timeout_ms is not None:
         timeout = t.duration(frame, body.timeout_ms, "await_signal.timeout_ms", zero=True)
-    w = t.waiting
-    buffered = w.signals.get(body.signal, ())
-    for i, payload in enumerate(buffered):  # the oldest it takes
-        if takes(t, frame, body, payload):
-            rest = (*buffered[:i], *buffered[i + 1 :])
-            signals = w.signals.set(body.signal, rest) if rest else w.signals.delete(body.signal)
-            t.waiting = msgspec.structs.replace(w, signals=signals)
-            return (OK, payload)
+    names = body.names
+    received: tuple[Any, ...] = ()
+    while (found := _buffered(t, frame, body)) is not None:  # taken at once, no effect
+        name, payload = found
+        if not body.collects:
+            return (OK, payload if body.signals is None else _taken(name, payload))
+        received = (*received, _taken(name, payload))
+        if _complete(t, frame, body, received):
+            return (OK, list(received))
     key = t.key(frame)
-    t.set_frame(frame, key=key)
+    progress = SignalsProgress(received=received) if body.collects else None
+    t.set_frame(frame, key=key, progress=progress)
+    many = names if body.signals is not None else ()
     t.wait_for(
-        key, PendingKind.SIGNAL, frame.id, AwaitSignal(signal=body.signal, idempotency_key=key)
+        key,
+        PendingKind.SIGNAL,
+        frame.id,
+        AwaitSignal(signal=names[0], signals=many, idempotency_key=key),
     )
     w = t.waiting
-    t.waiting = msgspec.structs.replace(
-        w, waiters=w.waiters.set(body.signal, (*w.waiters.get(body.signal, ()), key))
-    )
+    waiters = w.waiters
+    for name in names:
+        waiters = waiters.set(name, (*waiters.get(name, ()), key))
+    t.waiting = msgspec.structs.replace(w, waiters=waiters)
     if timeout is not None:
         t.timer(
             keys.wait_timeout_key(key), t.now_ms + timeout, PendingKind.SIGNAL_TIMEOUT, frame.id
         )
     return None
+
+
+def _taken(name: str, payload: Any) -> dict[str, Any]:
+    return {"signal": name, "payload": payload}
+
+
+def _buffered(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> tuple[str, Any] | None:
+    """Take the buffered signal the wait takes first: by its names in the order
+    written, the oldest it accepts of each; None when there is none."""
+    w = t.waiting
+    for name in body.names:
+        buffered = w.signals.get(name, ())
+        for i, payload in enumerate(buffered):
+            if takes(t, frame, body, payload):
+                rest = (*buffered[:i], *buffered[i + 1 :])
+                signals = w.signals.set(name, rest) if rest else w.signals.delete(name)
+                t.waiting = msgspec.structs.replace(w, signals=signals)
+                return name, payload
+    return None
+
+
+def _complete(t: Txn, frame: StepFrame, body: AwaitSignalStep, received: tuple[Any, ...]) -> bool:
+    """Whether a collecting wait has what it waits for: ``count`` signals, or
+    ``until`` holds over ``received`` (a condition that cannot be evaluated does
+    not hold: signals from outside must not fail the step)."""
+    if body.count is not None and len(received) >= body.count:
+        return True
+    if body.until is None:
+        return False
+    try:
+        return body.until.test(t.resolver(frame.env, frame.attempt, {"received": list(received)}))
+    except TemplateError:
+        return False
 
 
 # --- answers and timers ---------------------------------------------------------------
@@ -231,8 +271,7 @@ def _wait_takes(t: Txn, key: str, payload: Any) -> bool:
 def signalled(t: Txn, signal: str, payload: Any) -> bool:
     """A signal arrived: the oldest wait for it that takes it gets it. False when
     no wait takes it (the caller buffers it)."""
-    w = t.waiting
-    waiting = w.waiters[signal]
+    waiting = t.waiting.waiters[signal]
     found = next((i for i, key in enumerate(waiting) if _wait_takes(t, key, payload)), None)
     if found is None:
         return False
@@ -240,14 +279,21 @@ def signalled(t: Txn, signal: str, payload: Any) -> bool:
     frame = t.frame(t.pending[key].frame)
     body = t.step_of(frame).body
     assert isinstance(body, AwaitSignalStep)
-    t.pending = t.pending.delete(key)
     t.signal_taker = key
-    left = (*waiting[:found], *waiting[found + 1 :])
-    rest = w.waiters.set(signal, left) if left else w.waiters.delete(signal)
-    t.waiting = msgspec.structs.replace(w, waiters=rest)
+    output: Any = payload if body.signals is None else _taken(signal, payload)
+    if body.collects:
+        progress = frame.progress
+        assert isinstance(progress, SignalsProgress)
+        received = (*progress.received, _taken(signal, payload))
+        if not _complete(t, frame, body, received):  # it waits on for more
+            t.set_frame(frame, progress=SignalsProgress(received=received))
+            return True
+        output = list(received)
+    t.pending = t.pending.delete(key)
+    t.unwait(key)
     if body.timeout_ms is not None:
         t.drop_key(keys.wait_timeout_key(key))
-    t.step_ended(frame.id, (OK, payload), t.set_frame(frame, key=None))
+    t.step_ended(frame.id, (OK, output), t.set_frame(frame, key=None, progress=None))
     return True
 
 
@@ -275,7 +321,16 @@ def signal_timed_out(t: Txn, frame: StepFrame) -> None:
     current = t.set_frame(frame, key=None)
     assert body.timeout_ms is not None
     within = duration_text(body.timeout_ms)
-    error = err("timeout", f"signal {body.signal!r} not received within {within}")
+    names = " or ".join(repr(name) for name in body.names)
+    error = err("timeout", f"signal {names} not received within {within}")
+    if body.collects:  # what it took before the time ran out
+        progress = frame.progress
+        taken = list(progress.received) if isinstance(progress, SignalsProgress) else []
+        error = msgspec.structs.replace(
+            error,
+            message=f"{body.count or 'enough'} signal(s) {names} not received within {within}",
+            details={"received": taken},
+        )
     t.step_ended(frame.id, (FAIL, error), current)
 
 

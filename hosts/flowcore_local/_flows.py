@@ -37,10 +37,11 @@ def reachable_flows(store: Store, flow: Flow) -> list[Flow]:
 def declared_signals(flows: list[Flow]) -> set[str]:
     """The signal names the ``await_signal`` steps of ``flows`` wait for."""
     return {
-        step.body.signal
+        name
         for flow in flows
         for step in flow.by_id.values()
         if isinstance(step.body, AwaitSignalStep)
+        for name in step.body.names
     }
 
 

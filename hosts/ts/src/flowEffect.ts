@@ -106,6 +106,8 @@ export interface AwaitSignal {
   readonly signal: string;
   /** An addition; signals are reported by name, whenever they arrive. */
   readonly idempotencyKey: string;
+  /** An addition: every name a wait for any of several takes (`signal` is the first). */
+  readonly signals?: readonly string[];
 }
 
 export interface RunSubflow {
