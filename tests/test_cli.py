@@ -393,3 +393,23 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
         stderr = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 0, (args, stderr)
         assert first.strip() and stderr == "", (args, first, stderr)
+
+
+def test_an_error_s_cause_chain_and_attempts_are_shown_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "parent.yaml").write_text(
+        "flow: parent\nsteps:\n"
+        "  - id: sub\n    run_subflow: {flow: child}\n"
+        "    retry: {max_attempts: 2, initial_interval_ms: 0, errors: [order-rejected]}\n"
+    )
+    (tmp_path / "child.yaml").write_text(
+        "flow: child\nsteps:\n  - {id: no, fail: {type: order-rejected, message: too late}}\n"
+    )
+    db = tmp_path / "e.db"
+    ran = fc("run", "parent.yaml", "--db", db, "--run-id", "p", cwd=tmp_path)
+    assert ran.returncode == 1, (ran.stdout, ran.stderr)
+    assert '"cause": {"type": "order-rejected"' in ran.stdout
+    events = fc("events", "p", "--db", db)
+    assert (
+        "settled failed subflow-failed: subflow p/sub#2 settled failed"
+        " <- order-rejected: too late (after 2 attempts)" in events.stdout
+    ), events.stdout

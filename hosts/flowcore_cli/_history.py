@@ -32,6 +32,7 @@ from ._progress import (
     SCHEDULED_CHANGED,
     Printer,
     describe,
+    error_line,
     progress_item,
     progress_line,
 )
@@ -84,7 +85,7 @@ def _what(record: Record) -> Text | None:
         line = Text.assemble((f"■ settled {status}", "bold"))
         error = data.get("error")
         if isinstance(error, dict):
-            line.append(f" {error.get('type', '')}: {error.get('message', '')}")
+            line.append(f" {error_line(error)}")
         elif data.get("output") is not None:
             line.append(f" output {short_json(data.get('output'))}")
         return line

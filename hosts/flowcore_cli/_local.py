@@ -62,7 +62,17 @@ from ._options import (
     signal_arguments,
     spec_argument,
 )
-from ._progress import Item, RunTree, err, out, positions, print_lines, progress_line, watch
+from ._progress import (
+    Item,
+    RunTree,
+    err,
+    error_line,
+    out,
+    positions,
+    print_lines,
+    progress_line,
+    watch,
+)
 from ._replay import report_to_json, usage_text
 
 __all__ = ["COMMANDS"]
@@ -321,8 +331,7 @@ def worker(
     def on_settled(row: RunRow) -> None:
         settled.append(row)  # after the run's last progress line (``on_records``)
         if isinstance(row.error, dict):
-            error = f"{row.error.get('type', '')}: {row.error.get('message', '')}"
-            out.print(Text.assemble(("  error: ", "red"), error))
+            out.print(Text.assemble(("  error: ", "red"), error_line(row.error)))
 
     async def body(host: LocalHost) -> None:
         stop = asyncio.Event()
@@ -404,7 +413,7 @@ def _ended(r: RunRow) -> str:
 
 def _outcome(r: RunRow) -> str:
     if isinstance(r.error, dict):
-        return f"{r.error.get('type', '')}: {r.error.get('message', '')}"[:80]
+        return error_line(r.error)[:80]
     return "" if r.output is None else short_json(r.output)
 
 

@@ -70,10 +70,12 @@ __all__ = [
     "REDISPATCHED",
     "SCHEDULED_CHANGED",
     "Item",
+    "Printer",
     "RunTree",
     "ask",
     "describe",
     "err",
+    "error_line",
     "out",
     "positions",
     "progress_item",
@@ -126,6 +128,22 @@ leniently: a flowcore that does not define the type still shows it."""
 
 
 # --- one record, one line ----------------------------------------------------------------
+
+
+def error_line(error: Mapping[str, object]) -> str:
+    """An error as one line: ``type: message``, then each cause in its chain
+    (``<- type: message``) and how many attempts a retried step made. Read
+    leniently, as a record's data: any field may be missing or odd."""
+    parts: list[str] = []
+    current: object = error
+    while isinstance(current, Mapping) and len(parts) < 8:
+        parts.append(f"{current.get('type', '')}: {current.get('message', '')}")
+        current = current.get("cause")
+    text = " <- ".join(parts)
+    attempts = error.get("attempts")
+    if isinstance(attempts, list) and attempts:
+        text += f" (after {len(attempts)} attempts)"
+    return text
 
 
 def progress_item(record: Record) -> Item | None:
