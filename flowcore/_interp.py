@@ -304,10 +304,6 @@ class Batch:
         return self.t.pending
 
     @property
-    def waiters(self) -> immutables.Map[str, tuple[str, ...]]:
-        return self.t.waiting.waiters
-
-    @property
     def settled(self) -> Settled | None:
         return self.t.settled
 

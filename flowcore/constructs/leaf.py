@@ -261,24 +261,17 @@ def takes(t: Txn, frame: StepFrame, body: AwaitSignalStep, payload: Any) -> bool
         return False
 
 
-def _wait_takes(t: Txn, key: str, payload: Any) -> bool:
-    frame = t.frame(t.pending[key].frame)
-    body = t.step_of(frame).body
-    assert isinstance(body, AwaitSignalStep)
-    return takes(t, frame, body, payload)
-
-
 def signalled(t: Txn, signal: str, payload: Any) -> bool:
     """A signal arrived: the oldest wait for it that takes it gets it. False when
     no wait takes it (the caller buffers it)."""
-    waiting = t.waiting.waiters[signal]
-    found = next((i for i, key in enumerate(waiting) if _wait_takes(t, key, payload)), None)
-    if found is None:
+    for key in t.waiting.waiters[signal]:
+        frame = t.frame(t.pending[key].frame)
+        body = t.step_of(frame).body
+        assert isinstance(body, AwaitSignalStep)
+        if takes(t, frame, body, payload):
+            break
+    else:
         return False
-    key = waiting[found]
-    frame = t.frame(t.pending[key].frame)
-    body = t.step_of(frame).body
-    assert isinstance(body, AwaitSignalStep)
     t.signal_taker = key
     output: Any = payload if body.signals is None else _taken(signal, payload)
     if body.collects:

@@ -24,7 +24,8 @@ The same module works on every host (local, Temporal).
 tells the handler: an ``async`` handler is cancelled (``asyncio.CancelledError``
 at its next ``await``), and every handler can ask ``cancelled()`` (a sync one
 in its thread, between two pieces of its work) or wait on ``cancellation()``
-(a ``threading.Event``). What it returns after that is not used.
+(a ``threading.Event``). What it still returns is a late result: recorded,
+it changes nothing in the run.
 
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it

@@ -213,11 +213,11 @@ class LocalHost:
         self._failures: dict[tuple[str, str], str | None] = {}
         self._on_settled: Callable[[RunRow], Any] | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
-        # The cancel request of each running handler (flowcore_handlers.cancelled),
-        # and those set because the run stopped waiting for the work.
+        # The cancel request of each running work effect (set when the run stops
+        # waiting for it: flowcore_handlers.cancelled), and those whose handler
+        # is ``async`` (its task is cancelled too).
         self._cancels: dict[tuple[str, str], threading.Event] = {}
-        self._stopped: set[tuple[str, str]] = set()
-        self._on_loop: set[tuple[str, str]] = set()  # running an ``async`` handler
+        self._on_loop: set[tuple[str, str]] = set()
         # Effects reported outcome-unknown whose task is still committing that:
         # the interpreter may issue them again (same key) in that very commit.
         self._reissued: dict[tuple[str, str], Claimed | None] = {}
@@ -1412,11 +1412,7 @@ class LocalHost:
         task = self._running.get(ident)
         if task is None or ident in self._reissued:
             return
-        self._stopped.add(ident)
-        cancel = self._cancels.get(ident)
-        if cancel is None:  # it has not begun, and returns when it does
-            return
-        cancel.set()
+        self._cancels[ident].set()  # a handler not begun yet never begins
         if ident in self._on_loop:
             task.cancel()
 
@@ -1446,14 +1442,15 @@ class LocalHost:
         running = self._execute(claimed)
         if self._tracing is not None:
             running = self._tracing.work(claimed, running)
+        self._cancels[ident] = threading.Event()
         self._running[ident] = asyncio.create_task(running)
 
     async def _execute(self, claimed: Claimed) -> None:
         assert self._sem is not None
         ident = (claimed.run_id, claimed.key)
-        cancel = self._cancels[ident] = threading.Event()
+        cancel = self._cancels[ident]
         try:
-            if ident in self._stopped:  # stopped before it began
+            if cancel.is_set():  # stopped before it began
                 return
             async with self._sem:
                 try:
@@ -1475,7 +1472,7 @@ class LocalHost:
                         self._reissued[ident] = None
             await self._submit(claimed.run_id, event)
         except asyncio.CancelledError:
-            if ident not in self._stopped:
+            if not cancel.is_set():
                 raise  # the host is closing
             # The run stopped waiting for this work (_stop_work): nothing to report.
         except Exception as exc:
@@ -1492,7 +1489,6 @@ class LocalHost:
         finally:
             self._running.pop(ident, None)
             self._cancels.pop(ident, None)
-            self._stopped.discard(ident)
             self._on_loop.discard(ident)
             self._failures.pop(ident, None)
             again = self._reissued.pop(ident, None)
