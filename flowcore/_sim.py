@@ -61,6 +61,7 @@ from ._outcome import NO_USAGE
 from ._query import waiting_for
 from ._spec import Budget, Flow, parse_flow
 from ._state import State, encode_state
+from ._transitions import HEARTBEAT_TIMEOUT
 from ._wire import (
     AskHuman,
     AwaitSignal,
@@ -95,6 +96,7 @@ __all__ = [
     "Fail",
     "Fault",
     "Hang",
+    "HeartbeatTimeout",
     "Ok",
     "Responses",
     "RunHistory",
@@ -144,6 +146,7 @@ class Fail:
     message: str = ""
     retryable: bool = False
     delay_ms: int | None = attrs.field(default=None, kw_only=True)
+    details: Any = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -158,7 +161,21 @@ class Hang:
     """Never answer."""
 
 
-Response: TypeAlias = Ok | Fail | Unknown | Hang
+@attrs.frozen
+class HeartbeatTimeout:
+    """The work stalls after heartbeating ``details`` at ``after_ms`` from its start.
+
+    For work whose effect has a ``heartbeatTimeoutMs`` the simulator reports
+    what a host does: ``effect-failed`` with type ``heartbeat-timeout`` and
+    those details (none: the details the effect brought, if any), that long
+    after the last heartbeat. Work without a heartbeat timeout hangs.
+    """
+
+    details: Any = None
+    after_ms: int = attrs.field(default=0, kw_only=True)
+
+
+Response: TypeAlias = Ok | Fail | Unknown | Hang | HeartbeatTimeout
 
 
 def _as_tuple(items: Iterable[Any]) -> tuple[Any, ...]:
@@ -214,7 +231,14 @@ class Call:
 
 
 FaultKind: TypeAlias = Literal[
-    "fail", "fail-retryable", "unknown", "hang", "duplicate", "late", "reorder"
+    "fail",
+    "fail-retryable",
+    "unknown",
+    "hang",
+    "duplicate",
+    "late",
+    "reorder",
+    "heartbeat-timeout",
 ]
 FAULT_KINDS: tuple[str, ...] = (
     "fail",
@@ -224,6 +248,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "duplicate",
     "late",
     "reorder",
+    "heartbeat-timeout",
 )
 
 
@@ -241,7 +266,9 @@ class Fault:
     ``hang`` (it runs and never answers), ``duplicate`` (the answer is
     delivered twice), ``late`` (the answer comes ``delay_ms`` later),
     ``reorder`` (the answer is delivered after the next delivery, whatever
-    that is). The first fault that matches a call applies.
+    that is), ``heartbeat-timeout`` (it stalls after heartbeating
+    ``{"call": n}``: ``HeartbeatTimeout``). The first fault that matches a
+    call applies.
     """
 
     kind: FaultKind = attrs.field(validator=attrs.validators.in_(FAULT_KINDS))
@@ -848,24 +875,28 @@ class _Simulation:
                 response = Unknown()
             elif fault is not None and fault.kind == "hang":
                 response = Hang()
+            elif fault is not None and fault.kind == "heartbeat-timeout":
+                response = HeartbeatTimeout({"call": n})
+        if isinstance(response, HeartbeatTimeout):
+            response = _stalled(effect, response, self.now)
         self.answer(slot.run_id, effect.idempotency_key, response, fault)
 
     def respond(self, handler: Any, call: Call) -> Response:
         if isinstance(handler, Responses):
             handler = handler.pick(call.n)
-        if callable(handler) and not isinstance(handler, (Ok, Fail, Unknown, Hang)):
+        if callable(handler) and not isinstance(handler, _RESPONSES):
             try:
                 handler = handler(call)
             except (AssertionError, SimulationError):
                 raise
             except Exception as exc:
                 return Fail(type(exc).__name__, str(exc))
-        if isinstance(handler, (Ok, Fail, Unknown, Hang)):
+        if isinstance(handler, _RESPONSES):
             return handler
         return Ok(handler)
 
     def answer(self, run_id: str, key: str, response: Response, fault: Fault | None) -> None:
-        if isinstance(response, Hang):
+        if isinstance(response, (Hang, HeartbeatTimeout)):  # work() turned the latter into others
             return
         delay = self.sim.latency_ms if response.delay_ms is None else response.delay_ms
         if fault is not None and fault.kind == "late":
@@ -889,7 +920,10 @@ class _Simulation:
                 event = EffectSucceeded(idempotency_key=key, output=output, usage=usage, at_ms=at)
         elif isinstance(response, Fail):
             error = ErrorInfo(
-                type=response.type, message=response.message, retryable=response.retryable
+                type=response.type,
+                message=response.message,
+                retryable=response.retryable,
+                details=_copy(response.details, f"the details for {key}"),
             )
             event = EffectFailed(idempotency_key=key, error=error, at_ms=at)
         else:
@@ -1028,6 +1062,19 @@ class _Simulation:
         effect = self.agent_effects.get(event.idempotency_key)
         if effect is not None and event.usage is not None:
             self.charge_line(effect, 0, event.usage.steps, event.usage.cost_minor_units)
+
+
+_RESPONSES = (Ok, Fail, Unknown, Hang, HeartbeatTimeout)
+
+
+def _stalled(effect: CallTool | RunAgent | RunTeam, r: HeartbeatTimeout, now: int) -> Response:
+    """What a host reports for work that stalled after its last heartbeat."""
+    if effect.heartbeat_timeout_ms is None:
+        return Hang()  # nothing watches it
+    details = effect.heartbeat_details if r.details is None else r.details
+    after = effect.heartbeat_timeout_ms
+    message = f"no heartbeat for {after} ms"
+    return Fail(HEARTBEAT_TIMEOUT, message, delay_ms=r.after_ms + after, details=details)
 
 
 def _copy(value: Any, what: str = "a value") -> Any:

@@ -361,6 +361,8 @@ class Step:
     path: str = ""
     index: int = 0  # in the list that holds it
     attempt_timeout_ms: Duration | None = None  # each attempt's own timeout
+    # Work steps: an attempt that does not heartbeat within it is stopped.
+    heartbeat_timeout_ms: Duration | None = None
 
 
 @attrs.frozen(eq=False)
@@ -420,10 +422,13 @@ _COMMON = (
     "retry",
     "timeout_ms",
     "attempt_timeout_ms",
+    "heartbeat_timeout_ms",
     "compensate",
     "catch",
     "description",
 )
+# The step kinds whose work a host runs and can watch for heartbeats.
+_HEARTBEAT_KINDS = frozenset({"call_tool", "run_agent", "run_team"})
 _TOP = (
     "flow",
     "version",
@@ -1062,6 +1067,7 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
         ("retry", Retry),
         ("timeout_ms", Duration),
         ("attempt_timeout_ms", Duration),
+        ("heartbeat_timeout_ms", Duration),
         ("compensate", tuple[Step, ...]),
         ("description", str),
     )
@@ -1071,9 +1077,12 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
                 common[key] = conv.structure(raw[key], typ)
             except Exception as exc:
                 errors.append(_note_attr(exc, key))
-    for key in ("timeout_ms", "attempt_timeout_ms"):
+    for key in ("timeout_ms", "attempt_timeout_ms", "heartbeat_timeout_ms"):
         if common.get(key) == 0:
             errors.append(_note_attr(_Msg(f"{key} must be positive"), key))
+    if "heartbeat_timeout_ms" in raw and kind and kind not in _HEARTBEAT_KINDS:
+        message = "heartbeat_timeout_ms is only allowed on call_tool, run_agent and run_team steps"
+        errors.append(_note_attr(_Msg(message), "heartbeat_timeout_ms"))
     _gather("step", errors, Step)
     common.pop("description", None)
     return Step(id=step_id, kind=kind, body=body, **common)
@@ -1258,7 +1267,7 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                     out.append(((*path, kind, "tool"), message))
         for text, spath, cond in _own_strings(step, path):
             expressions.append((text, spath, cond))
-        for key in ("timeout_ms", "attempt_timeout_ms"):
+        for key in ("timeout_ms", "attempt_timeout_ms", "heartbeat_timeout_ms"):
             if isinstance(step.get(key), str):  # a duration decided at run time
                 expressions.append((step[key], (*path, key), False))
     for where in (("output",), ("on_budget_exhausted", "output")):

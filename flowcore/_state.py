@@ -304,6 +304,8 @@ class StepFrame(_S, frozen=True, gc=False, tag="step"):
     progress: Progress | None = None
     failures: tuple[ErrorInfo, ...] = ()  # the errors of its earlier attempts
     attempt_timer: str | None = None  # this attempt's attempt_timeout_ms timer
+    heartbeat_ms: int | None = None  # this attempt's heartbeat_timeout_ms
+    heartbeat_details: Any = None  # the last an attempt's heartbeat timeout reported
 
 
 Frame: TypeAlias = SeqFrame | StepFrame

@@ -56,6 +56,7 @@ from ._wire import (
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
+    ErrorInfo,
     Event,
     HumanAnswered,
     ScheduledAddRequested,
@@ -68,7 +69,15 @@ from ._wire import (
 )
 from .constructs import leaf, repeat, schedule, team
 
-__all__ = ["ANSWERS", "DEFAULT_UNKNOWN_REISSUES", "TIMERS", "WORK_EFFECTS", "apply", "describe"]
+__all__ = [
+    "ANSWERS",
+    "DEFAULT_UNKNOWN_REISSUES",
+    "HEARTBEAT_TIMEOUT",
+    "TIMERS",
+    "WORK_EFFECTS",
+    "apply",
+    "describe",
+]
 
 DEFAULT_UNKNOWN_REISSUES = 3
 """Issues of a readonly/idempotent call after unknown outcomes, without a retry policy."""
@@ -261,11 +270,48 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
         _late(t, key, entry, "failed")
         t.charge_usage(ev.usage)
         return
+    error = ev.error
+    watched = getattr(entry.sent, "heartbeat_timeout_ms", None) is not None
+    if watched and error.type == HEARTBEAT_TIMEOUT and entry.kind is PendingKind.WORK:
+        _heartbeat_timeout(t, key, entry, ev)
+        return
     t.work_answered(key, entry, "failed")
     if ev.usage is not None:
         t.charge_usage(ev.usage)
     t.check_clock()
-    _work_done(t, key, entry, (FAIL, ev.error))
+    _work_done(t, key, entry, (FAIL, error))
+
+
+HEARTBEAT_TIMEOUT: Final = "heartbeat-timeout"
+
+
+def _heartbeat_timeout(t: Txn, key: str, entry: Pending, ev: EffectFailed) -> None:
+    """The host stopped work that did not heartbeat in time (language.md §6).
+
+    The host reports the fact; what it means depends on the work's class. Work
+    safe to repeat (a ``readonly`` or ``idempotent`` tool) failed: a retryable
+    ``heartbeat-timeout``, its ``details`` the last heartbeat's, which the step
+    keeps for its next attempt's effect. Anything else may have happened: the
+    step fails with ``outcome-unknown`` caused by the timeout, as for an unknown
+    outcome of that class (§9.3); it is never re-issued.
+    """
+    frame = t.frame(entry.frame)
+    step = t.step_of(frame)
+    details = ev.error.details
+    timeout = ErrorInfo(type=HEARTBEAT_TIMEOUT, message=ev.error.message, details=details)
+    if details is not None:
+        t.set_frame(frame, heartbeat_details=details)
+    safe = not entry.member and _reissue_class(t, step)
+    t.work_answered(key, entry, "failed" if safe else "uncertain")
+    if ev.usage is not None:
+        t.charge_usage(ev.usage)
+    t.check_clock()
+    if safe:
+        error = msgspec.structs.replace(timeout, retryable=True)
+    else:
+        message = f"{entry.effect} {key} may or may not have happened: it stopped heartbeating"
+        error = msgspec.structs.replace(err("outcome-unknown", message), cause=timeout)
+    _work_done(t, key, entry, (FAIL, error))
 
 
 def _subflow(t: Txn, ev: SubflowSettled) -> None:

@@ -28,7 +28,7 @@ This module must never do I/O, read a clock or draw a random number.
 from __future__ import annotations
 
 import operator
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import immutables
 import msgspec
@@ -96,6 +96,7 @@ __all__ = ["RECORDS", "Above", "Resolver", "Txn"]
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
 _NO_JOURNAL = Journal()
 _replace = msgspec.structs.replace
+E = TypeVar("E", bound=RunAgent | RunTeam | CallTool)
 
 
 class Above(Protocol):
@@ -443,6 +444,8 @@ class Txn:
         member: str = "",
         tag: str = "",
     ) -> None:
+        if not isinstance(effect, RunSubflow):
+            effect = self.heartbeat(frame, effect)
         w = self.waiting
         seq = self.seq + 1
         cap = self.flow.limits.max_concurrency
@@ -455,6 +458,15 @@ class Txn:
             )
             return
         self.issue(frame, effect, member, seq, target, tag)  # it records seq
+
+    def heartbeat(self, fid: str, effect: E) -> E:
+        """``effect`` with its step's heartbeat timeout and the last heartbeat details
+        an earlier attempt reported, when the step has a heartbeat_timeout_ms."""
+        frame = self.frames.get(fid)
+        if not isinstance(frame, StepFrame) or frame.heartbeat_ms is None:
+            return effect
+        details = frame.heartbeat_details
+        return _replace(effect, heartbeat_timeout_ms=frame.heartbeat_ms, heartbeat_details=details)
 
     def issue(
         self,
@@ -658,6 +670,12 @@ class Txn:
                 timer = keys.attempt_timeout_key(self.key(frame))
                 self.timer(timer, self.now_ms + ms, PendingKind.ATTEMPT_TIMEOUT, frame.id)
                 frame = _replace(frame, attempt_timer=timer)
+                self.put_frame(frame)
+            if step.heartbeat_timeout_ms is not None:  # on this attempt's work effects
+                ms = self.duration(
+                    frame, step.heartbeat_timeout_ms, "heartbeat_timeout_ms", zero=False
+                )
+                frame = _replace(frame, heartbeat_ms=ms)
                 self.put_frame(frame)
             out = self.above.begin(self, frame, step)
         except InvalidDuration as exc:

@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
 SettledStatus: TypeAlias = Literal["completed", "failed", "cancelled", "budget-exhausted"]
 ExhaustedLimit: TypeAlias = Literal["steps", "cost", "wall-clock", "tokens", "tool-calls", "turns"]
 ReportStatus: TypeAlias = Literal["succeeded", "failed", "uncertain", "not-started"]
@@ -159,18 +160,27 @@ class RunAgent(_Effect, tag="run-agent", frozen=True, kw_only=True):
     member: str | None = None
     idempotency_key: str
     budget_remaining: BudgetRemaining
+    heartbeat_timeout_ms: PositiveInt | None = None
+    heartbeat_details: Any = None
 
 
 class RunTeam(_Effect, tag="run-team", frozen=True, kw_only=True):
     team_id: str
     prompt: str
     idempotency_key: str
+    heartbeat_timeout_ms: PositiveInt | None = None
+    heartbeat_details: Any = None
 
 
 class CallTool(_Effect, tag="call-tool", frozen=True, kw_only=True):
     tool: str
     input: Any = None
     idempotency_key: str
+    # With a step's heartbeat_timeout_ms: the host stops an attempt that does not
+    # heartbeat within it; ``heartbeat_details``: the last details an earlier
+    # attempt reported, for this one to resume from.
+    heartbeat_timeout_ms: PositiveInt | None = None
+    heartbeat_details: Any = None
 
 
 class AskHuman(_Effect, tag="ask-human", frozen=True, kw_only=True):

@@ -4,7 +4,8 @@ Four parts, all usable on your own flows (``specs/testing.md`` walks through
 them):
 
 * **The simulator** (``Simulator``, ``simulate``; responses ``Ok``, ``Fail``,
-  ``Unknown``, ``Hang``, ``Responses``; ``Fault``, ``Signal``): a
+  ``Unknown``, ``Hang``, ``HeartbeatTimeout``, ``Responses``; ``Fault``,
+  ``Signal``): a
   synchronous host with a virtual clock that runs a flow, its subflows and a
   scripted world to the end and returns a ``Trajectory``.
 * **Strategies**: ``flows()`` generates valid specs that use every construct
@@ -50,6 +51,7 @@ from ._sim import (
     Fail,
     Fault,
     Hang,
+    HeartbeatTimeout,
     Ok,
     Responses,
     RunHistory,
@@ -113,6 +115,7 @@ __all__ = [
     "Fault",
     "FlowMachine",
     "Hang",
+    "HeartbeatTimeout",
     "Ok",
     "Responses",
     "RunHistory",
@@ -427,6 +430,8 @@ def _step(
         step["timeout_ms"] = _written(draw(st.integers(1, 10000)))
     if deco % 10 == 3:  # each attempt timed on its own
         step["attempt_timeout_ms"] = _written(1 + deco * 37 % 5000)
+    if deco % 10 == 7 and kind in ("call_tool", "run_agent", "run_team"):  # must heartbeat
+        step["heartbeat_timeout_ms"] = _written(1 + deco * 53 % 5000)
     if deco // 5 % 5 == 4:
         # max_attempts 1..3, the interval, jitter on or off, an errors filter or not.
         shape = draw(st.integers(0, 11))
@@ -801,14 +806,17 @@ class _Host:
         keys = self.pending(*_WORK)
         if not keys:
             return None
+        key = keys[choice % len(keys)]
         error = ErrorInfo(
             type=ERROR_TYPES[choice % len(ERROR_TYPES)],
             message=f"failure {choice}",
             retryable=choice // 4 % 2 == 0,
         )
-        return EffectFailed(
-            idempotency_key=keys[choice % len(keys)], error=error, at_ms=self.at(choice)
-        )
+        watched = getattr(self.work.get(key), "heartbeat_timeout_ms", None) is not None
+        if watched and choice // 8 % 2 == 0:  # the host stopped it: it went quiet
+            details = {"beat": choice} if choice // 16 % 2 else None
+            error = ErrorInfo(type="heartbeat-timeout", message="no heartbeat", details=details)
+        return EffectFailed(idempotency_key=key, error=error, at_ms=self.at(choice))
 
     def op_unknown(self, choice: int) -> Event | None:
         keys = self.pending(*_WORK)

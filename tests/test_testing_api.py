@@ -68,6 +68,7 @@ PUBLIC = {
     "Fault",
     "FlowMachine",
     "Hang",
+    "HeartbeatTimeout",
     "Ok",
     "Responses",
     "RunHistory",

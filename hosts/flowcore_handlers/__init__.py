@@ -27,6 +27,15 @@ in its thread, between two pieces of its work) or wait on ``cancellation()``
 (a ``threading.Event``). What it still returns is a late result: recorded,
 it changes nothing in the run.
 
+**Heartbeats.** A step with ``heartbeat_timeout_ms`` asks its work to report
+progress: the handler calls ``heartbeat(details)`` (from a sync handler's
+thread or an ``async`` one) at least that often. An attempt that goes
+quiet for longer is stopped by the host (told as on a cancel) and reported
+as ``heartbeat-timeout`` with the last details heartbeated (JSON data, at
+most ``MAX_HEARTBEAT_DETAILS_BYTES``; bad ones raise ``HeartbeatError`` in
+the handler). The next attempt reads them with ``heartbeat_details()`` (also
+the effect's ``heartbeat_details``) and resumes from there.
+
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
 resolves the same from any working directory); ``missing_handlers`` lists
@@ -55,6 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 import flowcore
 from flowcore import (
     CallTool,
@@ -74,6 +85,9 @@ __all__ = [
     "Handler",
     "HandlerError",
     "HandlerThreads",
+    "HeartbeatError",
+    "Heartbeats",
+    "MAX_HEARTBEAT_DETAILS_BYTES",
     "OutcomeUnknown",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
@@ -83,6 +97,9 @@ __all__ = [
     "cancellation",
     "cancelled",
     "format_traceback",
+    "heartbeat",
+    "heartbeat_details",
+    "heartbeat_timeout_event",
     "load_registry",
     "missing_handlers",
     "needed_handlers",
@@ -113,6 +130,82 @@ def cancellation() -> threading.Event:
 def cancelled() -> bool:
     """Inside a handler: whether the host asked to stop the work (``cancellation``)."""
     return cancellation().is_set()
+
+
+MAX_HEARTBEAT_DETAILS_BYTES = 64 * 1024
+"""Heartbeat details are JSON data of at most this many bytes."""
+
+
+class HeartbeatError(ValueError):
+    """``heartbeat`` was given details flowcore cannot keep (not JSON data, too big)."""
+
+
+class Heartbeats:
+    """The heartbeats of one running attempt, as its host watches them.
+
+    ``details``: the last details heartbeated, at first those the effect
+    brought from an earlier attempt. ``on_beat`` is called at each heartbeat,
+    in the handler's thread: a host passes something thread-safe.
+    """
+
+    def __init__(self, given: Any = None, on_beat: Callable[[], None] | None = None) -> None:
+        self.given = given
+        self.details = given
+        self.beats = 0
+        self._on_beat = on_beat
+        self._lock = threading.Lock()
+
+    def beat(self, details: Any = None) -> None:
+        with self._lock:
+            if details is not None:
+                self.details = details
+            self.beats += 1
+        if self._on_beat is not None:
+            self._on_beat()
+
+
+_BEATS: contextvars.ContextVar[Heartbeats | None] = contextvars.ContextVar(
+    "flowcore_heartbeats", default=None
+)
+
+
+def heartbeat(details: Any = None) -> None:
+    """Inside a handler: say the work is alive, with ``details`` of its progress
+    (JSON data; ``None`` keeps the last ones). Raises ``HeartbeatError`` for
+    details flowcore cannot keep. Outside a handler, or for work without a
+    heartbeat timeout, it only checks the details."""
+    if details is not None:
+        try:
+            flowcore.check_data(details, "$", "heartbeat details")
+            size = len(msgspec.json.encode(details))
+        except (flowcore.DataError, TypeError, ValueError) as exc:
+            raise HeartbeatError(f"heartbeat details cannot be stored: {safe_text(exc)}") from None
+        if size > MAX_HEARTBEAT_DETAILS_BYTES:
+            raise HeartbeatError(
+                f"heartbeat details are {size:,} bytes as JSON;"
+                f" at most {MAX_HEARTBEAT_DETAILS_BYTES:,} are kept"
+            )
+    beats = _BEATS.get()
+    if beats is not None:
+        beats.beat(details)
+
+
+def heartbeat_details() -> Any:
+    """Inside a handler: the last details an earlier attempt of this step
+    heartbeated before it timed out (``None``: there are none)."""
+    beats = _BEATS.get()
+    return None if beats is None else beats.given
+
+
+def heartbeat_timeout_event(effect: WorkEffect, details: Any, at_ms: int) -> EffectFailed:
+    """What a host reports for an attempt it stopped for not heartbeating: the
+    fact, ``heartbeat-timeout`` with the last details; the interpreter decides
+    what it means for the step (language.md §6)."""
+    ms = effect.heartbeat_timeout_ms
+    error = ErrorInfo(
+        type="heartbeat-timeout", message=f"no heartbeat within {ms} ms", details=details
+    )
+    return EffectFailed(idempotency_key=effect.idempotency_key, error=error, at_ms=at_ms)
 
 
 @dataclass(frozen=True)
@@ -391,6 +484,7 @@ async def run_handler(
     now_ms: Callable[[], int],
     executor: Executor | HandlerThreads | None = None,
     cancel: threading.Event | None = None,
+    heartbeats: Heartbeats | None = None,
 ) -> tuple[Outcome, BaseException | None]:
     """Run the effect's handler: the event that reports it, and the exception it raised.
 
@@ -402,7 +496,14 @@ async def run_handler(
     one on the loop. ``cancel``: the event the host sets to ask the handler to
     stop (``cancelled()`` inside it); a host that does also cancels the task
     awaiting this, which stops an ``async`` handler at its next ``await``.
+    ``heartbeats``: where the handler's ``heartbeat`` calls go.
     """
+    if heartbeats is not None:
+        beats_token = _BEATS.set(heartbeats)
+        try:
+            return await run_handler(registry, effect, now_ms, executor, cancel)
+        finally:
+            _BEATS.reset(beats_token)
     if cancel is not None:
         token = _CANCEL.set(cancel)
         try:
@@ -455,7 +556,8 @@ async def call_handler(
     now_ms: Callable[[], int],
     executor: Executor | HandlerThreads | None = None,
     cancel: threading.Event | None = None,
+    heartbeats: Heartbeats | None = None,
 ) -> Outcome:
     """Run the effect's handler and report how it went (``run_handler`` without the exception)."""
-    event, _ = await run_handler(registry, effect, now_ms, executor, cancel)
+    event, _ = await run_handler(registry, effect, now_ms, executor, cancel, heartbeats)
     return event

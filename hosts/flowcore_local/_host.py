@@ -47,13 +47,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import flowcore
 from flowcore import (
+    CallTool,
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
     ErrorInfo,
     Event,
     HumanAnswered,
+    RunAgent,
     RunSubflow,
+    RunTeam,
     SignalReceived,
     TimerFired,
 )
@@ -61,9 +64,11 @@ from flowcore._spec import MAX_AMOUNT, MAX_MS
 from flowcore_handlers import (
     HandlerError,
     HandlerThreads,
+    Heartbeats,
     Registry,
     RegistryError,
     format_traceback,
+    heartbeat_timeout_event,
     load_registry,
     missing_handlers,
     outcome_event,
@@ -1463,9 +1468,12 @@ class LocalHost:
                 else:
                     if inspect.iscoroutinefunction(registry.handler_for(claimed.effect)):
                         self._on_loop.add(ident)
-                    event, raised = await run_handler(
-                        registry, claimed.effect, self.now, self._threads, cancel
-                    )
+                    if getattr(claimed.effect, "heartbeat_timeout_ms", None) is None:
+                        event, raised = await run_handler(
+                            registry, claimed.effect, self.now, self._threads, cancel
+                        )
+                    else:
+                        event, raised = await self._watched(registry, claimed.effect, cancel)
                     if isinstance(event, EffectFailed):
                         self._failures[ident] = None if raised is None else format_traceback(raised)
                     elif isinstance(event, EffectOutcomeUnknown):
@@ -1494,6 +1502,44 @@ class LocalHost:
             again = self._reissued.pop(ident, None)
             if again is not None:
                 self._spawn(again)
+
+    async def _watched(
+        self, registry: Registry, effect: CallTool | RunAgent | RunTeam, cancel: threading.Event
+    ) -> tuple[Event, BaseException | None]:
+        """Run a handler that must heartbeat within the effect's heartbeat timeout
+        (from its start, then from its last heartbeat). One that goes quiet is
+        stopped as ``_stop_work`` stops work (``cancelled()`` turns true, an
+        ``async`` one is cancelled) and reported as ``heartbeat-timeout`` with
+        the last details it heartbeated; what it still returns is dropped."""
+        loop = asyncio.get_running_loop()
+        beaten = asyncio.Event()
+
+        def on_beat() -> None:
+            loop.call_soon_threadsafe(beaten.set)
+
+        beats = Heartbeats(effect.heartbeat_details, on_beat)
+        call = asyncio.ensure_future(
+            run_handler(registry, effect, self.now, self._threads, cancel, beats)
+        )
+        assert effect.heartbeat_timeout_ms is not None
+        limit = effect.heartbeat_timeout_ms / 1000
+        try:
+            while True:
+                beat = asyncio.ensure_future(beaten.wait())
+                done, _ = await asyncio.wait(
+                    {call, beat}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+                )
+                beat.cancel()
+                if call in done:
+                    return call.result()
+                if beat not in done:
+                    break  # quiet for the whole timeout
+                beaten.clear()
+        finally:
+            if not call.done():
+                cancel.set()
+                call.cancel()
+        return heartbeat_timeout_event(effect, beats.details, self.now()), None
 
     def _cannot_load(self, claimed: Claimed, exc: RegistryError) -> None:
         """Say once per tools module that this worker cannot load it (the runs fail with why)."""
