@@ -1073,7 +1073,7 @@ def _stalled(effect: CallTool | RunAgent | RunTeam, r: HeartbeatTimeout, now: in
         return Hang()  # nothing watches it
     details = effect.heartbeat_details if r.details is None else r.details
     after = effect.heartbeat_timeout_ms
-    message = f"no heartbeat for {after} ms"
+    message = f"no heartbeat within {after} ms"
     return Fail(HEARTBEAT_TIMEOUT, message, delay_ms=r.after_ms + after, details=details)
 
 

@@ -141,6 +141,12 @@ class Driver:
             EffectFailed(idempotency_key=self.key(key), error=error, at_ms=self._at(at)), reject
         )
 
+    def heartbeat_timeout(self, key: str, details: Any, timeout_ms: int, *, at: int) -> None:
+        """What a host reports for an attempt it stopped for not heartbeating."""
+        message = f"no heartbeat within {timeout_ms} ms"
+        error = ErrorInfo(type="heartbeat-timeout", message=message, details=details)
+        self.send(EffectFailed(idempotency_key=self.key(key), error=error, at_ms=self._at(at)))
+
     def unknown(self, key: str, *, at: int | None = None, reject: bool = False) -> None:
         self.send(EffectOutcomeUnknown(idempotency_key=self.key(key), at_ms=self._at(at)), reject)
 
@@ -999,6 +1005,42 @@ def _attempt_timeout(d: Driver) -> None:
     d.ok("call#1", "late", at=3500)
     d.fire("call#1/backoff")
     d.ok("call#2", "second", at=5500)
+
+
+@case(
+    "heartbeat-timeout",
+    "heartbeat_timeout_ms: the first attempt of an idempotent scan heartbeats and goes quiet; "
+    "the host reports heartbeat-timeout with the last details, a retryable failure, and the "
+    "retry's effect carries them (heartbeatDetails). A side-effecting post that goes quiet "
+    "ends outcome-unknown caused by the timeout (its details readable), caught, never retried.",
+    """
+flow: resumable
+tools: {scan: {class: idempotent}, post: {}, note: {class: readonly}}
+steps:
+  - id: scan
+    call_tool: {tool: scan, input: {book: moby}}
+    heartbeat_timeout_ms: 1s
+    retry: {max_attempts: 3, initial_interval_ms: 2000}
+  - id: publish
+    try:
+      - id: post
+        call_tool: {tool: post, input: "${steps.scan.output}"}
+        heartbeat_timeout_ms: 1s
+        retry: {max_attempts: 3, errors: ["*"]}
+    catch:
+      - errors: [outcome-unknown]
+        steps:
+          - id: note
+            call_tool: {tool: note, input: "${ {why: error.cause.type, at: error.cause.details} }"}
+output: "${ {scan: steps.scan.output, note: steps.note.output} }"
+""",
+)
+def _heartbeat_timeout(d: Driver) -> None:
+    d.heartbeat_timeout("scan#1", {"page": 40}, 1000, at=1500)
+    d.fire("scan#1/backoff")
+    d.ok("scan#2", {"pages": 80}, at=4000)
+    d.heartbeat_timeout("post#1", {"sent": 3}, 1000, at=5200)
+    d.ok("note#1", "noted", at=5300)
 
 
 @case(

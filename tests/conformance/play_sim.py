@@ -31,7 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import flowcore
-from flowcore.testing import Call, Fail, Fault, Hang, Ok, Signal, Simulator, Unknown
+from flowcore.testing import (
+    Call,
+    Fail,
+    Fault,
+    Hang,
+    HeartbeatTimeout,
+    Ok,
+    Signal,
+    Simulator,
+    Unknown,
+)
 
 from .vectors import RELEASE, SCHEDULED_KINDS, Outcome, Plan, Step, budget_of
 
@@ -147,11 +157,16 @@ class _World:
             )
         if step.what == "fail":
             error = step.error or {}
+            beat = getattr(call.effect, "heartbeat_timeout_ms", None)
+            if error.get("type") == "heartbeat-timeout" and beat is not None and delay >= beat:
+                # The work went quiet: the simulator reports it one timeout later.
+                return HeartbeatTimeout(error.get("details"), after_ms=delay - beat)
             return Fail(
                 error.get("type", "error"),
                 error.get("message", ""),
                 error.get("retryable", False),
                 delay_ms=delay,
+                details=error.get("details"),
             )
         return Unknown(delay)
 

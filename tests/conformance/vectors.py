@@ -38,6 +38,7 @@ import msgspec
 
 import flowcore
 from flowcore import Budget, BudgetRemaining, Sleep, Usage
+import flowcore_handlers
 from flowcore_handlers import HandlerError, Registry, Result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -503,14 +504,40 @@ class Script:
         if gate is None or not gate.is_set():
             raise asyncio.CancelledError  # abandoned: the host never gets an answer
 
+    async def _alive(self, gate: asyncio.Event, every_ms: int) -> None:
+        """Wait for ``gate`` as ``_wait`` does, heartbeating meanwhile: work with a
+        heartbeat timeout stays alive until the log's turn for it comes."""
+        abandoned = self.abandoned
+        while not gate.is_set():
+            if abandoned.is_set():
+                raise asyncio.CancelledError
+            flowcore_handlers.heartbeat()
+            waiters = [asyncio.ensure_future(gate.wait()), asyncio.ensure_future(abandoned.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=every_ms / 4000, return_when="FIRST_COMPLETED")
+            except asyncio.CancelledError:
+                pass  # as in _wait: the log says it answers later all the same
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
     async def handle(self, effect: Any) -> Any:
         key: str = effect.idempotency_key
         n = self.issued[key]
         self.issued[key] += 1
         steps = self.plan.work.get(key, [])
         step = steps[n] if n < len(steps) else Step("hang")
+        beat = getattr(effect, "heartbeat_timeout_ms", None)
         if step.turn is not None:
-            await self._wait(self.gates[step.turn])
+            if beat is None:
+                await self._wait(self.gates[step.turn])
+            else:
+                await self._alive(self.gates[step.turn], beat)
+        error = step.error or {}
+        if beat is not None and error.get("type") == "heartbeat-timeout":
+            # The log says the host stopped it: heartbeat its details, go quiet.
+            flowcore_handlers.heartbeat(error.get("details"))
+            await self._wait(None)
         if step.what in ("unknown", "hang"):
             # unknown: the host must lose track of the call (an activity that outlives
             # its timeout, a worker that dies); hang: the log never answers it
@@ -519,7 +546,6 @@ class Script:
             if step.usage is None:
                 return step.output
             return Result(step.output, msgspec.convert(step.usage, Usage))
-        error = step.error or {}
         raise HandlerError(
             error.get("type", "error"), error.get("message", ""), error.get("retryable", False)
         )
