@@ -41,6 +41,7 @@ from flowcore import (
     RunTeam,
 )
 from flowcore_handlers import (
+    Heartbeats,
     Registry,
     RegistryError,
     call_handler,
@@ -99,6 +100,8 @@ class FlowcoreActivities:
             )
             return _result(failed)
         cancel = threading.Event()
+        if effect.heartbeat_timeout_ms is not None:
+            return _result(await _watched(registry, effect, cancel))
         call = asyncio.ensure_future(call_handler(registry, effect, _wall_ms, cancel=cancel))
         beat = activity.info().heartbeat_timeout
         try:
@@ -115,6 +118,42 @@ class FlowcoreActivities:
                 cancel.set()
                 call.cancel()
         return _result(event)
+
+
+async def _watched(
+    registry: Registry, effect: CallTool | RunAgent | RunTeam, cancel: threading.Event
+) -> EffectSucceeded | EffectFailed | EffectOutcomeUnknown:
+    """Run a handler whose step has a heartbeat timeout (the activity's own, set
+    by the workflow): the activity heartbeats only when the handler does, with
+    the last details it gave (those of an earlier attempt until it gives its
+    own), so Temporal times out a handler that goes quiet."""
+    loop = asyncio.get_running_loop()
+    beaten = asyncio.Event()
+
+    def on_beat() -> None:
+        loop.call_soon_threadsafe(beaten.set)
+
+    beats = Heartbeats(effect.heartbeat_details, on_beat)
+    call = asyncio.ensure_future(
+        call_handler(registry, effect, _wall_ms, cancel=cancel, heartbeats=beats)
+    )
+    try:
+        while not call.done():
+            beat = asyncio.ensure_future(beaten.wait())
+            await asyncio.wait({call, beat}, return_when=asyncio.FIRST_COMPLETED)
+            beat.cancel()
+            if beaten.is_set():
+                beaten.clear()
+                details = beats.details
+                if details is None:
+                    activity.heartbeat()
+                else:
+                    activity.heartbeat(details)
+        return await call
+    finally:
+        if not call.done():  # cancelled, or timed out (learnt at a heartbeat)
+            cancel.set()
+            call.cancel()
 
 
 def _result(event: EffectSucceeded | EffectFailed | EffectOutcomeUnknown) -> dict[str, Any]:

@@ -76,6 +76,8 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     ChildWorkflowError,
+    TimeoutError,
+    TimeoutType,
     WorkflowAlreadyStartedError,
 )
 
@@ -642,7 +644,9 @@ class FlowcoreWorkflow:
                 activity_id=key if issued == 1 else f"{key}~{issued}",
                 start_to_close_timeout=timedelta(milliseconds=args.activity_timeout_ms),
                 heartbeat_timeout=(
-                    timedelta(milliseconds=args.heartbeat_timeout_ms)
+                    timedelta(milliseconds=effect.heartbeat_timeout_ms)
+                    if effect.heartbeat_timeout_ms  # the step's: its handler must heartbeat
+                    else timedelta(milliseconds=args.heartbeat_timeout_ms)
                     if args.heartbeat_timeout_ms
                     else None
                 ),
@@ -651,7 +655,7 @@ class FlowcoreWorkflow:
             )
         except ActivityError as exc:
             if key not in self._cancelled:  # else the run stopped waiting: say nothing
-                self._report(_activity_failure(key, exc, self._now()))
+                self._report(_activity_failure(key, exc, self._now(), effect))
             return
         self._report(_work_event(key, raw, self._now()))
 
@@ -836,15 +840,32 @@ def _failed(key: str, kind: str, message: str, now: int) -> EffectFailed:
     return EffectFailed(idempotency_key=key, error=error, at_ms=now)
 
 
-def _activity_failure(key: str, exc: ActivityError, now: int) -> Event:
+def _activity_failure(
+    key: str, exc: ActivityError, now: int, effect: CallTool | RunAgent | RunTeam | None = None
+) -> Event:
     """What a failed activity means for flowcore.
 
     The activity reports handler failures as an effect-failed *result*, so a
     failed activity is the worker's trouble: an application error raised
     outside the handler fails the effect, anything else (timeouts, a dead
-    worker, cancellation) leaves the outcome unknown.
+    worker, cancellation) leaves the outcome unknown. But a heartbeat timeout
+    of work whose step set ``heartbeat_timeout_ms`` is the fact the step asked
+    to be told: ``heartbeat-timeout`` with the last details heartbeated.
     """
     cause = exc.cause
+    watched = effect is not None and effect.heartbeat_timeout_ms is not None
+    if watched and isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT:
+        assert effect is not None
+        last = cause.last_heartbeat_details
+        details = last[0] if last else effect.heartbeat_details
+        try:
+            flowcore.check_data(details, "$", "heartbeat details")
+        except flowcore.DataError:
+            details = effect.heartbeat_details  # not flowcore data: not kept
+        # As flowcore_handlers.heartbeat_timeout_event (not imported in the sandbox).
+        message = f"no heartbeat within {effect.heartbeat_timeout_ms} ms"
+        error = ErrorInfo(type="heartbeat-timeout", message=message, details=details)
+        return EffectFailed(idempotency_key=key, error=error, at_ms=now)
     if isinstance(cause, ApplicationError):
         # The failure's text is anyone's (a foreign activity): keep it short.
         error = ErrorInfo(
