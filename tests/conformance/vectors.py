@@ -37,8 +37,8 @@ from typing import Any, Protocol
 import msgspec
 
 import flowcore
-from flowcore import Budget, BudgetRemaining, Sleep, Usage
 import flowcore_handlers
+from flowcore import Budget, BudgetRemaining, Sleep, Usage
 from flowcore_handlers import HandlerError, Registry, Result
 
 ROOT = Path(__file__).resolve().parents[2]
