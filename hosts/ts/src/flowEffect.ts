@@ -67,6 +67,10 @@ export interface RunAgent {
   readonly idempotencyKey: string;
   /** What the flow has left to spend, re-derived at every emission. */
   readonly budgetRemaining: BudgetRemaining;
+  /** The step's heartbeat_timeout_ms: the work must heartbeat this often (protocol.md §3.2). */
+  readonly heartbeatTimeoutMs?: number;
+  /** The last heartbeat details of an earlier attempt that timed out, to resume from. */
+  readonly heartbeatDetails?: JsonValue;
 }
 
 export interface RunTeam {
@@ -74,6 +78,10 @@ export interface RunTeam {
   readonly teamId: string;
   readonly prompt: string;
   readonly idempotencyKey: string;
+  /** The step's heartbeat_timeout_ms: the work must heartbeat this often (protocol.md §3.2). */
+  readonly heartbeatTimeoutMs?: number;
+  /** The last heartbeat details of an earlier attempt that timed out, to resume from. */
+  readonly heartbeatDetails?: JsonValue;
 }
 
 export interface CallTool {
@@ -82,6 +90,10 @@ export interface CallTool {
   /** Absent = null; any JSON value (a spec may pass a list or a scalar). */
   readonly input?: JsonValue;
   readonly idempotencyKey: string;
+  /** The step's heartbeat_timeout_ms: the work must heartbeat this often (protocol.md §3.2). */
+  readonly heartbeatTimeoutMs?: number;
+  /** The last heartbeat details of an earlier attempt that timed out, to resume from. */
+  readonly heartbeatDetails?: JsonValue;
 }
 
 export interface AskHuman {
