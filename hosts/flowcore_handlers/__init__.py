@@ -177,14 +177,15 @@ def heartbeat(details: Any = None) -> None:
     if details is not None:
         try:
             flowcore.check_data(details, "$", "heartbeat details")
-            size = len(msgspec.json.encode(details))
+            data = msgspec.json.encode(details)
         except (flowcore.DataError, TypeError, ValueError) as exc:
             raise HeartbeatError(f"heartbeat details cannot be stored: {safe_text(exc)}") from None
-        if size > MAX_HEARTBEAT_DETAILS_BYTES:
+        if len(data) > MAX_HEARTBEAT_DETAILS_BYTES:
             raise HeartbeatError(
-                f"heartbeat details are {size:,} bytes as JSON;"
+                f"heartbeat details are {len(data):,} bytes as JSON;"
                 f" at most {MAX_HEARTBEAT_DETAILS_BYTES:,} are kept"
             )
+        details = msgspec.json.decode(data)  # as they are now: the handler may change its own
     beats = _BEATS.get()
     if beats is not None:
         beats.beat(details)
