@@ -79,6 +79,7 @@ from ._wire import (
     RunTeam,
     Settled,
     SignalReceived,
+    SignalRun,
     Sleep,
     SubflowSettled,
     TimerFired,
@@ -258,12 +259,14 @@ class Fault:
 
 @attrs.frozen
 class Signal:
-    """A signal sent at virtual time ``at_ms`` to the root run (or ``run_id``)."""
+    """A signal sent at virtual time ``at_ms`` to the root run (or ``run_id``),
+    with ``key`` when set (taken only by a wait with that key)."""
 
     name: str
     payload: Any = None
     at_ms: int = 0
     run_id: str | None = None
+    key: str | None = None
 
 
 # --- run histories ------------------------------------------------------------------------
@@ -635,6 +638,7 @@ class _Simulation:
         self.agent_effects: dict[str, RunAgent] = {}
         self.by_member: dict[str, list[int]] = {}
         self.by_agent: dict[str, list[int]] = {}
+        self.delivered: set[str] = set()  # signal-run keys delivered
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -646,7 +650,10 @@ class _Simulation:
         for signal in sim.signals:
             target = signal.run_id or run_id
             event = SignalReceived(
-                signal=signal.name, payload=signal.payload, at_ms=max(signal.at_ms, self.now)
+                signal=signal.name,
+                payload=signal.payload,
+                at_ms=max(signal.at_ms, self.now),
+                key=signal.key,
             )
             self.push(event.at_ms, target, event)
         if sim.cancel_at_ms is not None:
@@ -797,6 +804,8 @@ class _Simulation:
                     self.work(slot, effect)
                 case RunSubflow():
                     self.subflow(slot, effect)
+                case SignalRun():
+                    self.signal_run(slot, effect)
                 case Settled():
                     self.settled(slot, effect)
                 case _:
@@ -934,6 +943,35 @@ class _Simulation:
             slot.run_id,
             HumanAnswered(idempotency_key=key, answer=answer, at_ms=self.now + delay),
         )
+
+    # --- signals to other runs -----------------------------------------------------------------
+
+    def signal_run(self, slot: _Slot, effect: SignalRun) -> None:
+        """Deliver the signal to a run of this simulation (the root or a child), once
+        per idempotency key: a re-issue after an unknown outcome is not delivered
+        again."""
+        key = effect.idempotency_key
+        target = self.runs.get(effect.run_id)
+        response: Response
+        if key in self.delivered:
+            response = Ok({"run_id": effect.run_id})
+        elif target is None:
+            response = Fail("unknown-run", f"no run {effect.run_id!r} to signal")
+        elif target.state.settled is not None:
+            status = target.state.settled.status
+            response = Fail("run-settled", f"run {effect.run_id!r} already settled {status}")
+        else:
+            self.delivered.add(key)
+            event = SignalReceived(
+                signal=effect.signal, payload=_copy(effect.payload), at_ms=self.now, key=effect.key
+            )
+            self.push(self.now, effect.run_id, event)
+            response = Ok({"run_id": effect.run_id})
+        n = self.next_call(effect.signal)
+        fault = self.fault_for(effect.signal, n)
+        if fault is not None and fault.kind == "unknown":
+            response = Unknown()
+        self.answer(slot.run_id, key, response, None)
 
     # --- subflows -------------------------------------------------------------------------------
 
