@@ -958,8 +958,7 @@ class _Simulation:
         elif target is None:
             response = Fail("unknown-run", f"no run {effect.run_id!r} to signal")
         elif target.state.settled is not None:
-            status = target.state.settled.status
-            response = Fail("run-settled", f"run {effect.run_id!r} already settled {status}")
+            response = Fail("run-settled", f"run {effect.run_id!r} has already settled")
         else:
             self.delivered.add(key)
             event = SignalReceived(

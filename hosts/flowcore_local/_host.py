@@ -171,9 +171,7 @@ def _deliver_signal(
         error = ErrorInfo(type="unknown-run", message=f"no run {target!r} to signal")
     else:
         if row.status != "running":
-            error = ErrorInfo(
-                type="run-settled", message=f"run {target!r} already settled {row.status}"
-            )
+            error = ErrorInfo(type="run-settled", message=f"run {target!r} has already settled")
     if error is None:
         event = SignalReceived(
             signal=effect.signal, payload=effect.payload, at_ms=now, key=effect.key
