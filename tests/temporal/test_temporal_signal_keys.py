@@ -63,8 +63,8 @@ def test_keyed_signals_are_routed_by_the_search_attribute(temporal_address: str)
             a, b = f"{order}-a", f"{order}-b"
             await host.start(ORDER, {"order": f"{order}-A"}, a)
             await host.start(ORDER, {"order": f"{order}-B"}, b)
-            for run in (a, b):
-                await eventually(lambda run=run: waiting_with_key(host, run), f"{run} waits")
+            await eventually(lambda: waiting_with_key(host, a), "a waits")
+            await eventually(lambda: waiting_with_key(host, b), "b waits")
             # Visibility may lag: signal_key polls (up to wait_s) until it lists the run.
             assert await host.signal_key("payment", f"order-{order}-B", {"n": 2}) == [b]
             assert (await host.result(b))["output"] == {"n": 2}
@@ -125,8 +125,8 @@ def test_cli_routes_a_keyed_signal_without_a_run_id(temporal_address: str) -> No
             assert proc.returncode == 0, proc.stderr
             assert proc.stdout.split() == [run]
             assert (await host.result(run))["output"] == {"ok": 1}
-            args = ("signal", "payment", "--key", "order-nobody-waits")
-            proc = await asyncio.to_thread(fc, *args, *common)
+            none = ("signal", "payment", "--key", "order-nobody-waits")
+            proc = await asyncio.to_thread(fc, *none, *common)
             assert proc.returncode == 2 and "Traceback" not in proc.stderr
             assert proc.stderr.strip().splitlines() == [
                 "flowcore: no running run waits for signal 'payment' with key 'order-nobody-waits'"
