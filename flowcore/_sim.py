@@ -953,19 +953,21 @@ class _Simulation:
         key = effect.idempotency_key
         target = self.runs.get(effect.run_id)
         response: Response
+        # A host delivers it itself: the signal and the answer come at once.
         if key in self.delivered:
-            response = Ok({"run_id": effect.run_id})
+            response = Ok({"run_id": effect.run_id}, delay_ms=0)
         elif target is None:
-            response = Fail("unknown-run", f"no run {effect.run_id!r} to signal")
+            response = Fail("unknown-run", f"no run {effect.run_id!r} to signal", delay_ms=0)
         elif target.state.settled is not None:
-            response = Fail("run-settled", f"run {effect.run_id!r} has already settled")
+            message = f"run {effect.run_id!r} has already settled"
+            response = Fail("run-settled", message, delay_ms=0)
         else:
             self.delivered.add(key)
             event = SignalReceived(
                 signal=effect.signal, payload=_copy(effect.payload), at_ms=self.now, key=effect.key
             )
             self.push(self.now, effect.run_id, event)
-            response = Ok({"run_id": effect.run_id})
+            response = Ok({"run_id": effect.run_id}, delay_ms=0)
         n = self.next_call(effect.signal)
         fault = self.fault_for(effect.signal, n)
         if fault is not None and fault.kind == "unknown":

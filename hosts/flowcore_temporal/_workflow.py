@@ -742,11 +742,21 @@ class FlowcoreWorkflow:
         When Temporal cannot deliver it (no such workflow, or it has closed), an
         activity reads the target's status to say which."""
         key, target = effect.idempotency_key, effect.run_id
+        now = self._now()
+        if target in (self._run_id, workflow.info().workflow_id):
+            # To itself (Temporal signals only other workflows): received here, at once.
+            self._report(
+                SignalReceived(
+                    signal=effect.signal, payload=effect.payload, at_ms=now, key=effect.key
+                )
+            )
+            self._report(EffectSucceeded(idempotency_key=key, output={"run_id": target}, at_ms=now))
+            return
         handle = workflow.get_external_workflow_handle(target)
         args: list[Any] = [effect.payload] if effect.key is None else [effect.payload, effect.key]
         try:
             await handle.signal(effect.signal, args=args)
-        except (ApplicationError, FailureError):
+        except (ApplicationError, FailureError) as exc:
             try:
                 status = await workflow.execute_activity(
                     RUN_STATUS_ACTIVITY,
@@ -757,11 +767,13 @@ class FlowcoreWorkflow:
                 )
             except ActivityError:
                 status = None
-            error = (
-                ErrorInfo(type="unknown-run", message=f"no run {target!r} to signal")
-                if status is None
-                else ErrorInfo(type="run-settled", message=f"run {target!r} has already settled")
-            )
+            if status is None:
+                error = ErrorInfo(type="unknown-run", message=f"no run {target!r} to signal")
+            elif status == "RUNNING":
+                why = clip(str(exc), _MESSAGE_CHARS)
+                error = ErrorInfo(type="signal-rejected", message=f"run {target!r}: {why}")
+            else:
+                error = ErrorInfo(type="run-settled", message=f"run {target!r} has already settled")
             self._report(EffectFailed(idempotency_key=key, error=error, at_ms=self._now()))
             return
         self._report(
