@@ -520,7 +520,7 @@ def _waits(info: dict[str, Any]) -> list[str]:
     waits += [f"signal {name}" for name in info["waitingFor"]]
     for item in info["pending"]:
         kind = item["kind"]
-        if kind in ("call-tool", "run-agent", "run-team", "run-subflow"):
+        if kind in ("call-tool", "run-agent", "run-team", "run-subflow", "signal-run"):
             waits.append(f"{kind} {item['key'].split('/', 1)[-1]}")
         elif kind == "sleep" and item.get("dueMs") is not None:
             waits.append(f"timer {iso(item['dueMs'])}")
