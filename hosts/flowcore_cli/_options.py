@@ -79,12 +79,12 @@ signal_arguments = _each(
 def signal_target(run_id: str, name: str | None, key: str | None) -> tuple[str | None, str]:
     """``(run id or None, name)`` from ``signal``'s arguments: one argument is NAME,
     which needs ``--key`` (the runs that wait for it are found by it)."""
+    if key == "":
+        raise CliError("--key: a signal key must not be empty")
     if name is not None:
         return run_id, name
     if key is None:
         raise CliError("missing NAME: give RUN_ID NAME, or NAME --key KEY for the runs waiting")
-    if not key:
-        raise CliError("--key: a signal key must not be empty")
     return None, run_id
 
 

@@ -150,8 +150,8 @@ def _scheduled_call(run_id: str, key: str) -> bool:
 
 
 def _check_signal_key(key: object) -> None:
-    if key is not None and (not isinstance(key, str) or len(key) > MAX_NAME_CHARS):
-        raise HostError(f"a signal key must be text of at most {MAX_NAME_CHARS} characters")
+    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_NAME_CHARS):
+        raise HostError(f"a signal key must be text of 1 to {MAX_NAME_CHARS} characters")
 
 
 class _NotPending(Exception):
@@ -569,8 +569,6 @@ class LocalHost:
         for it: nothing is buffered then.
         """
         _check_signal_key(key)
-        if not key:
-            raise HostError("a signal key must not be empty")
         now = self.now()
 
         def sending() -> tuple[list[str], list[Applied]]:

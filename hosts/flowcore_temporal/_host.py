@@ -299,6 +299,8 @@ class TemporalHost:
             flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=0, key=key))
         except flowcore.DataError as exc:
             raise TemporalHostError(f"signal {name!a} refused: {exc}") from None
+        if key == "":
+            raise TemporalHostError("a signal key must not be empty")
         handle = self.handle(run_id)
         if key is not None:
             await self._call(handle.signal(name, args=[payload, key]), run_id)

@@ -61,6 +61,8 @@ def test_cli_keyed_signals_reach_only_the_runs_waiting_with_that_key(tmp_path: P
     line = bad("signal", "payment", "--key", "order-B", "--db", db)  # b took it: none waits
     assert line == "flowcore: no running run waits for signal 'payment' with key 'order-B'"
     assert bad("signal", "payment", "--db", db).startswith("flowcore: missing NAME")
+    empty = bad("signal", "a", "payment", "--key", "", "--db", db)
+    assert empty == "flowcore: --key: a signal key must not be empty"
     # A keyed signal for a run by id is buffered like any signal: a's wait has another key.
     ok("signal", "a", "payment", "--key", "order-Z", "--data", "9", "--db", db)
     out = ok("signal", "payment", "--key", "order-A", "--data", '{"amount": 1}', "--db", db)
@@ -80,8 +82,9 @@ def test_api_keyed_signal_goes_to_every_run_waiting_with_that_key(tmp_path: Path
             assert (await host.run("y")).status == "running"
             with pytest.raises(NoSignalWait):
                 await host.signal_key("payment", "order-same", "again")
-            with pytest.raises(HostError, match="at most 4096"):
-                await host.signal("y", "payment", 1, key="k" * 4097)
+            for bad in ("k" * 4097, ""):
+                with pytest.raises(HostError, match="1 to 4096 characters"):
+                    await host.signal("y", "payment", 1, key=bad)
             for run in ("x1", "x2"):
                 row = await host.run(run)
                 assert (row.status, row.output) == ("completed", "paid")
