@@ -224,3 +224,30 @@ def test_the_diagram_shows_keys_and_signal_run() -> None:
     assert "signal_run payment" in text
     text = to_mermaid(build_graph(flowcore.parse_flow(KEYED)))
     assert "key order-${input.order}" in text
+
+
+def test_keyed_buffers_and_waits_survive_a_snapshot_and_a_timeout() -> None:
+    flow = """
+flow: f
+steps:
+  - id: t
+    try:
+      - {id: w, await_signal: {signal: payment, key: mine, timeout_ms: 10}}
+    catch: [{errors: [timeout], steps: [{id: again, await_signal: {signal: payment}}]}]
+"""
+    run = Run(flow)
+    keyed(run, "theirs", "kept")
+    state = flowcore.decode_state(flowcore.encode_state(run.state), run.flow)
+    assert state.waiting.keyed_signals == run.state.waiting.keyed_signals
+    assert state.waiting.keyed_waiters == run.state.waiting.keyed_waiters
+    assert state.waiting.keyed_waiters  # the wait is open under its name and key
+    run.state = state
+    run.fire("r/w#1/timeout")
+    assert run.settled is None
+    assert not run.state.waiting.keyed_waiters  # the timed-out wait is off its name and key
+    keyed(run, "mine", "too late")  # buffered: no wait with that key now
+    assert run.settled is None
+    keyed(run, None, "plain")
+    settled = run.settled
+    assert settled is not None and settled.status == "completed"
+    assert len(run.state.waiting.keyed_signals) == 2  # theirs and mine, each kept
