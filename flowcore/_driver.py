@@ -8,7 +8,7 @@ exactly that, from the decision alone (its state's journal says which keys
 the transition stopped waiting for), so no host works it out again:
 
     plan = flowcore.plan(decision)
-    for effect in plan.start: ...      # run-agent, run-team, call-tool, run-subflow
+    for effect in plan.start: ...      # run-agent, run-team, call-tool, run-subflow, signal-run
     for effect in plan.ask: ...        # ask-human
     for effect in plan.arm: ...        # sleep: arm a timer for effect.until_ms
     for key in plan.drop: ...          # timers no longer waited for
@@ -39,6 +39,7 @@ from ._wire import (
     RunSubflow,
     RunTeam,
     Settled,
+    SignalRun,
     Sleep,
 )
 
@@ -51,7 +52,7 @@ _OPEN = frozenset({PendingKind.QUESTION, PendingKind.SIGNAL})
 class Plan(msgspec.Struct, frozen=True, kw_only=True):
     """What a host must do after one decision (``plan``)."""
 
-    start: tuple[RunAgent | RunTeam | CallTool | RunSubflow, ...] = ()
+    start: tuple[RunAgent | RunTeam | CallTool | RunSubflow | SignalRun, ...] = ()
     ask: tuple[AskHuman, ...] = ()
     wait: tuple[AwaitSignal, ...] = ()  # signal waits opened (signals are routed by name)
     arm: tuple[Sleep, ...] = ()
@@ -63,14 +64,14 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 
 def plan(decision: Decision) -> Plan:
     """What to dispatch, arm, drop and cancel after ``decision`` (of ``start`` or ``advance``)."""
-    start: list[RunAgent | RunTeam | CallTool | RunSubflow] = []
+    start: list[RunAgent | RunTeam | CallTool | RunSubflow | SignalRun] = []
     ask: list[AskHuman] = []
     wait: list[AwaitSignal] = []
     arm: list[Sleep] = []
     settled: Settled | None = None
     for effect in decision.effects:
         match effect:
-            case RunAgent() | RunTeam() | CallTool() | RunSubflow():
+            case RunAgent() | RunTeam() | CallTool() | RunSubflow() | SignalRun():
                 start.append(effect)
             case AskHuman():
                 ask.append(effect)

@@ -73,11 +73,12 @@ class Question(_View, frozen=True):
     deadline_ms: int | None  # when the question times out, if it does
 
 
-class SignalWait(_View, frozen=True):
+class SignalWait(_View, frozen=True, omit_defaults=True):
     key: str
     step: str
     signal: str
     deadline_ms: int | None
+    signal_key: str | None = None  # the wait takes only signals sent with this key
 
 
 class Timer(_View, frozen=True):
@@ -245,6 +246,7 @@ def waiting_for(state: State) -> Waits:
                     step=step_of(entry) or "",
                     signal=name,
                     deadline_ms=due(keys.wait_timeout_key(key)),
+                    signal_key=sent.key,
                 )
                 for name in sent.signals or (sent.signal,)
             )

@@ -143,7 +143,7 @@ class _Codec:
 _CODECS = {"json": _Codec("json"), "msgpack": _Codec("msgpack")}
 _json_encode = msgspec.json.Encoder().encode
 _NO_USAGE = Usage()
-_WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow"})
+_WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow", "signal-run"})
 _REDISPATCHABLE = frozenset({"call-tool", "run-agent", "run-team"})
 _WORK_KINDS = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
 _NO_LIMIT = float("inf")

@@ -80,6 +80,7 @@ from ._wire import (
     RunTeam,
     Settled,
     SignalReceived,
+    SignalRun,
     Sleep,
     SubflowSettled,
     TimerFired,
@@ -285,12 +286,14 @@ class Fault:
 
 @attrs.frozen
 class Signal:
-    """A signal sent at virtual time ``at_ms`` to the root run (or ``run_id``)."""
+    """A signal sent at virtual time ``at_ms`` to the root run (or ``run_id``),
+    with ``key`` when set (taken only by a wait with that key)."""
 
     name: str
     payload: Any = None
     at_ms: int = 0
     run_id: str | None = None
+    key: str | None = None
 
 
 # --- run histories ------------------------------------------------------------------------
@@ -662,6 +665,7 @@ class _Simulation:
         self.agent_effects: dict[str, RunAgent] = {}
         self.by_member: dict[str, list[int]] = {}
         self.by_agent: dict[str, list[int]] = {}
+        self.delivered: set[str] = set()  # signal-run keys delivered
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -673,7 +677,10 @@ class _Simulation:
         for signal in sim.signals:
             target = signal.run_id or run_id
             event = SignalReceived(
-                signal=signal.name, payload=signal.payload, at_ms=max(signal.at_ms, self.now)
+                signal=signal.name,
+                payload=signal.payload,
+                at_ms=max(signal.at_ms, self.now),
+                key=signal.key,
             )
             self.push(event.at_ms, target, event)
         if sim.cancel_at_ms is not None:
@@ -824,6 +831,8 @@ class _Simulation:
                     self.work(slot, effect)
                 case RunSubflow():
                     self.subflow(slot, effect)
+                case SignalRun():
+                    self.signal_run(slot, effect)
                 case Settled():
                     self.settled(slot, effect)
                 case _:
@@ -968,6 +977,36 @@ class _Simulation:
             slot.run_id,
             HumanAnswered(idempotency_key=key, answer=answer, at_ms=self.now + delay),
         )
+
+    # --- signals to other runs -----------------------------------------------------------------
+
+    def signal_run(self, slot: _Slot, effect: SignalRun) -> None:
+        """Deliver the signal to a run of this simulation (the root or a child), once
+        per idempotency key: a re-issue after an unknown outcome is not delivered
+        again."""
+        key = effect.idempotency_key
+        target = self.runs.get(effect.run_id)
+        response: Response
+        # A host delivers it itself: the signal and the answer come at once.
+        if key in self.delivered:
+            response = Ok({"run_id": effect.run_id}, delay_ms=0)
+        elif target is None:
+            response = Fail("unknown-run", f"no run {effect.run_id!r} to signal", delay_ms=0)
+        elif target.state.settled is not None:
+            message = f"run {effect.run_id!r} has already settled"
+            response = Fail("run-settled", message, delay_ms=0)
+        else:
+            self.delivered.add(key)
+            event = SignalReceived(
+                signal=effect.signal, payload=_copy(effect.payload), at_ms=self.now, key=effect.key
+            )
+            self.push(self.now, effect.run_id, event)
+            response = Ok({"run_id": effect.run_id}, delay_ms=0)
+        n = self.next_call(effect.signal)
+        fault = self.fault_for(effect.signal, n)
+        if fault is not None and fault.kind == "unknown":
+            response = Unknown()
+        self.answer(slot.run_id, key, response, None)
 
     # --- subflows -------------------------------------------------------------------------------
 

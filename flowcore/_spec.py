@@ -72,6 +72,7 @@ __all__ = [
     "RunSubflowStep",
     "RunTeamStep",
     "ScheduleStep",
+    "SignalRunStep",
     "SleepStep",
     "Step",
     "SwitchCase",
@@ -241,6 +242,8 @@ class AwaitSignalStep:
     signals: tuple[Name, ...] | None = None  # any of these names, instead of ``signal``
     count: Count | None = None  # collect this many signals (a list), instead of one
     until: Cond | None = None  # collect until this holds over ``received``
+    # Take only signals sent with this key (text, evaluated when the wait starts).
+    key: Template | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -257,6 +260,16 @@ class AwaitSignalStep:
 class RunSubflowStep:
     flow: Name
     input: Template = attrs.field(factory=lambda: compile_template(None))
+
+
+@attrs.frozen
+class SignalRunStep:
+    """Send a signal to another run (``run``: its id), once per idempotency key."""
+
+    run: Template
+    signal: Name
+    payload: Template = attrs.field(factory=lambda: compile_template(None))
+    key: Template | None = None
 
 
 @attrs.frozen
@@ -347,6 +360,7 @@ Body: TypeAlias = (
     | CancelScheduledStep
     | FailStep
     | TryStep
+    | SignalRunStep
 )
 
 
@@ -416,6 +430,7 @@ _KINDS: dict[str, type[Any]] = {
     "cancel_scheduled": CancelScheduledStep,
     "fail": FailStep,
     "try": TryStep,
+    "signal_run": SignalRunStep,
 }
 _COMMON = (
     "id",
@@ -754,6 +769,7 @@ def _build_converter() -> cattrs.Converter:
         RunSubflowStep,
         ScheduleStep,
         FailStep,
+        SignalRunStep,
     )
     for cl in plain:
         conv.register_structure_hook(cl, _mapping_first(conv, cl))

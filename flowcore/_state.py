@@ -52,6 +52,7 @@ from ._wire import (
     RunSubflow,
     RunTeam,
     Settled,
+    SignalRun,
 )
 
 __all__ = [
@@ -124,7 +125,7 @@ class PendingKind(StrEnum):
     SCHEDULE_DELAY = "sched-delay"  # a scheduled call's delay
 
 
-WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow"]
+WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow", "signal-run"]
 ReportStatus: TypeAlias = Literal["succeeded", "failed", "uncertain", "not-started"]
 
 
@@ -183,7 +184,7 @@ class Held(_S, frozen=True, gc=False, array_like=True):
     """A work effect held back by ``limits.max_concurrency``."""
 
     frame: str
-    effect: RunAgent | RunTeam | CallTool | RunSubflow
+    effect: RunAgent | RunTeam | CallTool | RunSubflow | SignalRun
     seq: int
     target: str
     member: str = ""  # a team member's name, when the work is a member's run-agent
@@ -201,6 +202,9 @@ class Waiting(_S, frozen=True, gc=False):
     queue_tail: int = 0
     in_flight: int = 0  # work effects issued and not answered
     seq: int = 0  # work effects requested so far: the report's order
+    # Signals sent with a key, and waits with a key, by ``[name, key]`` (JSON text).
+    keyed_signals: immutables.Map[str, tuple[Any, ...]] = _EMPTY
+    keyed_waiters: immutables.Map[str, tuple[str, ...]] = _EMPTY
 
 
 # --- the tree of frames ---------------------------------------------------------------------

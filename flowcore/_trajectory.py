@@ -40,6 +40,7 @@ from ._wire import (
     ScheduledRunNowRequested,
     Settled,
     SignalReceived,
+    SignalRun,
     Sleep,
     SubflowSettled,
     TimerFired,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Trajectory"]
 
-_WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow"})
+_WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow", "signal-run"})
 _NONE: immutables.Map[str, Pending] = immutables.Map()
 
 
@@ -181,6 +182,17 @@ class Trajectory:
                     input=effect.input,
                     at=at,
                     note=f"depth {effect.depth}",
+                )
+            case SignalRun():
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="signal-run",
+                    key=key,
+                    target=effect.run_id,
+                    input=effect.payload,
+                    at=at,
+                    note=f"signal {effect.signal}"
+                    + ("" if effect.key is None else f" key {effect.key}"),
                 )
             case _:
                 assert_never(effect)

@@ -47,7 +47,7 @@ from . import _ending
 from ._data import short
 from ._errors import EventRejected
 from ._outcome import FAIL, OK, Exhausted, Outcome, err
-from ._spec import CallToolStep, RunSubflowStep, Step, duration_text
+from ._spec import CallToolStep, RunSubflowStep, SignalRunStep, Step, duration_text
 from ._state import Ending, How, Pending, PendingKind, ReportRow, Resolution, StepFrame
 from ._txn import Txn
 from ._wire import (
@@ -120,7 +120,7 @@ ANSWERS: Final[dict[str, frozenset[PendingKind]]] = {
 }
 """Event kind -> the pending kinds it may answer. Any other pairing is rejected."""
 
-_ALL_WORK: Final = frozenset({"run-agent", "run-team", "call-tool", "run-subflow"})
+_ALL_WORK: Final = frozenset({"run-agent", "run-team", "call-tool", "run-subflow", "signal-run"})
 WORK_EFFECTS: Final[dict[str, frozenset[str]]] = {
     "effect-succeeded": _ALL_WORK - {"run-subflow"},  # a child run answers with subflow-settled
     "effect-failed": _ALL_WORK,  # the host could not start the child
@@ -372,7 +372,8 @@ def _reissue_class(t: Txn, step: Step) -> bool:
     if isinstance(body, CallToolStep):
         decl = t.flow.tools.get(body.tool)
         return decl is not None and decl.exec_class in ("readonly", "idempotent")
-    return isinstance(body, RunSubflowStep)  # the key names the child run
+    # The key names the child run; a signal is delivered once per key.
+    return isinstance(body, (RunSubflowStep, SignalRunStep))
 
 
 def _may_reissue(t: Txn, step: Step, entry: Pending, frame: StepFrame) -> bool:
@@ -409,17 +410,25 @@ def _answered(t: Txn, ev: HumanAnswered) -> None:
 
 def _signal(t: Txn, ev: SignalReceived) -> None:
     t.check_clock()
-    if ev.signal in t.waiting.waiters and leaf.signalled(t, ev.signal, ev.payload):
+    w = t.waiting
+    slot = leaf.signal_slot(ev.signal, ev.key)
+    waiters = w.waiters if ev.key is None else w.keyed_waiters
+    if slot in waiters and leaf.signalled(t, ev.signal, ev.payload, ev.key):
         return
     w = t.waiting
     limit = t.flow.limits.max_buffered_signals
     total = sum(len(v) for v in w.signals.values())
+    total += sum(len(v) for v in w.keyed_signals.values())
     if total >= limit:
         raise EventRejected(
             f"signal {short(ev.signal)} rejected: {total} signals already buffered (limit {limit})"
         )
-    signals = w.signals.set(ev.signal, (*w.signals.get(ev.signal, ()), ev.payload))
-    t.waiting = msgspec.structs.replace(w, signals=signals)
+    if ev.key is None:
+        signals = w.signals.set(slot, (*w.signals.get(slot, ()), ev.payload))
+        t.waiting = msgspec.structs.replace(w, signals=signals)
+    else:
+        keyed = w.keyed_signals.set(slot, (*w.keyed_signals.get(slot, ()), ev.payload))
+        t.waiting = msgspec.structs.replace(w, keyed_signals=keyed)
 
 
 def _timer(t: Txn, ev: TimerFired) -> None:

@@ -87,6 +87,7 @@ from ._wire import (
     RunSubflow,
     RunTeam,
     Settled,
+    SignalRun,
     Sleep,
     Usage,
 )
@@ -425,21 +426,22 @@ class Txn:
 
     def unwait(self, key: str) -> None:
         """The signal wait ``key`` is no longer open: off every name it waits for."""
-        waiters = self.waiting.waiters
-        changed = waiters
-        for name, waiting in waiters.items():
-            if key in waiting:
-                rest = tuple(k for k in waiting if k != key)
-                changed = changed.set(name, rest) if rest else changed.delete(name)
-        if changed is not waiters:
-            self.waiting = _replace(self.waiting, waiters=changed)
+        for field in ("waiters", "keyed_waiters"):
+            waiters = getattr(self.waiting, field)
+            changed = waiters
+            for name, waiting in waiters.items():
+                if key in waiting:
+                    rest = tuple(k for k in waiting if k != key)
+                    changed = changed.set(name, rest) if rest else changed.delete(name)
+            if changed is not waiters:
+                self.waiting = _replace(self.waiting, **{field: changed})
 
     # --- work ---------------------------------------------------------------------
 
     def emit_work(
         self,
         frame: str,
-        effect: RunAgent | RunTeam | CallTool | RunSubflow,
+        effect: RunAgent | RunTeam | CallTool | RunSubflow | SignalRun,
         target: str,
         member: str = "",
         tag: str = "",
@@ -471,7 +473,7 @@ class Txn:
     def issue(
         self,
         frame: str,
-        effect: RunAgent | RunTeam | CallTool | RunSubflow,
+        effect: RunAgent | RunTeam | CallTool | RunSubflow | SignalRun,
         member: str,
         seq: int,
         target: str,
@@ -489,7 +491,7 @@ class Txn:
             calls = 1  # a tool call; an agent's own ones come in its usage
             if led.tool_calls is not None and led.used_tool_calls + 1 > led.tool_calls:
                 raise Exhausted("tool-calls")
-        elif not isinstance(effect, RunSubflow):  # an agent or a team needs a turn and tokens
+        elif not isinstance(effect, (RunSubflow, SignalRun)):  # an agent or a team: turn, tokens
             if led.turns is not None and led.used_turns >= led.turns:
                 raise Exhausted("turns")
             if led.tokens is not None and led.used_tokens >= led.tokens:

@@ -57,6 +57,7 @@ __all__ = [
     "ScheduledRunNowRequested",
     "Settled",
     "SignalReceived",
+    "SignalRun",
     "Sleep",
     "SubflowSettled",
     "TimerFired",
@@ -79,7 +80,7 @@ PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
 SettledStatus: TypeAlias = Literal["completed", "failed", "cancelled", "budget-exhausted"]
 ExhaustedLimit: TypeAlias = Literal["steps", "cost", "wall-clock", "tokens", "tool-calls", "turns"]
 ReportStatus: TypeAlias = Literal["succeeded", "failed", "uncertain", "not-started"]
-WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow"]
+WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow", "signal-run"]
 
 
 class _Value(
@@ -201,6 +202,7 @@ class AwaitSignal(_Effect, tag="await-signal", frozen=True, kw_only=True):
     signal: str
     idempotency_key: str
     signals: tuple[str, ...] = ()
+    key: str | None = None  # the wait takes only signals sent with this key
 
 
 class RunSubflow(_Effect, tag="run-subflow", frozen=True, kw_only=True):
@@ -209,6 +211,17 @@ class RunSubflow(_Effect, tag="run-subflow", frozen=True, kw_only=True):
     idempotency_key: str
     input: Any = None
     budget_remaining: BudgetRemaining
+
+
+class SignalRun(_Effect, tag="signal-run", frozen=True, kw_only=True):
+    """Send the signal ``signal`` (with ``payload`` and, when set, ``key``) to the
+    run ``run_id``: delivered once per idempotency key."""
+
+    run_id: str
+    signal: str
+    payload: Any = None
+    key: str | None = None
+    idempotency_key: str
 
 
 class Settled(_Effect, tag="settled", frozen=True, kw_only=True):
@@ -220,7 +233,15 @@ class Settled(_Effect, tag="settled", frozen=True, kw_only=True):
 
 
 Effect: TypeAlias = (
-    RunAgent | RunTeam | CallTool | AskHuman | Sleep | AwaitSignal | RunSubflow | Settled
+    RunAgent
+    | RunTeam
+    | CallTool
+    | AskHuman
+    | Sleep
+    | AwaitSignal
+    | RunSubflow
+    | Settled
+    | SignalRun
 )
 
 # --- events ------------------------------------------------------------------
@@ -272,6 +293,7 @@ class SignalReceived(_Event, tag="signal-received", frozen=True, kw_only=True):
     signal: str
     payload: Any = None
     at_ms: NonNegInt
+    key: str | None = None  # taken only by a wait with this key
 
 
 class SubflowSettled(_Event, tag="subflow-settled", frozen=True, kw_only=True):
@@ -535,7 +557,7 @@ def _short_names(event: Event) -> bool:
     if len(key) > MAX_NAME_CHARS:
         return False
     if isinstance(event, SignalReceived):
-        return len(event.signal) <= MAX_NAME_CHARS
+        return len(event.signal) <= MAX_NAME_CHARS and len(event.key or "") <= MAX_NAME_CHARS
     if isinstance(event, (ScheduledCancelRequested, ScheduledRunNowRequested)):
         return len(event.schedule_id) <= MAX_NAME_CHARS
     if isinstance(event, ScheduledAddRequested):
@@ -576,6 +598,8 @@ def _check_fields(event: object) -> Event:
             check_data(event.answer, "$.answer", what)
         case SignalReceived():
             check_text(event.signal, "$.signal", what, MAX_NAME_CHARS)
+            if event.key is not None:
+                check_text(event.key, "$.key", what, MAX_NAME_CHARS)
             check_data(event.payload, "$.payload", what)
         case SubflowSettled():
             check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)

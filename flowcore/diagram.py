@@ -39,6 +39,7 @@ from ._spec import (
     RunSubflowStep,
     RunTeamStep,
     ScheduleStep,
+    SignalRunStep,
     SleepStep,
     Step,
     SwitchStep,
@@ -198,7 +199,14 @@ class _Builder:
                 wait += f" x{body.count}"
             if body.timeout_ms is not None:
                 wait += f" (timeout {_ms(body.timeout_ms)})"
-            self.g.node(nid, [step.id, wait, *extra], "stadium")
+            keyed = [] if body.key is None else [f"key {_clip(_source(body.key))}"]
+            self.g.node(nid, [step.id, wait, *keyed, *extra], "stadium")
+            exits = [_Exit(nid)]
+        elif isinstance(body, SignalRunStep):
+            lines = [step.id, f"signal_run {body.signal}", f"to {_clip(_source(body.run))}"]
+            if body.key is not None:
+                lines.append(f"key {_clip(_source(body.key))}")
+            self.g.node(nid, [*lines, *extra], "box")
             exits = [_Exit(nid)]
         elif isinstance(body, RunSubflowStep):
             self.g.node(nid, [step.id, f"run_subflow {body.flow}", *extra], "subroutine")

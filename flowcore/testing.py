@@ -92,6 +92,7 @@ from ._wire import (
     ScheduledRunNowRequested,
     Settled,
     SignalReceived,
+    SignalRun,
     Sleep,
     SubflowSettled,
     TimerFired,
@@ -176,6 +177,7 @@ TEAMS = {
 }
 AGENTS = ("bot", "a1", "a2", "a3", "a4")
 SIGNALS = ("go", "stop")
+SIGNAL_KEY = "k"  # the key of generated keyed waits and signals
 ERROR_TYPES = ("boom", "busy", "timeout", "outcome-unknown")
 _TOOL_NAMES = tuple(sorted(TOOLS))
 
@@ -226,6 +228,7 @@ STEP_KINDS = (
     "repeat",
     "try",
     "fail",
+    "signal_run",
 )
 _LEAF_KINDS = (
     "call_tool",
@@ -236,6 +239,7 @@ _LEAF_KINDS = (
     "await_signal",
     "run_subflow",
     "schedule",
+    "signal_run",
 )
 _NEST_KINDS = ("switch", "parallel", "for_each", "repeat", "try")
 
@@ -291,10 +295,13 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         else:
             step["sleep"] = {"for_ms": _written(wait_ms)}
     elif kind == "await_signal":
-        # the name, a timeout 1 in 2; 1 in 4 a condition on the payload, 1 in
-        # 4 both names and two signals collected
-        shape = draw(st.integers(0, 7))
+        # the name, a timeout 1 in 2; 1 in 5 a condition on the payload, 1 in
+        # 5 both names and two signals collected, 1 in 5 a key
+        shape = draw(st.integers(0, 9))
         wait: dict[str, Any] = {"signal": SIGNALS[shape % 2]}
+        if shape >= 8:
+            wait["key"] = SIGNAL_KEY
+            shape -= 8
         if shape // 2 % 2:
             wait["timeout_ms"] = _written(draw(st.integers(1, 5000)))
         if shape // 4 and shape % 2:
@@ -305,6 +312,13 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         step["await_signal"] = wait
     elif kind == "run_subflow":
         step["run_subflow"] = {"flow": "child", "input": {"v": ref}}
+    elif kind == "signal_run":
+        # to the run itself (the one run every host has): a name, a key 1 in 2
+        shape = draw(st.integers(0, 3))
+        send: dict[str, Any] = {"run": "${run.id}", "signal": SIGNALS[shape % 2], "payload": ref}
+        if shape // 2:
+            send["key"] = SIGNAL_KEY
+        step["signal_run"] = send
     elif kind == "schedule":
         shape = draw(st.integers(0, 7))
         step["schedule"] = {
@@ -680,7 +694,7 @@ _OPS: tuple[str, ...] = tuple(name for name, share in MOVES for _ in range(share
 _FRIENDLY = 78  # ops below this index are what a well-behaved host sends
 assert len(_OPS) == 100 and _OPS[_FRIENDLY - 1] == "cancel" and _OPS[_FRIENDLY] == "duplicate"
 _WORK = ("work", "subflow")  # what answers a work key (``_answered_by``)
-_WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow)
+_WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow, SignalRun)
 
 
 def _output(choice: int) -> Any:
@@ -859,7 +873,10 @@ class _Host:
     def op_signal(self, choice: int) -> Event | None:
         names = sorted(self.signal_names)
         return SignalReceived(
-            signal=names[choice % len(names)], payload={"n": choice}, at_ms=self.at(choice)
+            signal=names[choice % len(names)],
+            payload={"n": choice},
+            at_ms=self.at(choice),
+            key=SIGNAL_KEY if choice % 5 == 4 else None,
         )
 
     def op_cancel(self, choice: int) -> Event | None:
@@ -965,10 +982,12 @@ class _Host:
                     event, (EffectSucceeded, SubflowSettled, HumanAnswered, TimerFired)
                 )
                 return event
-        waiting = sorted({s.signal for s in self.waits.signals})
+        waiting = sorted({(s.signal, s.signal_key or "") for s in self.waits.signals})
         if waiting:
-            name = waiting[choice % len(waiting)]
-            return SignalReceived(signal=name, payload={"n": choice}, at_ms=self.at(choice))
+            name, key = waiting[choice % len(waiting)]
+            return SignalReceived(
+                signal=name, payload={"n": choice}, at_ms=self.at(choice), key=key or None
+            )
         return CancelRequested(reason="nothing else to do", at_ms=self.at(choice))
 
 
@@ -1201,7 +1220,7 @@ def check_keys(
                 reissue = (
                     isinstance(ev, EffectOutcomeUnknown)
                     and ev.idempotency_key == key
-                    and isinstance(effect, (CallTool, RunSubflow))
+                    and isinstance(effect, (CallTool, RunSubflow, SignalRun))
                     and _same_but_budget(effect, first)
                 )
                 if not reissue:
@@ -1309,7 +1328,7 @@ def check_budget(
 
 
 _EMITTED_AS = {  # what answers a key (``_answered_by``) -> what must have been emitted
-    "work": (CallTool, RunAgent, RunTeam),
+    "work": (CallTool, RunAgent, RunTeam, SignalRun),
     "subflow": (RunSubflow,),
     "ask": (AskHuman,),
     "signal": (AwaitSignal,),

@@ -162,9 +162,20 @@ class Driver:
         self.send(TimerFired(idempotency_key=full, at_ms=self._at(due)), reject)
 
     def signal(
-        self, name: str, payload: Any = None, *, at: int | None = None, reject: bool = False
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        at: int | None = None,
+        reject: bool = False,
+        key: str | None = None,
     ) -> None:
-        self.send(SignalReceived(signal=name, payload=payload, at_ms=self._at(at)), reject)
+        self.send(SignalReceived(signal=name, payload=payload, at_ms=self._at(at), key=key), reject)
+
+    def signal_failed(self, key: str, type: str, message: str) -> None:
+        """A host's answer to a signal-run it could not deliver, at once."""
+        error = ErrorInfo(type=type, message=message)
+        self.send(EffectFailed(idempotency_key=self.key(key), error=error, at_ms=self.now))
 
     def child(
         self,
@@ -982,6 +993,67 @@ def _signals_collect(d: Driver) -> None:
     d.signal("approve", {"by": "bo"})
     d.signal("approve", {"by": "cy"})
     d.signal("abort", "enough")
+
+
+@case(
+    "signal-key",
+    "await_signal with key: two waits for one name each take the signal sent with their own "
+    "key (one buffered before the wait, taken at once); a signal for another key and one "
+    "without a key stay buffered, the latter for a wait without a key.",
+    """
+flow: payments
+steps:
+  - id: hold
+    await_signal: {signal: open}
+  - id: both
+    parallel:
+      branches:
+        a: [{id: wa, await_signal: {signal: paid, key: "order-${input.a}"}}]
+        b: [{id: wb, await_signal: {signal: paid, key: "order-${input.b}"}}]
+  - id: plain
+    await_signal: {signal: paid}
+output: {both: "${steps.both.output}", plain: "${steps.plain.output}"}
+""",
+    input={"a": "A", "b": "B"},
+)
+def _signal_key(d: Driver) -> None:
+    d.signal("paid", {"for": "B"}, key="order-B")
+    d.signal("paid", "no key")
+    d.signal("open")
+    d.signal("paid", {"for": "Z"}, key="order-Z")
+    d.signal("paid", {"for": "A"}, key="order-A")
+
+
+@case(
+    "signal-run",
+    "signal_run: a signal to a run the host does not have fails with unknown-run (caught); a "
+    "run signals itself with a key, taken by the wait for that key; the host answers with the "
+    "run id. The host produces these events itself.",
+    """
+flow: notify
+steps:
+  - id: lost
+    try:
+      - id: nobody
+        signal_run: {run: "${input.nobody}", signal: done, payload: 1}
+    catch:
+      - errors: [unknown-run]
+        steps: [{id: noted, sleep: {for_ms: 0}}]
+  - id: both
+    parallel:
+      branches:
+        wait: [{id: w, await_signal: {signal: done, key: self}}]
+        tell:
+          - id: t
+            signal_run: {run: "${run.id}", signal: done, payload: {n: 1}, key: self}
+output: "${steps.both.output}"
+""",
+    input={"nobody": "no-such-run"},
+)
+def _signal_run(d: Driver) -> None:
+    d.signal_failed("nobody#1", "unknown-run", "no run 'no-such-run' to signal")
+    d.signal("done", {"n": 1}, key="self", at=d.now)
+    d.send(EffectSucceeded(idempotency_key=d.key("t#1"), output={"run_id": RUN_ID}, at_ms=d.now))
 
 
 @case(

@@ -162,8 +162,10 @@ def constructs(spec: dict[str, Any]) -> set[str]:
                 f"ask_human.{k}" for k in ("options", "timeout_ms", "default") if k in body
             )
         elif kind == "await_signal":
-            keys = ("timeout_ms", "where", "signals", "count")
+            keys = ("timeout_ms", "where", "signals", "count", "key")
             found.update(f"await_signal.{k}" for k in keys if k in body)
+        elif kind == "signal_run" and "key" in body:
+            found.add("signal_run.key")
         elif kind == "run_agent" and "member" in body:
             found.add("run_agent.member")
         elif kind == "run_team":
@@ -206,6 +208,8 @@ EVERY_CONSTRUCT = sorted(
         "await_signal.where",
         "await_signal.signals",
         "await_signal.count",
+        "await_signal.key",
+        "signal_run.key",
         "attempt_timeout_ms",
         "run_agent.member",
         "run_team.declared",

@@ -45,6 +45,7 @@ from flowcore._wire import (
     Settled,
     SettledStatus,
     SignalReceived,
+    SignalRun,
     Sleep,
     SubflowSettled,
     TimerFired,
@@ -186,7 +187,17 @@ def _effect_strategies() -> dict[type[Effect], st.SearchStrategy[Effect]]:
             idempotency_key=texts(),
         ),
         Sleep: st.builds(Sleep, until_ms=ints(), idempotency_key=texts()),
-        AwaitSignal: st.builds(AwaitSignal, signal=texts(), idempotency_key=texts()),
+        AwaitSignal: st.builds(
+            AwaitSignal, signal=texts(), idempotency_key=texts(), key=st.none() | texts()
+        ),
+        SignalRun: st.builds(
+            SignalRun,
+            run_id=texts(),
+            signal=texts(),
+            payload=json_values(),
+            key=st.none() | texts(),
+            idempotency_key=texts(),
+        ),
         RunSubflow: st.builds(
             RunSubflow,
             flow_id=texts(),
@@ -227,7 +238,11 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
         ),
         TimerFired: st.builds(TimerFired, idempotency_key=texts(), at_ms=non_neg_ints()),
         SignalReceived: st.builds(
-            SignalReceived, signal=texts(), payload=json_values(), at_ms=non_neg_ints()
+            SignalReceived,
+            signal=texts(),
+            payload=json_values(),
+            at_ms=non_neg_ints(),
+            key=st.none() | texts(),
         ),
         SubflowSettled: st.builds(
             SubflowSettled,
@@ -459,9 +474,10 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "ask-human": ("kind", "question", "options?", "idempotencyKey"),
     "sleep": ("kind", "untilMs", "idempotencyKey"),
-    "await-signal": ("kind", "signal", "idempotencyKey", "signals?"),
+    "await-signal": ("kind", "signal", "idempotencyKey", "signals?", "key?"),
     "run-subflow": ("kind", "flowId", "depth", "idempotencyKey", "input?", "budgetRemaining"),
     "settled": ("kind", "status", "output?", "error?", "exhausted?", "report?"),
+    "signal-run": ("kind", "runId", "signal", "payload?", "key?", "idempotencyKey"),
 }
 
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -470,7 +486,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "effect-outcome-unknown": ("kind", "idempotencyKey", "atMs"),
     "human-answered": ("kind", "idempotencyKey", "answer", "atMs"),
     "timer-fired": ("kind", "idempotencyKey", "atMs"),
-    "signal-received": ("kind", "signal", "payload?", "atMs"),
+    "signal-received": ("kind", "signal", "payload?", "atMs", "key?"),
     "subflow-settled": (
         "kind",
         "idempotencyKey",
@@ -513,6 +529,7 @@ def test_effect_kinds_are_exactly() -> None:
         "await-signal",
         "run-subflow",
         "settled",
+        "signal-run",
     }
     assert len(kinds) == len(EFFECT_TYPES)
     assert set(EFFECT_FIELDS) == kinds
@@ -564,7 +581,13 @@ def test_literal_values_are_pinned() -> None:
         "turns",
     }
     assert set(get_args(ReportStatus)) == {"succeeded", "failed", "uncertain", "not-started"}
-    assert set(get_args(WorkKind)) == {"run-agent", "run-team", "call-tool", "run-subflow"}
+    assert set(get_args(WorkKind)) == {
+        "run-agent",
+        "run-team",
+        "call-tool",
+        "run-subflow",
+        "signal-run",
+    }
 
 
 # --- malformed input -----------------------------------------------------------

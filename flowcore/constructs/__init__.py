@@ -30,6 +30,7 @@ from .._spec import (
     RunSubflowStep,
     RunTeamStep,
     ScheduleStep,
+    SignalRunStep,
     SleepStep,
     Step,
     SwitchStep,
@@ -63,6 +64,8 @@ def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
             return leaf.begin_sleep(t, frame, body)
         case AwaitSignalStep():
             return leaf.begin_await_signal(t, frame, body)
+        case SignalRunStep():
+            return leaf.begin_signal_run(t, frame, body)
         case SwitchStep():
             return switch.begin(t, frame, step, body)
         case TryStep():
@@ -108,6 +111,7 @@ def child_done(t: Txn, frame: StepFrame, child: SeqFrame | None, out: Outcome) -
             | AskHumanStep()
             | SleepStep()
             | AwaitSignalStep()
+            | SignalRunStep()
             | ScheduleStep()
             | CancelScheduledStep()
             | FailStep()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .. import _keys as keys
-from .._data import short
+from .._data import MAX_NAME_CHARS, short
 from .._errors import EventRejected
 from .._expr import TemplateError
 from .._outcome import FAIL, NO_BUDGET, OK, err
@@ -23,12 +23,13 @@ from .._spec import (
     AwaitSignalStep,
     CallToolStep,
     RunAgentStep,
+    SignalRunStep,
     SleepStep,
     duration_text,
 )
 from .._state import Pending, PendingKind, SignalsProgress, StepFrame
 from .._validate import value_problem
-from .._wire import AskHuman, AwaitSignal, CallTool, ErrorInfo, RunAgent
+from .._wire import AskHuman, AwaitSignal, CallTool, ErrorInfo, RunAgent, SignalRun
 
 if TYPE_CHECKING:
     from .._expr import Template
@@ -42,10 +43,12 @@ __all__ = [
     "begin_await_signal",
     "begin_call_tool",
     "begin_run_agent",
+    "begin_signal_run",
     "begin_sleep",
     "check_answer",
     "run_agent",
     "question_timed_out",
+    "signal_slot",
     "signal_timed_out",
     "signalled",
     "slept",
@@ -155,9 +158,15 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
     timeout = None
     if body.timeout_ms is not None:
         timeout = t.duration(frame, body.timeout_ms, "await_signal.timeout_ms", zero=True)
+    wanted = None
+    if body.key is not None:
+        wanted = as_text(body.key.evaluate(t.resolver(frame.env, frame.attempt)))
+        if not wanted or len(wanted) > MAX_NAME_CHARS:
+            why = f"await_signal.key must be 1 to {MAX_NAME_CHARS} characters, got {short(wanted)}"
+            return (FAIL, err("invalid-signal-key", why))
     names = body.names
     received: tuple[Any, ...] = ()
-    while (found := _buffered(t, frame, body)) is not None:  # taken at once, no effect
+    while (found := _buffered(t, frame, body, wanted)) is not None:  # taken at once, no effect
         name, payload = found
         if not body.collects:
             return (OK, payload if body.signals is None else _taken(name, payload))
@@ -172,13 +181,15 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
         key,
         PendingKind.SIGNAL,
         frame.id,
-        AwaitSignal(signal=names[0], signals=many, idempotency_key=key),
+        AwaitSignal(signal=names[0], signals=many, key=wanted, idempotency_key=key),
     )
     w = t.waiting
-    waiters = w.waiters
+    field = "waiters" if wanted is None else "keyed_waiters"
+    waiters = getattr(w, field)
     for name in names:
-        waiters = waiters.set(name, (*waiters.get(name, ()), key))
-    t.waiting = msgspec.structs.replace(w, waiters=waiters)
+        slot = signal_slot(name, wanted)
+        waiters = waiters.set(slot, (*waiters.get(slot, ()), key))
+    t.waiting = msgspec.structs.replace(w, **{field: waiters})
     if timeout is not None:
         t.timer(
             keys.wait_timeout_key(key), t.now_ms + timeout, PendingKind.SIGNAL_TIMEOUT, frame.id
@@ -186,21 +197,34 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
     return None
 
 
+def signal_slot(name: str, key: str | None) -> str:
+    """Where signals of ``name`` sent with ``key`` wait and are waited for: the
+    name itself without a key (``signals``, ``waiters``), else ``[name, key]`` as
+    JSON text (``keyed_signals``, ``keyed_waiters``)."""
+    return name if key is None else msgspec.json.encode([name, key]).decode()
+
+
 def _taken(name: str, payload: Any) -> dict[str, Any]:
     return {"signal": name, "payload": payload}
 
 
-def _buffered(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> tuple[str, Any] | None:
+def _buffered(
+    t: Txn, frame: StepFrame, body: AwaitSignalStep, wanted: str | None
+) -> tuple[str, Any] | None:
     """Take the buffered signal the wait takes first: by its names in the order
-    written, the oldest it accepts of each; None when there is none."""
-    w = t.waiting
+    written, the oldest it accepts of each (with the wait's key, ``wanted``);
+    None when there is none."""
+    field = "signals" if wanted is None else "keyed_signals"
     for name in body.names:
-        buffered = w.signals.get(name, ())
+        w = t.waiting
+        buffers = getattr(w, field)
+        slot = signal_slot(name, wanted)
+        buffered = buffers.get(slot, ())
         for i, payload in enumerate(buffered):
             if takes(t, frame, body, payload):
                 rest = (*buffered[:i], *buffered[i + 1 :])
-                signals = w.signals.set(name, rest) if rest else w.signals.delete(name)
-                t.waiting = msgspec.structs.replace(w, signals=signals)
+                buffers = buffers.set(slot, rest) if rest else buffers.delete(slot)
+                t.waiting = msgspec.structs.replace(w, **{field: buffers})
                 return name, payload
     return None
 
@@ -261,10 +285,12 @@ def takes(t: Txn, frame: StepFrame, body: AwaitSignalStep, payload: Any) -> bool
         return False
 
 
-def signalled(t: Txn, signal: str, payload: Any) -> bool:
-    """A signal arrived: the oldest wait for it that takes it gets it. False when
-    no wait takes it (the caller buffers it)."""
-    for key in t.waiting.waiters[signal]:
+def signalled(t: Txn, signal: str, payload: Any, sent_key: str | None = None) -> bool:
+    """A signal arrived (sent with ``sent_key``, or none): the oldest wait for it
+    (with that key) that takes it gets it. False when no wait takes it (the
+    caller buffers it)."""
+    waiters = t.waiting.waiters if sent_key is None else t.waiting.keyed_waiters
+    for key in waiters[signal_slot(signal, sent_key)]:
         frame = t.frame(t.pending[key].frame)
         body = t.step_of(frame).body
         assert isinstance(body, AwaitSignalStep)
@@ -288,6 +314,28 @@ def signalled(t: Txn, signal: str, payload: Any) -> bool:
         t.drop_key(keys.wait_timeout_key(key))
     t.step_ended(frame.id, (OK, output), t.set_frame(frame, key=None, progress=None))
     return True
+
+
+def begin_signal_run(t: Txn, frame: StepFrame, body: SignalRunStep) -> Outcome | None:
+    """Send a signal to another run: one ``signal-run`` work effect."""
+    r = t.resolver(frame.env, frame.attempt)
+    run_id = as_text(body.run.evaluate(r))
+    sent_key = None if body.key is None else as_text(body.key.evaluate(r))
+    for what, text in (("run", run_id), ("key", sent_key)):
+        if text is not None and not (0 < len(text) <= MAX_NAME_CHARS):
+            why = f"signal_run.{what} must be 1 to {MAX_NAME_CHARS} characters, got {short(text)}"
+            return (FAIL, err(f"invalid-signal-{what}", why))
+    key = t.key(frame)
+    t.set_frame(frame, key=key)
+    effect = SignalRun(
+        run_id=run_id,
+        signal=body.signal,
+        payload=body.payload.evaluate(r),
+        key=sent_key,
+        idempotency_key=key,
+    )
+    t.emit_work(frame.id, effect, body.signal)
+    return None
 
 
 def slept(t: Txn, frame: StepFrame) -> None:

@@ -144,7 +144,7 @@ def event_line(record: Record) -> Text:
     )
 
 
-_WORK = ("call-tool", "run-agent", "run-team", "run-subflow")
+_WORK = ("call-tool", "run-agent", "run-team", "run-subflow", "signal-run")
 _STYLE = {"succeeded": "green", "failed": "red", "uncertain": "red", "pending": "yellow"}
 
 

@@ -60,6 +60,7 @@ from ._options import (
     reason_option,
     run_id_argument,
     signal_arguments,
+    signal_target,
     spec_argument,
 )
 from ._progress import (
@@ -519,7 +520,7 @@ def _waits(info: dict[str, Any]) -> list[str]:
     waits += [f"signal {name}" for name in info["waitingFor"]]
     for item in info["pending"]:
         kind = item["kind"]
-        if kind in ("call-tool", "run-agent", "run-team", "run-subflow"):
+        if kind in ("call-tool", "run-agent", "run-team", "run-subflow", "signal-run"):
             waits.append(f"{kind} {item['key'].split('/', 1)[-1]}")
         elif kind == "sleep" and item.get("dueMs") is not None:
             waits.append(f"timer {iso(item['dueMs'])}")
@@ -660,10 +661,20 @@ def export(run_id: str, output: Path | None, db: Path) -> None:
 @click.command("signal")
 @signal_arguments
 @db_option
-def signal_(run_id: str, name: str, data: str | None, db: Path) -> None:
-    """Send signal NAME to RUN (buffered if the run does not wait for it yet)."""
+def signal_(run_id: str, name: str | None, data: str | None, key: str | None, db: Path) -> None:
+    """Send signal NAME to RUN (buffered if the run does not wait for it yet).
+
+    With only NAME and --key KEY, send it to every running run that waits for
+    NAME with that key, and print their ids; none waiting is an error.
+    """
+    run, name = signal_target(run_id, name, key)
     payload = json_value(data, "--data")
-    _run(db, lambda host: host.signal(run_id, name, payload))
+    if run is not None:
+        _run(db, lambda host: host.signal(run, name, payload, key))
+        return
+    assert key is not None
+    for got in _run(db, lambda host: host.signal_key(name, key, payload)):
+        _print(got)
 
 
 @click.command()

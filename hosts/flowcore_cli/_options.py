@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ._common import checked_name
+from ._common import CliError, checked_name
 
 __all__ = [
     "FROM_FILE",
@@ -25,6 +25,7 @@ __all__ = [
     "reason_option",
     "run_id_argument",
     "signal_arguments",
+    "signal_target",
     "spec_argument",
 ]
 
@@ -60,12 +61,32 @@ input_option = click.option(
     + " (With -, questions are not answered from standard input.)",
 )
 
-# `signal RUN_ID NAME [--data JSON]`
+# `signal [RUN_ID] NAME [--data JSON] [--key KEY]`: without RUN_ID, --key is
+# required and the signal goes to the runs that wait for NAME with KEY.
 signal_arguments = _each(
-    run_id_argument,
-    click.argument("name", callback=checked_name),
+    click.argument("run_id", callback=checked_name),
+    click.argument("name", callback=checked_name, required=False),
     click.option("--data", help="The signal's payload as JSON;" + FROM_FILE),
+    click.option(
+        "--key",
+        callback=checked_name,
+        help="The signal's key: only a wait with this key takes it. Without RUN_ID, the "
+        "signal goes to every run that waits for NAME with KEY.",
+    ),
 )
+
+
+def signal_target(run_id: str, name: str | None, key: str | None) -> tuple[str | None, str]:
+    """``(run id or None, name)`` from ``signal``'s arguments: one argument is NAME,
+    which needs ``--key`` (the runs that wait for it are found by it)."""
+    if key == "":
+        raise CliError("--key: a signal key must not be empty")
+    if name is not None:
+        return run_id, name
+    if key is None:
+        raise CliError("missing NAME: give RUN_ID NAME, or NAME --key KEY for the runs waiting")
+    return None, run_id
+
 
 # `answer RUN_ID KEY [ANSWER] [--data JSON]`: exactly one of the two (`answer_value`).
 answer_arguments = _each(

@@ -60,6 +60,7 @@ from flowcore import (
     ScheduledRunNowRequested,
     Settled,
     SignalReceived,
+    SignalRun,
     SubflowSettled,
     TimerFired,
 )
@@ -241,6 +242,9 @@ def describe(item: Item, run_id: str) -> Text | None:
             return line(("… waiting for signal", "yellow"), f" {signal} {key}")
         case RunSubflow(flow_id=flow, idempotency_key=key):
             return line(("→ run-subflow", "cyan"), f" {flow} {key}")
+        case SignalRun(run_id=target, signal=signal, key=sent_key, idempotency_key=key):
+            with_key = "" if sent_key is None else f" (key {sent_key})"
+            return line(("→ signal-run", "cyan"), f" {signal}{with_key} to {target} {key}")
         case Settled(status=status):
             return line((f"■ {run_id} settled {status}", "bold"))
         # --- events: what happened
@@ -252,8 +256,9 @@ def describe(item: Item, run_id: str) -> Text | None:
             return line(("?", "red"), f" {key} outcome unknown")
         case HumanAnswered(idempotency_key=key, answer=answer):
             return line(("!", "magenta"), f" {key} answered {answer!r}")
-        case SignalReceived(signal=signal):
-            return line(("!", "yellow"), f" signal {signal} received")
+        case SignalReceived(signal=signal, key=sent_key):
+            with_key = "" if sent_key is None else f" (key {sent_key})"
+            return line(("!", "yellow"), f" signal {signal}{with_key} received")
         case SubflowSettled(idempotency_key=key, status=status):
             return line(("✓", "green"), f" {key} subflow {status}")
         case CancelRequested(reason=reason):

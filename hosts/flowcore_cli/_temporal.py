@@ -50,6 +50,7 @@ from ._options import (
     reason_option,
     run_id_argument,
     signal_arguments,
+    signal_target,
     spec_argument,
 )
 from ._progress import Item, RunTree, out, watch
@@ -246,13 +247,39 @@ def run(
 @signal_arguments
 @connection_options
 def signal_(
-    run_id: str, name: str, data: str | None, address: str, task_queue: str, namespace: str
+    run_id: str,
+    name: str | None,
+    data: str | None,
+    key: str | None,
+    address: str,
+    task_queue: str,
+    namespace: str,
 ) -> None:
-    """Send signal NAME to RUN (buffered if the run does not wait for it yet)."""
+    """Send signal NAME to RUN (buffered if the run does not wait for it yet).
+
+    With only NAME and --key KEY, send it to every running run that waits for
+    NAME with that key (found by the FlowcoreSignalKeys search attribute), and
+    print their ids; none waiting is an error.
+    """
+    run, name = signal_target(run_id, name, key)
     payload = json_value(data, "--data")
-    with_host(
-        address, namespace, task_queue, lambda h: h.signal(run_id, name, payload), lambda _: 0
-    )
+    if run is not None:
+        with_host(
+            address,
+            namespace,
+            task_queue,
+            lambda h: h.signal(run, name, payload, key),
+            lambda _: 0,
+        )
+        return
+    assert key is not None
+
+    def printed(runs: list[str]) -> int:
+        for got in runs:
+            click.echo(got)
+        return 0
+
+    with_host(address, namespace, task_queue, lambda h: h.signal_key(name, key, payload), printed)
 
 
 @click.command()

@@ -10,7 +10,7 @@ from ._db import DB_ENV, DURABILITY, Durability, NotAFlowcoreDatabase, default_d
 from ._host import LocalHost
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention, ScheduledRow
-from ._store import HostError, RunRow
+from ._store import HostError, NoSignalWait, RunRow
 
 __all__ = [
     "DB_ENV",
@@ -19,6 +19,7 @@ __all__ = [
     "Deleted",
     "HostError",
     "LocalHost",
+    "NoSignalWait",
     "NotAFlowcoreDatabase",
     "RunRow",
     "ScheduledRetention",

@@ -58,8 +58,10 @@ from flowcore import (
     RunSubflow,
     RunTeam,
     SignalReceived,
+    SignalRun,
     TimerFired,
 )
+from flowcore._data import MAX_NAME_CHARS
 from flowcore._spec import MAX_AMOUNT, MAX_MS
 from flowcore_handlers import (
     HandlerError,
@@ -84,7 +86,7 @@ from ._flows import declared_signals, reachable_flows
 from ._prune import Deleted
 from ._resume import Rewind, plan_rewind
 from ._scheduled import ScheduledRetention, ScheduledRow, list_scheduled, trim
-from ._store import Applied, Claimed, Conflict, HostError, RunRow, Store
+from ._store import Applied, Claimed, Conflict, HostError, NoSignalWait, RunRow, Store
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -150,6 +152,49 @@ def _scheduled_call(run_id: str, key: str) -> bool:
         return flowcore.parse_key(key, run_id).role is flowcore.KeyRole.SCHEDULE_CALL
     except ValueError:
         return False
+
+
+def _check_signal_key(key: object) -> None:
+    if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_NAME_CHARS):
+        raise HostError(f"a signal key must be text of 1 to {MAX_NAME_CHARS} characters")
+
+
+class _NotPending(Exception):
+    """The run that sent a signal-run no longer waits for it: undo the delivery."""
+
+
+def _deliver_signal(
+    store: Store, run_id: str, key: str, effect: SignalRun, now: int
+) -> list[Applied]:
+    """Deliver one ``signal-run`` and answer it, in the caller's transaction."""
+    out: list[Applied] = []
+    target = effect.run_id
+    error: ErrorInfo | None = None
+    try:
+        row = store.run_row(target)
+    except HostError:
+        error = ErrorInfo(type="unknown-run", message=f"no run {target!r} to signal")
+    else:
+        if row.status != "running":
+            error = ErrorInfo(type="run-settled", message=f"run {target!r} has already settled")
+    if error is None:
+        event = SignalReceived(
+            signal=effect.signal, payload=effect.payload, at_ms=now, key=effect.key
+        )
+        applied = store.apply(target, event, now)
+        if applied.rejected is not None:
+            error = ErrorInfo(type="signal-rejected", message=applied.rejected)
+        else:
+            out += [applied, *store.take_extra()]
+    answer: Event = (
+        EffectSucceeded(idempotency_key=key, output={"run_id": target}, at_ms=now)
+        if error is None
+        else EffectFailed(idempotency_key=key, error=error, at_ms=now)
+    )
+    answered = store.apply(run_id, answer, now)
+    if answered.rejected is not None:
+        raise _NotPending(answered.rejected)
+    return [*out, answered, *store.take_extra()]
 
 
 def _local_tracing(tracing: Any, host: LocalHost) -> LocalTracing | None:
@@ -494,12 +539,17 @@ class LocalHost:
         self._after(applied)
         return applied[0]
 
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, key: str | None = None
+    ) -> None:
         """Send the run a signal (buffered if it does not wait for it yet).
 
-        A name no ``await_signal`` step of the run's flow, or of a subflow it
-        can start, waits for is refused, listing the names that are.
+        With ``key`` only a wait with that ``key`` takes it (buffered for one
+        until then, like any signal). A name no ``await_signal`` step of the
+        run's flow, or of a subflow it can start, waits for is refused, listing
+        the names that are.
         """
+        _check_signal_key(key)
 
         def declared() -> set[str]:
             store = self.store
@@ -514,8 +564,39 @@ class LocalHost:
                 + (f"its flow and subflows declare {listed}" if names else "it declares no signals")
             )
         await self._apply_now(
-            run_id, SignalReceived(signal=name, payload=payload, at_ms=self.now())
+            run_id, SignalReceived(signal=name, payload=payload, at_ms=self.now(), key=key)
         )
+
+    async def signal_key(self, name: str, key: str, payload: Any = None) -> list[str]:
+        """Send signal ``name`` with ``key`` to every running run that waits for it
+        with that key (``await_signal.key``), in one transaction; returns their
+        ids, sorted. Raises ``NoSignalWait`` (a ``HostError``) when no run waits
+        for it: nothing is buffered then.
+        """
+        _check_signal_key(key)
+        now = self.now()
+
+        def sending() -> tuple[list[str], list[Applied]]:
+            store = self.store
+            with store.tx():
+                runs = store.signal_waits(name, key)
+                out: list[Applied] = []
+                for run_id in runs:
+                    event = SignalReceived(signal=name, payload=payload, at_ms=now, key=key)
+                    applied = store.apply(run_id, event, now)
+                    if applied.rejected is not None:
+                        raise HostError(f"run {run_id!r} refused the signal: {applied.rejected}")
+                    out += [applied, *store.take_extra()]
+                return runs, out
+
+        runs, applied = await self._db(sending)
+        if not runs:
+            raise NoSignalWait(
+                f"no running run waits for signal {safe_text(repr(name), 200)}"
+                f" with key {safe_text(repr(key), 200)}"
+            )
+        self._after(applied)
+        return runs
 
     async def answer(self, run_id: str, key: str, answer: Any) -> None:
         """Answer an open question of the run.
@@ -1106,6 +1187,7 @@ class LocalHost:
                 if only is None:  # an attached run's worker starts no scheduled runs
                     await self._fire_schedules()
                 await self._start_subflows()
+                await self._signal_runs()
                 await self._claim_ready()
                 await self._retain()
                 if until_settled is not None:
@@ -1363,6 +1445,30 @@ class LocalHost:
 
         self._after(await self._db(starting))
 
+    async def _signal_runs(self) -> None:
+        """Deliver the ``signal-run`` effects: each in one transaction with its answer
+        (``effect-succeeded``, or ``effect-failed`` ``unknown-run`` / ``run-settled``
+        / ``signal-rejected``), so that a crash or a second worker never delivers
+        one twice: its outbox row is gone once it is delivered."""
+        now = self.now()
+
+        def delivering() -> list[Applied]:
+            store = self.store
+            out: list[Applied] = []
+            if not store.ready_signal_runs(1):
+                return out
+            with store.tx():
+                for run_id, key, effect in store.ready_signal_runs():  # under the write lock
+                    try:
+                        with store.savepoint():
+                            out.extend(_deliver_signal(store, run_id, key, effect, now))
+                    except _NotPending:
+                        store.take_extra()
+                        store.close(run_id, key)
+            return out
+
+        self._after(await self._db(delivering))
+
     async def _claim_ready(self) -> None:
         free = self.concurrency - len(self._running)
         if free <= 0:
@@ -1401,7 +1507,11 @@ class LocalHost:
             # Work this worker claimed is already running; the main loop only
             # needs waking for what it handles: timers, subflows, settlement.
             plan = item.plan
-            handles = plan.arm or plan.settled or any(isinstance(e, RunSubflow) for e in plan.start)
+            handles = (
+                plan.arm
+                or plan.settled
+                or any(isinstance(e, (RunSubflow, SignalRun)) for e in plan.start)
+            )
             wake = wake or not item.claimed or bool(handles)
         if wake and self._wake is not None:
             self._wake.set()

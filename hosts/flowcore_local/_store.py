@@ -47,6 +47,7 @@ from flowcore import (
     RunTeam,
     Settled,
     SignalReceived,
+    SignalRun,
     Sleep,
     State,
     SubflowSettled,
@@ -72,6 +73,10 @@ _effect_dec: msgspec.json.Decoder[Effect] = msgspec.json.Decoder(Effect)
 
 class HostError(Exception):
     """A request the host cannot carry out (unknown run, conflicting start, ...)."""
+
+
+class NoSignalWait(HostError):
+    """A keyed signal sent without a run id that no running run waits for."""
 
 
 class Conflict(Exception):
@@ -978,7 +983,14 @@ class Store:
         self,
         run_id: str,
         flow: Flow,
-        effect: RunAgent | RunTeam | CallTool | AskHuman | Sleep | AwaitSignal | RunSubflow,
+        effect: RunAgent
+        | RunTeam
+        | CallTool
+        | AskHuman
+        | Sleep
+        | AwaitSignal
+        | RunSubflow
+        | SignalRun,
         now: int,
         applied: Applied,
         tools: str | None,
@@ -1005,7 +1017,7 @@ class Store:
                 applied.claimed.append(Claimed(run_id, key, effect, tools))
             else:
                 status = "ready"
-        elif isinstance(effect, RunSubflow):
+        elif isinstance(effect, (RunSubflow, SignalRun)):
             status, exec_class = "ready", "idempotent"
         elif isinstance(effect, Sleep):
             status, due = "timer", effect.until_ms
@@ -1214,6 +1226,36 @@ class Store:
             assert isinstance(effect, RunSubflow)
             out.append((run_id, key, effect))
         return out
+
+    def ready_signal_runs(self, limit: int = 64) -> list[tuple[str, str, SignalRun]]:
+        """The ``signal-run`` effects not delivered yet (read again inside the
+        transaction that delivers them: a row there is not delivered)."""
+        out = []
+        scope, args = self._scope()
+        for run_id, key, blob in self.conn.execute(
+            "SELECT run_id, key, effect FROM outbox WHERE status = 'ready' AND kind = 'signal-run'"
+            f"{scope} LIMIT ?",
+            (*args, limit),
+        ):
+            effect = _effect_dec.decode(blob)
+            assert isinstance(effect, SignalRun)
+            out.append((run_id, key, effect))
+        return out
+
+    def signal_waits(self, name: str, key: str) -> list[str]:
+        """The running runs with an open wait for signal ``name`` sent with ``key``."""
+        found: list[str] = []
+        for run_id, blob in self.conn.execute(
+            "SELECT o.run_id, o.effect FROM outbox o JOIN runs r USING (run_id)"
+            " WHERE o.kind = 'await-signal' AND o.status = 'waiting' AND r.status = 'running'"
+            " ORDER BY o.run_id"
+        ):
+            effect = _effect_dec.decode(blob)
+            assert isinstance(effect, AwaitSignal)
+            names = effect.signals or (effect.signal,)
+            if effect.key == key and name in names and run_id not in found:
+                found.append(run_id)
+        return found
 
     def mark(self, run_id: str, key: str, status: str) -> None:
         self.conn.execute(

@@ -253,7 +253,7 @@ class Api:
         row = await self.owned(ctx)
         self.running(row)
         body: SignalBody = ctx.body
-        await self._event(row, self.host.signal(row.run_id, body.name, body.payload))
+        await self._event(row, self.host.signal(row.run_id, body.name, body.payload, body.key))
         return json_response(self.summary(await self.host.run(row.run_id)), 202)
 
     # --- the event stream ---------------------------------------------------------------

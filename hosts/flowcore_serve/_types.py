@@ -83,8 +83,11 @@ class AnswerBody(_Body):
 
 
 class SignalBody(_Body):
+    """A signal; with ``key``, only a wait with that key takes it (buffered until then)."""
+
     name: Name
     payload: Any = None
+    key: Name | None = None
 
 
 class BackfillBody(_Body):

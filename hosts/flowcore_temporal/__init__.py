@@ -27,8 +27,10 @@ from ._types import (
     DEFAULT_TASK_QUEUE,
     LOG_QUERY,
     QUESTIONS_QUERY,
+    RUN_STATUS_ACTIVITY,
     SCHEDULED_QUERY,
     SCHEDULED_UPDATE,
+    SIGNAL_KEYS_ATTRIBUTE,
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
@@ -40,6 +42,7 @@ from ._types import (
 if TYPE_CHECKING:
     from ._activities import FlowcoreActivities
     from ._host import (
+        NoSignalWait,
         TemporalHost,
         TemporalHostError,
         TemporalUnavailable,
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "FlowcoreActivities": "._activities",
+    "NoSignalWait": "._host",
     "TemporalHost": "._host",
     "TemporalHostError": "._host",
     "TemporalUnavailable": "._host",
@@ -92,12 +96,15 @@ __all__ = [
     "LOG_QUERY",
     "PASSTHROUGH_MODULES",
     "QUESTIONS_QUERY",
+    "RUN_STATUS_ACTIVITY",
+    "SIGNAL_KEYS_ATTRIBUTE",
     "SCHEDULED_QUERY",
     "SCHEDULED_UPDATE",
     "STATUS_QUERY",
     "WORKFLOW_NAME",
     "FlowcoreActivities",
     "FlowcoreWorkflow",
+    "NoSignalWait",
     "RunArgs",
     "RunArgsError",
     "TemporalHost",

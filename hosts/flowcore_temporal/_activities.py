@@ -29,6 +29,7 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 import flowcore
 from flowcore import (
@@ -49,7 +50,7 @@ from flowcore_handlers import (
     safe_text,
 )
 
-from ._types import ACTIVITY_NAME
+from ._types import ACTIVITY_NAME, RUN_STATUS_ACTIVITY
 
 __all__ = ["FlowcoreActivities"]
 
@@ -118,6 +119,17 @@ class FlowcoreActivities:
                 cancel.set()
                 call.cancel()
         return _result(event)
+
+    @activity.defn(name=RUN_STATUS_ACTIVITY)
+    async def run_status(self, run_id: str) -> str | None:
+        """The status of run ``run_id``'s workflow (``COMPLETED``...), None when none."""
+        try:
+            described = await activity.client().get_workflow_handle(run_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        return None if described.status is None else described.status.name
 
 
 async def _watched(

@@ -65,6 +65,7 @@ from ._types import (
     QUESTIONS_QUERY,
     SCHEDULED_QUERY,
     SCHEDULED_UPDATE,
+    SIGNAL_KEYS_ATTRIBUTE,
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
@@ -88,6 +89,10 @@ _QUERY_TIMEOUT = timedelta(seconds=10)
 
 class TemporalHostError(Exception):
     """Something the user can fix; the message is one line."""
+
+
+class NoSignalWait(TemporalHostError):
+    """A keyed signal sent without a run id that no running run waits for."""
 
 
 class TemporalUnavailable(TemporalHostError):
@@ -280,22 +285,79 @@ class TemporalHost:
             )
         return TemporalHostError(f"{run_id}: {exc.message}")
 
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, key: str | None = None
+    ) -> None:
         """Send signal ``name``; a run that does not wait for it yet buffers it.
 
-        The payload is checked here, as the workflow checks it: a run drops a
-        signal flowcore cannot store (signals have no reply), so refusing it
-        here is the only way the sender hears of it.
+        With ``key`` only a wait with that key takes it (the key travels as the
+        signal's second argument). The payload is checked here, as the workflow
+        checks it: a run drops a signal flowcore cannot store (signals have no
+        reply), so refusing it here is the only way the sender hears of it.
         """
         try:
-            flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=0))
+            flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=0, key=key))
         except flowcore.DataError as exc:
             raise TemporalHostError(f"signal {name!a} refused: {exc}") from None
+        if key == "":
+            raise TemporalHostError("a signal key must not be empty")
         handle = self.handle(run_id)
-        if payload is None:
+        if key is not None:
+            await self._call(handle.signal(name, args=[payload, key]), run_id)
+        elif payload is None:
             await self._call(handle.signal(name), run_id)
         else:
             await self._call(handle.signal(name, payload), run_id)
+
+    async def signal_key(
+        self, name: str, key: str, payload: Any = None, *, wait_s: float = 10.0
+    ) -> list[str]:
+        """Send signal ``name`` with ``key`` to every running run that waits for it
+        with that key; returns their run ids, sorted.
+
+        Runs are found by the ``FlowcoreSignalKeys`` search attribute (``name:key``),
+        which a run sets while it waits. Temporal's visibility is eventually
+        consistent: a run that began to wait a moment ago may not be listed
+        yet, so the search is repeated for up to ``wait_s`` seconds while it
+        finds none; then ``NoSignalWait``. The attribute must be registered
+        with the namespace (``specs/temporal.md``).
+        """
+        import asyncio
+
+        try:
+            flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=0, key=key))
+        except flowcore.DataError as exc:
+            raise TemporalHostError(f"signal {name!a} refused: {exc}") from None
+        if not key:
+            raise TemporalHostError("a signal key must not be empty")
+        value = f"{name}:{key}"
+        if any(c in value for c in "'\\\"") or not value.isprintable():
+            raise TemporalHostError(
+                "a signal routed by its key cannot have quotes, backslashes or control"
+                " characters in its name or key; send it to a run by id instead"
+            )
+        query = (
+            f"{SIGNAL_KEYS_ATTRIBUTE} = '{value}' AND ExecutionStatus = 'Running'"
+            f" AND WorkflowType = '{WORKFLOW_NAME}'"
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            try:
+                found = sorted([wf.id async for wf in self.client.list_workflows(query)])
+            except RPCError as exc:
+                raise TemporalHostError(
+                    f"cannot search runs by signal key: {exc.message} (is the search attribute"
+                    f" {SIGNAL_KEYS_ATTRIBUTE} registered? see `flowcore temporal` setup)"
+                ) from None
+            if found or loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.2)
+        if not found:
+            raise NoSignalWait(f"no running run waits for signal {name!a} with key {key!a}")
+        for run_id in found:
+            await self._call(self.handle(run_id).signal(name, args=[payload, key]), run_id)
+        return found
 
     async def answer(self, run_id: str, key: str, answer: Any) -> None:
         """Answer question ``key``; a wrong answer raises and changes nothing."""

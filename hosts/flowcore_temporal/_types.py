@@ -18,6 +18,8 @@ import flowcore
 
 __all__ = [
     "ACTIVITY_NAME",
+    "RUN_STATUS_ACTIVITY",
+    "SIGNAL_KEYS_ATTRIBUTE",
     "ANSWER_UPDATE",
     "DEFAULT_ACTIVITY_TIMEOUT_MS",
     "DEFAULT_HEARTBEAT_TIMEOUT_MS",
@@ -42,6 +44,15 @@ WORKFLOW_NAME = "flowcore"
 ACTIVITY_NAME = "flowcore_work"
 """The one activity type, ``flowcore_work(effect, tools)``: a call-tool, run-agent or
 run-team effect in wire form, and the tools module (``None``: the worker's)."""
+
+RUN_STATUS_ACTIVITY = "flowcore_run_status"
+"""Activity ``flowcore_run_status(run_id)``: the Temporal status of that run's workflow
+(``RUNNING``, ``COMPLETED``...), or ``None`` when there is none; read when a
+``signal-run`` could not be delivered, to tell ``unknown-run`` from ``run-settled``."""
+
+SIGNAL_KEYS_ATTRIBUTE = "FlowcoreSignalKeys"
+"""The KeywordList search attribute a run keeps while it waits with a key: one
+``name:key`` per signal name and key it waits for (empty when none)."""
 
 ANSWER_UPDATE = "answer"
 """Update ``answer(key, answer)``: answers an ask-human question, validated first."""

@@ -109,7 +109,7 @@ def new_worker(
         client,
         task_queue=task_queue,
         workflows=[FlowcoreWorkflow],
-        activities=[activities.work],
+        activities=[activities.work, activities.run_status],
         max_concurrent_activities=max_concurrent_activities,
         interceptors=interceptors,
         **options,

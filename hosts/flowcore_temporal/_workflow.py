@@ -76,6 +76,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     ChildWorkflowError,
+    FailureError,
     TimeoutError,
     TimeoutType,
     WorkflowAlreadyStartedError,
@@ -115,6 +116,7 @@ from flowcore import (
     RunTeam,
     Settled,
     SignalReceived,
+    SignalRun,
     Sleep,
     State,
     SubflowSettled,
@@ -130,8 +132,10 @@ from ._types import (
     ANSWER_UPDATE,
     LOG_QUERY,
     QUESTIONS_QUERY,
+    RUN_STATUS_ACTIVITY,
     SCHEDULED_QUERY,
     SCHEDULED_UPDATE,
+    SIGNAL_KEYS_ATTRIBUTE,
     STATUS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
@@ -146,6 +150,8 @@ __all__ = ["FlowcoreWorkflow", "budget_to_args"]
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 # Set by Temporal on the runs a Schedule starts: the slot, before its jitter.
 _SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+# "name:key" per signal the run waits for with a key: what routes a keyed signal.
+_SIGNAL_KEYS = SearchAttributeKey.for_keyword_list(SIGNAL_KEYS_ATTRIBUTE)
 
 # Temporal decodes a workflow's argument by the annotation of ``run``; a
 # payload that does not decode as a RunArgs would fail every workflow task,
@@ -251,6 +257,7 @@ class FlowcoreWorkflow:
         self._refused: list[dict[str, Any]] = []  # the latest signals that were dropped
         self._refused_count = 0
         self._crash: tuple[str, Exception] | None = None  # a bug in one of the run's tasks
+        self._signal_keys: list[str] = []  # the FlowcoreSignalKeys this run last upserted
 
     @property
     def records(self) -> list[Record]:
@@ -382,10 +389,17 @@ class FlowcoreWorkflow:
     def _on_signal(self, name: str, args: Sequence[RawValue]) -> None:
         now = self._now()
         try:
-            if len(args) > 1:
-                raise _Refused(f"a signal carries one payload, got {len(args)} arguments")
+            if len(args) > 2:
+                raise _Refused(
+                    f"a signal carries a payload and a key at most, got {len(args)} arguments"
+                )
             payload = _decode(args[0], "the payload") if args else None
-            event = flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=now))
+            key = _decode(args[1], "the key") if len(args) > 1 else None
+            if key is not None and not isinstance(key, str):
+                raise _Refused(f"a signal's key must be text, got {type(key).__name__}")
+            event = flowcore.check_event(
+                SignalReceived(signal=name, payload=payload, at_ms=now, key=key)
+            )
         except (_Refused, flowcore.DataError) as exc:
             # Signals have no reply, and a value flowcore cannot store cannot
             # be logged either (the log holds flowcore data, and replay
@@ -581,6 +595,9 @@ class FlowcoreWorkflow:
                     self._spawn("timer", effect.idempotency_key, self._timer, effect)
                 case RunSubflow():
                     self._spawn("subflow", effect.idempotency_key, self._subflow, effect)
+                case SignalRun():
+                    self._spawn("signal", effect.idempotency_key, self._signal_run, effect)
+        self._upsert_signal_keys()
         stopped = {*plan.drop, *plan.cancel}
         if stopped:
             # Timers and children stop; work the run no longer waits for is
@@ -722,6 +739,62 @@ class FlowcoreWorkflow:
             self._report(EffectOutcomeUnknown(idempotency_key=key, at_ms=self._now()))
             return
         self._report(_subflow_event(key, raw, self._now()))
+
+    async def _signal_run(self, effect: SignalRun) -> None:
+        """Signal another run's workflow (its id is the run id) from this workflow:
+        the signal is a command in this run's history, sent once whatever replays.
+        When Temporal cannot deliver it (no such workflow, or it has closed), an
+        activity reads the target's status to say which."""
+        key, target = effect.idempotency_key, effect.run_id
+        now = self._now()
+        if target in (self._run_id, workflow.info().workflow_id):
+            # To itself (Temporal signals only other workflows): received here, at once.
+            self._report(
+                SignalReceived(
+                    signal=effect.signal, payload=effect.payload, at_ms=now, key=effect.key
+                )
+            )
+            self._report(EffectSucceeded(idempotency_key=key, output={"run_id": target}, at_ms=now))
+            return
+        handle = workflow.get_external_workflow_handle(target)
+        args: list[Any] = [effect.payload] if effect.key is None else [effect.payload, effect.key]
+        try:
+            await handle.signal(effect.signal, args=args)
+        except (ApplicationError, FailureError) as exc:
+            try:
+                status = await workflow.execute_activity(
+                    RUN_STATUS_ACTIVITY,
+                    target,
+                    result_type=str,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    summary=f"status of {clip(target, 100)}",
+                )
+            except ActivityError:
+                status = None
+            if status is None:
+                error = ErrorInfo(type="unknown-run", message=f"no run {target!r} to signal")
+            elif status == "RUNNING":
+                why = clip(str(exc), _MESSAGE_CHARS)
+                error = ErrorInfo(type="signal-rejected", message=f"run {target!r}: {why}")
+            else:
+                error = ErrorInfo(type="run-settled", message=f"run {target!r} has already settled")
+            self._report(EffectFailed(idempotency_key=key, error=error, at_ms=self._now()))
+            return
+        self._report(
+            EffectSucceeded(idempotency_key=key, output={"run_id": target}, at_ms=self._now())
+        )
+
+    def _upsert_signal_keys(self) -> None:
+        """Keep ``FlowcoreSignalKeys`` to the ``name:key`` pairs the run waits for (a
+        run that never waits with a key never sets it)."""
+        assert self._state is not None
+        keyed = self._state.waiting.keyed_waiters
+        if not keyed and not self._signal_keys:
+            return
+        wanted = sorted({":".join(msgspec.json.decode(slot)) for slot in keyed})
+        if wanted != self._signal_keys:
+            workflow.upsert_search_attributes([_SIGNAL_KEYS.value_set(wanted)])
+            self._signal_keys = wanted
 
     def child_workflow_id(self, key: str) -> str:
         """The child's workflow id: the key, under this workflow's id when that differs."""

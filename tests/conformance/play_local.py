@@ -253,7 +253,9 @@ class _Player:
         elif turn.action == "timer":
             pass  # the clock has reached it: the worker fires it
         elif turn.action == "signal":
-            await host.signal(run_id, event["signal"], event.get("payload"))
+            await host.signal(run_id, event["signal"], event.get("payload"), event.get("key"))
+        elif turn.action == "host":
+            pass  # a signal-run: the worker delivers it and answers it itself
         elif turn.action == "answer":
             await host.answer(run_id, event["idempotencyKey"], event["answer"])
         elif turn.action == "cancel":
@@ -280,7 +282,8 @@ class _Player:
                 if event["kind"] == "human-answered":
                     await host.answer(run_id, event["idempotencyKey"], event["answer"])
                 elif event["kind"] == "signal-received":
-                    await host.signal(run_id, event["signal"], event.get("payload"))
+                    payload = event.get("payload")
+                    await host.signal(run_id, event["signal"], payload, event.get("key"))
                 elif event["kind"] in SCHEDULED_KINDS:
                     await _scheduled(host, run_id, event)
                 else:

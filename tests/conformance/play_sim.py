@@ -184,7 +184,8 @@ class _World:
         for turn in self.plan.turns:
             event = turn.event
             if turn.action == "signal":
-                out.append(Signal(event["signal"], event.get("payload"), event["atMs"]))
+                payload, at = event.get("payload"), event["atMs"]
+                out.append(Signal(event["signal"], payload, at, key=event.get("key")))
             elif turn.action == "child-signal":
                 at = event["atMs"] - self.latency
                 out.append(Signal(RELEASE, event.get("output"), at, run_id=turn.key))

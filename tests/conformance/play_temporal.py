@@ -370,7 +370,9 @@ async def _play_once(plan: Plan, server: str | None, timing: Timing) -> Outcome:
                     script.open(turn.index)
                 elif turn.action == "signal":
                     payload = event.get("payload")
-                    if payload is None:
+                    if "key" in event:
+                        await handle.signal(event["signal"], args=[payload, event["key"]])
+                    elif payload is None:
                         await handle.signal(event["signal"])
                     else:
                         await handle.signal(event["signal"], payload)

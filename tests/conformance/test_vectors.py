@@ -208,6 +208,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "await-signal",
         "run-subflow",
         "settled",
+        "signal-run",
     }
     assert {r["type"] for r in records} == {
         "run.started",
@@ -267,6 +268,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "cancel_scheduled",
         "fail",
         "try",
+        "signal_run",
     }
     assert features == {
         "retry",

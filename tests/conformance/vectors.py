@@ -76,7 +76,7 @@ class Turn:
 
     index: int
     event: dict[str, Any]
-    action: str  # release | timer | signal | answer | cancel | child-signal | terminate
+    action: str  # release | timer | signal | answer | cancel | child-signal | terminate | host
     # | a scheduled-call event's kind (scheduled-cancel-requested, ...): sent as it is
     key: str = ""
 
@@ -271,11 +271,15 @@ def plan_vector(path: Path) -> Plan:
     waiting = waits(state)
     pending = [waiting]
 
+    sends: dict[str, dict[str, Any]] = {}  # signal-run key -> the effect, until answered
+
     def emitted(effects_: tuple[flowcore.Effect, ...], turn: int, at: int) -> None:
         for effect in effects_:
             wire = flowcore.effect_to_wire(effect)
             key = wire.get("idempotencyKey", "")
             kinds[key] = wire["kind"]
+            if wire["kind"] == "signal-run":
+                sends[key] = wire
             if isinstance(effect, Sleep):
                 timers[key] = Timer(key, effect.until_ms, turn, at)
             elif wire["kind"] in (*WORK_KINDS, "run-subflow"):
@@ -318,6 +322,10 @@ def plan_vector(path: Path) -> Plan:
                     step = Step("unknown", t)
                 work.setdefault(key, []).append(step)
                 action = "release"
+            elif effect_kind == "signal-run" and kind != "effect-outcome-unknown":
+                # The host delivers a signal-run itself and answers it: nothing to send.
+                sends.pop(key, None)
+                action = "host"
             elif effect_kind == "run-subflow" and kind == "effect-outcome-unknown":
                 if not waited:
                     raise Unplayable(f"an unknown outcome for {key}, a child already let go")
@@ -336,7 +344,15 @@ def plan_vector(path: Path) -> Plan:
         elif kind == "human-answered":
             action = "answer"
         elif kind == "signal-received":
-            action = "signal"
+            # A signal the run sent itself (signal_run to its own id) is the host's.
+            mine = any(
+                s["runId"] == run_id
+                and s["signal"] == event["signal"]
+                and s.get("key") == event.get("key")
+                and s.get("payload") == event.get("payload")
+                for s in sends.values()
+            )
+            action = "host" if mine else "signal"
         elif kind == "cancel-requested":
             action = "cancel"
         elif kind in SCHEDULED_KINDS:

@@ -145,6 +145,9 @@ def test_a_question_an_answer_a_signal_and_settlement(served: Served) -> None:
         assert "'deployed'" in body["detail"]
         ok = c.post("/api/runs/flow-1/answers", json={"key": "decide#1", "answer": "ship"})
         assert ok.status_code == 200, ok.text
+        # With a key: buffered for a wait with that key; the wait without one never takes it.
+        keyed = {"name": "deployed", "payload": {"commit": "zz"}, "key": "elsewhere"}
+        assert c.post("/api/runs/flow-1/signals", json=keyed).status_code == 202
         sent = c.post(
             "/api/runs/flow-1/signals", json={"name": "deployed", "payload": {"commit": "a1b2"}}
         )

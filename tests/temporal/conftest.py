@@ -85,6 +85,9 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 str(port),
                 "--log-level",
                 "warn",
+                # What routes a keyed signal sent without a run id (temporal.md).
+                "--search-attribute",
+                "FlowcoreSignalKeys=KeywordList",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -234,7 +234,11 @@ def test_hostile_signals_are_refused_listed_and_the_run_goes_on(
         (lambda h: h.signal("go", TOO_DEEP_JSON), "cannot be decoded (json/plain): Recursion"),
         (lambda h: h.signal("go", NOT_UTF8), "cannot be decoded (json/plain)"),
         (lambda h: h.signal("go", UNKNOWN_ENCODING), "cannot be decoded (application/x-mystery)"),
-        (lambda h: h.signal("go", args=[1, 2]), "a signal carries one payload, got 2 arguments"),
+        (lambda h: h.signal("go", args=[1, 2]), "a signal's key must be text, got int"),
+        (
+            lambda h: h.signal("go", args=[1, "k", 3]),
+            "a signal carries a payload and a key at most, got 3 arguments",
+        ),
     ]
 
     async def main() -> tuple[dict[str, Any], dict[str, Any], bytes, list[str], str]:

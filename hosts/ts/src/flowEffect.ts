@@ -52,7 +52,7 @@ export interface ErrorInfo {
 /** One work effect of a run in its `settled` report (specs/protocol.md §5). */
 export interface ReportEntry {
   readonly idempotencyKey: string;
-  readonly effect: "call-tool" | "run-agent" | "run-team" | "run-subflow";
+  readonly effect: "call-tool" | "run-agent" | "run-team" | "run-subflow" | "signal-run";
   readonly target: string;
   readonly status: "succeeded" | "failed" | "uncertain" | "not-started";
 }
@@ -120,6 +120,22 @@ export interface AwaitSignal {
   readonly idempotencyKey: string;
   /** An addition: every name a wait for any of several takes (`signal` is the first). */
   readonly signals?: readonly string[];
+  /** An addition: the wait takes only signals sent with this key (route by it). */
+  readonly key?: string;
+}
+
+/**
+ * An addition: send signal `signal` (with `payload` and, when set, `key`) to the run
+ * `runId`, once per `idempotencyKey`; answer `effect-succeeded` (`{"run_id": runId}`)
+ * or `effect-failed` (`unknown-run`, `run-settled`, `signal-rejected`).
+ */
+export interface SignalRun {
+  readonly kind: "signal-run";
+  readonly runId: string;
+  readonly signal: string;
+  readonly payload?: JsonValue;
+  readonly key?: string;
+  readonly idempotencyKey: string;
 }
 
 export interface RunSubflow {
@@ -153,7 +169,8 @@ export type FlowEffect =
   | Sleep
   | AwaitSignal
   | RunSubflow
-  | Settled;
+  | Settled
+  | SignalRun;
 
 export type EffectKind = FlowEffect["kind"];
 
@@ -197,6 +214,8 @@ export type FlowEvent =
       readonly signal: string;
       readonly payload?: JsonValue;
       readonly atMs: number;
+      /** Addition: taken only by a wait with this key. */
+      readonly key?: string;
     }
   | {
       readonly kind: "subflow-settled";
