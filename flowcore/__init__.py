@@ -13,6 +13,7 @@ from ._driver import Plan, plan
 from ._errors import (
     EventRejected,
     FlowcoreError,
+    MetadataError,
     Problem,
     ReplayDivergence,
     SnapshotMismatch,
@@ -119,6 +120,7 @@ __all__ = [
     "KeyRole",
     "LogCorrupt",
     "LogRead",
+    "MetadataError",
     "OpenWork",
     "Plan",
     "Problem",

@@ -61,6 +61,7 @@ EXPECTED = {
     "parse_key",
     "LogCorrupt",
     "LogRead",
+    "MetadataError",
     "Record",
     "Recorder",
     "TornTail",
