@@ -37,6 +37,12 @@ from ._log import (
     encode_records,
     iter_records,
 )
+from ._metadata import (
+    MetadataFilter,
+    MetadataFilterError,
+    metadata_filters,
+    parse_metadata_filter,
+)
 from ._query import (
     OpenWork,
     Question,
@@ -121,6 +127,8 @@ __all__ = [
     "LogCorrupt",
     "LogRead",
     "MetadataError",
+    "MetadataFilter",
+    "MetadataFilterError",
     "OpenWork",
     "Plan",
     "Problem",
@@ -178,8 +186,10 @@ __all__ = [
     "event_from_wire",
     "event_to_wire",
     "iter_records",
+    "metadata_filters",
     "parse_flow",
     "parse_key",
+    "parse_metadata_filter",
     "plan",
     "replay",
     "result_event",

@@ -11,12 +11,20 @@ This module checks names and values; it must never do I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+import typing
 from collections.abc import Mapping
 from typing import Literal, TypeAlias
 
+from ._errors import FlowcoreError
+
 __all__ = [
+    "MetadataFilterError",
+    "MetadataFilter",
+    "metadata_filters",
+    "parse_metadata_filter",
     "MAX_FIELDS",
     "MAX_NAME",
     "MAX_TEXT",
@@ -111,3 +119,137 @@ def _describe(value: object) -> str:
     if isinstance(value, dict):
         return "a mapping"
     return type(value).__name__
+
+
+# --- filters: what hosts list runs by -------------------------------------------------
+
+Op: TypeAlias = Literal["=", "!=", "<", "<=", ">", ">="]
+_FILTER = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(!=|<=|>=|=|<|>)\s*(.*?)\s*\Z", re.S)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+
+
+class MetadataFilterError(FlowcoreError, ValueError):
+    """A metadata filter that cannot be read (``parse_metadata_filter``); the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MetadataFilter:
+    """One condition on a run's metadata: ``field op text``.
+
+    ``=`` and ``!=`` compare with a field of any type: a string field with
+    the text, a number field with the text read as a number, a boolean field
+    with ``true`` or ``false``. ``<``, ``<=``, ``>`` and ``>=`` compare number
+    fields only, and their text must be a number. A run without the field
+    matches no condition on it (``!=`` included).
+    """
+
+    field: str
+    op: Op
+    text: str
+
+    @property
+    def number(self) -> int | float | None:
+        """The text read as a number, or None."""
+        if not _NUMBER.match(self.text):
+            return None
+        if re.fullmatch(r"[+-]?[0-9]+", self.text):
+            return int(self.text)
+        value = float(self.text)
+        return value if math.isfinite(value) else None
+
+    @property
+    def boolean(self) -> bool | None:
+        """The text read as a boolean (``true`` or ``false``), or None."""
+        return {"true": True, "false": False}.get(self.text)
+
+    def matches(self, kind: MetaType, value: object) -> bool:
+        """Whether a field of type ``kind`` holding ``value`` (None: not set) matches."""
+        if value is None:
+            return False
+        if self.op in ("=", "!="):
+            want: object
+            if kind == "string":
+                want = self.text
+            elif kind == "boolean":
+                want = self.boolean
+            else:
+                want = self.number
+            same = (
+                want is not None
+                and want == value
+                and isinstance(value, bool) == (kind == "boolean")
+            )
+            return same if self.op == "=" else not same
+        number = self.number
+        if kind not in ("integer", "number") or number is None:
+            return False
+        assert isinstance(value, int | float)
+        match self.op:
+            case "<":
+                return value < number
+            case "<=":
+                return value <= number
+            case ">":
+                return value > number
+            case _:
+                return value >= number
+
+    def __str__(self) -> str:
+        return f"{self.field}{self.op}{self.text}"
+
+
+def parse_metadata_filter(text: str) -> MetadataFilter:
+    """Read ``field=value`` (or ``!=``, ``<``, ``<=``, ``>``, ``>=``); ``MetadataFilterError`` if
+    it is not one, names no valid field, or compares order with something not a number."""
+    if not isinstance(text, str):
+        raise MetadataFilterError(
+            f"a metadata filter is text like 'customer=acme', got {_describe(text)}"
+        )
+    found = _FILTER.match(text)
+    if found is None:
+        raise MetadataFilterError(
+            f"metadata filter {text!r} is not field=value (operators: = != < <= > >=;"
+            " fields are names of letters, digits and '_')"
+        )
+    name, op, value = found.groups()
+    problem = name_problem(name)
+    if problem is not None:
+        raise MetadataFilterError(f"metadata filter {text!r}: {problem}")
+    if len(value) > MAX_TEXT:
+        raise MetadataFilterError(
+            f"metadata filter {text[:40]!r}...: the value is over {MAX_TEXT} characters"
+        )
+    out = MetadataFilter(name, typing.cast(Op, op), value)
+    if op not in ("=", "!=") and out.number is None:
+        raise MetadataFilterError(
+            f"metadata filter {text!r}: {op} compares numbers, and {value!r} is not one"
+        )
+    return out
+
+
+def metadata_filters(where: object) -> list[MetadataFilter]:
+    """Filters from ``where``: texts (``"amount>100"``), filters, or a mapping of field to
+    the value it must equal (``{"customer": "acme", "urgent": True}``)."""
+    if where is None:
+        return []
+    if isinstance(where, Mapping):
+        out = []
+        for name, value in where.items():
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, int | float | str):
+                text = str(value)
+            else:
+                raise MetadataFilterError(
+                    f"metadata filter {name!r}: the value must be a string, number or"
+                    f" boolean, got {_describe(value)}"
+                )
+            out.append(parse_metadata_filter(f"{name}={text}"))
+        return out
+    if isinstance(where, str | MetadataFilter):
+        where = [where]
+    if not isinstance(where, typing.Iterable):
+        raise MetadataFilterError(
+            f"metadata filters are texts or a mapping, got {_describe(where)}"
+        )
+    return [w if isinstance(w, MetadataFilter) else parse_metadata_filter(w) for w in where]
