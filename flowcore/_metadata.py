@@ -16,7 +16,7 @@ import math
 import re
 import typing
 from collections.abc import Mapping
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from ._errors import FlowcoreError
 
@@ -25,6 +25,7 @@ __all__ = [
     "MetadataFilter",
     "metadata_filters",
     "parse_metadata_filter",
+    "values_from_text",
     "MAX_FIELDS",
     "MAX_NAME",
     "MAX_TEXT",
@@ -253,3 +254,39 @@ def metadata_filters(where: object) -> list[MetadataFilter]:
             f"metadata filters are texts or a mapping, got {_describe(where)}"
         )
     return [w if isinstance(w, MetadataFilter) else parse_metadata_filter(w) for w in where]
+
+
+def values_from_text(
+    declared: Mapping[str, MetaType], texts: typing.Iterable[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Metadata values from ``field=value`` texts (a command line's), each read as its
+    field's declared type: a string as it is, an integer or a number as a number, a
+    boolean as ``true`` or ``false``. Returns the values and every problem found."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for text in texts:
+        name, sep, raw = text.partition("=")
+        name = name.strip()
+        if not sep or name_problem(name) is not None:
+            problems.append(f"metadata {text!r} is not field=value")
+            continue
+        kind = declared.get(name)
+        if kind is None:
+            known = ", ".join(declared) or "none"
+            problems.append(f"metadata field {name!r} is not declared (the flow declares: {known})")
+            continue
+        value: Any = raw
+        if kind == "boolean":
+            value = {"true": True, "false": False}.get(raw, raw)
+        elif kind in ("integer", "number"):
+            number = MetadataFilter(name, "=", raw.strip()).number
+            if number is not None and kind == "number" and isinstance(number, float):
+                value = number
+            elif number is not None and isinstance(number, int):
+                value = number
+        problem = value_problem(kind, value)
+        if problem is not None:
+            problems.append(f"metadata field {name!r} ({kind}) {problem}")
+            continue
+        values[name] = value
+    return values, problems

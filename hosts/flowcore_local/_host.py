@@ -803,6 +803,10 @@ class LocalHost:
         found = await self._db(self.store.metadata, [run_id])
         return found.get(run_id, {})
 
+    async def metadata_of(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The current metadata of each of ``run_ids`` (runs without any are left out)."""
+        return await self._db(self.store.metadata, run_ids)
+
     async def waits(self, run_id: str) -> flowcore.Waits:
         """What the run waits for now (``flowcore.waiting_for`` of its state)."""
         return await self._db(lambda: flowcore.waiting_for(self.store.state(run_id)))
