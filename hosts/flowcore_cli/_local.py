@@ -508,7 +508,7 @@ def runs(
 
     def add_row(r: RunRow, waits: list[str], run: str) -> None:
         # Text cells: ids and values are shown as they are, never read as markup.
-        cells = (
+        cells = [
             run,
             r.flow_id,
             r.status,
@@ -516,9 +516,9 @@ def runs(
             _ended(r),
             ", ".join(waits),
             _outcome(r),
-        )
+        ]
         if metadata:
-            cells = (*cells, meta_text(metadata.get(r.run_id, {})))
+            cells.append(meta_text(metadata.get(r.run_id, {})))
         table.add_row(*(Text(cell) for cell in cells))
 
     if tree:
