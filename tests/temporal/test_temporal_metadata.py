@@ -161,7 +161,8 @@ def test_the_temporal_cli_starts_with_metadata_and_lists_runs(
     spec.write_text(ORDERS)
     tools = tmp_path / "order_tools.py"
     tools.write_text(
-        "def quote(call):\n    return {'total': call.input['amount']}\n\n\nTOOLS = {'quote': quote}\n"
+        "def quote(call):\n    return {'total': call.input['amount']}\n\n\n"
+        "TOOLS = {'quote': quote}\n"
     )
     customer = unique("cli")
     run_id = unique("meta-cli")
