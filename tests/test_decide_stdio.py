@@ -520,7 +520,8 @@ def test_end_of_input_ends_the_process_with_0_and_without_stdio_is_a_usage_error
 def test_start_metadata_goes_in_and_the_current_metadata_comes_back(decide: Decide) -> None:
     spec = (
         "flow: meta\nmetadata: {customer: string, stage: string}\n"
-        "steps:\n  - {id: w, await_signal: {signal: go}}\n  - {id: s, set_metadata: {stage: done}}\n"
+        "steps:\n  - {id: w, await_signal: {signal: go}}\n"
+        "  - {id: s, set_metadata: {stage: done}}\n"
     )
     started = decide.ask(start_request(spec, None, metadata={"customer": "acme"}))
     assert started["metadata"] == {"customer": "acme"}
