@@ -127,6 +127,7 @@ def test_start_values_then_set_metadata_without_effects_or_budget() -> None:
     assert [flowcore.effect_to_wire(e)["kind"] for e in d.effects] == ["settled"]
     assert flowcore.waiting_for(d.state).used_steps == before
     assert d.state.metadata == {"customer": "acme", "amount": 140, "urgent": True}
+    assert flowcore.waiting_for(d.state).metadata == d.state.metadata  # the state query
     assert d.state.settled is not None
     assert d.state.settled.output == {"amount": 140, "urgent": True, "tier": None}
 
@@ -304,3 +305,10 @@ def test_equality_filters_on_a_value_written_as_text_match_it(
         return  # a filter's value is stripped
     f = flowcore.MetadataFilter("x", op, text)  # type: ignore[arg-type]
     assert f.matches(kind, value) == (op == "=")  # type: ignore[arg-type]
+
+
+def test_the_diagram_shows_a_set_metadata_step() -> None:
+    from flowcore.diagram import build_graph, to_mermaid
+
+    text = to_mermaid(build_graph(flowcore.parse_flow(ORDERS)))
+    assert "set_metadata amount, urgent, tier" in text
