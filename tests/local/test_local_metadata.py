@@ -292,3 +292,12 @@ def test_the_cli_starts_lists_and_shows_by_metadata(tmp_path: Path) -> None:
     )
     assert "is not field=value" in bad("runs", "--db", db, "--where", "customer")
     assert len(listed()) == 4  # the refused starts wrote nothing
+    # A replay of a run's log derives its metadata again.
+    replayed = json.loads(ok("replay", "c2", "--db", db, "--json"))
+    assert replayed["metadata"] == {
+        "customer": "zeta",
+        "tier": 3,
+        "amount": 300.5,
+        "urgent": True,
+        "stage": "done",
+    }
