@@ -222,10 +222,7 @@ class TemporalHost:
         given = None if metadata is None else dict(metadata)
         self._check_input(flow, input, given)
         known = self._known_flows(spec, flows, flow.id, text)
-        declared: dict[str, dict[str, str]] = {flow.id: dict(flow.metadata)}
-        declared.update(self._declared(known))
-        for fields in declared.values():
-            await self._attributes.check(fields)
+        await self._check_attributes(flow, known)
         rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
         args = RunArgs(
             spec=text,
@@ -269,16 +266,17 @@ class TemporalHost:
         # away (the workflow makes the real one).
         flowcore.start(flow, input, "check", metadata=metadata)
 
-    @staticmethod
-    def _declared(flows: Mapping[str, str]) -> dict[str, dict[str, str]]:
-        """The metadata each subflow the run may start declares (specs that parse)."""
-        out: dict[str, dict[str, str]] = {}
+    async def _check_attributes(self, flow: Flow, flows: Mapping[str, str]) -> None:
+        """``TemporalHostError`` unless the namespace registers the search attribute of
+        every metadata field ``flow`` and the subflows it may start declare."""
+        declared: dict[str, dict[str, str]] = {flow.id: dict(flow.metadata)}
         for flow_id, text in flows.items():
             try:
-                out[flow_id] = dict(flowcore.parse_flow(text).metadata)
+                declared[flow_id] = dict(flowcore.parse_flow(text).metadata)
             except flowcore.SpecError:
                 continue  # refused when a run starts it, as before
-        return out
+        for fields in declared.values():
+            await self._attributes.check(fields)
 
     # --- listing runs by metadata ----------------------------------------------------------
 
@@ -513,6 +511,7 @@ class TemporalHost:
         if not flow.schedules:
             raise TemporalHostError(f"{source}: the spec declares no schedules")
         known = self._known_flows(spec, flows, flow.id, text)
+        await self._check_attributes(flow, known)  # the runs it starts upsert them
         for schedule in flow.schedules.values():
             args = RunArgs(spec=text, flows=known, tools=tools, source_name=source)
             target = to_temporal(schedule, args, self.task_queue)
