@@ -301,3 +301,54 @@ def test_the_cli_starts_lists_and_shows_by_metadata(tmp_path: Path) -> None:
         "urgent": True,
         "stage": "done",
     }
+
+
+def test_a_resume_rewinds_the_index_with_the_run(tmp_path: Path) -> None:
+    """The event that failed the run had changed its metadata; the rewound run holds,
+    and the index lists it by, the metadata from before that event."""
+    from flowcore_handlers import HandlerError
+
+    db = tmp_path / "resume.db"
+    spec = """
+flow: flaky
+metadata: {stage: string}
+tools: {charge: {class: idempotent}}
+steps:
+  - {id: a, set_metadata: {stage: charging}}
+  - id: pay
+    try:
+      - {id: charge, call_tool: {tool: charge}}
+    catch:
+      - steps:
+          - {id: mark, set_metadata: {stage: declined}}
+          - {id: again, fail: {type: declined}}
+  - {id: b, set_metadata: {stage: paid}}
+"""
+    down = {"yes": True}
+
+    def charge(call: Any) -> Any:
+        if down["yes"]:
+            raise HandlerError("declined", "the card was declined")
+        return {"ok": True}
+
+    async def body(host: LocalHost) -> list[Any]:
+        seen: list[Any] = []
+        await host.start(spec, None, "f")
+        await host.work(until_settled="f")
+        seen.append(((await host.run("f")).status, await host.metadata("f")))
+        down["yes"] = False
+        await host.resume("f")
+        seen.append(((await host.run("f")).status, await ids(host, ["stage=charging"])))
+        await host.work(until_settled="f")
+        seen.append(((await host.run("f")).status, await host.metadata("f")))
+        return seen
+
+    async def main() -> list[Any]:
+        async with LocalHost(db, registry=Registry(tools={"charge": charge})) as host:
+            return await body(host)
+
+    assert asyncio.run(main()) == [
+        ("failed", {"stage": "declined"}),
+        ("running", ["f"]),
+        ("completed", {"stage": "paid"}),
+    ]
