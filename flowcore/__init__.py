@@ -13,6 +13,7 @@ from ._driver import Plan, plan
 from ._errors import (
     EventRejected,
     FlowcoreError,
+    MetadataError,
     Problem,
     ReplayDivergence,
     SnapshotMismatch,
@@ -35,6 +36,12 @@ from ._log import (
     encode_record,
     encode_records,
     iter_records,
+)
+from ._metadata import (
+    MetadataFilter,
+    MetadataFilterError,
+    metadata_filters,
+    parse_metadata_filter,
 )
 from ._query import (
     OpenWork,
@@ -120,6 +127,9 @@ __all__ = [
     "KeyRole",
     "LogCorrupt",
     "LogRead",
+    "MetadataError",
+    "MetadataFilter",
+    "MetadataFilterError",
     "OpenWork",
     "Plan",
     "Problem",
@@ -178,8 +188,10 @@ __all__ = [
     "event_from_wire",
     "event_to_wire",
     "iter_records",
+    "metadata_filters",
     "parse_flow",
     "parse_key",
+    "parse_metadata_filter",
     "plan",
     "replay",
     "result_event",

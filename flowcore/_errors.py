@@ -17,6 +17,7 @@ __all__ = [
     "EventRejected",
     "FlowcoreError",
     "InputError",
+    "MetadataError",
     "Problem",
     "ReplayDivergence",
     "SnapshotMismatch",
@@ -93,6 +94,15 @@ class InputError(FlowcoreError, ValueError):
         self.problems = tuple(problems)
         lines = "\n".join(f"  {p}" for p in problems)
         super().__init__(f"input rejected by the input_schema of flow {flow_id!r}:\n{lines}")
+
+
+class MetadataError(InputError):
+    """Run metadata given at start names an undeclared field or has a wrong type."""
+
+    def __init__(self, flow_id: str, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in problems)
+        ValueError.__init__(self, f"metadata rejected by flow {flow_id!r}:\n{lines}")
 
 
 class SnapshotMismatch(FlowcoreError, ValueError):

@@ -11,7 +11,7 @@ This module must never do I/O, read a clock or draw a random number.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import immutables
@@ -19,7 +19,8 @@ import immutables
 from . import _ending, _transitions, constructs
 from . import _keys as keys
 from ._data import MAX_EVENT_BYTES, MAX_NAME_CHARS, DataError, check_data, json_size, text_ok
-from ._errors import EventRejected, InputError
+from ._errors import EventRejected, InputError, MetadataError
+from ._metadata import check_values
 from ._outcome import Exhausted, err
 from ._results import ResultStore
 from ._spec import Budget, Flow
@@ -93,8 +94,13 @@ def start(
     budget: Budget | BudgetRemaining | None = None,
     depth: int = 0,
     semantics: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Decision:
     """Begin a run of ``flow``. Raises ``InputError`` if the input fails the schema.
+
+    ``metadata``: initial values of the flow's declared metadata fields
+    (``MetadataError`` names a field that is not declared or a value of the
+    wrong type; a null value is left out).
 
     ``budget`` caps the run below the spec's own budget: a child run gets the
     parent's remaining budget from its ``run-subflow`` effect. ``semantics``:
@@ -129,6 +135,11 @@ def start(
         problems = input_problems(flow.input_schema, input)
         if problems:
             raise InputError(flow.id, problems)
+    if metadata:
+        problems = check_values(flow.metadata, metadata)
+        if problems:
+            raise MetadataError(flow.id, problems)
+        metadata = {k: v for k, v in metadata.items() if v is not None} or None
     own = flow.budget
     steps: int | None = own.steps
     cost: int | None = own.cost_minor_units
@@ -164,6 +175,7 @@ def start(
         report=None,
         schedules=_EMPTY,
         settled=None,
+        metadata=dict(metadata) if metadata else None,
     )
     t = Txn(state, ABOVE)
     try:

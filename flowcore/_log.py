@@ -50,7 +50,7 @@ for other languages.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import msgspec
@@ -171,6 +171,7 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     budget: StartBudget | None = None
     depth: NonNegInt = 0
     semantics: int = 1  # absent: runs started before the interpreter had levels
+    metadata: dict[str, Any] | None = None  # absent: none given at start
 
 
 class EventRejectedData(msgspec.Struct, frozen=True, kw_only=True):
@@ -934,6 +935,7 @@ class Recorder:
         decision: Decision,
         budget: Budget | BudgetRemaining | None = None,
         depth: int = 0,
+        metadata: Mapping[str, Any] | None = None,
     ) -> list[Record]:
         data = {
             "flowId": flow.id,
@@ -946,6 +948,8 @@ class Recorder:
         semantics = decision.state.run.semantics
         if semantics != 1:  # absent means 1 (logs written before the field)
             data["semantics"] = semantics
+        if metadata:  # absent when none was given (logs stay as they were)
+            data["metadata"] = dict(metadata)
         out = [self._make(RUN_STARTED, at, data)]
         out.extend(self._scheduled(decision, at))
         out.extend(self._effects(decision.effects, at))

@@ -177,6 +177,7 @@ class Waits(_View, frozen=True):
     used_tokens: int = 0
     used_tool_calls: int = 0
     used_turns: int = 0
+    metadata: dict[str, Any] = {}  # the run's metadata fields now (language.md §2 metadata)
 
     def usage(self) -> Usage:
         """What the run has used in all: what a parent's ``subflow-settled`` reports."""
@@ -295,6 +296,7 @@ def waiting_for(state: State) -> Waits:
         used_tokens=led.used_tokens,
         used_tool_calls=led.used_tool_calls,
         used_turns=led.used_turns,
+        metadata=dict(state.metadata or {}),
     )
 
 

@@ -77,7 +77,7 @@ from typing import Any
 import msgspec
 
 from ._data import MAX_DEPTH, DataError, check_data, format_path, problems, short
-from ._errors import EventRejected, InputError, ReplayDivergence
+from ._errors import EventRejected, InputError, MetadataError, ReplayDivergence
 from ._interp import SEMANTICS, Batch, advance, start
 from ._log import (
     EFFECT_EMITTED,
@@ -737,7 +737,15 @@ class _Replayer:
                 budget=budget,
                 depth=started.depth,
                 semantics=started.semantics,
+                metadata=started.metadata,
             )
+        except MetadataError as exc:
+            raise _diverged(
+                index,
+                {"metadata": started.metadata},
+                {"rejected": str(exc)},
+                "the flow does not accept the recorded metadata",
+            ) from None
         except InputError as exc:
             raise _diverged(
                 index,
@@ -775,6 +783,7 @@ class _Replayer:
         else:
             try:
                 check_data(started.input, "$.input", "run.started")
+                check_data(started.metadata, "$.metadata", "run.started")
             except DataError as exc:
                 problem = why(exc)
         if problem is not None:

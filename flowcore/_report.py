@@ -135,6 +135,7 @@ class _Started(msgspec.Struct, frozen=True, rename="camel"):
     budget: dict[str, int | None] | None = None
     depth: int = 0
     semantics: int = 1
+    metadata: dict[str, Any] | None = None
 
 
 class _Rejected(msgspec.Struct, frozen=True):

@@ -327,6 +327,7 @@ class RunHistory:
     budget: Budget | BudgetRemaining | None
     depth: int
     turns: list[Turn] = attrs.field(factory=list)
+    metadata: Mapping[str, Any] | None = None  # given at start
 
     @property
     def state(self) -> State:
@@ -369,12 +370,15 @@ def drive(
     budget: Budget | BudgetRemaining | None = None,
     depth: int = 0,
     paranoid: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> RunHistory:
     """Start a run and report ``events`` to it one by one; rejected ones are kept too."""
     flow = as_flow(flow)
-    d = start(flow, input, run_id=run_id, now_ms=now_ms, budget=budget, depth=depth)
+    d = start(
+        flow, input, run_id=run_id, now_ms=now_ms, budget=budget, depth=depth, metadata=metadata
+    )
     history = RunHistory(
-        flow, input, run_id, now_ms, budget, depth, [Turn(None, d.effects, d.state)]
+        flow, input, run_id, now_ms, budget, depth, [Turn(None, d.effects, d.state)], metadata
     )
     for event in events:
         history.record(event, paranoid)
@@ -464,6 +468,11 @@ class Trajectory:
     def state(self) -> State:
         """The root run's final state."""
         return self.histories[self.run_id].state
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The root run's metadata as it ended (start values, then set_metadata)."""
+        return dict(self.state.metadata or {})
 
     @property
     def runs(self) -> tuple[str, ...]:
@@ -587,17 +596,19 @@ class Simulator:
         run_id: str = "run",
         now_ms: int = 0,
         budget: Budget | BudgetRemaining | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Trajectory:
         """Simulate one root run of ``flow`` (and its children) to the end.
 
-        ``run_id``, ``now_ms`` and ``budget`` go to ``flowcore.start``.
+        ``run_id``, ``now_ms``, ``budget`` and ``metadata`` go to ``flowcore.start``.
         """
-        return _Simulation(self, now_ms).run(as_flow(flow), input, run_id, budget)
+        return _Simulation(self, now_ms).run(as_flow(flow), input, run_id, budget, metadata)
 
 
 def simulate(flow: Spec, input: Any = None, **world: Any) -> Trajectory:
     """``Simulator(**world).run(flow, input)``, for one-off runs."""
-    run_args = {k: world.pop(k) for k in ("run_id", "now_ms", "budget") if k in world}
+    names = ("run_id", "now_ms", "budget", "metadata")
+    run_args = {k: world.pop(k) for k in names if k in world}
     return Simulator(**world).run(flow, input, **run_args)
 
 
@@ -670,10 +681,15 @@ class _Simulation:
     # --- the loop ---------------------------------------------------------------------------
 
     def run(
-        self, flow: Flow, input: Any, run_id: str, budget: Budget | BudgetRemaining | None
+        self,
+        flow: Flow,
+        input: Any,
+        run_id: str,
+        budget: Budget | BudgetRemaining | None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Trajectory:
         sim = self.sim
-        root = self.start_run(flow, input, run_id, budget, 0, None, None)
+        root = self.start_run(flow, input, run_id, budget, 0, None, None, metadata)
         for signal in sim.signals:
             target = signal.run_id or run_id
             event = SignalReceived(
@@ -779,13 +795,22 @@ class _Simulation:
         depth: int,
         parent: str | None,
         key: str | None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> _Slot:
-        d = start(flow, input, run_id=run_id, now_ms=self.now, budget=budget, depth=depth)
-        history = RunHistory(flow, input, run_id, self.now, budget, depth)
+        d = start(
+            flow,
+            input,
+            run_id=run_id,
+            now_ms=self.now,
+            budget=budget,
+            depth=depth,
+            metadata=metadata,
+        )
+        history = RunHistory(flow, input, run_id, self.now, budget, depth, metadata=metadata)
         history.turns.append(Turn(None, d.effects, d.state))
         slot = _Slot(flow, run_id, history, parent, key)
         self.runs[run_id] = slot
-        self.log.extend(slot.recorder.started(flow, input, self.now, d, budget, depth))
+        self.log.extend(slot.recorder.started(flow, input, self.now, d, budget, depth, metadata))
         self.execute(slot, d)
         return slot
 

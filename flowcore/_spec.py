@@ -49,6 +49,7 @@ from ._data import first_surrogate
 from ._data import problems as data_problems
 from ._errors import Problem, SpecError
 from ._expr import Cond, Template, TemplateError, compile_cond, compile_template, find_expressions
+from ._metadata import MAX_FIELDS, MetaType, name_problem, value_problem
 from ._time import MAX_DURATION_MS, DurationError, check_zone, parse_duration
 from .schedules import Schedule, check_schedule
 
@@ -73,6 +74,7 @@ __all__ = [
     "RunTeamStep",
     "ScheduleStep",
     "SignalRunStep",
+    "SetMetadataStep",
     "SleepStep",
     "Step",
     "SwitchCase",
@@ -333,6 +335,13 @@ class FailStep:
 
 
 @attrs.frozen
+class SetMetadataStep:
+    """Set run metadata: field -> template (a null value clears the field)."""
+
+    fields: dict[str, Template]
+
+
+@attrs.frozen
 class CatchClause:
     steps: tuple[Step, ...]
     errors: tuple[Name, ...] = (Name("*"),)
@@ -361,6 +370,7 @@ Body: TypeAlias = (
     | FailStep
     | TryStep
     | SignalRunStep
+    | SetMetadataStep
 )
 
 
@@ -404,6 +414,8 @@ class Flow:
     schedules: dict[str, Schedule] = attrs.field(factory=dict)
     # ``on_budget_exhausted``: the final steps and the reserve they run within.
     on_exhausted: OnExhausted | None = None
+    # The top-level ``metadata:``: field name -> type, in the order declared.
+    metadata: dict[str, MetaType] = attrs.field(factory=dict)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -431,6 +443,7 @@ _KINDS: dict[str, type[Any]] = {
     "fail": FailStep,
     "try": TryStep,
     "signal_run": SignalRunStep,
+    "set_metadata": SetMetadataStep,
 }
 _COMMON = (
     "id",
@@ -457,6 +470,7 @@ _TOP = (
     "output",
     "schedules",
     "on_budget_exhausted",
+    "metadata",
 )
 
 
@@ -906,6 +920,44 @@ def _build_converter() -> cattrs.Converter:
         )
 
     conv.register_structure_hook(CancelScheduledStep, cancel_hook)
+
+    def set_metadata_hook(value: Any, _: Any) -> SetMetadataStep:
+        items = _mapping(value, "set_metadata fields")
+        out: dict[str, Template] = {}
+        errors: list[Exception] = []
+        for k, v in items.items():
+            problem = name_problem(k)
+            try:
+                if problem is not None:
+                    raise _Msg(problem)
+                out[k] = conv.structure(v, Template)
+            except Exception as exc:
+                errors.append(_note_attr(exc, str(k)))
+        _gather("set_metadata", errors, SetMetadataStep)
+        if not out:
+            raise _Msg("set_metadata needs at least one field")
+        return SetMetadataStep(out)
+
+    conv.register_structure_hook(SetMetadataStep, set_metadata_hook)
+
+    def metadata_hook(value: Any, _: Any) -> dict[str, MetaType]:
+        items = _mapping(value, "metadata fields")
+        out: dict[str, MetaType] = {}
+        errors: list[Exception] = []
+        for k, v in items.items():
+            try:
+                problem = name_problem(k)
+                if problem is not None:
+                    raise _Msg(problem)
+                out[k] = _literal(v, MetaType)
+            except Exception as exc:
+                errors.append(_note_attr(exc, str(k)))
+        _gather("metadata", errors, dict)
+        if len(out) > MAX_FIELDS:
+            raise _Msg(f"a flow declares at most {MAX_FIELDS} metadata fields, got {len(out)}")
+        return out
+
+    _register_generic(conv, dict[str, MetaType], metadata_hook)
 
     def switch_hook(value: Any, _: Any) -> SwitchStep:
         items = _seq(value, "switch cases")
@@ -1547,6 +1599,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     steps = field("steps", tuple[Step, ...], (), required=True)
     output = field("output", Template, None)
     on_exhausted = field("on_budget_exhausted", OnExhausted, None)
+    metadata = field("metadata", dict[str, MetaType], {})
     tools = _tool_schemas(tools, found)
     _literal_inputs(raw, tools, found)
     input_schema = raw.get("input_schema")
@@ -1556,6 +1609,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     if "steps" in raw and isinstance(raw["steps"], list) and not raw["steps"]:
         found.append((("steps",), "a flow needs at least one step"))
     found.extend(_cross_check(raw))
+    _metadata_steps(raw, metadata, found)
     # Constants in a spec become effects' inputs and outputs: they must be
     # flowcore data too (YAML has .nan, .inf and integers of any size). The
     # spec's own nesting may go deeper than a value's. One place is reported
@@ -1595,7 +1649,40 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         },
         schedules=schedules,
         on_exhausted=on_exhausted,
+        metadata=metadata,
     )
+
+
+def _metadata_steps(
+    raw: Mapping[str, Any],
+    declared: dict[str, MetaType],
+    found: list[tuple[tuple[Any, ...], str]],
+) -> None:
+    """Each ``set_metadata`` field must be declared; a literal value must be of its type."""
+    bad_section = "metadata" in raw and not declared
+    for step, path in _all_steps(raw):
+        body = step.get("set_metadata")
+        if not isinstance(body, dict):
+            continue
+        for name, value in body.items():
+            where = (*path, "set_metadata", str(name))
+            kind = declared.get(name) if isinstance(name, str) else None
+            if kind is None:
+                if not bad_section and name_problem(name) is None:
+                    known = ", ".join(declared) or "none"
+                    found.append(
+                        (
+                            where,
+                            f"metadata field {name!r} is not declared in the"
+                            f" flow's top-level metadata (declared: {known})",
+                        )
+                    )
+                continue
+            if any(find_expressions(text) for text, _ in _strings(value, (), frozenset())):
+                continue  # evaluated at run time
+            problem = value_problem(kind, value)
+            if problem is not None:
+                found.append((where, f"metadata field {name!r} ({kind}) {problem}"))
 
 
 def _check_schedules(

@@ -524,6 +524,9 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     journal: Journal = Journal()
     report_complete: bool = True
     scheduled_added: int = 0  # scheduled calls added from outside: numbers their ids
+    # The run's metadata (field -> value; None when no field is set): given at
+    # start, changed by set_metadata steps, replaced whole (never mutated).
+    metadata: dict[str, Any] | None = None
 
     @property
     def run_id(self) -> str:
@@ -684,6 +687,7 @@ def _snapshot(state: State, results: dict[str, Any], report: list[ReportRow]) ->
         settled=state.settled,
         journal=state.journal,
         scheduled_added=state.scheduled_added,
+        metadata=state.metadata,
     )
 
 
@@ -725,4 +729,5 @@ def decode_state(data: bytes, flow: Flow) -> State:
         settled=snap.settled,
         journal=snap.journal,
         scheduled_added=snap.scheduled_added,
+        metadata=snap.metadata,
     )

@@ -150,6 +150,7 @@ class Txn:
         "frames",
         "in_flight",
         "ledger",
+        "metadata",
         "now_ms",
         "pending",
         "report",
@@ -193,6 +194,7 @@ class Txn:
         self.report_complete = s.report_complete
         self.schedules: immutables.Map[str, Sched] = s.schedules
         self.scheduled_added = s.scheduled_added
+        self.metadata: dict[str, Any] | None = s.metadata
         self.settled: Settled | None = s.settled
         self.effects: list[Effect] = []
         self.emitted_now: set[str] = set()  # keys of every effect emitted in this decision
@@ -268,6 +270,7 @@ class Txn:
             journal=journal,
             report_complete=self.report_complete,
             scheduled_added=self.scheduled_added,
+            metadata=self.metadata,
         )
 
     # --- reading ------------------------------------------------------------------
@@ -446,7 +449,7 @@ class Txn:
         member: str = "",
         tag: str = "",
     ) -> None:
-        if not isinstance(effect, RunSubflow):
+        if isinstance(effect, RunAgent | RunTeam | CallTool):
             effect = self.heartbeat(frame, effect)
         w = self.waiting
         seq = self.seq + 1

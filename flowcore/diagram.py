@@ -39,6 +39,7 @@ from ._spec import (
     RunSubflowStep,
     RunTeamStep,
     ScheduleStep,
+    SetMetadataStep,
     SignalRunStep,
     SleepStep,
     Step,
@@ -227,6 +228,10 @@ class _Builder:
             self.g.node(nid, [step.id, f"fail {_clip(_source(body.type))}", *extra], "box")
             self.fails.append(_Exit(nid, "fails", DASHED))
             exits = []
+        elif isinstance(body, SetMetadataStep):
+            names = ", ".join(body.fields)
+            self.g.node(nid, [step.id, f"set_metadata {_clip(names)}", *extra], "box")
+            exits = [_Exit(nid)]
         elif isinstance(body, SwitchStep):
             self.g.node(nid, [step.id, "switch", *extra], "diamond")
             exits = []

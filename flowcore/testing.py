@@ -107,6 +107,7 @@ __all__ = [
     "EVENT_KINDS",
     "FAULT_KINDS",
     "MOVES",
+    "META_FIELDS",
     "SIGNALS",
     "TEAMS",
     "TOOLS",
@@ -229,7 +230,10 @@ STEP_KINDS = (
     "try",
     "fail",
     "signal_run",
+    "set_metadata",
 )
+META_FIELDS = {"n": "number", "caught": "boolean"}
+"""The metadata fields generated flows declare when a ``set_metadata`` step sets them."""
 _LEAF_KINDS = (
     "call_tool",
     "run_agent",
@@ -253,6 +257,7 @@ class _Ids:
         self.n = 0
         self.scheduled: list[str] = []
         self.teams: set[str] = set()
+        self.metadata = False  # a set_metadata step was generated
 
     def next(self) -> str:
         self.n += 1
@@ -354,6 +359,7 @@ class _Knobs:
         self.nests = tuple(k for k in _NEST_KINDS if kinds is None or k in kinds)
         self.cancel = kinds is None or "cancel_scheduled" in kinds
         self.fail = kinds is None or "fail" in kinds
+        self.meta = kinds is None or "set_metadata" in kinds
         if not self.leaves:
             raise ValueError(f"flows(kinds=...) needs at least one leaf kind of {_LEAF_KINDS}")
 
@@ -432,11 +438,12 @@ def _step(
             if knobs.fail and len(errors) == 2:  # the body raises what the catch takes
                 raised = {"type": "boom", "message": "raised", "details": {"n": "${input.n}"}}
                 body.append({"id": ids.next(), "fail": raised})
-            step = {
-                "id": sid,
-                "try": body,
-                "catch": [{"errors": errors, "steps": _steps(draw, ids, knobs, inner, 1, earlier)}],
-            }
+            caught = _steps(draw, ids, knobs, inner, 1, earlier)
+            if knobs.meta and len(errors) == 1:  # the catch records what it caught
+                marks = {"n": "${input.n}", "caught": errors[0] == "*"}
+                caught.append({"id": ids.next(), "set_metadata": marks})
+                ids.metadata = True
+            step = {"id": sid, "try": body, "catch": [{"errors": errors, "steps": caught}]}
     # One draw decides the decorations (about 1 in 5 steps gets a timeout, 1
     # in 5 a retry, 1 in 6 a compensation): draws are what generation costs.
     deco = draw(st.integers(0, 149))
@@ -496,6 +503,8 @@ def flows(
     teams = {name: decl for name, decl in TEAMS.items() if name in ids.teams}
     if teams:
         spec["teams"] = teams
+    if ids.metadata:
+        spec["metadata"] = META_FIELDS
     if budget and draw(st.booleans()):
         spec["budget"] = {
             "steps": draw(st.integers(1, 30)),
@@ -1465,6 +1474,7 @@ def check_determinism(
         now_ms=h.now_ms,
         budget=h.budget,
         depth=h.depth,
+        metadata=h.metadata,
     )
     mine: dict[int, bytes] = {}
     for i, (a, b) in enumerate(zip(h.turns, again.turns, strict=True)):

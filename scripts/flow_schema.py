@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from flowcore import _metadata as flowcore_metadata
 from flowcore import _spec as spec
 from flowcore import schedules as sched
 from flowcore._expr import Cond, Template
@@ -260,6 +261,8 @@ _DESCRIPTIONS: dict[str, str] = {
     "details); it travels as any failure.",
     "SignalRunStep": "§4.16 signal_run: send a signal (with a payload and optional key) to "
     "another run, delivered once per idempotency key.",
+    "SetMetadataStep": "§4.17 set_metadata: set run metadata fields (declared at the top "
+    "level) from templates; null clears a field. It emits nothing and spends no budget.",
     "CatchClause": "A catch clause of a try step (§4.14): the error types it handles "
     "(`*` any) and its steps, which see `error`.",
     "Schedule": "A schedule (§2 schedules): runs of this flow a host starts on a cadence, "
@@ -464,6 +467,8 @@ def _step(b: _Builder) -> dict[str, Any]:
     for kind, cl in spec._KINDS.items():
         if cl is spec.SwitchStep:
             props[kind] = _ref(_switch(b))
+        elif cl is spec.SetMetadataStep:  # `set_metadata: {field: template}`
+            props[kind] = _ref(_set_metadata(b))
         elif cl is spec.TryStep:  # `try: [steps]`; its clauses are the step's `catch`
             steps = b.type_schema(typing.get_type_hints(cl)["steps"], "try")
             rows = _doc_rows(b.doc, "### 4.14 try / catch", "")
@@ -475,6 +480,36 @@ def _step(b: _Builder) -> dict[str, Any]:
         "dependentRequired": {"catch": ["try"]},
     }
     return b.object("Step", props, ["id"], extra)
+
+
+_META_NAME = {
+    "type": "string",
+    "pattern": _IDENT_PATTERN,
+    "maxLength": flowcore_metadata.MAX_NAME,
+}
+
+
+def _set_metadata(b: _Builder) -> str:
+    b.defs["SetMetadataStep"] = {
+        "description": _DESCRIPTIONS["SetMetadataStep"],
+        "type": "object",
+        "propertyNames": _META_NAME,
+        "additionalProperties": _ref("Template"),
+        "minProperties": 1,
+    }
+    return "SetMetadataStep"
+
+
+def _metadata() -> dict[str, Any]:
+    """The top-level ``metadata:``: field name -> type."""
+    return {
+        "description": "The run's metadata fields (§2 metadata): field name -> type, at most "
+        f"{flowcore_metadata.MAX_FIELDS}; hosts index them and list runs by them.",
+        "type": "object",
+        "propertyNames": _META_NAME,
+        "additionalProperties": {"enum": list(flowcore_metadata.TYPES)},
+        "maxProperties": flowcore_metadata.MAX_FIELDS,
+    }
 
 
 def _switch(b: _Builder) -> str:
@@ -568,6 +603,8 @@ def _flow(b: _Builder) -> dict[str, Any]:
     for key in spec._TOP:
         if key == "schedules":
             props[key] = _schedule(b)
+        elif key == "metadata":
+            props[key] = _metadata()
         elif key in _TOP_TYPES:
             props[key] = b.type_schema(_TOP_TYPES[key], key)
         elif key in fields:

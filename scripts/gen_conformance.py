@@ -72,15 +72,22 @@ class Driver:
         budget: Budget | None = None,
         depth: int = 0,
         now: int = 0,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self.flow = flowcore.parse_flow(spec, source_name="flow.yaml")
         self.recorder = Recorder(RUN_ID)
         self.now = now
         decision = flowcore.start(
-            self.flow, input, run_id=RUN_ID, now_ms=now, budget=budget, depth=depth
+            self.flow,
+            input,
+            run_id=RUN_ID,
+            now_ms=now,
+            budget=budget,
+            depth=depth,
+            metadata=metadata,
         )
         self.records: list[Record] = self.recorder.started(
-            self.flow, input, now, decision, budget=budget, depth=depth
+            self.flow, input, now, decision, budget=budget, depth=depth, metadata=metadata
         )
         self.state = decision.state
         self.timers: dict[str, int] = {}  # key -> due, as last armed
@@ -234,6 +241,7 @@ class Case:
     budget: Budget | None = None
     depth: int = 0
     now: int = 0  # the run's start time (epoch ms)
+    metadata: dict[str, Any] | None = None  # given at start
     # divergent cases
     edit: Edit | None = None
     newer_spec: str | None = None  # replay against this instead of ``spec``
@@ -585,6 +593,47 @@ steps:
 def _fail_step(d: Driver) -> None:
     d.ok("check#1", {"days": 40})
     d.ok("notify#1", {"sent": True})
+
+
+@case(
+    "run-metadata",
+    "Run metadata: the start gives customer and tier; set_metadata sets amount and urgent "
+    "from a tool's output and clears tier (null); a value of the wrong type fails its step "
+    "with expression-error (caught) and changes nothing; set_metadata emits no effect and "
+    "spends no budget.",
+    """
+flow: orders
+metadata: {customer: string, amount: number, urgent: boolean, tier: integer, stage: string}
+budget: {steps: 2}
+tools: {quote: {class: readonly}, ship: {class: idempotent}}
+steps:
+  - id: quote
+    call_tool: {tool: quote, input: {order: "${input.order}"}}
+  - id: mark
+    set_metadata:
+      amount: "${steps.quote.output.total}"
+      urgent: "${steps.quote.output.total > `100`}"
+      stage: quoted
+      tier: null
+  - id: check
+    try:
+      - id: wrong
+        set_metadata: {tier: "${steps.quote.output.currency}"}
+    catch:
+      - errors: [expression-error]
+        steps:
+          - id: ship
+            call_tool: {tool: ship, input: {order: "${input.order}"}}
+  - id: done
+    set_metadata: {stage: shipped}
+output: "${steps.mark.output}"
+""",
+    input={"order": "A-7"},
+    metadata={"customer": "acme", "tier": 2},
+)
+def _run_metadata(d: Driver) -> None:
+    d.ok("quote#1", {"total": 140.5, "currency": "EUR"})
+    d.ok("ship#1", {"shipped": True})
 
 
 @case(
@@ -2023,7 +2072,7 @@ def _json_line(record: dict[str, Any]) -> bytes:
 def build(c: Case) -> dict[str, bytes]:
     """The files of one case, by name."""
     spec = _triage_spec() if c.extra.get("spec_from") == "triage" else c.spec
-    driver = Driver(spec, c.input, budget=c.budget, depth=c.depth, now=c.now)
+    driver = Driver(spec, c.input, budget=c.budget, depth=c.depth, now=c.now, metadata=c.metadata)
     c.script(driver)
     log = encode_records(driver.records, "json")
     replay_spec = spec if c.newer_spec is None else c.newer_spec.strip() + "\n"
@@ -2063,6 +2112,8 @@ def build(c: Case) -> dict[str, bytes]:
             "tornOffset": None if report.torn is None else report.torn.offset,
             "unrecorded": len(report.unrecorded),
         }
+        if report.state is not None and report.state.metadata:  # absent: none set
+            expect["metadata"] = report.state.metadata
         if c.tear is not None:
             assert report.torn is not None, f"{c.name}: the tear was not detected"
     files["log.ndjson"] = log

@@ -515,3 +515,24 @@ def test_end_of_input_ends_the_process_with_0_and_without_stdio_is_a_usage_error
     )
     assert done.returncode == 2 and done.stdout == b""
     assert b"flowcore decide --stdio" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_start_metadata_goes_in_and_the_current_metadata_comes_back(decide: Decide) -> None:
+    spec = (
+        "flow: meta\nmetadata: {customer: string, stage: string}\n"
+        "steps:\n  - {id: w, await_signal: {signal: go}}\n"
+        "  - {id: s, set_metadata: {stage: done}}\n"
+    )
+    started = decide.ask(start_request(spec, None, metadata={"customer": "acme"}))
+    assert started["metadata"] == {"customer": "acme"}
+    event = {"kind": "signal-received", "signal": "go", "atMs": 1}
+    ended = decide.ask(advance_request(started["state"], event))
+    assert ended["status"] == "completed"
+    assert ended["metadata"] == {"customer": "acme", "stage": "done"}
+    plain = decide.ask(start_request(SEQUENCE, {"id": "u-7"}))
+    assert "metadata" not in plain  # omitted when no field is set
+    error = error_of(decide.ask(start_request(spec, None, metadata={"stage": 3})), "bad-input")
+    assert error["where"] == "$.metadata"
+    assert error["problems"] == [
+        "metadata field 'stage' (string) must be a string, got the number 3"
+    ]

@@ -431,4 +431,5 @@ KINDS = (
     "fail",
     "try",
     "signal_run",
+    "set_metadata",
 )

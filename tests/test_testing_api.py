@@ -61,6 +61,7 @@ PUBLIC = {
     "MOVES",
     "SIGNALS",
     "TEAMS",
+    "META_FIELDS",
     "TOOLS",
     "Call",
     "Entry",

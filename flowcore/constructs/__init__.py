@@ -30,6 +30,7 @@ from .._spec import (
     RunSubflowStep,
     RunTeamStep,
     ScheduleStep,
+    SetMetadataStep,
     SignalRunStep,
     SleepStep,
     Step,
@@ -37,7 +38,19 @@ from .._spec import (
     TryStep,
 )
 from .._state import ListKind, SeqFrame, StepFrame
-from . import fail, for_each, leaf, parallel, repeat, schedule, subflow, switch, team, try_catch
+from . import (
+    fail,
+    for_each,
+    leaf,
+    metadata,
+    parallel,
+    repeat,
+    schedule,
+    subflow,
+    switch,
+    team,
+    try_catch,
+)
 
 if TYPE_CHECKING:
     from .._outcome import Outcome
@@ -82,6 +95,8 @@ def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
             return schedule.begin_cancel(t, frame, body)
         case FailStep():
             return fail.begin(t, frame, body)
+        case SetMetadataStep():
+            return metadata.begin(t, frame, body)
         case _:
             assert_never(body)
 
@@ -115,6 +130,7 @@ def child_done(t: Txn, frame: StepFrame, child: SeqFrame | None, out: Outcome) -
             | ScheduleStep()
             | CancelScheduledStep()
             | FailStep()
+            | SetMetadataStep()
         ):
             raise AssertionError(f"step {step.id} has no lists")
         case _:

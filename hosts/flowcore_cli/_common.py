@@ -52,6 +52,8 @@ __all__ = [
     "invoke",
     "json_value",
     "load_spec",
+    "meta_text",
+    "meta_values",
     "problem_line",
     "read_bytes",
     "say",
@@ -297,3 +299,25 @@ def budget_value(text: str | None, option: str = "--budget") -> dict[str, int] |
                 f"{option}: {key} must be an integer >= 0, not {shown_argument(str(value))}"
             )
     return caps
+
+
+# --- run metadata on the command line --------------------------------------------------
+
+
+def meta_values(spec: Path | Flow, texts: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``--meta field=value`` options, each read as the spec's declaration of the field
+    says; a field it does not declare or a value of the wrong type exits 2."""
+    from flowcore._metadata import values_from_text
+
+    flow = spec if isinstance(spec, Flow) else load_spec(str(spec))
+    values, problems = values_from_text(flow.metadata, texts)
+    if problems:
+        for text in problems[:-1]:
+            say(f"--meta: {text}")
+        raise CliError(f"--meta: {problems[-1]}")
+    return values
+
+
+def meta_text(values: dict[str, Any]) -> str:
+    """Metadata as one line: ``customer=acme amount=140 urgent=true``."""
+    return " ".join(f"{k}={msgspec.json.encode(v).decode()}" for k, v in values.items())

@@ -108,7 +108,8 @@ class BudgetCaps(
 class StartRequest(
     msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_field="op", tag="start"
 ):
-    """Begin a run: ``flowcore.start(parse_flow(spec), input, runId, nowMs, budget, depth)``."""
+    """Begin a run: ``flowcore.start(parse_flow(spec), input, runId, nowMs, budget, depth,
+    metadata)``."""
 
     id: Scalar = None
     spec: str | dict[str, Any]
@@ -117,6 +118,7 @@ class StartRequest(
     now_ms: Int64
     budget: BudgetCaps | None = None
     depth: Int64 = 0
+    metadata: dict[str, Any] | None = None
 
 
 class AdvanceRequest(
@@ -141,6 +143,8 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     ``status`` is ``running`` until the run settles. ``usage`` is set once it
     has: the totals a parent's ``subflow-settled`` reports. ``scheduled``
     answers a scheduled-call event from outside (``Decision.scheduled``).
+    ``metadata``: the run's metadata fields now, when any is set (what a host
+    indexes to list runs by).
     """
 
     id: Scalar
@@ -150,6 +154,7 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     status: RunStatus
     usage: flowcore.Usage | None = None  # what a parent's subflow-settled reports
     scheduled: flowcore.ScheduledAnswer | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -293,11 +298,11 @@ class Decider:
                 now_ms=request.now_ms,
                 budget=budget,
                 depth=request.depth,
+                metadata=request.metadata,
             )
         except flowcore.InputError as exc:
-            raise Refusal(
-                "bad-input", str(exc), where="$.input", problems=list(exc.problems)
-            ) from None
+            where = "$.metadata" if isinstance(exc, flowcore.MetadataError) else "$.input"
+            raise Refusal("bad-input", str(exc), where=where, problems=list(exc.problems)) from None
         return _decided(request.id, decision, canonical)
 
     def advance(self, request: AdvanceRequest) -> Decided:
@@ -454,6 +459,7 @@ def _decided(request_id: Scalar, decision: flowcore.Decision, canonical: bytes) 
         status=status,
         usage=usage,
         scheduled=decision.scheduled,
+        metadata=state.metadata or None,
     )
 
 

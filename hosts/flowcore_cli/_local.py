@@ -47,6 +47,8 @@ from ._common import (
     duration_value,
     iso,
     json_value,
+    meta_text,
+    meta_values,
     problem_line,
     say,
 )
@@ -56,12 +58,14 @@ from ._options import (
     answer_arguments,
     input_option,
     json_option,
+    meta_option,
     output_option,
     reason_option,
     run_id_argument,
     signal_arguments,
     signal_target,
     spec_argument,
+    where_option,
 )
 from ._progress import (
     Item,
@@ -181,6 +185,7 @@ def _print(*parts: str | tuple[str, str]) -> None:
     help="More spec files or directories that subflows may name (repeatable).",
 )
 @click.option("--budget", help='Cap the spec\'s budget, as JSON: {"steps": 10, ...};' + FROM_FILE)
+@meta_option
 @click.option("--detach", is_flag=True, help="Start the run and print its id; a worker runs it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run as JSON.")
 @durability_option
@@ -193,6 +198,7 @@ def run(
     run_id: str | None,
     flows: tuple[Path, ...],
     budget: str | None,
+    meta: tuple[str, ...],
     detach: bool,
     as_json: bool,
     durability: Durability,
@@ -216,8 +222,15 @@ def run(
     async def body(host: LocalHost) -> dict[str, Any]:
         # Where the run tree is (a run started again, after a crash): progress goes on from there.
         seen = await positions(_tree(host), run_id) if run_id is not None else {}
+        metadata = meta_values(spec, meta) if meta else None
         rid = await host.start(
-            spec, data, run_id, tools=tools, flows=flows or [spec.parent], budget=caps
+            spec,
+            data,
+            run_id,
+            tools=tools,
+            flows=flows or [spec.parent],
+            budget=caps,
+            metadata=metadata,
         )
         if detach:
             return {"runId": rid}
@@ -425,6 +438,7 @@ def _outcome(r: RunRow) -> str:
     help="Only runs with this status.",
 )
 @click.option("--tree", is_flag=True, help="Show subflows under their parents.")
+@where_option
 @click.option(
     "--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Runs per page."
 )
@@ -433,15 +447,25 @@ def _outcome(r: RunRow) -> str:
 )
 @json_option
 @db_option
-def runs(status: str | None, tree: bool, limit: int, page: int, as_json: bool, db: Path) -> None:
+def runs(
+    status: str | None,
+    tree: bool,
+    where: tuple[flowcore.MetadataFilter, ...],
+    limit: int,
+    page: int,
+    as_json: bool,
+    db: Path,
+) -> None:
     """List the runs in the database, oldest first, a page at a time.
 
     Each run shows when it started, how long it took (or has been running),
-    what it waits for now, and its output or error.
+    what it waits for now, its output or error, and its metadata.
     """
 
-    async def body(host: LocalHost) -> tuple[int, list[tuple[RunRow, list[str]]]]:
-        rows = await host.runs(status)
+    async def body(
+        host: LocalHost,
+    ) -> tuple[int, list[tuple[RunRow, list[str]]], dict[str, dict[str, Any]]]:
+        rows = await host.runs(status, where=list(where))
         shown = rows[(page - 1) * limit : page * limit]
         listed = []
         for r in shown:
@@ -449,9 +473,10 @@ def runs(status: str | None, tree: bool, limit: int, page: int, as_json: bool, d
             if r.status == "running":
                 waits = _waits(await host.show(r.run_id))
             listed.append((r, waits))
-        return len(rows), listed
+        metadata = await host.metadata_of([r.run_id for r in shown])
+        return len(rows), listed, metadata
 
-    total, listed = _run(db, body)
+    total, listed, metadata = _run(db, body)
     if as_json:
         click.echo(
             json.dumps(
@@ -467,6 +492,7 @@ def runs(status: str | None, tree: bool, limit: int, page: int, as_json: bool, d
                         "waitingFor": waits,
                         "output": r.output,
                         "error": r.error,
+                        "metadata": metadata.get(r.run_id, {}),
                     }
                     for r, waits in listed
                 ]
@@ -478,10 +504,12 @@ def runs(status: str | None, tree: bool, limit: int, page: int, as_json: bool, d
         table.add_column(name, no_wrap=True)
     table.add_column("waiting for", overflow="fold")
     table.add_column("output / error", overflow="ellipsis", no_wrap=True, max_width=40)
+    if metadata:
+        table.add_column("metadata", overflow="fold")
 
     def add_row(r: RunRow, waits: list[str], run: str) -> None:
         # Text cells: ids and values are shown as they are, never read as markup.
-        cells = (
+        cells = [
             run,
             r.flow_id,
             r.status,
@@ -489,7 +517,9 @@ def runs(status: str | None, tree: bool, limit: int, page: int, as_json: bool, d
             _ended(r),
             ", ".join(waits),
             _outcome(r),
-        )
+        ]
+        if metadata:
+            cells.append(meta_text(metadata.get(r.run_id, {})))
         table.add_row(*(Text(cell) for cell in cells))
 
     if tree:
@@ -591,6 +621,8 @@ def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
         _print(
             f"started {iso(records[0].at)}, last record {iso(records[-1].at)} ({duration(span)})"
         )
+    if info.get("metadata"):
+        _print(f"metadata: {meta_text(info['metadata'])}")
     if info["output"] is not None:
         _print(f"output: {json.dumps(info['output'])}")
     if info["error"]:

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
+import flowcore
+
 from ._common import CliError, checked_name
 
 __all__ = [
@@ -21,12 +23,14 @@ __all__ = [
     "answer_arguments",
     "input_option",
     "json_option",
+    "meta_option",
     "output_option",
     "reason_option",
     "run_id_argument",
     "signal_arguments",
     "signal_target",
     "spec_argument",
+    "where_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -98,4 +102,31 @@ answer_arguments = _each(
         help="The answer as JSON instead of ANSWER (any value, for a question without options);"
         + FROM_FILE,
     ),
+)
+
+
+meta_option = click.option(
+    "--meta",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="A metadata field the flow declares, read as its declared type (repeatable).",
+)
+
+
+def _filters(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[flowcore.MetadataFilter, ...]:
+    try:
+        return tuple(flowcore.parse_metadata_filter(v) for v in values)
+    except flowcore.MetadataFilterError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+where_option = click.option(
+    "--where",
+    multiple=True,
+    callback=_filters,
+    metavar="FIELD<OP>VALUE",
+    help="Only runs whose metadata matches, e.g. customer=acme or 'amount>100'"
+    " (= != < <= > >=; repeatable: all must hold).",
 )

@@ -216,7 +216,7 @@ def report_to_json(report: ReplayReport) -> dict[str, Any]:
     """The report as the ``--json`` document (specs/cli.md)."""
     settled = report.settled
     divergence = report.divergence
-    return {
+    out = {
         "ok": report.ok,
         "runId": report.run_id,
         "flowId": report.flow_id,
@@ -252,6 +252,9 @@ def report_to_json(report: ReplayReport) -> dict[str, Any]:
             "actual": divergence.actual,
         },
     }
+    if report.state is not None and report.state.metadata:  # absent: none set
+        out["metadata"] = dict(report.state.metadata)
+    return out
 
 
 _STATUS_STYLE = {
@@ -366,6 +369,9 @@ def _print_report(
         out.print(line)
     else:
         out.print(f"status [bold]{escape(report.status)}[/] (the log ends before the run settles)")
+    if report.state is not None and report.state.metadata:
+        pairs = (f"{k}={_compact(v, 80)}" for k, v in report.state.metadata.items())
+        out.print(f"metadata {escape(' '.join(pairs))}")
     if report.torn is not None:
         out.print(
             f"[yellow]torn last record at byte {report.torn.offset}[/] "

@@ -40,18 +40,22 @@ from ._common import (
     checked_name,
     invoke,
     json_value,
+    meta_text,
+    meta_values,
 )
 from ._options import (
     FROM_FILE,
     answer_arguments,
     input_option,
     json_option,
+    meta_option,
     output_option,
     reason_option,
     run_id_argument,
     signal_arguments,
     signal_target,
     spec_argument,
+    where_option,
 )
 from ._progress import Item, RunTree, out, watch
 from ._temporal_schedule import schedule
@@ -178,6 +182,7 @@ def _tree(host: TemporalHost) -> RunTree:
     show_default=True,
     help="How soon a worker that died mid-call is noticed (0: only the activity timeout).",
 )
+@meta_option
 @click.option("--detach", is_flag=True, help="Start the run, print its id, do not wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @connection_options
@@ -190,6 +195,7 @@ def run(
     budget: str | None,
     activity_timeout_ms: int,
     heartbeat_timeout_ms: int,
+    meta: tuple[str, ...],
     detach: bool,
     as_json: bool,
     address: str,
@@ -201,6 +207,7 @@ def run(
         raise CliError("--input and --budget cannot both read standard input (-)")
     data = json_value(input_, "--input")
     caps = budget_value(budget)
+    metadata = meta_values(spec, meta) if meta else None
 
     async def body(host: TemporalHost) -> dict[str, Any]:
         rid = await host.start(
@@ -212,6 +219,7 @@ def run(
             budget=caps,
             activity_timeout_ms=activity_timeout_ms,
             heartbeat_timeout_ms=heartbeat_timeout_ms or None,
+            metadata=metadata,
         )
         if detach:
             return {"runId": rid}
@@ -344,6 +352,8 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
                 if usage.get(key)
             )
             click.echo(f"usage: {usage['steps']} steps, cost {usage['costMinorUnits']}{more}")
+        if info.get("metadata"):
+            click.echo(f"metadata: {meta_text(info['metadata'])}")
         if info.get("output") is not None:
             click.echo(f"output: {json.dumps(info['output'])}")
         if info.get("error"):
@@ -393,12 +403,58 @@ def export(
     with_host(address, namespace, task_queue, body, after)
 
 
+@click.command()
+@where_option
+@click.option(
+    "--status",
+    type=click.Choice(
+        ["Running", "Completed", "Failed", "Canceled", "Terminated", "ContinuedAsNew", "TimedOut"]
+    ),
+    help="Only runs whose workflow has this Temporal status.",
+)
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(min=1), help="Most runs listed."
+)
+@json_option
+@connection_options
+def runs(
+    where: tuple[flowcore.MetadataFilter, ...],
+    status: str | None,
+    limit: int,
+    as_json: bool,
+    address: str,
+    task_queue: str,
+    namespace: str,
+) -> None:
+    """List flowcore runs newest first, by their metadata (a visibility query).
+
+    Temporal's visibility is eventually consistent: a run started or a field
+    set a moment ago may not be listed yet.
+    """
+
+    async def body(host: TemporalHost) -> list[dict[str, Any]]:
+        return await host.runs(list(where), status=status, limit=limit)
+
+    def after(listed: list[dict[str, Any]]) -> int:
+        if as_json:
+            click.echo(json.dumps(listed))
+            return 0
+        for item in listed:
+            line = f"{item['runId']}  {item['status']}"
+            if item["metadata"]:
+                line += f"  {meta_text(item['metadata'])}"
+            click.echo(line)
+        return 0
+
+    with_host(address, namespace, task_queue, body, after)
+
+
 @click.group("temporal")
 def GROUP() -> None:
     """Run flows on a Temporal cluster (needs the temporal extra)."""
 
 
-for _command in (worker, run, signal_, answer, cancel, show, export):
+for _command in (worker, run, signal_, answer, cancel, show, export, runs):
     GROUP.add_command(_command)
 GROUP.add_command(schedule)
 GROUP.add_command(scheduled)

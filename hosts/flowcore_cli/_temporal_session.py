@@ -101,7 +101,13 @@ def with_host(
     except flowcore.SpecError as exc:
         for problem in exc.problems:
             say(problem_line(problem))
-    except (ft.TemporalHostError, flowcore.InputError, RegistryError, OSError) as exc:
+    except (
+        ft.TemporalHostError,
+        flowcore.InputError,
+        flowcore.MetadataFilterError,
+        RegistryError,
+        OSError,
+    ) as exc:
         say(" ".join(str(exc).split()))
     except RPCError as exc:
         say(f"Temporal said: {exc.message}")

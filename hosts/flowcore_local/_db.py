@@ -258,6 +258,19 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX outbox_timers ON outbox (due_ms) WHERE status = 'timer'",
         "CREATE INDEX outbox_ready ON outbox (kind) WHERE status = 'ready'",
     ],
+    # 7: each run's current metadata, one row per field set (``kind`` its
+    # declared type; ``value`` as SQLite stores it: text, integer, real, and
+    # 0 or 1 for a boolean), indexed by field and value for ``runs --where``
+    [
+        """CREATE TABLE run_metadata (
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            value NOT NULL,
+            PRIMARY KEY (run_id, name)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX run_metadata_by_value ON run_metadata (name, value)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -279,6 +292,7 @@ RUN_TABLES: Final[dict[str, str]] = {
     "log_archive": "run_id",
     "schedule_runs": "run_id",  # a schedule's runs still running when last looked at
     "scheduled_calls": "run_id",  # the run's scheduled calls (the projection of its state)
+    "run_metadata": "run_id",  # the run's metadata (the projection of its state)
 }
 # Tables whose rows belong to no one run: the stored specs (a spec is removed
 # with the last run that refers to it, see FLOW_REFERENCES), the workers, and

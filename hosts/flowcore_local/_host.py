@@ -380,8 +380,13 @@ class LocalHost:
         flows: Iterable[str | Path] = (),
         budget: flowcore.Budget | None = None,
         principal: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text). Idempotent by ``run_id``.
+
+        ``metadata``: initial values of the fields the flow declares under
+        ``metadata`` (``flowcore.MetadataError`` names an undeclared field or a
+        value of the wrong type; nothing is written then).
 
         ``flows`` are more spec files (or directories of them) that subflows may
         name; ``tools`` the run's tools module (default: the host's; a ``.py``
@@ -432,7 +437,14 @@ class LocalHost:
                     if missing:  # raised inside the transaction: nothing stays written
                         raise HostError(f"cannot start run {rid!r}: {self._lacks(tools, missing)}")
                 _, applied = store.start_run(
-                    flow, input, rid, now, tools, budget=budget, principal=principal
+                    flow,
+                    input,
+                    rid,
+                    now,
+                    tools,
+                    budget=budget,
+                    principal=principal,
+                    metadata=None if metadata is None else dict(metadata),
                 )
                 applied.run_id = rid
                 return applied
@@ -864,8 +876,22 @@ class LocalHost:
     async def run(self, run_id: str) -> RunRow:
         return await self._db(self.store.run_row, run_id)
 
-    async def runs(self, status: str | None = None) -> list[RunRow]:
-        return await self._db(self.store.runs, status)
+    async def runs(self, status: str | None = None, where: Any = None) -> list[RunRow]:
+        """Runs oldest first, of one ``status`` if given, whose metadata matches ``where``:
+        filter texts (``["customer=acme", "amount>100"]``) or a mapping of field to the
+        value it equals (``flowcore.metadata_filters``; ``MetadataFilterError`` if bad)."""
+        filters = flowcore.metadata_filters(where)
+        return await self._db(self.store.runs, status, filters)
+
+    async def metadata(self, run_id: str) -> dict[str, Any]:
+        """The run's current metadata (field -> value), as the database indexes it."""
+        await self.run(run_id)
+        found = await self._db(self.store.metadata, [run_id])
+        return found.get(run_id, {})
+
+    async def metadata_of(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The current metadata of each of ``run_ids`` (runs without any are left out)."""
+        return await self._db(self.store.metadata, run_ids)
 
     async def waits(self, run_id: str) -> flowcore.Waits:
         """What the run waits for now (``flowcore.waiting_for`` of its state)."""
@@ -938,7 +964,8 @@ class LocalHost:
         def showing() -> dict[str, Any]:
             store = self.store
             row = store.run_row(run_id)
-            view = flowcore.waiting_for(store.state(run_id))
+            state = store.state(run_id)
+            view = flowcore.waiting_for(state)
             questions = {q.key: q for q in view.questions}
             signals = {s.key: s.signal for s in view.signals}
             outbox = store.outbox_rows(run_id)  # in emission order
@@ -982,6 +1009,7 @@ class LocalHost:
                 "resumes": store.resumes(run_id),
                 "tools": row.tools,
                 "children": store.children(run_id),
+                "metadata": dict(state.metadata or {}),
             }
 
         return await self._db(showing)

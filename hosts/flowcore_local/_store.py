@@ -180,6 +180,38 @@ def _dumps(value: Any) -> str:
     return _json.encode(value).decode()
 
 
+_NUMERIC = "kind IN ('integer', 'number')"
+
+
+def _metadata_condition(f: flowcore.MetadataFilter) -> tuple[str, list[Any]]:
+    """SQL (on ``runs``) for one metadata filter, and its arguments.
+
+    The rows of one field are found through ``run_metadata_by_value``; the
+    type each run's flow declares decides how the filter's text compares.
+    """
+    number, boolean = f.number, f.boolean
+    if f.op in ("=", "!="):
+        op = f.op
+        parts = ["(kind = 'string' AND value " + op + " ?)"]
+        args: list[Any] = [f.text]
+        if number is not None:
+            parts.append(f"({_NUMERIC} AND value {op} ?)")
+            args.append(number)
+        elif op == "!=":
+            parts.append(f"({_NUMERIC})")  # no number equals the text
+        if boolean is not None:
+            parts.append(f"(kind = 'boolean' AND value {op} ?)")
+            args.append(int(boolean))
+        elif op == "!=":
+            parts.append("(kind = 'boolean')")
+        cond = " OR ".join(parts)
+    else:
+        cond = f"{_NUMERIC} AND value {f.op} ?"
+        args = [number]
+    sql = f"run_id IN (SELECT run_id FROM run_metadata WHERE name = ? AND ({cond}))"
+    return sql, [f.field, *args]
+
+
 def _rebuild(
     flow: Flow, run_id: str, records: list[flowcore.Record], cut: int
 ) -> tuple[State, dict[str, Any], list[persist.ReportRow], dict[str, persist.Resolution]]:
@@ -200,6 +232,7 @@ def _rebuild(
         budget=flowcore.budget_from_wire(budget),
         depth=data.get("depth", 0),
         semantics=data.get("semantics", 1),
+        metadata=data.get("metadata"),
     )
     rows = _Unsaved()
     state = decision.state
@@ -551,12 +584,22 @@ class Store:
             values[i] = None if values[i] is None else _json_decode(values[i])
         return RunRow(*values)
 
-    def runs(self, status: str | None = None) -> list[RunRow]:
+    def runs(
+        self, status: str | None = None, where: list[flowcore.MetadataFilter] | None = None
+    ) -> list[RunRow]:
+        """Runs oldest first; ``status`` and every metadata filter of ``where`` must hold."""
         query = "SELECT run_id FROM runs"
-        args: tuple[Any, ...] = ()
+        conds: list[str] = []
+        args: list[Any] = []
         if status:
-            query += " WHERE status = ?"
-            args = (status,)
+            conds.append("status = ?")
+            args.append(status)
+        for f in where or ():
+            sql, values = _metadata_condition(f)
+            conds.append(sql)
+            args.extend(values)
+        if conds:
+            query += " WHERE " + " AND ".join(conds)
         ids = [r[0] for r in self.conn.execute(query + " ORDER BY created_ms, run_id", args)]
         return [self.run_row(i) for i in ids]
 
@@ -571,11 +614,17 @@ class Store:
         principal: str | None = None,
         before: tuple[int, str] | None = None,
         limit: int = 50,
+        metadata: list[flowcore.MetadataFilter] | None = None,
     ) -> list[RunRow]:
         """Runs newest first, filtered; ``before`` is the (created_ms, run_id) of
-        the last run of the previous page. ``principal`` keeps that principal's runs."""
+        the last run of the previous page. ``principal`` keeps that principal's runs;
+        ``metadata``: filters every one of which must hold."""
         where: list[str] = []
         args: list[Any] = []
+        for f in metadata or ():
+            sql, values = _metadata_condition(f)
+            where.append(sql)
+            args.extend(values)
         for column, value in (("flow_id", flow), ("status", status), ("parent_run", parent)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -611,11 +660,13 @@ class Store:
         budget: flowcore.Budget | flowcore.BudgetRemaining | None = None,
         depth: int = 0,
         principal: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> tuple[bool, Applied]:
         """Start a run; an existing run started with the same options is returned as is.
 
         The options compared are the input, the flow spec, and the tools module
-        and budget when they are given (None: whatever the run has).
+        and budget when they are given (None: whatever the run has). ``metadata``
+        is not compared: the run's metadata may have changed since its start.
         """
         existing = self.existing(run_id)
         if existing is not None:
@@ -624,10 +675,12 @@ class Store:
                 raise HostError(f"run {run_id!r} already exists with a different {differs}")
             return False, Applied(run_id)
         decision = flowcore.start(
-            flow, input, run_id=run_id, now_ms=now, budget=budget, depth=depth
+            flow, input, run_id=run_id, now_ms=now, budget=budget, depth=depth, metadata=metadata
         )
         recorder = flowcore.Recorder(run_id)
-        records = recorder.started(flow, input, now, decision, budget=budget, depth=depth)
+        records = recorder.started(
+            flow, input, now, decision, budget=budget, depth=depth, metadata=metadata
+        )
         self.conn.execute(
             "INSERT INTO runs (run_id, flow_id, spec_hash, parent_run, parent_key, depth, status,"
             " input, budget, tools, created_ms, updated_ms, next_index, principal)"
@@ -647,9 +700,34 @@ class Store:
                 principal,
             ),
         )
+        if decision.state.metadata:
+            self._put_metadata(run_id, decision.state)
         cached = _Cached(0, decision.state, tools, 0, 0, 0)
         applied = self._persist(run_id, cached, decision, records, now, tools, (), checkpoint=True)
         return True, applied
+
+    def _put_metadata(self, run_id: str, state: State) -> None:
+        """Replace the run's metadata rows with its state's (buffered like the other writes)."""
+        self._write("DELETE FROM run_metadata WHERE run_id = ?", (run_id,))
+        kinds = state.flow.metadata
+        self._write_many(
+            "INSERT INTO run_metadata (run_id, name, kind, value) VALUES (?, ?, ?, ?)",
+            [(run_id, name, kinds[name], value) for name, value in (state.metadata or {}).items()],
+        )
+
+    def metadata(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The current metadata of each run (runs without any are left out)."""
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(run_ids), 500):
+            chunk = run_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for run_id, name, kind, value in self.conn.execute(
+                f"SELECT run_id, name, kind, value FROM run_metadata WHERE run_id IN ({marks})"
+                " ORDER BY run_id, name",
+                chunk,
+            ):
+                out.setdefault(run_id, {})[name] = bool(value) if kind == "boolean" else value
+        return out
 
     def existing(self, run_id: str) -> tuple[Any, str, str | None, Any] | None:
         """An existing run's start options: (input, spec hash, tools, budget JSON)."""
@@ -852,6 +930,8 @@ class Store:
         applied = Applied(run_id, plan, scheduled=decision.scheduled, records=records)
         self._log_rows.extend((run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records)
         self._write_many(scheduled.UPSERT, scheduled.changed(state))
+        if state.metadata is not cached.state.metadata:  # replaced only when it changed
+            self._put_metadata(run_id, state)
         cached.unsaved.take(state)
         emitted = set()
         seqs = [r.index for r in records if r.type == "effect.emitted"]
@@ -1130,6 +1210,7 @@ class Store:
         for table in ("results", "report", "resolved", "outbox"):
             conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         scheduled.project_all(conn, run_id, state)
+        self._put_metadata(run_id, state)
         conn.executemany(
             "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)",
             [(run_id, name, _json.encode(rec)) for name, rec in results.items() if rec is not None],

@@ -85,7 +85,12 @@ class Api:
 
     # --- helpers ---------------------------------------------------------------------
 
-    def summary(self, row: RunRow) -> RunSummary:
+    async def summarize(self, row: RunRow) -> RunSummary:
+        """``summary`` with the run's metadata read from the database."""
+        found = await self.host.metadata_of([row.run_id])
+        return self.summary(row, found.get(row.run_id, {}))
+
+    def summary(self, row: RunRow, metadata: dict[str, Any]) -> RunSummary:
         end = row.updated_ms if row.status != "running" else self.host.now()
         return RunSummary(
             run_id=row.run_id,
@@ -98,6 +103,7 @@ class Api:
             updated_at=_moment(row.updated_ms),
             duration_ms=max(0, end - row.created_ms),
             next_index=row.next_index,
+            metadata=metadata,
         )
 
     async def owned(self, ctx: Context) -> RunRow:
@@ -121,6 +127,10 @@ class Api:
 
     async def list_runs(self, ctx: Context) -> Response:
         q: RunsQuery = ctx.query
+        try:
+            filters = flowcore.metadata_filters(q.where)
+        except flowcore.MetadataFilterError as exc:
+            raise ApiError(422, "invalid-request", str(exc)) from None
         rows = await self.host.page_runs(
             flow=q.flow,
             status=q.status,
@@ -130,11 +140,13 @@ class Api:
             principal=None if ctx.principal.admin else ctx.principal.name,
             before=None if q.cursor is None else _uncursor(q.cursor),
             limit=q.limit + 1,
+            metadata=filters,
         )
         more = len(rows) > q.limit
         rows = rows[: q.limit]
+        metadata = await self.host.metadata_of([r.run_id for r in rows])
         page = RunPage(
-            runs=[self.summary(r) for r in rows],
+            runs=[self.summary(r, metadata.get(r.run_id, {})) for r in rows],
             next_cursor=_cursor(rows[-1]) if more else None,
         )
         return json_response(page)
@@ -161,6 +173,7 @@ class Api:
                 flows=[] if self.flows.folder is None else [self.flows.folder],
                 budget=budget,
                 principal=ctx.principal.name,
+                metadata=body.metadata,
             )
         except (HostError, flowcore.InputError, flowcore.SpecError, flowcore.DataError) as exc:
             text = str(exc)
@@ -168,14 +181,14 @@ class Api:
             raise ApiError(status, "cannot-start", text) from None
         row = await self.host.run(run_id)
         location = "/api/runs/" + quote(run_id, safe="")
-        return json_response(self.summary(row), 201, {"Location": location})
+        return json_response(await self.summarize(row), 201, {"Location": location})
 
     async def show_run(self, ctx: Context) -> Response:
         row = await self.owned(ctx)
         shown = await self.host.show(row.run_id)
         waits = await self.host.waits(row.run_id)
         view = RunView(
-            run=self.summary(row),
+            run=await self.summarize(row),
             waits=msgspec.to_builtins(waits),
             budget=shown["budget"],
             output=row.output,
@@ -202,7 +215,7 @@ class Api:
         self.running(row)
         body: CancelBody = ctx.body
         await self._event(row, self.host.cancel(row.run_id, body.reason))
-        return json_response(self.summary(await self.host.run(row.run_id)), 202)
+        return json_response(await self.summarize(await self.host.run(row.run_id)), 202)
 
     async def _event(self, row: RunRow, call: Any) -> None:
         try:
@@ -247,14 +260,14 @@ class Api:
                 options=list(question.options),
             )
         await self._event(row, self.host.answer(row.run_id, question.key, body.answer))
-        return json_response(self.summary(await self.host.run(row.run_id)))
+        return json_response(await self.summarize(await self.host.run(row.run_id)))
 
     async def signal(self, ctx: Context) -> Response:
         row = await self.owned(ctx)
         self.running(row)
         body: SignalBody = ctx.body
         await self._event(row, self.host.signal(row.run_id, body.name, body.payload, body.key))
-        return json_response(self.summary(await self.host.run(row.run_id)), 202)
+        return json_response(await self.summarize(await self.host.run(row.run_id)), 202)
 
     # --- the event stream ---------------------------------------------------------------
 
@@ -344,7 +357,7 @@ class Api:
             raise ApiError(
                 409, "not-pending", f"no pending scheduled call {ctx.param('call_id')!r}"
             )
-        return json_response(self.summary(await self.host.run(row.run_id)))
+        return json_response(await self.summarize(await self.host.run(row.run_id)))
 
     async def run_scheduled_now(self, ctx: Context) -> Response:
         row = await self.owned(ctx)
@@ -354,7 +367,7 @@ class Api:
             raise ApiError(
                 409, "not-pending", f"no pending scheduled call {ctx.param('call_id')!r}"
             )
-        return json_response(self.summary(await self.host.run(row.run_id)))
+        return json_response(await self.summarize(await self.host.run(row.run_id)))
 
     # --- schedules ------------------------------------------------------------------------
 
@@ -388,7 +401,7 @@ class Api:
         name = ctx.param("name")
         await self._schedule(name)
         run_id = await self.host.trigger_schedule(name)
-        return json_response(self.summary(await self.host.run(run_id)), 201)
+        return json_response(await self.summarize(await self.host.run(run_id)), 201)
 
     async def backfill_schedule(self, ctx: Context) -> Response:
         name = ctx.param("name")

@@ -193,6 +193,9 @@ def _body(data: bytes, kind: type[T], content_type: str | None) -> T:
 def _query(request: Request, kind: type[T]) -> T:
     raw: dict[str, Any] = {}
     for name, value in request.query_params.multi_items():
+        if name == "where":  # the one parameter that repeats: each a metadata filter
+            raw.setdefault(name, []).append(value)
+            continue
         if name in raw:
             raise ApiError(422, "invalid-request", f"query parameter {name!r} is given twice")
         raw[name] = value

@@ -69,6 +69,8 @@ class StartBody(_Body):
     input: Any = None
     budget: BudgetBody | None = None
     run_id: Name | None = None
+    # Initial values of the metadata fields the flow declares (checked against them).
+    metadata: dict[str, str | int | float | bool] | None = None
 
 
 class CancelBody(_Body):
@@ -114,6 +116,8 @@ class RunsQuery(_Body):
     created_to: datetime | None = None  # exclusive
     cursor: str | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+    # Metadata filters, every one of which must hold (``where=amount>100``; repeatable).
+    where: list[str] = []
 
 
 class StreamQuery(_Body):
@@ -136,6 +140,7 @@ class RunSummary(_Reply):
     updated_at: datetime
     duration_ms: int  # from start to settlement, or to now while running
     next_index: int  # the index the next log record will have
+    metadata: dict[str, Any]  # the run's metadata fields now (empty: none set)
 
 
 class RunPage(_Reply):

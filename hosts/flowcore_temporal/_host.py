@@ -72,6 +72,7 @@ from ._types import (
     RunArgsError,
     check_run_args,
 )
+from ._visibility import SearchAttributes, metadata_of, visibility_query
 from ._workflow import FlowcoreWorkflow
 
 __all__ = [
@@ -173,6 +174,7 @@ class TemporalHost:
     def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
         self.client = client
         self.task_queue = task_queue
+        self._attributes = SearchAttributes(client)
 
     @classmethod
     async def connect(
@@ -201,8 +203,15 @@ class TemporalHost:
         heartbeat_timeout_ms: int | None = DEFAULT_HEARTBEAT_TIMEOUT_MS,
         clock_origin_ms: int | None = None,
         clock_scale: float = 1.0,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text); returns its run id.
+
+        ``metadata``: initial values of the flow's metadata fields
+        (``flowcore.MetadataError`` for an undeclared field or a wrong type).
+        A flow that declares metadata needs its search attributes registered
+        on the namespace (``flowcore_<field>``, typed); a missing one is a
+        ``TemporalHostError`` that names the command that registers it.
 
         The spec and the input are checked here first, so a bad one is a
         ``SpecError`` / ``InputError`` for the caller rather than a failed
@@ -215,8 +224,10 @@ class TemporalHost:
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
-        self._check_input(flow, input)
+        given = None if metadata is None else dict(metadata)
+        self._check_input(flow, input, given)
         known = self._known_flows(spec, flows, flow.id, text)
+        await self._check_attributes(flow, known)
         rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
         args = RunArgs(
             spec=text,
@@ -230,6 +241,7 @@ class TemporalHost:
             heartbeat_timeout_ms=heartbeat_timeout_ms,
             clock_origin_ms=clock_origin_ms,
             clock_scale=clock_scale,
+            metadata=given,
         )
         try:
             check_run_args(args)
@@ -253,10 +265,57 @@ class TemporalHost:
         return rid
 
     @staticmethod
-    def _check_input(flow: Flow, input: Any) -> None:
-        # start() validates the input against the flow's input_schema; the
-        # decision itself is thrown away (the workflow makes the real one).
-        flowcore.start(flow, input, "check")
+    def _check_input(flow: Flow, input: Any, metadata: dict[str, Any] | None = None) -> None:
+        # start() validates the input against the flow's input_schema (and the
+        # metadata against its declarations); the decision itself is thrown
+        # away (the workflow makes the real one).
+        flowcore.start(flow, input, "check", metadata=metadata)
+
+    async def _check_attributes(self, flow: Flow, flows: Mapping[str, str]) -> None:
+        """``TemporalHostError`` unless the namespace registers the search attribute of
+        every metadata field ``flow`` and the subflows it may start declare."""
+        declared: dict[str, dict[str, str]] = {flow.id: dict(flow.metadata)}
+        for flow_id, text in flows.items():
+            try:
+                declared[flow_id] = dict(flowcore.parse_flow(text).metadata)
+            except flowcore.SpecError:
+                continue  # refused when a run starts it, as before
+        for fields in declared.values():
+            await self._attributes.check(fields)
+
+    # --- listing runs by metadata ----------------------------------------------------------
+
+    async def runs(
+        self, where: Any = None, *, status: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """flowcore runs whose metadata matches ``where`` (``flowcore.metadata_filters``),
+        newest first, through a visibility query: ``{runId, flowId, status, startedMs,
+        metadata}`` each. ``status``: a Temporal status (``Running``, ``Completed``...).
+
+        Temporal's visibility store is eventually consistent: a run started or a
+        field set a moment ago may not be listed yet.
+        """
+        filters = flowcore.metadata_filters(where)
+        query = visibility_query(filters, await self._attributes.types(), status)
+        out: list[dict[str, Any]] = []
+        try:
+            async for execution in self.client.list_workflows(query, limit=limit):
+                out.append(
+                    {
+                        "runId": execution.id,
+                        "status": execution.status.name if execution.status else "UNKNOWN",
+                        "startedMs": int(execution.start_time.timestamp() * 1000),
+                        "metadata": metadata_of(execution.typed_search_attributes),
+                    }
+                )
+        except RPCError as exc:
+            raise TemporalHostError(f"visibility query {query!r} refused: {exc.message}") from None
+        return out
+
+    async def metadata(self, run_id: str) -> dict[str, Any]:
+        """The run's metadata as its search attributes hold it (eventually consistent)."""
+        desc = await self._call(self.handle(run_id).describe(), run_id)
+        return metadata_of(desc.typed_search_attributes)
 
     # --- talking to runs -----------------------------------------------------------------
 
@@ -455,11 +514,13 @@ class TemporalHost:
             info["temporal"] = "RUNNING"
             return info
         temporal = desc.status.name if desc.status is not None else "UNKNOWN"
+        metadata = metadata_of(desc.typed_search_attributes)
         try:
             result = await self.result(run_id)
         except TemporalHostError as exc:
             return {"runId": run_id, "status": "failed", "temporal": temporal, "error": str(exc)}
-        return {**result, "temporal": temporal, "pending": [], "questions": [], "waitingFor": []}
+        closed = {"pending": [], "questions": [], "waitingFor": [], "metadata": metadata}
+        return {**result, "temporal": temporal, **closed}
 
     async def result(self, run_id: str) -> dict[str, Any]:
         """Wait for the run to settle; its result (status, output, error, usage, report)."""
@@ -512,6 +573,7 @@ class TemporalHost:
         if not flow.schedules:
             raise TemporalHostError(f"{source}: the spec declares no schedules")
         known = self._known_flows(spec, flows, flow.id, text)
+        await self._check_attributes(flow, known)  # the runs it starts upsert them
         for schedule in flow.schedules.values():
             args = RunArgs(spec=text, flows=known, tools=tools, source_name=source)
             target = to_temporal(schedule, args, self.task_queue)

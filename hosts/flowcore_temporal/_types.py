@@ -14,9 +14,14 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+
 import flowcore
 
 __all__ = [
+    "METADATA_PREFIX",
+    "metadata_attribute",
+    "metadata_updates",
     "ACTIVITY_NAME",
     "RUN_STATUS_ACTIVITY",
     "SIGNAL_KEYS_ATTRIBUTE",
@@ -70,6 +75,53 @@ QUESTIONS_QUERY = "pending_questions"
 LOG_QUERY = "log"
 STATUS_QUERY = "status"
 
+METADATA_PREFIX = "flowcore_"
+"""A flow's metadata field ``customer`` is the search attribute ``flowcore_customer``."""
+
+ATTRIBUTE_TYPES: Final = {
+    "string": "Keyword",
+    "integer": "Int",
+    "number": "Double",
+    "boolean": "Bool",
+}
+"""The search attribute type of each metadata type."""
+
+
+def metadata_attribute(name: str, kind: str) -> SearchAttributeKey[Any]:
+    """The typed search attribute of metadata field ``name`` of type ``kind``."""
+    full = METADATA_PREFIX + name
+    match kind:
+        case "string":
+            return SearchAttributeKey.for_keyword(full)
+        case "integer":
+            return SearchAttributeKey.for_int(full)
+        case "number":
+            return SearchAttributeKey.for_float(full)
+        case _:
+            return SearchAttributeKey.for_bool(full)
+
+
+def metadata_updates(
+    declared: dict[str, Any], before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> list[SearchAttributeUpdate[Any]]:
+    """The search attribute updates that take a run's metadata from ``before`` to
+    ``after`` (a cleared field is unset), in the order the flow declares its fields."""
+    old, new = before or {}, after or {}
+    out: list[SearchAttributeUpdate[Any]] = []
+    for name, kind in declared.items():
+        if name not in new:
+            if name in old:
+                out.append(metadata_attribute(name, kind).value_unset())
+            continue
+        value = new[name]
+        if name in old and old[name] == value:
+            continue
+        if kind == "number":
+            value = float(value)
+        out.append(metadata_attribute(name, kind).value_set(value))
+    return out
+
+
 DEFAULT_TASK_QUEUE = "flowcore"
 DEFAULT_ACTIVITY_TIMEOUT_MS = 10 * 60 * 1000
 """start-to-close of one handler call; past it the outcome is unknown."""
@@ -115,6 +167,8 @@ class RunArgs:
     clock_origin_ms: int | None = None
     clock_scale: float = 1.0
     clock_started_ms: int | None = None
+    metadata: dict[str, Any] | None = None
+    """Initial values of the flow's metadata fields (``flowcore.start``'s ``metadata``)."""
     schedule: str | None = None
     """The flowcore schedule that starts this run (a Temporal Schedule's action):
     ``input`` is then the schedule's input template, evaluated when the run
@@ -210,6 +264,8 @@ def _problems(args: RunArgs) -> list[str]:
         out.append(
             ("clock_scale", f"expected a number in (0, {_MAX_CLOCK_SCALE:g}], got {_show(scale)}")
         )
+    if args.metadata is not None and not isinstance(args.metadata, dict):
+        out.append(("metadata", f"expected an object or null, got {_show(args.metadata)}"))
     budget = args.budget
     if budget is not None:
         if not isinstance(budget, dict):

@@ -142,6 +142,7 @@ from ._types import (
     RunArgsError,
     check_run_args,
     clip,
+    metadata_updates,
     run_args_from_wire,
 )
 
@@ -258,6 +259,7 @@ class FlowcoreWorkflow:
         self._refused_count = 0
         self._crash: tuple[str, Exception] | None = None  # a bug in one of the run's tasks
         self._signal_keys: list[str] = []  # the FlowcoreSignalKeys this run last upserted
+        self._indexed: dict[str, Any] | None = None  # the metadata its search attributes hold
 
     @property
     def records(self) -> list[Record]:
@@ -309,13 +311,16 @@ class FlowcoreWorkflow:
                 budget=budget,
                 depth=args.depth,
                 semantics=self._semantics,
+                metadata=args.metadata,
             )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
             message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
         self._records.extend(
-            self._recorder.started(flow, args.input, now, decision, budget, args.depth)
+            self._recorder.started(
+                flow, args.input, now, decision, budget, args.depth, args.metadata
+            )
         )
         self._follow(decision)
         early, self._early = self._early, []
@@ -568,6 +573,7 @@ class FlowcoreWorkflow:
             "waitingFor": sorted({s.signal for s in view.signals}),
             "records": len(self._records),
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
+            "metadata": dict(state.metadata or {}),
         }
         if self._settled is not None:
             out["result"] = self._result()
@@ -586,6 +592,15 @@ class FlowcoreWorkflow:
         protocol says.
         """
         self._state = decision.state
+        metadata = decision.state.metadata
+        if metadata is not self._indexed:  # replaced only when it changed
+            # The run's metadata as typed search attributes, for visibility
+            # queries (``flowcore_<field>``); the same decisions upsert the same
+            # values on replay.
+            updates = metadata_updates(decision.state.flow.metadata, self._indexed, metadata)
+            self._indexed = metadata
+            if updates:
+                workflow.upsert_search_attributes(updates)
         plan = flowcore.plan(decision)
         for effect in decision.effects:
             match effect:

@@ -219,7 +219,9 @@ class _Player:
     async def play(self) -> None:
         plan, host = self.plan, self.host
         crashes = prepare(plan)
-        await host.start(plan.spec, plan.input, plan.run_id, flows=self.flows)
+        await host.start(
+            plan.spec, plan.input, plan.run_id, flows=self.flows, metadata=plan.metadata
+        )
         if -1 not in crashes:
             self.worker.start()
         await self.reject(0)
@@ -406,6 +408,7 @@ async def play(plan: Plan, workdir: Path, server: str | None = None) -> Outcome:
             await player.worker.stop()
         try:
             outcome.records = await host.records(plan.run_id)
+            outcome.metadata = await host.metadata(plan.run_id)  # the indexed rows
         except HostError as exc:
             outcome.error = outcome.error or f"HostError: {exc}"
     outcome.seconds = time.monotonic() - began

@@ -239,10 +239,12 @@ async def play(plan: Plan, workdir: Path, server: str | None = None) -> Outcome:
             run_id=plan.run_id,
             now_ms=plan.origin,
             budget=budget_of(plan.budget),
+            metadata=plan.metadata,
         )
     except Exception as exc:
         outcome.error = f"{type(exc).__name__}: {exc}"
     else:
         outcome.records = list(trajectory.log_of(plan.run_id))
+        outcome.metadata = trajectory.metadata
     outcome.seconds = time.monotonic() - began
     return outcome

@@ -113,6 +113,7 @@ def _effects_at(plan: Plan, lateness_ms: list[int]) -> list[dict[str, Any]] | No
         now_ms=plan.origin,
         budget=budget_of(plan.budget),
         depth=plan.depth,
+        metadata=plan.metadata,
     )
     effects = [flowcore.effect_to_wire(e) for e in decision.effects]
     for t, late_ms in zip(plan.turns, lateness_ms, strict=True):
@@ -314,6 +315,7 @@ async def _play_once(plan: Plan, server: str | None, timing: Timing) -> Outcome:
     from temporalio.service import RPCError
 
     import flowcore_temporal as ft
+    from flowcore_temporal._visibility import metadata_of
     from tests.temporal.support import unique
 
     assert server is not None, "the Temporal player needs the dev server's address"
@@ -334,6 +336,7 @@ async def _play_once(plan: Plan, server: str | None, timing: Timing) -> Outcome:
         heartbeat_timeout_ms=None,
         clock_origin_ms=plan.origin,
         clock_scale=timing.scale,
+        metadata=plan.metadata,
     )
     outcome = Outcome()
     async with ft.new_worker(client, task_queue=queue, registry=script.registry()):
@@ -407,6 +410,9 @@ async def _play_once(plan: Plan, server: str | None, timing: Timing) -> Outcome:
                 if plan.settles or emitted >= len(plan.effects) or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.03)
+            if plan.flow.metadata:  # what the run's search attributes hold now
+                desc = await handle.describe()
+                outcome.metadata = metadata_of(desc.typed_search_attributes)
         except (AssertionError, TimeoutError) as exc:
             outcome.error = f"{type(exc).__name__}: {exc}"
         finally:

@@ -56,6 +56,8 @@ def _check(report: ReplayReport, expect: dict[str, Any]) -> None:
     assert report.spec_matches == expect["specMatches"]
     assert report.last_index == expect["lastIndex"]
     assert len(report.unrecorded) == expect["unrecorded"]
+    if report.state is not None:  # the run's metadata as it ended (absent: none)
+        assert (report.state.metadata or {}) == expect.get("metadata", {})
 
 
 def test_the_committed_vectors_are_up_to_date() -> None:
@@ -123,6 +125,7 @@ def test_replay_ends_in_the_state_advance_reaches(case: str) -> None:
         now_ms=read.records[0].at,
         budget=flowcore.budget_from_wire(started.get("budget")),
         depth=started.get("depth", 0),
+        metadata=started.get("metadata"),
     ).state
     for record in read.records:
         if record.type == "event.reported":
@@ -247,6 +250,8 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
             features.add("max_concurrency")
         if flow.input_schema is not None:
             features.add("input_schema")
+        if flow.metadata:
+            features.add("metadata")
         log = (DIR / case / "log.ndjson").read_bytes()
         if b"effect-outcome-unknown" in log and "unknown-" in case:
             for decl_name, decl in flow.tools.items():
@@ -269,6 +274,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "fail",
         "try",
         "signal_run",
+        "set_metadata",
     }
     assert features == {
         "retry",
@@ -278,6 +284,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "teams",
         "max_concurrency",
         "input_schema",
+        "metadata",
     }
     assert classes_unknown == {"readonly", "idempotent", "uncertain"}
     for name in ("signal-buffered", "compensation-on-failure", "compensation-on-cancel", "cancel"):

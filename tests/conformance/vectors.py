@@ -121,6 +121,8 @@ class Plan:
     # The first work result the log reports after the run stopped waiting for
     # the work (a host that cancels such work may never produce it).
     late_work: str | None = None
+    # The run's metadata as it ended (expect.json; empty: none set).
+    final_metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def input(self) -> Any:
@@ -136,6 +138,12 @@ class Plan:
         depth: int = self.started.get("depth", 0)
         return depth
 
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """The metadata the run was started with (None: none)."""
+        metadata: dict[str, Any] | None = self.started.get("metadata")
+        return metadata
+
     def pending_after(self, turn: int) -> frozenset[str]:
         """Keys the run waits for after the decision of ``turn`` (-1: the start)."""
         return self.pending[turn + 1]
@@ -148,6 +156,8 @@ class Outcome:
     records: list[flowcore.Record] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    # The run's metadata as the host indexes it once the run ended (None: not read).
+    metadata: dict[str, Any] | None = None
 
 
 class Player(Protocol):
@@ -262,6 +272,7 @@ def plan_vector(path: Path) -> Plan:
         now_ms=origin,
         budget=budget_of(started.get("budget")),
         depth=started["depth"],
+        metadata=started.get("metadata"),
     )
     state = decision.state
     timers: dict[str, Timer] = {}
@@ -447,6 +458,7 @@ def plan_vector(path: Path) -> Plan:
         settles=any(r.type == "run.settled" for r in records),
         late=late,
         late_work=late_work,
+        final_metadata=expect.get("metadata") or {},
     )
 
 
@@ -630,3 +642,6 @@ def check_outcome(plan: Plan, outcome: Outcome, clock: bool) -> None:
     for n, (a, b) in enumerate(zip(reported, plan.events, strict=True)):
         assert same_event(a, b, clock), f"event {n}: the host applied {a}, the log has {b}"
     assert (outcome.records[-1].type == "run.settled") == plan.settles
+    if plan.final_metadata or outcome.metadata is not None:
+        # What the host indexes for listing runs by: the run's metadata as it ended.
+        assert outcome.metadata == plan.final_metadata, (outcome.metadata, plan.final_metadata)

@@ -237,7 +237,7 @@ def test_delete_removes_a_settled_tree_from_every_table_and_leaves_another_run(
         assert await settle(host, "p") == "completed"
         await host.start(OTHER, {}, "o")
         await work_until(host, lambda: _waits(host, "o"))
-        await host.start(WAITS, {}, "x")
+        await host.start(TAGGED, {}, "x", metadata={"owner": "ops"})  # a run_metadata row
         await host.cancel("x")  # the wait it abandons is resolved
         await host.start(DEAD, {}, "d")
 
@@ -527,6 +527,9 @@ ONE_CALL = "flow: one\ntools: {echo: {}}\nsteps:\n  - {id: a, call_tool: {tool: 
 DEAD = "flow: dead\ntools: {down: {}}\nsteps:\n  - {id: x, call_tool: {tool: down}}\n"
 FAILS = "flow: bad\ntools: {down: {}}\nsteps:\n  - {id: a, call_tool: {tool: down}}\n"
 WAITS = "flow: waits\nsteps:\n  - {id: w, await_signal: {signal: go}}\n"
+TAGGED = (
+    "flow: tagged\nmetadata: {owner: string}\nsteps:\n  - {id: w, await_signal: {signal: go}}\n"
+)
 
 
 async def _history(host: LocalHost, clock: Clock) -> None:

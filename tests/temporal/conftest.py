@@ -27,6 +27,34 @@ from .support import die_with_parent
 
 STARTUP_S = 60.0
 _RUNNING: dict[str, str] = {}  # the dev server this process started: {"address": ...}
+ROOT = Path(__file__).resolve().parents[2]
+
+# The metadata fields the tests' own flows declare (tests/temporal/test_temporal_metadata.py).
+TEST_METADATA = {
+    "customer": "string",
+    "amount": "number",
+    "urgent": "boolean",
+    "tier": "integer",
+    "stage": "string",
+}
+
+
+def search_attributes() -> dict[str, str]:
+    """``flowcore_<field>`` -> type of every metadata field the tests' flows and the
+    conformance vectors declare: the dev server registers them when it starts."""
+    import flowcore
+    from flowcore_temporal._types import ATTRIBUTE_TYPES, METADATA_PREFIX
+
+    fields = dict(TEST_METADATA)
+    for spec in sorted((ROOT / "specs" / "conformance").glob("*/flow.yaml")):
+        try:
+            declared = flowcore.parse_flow(spec.read_bytes()).metadata
+        except flowcore.SpecError:
+            continue
+        for name, kind in declared.items():
+            if fields.setdefault(name, kind) != kind:
+                raise RuntimeError(f"{spec}: metadata field {name!r} has two types")
+    return {METADATA_PREFIX + name: ATTRIBUTE_TYPES[kind] for name, kind in sorted(fields.items())}
 
 
 def temporal_binary() -> str | None:
@@ -88,6 +116,11 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 # What routes a keyed signal sent without a run id (temporal.md).
                 "--search-attribute",
                 "FlowcoreSignalKeys=KeywordList",
+                *(
+                    arg
+                    for name, kind in search_attributes().items()
+                    for arg in ("--search-attribute", f"{name}={kind}")
+                ),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

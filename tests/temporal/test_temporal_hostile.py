@@ -443,6 +443,8 @@ def test_hostile_start_arguments_fail_the_workflow_at_once(
         (NOT_UTF8, "RunArgsError", "cannot be decoded (json/plain)"),
         (UNKNOWN_ENCODING, "RunArgsError", "cannot be decoded (application/x-mystery)"),
         ({"spec": "steps: [{"}, "SpecError", "not valid YAML/JSON"),
+        ({**args, "metadata": "x"}, "RunArgsError", "metadata: expected an object or null"),
+        ({**args, "metadata": {"nope": 1}}, "MetadataError", "field 'nope' is not declared"),
     ]
 
     async def main() -> list[tuple[str, str, WorkflowExecutionStatus | None, list[str]]]:

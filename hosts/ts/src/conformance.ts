@@ -42,6 +42,8 @@ interface Expect {
   readonly status: string | null;
   readonly tornOffset: number | null;
   readonly unrecorded: number;
+  /** The run's metadata as it ended, when any is set. */
+  readonly metadata?: { readonly [field: string]: string | number | boolean };
 }
 
 const RELEASE = "conformance-release";
@@ -146,11 +148,13 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
       nowMs: first.at,
       budget: (data["budget"] ?? null) as BudgetCaps | null,
       depth: (data["depth"] ?? 0) as number,
+      metadata: (data["metadata"] ?? null) as { [field: string]: string | number | boolean } | null,
     }),
     "start",
   );
   let state = reply.state;
   let status = reply.status;
+  let metadata = reply.metadata;
   let queue: FlowEffect[] = [...reply.effects];
   let events = 0;
   let effects = 0;
@@ -185,6 +189,7 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
         const next = decided(await decider.advance(state, event), `record ${record.index}`);
         state = next.state;
         status = next.status;
+        metadata = next.metadata;
         queue = [...next.effects];
         await dispatch(next.effects, event.atMs);
         events += 1;
@@ -214,6 +219,9 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
   }
   if (expect.status !== null && status !== expect.status) {
     throw new Mismatch(`the run ends ${status}, expected ${expect.status}`);
+  }
+  if (!isDeepStrictEqual(metadata, expect.metadata)) {
+    throw new Mismatch(`the run's metadata is ${show(metadata)}, expected ${show(expect.metadata)}`);
   }
   const subflows = children.size > 0 ? `, ${children.size} child run(s)` : "";
   return `${events} events, ${effects} effects${subflows}`;

@@ -34,6 +34,7 @@ export interface StartOptions {
   readonly nowMs: number;
   readonly budget?: BudgetCaps | null;
   readonly depth?: number;
+  readonly metadata?: { readonly [field: string]: string | number | boolean } | null;
 }
 
 export class Decider {
@@ -107,8 +108,8 @@ export class Decider {
   }
 
   start(spec: string | { readonly [key: string]: JsonValue }, options: StartOptions): Promise<DecideReply> {
-    const { input = null, runId, nowMs, budget = null, depth = 0 } = options;
-    return this.request({ op: "start", spec, input, runId, nowMs, budget, depth });
+    const { input = null, runId, nowMs, budget = null, depth = 0, metadata = null } = options;
+    return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, metadata });
   }
 
   advance(state: string, event: FlowEvent): Promise<DecideReply> {

@@ -265,6 +265,8 @@ export interface StartRequest {
   readonly nowMs: number;
   readonly budget?: BudgetCaps | null;
   readonly depth?: number;
+  /** Initial values of the metadata fields the flow declares. */
+  readonly metadata?: { readonly [field: string]: string | number | boolean } | null;
 }
 
 export interface AdvanceRequest {
@@ -290,6 +292,8 @@ export interface Decided {
   readonly usage?: Usage;
   /** The answer to a scheduled-call event from outside. */
   readonly scheduled?: { readonly id: string; readonly done: boolean };
+  /** The run's metadata fields now, when any is set: what a host indexes runs by. */
+  readonly metadata?: { readonly [field: string]: string | number | boolean };
 }
 
 export type DecideErrorType =
