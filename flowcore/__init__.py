@@ -19,7 +19,15 @@ from ._errors import (
     SpecError,
     WireError,
 )
-from ._interp import DEFAULT_STEP_BUDGET, SEMANTICS, Decision, InputError, advance, start
+from ._interp import (
+    DEFAULT_STEP_BUDGET,
+    SEMANTICS,
+    Decision,
+    InputError,
+    advance,
+    continue_run,
+    start,
+)
 from ._jsontext import JsonTextError, decode_json_text
 from ._keys import KeyInfo, KeyRole, parse_key
 from ._log import (
@@ -57,6 +65,9 @@ from ._wire import (
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    CarriedCall,
+    CarriedSignal,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -101,6 +112,9 @@ __all__ = [
     "BudgetRemaining",
     "CallTool",
     "CancelRequested",
+    "CarriedCall",
+    "CarriedSignal",
+    "ContinueAsNew",
     "DataError",
     "Decision",
     "Effect",
@@ -183,5 +197,6 @@ __all__ = [
     "result_event",
     "scheduled_calls",
     "start",
+    "continue_run",
     "waiting_for",
 ]

@@ -63,6 +63,9 @@ from ._spec import Budget, Flow
 from ._state import Sched
 from ._wire import (
     BudgetRemaining,
+    CarriedCall,
+    CarriedSignal,
+    ContinueAsNew,
     Effect,
     ErrorInfo,
     Event,
@@ -106,6 +109,7 @@ __all__ = [
     "UnknownRecordType",
     "budget_from_wire",
     "budget_to_wire",
+    "carried_to_wire",
     "decode_log",
     "detect_format",
     "encode_record",
@@ -171,6 +175,11 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     budget: StartBudget | None = None
     depth: NonNegInt = 0
     semantics: int = 1  # absent: runs started before the interpreter had levels
+    # A later incarnation (``continue_as_new``): its number and what it carried
+    # over. ``budget`` is then a child run's remainder, or absent.
+    incarnation: int = 1
+    signals: tuple[CarriedSignal, ...] = ()
+    scheduled: tuple[CarriedCall, ...] = ()
 
 
 class EventRejectedData(msgspec.Struct, frozen=True, kw_only=True):
@@ -934,7 +943,12 @@ class Recorder:
         decision: Decision,
         budget: Budget | BudgetRemaining | None = None,
         depth: int = 0,
+        continued: ContinueAsNew | None = None,
     ) -> list[Record]:
+        """The records of ``start`` (``continued``: of ``continue_run``, whose
+        ``run.started`` says the incarnation and what it carried)."""
+        if continued is not None:
+            budget = continued.budget_remaining
         data = {
             "flowId": flow.id,
             "version": flow.version,
@@ -946,6 +960,9 @@ class Recorder:
         semantics = decision.state.run.semantics
         if semantics != 1:  # absent means 1 (logs written before the field)
             data["semantics"] = semantics
+        if continued is not None:  # a later incarnation: what it took over
+            data["incarnation"] = continued.incarnation
+            data.update(carried_to_wire(continued))
         out = [self._make(RUN_STARTED, at, data)]
         out.extend(self._scheduled(decision, at))
         out.extend(self._effects(decision.effects, at))
@@ -981,6 +998,13 @@ class Recorder:
             if isinstance(effect, Settled):
                 out.append(self._make(RUN_SETTLED, at, settled_record_data(effect)))
         return out
+
+
+def carried_to_wire(continued: ContinueAsNew) -> dict[str, Any]:
+    """The signals and scheduled calls a ``run.started`` of a later incarnation
+    records (each omitted when empty), as the effect's wire spells them."""
+    wire = effect_to_wire(continued)
+    return {k: wire[k] for k in ("signals", "scheduled") if k in wire}
 
 
 def settled_record_data(effect: Settled) -> dict[str, Any]:

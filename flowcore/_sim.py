@@ -54,7 +54,7 @@ import msgspec
 from ._data import DataError, check_data
 from ._driver import plan
 from ._errors import EventRejected, FlowcoreError
-from ._interp import Decision, InputError, advance, start
+from ._interp import Decision, InputError, advance, continue_run, start
 from ._keys import parse_key
 from ._log import Record, Recorder
 from ._outcome import NO_USAGE
@@ -67,6 +67,7 @@ from ._wire import (
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -799,6 +800,8 @@ class _Simulation:
                     self.subflow(slot, effect)
                 case Settled():
                     self.settled(slot, effect)
+                case ContinueAsNew():
+                    self.continued(slot, effect)
                 case _:
                     assert_never(effect)
 
@@ -990,6 +993,26 @@ class _Simulation:
             if child.state.settled is None:
                 event = CancelRequested(reason=f"parent run {slot.run_id} settled", at_ms=self.now)
                 self.push(self.now, child_id, event)
+
+    def continued(self, slot: _Slot, effect: ContinueAsNew) -> None:
+        """Start the run's next incarnation at once, as every host does: no
+        event can fall between the two. Children still running are cancelled."""
+        for child_id in slot.children:
+            child = self.runs[child_id]
+            if child.state.settled is None:
+                reason = f"parent run {slot.run_id} continued as new"
+                self.push(self.now, child_id, CancelRequested(reason=reason, at_ms=self.now))
+        slot.children = []
+        slot.awaiting.clear()
+        history = slot.history
+        d = continue_run(slot.flow, effect, slot.run_id, self.now, depth=history.depth)
+        history.turns.append(Turn(None, d.effects, d.state))
+        self.log.extend(
+            slot.recorder.started(
+                slot.flow, effect.input, self.now, d, depth=history.depth, continued=effect
+            )
+        )
+        self.execute(slot, d)
 
     def report_child(self, child: _Slot) -> None:
         assert child.parent is not None and child.key is not None

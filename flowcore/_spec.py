@@ -62,6 +62,7 @@ __all__ = [
     "Duration",
     "DurationExpr",
     "FailStep",
+    "ContinueAsNewStep",
     "Flow",
     "ForEachStep",
     "Limits",
@@ -320,6 +321,13 @@ class FailStep:
 
 
 @attrs.frozen
+class ContinueAsNewStep:
+    """Start the run again from its first step with a new input (None: the same input)."""
+
+    input: Template | None = None
+
+
+@attrs.frozen
 class CatchClause:
     steps: tuple[Step, ...]
     errors: tuple[Name, ...] = (Name("*"),)
@@ -347,6 +355,7 @@ Body: TypeAlias = (
     | CancelScheduledStep
     | FailStep
     | TryStep
+    | ContinueAsNewStep
 )
 
 
@@ -414,6 +423,7 @@ _KINDS: dict[str, type[Any]] = {
     "cancel_scheduled": CancelScheduledStep,
     "fail": FailStep,
     "try": TryStep,
+    "continue_as_new": ContinueAsNewStep,
 }
 _COMMON = (
     "id",
@@ -749,6 +759,7 @@ def _build_converter() -> cattrs.Converter:
         RunSubflowStep,
         ScheduleStep,
         FailStep,
+        ContinueAsNewStep,
     )
     for cl in plain:
         conv.register_structure_hook(cl, _mapping_first(conv, cl))

@@ -46,6 +46,7 @@ from ._spec import Flow
 from ._wire import (
     BudgetRemaining,
     CallTool,
+    ContinueAsNew,
     Effect,
     ErrorInfo,
     RunAgent,
@@ -337,6 +338,9 @@ class Tree(_S, frozen=True, gc=False):
     compensations: CompLink | None = None
     ending: Ending | None = None  # set while compensations run before settling
     exhausted: str | None = None  # the limit reached, while on_budget_exhausted's steps run
+    # Set when this incarnation ended by ``continue_as_new``: the effect that
+    # starts the next one (``flowcore.continue_run``). No event applies after.
+    continued: ContinueAsNew | None = None
 
 
 # --- budget, schedules, report ------------------------------------------------------------
@@ -493,6 +497,8 @@ class Run(_S, frozen=True, gc=False, array_like=True):
     # at its start, so code that changed a decision since decides its runs
     # in flight, and replays their logs, as it did when they started.
     semantics: int = 1
+    # The run's incarnation: 1, then one more after each ``continue_as_new``.
+    incarnation: int = 1
 
 
 Status: TypeAlias = Literal["running", "completed", "failed", "cancelled", "budget-exhausted"]

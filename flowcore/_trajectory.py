@@ -26,6 +26,7 @@ from ._wire import (
     AwaitSignal,
     CallTool,
     CancelRequested,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -181,6 +182,18 @@ class Trajectory:
                     input=effect.input,
                     at=at,
                     note=f"depth {effect.depth}",
+                )
+            case ContinueAsNew():
+                carried = len(effect.signals), len(effect.scheduled)
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="continue-as-new",
+                    key=key,
+                    target=f"incarnation {effect.incarnation}",
+                    input=effect.input,
+                    status="continued",
+                    at=at,
+                    note=f"carried {carried[0]} signal(s), {carried[1]} scheduled call(s)",
                 )
             case _:
                 assert_never(effect)

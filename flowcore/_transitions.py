@@ -67,6 +67,7 @@ from ._wire import (
     Usage,
 )
 from .constructs import leaf, repeat, schedule, team
+from .constructs.continue_as_new import ContinueRequested
 
 __all__ = ["ANSWERS", "DEFAULT_UNKNOWN_REISSUES", "TIMERS", "WORK_EFFECTS", "apply", "describe"]
 
@@ -174,6 +175,8 @@ def apply(t: Txn, event: Event) -> None:
             t.drain_queue()
     except Exhausted as exc:
         _ending.exhaust(t, exc.limit)
+    except ContinueRequested as cont:
+        _ending.continue_as_new(t, cont.key, cont.input)
 
 
 def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:

@@ -147,6 +147,7 @@ class Txn:
         "flow",
         "frames",
         "in_flight",
+        "key_run",
         "ledger",
         "now_ms",
         "pending",
@@ -176,6 +177,9 @@ class Txn:
         self.flow: Flow = s.flow
         self.run: Run = s.run
         self.run_id = s.run.run_id
+        self.key_run = keys.incarnation_base(
+            s.run.run_id, s.run.incarnation
+        )  # what keys begin with
         self.semantics = s.run.semantics
         self.now_ms = s.now_ms
         self.ledger: Ledger = s.ledger
@@ -305,7 +309,7 @@ class Txn:
         return frame
 
     def key(self, frame: StepFrame) -> str:
-        return keys.step_key(self.run_id, frame.id, frame.attempt)
+        return keys.step_key(self.key_run, frame.id, frame.attempt)
 
     # --- budget ---------------------------------------------------------------------
 
@@ -347,9 +351,9 @@ class Txn:
                 widened[name] = limit + extra
         self.ledger = _replace(led, **widened)
         if "wall_clock_ms" in widened:
-            self.drop_key(keys.deadline_key(self.run_id))
+            self.drop_key(keys.deadline_key(self.key_run))
             due = self.run.started_ms + widened["wall_clock_ms"]
-            self.timer(keys.reserve_deadline_key(self.run_id), due, PendingKind.DEADLINE, "")
+            self.timer(keys.reserve_deadline_key(self.key_run), due, PendingKind.DEADLINE, "")
 
     def check_clock(self) -> None:
         wall = self.ledger.wall_clock_ms
@@ -645,7 +649,7 @@ class Txn:
             except InvalidDuration as exc:
                 self.put_frame(frame)
                 return self.finish_step(fid, (FAIL, _invalid(step, exc)), frame, step)
-            timer = keys.step_timeout_key(self.run_id, fid)
+            timer = keys.step_timeout_key(self.key_run, fid)
             self.timer(timer, self.now_ms + timeout, PendingKind.STEP_TIMEOUT, fid)
             frame = _replace(frame, timer=timer)
         return self.begin(frame, step)
@@ -950,13 +954,16 @@ class Resolver:
             return t.run.input
         if name == "run":
             flow = t.flow
-            return {
+            ctx = {
                 "id": t.run_id,
                 "flow": flow.id,
                 "version": flow.version,
                 "depth": t.run.depth,
                 "attempt": self.attempt,
             }
+            if t.run.incarnation != 1:  # absent in the first: runs that never continue as before
+                ctx["incarnation"] = t.run.incarnation
+            return ctx
         if name == "$all_steps":
             return self._all_steps()
         if name == "$locals":

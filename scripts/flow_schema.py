@@ -258,6 +258,8 @@ _DESCRIPTIONS: dict[str, str] = {
     "has not fired.",
     "FailStep": "§4.15 fail: fail at once with an error the flow makes (type, message, "
     "details); it travels as any failure.",
+    "ContinueAsNewStep": "§4.16 continue_as_new: start the run again from its first "
+    "step with a new input and a fresh history, keeping its run id.",
     "CatchClause": "A catch clause of a try step (§4.14): the error types it handles "
     "(`*` any) and its steps, which see `error`.",
     "Schedule": "A schedule (§2 schedules): runs of this flow a host starts on a cadence, "
@@ -290,6 +292,7 @@ _DOC_SECTIONS: dict[str, tuple[str, str]] = {
     "ScheduleStep": ("### 4.12 schedule", ""),
     "CancelScheduledStep": ("### 4.13 cancel_scheduled", ""),
     "FailStep": ("### 4.15 fail", ""),
+    "ContinueAsNewStep": ("### 4.16 continue_as_new", ""),
     "CatchClause": ("### 4.14 try / catch", "clause "),
     "Schedule": ("### schedules", ""),
 }

@@ -430,4 +430,5 @@ KINDS = (
     "cancel_scheduled",
     "fail",
     "try",
+    "continue_as_new",
 )

@@ -26,6 +26,9 @@ from flowcore._wire import (
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    CarriedCall,
+    CarriedSignal,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -201,6 +204,30 @@ def _effect_strategies() -> dict[type[Effect], st.SearchStrategy[Effect]]:
             output=json_values(),
             error=st.none() | error_infos(),
             exhausted=st.none() | st.sampled_from(get_args(ExhaustedLimit)),
+            report=st.lists(report_entries(), max_size=3).map(tuple),
+        ),
+        ContinueAsNew: st.builds(
+            ContinueAsNew,
+            input=json_values(),
+            incarnation=st.integers(2, 2**63 - 1),
+            idempotency_key=texts(),
+            signals=st.lists(
+                st.builds(CarriedSignal, signal=texts(), payload=json_values()), max_size=3
+            ).map(tuple),
+            scheduled=st.lists(
+                st.builds(
+                    CarriedCall,
+                    id=texts(),
+                    tool=texts(),
+                    input=json_values(),
+                    created_ms=non_neg_ints(),
+                    due_ms=non_neg_ints(),
+                    outlive=st.booleans(),
+                    outside=st.booleans(),
+                ),
+                max_size=2,
+            ).map(tuple),
+            budget_remaining=st.none() | budgets(),
             report=st.lists(report_entries(), max_size=3).map(tuple),
         ),
     }
@@ -446,6 +473,16 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
     "await-signal": ("kind", "signal", "idempotencyKey", "signals?"),
     "run-subflow": ("kind", "flowId", "depth", "idempotencyKey", "input?", "budgetRemaining"),
     "settled": ("kind", "status", "output?", "error?", "exhausted?", "report?"),
+    "continue-as-new": (
+        "kind",
+        "input?",
+        "incarnation",
+        "idempotencyKey",
+        "signals?",
+        "scheduled?",
+        "budgetRemaining?",
+        "report?",
+    ),
 }
 
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -483,6 +520,8 @@ VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
     Usage: ("steps?", "costMinorUnits?", "tokens?", "toolCalls?", "turns?"),
     ErrorInfo: ("type", "message?", "retryable?", "details?", "cause?", "attempts?"),
     ReportEntry: ("idempotencyKey", "effect", "target", "status"),
+    CarriedSignal: ("signal", "payload?"),
+    CarriedCall: ("id", "tool", "input?", "createdMs?", "dueMs?", "outlive?", "outside?"),
 }
 
 
@@ -497,6 +536,7 @@ def test_effect_kinds_are_exactly() -> None:
         "await-signal",
         "run-subflow",
         "settled",
+        "continue-as-new",
     }
     assert len(kinds) == len(EFFECT_TYPES)
     assert set(EFFECT_FIELDS) == kinds

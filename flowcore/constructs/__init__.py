@@ -22,6 +22,7 @@ from .._spec import (
     AwaitSignalStep,
     CallToolStep,
     CancelScheduledStep,
+    ContinueAsNewStep,
     FailStep,
     ForEachStep,
     ParallelStep,
@@ -36,7 +37,19 @@ from .._spec import (
     TryStep,
 )
 from .._state import ListKind, SeqFrame, StepFrame
-from . import fail, for_each, leaf, parallel, repeat, schedule, subflow, switch, team, try_catch
+from . import (
+    continue_as_new,
+    fail,
+    for_each,
+    leaf,
+    parallel,
+    repeat,
+    schedule,
+    subflow,
+    switch,
+    team,
+    try_catch,
+)
 
 if TYPE_CHECKING:
     from .._outcome import Outcome
@@ -79,6 +92,8 @@ def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
             return schedule.begin_cancel(t, frame, body)
         case FailStep():
             return fail.begin(t, frame, body)
+        case ContinueAsNewStep():
+            return continue_as_new.begin(t, frame, body)
         case _:
             assert_never(body)
 
@@ -111,6 +126,7 @@ def child_done(t: Txn, frame: StepFrame, child: SeqFrame | None, out: Outcome) -
             | ScheduleStep()
             | CancelScheduledStep()
             | FailStep()
+            | ContinueAsNewStep()
         ):
             raise AssertionError(f"step {step.id} has no lists")
         case _:
