@@ -856,7 +856,8 @@ class LocalHost:
             questions = {q.key: q for q in view.questions}
             signals = {s.key: s.signal for s in view.signals}
             outbox = store.outbox_rows(run_id)  # in emission order
-            return {
+            incarnation = store.state(run_id).run.incarnation
+            shown = {
                 "runId": row.run_id,
                 "flowId": row.flow_id,
                 "status": row.status,
@@ -897,6 +898,9 @@ class LocalHost:
                 "tools": row.tools,
                 "children": store.children(run_id),
             }
+            if incarnation != 1:  # a run that continued as new (language.md §4.16)
+                shown["incarnation"] = incarnation
+            return shown
 
         return await self._db(showing)
 
