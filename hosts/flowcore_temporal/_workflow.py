@@ -32,6 +32,12 @@ effects become Temporal work, and Temporal's answers become the next events:
     the parent's remaining budget; its result is ``subflow-settled``.
 ``settled``
     the workflow's result (status, output, error, usage, report).
+``continue-as-new``
+    Temporal's continue-as-new: once the run's update handlers are done, the
+    workflow continues as a new Temporal run (same workflow id) whose
+    argument carries the effect, the log's next index and the signals that
+    came after the effect; that run starts the next incarnation with
+    ``flowcore.continue_run`` and reports those signals first.
 
 Workflow cancellation is reported as ``cancel-requested``; the workflow keeps
 running while compensations run and returns the settled result. Temporal
@@ -66,6 +72,7 @@ read the system clock or draw a random number.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -241,7 +248,7 @@ class FlowcoreWorkflow:
         self._settled: Settled | None = None
         self._recorder = Recorder(self._run_id)
         self._records: list[Record] = []
-        self._early: list[Event] = []  # signals that came before the run started
+        self._early: list[SignalReceived] = []  # signals that came before the run started
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}  # key -> (kind, task)
         self._semantics = 1  # the run's decision level, read in run (_semantics)
         self._cancelled: set[str] = set()  # work keys whose activity this workflow cancelled
@@ -249,6 +256,10 @@ class FlowcoreWorkflow:
         self._refused: list[dict[str, Any]] = []  # the latest signals that were dropped
         self._refused_count = 0
         self._crash: tuple[str, Exception] | None = None  # a bug in one of the run's tasks
+        # The continue-as-new effect this incarnation ended with, and the signals
+        # that came after it (carried to the next Temporal run, never dropped).
+        self._continued: flowcore.ContinueAsNew | None = None
+        self._late: list[dict[str, Any]] = []
 
     @property
     def records(self) -> list[Record]:
@@ -288,34 +299,62 @@ class FlowcoreWorkflow:
         budget = flowcore.budget_from_wire(args.budget)
         now = self._now()
         self._semantics = _semantics()
+        continued: flowcore.ContinueAsNew | None = None
         try:
             flow = _parse(args.spec, args.source_name)
-            if args.schedule is not None:
-                args.input = input_for(args.schedule, args.input, self._scheduled_ms())
-            decision = flowcore.start(
-                flow,
-                args.input,
-                self._run_id,
-                now_ms=now,
-                budget=budget,
-                depth=args.depth,
-                semantics=self._semantics,
-            )
+            if args.continued is not None:  # checked with the argument
+                effect = flowcore.effect_from_wire(args.continued)
+                assert isinstance(effect, flowcore.ContinueAsNew)
+                continued = effect
+                decision = flowcore.continue_run(
+                    flow, continued, self._run_id, now, args.depth, self._semantics
+                )
+            else:
+                if args.schedule is not None:
+                    args.input = input_for(args.schedule, args.input, self._scheduled_ms())
+                decision = flowcore.start(
+                    flow,
+                    args.input,
+                    self._run_id,
+                    now_ms=now,
+                    budget=budget,
+                    depth=args.depth,
+                    semantics=self._semantics,
+                )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
             message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
-        self._records.extend(
-            self._recorder.started(flow, args.input, now, decision, budget, args.depth)
-        )
+        if continued is not None:
+            self._recorder.index = args.log_index
+            self._records.extend(
+                self._recorder.started(
+                    flow, continued.input, now, decision, depth=args.depth, continued=continued
+                )
+            )
+        else:
+            self._records.extend(
+                self._recorder.started(flow, args.input, now, decision, budget, args.depth)
+            )
         self._follow(decision)
-        early, self._early = self._early, []
+        late = [  # signals the last incarnation received after it had ended
+            SignalReceived(signal=s["signal"], payload=s.get("payload"), at_ms=now)
+            for s in args.signals
+        ]
+        early, self._early = [*late, *self._early], []
         for event in early:
-            self._offer(event)
-        while self._settled is None:
+            if self._continued is not None:
+                self._carry_signal(event)
+            else:
+                self._offer(event)
+        while self._settled is None and self._continued is None:
             try:
                 await workflow.wait_condition(
-                    lambda: self._settled is not None or self._crash is not None
+                    lambda: (
+                        self._settled is not None
+                        or self._continued is not None
+                        or self._crash is not None
+                    )
                 )
             except asyncio.CancelledError:
                 # Temporal cancellation is flowcore's cancel-requested: pending
@@ -338,7 +377,50 @@ class FlowcoreWorkflow:
             await workflow.wait_condition(workflow.all_handlers_finished)
         except asyncio.CancelledError:
             pass  # a cancel that came after the run settled changes nothing
+        if self._continued is not None:
+            self._continue_as_new(self._continued)
         return self._result()
+
+    def _continue_as_new(self, effect: flowcore.ContinueAsNew) -> None:
+        """Carry the run into a new Temporal run: the effect (without its report,
+        which only this incarnation needs), the log's next index, late signals."""
+        for _, task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+        wire = flowcore.effect_to_wire(effect)
+        wire.pop("report", None)
+        args = self._args
+        now = self._now()
+        origin, started = args.clock_origin_ms, args.clock_started_ms
+        if origin is not None:  # a scaled clock goes on from where it is
+            origin, started = now, workflow.time_ns() // 1_000_000
+        workflow.continue_as_new(
+            dataclasses.replace(
+                args,
+                input=effect.input,
+                run_id=self._run_id,
+                schedule=None,
+                continued=wire,
+                log_index=self._recorder.index,
+                signals=list(self._late),
+                clock_origin_ms=origin,
+                clock_started_ms=started,
+            )
+        )
+
+    def _carry_signal(self, event: SignalReceived) -> None:
+        """A signal after the incarnation ended: kept for the next one (up to the
+        flow's buffer limit, as the interpreter would; beyond, refused)."""
+        assert self._state is not None
+        limit = self._state.flow.limits.max_buffered_signals
+        if len(self._late) >= limit:
+            self._refuse_signal(
+                event.signal,
+                f"{len(self._late)} signals already carried (limit {limit})",
+                event.at_ms,
+            )
+            return
+        self._late.append({"signal": event.signal, "payload": event.payload})
 
     def _result(self) -> dict[str, Any]:
         assert self._settled is not None and self._state is not None
@@ -383,7 +465,8 @@ class FlowcoreWorkflow:
             if len(args) > 1:
                 raise _Refused(f"a signal carries one payload, got {len(args)} arguments")
             payload = _decode(args[0], "the payload") if args else None
-            event = flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=now))
+            event = SignalReceived(signal=name, payload=payload, at_ms=now)
+            flowcore.check_event(event)
         except (_Refused, flowcore.DataError) as exc:
             # Signals have no reply, and a value flowcore cannot store cannot
             # be logged either (the log holds flowcore data, and replay
@@ -392,6 +475,8 @@ class FlowcoreWorkflow:
             return
         if self._state is None:
             self._early.append(event)
+        elif self._continued is not None:
+            self._carry_signal(event)
         else:
             self._offer(event)
 
@@ -523,8 +608,13 @@ class FlowcoreWorkflow:
 
     @workflow.query(name=LOG_QUERY)
     def log(self, start: int = 0) -> list[dict[str, Any]]:
-        """flowcore's log records of this run from index ``start``, as wire dicts."""
-        out: list[dict[str, Any]] = msgspec.to_builtins(self._records[max(0, start) :])
+        """flowcore's log records of this run from index ``start``, as wire dicts.
+
+        A later incarnation's records begin at its ``run.started``, whose index
+        goes on from the incarnation before (kept by the Temporal run before).
+        """
+        first = self._records[0].index if self._records else 0
+        out: list[dict[str, Any]] = msgspec.to_builtins(self._records[max(0, start - first) :])
         return out
 
     @workflow.query(name=STATUS_QUERY)
@@ -553,6 +643,8 @@ class FlowcoreWorkflow:
             "records": len(self._records),
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
         }
+        if state.run.incarnation != 1:  # a run that continued as new
+            out["incarnation"] = state.run.incarnation
         if self._settled is not None:
             out["result"] = self._result()
         return out
@@ -594,6 +686,8 @@ class FlowcoreWorkflow:
                     task.cancel()
         if plan.settled is not None:
             self._settled = plan.settled
+        if plan.continued is not None:
+            self._continued = plan.continued
 
     def _spawn(
         self, kind: str, key: str, body: Callable[[Any], Awaitable[None]], effect: Effect
