@@ -220,6 +220,12 @@ def _rebuild(
         if record.type == "event.reported":
             state = flowcore.advance(state, flowcore.event_from_wire(record.data)).state
             rows.take(state)
+        elif record.type == "run.started" and state.tree.continued is not None:
+            # The next incarnation: its rows are all the run stores.
+            effect, depth = state.tree.continued, state.run.depth
+            state = flowcore.continue_run(flow, effect, run_id, record.at, depth=depth).state
+            rows = _Unsaved()
+            rows.take(state)
     return state, rows.results, rows.report, rows.resolved
 
 
@@ -930,8 +936,9 @@ class Store:
     def _continue(self, run_id: str, entry: _Cached, effect: ContinueAsNew, now: int) -> Applied:
         """Start the run's next incarnation in the transaction that ended the last.
 
-        The earlier incarnations' records and rows go (the log begins at the
-        new ``run.started``, its indices going on); the new incarnation is
+        The log keeps the incarnation that ended (so that whoever follows it
+        sees how it ended) and the new one; the records of earlier ones go,
+        with every state row of the ended one. The new incarnation is
         checkpointed at once, so that loading the run never reads further back.
         """
         flow = entry.state.flow
@@ -940,12 +947,22 @@ class Store:
         recorder = flowcore.Recorder(run_id, entry.next_index)
         records = recorder.started(flow, effect.input, now, decision, depth=depth, continued=effect)
         first = entry.next_index
-        # Rows of the ending incarnation still buffered are not written at all.
-        self._log_rows = [r for r in self._log_rows if r[0] != run_id]
+        # Where the ending incarnation's log begins: its run.started, still
+        # buffered (it began in this transaction) or already written.
+        buffered = [r[1] for r in self._log_rows if r[0] == run_id and r[2] == "run.started"]
+        if buffered:
+            kept = max(buffered)
+        else:
+            row = self.conn.execute(
+                "SELECT MAX(idx) FROM log WHERE run_id = ? AND type = 'run.started'", (run_id,)
+            ).fetchone()
+            kept = row[0] if row is not None and row[0] is not None else 0
+        self._log_rows = [r for r in self._log_rows if r[0] != run_id or r[1] >= kept]
+        # The ending incarnation's state rows are not needed any more.
         self._result_rows = {k: v for k, v in self._result_rows.items() if k[0] != run_id}
         self._report_rows = [r for r in self._report_rows if r[0] != run_id]
         self._resolved_rows = {k: v for k, v in self._resolved_rows.items() if k[0] != run_id}
-        self._write("DELETE FROM log WHERE run_id = ? AND idx < ?", (run_id, first))
+        self._write("DELETE FROM log WHERE run_id = ? AND idx < ?", (run_id, kept))
         for table in ("results", "report", "resolved", "scheduled_calls"):
             self._write(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         fresh = _Cached(first, decision.state, entry.tools, 0, entry.version, first)

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+import msgspec
+
 import flowcore
 
 __all__ = [
@@ -118,6 +120,10 @@ class RunArgs:
     signals: list[dict[str, Any]] = field(default_factory=list)
     """Signals ``{signal, payload}`` the last incarnation received after it had
     ended: reported to the new one, in order, as soon as it starts."""
+    previous: list[dict[str, Any]] = field(default_factory=list)
+    """The log records of the incarnation that ended (wire envelopes), which
+    the new Temporal run keeps before its own, as the local host keeps them:
+    whoever follows the log sees how the last incarnation ended."""
 
 
 MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
@@ -247,6 +253,20 @@ def _continued_problems(args: RunArgs) -> list[tuple[str, str | None]]:
         except (flowcore.WireError, flowcore.DataError) as exc:
             problem = str(exc)
         out.append(("continued", problem))
+    previous = args.previous
+    if not isinstance(previous, list):
+        out.append(("previous", f"expected a list of log records, got {_show(previous)}"))
+    else:
+        for i, item in enumerate(previous):
+            problem = None
+            try:
+                flowcore.check_data(item)
+                msgspec.convert(item, flowcore.Record)
+            except (flowcore.DataError, msgspec.ValidationError) as exc:
+                problem = f"not a log record: {clip(str(exc), 200)}"
+            out.append((f"previous[{i}]", problem))
+            if problem is not None:
+                break
     signals = args.signals
     if not isinstance(signals, list):
         out.append(("signals", f"expected a list, got {_show(signals)}"))

@@ -165,6 +165,9 @@ else:
 _REASON_CHARS: Final = 4096  # a cancel reason is a note, not data
 _MESSAGE_CHARS: Final = 4096  # error text from outside (a foreign activity, a bad start)
 _KEPT_REFUSALS: Final = 100  # refused signals listed by the status query
+# The ended incarnation's records a continue-as-new carries, at most (as JSON):
+# well under Temporal's payload limit (2 MB), with the spec and input beside them.
+_CARRIED_LOG_BYTES: Final = 512 * 1024
 # Temporal timers (and timedelta) have a ceiling, while a flow may sleep until
 # any instant flowcore can hold: longer sleeps are taken in pieces.
 _LONGEST_TIMER_S: Final = 100 * 365 * 24 * 3600.0
@@ -327,6 +330,7 @@ class FlowcoreWorkflow:
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
         if continued is not None:
             self._recorder.index = args.log_index
+            self._records.extend(msgspec.convert(r, Record) for r in args.previous)
             self._records.extend(
                 self._recorder.started(
                     flow, continued.input, now, decision, depth=args.depth, continued=continued
@@ -389,6 +393,13 @@ class FlowcoreWorkflow:
         self._tasks.clear()
         wire = flowcore.effect_to_wire(effect)
         wire.pop("report", None)
+        # This incarnation's records go along (from its run.started), unless
+        # they would make the argument too large for Temporal: the log then
+        # begins at the new incarnation.
+        first = max((i for i, r in enumerate(self._records) if r.type == "run.started"), default=0)
+        previous: list[dict[str, Any]] = msgspec.to_builtins(self._records[first:])
+        if len(msgspec.json.encode(previous)) > _CARRIED_LOG_BYTES:
+            previous = []
         args = self._args
         now = self._now()
         origin, started = args.clock_origin_ms, args.clock_started_ms
@@ -403,6 +414,7 @@ class FlowcoreWorkflow:
                 continued=wire,
                 log_index=self._recorder.index,
                 signals=list(self._late),
+                previous=previous,
                 clock_origin_ms=origin,
                 clock_started_ms=started,
             )

@@ -13,6 +13,7 @@ import { createInterface } from "node:readline";
 import type {
   AdvanceRequest,
   BudgetCaps,
+  ContinueAsNew,
   DecideReply,
   Decided,
   FlowEvent,
@@ -34,6 +35,7 @@ export interface StartOptions {
   readonly nowMs: number;
   readonly budget?: BudgetCaps | null;
   readonly depth?: number;
+  readonly continued?: ContinueAsNew;
 }
 
 export class Decider {
@@ -107,7 +109,10 @@ export class Decider {
   }
 
   start(spec: string | { readonly [key: string]: JsonValue }, options: StartOptions): Promise<DecideReply> {
-    const { input = null, runId, nowMs, budget = null, depth = 0 } = options;
+    const { input = null, runId, nowMs, budget = null, depth = 0, continued } = options;
+    if (continued !== undefined) {
+      return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, continued });
+    }
     return this.request({ op: "start", spec, input, runId, nowMs, budget, depth });
   }
 
