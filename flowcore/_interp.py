@@ -195,6 +195,7 @@ def start(
                 t.timer(keys.deadline_key(t.key_run), now_ms + wall, PendingKind.DEADLINE, "")
             if continued is not None:
                 _carry(t, continued)
+            t.starting = len(continued.signals) if continued is not None else 0
             out = t.start_list("", None, "", "", "", ListKind.FLOW)
             if out is not None:
                 _ending.root_done(t, None, out)

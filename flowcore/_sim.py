@@ -311,7 +311,11 @@ class RunHistory:
         return [e for t in self.turns for e in t.effects]
 
     def record(self, event: Event, paranoid: bool = False) -> Turn:
-        """Report ``event`` to the run's current state and append the turn."""
+        """Report ``event`` to the run's current state and append the turn.
+
+        When the run continues as new, the next incarnation starts at once, as
+        every host starts it: a turn without an event follows (``continued``).
+        """
         state = self.state
         before = encode_state(state) if paranoid else None
         try:
@@ -323,7 +327,17 @@ class RunHistory:
             after = encode_state(state) if paranoid else None
             turn = Turn(event, d.effects, d.state, None, before, after)
         self.turns.append(turn)
+        if turn.rejected is None:
+            self.continued(event.at_ms)
         return turn
+
+    def continued(self, at_ms: int) -> None:
+        """Start the next incarnation while the run's last decision continued as new
+        (an incarnation may continue at once after taking a carried signal)."""
+        while (effect := self.state.tree.continued) is not None:
+            at = max(at_ms, self.state.now_ms)
+            d = continue_run(self.flow, effect, self.run_id, at, self.depth)
+            self.turns.append(Turn(None, d.effects, d.state))
 
 
 def as_flow(spec: Spec) -> Flow:
@@ -347,6 +361,7 @@ def drive(
     history = RunHistory(
         flow, input, run_id, now_ms, budget, depth, [Turn(None, d.effects, d.state)]
     )
+    history.continued(now_ms)
     for event in events:
         history.record(event, paranoid)
     return history
@@ -750,6 +765,7 @@ class _Simulation:
         d = start(flow, input, run_id=run_id, now_ms=self.now, budget=budget, depth=depth)
         history = RunHistory(flow, input, run_id, self.now, budget, depth)
         history.turns.append(Turn(None, d.effects, d.state))
+        history.continued(self.now)
         slot = _Slot(flow, run_id, history, parent, key)
         self.runs[run_id] = slot
         self.log.extend(slot.recorder.started(flow, input, self.now, d, budget, depth))
@@ -1005,8 +1021,13 @@ class _Simulation:
         slot.children = []
         slot.awaiting.clear()
         history = slot.history
-        d = continue_run(slot.flow, effect, slot.run_id, self.now, depth=history.depth)
-        history.turns.append(Turn(None, d.effects, d.state))
+        # The next incarnation's turn, which ``RunHistory.record`` appended.
+        turn = next(
+            t
+            for t in reversed(history.turns)
+            if t.event is None and t.state.run.incarnation == effect.incarnation
+        )
+        d = Decision(turn.state, turn.effects)
         self.log.extend(
             slot.recorder.started(
                 slot.flow, effect.input, self.now, d, depth=history.depth, continued=effect

@@ -166,6 +166,7 @@ class Txn:
         "settled",
         "signal_taker",
         "source",
+        "starting",
         "tree",
         "waiting",
         "written",
@@ -205,6 +206,9 @@ class Txn:
         self.sched_changed: list[str] = []  # schedule ids changed: the journal
         self.signal_taker: str | None = None  # the wait a signal of this decision went to
         self.answer: ScheduledAnswer | None = None  # to a scheduled-call event from outside
+        # In ``start``: the signals buffered when the flow's steps began (an
+        # incarnation's carried ones); None in ``advance``.
+        self.starting: int | None = None
 
     def checkpoint(self) -> tuple[Any, ...]:
         """What a rejected event must leave as it was (``rollback`` returns to it).

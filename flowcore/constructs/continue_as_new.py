@@ -9,7 +9,9 @@ transition (``ContinueRequested``, caught where ``Exhausted`` is), so no
 sibling branch starts after it.
 
 A run that is winding down (compensations, ``on_budget_exhausted``'s steps)
-cannot continue: the step fails ``continue-refused``. An input the flow's
+cannot continue, nor can an incarnation that has neither waited for anything
+nor taken a buffered signal since it began (it would loop at once, for
+ever, on every host): the step fails ``continue-refused``. An input the flow's
 ``input_schema`` refuses, or over the size of an event, fails it
 ``invalid-input``. Nothing is sent to the host by the step itself.
 """
@@ -43,6 +45,13 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
     if t.tree.ending is not None or t.tree.exhausted is not None:
         why = "compensating" if t.tree.ending is not None else "running its budget's final steps"
         return (FAIL, err("continue-refused", f"step {step!r}: the run is {why}"))
+    if t.starting is not None and sum(map(len, t.waiting.signals.values())) == t.starting:
+        # Nothing came in since the incarnation began: the next would do the same.
+        message = (
+            f"step {step!r}: the incarnation has waited for nothing and taken no signal"
+            " since it began, so the next would continue at once, for ever"
+        )
+        return (FAIL, err("continue-refused", message))
     if body.input is None:
         value = t.run.input
     else:
