@@ -214,6 +214,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "await-signal",
         "run-subflow",
         "settled",
+        "continue-as-new",
     }
     assert {r["type"] for r in records} == {
         "run.started",
@@ -272,6 +273,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "schedule",
         "cancel_scheduled",
         "fail",
+        "continue_as_new",
         "try",
     }
     assert features == {
