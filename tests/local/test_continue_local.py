@@ -180,3 +180,44 @@ def test_a_restart_between_incarnations_resumes_the_current_one(tmp_path: Path) 
     assert row.output == ["a", "b", "c", "d", "e", "f", "g", "h"]
     report = flowcore.replay(flowcore.decode_log(log).records, flowcore.parse_flow(SIGNALS))
     assert report.status == "completed"
+
+
+CARRY = """
+flow: carry
+tools: {echo: {class: idempotent}}
+steps:
+  - id: first
+    switch:
+      - if: "run.incarnation == null"
+        steps: [{id: later, schedule: {tool: echo, delay_ms: 300, input: nudge}}]
+  - {id: take, await_signal: {signal: go}}
+  - id: next
+    switch:
+      - if: "run.incarnation == null"
+        steps: [{id: again, continue_as_new: {}}]
+output: "${run.incarnation}"
+"""
+
+
+def test_a_scheduled_call_not_yet_due_fires_in_the_next_incarnation(tmp_path: Path) -> None:
+    db = tmp_path / "carry.db"
+    CALLS.clear()
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(CARRY, None, "c-1")
+        await host.signal(rid, "go")
+        stop = asyncio.Event()
+        worker = asyncio.create_task(host.work(stop))
+        while "c-1/later#1/call" not in CALLS:  # due 300 ms after the start
+            await asyncio.sleep(0.01)
+        shown = await host.show(rid)
+        await host.signal(rid, "go")
+        row = await host.wait(rid, timeout=30)
+        stop.set()
+        await worker
+        return shown, row
+
+    shown, row = run_host(db, body)
+    assert shown["incarnation"] == 2 and shown["waitingFor"] == ["go"]
+    assert (row.status, row.output) == ("completed", 2)
+    assert CALLS == ["c-1/later#1/call"]
