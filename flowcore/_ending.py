@@ -223,7 +223,7 @@ def continue_as_new(t: Txn, key: str, input: Any) -> None:
     remaining = t.budget_remaining() if t.run.depth > 0 else None
     effect = ContinueAsNew(
         input=input,
-        incarnation=t.run.incarnation + 1,
+        incarnation=t.tree.incarnation + 1,
         idempotency_key=key,
         signals=signals,
         scheduled=carried,

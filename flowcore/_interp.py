@@ -174,10 +174,10 @@ def start(
         turns = _less(turns, keep.turns)
     state = State(
         flow=flow,
-        run=Run(run_id, depth, input, now_ms, semantics, incarnation),
+        run=Run(run_id, depth, input, now_ms, semantics),
         now_ms=now_ms,
         ledger=Ledger(steps, cost, wall, tokens=tokens, tool_calls=tool_calls, turns=turns),
-        tree=Tree(envs=immutables.Map({"": Env(parent=None, scope="")})),
+        tree=Tree(envs=immutables.Map({"": Env(parent=None, scope="")}), incarnation=incarnation),
         waiting=Waiting(),
         results=ResultStore(),
         report=None,

@@ -1025,7 +1025,7 @@ class _Simulation:
         turn = next(
             t
             for t in reversed(history.turns)
-            if t.event is None and t.state.run.incarnation == effect.incarnation
+            if t.event is None and t.state.incarnation == effect.incarnation
         )
         d = Decision(turn.state, turn.effects)
         self.log.extend(

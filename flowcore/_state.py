@@ -341,6 +341,10 @@ class Tree(_S, frozen=True, gc=False):
     # Set when this incarnation ended by ``continue_as_new``: the effect that
     # starts the next one (``flowcore.continue_run``). No event applies after.
     continued: ContinueAsNew | None = None
+    # The run's incarnation: 1, then one more after each ``continue_as_new``
+    # (here, not in ``Run``, so that the snapshots of runs that never continue
+    # keep their bytes: this record's defaults are left out of them).
+    incarnation: int = 1
 
 
 # --- budget, schedules, report ------------------------------------------------------------
@@ -497,8 +501,6 @@ class Run(_S, frozen=True, gc=False, array_like=True):
     # at its start, so code that changed a decision since decides its runs
     # in flight, and replays their logs, as it did when they started.
     semantics: int = 1
-    # The run's incarnation: 1, then one more after each ``continue_as_new``.
-    incarnation: int = 1
 
 
 Status: TypeAlias = Literal["running", "completed", "failed", "cancelled", "budget-exhausted"]
@@ -528,6 +530,11 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def run_id(self) -> str:
         return self.run.run_id
+
+    @property
+    def incarnation(self) -> int:
+        """1, then one more each time the run continued as new."""
+        return self.tree.incarnation
 
     @property
     def status(self) -> Status:

@@ -179,7 +179,7 @@ class Txn:
         self.run: Run = s.run
         self.run_id = s.run.run_id
         self.key_run = keys.incarnation_base(
-            s.run.run_id, s.run.incarnation
+            s.run.run_id, s.tree.incarnation
         )  # what keys begin with
         self.semantics = s.run.semantics
         self.now_ms = s.now_ms
@@ -965,8 +965,8 @@ class Resolver:
                 "depth": t.run.depth,
                 "attempt": self.attempt,
             }
-            if t.run.incarnation != 1:  # absent in the first: runs that never continue as before
-                ctx["incarnation"] = t.run.incarnation
+            if t.tree.incarnation != 1:  # absent in the first: runs that never continue as before
+                ctx["incarnation"] = t.tree.incarnation
             return ctx
         if name == "$all_steps":
             return self._all_steps()

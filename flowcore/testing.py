@@ -1307,7 +1307,7 @@ def check_budget(
             # The host's timers are the authority on time: the deadline timer
             # firing is the deadline, whatever the clock in the event says.
             ev = turn.event
-            base = incarnation_base(h.run_id, state.run.incarnation)
+            base = incarnation_base(h.run_id, state.incarnation)
             fired = isinstance(ev, TimerFired) and ev.idempotency_key == deadline_key(base)
             # Work taken back in the settling decision has its step refunded
             # (and is reported not-started), so the steps used at the moment of

@@ -82,7 +82,7 @@ def test_the_next_incarnation_takes_signals_calls_and_a_fresh_budget() -> None:
     assert effect is not None
     nxt = flowcore.continue_run(flow, effect, "r-1", 20)
     state = nxt.state
-    assert (state.run.incarnation, state.run.input, state.run.started_ms) == (2, {"n": 1}, 20)
+    assert (state.incarnation, state.run.input, state.run.started_ms) == (2, {"n": 1}, 20)
     # The buffered "go" is taken at once: the job of incarnation 2 is issued.
     assert [type(e) for e in nxt.effects] == [Sleep, Sleep, CallTool]
     keys = [e.idempotency_key for e in nxt.effects if not isinstance(e, Settled)]
@@ -201,7 +201,7 @@ def test_replay_checks_the_next_incarnations_start() -> None:
     report = flowcore.replay(records, flow)
     assert report.divergence is None and report.status == "running"
     # The log ends at incarnation 2's continue-as-new (the host would start the third).
-    assert report.state is not None and report.state.run.incarnation == 2
+    assert report.state is not None and report.state.incarnation == 2
     assert report.state.tree.continued is not None
     entries = [e for e in report.trajectory if e.kind == "continue-as-new"]
     assert [e.target for e in entries] == ["incarnation 2", "incarnation 3"]

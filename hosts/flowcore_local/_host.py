@@ -856,7 +856,7 @@ class LocalHost:
             questions = {q.key: q for q in view.questions}
             signals = {s.key: s.signal for s in view.signals}
             outbox = store.outbox_rows(run_id)  # in emission order
-            incarnation = store.state(run_id).run.incarnation
+            incarnation = store.state(run_id).incarnation
             shown = {
                 "runId": row.run_id,
                 "flowId": row.flow_id,

@@ -655,8 +655,8 @@ class FlowcoreWorkflow:
             "records": len(self._records),
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
         }
-        if state.run.incarnation != 1:  # a run that continued as new
-            out["incarnation"] = state.run.incarnation
+        if state.incarnation != 1:  # a run that continued as new
+            out["incarnation"] = state.incarnation
         if self._settled is not None:
             out["result"] = self._result()
         return out
