@@ -4,6 +4,7 @@ forever keeps a bounded log, loses no signal, and survives a restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,37 @@ def test_a_scheduled_call_not_yet_due_fires_in_the_next_incarnation(tmp_path: Pa
     assert shown["incarnation"] == 2 and shown["waitingFor"] == ["go"]
     assert (row.status, row.output) == ("completed", 2)
     assert CALLS == ["c-1/later#1/call"]
+
+
+def test_the_cli_shows_the_incarnation_and_replays_what_the_log_keeps(tmp_path: Path) -> None:
+    from .test_local_cli import ok
+
+    spec = tmp_path / "notes.yaml"
+    spec.write_text(SIGNALS)
+    tools = tmp_path / "tools.py"
+    tools.write_text("def echo(call):\n    return call.input\n\n\nTOOLS = {'echo': echo}\n")
+    db = str(tmp_path / "cli.db")
+    ok(
+        "run",
+        str(spec),
+        "--input",
+        '{"seen": []}',
+        "--tools",
+        str(tools),
+        "--db",
+        db,
+        "--run-id",
+        "n-1",
+        "--detach",
+    )
+    for i in range(8):
+        ok("signal", "n-1", "note", "--data", json.dumps(f"n{i}"), "--db", db)
+    ok("worker", "--db", db, "--until-idle")
+    shown = json.loads(ok("show", "n-1", "--db", db, "--json"))
+    assert (shown["status"], shown["incarnation"]) == ("completed", 8)
+    assert shown["output"] == [f"n{i}" for i in range(8)]
+    events = ok("events", "n-1", "--db", db)
+    assert "▶ incarnation 7" in events and "▶ incarnation 8" in events
+    assert "continues as new: incarnation 8" in events
+    assert "▶ started" not in events  # the first incarnations' records are gone
+    assert "completed" in ok("replay", "n-1", "--db", db)
