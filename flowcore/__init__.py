@@ -20,7 +20,15 @@ from ._errors import (
     SpecError,
     WireError,
 )
-from ._interp import DEFAULT_STEP_BUDGET, SEMANTICS, Decision, InputError, advance, start
+from ._interp import (
+    DEFAULT_STEP_BUDGET,
+    SEMANTICS,
+    Decision,
+    InputError,
+    advance,
+    continue_run,
+    start,
+)
 from ._jsontext import JsonTextError, decode_json_text
 from ._keys import KeyInfo, KeyRole, parse_key
 from ._log import (
@@ -64,6 +72,9 @@ from ._wire import (
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    CarriedCall,
+    CarriedSignal,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -109,6 +120,9 @@ __all__ = [
     "BudgetRemaining",
     "CallTool",
     "CancelRequested",
+    "CarriedCall",
+    "CarriedSignal",
+    "ContinueAsNew",
     "DataError",
     "Decision",
     "Effect",
@@ -197,5 +211,6 @@ __all__ = [
     "result_event",
     "scheduled_calls",
     "start",
+    "continue_run",
     "waiting_for",
 ]

@@ -15,12 +15,15 @@ the transition stopped waiting for), so no host works it out again:
     for key in plan.cancel: ...        # work no longer waited for (a child run: cancel it)
     for key in plan.withdraw: ...      # questions and signal waits no longer open
     if plan.settled: ...
+    if plan.continued: ...               # flowcore.continue_run(flow, plan.continued, ...)
 
 Keys the run stopped waiting for because their step ended another way are
 in ``drop``/``cancel``/``withdraw``; keys answered by the event itself are
 not (the host knows it answered them). When the run settles, everything it
 still waited for is stopped. Order follows the decision's effects, then keys
 in order. The cost is what the transition changed, not what the run holds.
+A run that continues as new stops everything as if it settled, and
+``continued`` holds the effect that starts its next incarnation.
 
 This module must never do I/O.
 """
@@ -35,6 +38,7 @@ from ._wire import (
     AskHuman,
     AwaitSignal,
     CallTool,
+    ContinueAsNew,
     RunAgent,
     RunSubflow,
     RunTeam,
@@ -60,6 +64,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     cancel: tuple[str, ...] = ()  # work keys
     withdraw: tuple[str, ...] = ()  # question and signal-wait keys
     settled: Settled | None = None
+    continued: ContinueAsNew | None = None  # start the next incarnation (``continue_run``)
 
 
 def plan(decision: Decision) -> Plan:
@@ -69,6 +74,7 @@ def plan(decision: Decision) -> Plan:
     wait: list[AwaitSignal] = []
     arm: list[Sleep] = []
     settled: Settled | None = None
+    continued: ContinueAsNew | None = None
     for effect in decision.effects:
         match effect:
             case RunAgent() | RunTeam() | CallTool() | RunSubflow() | SignalRun():
@@ -81,6 +87,8 @@ def plan(decision: Decision) -> Plan:
                 arm.append(effect)
             case Settled():
                 settled = effect
+            case ContinueAsNew():
+                continued = effect
     drop: list[str] = []
     cancel: list[str] = []
     withdraw: list[str] = []
@@ -108,4 +116,5 @@ def plan(decision: Decision) -> Plan:
         cancel=tuple(cancel),
         withdraw=tuple(withdraw),
         settled=settled,
+        continued=continued,
     )

@@ -32,16 +32,25 @@ from ._state import (
     PendingKind,
     ReportRow,
     Resolution,
+    SchedStatus,
     SettledStatus,
     oldest_first,
 )
-from ._wire import ErrorInfo, ReportEntry, Settled
+from ._wire import CarriedCall, CarriedSignal, ContinueAsNew, ErrorInfo, ReportEntry, Settled
 from .constructs import compensation, schedule
 
 if TYPE_CHECKING:
     from ._txn import Txn
 
-__all__ = ["NeedsReport", "exhaust", "maybe_finish", "root_done", "settle", "wind_down"]
+__all__ = [
+    "NeedsReport",
+    "continue_as_new",
+    "exhaust",
+    "maybe_finish",
+    "root_done",
+    "settle",
+    "wind_down",
+]
 
 _BY_SEQ = operator.attrgetter("seq")
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
@@ -171,6 +180,63 @@ def settle(
     if not t.report_complete:
         raise NeedsReport
     schedule.settle_open(t)
+    settled = Settled(
+        status=status,
+        output=output,
+        error=error,
+        exhausted=exhausted,  # type: ignore[arg-type]
+        report=_close(t),
+    )
+    t.settled = settled
+    t.effects = [settled]
+
+
+def continue_as_new(t: Txn, key: str, input: Any) -> None:
+    """End this incarnation and hand the next one its input, buffered signals
+    and scheduled calls not yet due (``ContinueAsNew``; ``start(continued=)``).
+
+    Like settling, everything still waited for is abandoned (the host stops
+    it) and the effect replaces the decision's others; compensations do not
+    run (the run goes on) and no event applies to this state any more.
+    """
+    if not t.report_complete:
+        raise NeedsReport
+    signals = tuple(
+        CarriedSignal(signal=name, payload=payload)
+        for name, payloads in sorted(t.waiting.signals.items())
+        for payload in payloads
+    )
+    carried = tuple(
+        CarriedCall(
+            id=sid,
+            tool=sched.tool,
+            input=sched.input,
+            created_ms=sched.created_ms,
+            due_ms=sched.due_ms,
+            outlive=sched.outlive,
+            outside=sched.outside,
+        )
+        for sid, sched in sorted(t.schedules.items())
+        if sched.status is SchedStatus.PENDING
+    )
+    schedule.settle_open(t, keep_pending=True)
+    remaining = t.budget_remaining() if t.run.depth > 0 else None
+    effect = ContinueAsNew(
+        input=input,
+        incarnation=t.tree.incarnation + 1,
+        idempotency_key=key,
+        signals=signals,
+        scheduled=carried,
+        budget_remaining=remaining,
+        report=_close(t),
+    )
+    t.waiting = msgspec.structs.replace(t.waiting, signals=_EMPTY, waiters=_EMPTY)
+    t.tree = msgspec.structs.replace(t.tree, continued=effect, compensations=None)
+    t.effects = [effect]
+
+
+def _close(t: Txn) -> tuple[ReportEntry, ...]:
+    """The report of every work effect; then nothing is waited for any more."""
     # A work key keeps its seq for life (a re-issue or a late answer rewrites
     # its row), so a stable sort by seq puts each key's rows together, oldest
     # first, and the last of them is how it ended.
@@ -208,14 +274,6 @@ def settle(
                 status=r.status,  # type: ignore[arg-type]
             )
         )
-    settled = Settled(
-        status=status,
-        output=output,
-        error=error,
-        exhausted=exhausted,  # type: ignore[arg-type]
-        report=tuple(entries),
-    )
-    t.settled = settled
     for row in sorted(fresh.values(), key=_BY_SEQ):
         t.add_row(row)  # the rows already in the report stand as they are
     # What is still waited for is abandoned (the host stops it: ``plan``),
@@ -229,4 +287,4 @@ def settle(
     t.waiting = msgspec.structs.replace(t.waiting, queue=_EMPTY, queue_head=w.queue_tail)
     t.frames = _EMPTY
     t.tree = msgspec.structs.replace(t.tree, ending=None)
-    t.effects = [settled]
+    return tuple(entries)

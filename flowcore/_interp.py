@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import immutables
+import msgspec
 
 from . import _ending, _transitions, constructs
 from . import _keys as keys
@@ -34,15 +35,25 @@ from ._state import (
     PendingKind,
     Run,
     Sched,
+    SchedStatus,
     ScheduledAnswer,
     State,
     Tree,
     Waiting,
 )
 from ._txn import Txn
-from ._wire import BudgetRemaining, Effect, Event, Settled, check_event
+from ._wire import BudgetRemaining, ContinueAsNew, Effect, Event, Settled, check_event
+from .constructs.continue_as_new import ContinueRequested
 
-__all__ = ["DEFAULT_STEP_BUDGET", "SEMANTICS", "Decision", "InputError", "advance", "start"]
+__all__ = [
+    "DEFAULT_STEP_BUDGET",
+    "SEMANTICS",
+    "Decision",
+    "InputError",
+    "advance",
+    "continue_run",
+    "start",
+]
 
 DEFAULT_STEP_BUDGET = 1000
 
@@ -95,6 +106,7 @@ def start(
     depth: int = 0,
     semantics: int | None = None,
     metadata: Mapping[str, Any] | None = None,
+    continued: ContinueAsNew | None = None,
 ) -> Decision:
     """Begin a run of ``flow``. Raises ``InputError`` if the input fails the schema.
 
@@ -106,9 +118,16 @@ def start(
     parent's remaining budget from its ``run-subflow`` effect. ``semantics``:
     the decision level (``SEMANTICS`` when None); a host rebuilding or
     replaying a run passes the level its ``run.started`` record holds.
+    ``continued``: the ``continue-as-new`` effect this run's previous
+    incarnation ended with (``continue_run``): the new incarnation takes its
+    number, buffered signals and scheduled calls; its keys differ from every
+    earlier incarnation's.
     """
     if not isinstance(run_id, str) or not run_id:
         raise ValueError("run_id must be a non-empty string")
+    incarnation = 1
+    if continued is not None:
+        incarnation = _check_continued(flow, continued)
     if semantics is None:
         semantics = SEMANTICS
     elif isinstance(semantics, bool) or not isinstance(semantics, int) or not 1 <= semantics:
@@ -169,7 +188,7 @@ def start(
         run=Run(run_id, depth, input, now_ms, semantics),
         now_ms=now_ms,
         ledger=Ledger(steps, cost, wall, tokens=tokens, tool_calls=tool_calls, turns=turns),
-        tree=Tree(envs=immutables.Map({"": Env(parent=None, scope="")})),
+        tree=Tree(envs=immutables.Map({"": Env(parent=None, scope="")}), incarnation=incarnation),
         waiting=Waiting(),
         results=ResultStore(),
         report=None,
@@ -185,14 +204,102 @@ def start(
             _ending.settle(t, "failed", None, error, None)
         else:
             if wall is not None:
-                t.timer(keys.deadline_key(run_id), now_ms + wall, PendingKind.DEADLINE, "")
+                t.timer(keys.deadline_key(t.key_run), now_ms + wall, PendingKind.DEADLINE, "")
+            if continued is not None:
+                _carry(t, continued)
+            t.starting = len(continued.signals) if continued is not None else 0
             out = t.start_list("", None, "", "", "", ListKind.FLOW)
             if out is not None:
                 _ending.root_done(t, None, out)
             t.drain_queue()
     except Exhausted as exc:
         _ending.exhaust(t, exc.limit)
+    except ContinueRequested as cont:  # at once, before it waited for anything
+        _ending.continue_as_new(t, cont.key, cont.input)
     return Decision(t.freeze(), tuple(t.effects))
+
+
+def continue_run(
+    flow: Flow,
+    continued: ContinueAsNew,
+    run_id: str,
+    now_ms: int,
+    depth: int = 0,
+    semantics: int | None = None,
+) -> Decision:
+    """The next incarnation of run ``run_id``, whose last ended with ``continued``.
+
+    What every host does with a ``continue-as-new`` effect: ``start`` with the
+    effect's input, its budget (a child's remainder; None for a root run,
+    which gets the flow's budget afresh) and what it carries. ``now_ms``
+    starts the incarnation's clock (its wall-clock budget counts from it).
+    """
+    if not isinstance(continued, ContinueAsNew):
+        raise TypeError(
+            f"continued must be a flowcore.ContinueAsNew effect, got {type(continued).__name__}"
+        )
+    return start(
+        flow,
+        continued.input,
+        run_id=run_id,
+        now_ms=now_ms,
+        budget=continued.budget_remaining,
+        depth=depth,
+        semantics=semantics,
+        continued=continued,
+    )
+
+
+def _check_continued(flow: Flow, continued: object) -> int:
+    """The new incarnation's number; what the effect carries must be well-formed."""
+    if not isinstance(continued, ContinueAsNew):
+        raise TypeError(
+            f"continued must be a flowcore.ContinueAsNew effect, got {type(continued).__name__}"
+        )
+    n = continued.incarnation
+    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= 2**63 - 1:
+        raise ValueError(f"continued.incarnation must be an integer from 2, got {n!r}")
+    limit = flow.limits.max_buffered_signals
+    if len(continued.signals) > limit:
+        raise InputError(
+            flow.id,
+            [f"{len(continued.signals)} carried signals, over max_buffered_signals {limit}"],
+        )
+    try:
+        for i, sig in enumerate(continued.signals):
+            check_data(sig.signal, f"$.signals[{i}].signal", "continued")
+            check_data(sig.payload, f"$.signals[{i}].payload", "continued")
+        for i, call in enumerate(continued.scheduled):
+            check_data(call.id, f"$.scheduled[{i}].id", "continued")
+            check_data(call.input, f"$.scheduled[{i}].input", "continued")
+            if call.tool not in flow.tools:
+                raise DataError(
+                    f"$.scheduled[{i}].tool", f"tool {call.tool!r} is not declared", "continued"
+                )
+    except DataError as exc:
+        raise InputError(flow.id, [str(exc)]) from None
+    return n
+
+
+def _carry(t: Txn, continued: ContinueAsNew) -> None:
+    """Buffered signals and scheduled calls, as the last incarnation left them."""
+    signals: dict[str, tuple[Any, ...]] = {}
+    for sig in continued.signals:
+        signals[sig.signal] = (*signals.get(sig.signal, ()), sig.payload)
+    if signals:
+        t.waiting = msgspec.structs.replace(t.waiting, signals=immutables.Map(signals))
+    for call in continued.scheduled:
+        sched = Sched(
+            SchedStatus.PENDING,
+            call.tool,
+            call.input,
+            call.outlive,
+            created_ms=call.created_ms,
+            due_ms=call.due_ms,
+            outside=call.outside,
+        )
+        t.set_sched(call.id, sched)
+        t.timer(keys.delay_key(call.id), call.due_ms, PendingKind.SCHEDULE_DELAY, call.id)
 
 
 def _checked(event: object) -> None:
@@ -203,6 +310,14 @@ def _checked(event: object) -> None:
         if not isinstance(key, str) or len(key) > MAX_NAME_CHARS or not text_ok(key):
             key = None  # the key itself may be what is wrong
         raise EventRejected(str(exc), key) from None
+
+
+def _continued_reject(run_id: str, continued: ContinueAsNew, key: str | None) -> NoReturn:
+    raise EventRejected(
+        f"run {run_id} continued as new (incarnation {continued.incarnation});"
+        " no event applies to the incarnation that ended",
+        key,
+    )
 
 
 def _settled_reject(state: State, key: str | None) -> NoReturn:
@@ -243,6 +358,10 @@ def _decide(state: State, event: Event, whole: bool) -> Decision:
     _checked(event)
     if state.settled is not None:
         _settled_reject(state, getattr(event, "idempotency_key", None))
+    if state.tree.continued is not None:
+        _continued_reject(
+            state.run_id, state.tree.continued, getattr(event, "idempotency_key", None)
+        )
     if whole:
         _complete(state)
     t = Txn(state, ABOVE)
@@ -275,6 +394,8 @@ class Batch:
         t = self.t
         if t.settled is not None:
             _settled_reject(self.state(), getattr(event, "idempotency_key", None))
+        if t.tree.continued is not None:
+            _continued_reject(t.run_id, t.tree.continued, getattr(event, "idempotency_key", None))
         saved = t.checkpoint()
         t.next_decision()
         try:

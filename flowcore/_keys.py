@@ -16,6 +16,7 @@ The grammar, for a run ``r-1``::
            | run "/$deadline-reserve"            the deadline of the reserve's steps
            | run "/~scheduled-" n                a call scheduled from outside the run
            | schedule "/delay" | schedule "/call"   a scheduled call's timer and call
+    run    = run-id | run-id "/@" n              n: the incarnation, from 2 (continue_as_new)
     path   = { scope } step
     scope  = step "[" index "]/"                 one loop iteration or fire
            | step "#" attempt "/"                an attempt of a retried composite
@@ -55,6 +56,7 @@ __all__ = [
     "child_prefix",
     "compensation_list",
     "deadline_key",
+    "incarnation_base",
     "reserve_deadline_key",
     "FINAL_LIST",
     "RESERVE_DEADLINE",
@@ -77,6 +79,15 @@ RESERVE_DEADLINE = "$deadline-reserve"  # the wall clock of on_budget_exhausted'
 
 
 # --- keys -------------------------------------------------------------------------
+
+INCARNATION = "@"
+
+
+def incarnation_base(run_id: str, incarnation: int) -> str:
+    """What the keys of one incarnation begin with: the run id for the first,
+    ``r-1/@2`` for the second (keys never collide between incarnations, and the
+    first incarnation's keys are those of a run that never continues)."""
+    return run_id if incarnation == 1 else f"{run_id}/{INCARNATION}{incarnation}"
 
 
 def step_key(run_id: str, frame_id: str, attempt: int) -> str:
@@ -221,6 +232,7 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
     loops: tuple[int, ...]  # the loop indices along the path, outermost first
     attempt: int | None  # the attempt; None for a step timeout, a tick, the deadline
     member: str | None = None
+    incarnation: int = 1  # the run's incarnation the key belongs to (``continue_as_new``)
 
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -232,6 +244,7 @@ _KEY = re.compile(
     rf"|/(?P<timeout>timeout)"
     rf"|\[(?P<fire>\d+)\]/(?P<tick>tick))\Z"
 )
+_INCARNATION = re.compile(r"@(?P<n>[2-9]|[1-9][0-9]+)/")
 _LOOP = re.compile(r"\[(\d+)\]")
 _OUTSIDE = re.compile(r"~scheduled-(?P<n>[1-9][0-9]*)(?P<suffix>/delay|/call)?\Z")
 _SUFFIX_ROLE = {
@@ -259,9 +272,20 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
         rest = key[len(run_id) + 1 :]
     else:
         raise ValueError(f"key {key[:200]!r} does not belong to run {run_id[:200]!r}")
+    incarnation = 1
+    later = _INCARNATION.match(rest)
+    if later is not None:
+        incarnation = int(later["n"])
+        rest = rest[later.end() :]
     if rest == DEADLINE or rest == RESERVE_DEADLINE:
         return KeyInfo(
-            run_id=run_id, role=KeyRole.DEADLINE, step=None, path="", loops=(), attempt=None
+            run_id=run_id,
+            role=KeyRole.DEADLINE,
+            step=None,
+            path="",
+            loops=(),
+            attempt=None,
+            incarnation=incarnation,
         )
     outside = _OUTSIDE.match(rest)
     if outside is not None:
@@ -273,6 +297,7 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
             path=rest if suffix is None else rest[: -len(suffix)],
             loops=(),
             attempt=None,
+            incarnation=incarnation,
         )
     m = _KEY.match(rest)
     if m is None:
@@ -296,4 +321,5 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
         loops=loops,
         attempt=attempt,
         member=member,
+        incarnation=incarnation,
     )

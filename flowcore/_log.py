@@ -63,6 +63,9 @@ from ._spec import Budget, Flow
 from ._state import Sched
 from ._wire import (
     BudgetRemaining,
+    CarriedCall,
+    CarriedSignal,
+    ContinueAsNew,
     Effect,
     ErrorInfo,
     Event,
@@ -106,6 +109,7 @@ __all__ = [
     "UnknownRecordType",
     "budget_from_wire",
     "budget_to_wire",
+    "carried_to_wire",
     "decode_log",
     "detect_format",
     "encode_record",
@@ -172,6 +176,11 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     depth: NonNegInt = 0
     semantics: int = 1  # absent: runs started before the interpreter had levels
     metadata: dict[str, Any] | None = None  # absent: none given at start
+    # A later incarnation (``continue_as_new``): its number and what it carried
+    # over. ``budget`` is then a child run's remainder, or absent.
+    incarnation: int = 1
+    signals: tuple[CarriedSignal, ...] = ()
+    scheduled: tuple[CarriedCall, ...] = ()
 
 
 class EventRejectedData(msgspec.Struct, frozen=True, kw_only=True):
@@ -936,7 +945,12 @@ class Recorder:
         budget: Budget | BudgetRemaining | None = None,
         depth: int = 0,
         metadata: Mapping[str, Any] | None = None,
+        continued: ContinueAsNew | None = None,
     ) -> list[Record]:
+        """The records of ``start`` (``continued``: of ``continue_run``, whose
+        ``run.started`` says the incarnation and what it carried)."""
+        if continued is not None:
+            budget = continued.budget_remaining
         data = {
             "flowId": flow.id,
             "version": flow.version,
@@ -950,6 +964,9 @@ class Recorder:
             data["semantics"] = semantics
         if metadata:  # absent when none was given (logs stay as they were)
             data["metadata"] = dict(metadata)
+        if continued is not None:  # a later incarnation: what it took over
+            data["incarnation"] = continued.incarnation
+            data.update(carried_to_wire(continued))
         out = [self._make(RUN_STARTED, at, data)]
         out.extend(self._scheduled(decision, at))
         out.extend(self._effects(decision.effects, at))
@@ -985,6 +1002,13 @@ class Recorder:
             if isinstance(effect, Settled):
                 out.append(self._make(RUN_SETTLED, at, settled_record_data(effect)))
         return out
+
+
+def carried_to_wire(continued: ContinueAsNew) -> dict[str, Any]:
+    """The signals and scheduled calls a ``run.started`` of a later incarnation
+    records (each omitted when empty), as the effect's wire spells them."""
+    wire = effect_to_wire(continued)
+    return {k: wire[k] for k in ("signals", "scheduled") if k in wire}
 
 
 def settled_record_data(effect: Settled) -> dict[str, Any]:

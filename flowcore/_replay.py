@@ -98,6 +98,8 @@ from ._log import (
     TornTail,
     UnknownRecordType,
     budget_from_wire,
+    budget_to_wire,
+    carried_to_wire,
     scheduled_changed_data,
     settled_record_data,
     why,
@@ -107,6 +109,7 @@ from ._spec import Flow
 from ._state import PendingKind, decode_state
 from ._trajectory import Trajectory
 from ._wire import (
+    ContinueAsNew,
     Effect,
     Event,
     SignalReceived,
@@ -344,8 +347,13 @@ class _Replayer:
                     raise self.corrupt(
                         f"is {short(first.type)}: a log begins with run.started", first.index, 0
                     )
-                if first.index != 0:
-                    raise self.corrupt("is run.started: a run's indices begin at 0", first.index, 0)
+                if first.index != 0 and self.incarnation_of(first) == 1:
+                    raise self.corrupt(
+                        "is run.started: a run's indices begin at 0 (a log may begin later"
+                        " only at a later incarnation's run.started)",
+                        first.index,
+                        0,
+                    )
                 run_id = self.run_id = first.run_id
             elif first.type == EFFECT_EMITTED:
                 raise ReplayError(
@@ -550,11 +558,30 @@ class _Replayer:
             )
         self.trajectory.redispatched(key, data.recovery)
 
+    def incarnation_of(self, rec: RawRecord) -> int:
+        """The incarnation a ``run.started`` record names (1 if it does not decode:
+        ``on_started`` says what is wrong with it)."""
+        try:
+            n = self.codec.started(rec.data).incarnation
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return 1
+        return n if isinstance(n, int) else 1
+
     def on_started(self, rec: RawRecord, position: int) -> None:
-        """``run.started``: the first record, and the only one of its kind."""
+        """``run.started``: the first record, or the start of the incarnation the
+        run's last ``continue-as-new`` effect begins."""
         index = rec.index
+        continued = None
         if position > 0 or self.batch is not None:
-            raise self.corrupt("is a second run.started", index, position)
+            batch = self.batch
+            continued = None if batch is None else batch.t.tree.continued
+            if continued is None:
+                raise self.corrupt(
+                    "is a second run.started, and the run did not continue as new",
+                    index,
+                    position,
+                )
+            self.need_empty_queue(index)
         try:
             started = self.codec.started(rec.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -563,6 +590,8 @@ class _Replayer:
             raise self.corrupt(f"is not a valid run.started: {TOO_DEEP}", index, 0) from None
         if self.codec.unread:
             self.decoded(rec, 0)
+        if continued is not None:
+            self.check_continued(index, rec, position, started, continued)
         self.begin(index, rec, started)
         self.decision_at = rec.at
         self.decision_index = index
@@ -728,6 +757,15 @@ class _Replayer:
         self.version = started.version
         self.spec_hash = started.spec_hash
         budget = budget_from_wire(started.budget)
+        continued = None
+        if started.incarnation != 1:
+            continued = ContinueAsNew(
+                input=started.input,
+                incarnation=started.incarnation,
+                idempotency_key="",
+                signals=started.signals,
+                scheduled=started.scheduled,
+            )
         try:
             decision = start(
                 flow,
@@ -738,6 +776,7 @@ class _Replayer:
                 depth=started.depth,
                 semantics=started.semantics,
                 metadata=started.metadata,
+                continued=continued,
             )
         except MetadataError as exc:
             raise _diverged(
@@ -763,6 +802,39 @@ class _Replayer:
             [scheduled_changed_data(sid, state.schedules[sid]) for sid in state.journal.scheduled]
         )
         self.trajectory.started(decision.state.waiting.pending)
+
+    def check_continued(
+        self, index: int, rec: RawRecord, position: int, started: _Started, effect: ContinueAsNew
+    ) -> None:
+        """A later incarnation's ``run.started`` begins what the effect says."""
+        if rec.run_id != self.run_id:  # (fold checked it already)
+            raise self.corrupt("belongs to another run", index, position)
+        wire = effect_to_wire(effect)
+        expected: dict[str, Any] = {"input": wire.get("input"), "incarnation": effect.incarnation}
+        expected.update(carried_to_wire(effect))
+        expected["budget"] = _limits(budget_to_wire(effect.budget_remaining))
+        recorded: dict[str, Any] = {
+            "input": started.input,
+            "incarnation": started.incarnation,
+            "budget": _limits(started.budget),
+        }
+        recorded.update(
+            carried_to_wire(
+                ContinueAsNew(
+                    incarnation=started.incarnation,
+                    idempotency_key="",
+                    signals=started.signals,
+                    scheduled=started.scheduled,
+                )
+            )
+        )
+        if _without_nulls(recorded) != _without_nulls(expected):
+            raise _diverged(
+                index,
+                recorded,
+                expected,
+                "the next incarnation's run.started differs from the continue-as-new effect",
+            )
 
     def check_started(self, index: int, started: _Started) -> None:
         """What no flowcore host can record: values outside flowcore data (corruption).
@@ -900,6 +972,13 @@ class _Replayer:
 
 def _at_byte(offset: int | None) -> str:
     return "" if offset is None else f" (byte {offset})"
+
+
+def _limits(budget: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A budget's limits, unset ones left out (None when none is set)."""
+    if budget is None:
+        return None
+    return {k: v for k, v in budget.items() if v is not None} or None
 
 
 def _without_nulls(value: Any) -> Any:

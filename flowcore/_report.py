@@ -14,7 +14,7 @@ import msgspec
 
 from ._errors import FlowcoreError, ReplayDivergence
 from ._state import State
-from ._wire import Effect, ErrorInfo, Event, Settled, Usage
+from ._wire import CarriedCall, CarriedSignal, Effect, ErrorInfo, Event, Settled, Usage
 
 __all__ = ["ReplayError", "ReplayReport", "TornTail", "TrajectoryEntry"]
 
@@ -39,7 +39,8 @@ class TrajectoryEntry(msgspec.Struct, kw_only=True, gc=False):
     """One thing that happened in a run, as replay saw it.
 
     ``kind`` is the effect kind (``call-tool``, ``run-agent``, ``run-team``,
-    ``ask-human``, ``sleep``, ``await-signal``, ``run-subflow``) or, for
+    ``ask-human``, ``sleep``, ``await-signal``, ``run-subflow``,
+    ``continue-as-new``: ``target`` names the next incarnation) or, for
     events that answer no effect, ``signal-received``, ``cancel-requested``,
     ``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
     ``scheduled-add-requested`` (``key``: the schedule id) or ``event-rejected``.
@@ -136,6 +137,9 @@ class _Started(msgspec.Struct, frozen=True, rename="camel"):
     depth: int = 0
     semantics: int = 1
     metadata: dict[str, Any] | None = None
+    incarnation: int = 1
+    signals: tuple[CarriedSignal, ...] = ()
+    scheduled: tuple[CarriedCall, ...] = ()
 
 
 class _Rejected(msgspec.Struct, frozen=True):

@@ -54,7 +54,7 @@ import msgspec
 from ._data import DataError, check_data
 from ._driver import plan
 from ._errors import EventRejected, FlowcoreError
-from ._interp import Decision, InputError, advance, start
+from ._interp import Decision, InputError, advance, continue_run, start
 from ._keys import parse_key
 from ._log import Record, Recorder
 from ._outcome import NO_USAGE
@@ -68,6 +68,7 @@ from ._wire import (
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -341,7 +342,11 @@ class RunHistory:
         return [e for t in self.turns for e in t.effects]
 
     def record(self, event: Event, paranoid: bool = False) -> Turn:
-        """Report ``event`` to the run's current state and append the turn."""
+        """Report ``event`` to the run's current state and append the turn.
+
+        When the run continues as new, the next incarnation starts at once, as
+        every host starts it: a turn without an event follows (``continued``).
+        """
         state = self.state
         before = encode_state(state) if paranoid else None
         try:
@@ -353,7 +358,17 @@ class RunHistory:
             after = encode_state(state) if paranoid else None
             turn = Turn(event, d.effects, d.state, None, before, after)
         self.turns.append(turn)
+        if turn.rejected is None:
+            self.continued(event.at_ms)
         return turn
+
+    def continued(self, at_ms: int) -> None:
+        """Start the next incarnation while the run's last decision continued as new
+        (an incarnation may continue at once after taking a carried signal)."""
+        while (effect := self.state.tree.continued) is not None:
+            at = max(at_ms, self.state.now_ms)
+            d = continue_run(self.flow, effect, self.run_id, at, self.depth)
+            self.turns.append(Turn(None, d.effects, d.state))
 
 
 def as_flow(spec: Spec) -> Flow:
@@ -380,6 +395,7 @@ def drive(
     history = RunHistory(
         flow, input, run_id, now_ms, budget, depth, [Turn(None, d.effects, d.state)], metadata
     )
+    history.continued(now_ms)
     for event in events:
         history.record(event, paranoid)
     return history
@@ -808,6 +824,7 @@ class _Simulation:
         )
         history = RunHistory(flow, input, run_id, self.now, budget, depth, metadata=metadata)
         history.turns.append(Turn(None, d.effects, d.state))
+        history.continued(self.now)
         slot = _Slot(flow, run_id, history, parent, key)
         self.runs[run_id] = slot
         self.log.extend(slot.recorder.started(flow, input, self.now, d, budget, depth, metadata))
@@ -860,6 +877,8 @@ class _Simulation:
                     self.signal_run(slot, effect)
                 case Settled():
                     self.settled(slot, effect)
+                case ContinueAsNew():
+                    self.continued(slot, effect)
                 case _:
                     assert_never(effect)
 
@@ -1088,6 +1107,31 @@ class _Simulation:
             if child.state.settled is None:
                 event = CancelRequested(reason=f"parent run {slot.run_id} settled", at_ms=self.now)
                 self.push(self.now, child_id, event)
+
+    def continued(self, slot: _Slot, effect: ContinueAsNew) -> None:
+        """Start the run's next incarnation at once, as every host does: no
+        event can fall between the two. Children still running are cancelled."""
+        for child_id in slot.children:
+            child = self.runs[child_id]
+            if child.state.settled is None:
+                reason = f"parent run {slot.run_id} continued as new"
+                self.push(self.now, child_id, CancelRequested(reason=reason, at_ms=self.now))
+        slot.children = []
+        slot.awaiting.clear()
+        history = slot.history
+        # The next incarnation's turn, which ``RunHistory.record`` appended.
+        turn = next(
+            t
+            for t in reversed(history.turns)
+            if t.event is None and t.state.incarnation == effect.incarnation
+        )
+        d = Decision(turn.state, turn.effects)
+        self.log.extend(
+            slot.recorder.started(
+                slot.flow, effect.input, self.now, d, depth=history.depth, continued=effect
+            )
+        )
+        self.execute(slot, d)
 
     def report_child(self, child: _Slot) -> None:
         assert child.parent is not None and child.key is not None

@@ -63,6 +63,7 @@ __all__ = [
     "Duration",
     "DurationExpr",
     "FailStep",
+    "ContinueAsNewStep",
     "Flow",
     "ForEachStep",
     "Limits",
@@ -342,6 +343,13 @@ class SetMetadataStep:
 
 
 @attrs.frozen
+class ContinueAsNewStep:
+    """Start the run again from its first step with a new input (None: the same input)."""
+
+    input: Template | None = None
+
+
+@attrs.frozen
 class CatchClause:
     steps: tuple[Step, ...]
     errors: tuple[Name, ...] = (Name("*"),)
@@ -371,6 +379,7 @@ Body: TypeAlias = (
     | TryStep
     | SignalRunStep
     | SetMetadataStep
+    | ContinueAsNewStep
 )
 
 
@@ -444,6 +453,7 @@ _KINDS: dict[str, type[Any]] = {
     "try": TryStep,
     "signal_run": SignalRunStep,
     "set_metadata": SetMetadataStep,
+    "continue_as_new": ContinueAsNewStep,
 }
 _COMMON = (
     "id",
@@ -784,6 +794,7 @@ def _build_converter() -> cattrs.Converter:
         ScheduleStep,
         FailStep,
         SignalRunStep,
+        ContinueAsNewStep,
     )
     for cl in plain:
         conv.register_structure_hook(cl, _mapping_first(conv, cl))

@@ -46,6 +46,7 @@ from ._spec import Flow
 from ._wire import (
     BudgetRemaining,
     CallTool,
+    ContinueAsNew,
     Effect,
     ErrorInfo,
     RunAgent,
@@ -343,6 +344,13 @@ class Tree(_S, frozen=True, gc=False):
     compensations: CompLink | None = None
     ending: Ending | None = None  # set while compensations run before settling
     exhausted: str | None = None  # the limit reached, while on_budget_exhausted's steps run
+    # Set when this incarnation ended by ``continue_as_new``: the effect that
+    # starts the next one (``flowcore.continue_run``). No event applies after.
+    continued: ContinueAsNew | None = None
+    # The run's incarnation: 1, then one more after each ``continue_as_new``
+    # (here, not in ``Run``, so that the snapshots of runs that never continue
+    # keep their bytes: this record's defaults are left out of them).
+    incarnation: int = 1
 
 
 # --- budget, schedules, report ------------------------------------------------------------
@@ -531,6 +539,11 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def run_id(self) -> str:
         return self.run.run_id
+
+    @property
+    def incarnation(self) -> int:
+        """1, then one more each time the run continued as new."""
+        return self.tree.incarnation
 
     @property
     def status(self) -> Status:

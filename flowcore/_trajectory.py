@@ -26,6 +26,7 @@ from ._wire import (
     AwaitSignal,
     CallTool,
     CancelRequested,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -193,6 +194,18 @@ class Trajectory:
                     at=at,
                     note=f"signal {effect.signal}"
                     + ("" if effect.key is None else f" key {effect.key}"),
+                )
+            case ContinueAsNew():
+                carried = len(effect.signals), len(effect.scheduled)
+                entry = TrajectoryEntry(
+                    index=index,
+                    kind="continue-as-new",
+                    key=key,
+                    target=f"incarnation {effect.incarnation}",
+                    input=effect.input,
+                    status="continued",
+                    at=at,
+                    note=f"carried {carried[0]} signal(s), {carried[1]} scheduled call(s)",
                 )
             case _:
                 assert_never(effect)

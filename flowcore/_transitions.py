@@ -68,6 +68,7 @@ from ._wire import (
     Usage,
 )
 from .constructs import leaf, repeat, schedule, team
+from .constructs.continue_as_new import ContinueRequested
 
 __all__ = [
     "ANSWERS",
@@ -183,6 +184,8 @@ def apply(t: Txn, event: Event) -> None:
             t.drain_queue()
     except Exhausted as exc:
         _ending.exhaust(t, exc.limit)
+    except ContinueRequested as cont:
+        _ending.continue_as_new(t, cont.key, cont.input)
 
 
 def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:

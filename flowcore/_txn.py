@@ -149,6 +149,7 @@ class Txn:
         "flow",
         "frames",
         "in_flight",
+        "key_run",
         "ledger",
         "metadata",
         "now_ms",
@@ -168,6 +169,7 @@ class Txn:
         "settled",
         "signal_taker",
         "source",
+        "starting",
         "tree",
         "waiting",
         "written",
@@ -179,6 +181,9 @@ class Txn:
         self.flow: Flow = s.flow
         self.run: Run = s.run
         self.run_id = s.run.run_id
+        self.key_run = keys.incarnation_base(
+            s.run.run_id, s.tree.incarnation
+        )  # what keys begin with
         self.semantics = s.run.semantics
         self.now_ms = s.now_ms
         self.ledger: Ledger = s.ledger
@@ -205,6 +210,9 @@ class Txn:
         self.sched_changed: list[str] = []  # schedule ids changed: the journal
         self.signal_taker: str | None = None  # the wait a signal of this decision went to
         self.answer: ScheduledAnswer | None = None  # to a scheduled-call event from outside
+        # In ``start``: the signals buffered when the flow's steps began (an
+        # incarnation's carried ones); None in ``advance``.
+        self.starting: int | None = None
 
     def checkpoint(self) -> tuple[Any, ...]:
         """What a rejected event must leave as it was (``rollback`` returns to it).
@@ -310,7 +318,7 @@ class Txn:
         return frame
 
     def key(self, frame: StepFrame) -> str:
-        return keys.step_key(self.run_id, frame.id, frame.attempt)
+        return keys.step_key(self.key_run, frame.id, frame.attempt)
 
     # --- budget ---------------------------------------------------------------------
 
@@ -352,9 +360,9 @@ class Txn:
                 widened[name] = limit + extra
         self.ledger = _replace(led, **widened)
         if "wall_clock_ms" in widened:
-            self.drop_key(keys.deadline_key(self.run_id))
+            self.drop_key(keys.deadline_key(self.key_run))
             due = self.run.started_ms + widened["wall_clock_ms"]
-            self.timer(keys.reserve_deadline_key(self.run_id), due, PendingKind.DEADLINE, "")
+            self.timer(keys.reserve_deadline_key(self.key_run), due, PendingKind.DEADLINE, "")
 
     def check_clock(self) -> None:
         wall = self.ledger.wall_clock_ms
@@ -662,7 +670,7 @@ class Txn:
             except InvalidDuration as exc:
                 self.put_frame(frame)
                 return self.finish_step(fid, (FAIL, _invalid(step, exc)), frame, step)
-            timer = keys.step_timeout_key(self.run_id, fid)
+            timer = keys.step_timeout_key(self.key_run, fid)
             self.timer(timer, self.now_ms + timeout, PendingKind.STEP_TIMEOUT, fid)
             frame = _replace(frame, timer=timer)
         return self.begin(frame, step)
@@ -973,13 +981,16 @@ class Resolver:
             return t.run.input
         if name == "run":
             flow = t.flow
-            return {
+            ctx = {
                 "id": t.run_id,
                 "flow": flow.id,
                 "version": flow.version,
                 "depth": t.run.depth,
                 "attempt": self.attempt,
             }
+            if t.tree.incarnation != 1:  # absent in the first: runs that never continue as before
+                ctx["incarnation"] = t.tree.incarnation
+            return ctx
         if name == "$all_steps":
             return self._all_steps()
         if name == "$locals":

@@ -41,6 +41,9 @@ __all__ = [
     "BudgetRemaining",
     "CallTool",
     "CancelRequested",
+    "CarriedCall",
+    "CarriedSignal",
+    "ContinueAsNew",
     "Effect",
     "EffectFailed",
     "EffectOutcomeUnknown",
@@ -232,6 +235,52 @@ class Settled(_Effect, tag="settled", frozen=True, kw_only=True):
     report: tuple[ReportEntry, ...] = ()
 
 
+class CarriedSignal(_Value, frozen=True, kw_only=True):
+    """A buffered signal a run takes into its next incarnation (``continue-as-new``)."""
+
+    signal: str
+    payload: Any = None
+
+
+class CarriedCall(_Value, frozen=True, kw_only=True):
+    """A scheduled call not yet due that a run takes into its next incarnation.
+
+    It keeps its id (its delay and call keys follow from it), its tool and
+    input, when it was scheduled and when it is due, whether it outlives the
+    run, and whether it was added from outside.
+    """
+
+    id: str
+    tool: str
+    input: Any = None
+    created_ms: NonNegInt = 0
+    due_ms: NonNegInt = 0
+    outlive: bool = False
+    outside: bool = False
+
+
+class ContinueAsNew(_Effect, tag="continue-as-new", frozen=True, kw_only=True):
+    """The run ends this incarnation and starts again from its first step.
+
+    ``incarnation``: the number of the new incarnation (the first is 1).
+    ``input``: its input. ``signals``: buffered signals not yet taken, oldest
+    first by name; ``scheduled``: scheduled calls not yet due; both carry
+    over. ``budgetRemaining``: set for a child run only, whose new
+    incarnation spends from what is left. ``report``: every work effect of
+    the ending incarnation and how it ended, as in ``settled``. A host ends
+    the incarnation as it would settle it (stops what it still waits for)
+    and starts the next with ``flowcore.continue_run``.
+    """
+
+    input: Any = None
+    incarnation: int
+    idempotency_key: str
+    signals: tuple[CarriedSignal, ...] = ()
+    scheduled: tuple[CarriedCall, ...] = ()
+    budget_remaining: BudgetRemaining | None = None
+    report: tuple[ReportEntry, ...] = ()
+
+
 Effect: TypeAlias = (
     RunAgent
     | RunTeam
@@ -242,6 +291,7 @@ Effect: TypeAlias = (
     | RunSubflow
     | Settled
     | SignalRun
+    | ContinueAsNew
 )
 
 # --- events ------------------------------------------------------------------

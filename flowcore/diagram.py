@@ -15,7 +15,9 @@ no external renderer is needed. What is drawn:
 - ``try`` as a node whose body follows, with a dashed ``catch: <types>`` edge
   to each handler;
 - ``compensate`` as a dotted ``compensate`` edge to the compensation steps,
-  which run only when the run later fails or is cancelled.
+  which run only when the run later fails or is cancelled;
+- ``continue_as_new`` as a node with a dashed ``new incarnation`` edge back
+  to ``start``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ._spec import (
     AwaitSignalStep,
     CallToolStep,
     CancelScheduledStep,
+    ContinueAsNewStep,
     Duration,
     FailStep,
     Flow,
@@ -116,11 +119,13 @@ class _Builder:
         # fail steps: nothing follows them; a dashed edge to the end says the
         # run fails there unless a try around them catches it.
         self.fails: list[_Exit] = []
+        self.again: list[_Exit] = []  # continue_as_new steps: back to the start
 
     def build(self) -> Graph:
         # Not "start"/"end": a lowercase "end" breaks a Mermaid flowchart.
         start = self.g.node("flow_start", ["start"], "circle")
         exits = self.seq(self.flow.steps, [_Exit(start)])
+        self.g.connect(self.again, start)
         end_lines = ["end"]
         if self.flow.output is not None:
             end_lines.append(f"output: {_clip(_source(self.flow.output))}")
@@ -232,6 +237,11 @@ class _Builder:
             names = ", ".join(body.fields)
             self.g.node(nid, [step.id, f"set_metadata {_clip(names)}", *extra], "box")
             exits = [_Exit(nid)]
+        elif isinstance(body, ContinueAsNewStep):
+            # Nothing follows it: the run starts again from its first step.
+            self.g.node(nid, [step.id, "continue_as_new", *extra], "box")
+            self.again.append(_Exit(nid, "new incarnation", DASHED))
+            exits = []
         elif isinstance(body, SwitchStep):
             self.g.node(nid, [step.id, "switch", *extra], "diamond")
             exits = []

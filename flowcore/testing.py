@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ._errors import EventRejected
-from ._interp import Decision, advance
-from ._keys import deadline_key
+from ._interp import Decision, advance, continue_run
+from ._keys import KeyRole, deadline_key, incarnation_base, parse_key
 from ._query import Waits, waiting_for
 from ._sim import (
     FAULT_KINDS,
@@ -84,6 +84,7 @@ from ._wire import (
     ErrorInfo,
     Event,
     HumanAnswered,
+    ReportEntry,
     RunAgent,
     RunSubflow,
     RunTeam,
@@ -231,6 +232,7 @@ STEP_KINDS = (
     "fail",
     "signal_run",
     "set_metadata",
+    "continue_as_new",
 )
 META_FIELDS = {"n": "number", "caught": "boolean"}
 """The metadata fields generated flows declare when a ``set_metadata`` step sets them."""
@@ -360,6 +362,7 @@ class _Knobs:
         self.cancel = kinds is None or "cancel_scheduled" in kinds
         self.fail = kinds is None or "fail" in kinds
         self.meta = kinds is None or "set_metadata" in kinds
+        self.cont = kinds is None or "continue_as_new" in kinds
         if not self.leaves:
             raise ValueError(f"flows(kinds=...) needs at least one leaf kind of {_LEAF_KINDS}")
 
@@ -519,6 +522,19 @@ def flows(
     spec["limits"] = limits
     if draw(st.integers(0, 9)) == 0:
         spec["input_schema"] = {"type": "object", "required": ["n"]}
+    if knobs.cont and draw(st.integers(0, 3)) == 0:
+        # The run starts again, at most twice: a new incarnation with the same
+        # input, or with n counted up (drawn last, so earlier draws stay as they were).
+        again: dict[str, Any] = {}
+        if draw(st.booleans()):
+            again["input"] = {
+                "flag": "${input.flag}",
+                "items": "${input.items}",
+                "n": "${sum([input.n, `1`])}",
+            }
+        cont = {"id": ids.next(), "continue_as_new": again}
+        guard = "run.incarnation == null || run.incarnation < `3`"
+        spec["steps"].append({"id": ids.next(), "switch": [{"if": guard, "steps": [cont]}]})
     return spec
 
 
@@ -768,12 +784,14 @@ class _Host:
                 self.signal_names.add(effect.signal)
 
     def send(self, event: Event) -> Turn:
+        before = len(self.h.turns)
         turn = self.h.record(event, self.paranoid)
         self.sent.append(event)
         if turn.rejected is None and isinstance(event, _ANSWERS):
             self.answered.add(event.idempotency_key)
-        self.clock = max(self.clock, turn.state.now_ms)
-        self.learn(turn.effects)
+        for recorded in self.h.turns[before:]:  # with the next incarnation's, if it continued
+            self.clock = max(self.clock, recorded.state.now_ms)
+            self.learn(recorded.effects)
         self.look()
         return turn
 
@@ -1210,9 +1228,11 @@ def _same_but_budget(a: Effect, b: Effect) -> bool:
 def check_keys(
     run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
 ) -> RunHistory:
-    """Idempotency keys are unique within the run and carry its run id. The one
-    exception: a safe call re-issued, same key and same call, right after an
-    unknown outcome for that key. (Stable across replays: ``check_determinism``.)"""
+    """Idempotency keys are unique within the run and carry its run id. The
+    exceptions: a safe call re-issued, same key and same call, right after an
+    unknown outcome for that key; and the delay timer of a scheduled call a new
+    incarnation carries over, armed again as it was. (Stable across replays:
+    ``check_determinism``.)"""
     h = _history(run, input, events, start)
     seen: dict[str, tuple[int, Effect]] = {}
     prefix = h.run_id + "/"
@@ -1231,6 +1251,12 @@ def check_keys(
                     and ev.idempotency_key == key
                     and isinstance(effect, (CallTool, RunSubflow, SignalRun))
                     and _same_but_budget(effect, first)
+                ) or (
+                    i > 0
+                    and ev is None  # the first decision of a new incarnation
+                    and isinstance(effect, Sleep)
+                    and effect == first
+                    and parse_key(key, h.run_id).role is KeyRole.SCHEDULE_DELAY
                 )
                 if not reissue:
                     _fail(
@@ -1261,6 +1287,12 @@ def check_budget(
     last: BudgetRemaining | None = None
     for i, turn in enumerate(h.turns):
         state = turn.state
+        if i and turn.event is None:  # a new incarnation: the flow's budget afresh
+            if issued > (limits.steps if limits.steps is not None else issued):
+                _fail(f"{_at(h, i - 1)}: {issued} work effects with a limit of {limits.steps}")
+            limits, issued, last = state.ledger, 0, None
+            wall = limits.wall_clock_ms
+            deadline = None if wall is None else state.run.started_ms + wall
         led = state.ledger
         if (led.steps, led.cost, led.wall_clock_ms) != (
             limits.steps,
@@ -1311,7 +1343,8 @@ def check_budget(
             # The host's timers are the authority on time: the deadline timer
             # firing is the deadline, whatever the clock in the event says.
             ev = turn.event
-            fired = isinstance(ev, TimerFired) and ev.idempotency_key == deadline_key(h.run_id)
+            base = incarnation_base(h.run_id, state.incarnation)
+            fired = isinstance(ev, TimerFired) and ev.idempotency_key == deadline_key(base)
             # Work taken back in the settling decision has its step refunded
             # (and is reported not-started), so the steps used at the moment of
             # exhaustion may be up to that many more than the ledger now says.
@@ -1383,6 +1416,14 @@ def check_work_accounted(
             elif not isinstance(effect, Settled):
                 emitted[effect.idempotency_key] = effect
         state = turn.state
+        continued = state.tree.continued
+        if continued is not None:
+            # The incarnation ended: its report accounts for its work, as a
+            # settled report would; the next incarnation starts afresh.
+            if turn.rejected is None and turn.effects:
+                _check_report(h, i, state, continued.report, emitted, status)
+            emitted, status = {}, {}
+            continue
         if state.settled is None:
             waits = _answered_by(waiting_for(state))
             for key, what in waits.items():
@@ -1393,39 +1434,52 @@ def check_work_accounted(
             continue
         if turn.rejected is not None:
             continue
-        # The core's own bookkeeping must be emptied at settlement; its
-        # in-flight count is not something a run waits for (waiting_for).
-        if state.waiting.pending or state.waiting.in_flight:
-            _fail(
-                f"{_at(h, i)}: settled with {len(state.waiting.pending)} keys pending and "
-                f"{state.waiting.in_flight} in flight: {sorted(state.waiting.pending.keys())[:5]}"
-            )
-        report: dict[str, str] = {}
-        for row in state.settled.report:
-            if row.idempotency_key in report:
-                _fail(f"{_at(h, i)}: {row.idempotency_key!r} twice in the settled report")
-            report[row.idempotency_key] = row.status
-        for key, effect in emitted.items():
-            if not isinstance(effect, _WORK_EFFECTS):
-                continue
-            if key not in report:
-                _fail(
-                    f"{_at(h, i)}: work effect {key!r} ({_show(effect)}) is missing from "
-                    "the settled report"
-                )
-            want = status.get(key, "uncertain")
-            if report[key] != want:
-                _fail(
-                    f"{_at(h, i)}: the settled report says {key!r} {report[key]}, but its "
-                    f"last accepted answer makes it {want}"
-                )
-        for key, row_status in report.items():
-            if key not in emitted and row_status != "not-started":
-                _fail(
-                    f"{_at(h, i)}: the settled report says {key!r} {row_status}, but it "
-                    "was never emitted (it must be not-started)"
-                )
+        _check_report(h, i, state, state.settled.report, emitted, status)
     return h
+
+
+def _check_report(
+    h: RunHistory,
+    i: int,
+    state: State,
+    rows: tuple[ReportEntry, ...],
+    emitted: dict[str, Effect],
+    status: dict[str, str],
+) -> None:
+    """At settlement (or the end of an incarnation) nothing is pending, and the
+    report holds every work effect with the status its last answer gave it."""
+    # The core's own bookkeeping must be emptied at settlement; its
+    # in-flight count is not something a run waits for (waiting_for).
+    if state.waiting.pending or state.waiting.in_flight:
+        _fail(
+            f"{_at(h, i)}: settled with {len(state.waiting.pending)} keys pending and "
+            f"{state.waiting.in_flight} in flight: {sorted(state.waiting.pending.keys())[:5]}"
+        )
+    report: dict[str, str] = {}
+    for row in rows:
+        if row.idempotency_key in report:
+            _fail(f"{_at(h, i)}: {row.idempotency_key!r} twice in the settled report")
+        report[row.idempotency_key] = row.status
+    for key, effect in emitted.items():
+        if not isinstance(effect, _WORK_EFFECTS):
+            continue
+        if key not in report:
+            _fail(
+                f"{_at(h, i)}: work effect {key!r} ({_show(effect)}) is missing from "
+                "the settled report"
+            )
+        want = status.get(key, "uncertain")
+        if report[key] != want:
+            _fail(
+                f"{_at(h, i)}: the settled report says {key!r} {report[key]}, but its "
+                f"last accepted answer makes it {want}"
+            )
+    for key, row_status in report.items():
+        if key not in emitted and row_status != "not-started":
+            _fail(
+                f"{_at(h, i)}: the settled report says {key!r} {row_status}, but it "
+                "was never emitted (it must be not-started)"
+            )
 
 
 def check_rejections(
@@ -1482,7 +1536,21 @@ def check_determinism(
     for i in range(len(h.turns) - 1):
         state = decode_state(_state_bytes(h.turns[i].state, mine, i), h.flow)
         nxt = h.turns[i + 1]
-        assert nxt.event is not None
+        if nxt.event is None:  # the next incarnation, from the effect in the snapshot
+            effect = state.tree.continued
+            assert effect is not None
+            at = nxt.state.run.started_ms
+            d = continue_run(h.flow, effect, h.run_id, at, h.depth)
+            resumed = Turn(None, d.effects, d.state)
+            _same_turn(
+                h,
+                i + 1,
+                nxt,
+                resumed,
+                _state_bytes(nxt.state, mine, i + 1),
+                f"a run continued from the snapshot after turn {i}",
+            )
+            continue
         try:
             d = advance(state, nxt.event)
         except EventRejected as exc:

@@ -263,6 +263,8 @@ _DESCRIPTIONS: dict[str, str] = {
     "another run, delivered once per idempotency key.",
     "SetMetadataStep": "§4.17 set_metadata: set run metadata fields (declared at the top "
     "level) from templates; null clears a field. It emits nothing and spends no budget.",
+    "ContinueAsNewStep": "§4.18 continue_as_new: start the run again from its first "
+    "step with a new input and a fresh history, keeping its run id.",
     "CatchClause": "A catch clause of a try step (§4.14): the error types it handles "
     "(`*` any) and its steps, which see `error`.",
     "Schedule": "A schedule (§2 schedules): runs of this flow a host starts on a cadence, "
@@ -296,6 +298,7 @@ _DOC_SECTIONS: dict[str, tuple[str, str]] = {
     "CancelScheduledStep": ("### 4.13 cancel_scheduled", ""),
     "FailStep": ("### 4.15 fail", ""),
     "SignalRunStep": ("### 4.16 signal_run", ""),
+    "ContinueAsNewStep": ("### 4.18 continue_as_new", ""),
     "CatchClause": ("### 4.14 try / catch", "clause "),
     "Schedule": ("### schedules", ""),
 }

@@ -113,6 +113,17 @@ class Driver:
         self.state = decision.state
         self.records.extend(self.recorder.applied(event, decision))
         self._arm(decision)
+        continued = flowcore.plan(decision).continued
+        if continued is not None:  # the next incarnation starts at once, as every host does
+            depth = self.state.run.depth
+            decision = flowcore.continue_run(self.flow, continued, RUN_ID, self.now, depth)
+            self.state = decision.state
+            self.records.extend(
+                self.recorder.started(
+                    self.flow, continued.input, self.now, decision, depth=depth, continued=continued
+                )
+            )
+            self._arm(decision)
 
     @staticmethod
     def key(short: str) -> str:
@@ -634,6 +645,47 @@ output: "${steps.mark.output}"
 def _run_metadata(d: Driver) -> None:
     d.ok("quote#1", {"total": 140.5, "currency": "EUR"})
     d.ok("ship#1", {"shipped": True})
+
+
+@case(
+    "continue-as-new",
+    "continue_as_new: a reminder ends its first incarnation after two fires and starts again "
+    "with a new input; the buffered signal it did not take is carried over; the second "
+    "incarnation's keys begin r-1/@2/.",
+    """
+flow: reminder
+tools: {remind: {class: idempotent}}
+steps:
+  - id: tick
+    repeat:
+      every_ms: 60000
+      max_fires: 2
+      steps:
+        - id: ping
+          call_tool: {tool: remind, input: {round: "${input.round}", fire: "${fire_count}"}}
+  - id: note
+    await_signal: {signal: note}
+  - id: next
+    switch:
+      - if: "input.round < `1`"
+        steps:
+          - id: again
+            continue_as_new:
+              input:
+                round: "${sum([input.round, `1`])}"
+                notes: "${[input.notes, [steps.note.output]][]}"
+output: "${ {notes: [input.notes, [steps.note.output]][], incarnation: run.incarnation} }"
+""",
+    input={"round": 0, "notes": []},
+)
+def _continue_as_new(d: Driver) -> None:
+    d.signal("note", "a")
+    d.signal("note", "b")
+    for base in ("", "@2/"):
+        d.fire(f"{base}tick[1]/tick")
+        d.ok(f"{base}tick[1]/ping#1", "sent")
+        d.fire(f"{base}tick[2]/tick")
+        d.ok(f"{base}tick[2]/ping#1", "sent")
 
 
 @case(

@@ -181,6 +181,24 @@ def test_every_replayable_vector_gives_over_the_wire_what_it_gives_in_process(
         assert reply["effects"] == wire(decision), case
         state = reply["state"]
         for n, record in enumerate(log):
+            continued = decision.state.tree.continued
+            if record.type == "run.started" and continued is not None:
+                # The next incarnation: a start request that carries the effect.
+                depth = started.data["depth"]
+                decision = flowcore.continue_run(flow, continued, record.run_id, record.at, depth)
+                reply = decide.ask(
+                    start_request(
+                        spec,
+                        runId=record.run_id,
+                        nowMs=record.at,
+                        depth=depth,
+                        continued=flowcore.effect_to_wire(continued),
+                    )
+                )
+                assert reply["ok"] is True, (case, reply)
+                assert reply["effects"] == wire(decision), case
+                state = reply["state"]
+                continue
             if record.type not in ("event.reported", "event.rejected"):
                 continue
             event = record.data if record.type == "event.reported" else record.data["event"]

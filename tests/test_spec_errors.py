@@ -432,4 +432,5 @@ KINDS = (
     "try",
     "signal_run",
     "set_metadata",
+    "continue_as_new",
 )

@@ -26,6 +26,9 @@ from flowcore._wire import (
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    CarriedCall,
+    CarriedSignal,
+    ContinueAsNew,
     Effect,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -212,6 +215,30 @@ def _effect_strategies() -> dict[type[Effect], st.SearchStrategy[Effect]]:
             output=json_values(),
             error=st.none() | error_infos(),
             exhausted=st.none() | st.sampled_from(get_args(ExhaustedLimit)),
+            report=st.lists(report_entries(), max_size=3).map(tuple),
+        ),
+        ContinueAsNew: st.builds(
+            ContinueAsNew,
+            input=json_values(),
+            incarnation=st.integers(2, 2**63 - 1),
+            idempotency_key=texts(),
+            signals=st.lists(
+                st.builds(CarriedSignal, signal=texts(), payload=json_values()), max_size=3
+            ).map(tuple),
+            scheduled=st.lists(
+                st.builds(
+                    CarriedCall,
+                    id=texts(),
+                    tool=texts(),
+                    input=json_values(),
+                    created_ms=non_neg_ints(),
+                    due_ms=non_neg_ints(),
+                    outlive=st.booleans(),
+                    outside=st.booleans(),
+                ),
+                max_size=2,
+            ).map(tuple),
+            budget_remaining=st.none() | budgets(),
             report=st.lists(report_entries(), max_size=3).map(tuple),
         ),
     }
@@ -478,6 +505,16 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
     "run-subflow": ("kind", "flowId", "depth", "idempotencyKey", "input?", "budgetRemaining"),
     "settled": ("kind", "status", "output?", "error?", "exhausted?", "report?"),
     "signal-run": ("kind", "runId", "signal", "payload?", "key?", "idempotencyKey"),
+    "continue-as-new": (
+        "kind",
+        "input?",
+        "incarnation",
+        "idempotencyKey",
+        "signals?",
+        "scheduled?",
+        "budgetRemaining?",
+        "report?",
+    ),
 }
 
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -515,6 +552,8 @@ VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
     Usage: ("steps?", "costMinorUnits?", "tokens?", "toolCalls?", "turns?"),
     ErrorInfo: ("type", "message?", "retryable?", "details?", "cause?", "attempts?"),
     ReportEntry: ("idempotencyKey", "effect", "target", "status"),
+    CarriedSignal: ("signal", "payload?"),
+    CarriedCall: ("id", "tool", "input?", "createdMs?", "dueMs?", "outlive?", "outside?"),
 }
 
 
@@ -530,6 +569,7 @@ def test_effect_kinds_are_exactly() -> None:
         "run-subflow",
         "settled",
         "signal-run",
+        "continue-as-new",
     }
     assert len(kinds) == len(EFFECT_TYPES)
     assert set(EFFECT_FIELDS) == kinds

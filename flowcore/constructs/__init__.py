@@ -22,6 +22,7 @@ from .._spec import (
     AwaitSignalStep,
     CallToolStep,
     CancelScheduledStep,
+    ContinueAsNewStep,
     FailStep,
     ForEachStep,
     ParallelStep,
@@ -39,6 +40,7 @@ from .._spec import (
 )
 from .._state import ListKind, SeqFrame, StepFrame
 from . import (
+    continue_as_new,
     fail,
     for_each,
     leaf,
@@ -97,6 +99,8 @@ def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
             return fail.begin(t, frame, body)
         case SetMetadataStep():
             return metadata.begin(t, frame, body)
+        case ContinueAsNewStep():
+            return continue_as_new.begin(t, frame, body)
         case _:
             assert_never(body)
 
@@ -131,6 +135,7 @@ def child_done(t: Txn, frame: StepFrame, child: SeqFrame | None, out: Outcome) -
             | CancelScheduledStep()
             | FailStep()
             | SetMetadataStep()
+            | ContinueAsNewStep()
         ):
             raise AssertionError(f"step {step.id} has no lists")
         case _:

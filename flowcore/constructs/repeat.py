@@ -60,7 +60,7 @@ def _arm(t: Txn, fid: str, body: RepeatStep, fire: int, after_ms: int) -> None:
     scope = keys.loop_scope(
         keys.child_prefix(frame.prefix, frame.step, frame.attempt), frame.step, fire
     )
-    t.timer(keys.tick_key(t.run_id, scope), due, PendingKind.TICK, fid)
+    t.timer(keys.tick_key(t.key_run, scope), due, PendingKind.TICK, fid)
 
 
 def tick(t: Txn, frame: StepFrame) -> None:

@@ -148,14 +148,17 @@ def cancel_pending(t: Txn, everything: bool = False) -> None:
             _cancel(t, sid, sched)
 
 
-def settle_open(t: Txn) -> None:
+def settle_open(t: Txn, keep_pending: bool = False) -> None:
     """The run settles: a call still pending is cancelled, one still out is uncertain.
 
     A run that settles the ordinary way has cancelled or waited for them
-    already; one that runs out of budget has not.
+    already; one that runs out of budget has not. ``keep_pending``: the run
+    continues as new and takes the pending calls with it.
     """
     for sid, sched in sorted(t.schedules.items()):
         if sched.status is SchedStatus.PENDING:
+            if keep_pending:
+                continue
             _cancel(t, sid, sched)
         elif sched.status is SchedStatus.CALLED:
             error = ErrorInfo(
@@ -219,7 +222,7 @@ def add_outside(t: Txn, ev: ScheduledAddRequested) -> None:
         raise EventRejected(invalid.message)
     t.check_clock()
     n = t.scheduled_added + 1
-    sid = keys.outside_schedule_id(t.run_id, n)
+    sid = keys.outside_schedule_id(t.key_run, n)
     due = t.now_ms + ev.delay_ms
     t.scheduled_added = n
     sched = Sched(

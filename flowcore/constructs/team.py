@@ -52,7 +52,7 @@ def _emit_member(t: Txn, frame: StepFrame, body: RunTeamStep, index: int) -> Ste
     member = t.flow.teams[body.team].members[index]
     prog = frame.progress
     assert isinstance(prog, TeamProgress)
-    key = keys.member_key(t.run_id, frame.id, member.member, frame.attempt)
+    key = keys.member_key(t.key_run, frame.id, member.member, frame.attempt)
     frame = t.set_frame(
         frame,
         progress=msgspec.structs.replace(prog, next=index + 1, running=(*prog.running, key)),

@@ -109,7 +109,12 @@ class StartRequest(
     msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_field="op", tag="start"
 ):
     """Begin a run: ``flowcore.start(parse_flow(spec), input, runId, nowMs, budget, depth,
-    metadata)``."""
+    metadata)``.
+
+    ``continued``: the ``continue-as-new`` effect the run's last incarnation
+    ended with; the reply is then its next incarnation
+    (``flowcore.continue_run``), and ``input`` and ``budget`` are the effect's.
+    """
 
     id: Scalar = None
     spec: str | dict[str, Any]
@@ -119,6 +124,7 @@ class StartRequest(
     budget: BudgetCaps | None = None
     depth: Int64 = 0
     metadata: dict[str, Any] | None = None
+    continued: dict[str, Any] | None = None
 
 
 class AdvanceRequest(
@@ -290,6 +296,8 @@ class Decider:
     def start(self, request: StartRequest) -> Decided:
         flow, canonical = self._flow_of(request.spec)
         budget = flowcore.budget_from_wire(msgspec.to_builtins(request.budget))
+        if request.continued is not None:
+            return self._continue(request, flow, canonical)
         try:
             decision = flowcore.start(
                 flow,
@@ -303,6 +311,27 @@ class Decider:
         except flowcore.InputError as exc:
             where = "$.metadata" if isinstance(exc, flowcore.MetadataError) else "$.input"
             raise Refusal("bad-input", str(exc), where=where, problems=list(exc.problems)) from None
+        return _decided(request.id, decision, canonical)
+
+    def _continue(self, request: StartRequest, flow: Flow, canonical: bytes) -> Decided:
+        try:
+            effect = flowcore.effect_from_wire(request.continued)
+        except flowcore.WireError as exc:
+            where = "$.continued" + exc.path.removeprefix("$")
+            raise Refusal("bad-request", str(exc), where=where) from None
+        if not isinstance(effect, flowcore.ContinueAsNew):
+            message = f"continued must be a continue-as-new effect, not {effect_kind(effect)}"
+            raise Refusal("bad-request", message, where="$.continued.kind")
+        try:
+            decision = flowcore.continue_run(
+                flow, effect, request.run_id, request.now_ms, request.depth
+            )
+        except flowcore.InputError as exc:
+            raise Refusal(
+                "bad-input", str(exc), where="$.continued", problems=list(exc.problems)
+            ) from None
+        except ValueError as exc:
+            raise Refusal("bad-request", str(exc), where="$.continued") from None
         return _decided(request.id, decision, canonical)
 
     def advance(self, request: AdvanceRequest) -> Decided:
@@ -440,6 +469,10 @@ def _request(obj: dict[str, Any]) -> Request:
     except msgspec.ValidationError as exc:
         where, text = _path_of(exc)
         raise Refusal("bad-request", f"invalid {op} request at {where}: {text}", where) from None
+
+
+def effect_kind(effect: flowcore.Effect) -> str:
+    return str(effect.__struct_config__.tag)
 
 
 def _decided(request_id: Scalar, decision: flowcore.Decision, canonical: bytes) -> Decided:

@@ -75,8 +75,9 @@ def _what(record: Record) -> Text | None:
     data = record.data if isinstance(record.data, dict) else {}
     kind = record.type
     if kind == "run.started":
+        incarnation = data.get("incarnation", 1)
         return Text.assemble(
-            ("▶ started", "bold"),
+            ("▶ started" if incarnation == 1 else f"▶ incarnation {incarnation}", "bold"),
             f" flow {data.get('flowId', '?')} v{data.get('version', '?')}"
             f" input {short_json(data.get('input'))}",
         )

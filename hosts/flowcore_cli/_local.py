@@ -596,6 +596,8 @@ def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
         return
 
     _print((info["runId"], "bold"), f"  flow {info['flowId']}  ", (info["status"], "bold"))
+    if "incarnation" in info:
+        _print(f"incarnation {info['incarnation']} (continued as new)")
     budget = info["budget"]
     steps_left = "unlimited" if budget["stepsLeft"] is None else budget["stepsLeft"]
     cost_left = "unlimited" if budget["costLeft"] is None else budget["costLeft"]

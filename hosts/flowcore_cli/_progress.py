@@ -47,6 +47,7 @@ from flowcore import (
     AwaitSignal,
     CallTool,
     CancelRequested,
+    ContinueAsNew,
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
@@ -247,6 +248,12 @@ def describe(item: Item, run_id: str) -> Text | None:
             return line(("→ signal-run", "cyan"), f" {signal}{with_key} to {target} {key}")
         case Settled(status=status):
             return line((f"■ {run_id} settled {status}", "bold"))
+        case ContinueAsNew(incarnation=n, signals=signals, scheduled=scheduled):
+            carried = f"  (carried: {len(signals)} signal(s), {len(scheduled)} scheduled call(s))"
+            return line(
+                (f"↻ {run_id} continues as new: incarnation {n}", "bold"),
+                (carried if signals or scheduled else "", "dim"),
+            )
         # --- events: what happened
         case EffectSucceeded(idempotency_key=key):
             return line(("✓", "green"), f" {key}")

@@ -969,7 +969,8 @@ class LocalHost:
             questions = {q.key: q for q in view.questions}
             signals = {s.key: s.signal for s in view.signals}
             outbox = store.outbox_rows(run_id)  # in emission order
-            return {
+            incarnation = store.state(run_id).incarnation
+            shown = {
                 "runId": row.run_id,
                 "flowId": row.flow_id,
                 "status": row.status,
@@ -1011,6 +1012,9 @@ class LocalHost:
                 "children": store.children(run_id),
                 "metadata": dict(state.metadata or {}),
             }
+            if incarnation != 1:  # a run that continued as new (language.md §4.18)
+                shown["incarnation"] = incarnation
+            return shown
 
         return await self._db(showing)
 

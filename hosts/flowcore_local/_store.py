@@ -37,6 +37,7 @@ from flowcore import (
     AwaitSignal,
     CallTool,
     CancelRequested,
+    ContinueAsNew,
     Effect,
     Event,
     EventRejected,
@@ -224,6 +225,19 @@ def _rebuild(
     first = records[0]
     data = first.data
     budget = data.get("budget")
+    continued = None
+    if data.get("incarnation", 1) != 1:  # the log begins at a later incarnation
+        continued = msgspec.convert(
+            {
+                "kind": "continue-as-new",
+                "input": data.get("input"),
+                "incarnation": data["incarnation"],
+                "idempotencyKey": "",
+                "signals": data.get("signals", []),
+                "scheduled": data.get("scheduled", []),
+            },
+            ContinueAsNew,
+        )
     decision = flowcore.start(
         flow,
         data.get("input"),
@@ -233,6 +247,7 @@ def _rebuild(
         depth=data.get("depth", 0),
         semantics=data.get("semantics", 1),
         metadata=data.get("metadata"),
+        continued=continued,
     )
     rows = _Unsaved()
     state = decision.state
@@ -242,6 +257,12 @@ def _rebuild(
             break
         if record.type == "event.reported":
             state = flowcore.advance(state, flowcore.event_from_wire(record.data)).state
+            rows.take(state)
+        elif record.type == "run.started" and state.tree.continued is not None:
+            # The next incarnation: its rows are all the run stores.
+            effect, depth = state.tree.continued, state.run.depth
+            state = flowcore.continue_run(flow, effect, run_id, record.at, depth=depth).state
+            rows = _Unsaved()
             rows.take(state)
     return state, rows.results, rows.report, rows.resolved
 
@@ -936,7 +957,7 @@ class Store:
         emitted = set()
         seqs = [r.index for r in records if r.type == "effect.emitted"]
         for effect, seq in zip(decision.effects, seqs, strict=True):  # in emission order
-            if not isinstance(effect, Settled):
+            if not isinstance(effect, Settled | ContinueAsNew):
                 emitted.add(effect.idempotency_key)
                 self._outbox(run_id, state.flow, effect, now, applied, tools, seq)
         # Close what the run no longer waits for (and was not issued again):
@@ -993,7 +1014,46 @@ class Store:
             self._cancel_child(run_id, key, now)
         if settled is not None:
             self._notify_parent(run_id, state, settled, now)
+        if plan.continued is not None:
+            self._pending_applied.append(self._continue(run_id, entry, plan.continued, now))
         return applied
+
+    def _continue(self, run_id: str, entry: _Cached, effect: ContinueAsNew, now: int) -> Applied:
+        """Start the run's next incarnation in the transaction that ended the last.
+
+        The log keeps the incarnation that ended (so that whoever follows it
+        sees how it ended) and the new one; the records of earlier ones go,
+        with every state row of the ended one. The new incarnation is
+        checkpointed at once, so that loading the run never reads further back.
+        """
+        flow = entry.state.flow
+        depth = entry.state.run.depth
+        decision = flowcore.continue_run(flow, effect, run_id, now, depth=depth)
+        recorder = flowcore.Recorder(run_id, entry.next_index)
+        records = recorder.started(flow, effect.input, now, decision, depth=depth, continued=effect)
+        first = entry.next_index
+        # Where the ending incarnation's log begins: its run.started, still
+        # buffered (it began in this transaction) or already written.
+        buffered = [r[1] for r in self._log_rows if r[0] == run_id and r[2] == "run.started"]
+        if buffered:
+            kept = max(buffered)
+        else:
+            row = self.conn.execute(
+                "SELECT MAX(idx) FROM log WHERE run_id = ? AND type = 'run.started'", (run_id,)
+            ).fetchone()
+            kept = row[0] if row is not None and row[0] is not None else 0
+        self._log_rows = [r for r in self._log_rows if r[0] != run_id or r[1] >= kept]
+        # The ending incarnation's state rows are not needed any more.
+        self._result_rows = {k: v for k, v in self._result_rows.items() if k[0] != run_id}
+        self._report_rows = [r for r in self._report_rows if r[0] != run_id]
+        self._resolved_rows = {k: v for k, v in self._resolved_rows.items() if k[0] != run_id}
+        self._write("DELETE FROM log WHERE run_id = ? AND idx < ?", (run_id, kept))
+        for table in ("results", "report", "resolved", "scheduled_calls"):
+            self._write(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        fresh = _Cached(first, decision.state, entry.tools, 0, entry.version, first)
+        return self._persist(
+            run_id, fresh, decision, records, now, entry.tools, (), checkpoint=True
+        )
 
     def keeps(self, run_id: str) -> bool:
         """Whether this worker runs the new work of ``run_id`` itself (else it is left
@@ -1240,7 +1300,7 @@ class Store:
             if r.type == "effect.emitted" and r.index < cut and isinstance(r.data, dict)
         }
         for effect in pending:
-            if not isinstance(effect, Settled):
+            if not isinstance(effect, Settled | ContinueAsNew):
                 seq = emitted.get(effect.idempotency_key, cut)
                 self._outbox(run_id, flow, effect, now, applied, tools, seq)
         if child_resumed:

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+import msgspec
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 import flowcore
@@ -173,6 +174,20 @@ class RunArgs:
     """The flowcore schedule that starts this run (a Temporal Schedule's action):
     ``input`` is then the schedule's input template, evaluated when the run
     starts with ``schedule.at`` the run's ``TemporalScheduledStartTime``."""
+    continued: dict[str, Any] | None = None
+    """Set on the Temporal run that carries a flowcore run into its next
+    incarnation (``continue_as_new``): the ``continue-as-new`` effect (wire
+    form, its report left out), which ``flowcore.continue_run`` starts from."""
+    log_index: int = 0
+    """The index of the incarnation's ``run.started`` record: one index sequence
+    per flowcore run, across the Temporal runs of its incarnations."""
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    """Signals ``{signal, payload}`` the last incarnation received after it had
+    ended: reported to the new one, in order, as soon as it starts."""
+    previous: list[dict[str, Any]] = field(default_factory=list)
+    """The log records of the incarnation that ended (wire envelopes), which
+    the new Temporal run keeps before its own, as the local host keeps them:
+    whoever follows the log sees how the last incarnation ended."""
 
 
 MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
@@ -254,6 +269,8 @@ def _problems(args: RunArgs) -> list[str]:
             _int_problem(args.clock_started_ms, 0, _MAX_CLOCK_MS, optional=True),
         ),
     ]
+    out.append(("log_index", _int_problem(args.log_index, 0, _MAX_INT)))
+    out.extend(_continued_problems(args))
     scale = args.clock_scale
     if (
         isinstance(scale, bool)
@@ -289,6 +306,49 @@ def _problems(args: RunArgs) -> list[str]:
             else:
                 out.append(("flows", f"flow id {problem}"))
     return [f"{name}: {problem}" for name, problem in out if problem is not None]
+
+
+def _continued_problems(args: RunArgs) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+    if args.continued is not None:
+        problem = None
+        try:
+            effect = flowcore.effect_from_wire(args.continued)
+            if not isinstance(effect, flowcore.ContinueAsNew):
+                problem = f"expected a continue-as-new effect, got {_show(effect)}"
+        except (flowcore.WireError, flowcore.DataError) as exc:
+            problem = str(exc)
+        out.append(("continued", problem))
+    previous = args.previous
+    if not isinstance(previous, list):
+        out.append(("previous", f"expected a list of log records, got {_show(previous)}"))
+    else:
+        for i, item in enumerate(previous):
+            problem = None
+            try:
+                flowcore.check_data(item)
+                msgspec.convert(item, flowcore.Record)
+            except (flowcore.DataError, msgspec.ValidationError) as exc:
+                problem = f"not a log record: {clip(str(exc), 200)}"
+            out.append((f"previous[{i}]", problem))
+            if problem is not None:
+                break
+    signals = args.signals
+    if not isinstance(signals, list):
+        out.append(("signals", f"expected a list, got {_show(signals)}"))
+        return out
+    for i, item in enumerate(signals):
+        if not isinstance(item, dict) or set(item) - {"signal", "payload"}:
+            out.append((f"signals[{i}]", "expected an object {signal, payload}"))
+            continue
+        problem = _text_problem(item.get("signal"), limit=flowcore.MAX_NAME_CHARS)
+        if problem is None:
+            try:
+                flowcore.check_data(item.get("payload"))
+            except flowcore.DataError as exc:
+                problem = exc.problem
+        out.append((f"signals[{i}]", problem))
+    return out
 
 
 def check_run_args(args: RunArgs) -> RunArgs:

@@ -32,6 +32,12 @@ effects become Temporal work, and Temporal's answers become the next events:
     the parent's remaining budget; its result is ``subflow-settled``.
 ``settled``
     the workflow's result (status, output, error, usage, report).
+``continue-as-new``
+    Temporal's continue-as-new: once the run's update handlers are done, the
+    workflow continues as a new Temporal run (same workflow id) whose
+    argument carries the effect, the log's next index and the signals that
+    came after the effect; that run starts the next incarnation with
+    ``flowcore.continue_run`` and reports those signals first.
 
 Workflow cancellation is reported as ``cancel-requested``; the workflow keeps
 running while compensations run and returns the settled result. Temporal
@@ -66,6 +72,7 @@ read the system clock or draw a random number.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -167,6 +174,9 @@ else:
 _REASON_CHARS: Final = 4096  # a cancel reason is a note, not data
 _MESSAGE_CHARS: Final = 4096  # error text from outside (a foreign activity, a bad start)
 _KEPT_REFUSALS: Final = 100  # refused signals listed by the status query
+# The ended incarnation's records a continue-as-new carries, at most (as JSON):
+# well under Temporal's payload limit (2 MB), with the spec and input beside them.
+_CARRIED_LOG_BYTES: Final = 512 * 1024
 # Temporal timers (and timedelta) have a ceiling, while a flow may sleep until
 # any instant flowcore can hold: longer sleeps are taken in pieces.
 _LONGEST_TIMER_S: Final = 100 * 365 * 24 * 3600.0
@@ -250,7 +260,7 @@ class FlowcoreWorkflow:
         self._settled: Settled | None = None
         self._recorder = Recorder(self._run_id)
         self._records: list[Record] = []
-        self._early: list[Event] = []  # signals that came before the run started
+        self._early: list[SignalReceived] = []  # signals that came before the run started
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}  # key -> (kind, task)
         self._semantics = 1  # the run's decision level, read in run (_semantics)
         self._cancelled: set[str] = set()  # work keys whose activity this workflow cancelled
@@ -260,6 +270,10 @@ class FlowcoreWorkflow:
         self._crash: tuple[str, Exception] | None = None  # a bug in one of the run's tasks
         self._signal_keys: list[str] = []  # the FlowcoreSignalKeys this run last upserted
         self._indexed: dict[str, Any] | None = None  # the metadata its search attributes hold
+        # The continue-as-new effect this incarnation ended with, and the signals
+        # that came after it (carried to the next Temporal run, never dropped).
+        self._continued: flowcore.ContinueAsNew | None = None
+        self._late: list[dict[str, Any]] = []
 
     @property
     def records(self) -> list[Record]:
@@ -299,37 +313,66 @@ class FlowcoreWorkflow:
         budget = flowcore.budget_from_wire(args.budget)
         now = self._now()
         self._semantics = _semantics()
+        continued: flowcore.ContinueAsNew | None = None
         try:
             flow = _parse(args.spec, args.source_name)
-            if args.schedule is not None:
-                args.input = input_for(args.schedule, args.input, self._scheduled_ms())
-            decision = flowcore.start(
-                flow,
-                args.input,
-                self._run_id,
-                now_ms=now,
-                budget=budget,
-                depth=args.depth,
-                semantics=self._semantics,
-                metadata=args.metadata,
-            )
+            if args.continued is not None:  # checked with the argument
+                effect = flowcore.effect_from_wire(args.continued)
+                assert isinstance(effect, flowcore.ContinueAsNew)
+                continued = effect
+                decision = flowcore.continue_run(
+                    flow, continued, self._run_id, now, args.depth, self._semantics
+                )
+            else:
+                if args.schedule is not None:
+                    args.input = input_for(args.schedule, args.input, self._scheduled_ms())
+                decision = flowcore.start(
+                    flow,
+                    args.input,
+                    self._run_id,
+                    now_ms=now,
+                    budget=budget,
+                    depth=args.depth,
+                    semantics=self._semantics,
+                    metadata=args.metadata,
+                )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
             message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
-        self._records.extend(
-            self._recorder.started(
-                flow, args.input, now, decision, budget, args.depth, args.metadata
+        if continued is not None:
+            self._recorder.index = args.log_index
+            self._records.extend(msgspec.convert(r, Record) for r in args.previous)
+            self._records.extend(
+                self._recorder.started(
+                    flow, continued.input, now, decision, depth=args.depth, continued=continued
+                )
             )
-        )
+        else:
+            self._records.extend(
+                self._recorder.started(
+                    flow, args.input, now, decision, budget, args.depth, args.metadata
+                )
+            )
         self._follow(decision)
-        early, self._early = self._early, []
+        late = [  # signals the last incarnation received after it had ended
+            SignalReceived(signal=s["signal"], payload=s.get("payload"), at_ms=now)
+            for s in args.signals
+        ]
+        early, self._early = [*late, *self._early], []
         for event in early:
-            self._offer(event)
-        while self._settled is None:
+            if self._continued is not None:
+                self._carry_signal(event)
+            else:
+                self._offer(event)
+        while self._settled is None and self._continued is None:
             try:
                 await workflow.wait_condition(
-                    lambda: self._settled is not None or self._crash is not None
+                    lambda: (
+                        self._settled is not None
+                        or self._continued is not None
+                        or self._crash is not None
+                    )
                 )
             except asyncio.CancelledError:
                 # Temporal cancellation is flowcore's cancel-requested: pending
@@ -352,7 +395,61 @@ class FlowcoreWorkflow:
             await workflow.wait_condition(workflow.all_handlers_finished)
         except asyncio.CancelledError:
             pass  # a cancel that came after the run settled changes nothing
+        if self._continued is not None:
+            self._continue_as_new(self._continued)
         return self._result()
+
+    def _continue_as_new(self, effect: flowcore.ContinueAsNew) -> None:
+        """Carry the run into a new Temporal run: the effect (without its report,
+        which only this incarnation needs), the log's next index, late signals."""
+        for _, task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+        wire = flowcore.effect_to_wire(effect)
+        wire.pop("report", None)
+        # This incarnation's records go along (from its run.started), unless
+        # they would make the argument too large for Temporal: the log then
+        # begins at the new incarnation.
+        first = max((i for i, r in enumerate(self._records) if r.type == "run.started"), default=0)
+        previous: list[dict[str, Any]] = msgspec.to_builtins(self._records[first:])
+        if len(msgspec.json.encode(previous)) > _CARRIED_LOG_BYTES:
+            previous = []
+        args = self._args
+        now = self._now()
+        origin, started = args.clock_origin_ms, args.clock_started_ms
+        if origin is not None:  # a scaled clock goes on from where it is
+            origin, started = now, workflow.time_ns() // 1_000_000
+        workflow.continue_as_new(
+            dataclasses.replace(
+                args,
+                input=effect.input,
+                run_id=self._run_id,
+                schedule=None,
+                continued=wire,
+                log_index=self._recorder.index,
+                signals=list(self._late),
+                previous=previous,
+                clock_origin_ms=origin,
+                clock_started_ms=started,
+            )
+        )
+
+    def _carry_signal(self, event: SignalReceived) -> None:
+        """A signal after the incarnation ended: kept for the next one (up to the
+        flow's buffer limit, as the interpreter would; beyond, refused)."""
+        assert self._state is not None
+        limit = self._state.flow.limits.max_buffered_signals
+        if len(self._late) >= limit:
+            self._refuse_signal(
+                event.signal,
+                f"{len(self._late)} signals already carried (limit {limit})",
+                event.at_ms,
+            )
+            return
+        carried: dict[str, Any] = {"signal": event.signal, "payload": event.payload}
+        if event.key is not None:
+            carried["key"] = event.key
+        self._late.append(carried)
 
     def _result(self) -> dict[str, Any]:
         assert self._settled is not None and self._state is not None
@@ -402,9 +499,8 @@ class FlowcoreWorkflow:
             key = _decode(args[1], "the key") if len(args) > 1 else None
             if key is not None and not isinstance(key, str):
                 raise _Refused(f"a signal's key must be text, got {type(key).__name__}")
-            event = flowcore.check_event(
-                SignalReceived(signal=name, payload=payload, at_ms=now, key=key)
-            )
+            event = SignalReceived(signal=name, payload=payload, at_ms=now, key=key)
+            flowcore.check_event(event)
         except (_Refused, flowcore.DataError) as exc:
             # Signals have no reply, and a value flowcore cannot store cannot
             # be logged either (the log holds flowcore data, and replay
@@ -413,6 +509,8 @@ class FlowcoreWorkflow:
             return
         if self._state is None:
             self._early.append(event)
+        elif self._continued is not None:
+            self._carry_signal(event)
         else:
             self._offer(event)
 
@@ -544,8 +642,13 @@ class FlowcoreWorkflow:
 
     @workflow.query(name=LOG_QUERY)
     def log(self, start: int = 0) -> list[dict[str, Any]]:
-        """flowcore's log records of this run from index ``start``, as wire dicts."""
-        out: list[dict[str, Any]] = msgspec.to_builtins(self._records[max(0, start) :])
+        """flowcore's log records of this run from index ``start``, as wire dicts.
+
+        A later incarnation's records begin at its ``run.started``, whose index
+        goes on from the incarnation before (kept by the Temporal run before).
+        """
+        first = self._records[0].index if self._records else 0
+        out: list[dict[str, Any]] = msgspec.to_builtins(self._records[max(0, start - first) :])
         return out
 
     @workflow.query(name=STATUS_QUERY)
@@ -575,6 +678,8 @@ class FlowcoreWorkflow:
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
             "metadata": dict(state.metadata or {}),
         }
+        if state.incarnation != 1:  # a run that continued as new
+            out["incarnation"] = state.incarnation
         if self._settled is not None:
             out["result"] = self._result()
         return out
@@ -628,6 +733,8 @@ class FlowcoreWorkflow:
                     task.cancel()
         if plan.settled is not None:
             self._settled = plan.settled
+        if plan.continued is not None:
+            self._continued = plan.continued
 
     def _spawn(
         self, kind: str, key: str, body: Callable[[Any], Awaitable[None]], effect: Effect

@@ -123,6 +123,11 @@ def _effects_at(plan: Plan, lateness_ms: list[int]) -> list[dict[str, Any]] | No
         except flowcore.EventRejected:
             return None
         effects.extend(flowcore.effect_to_wire(e) for e in decision.effects)
+        continued = flowcore.plan(decision).continued
+        if continued is not None:  # the next incarnation starts at once
+            at, depth = event["atMs"], decision.state.run.depth
+            decision = flowcore.continue_run(plan.flow, continued, plan.run_id, at, depth)
+            effects.extend(flowcore.effect_to_wire(e) for e in decision.effects)
     return effects
 
 

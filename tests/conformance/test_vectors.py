@@ -130,6 +130,12 @@ def test_replay_ends_in_the_state_advance_reaches(case: str) -> None:
     for record in read.records:
         if record.type == "event.reported":
             state = flowcore.advance(state, flowcore.event_from_wire(record.data)).state
+        elif record.type == "run.started" and state.tree.continued is not None:
+            # The next incarnation, as every host starts it.
+            continued = state.tree.continued
+            state = flowcore.continue_run(
+                flow, continued, record.run_id, record.at, state.run.depth
+            ).state
     assert report.state == state
     assert report.state is not None and report.state.journal == state.journal
     assert flowcore.encode_state(report.state) == flowcore.encode_state(state)
@@ -212,6 +218,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "run-subflow",
         "settled",
         "signal-run",
+        "continue-as-new",
     }
     assert {r["type"] for r in records} == {
         "run.started",
@@ -272,6 +279,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "schedule",
         "cancel_scheduled",
         "fail",
+        "continue_as_new",
         "try",
         "signal_run",
         "set_metadata",

@@ -374,12 +374,17 @@ def plan_vector(path: Path) -> Plan:
         before = waiting
         decision = flowcore.advance(state, flowcore.event_from_wire(event))
         state = decision.state
+        emitted(decision.effects, t, at)
+        continued = flowcore.plan(decision).continued
+        if continued is not None:  # the host starts the next incarnation at once
+            decision = flowcore.continue_run(flow, continued, run_id, at, state.run.depth)
+            state = decision.state
+            emitted(decision.effects, t, at)
         waiting = waits(state)
         for tkey in before - waiting:
             if tkey in timers and timers[tkey].end is None:
                 timers[tkey].end = t
                 timers[tkey].fired = kind == "timer-fired" and key == tkey
-        emitted(decision.effects, t, at)
         pending.append(waiting)
 
     # Children: one small spec per flow id that ends the way the recorded child did.

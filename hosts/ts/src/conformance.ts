@@ -26,7 +26,7 @@ import { join, resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 
 import { Decider, subflowSettled } from "./decider";
-import type { BudgetCaps, DecideReply, Decided, FlowEffect, FlowEvent, JsonValue, RunSubflow } from "./flowEffect";
+import type { BudgetCaps, ContinueAsNew, DecideReply, Decided, FlowEffect, FlowEvent, JsonValue, RunSubflow } from "./flowEffect";
 
 interface LogRecord {
   readonly type: string;
@@ -158,6 +158,7 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
   let queue: FlowEffect[] = [...reply.effects];
   let events = 0;
   let effects = 0;
+  let continued: ContinueAsNew | null = null;
   const children = new Map<string, Decided>();
   const dispatch = async (list: readonly FlowEffect[], at: number): Promise<void> => {
     for (const effect of list) {
@@ -174,10 +175,31 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
   };
   for (const record of records.slice(1)) {
     switch (record.type) {
+      case "run.started": {
+        // The next incarnation of a run that continued as new: started from
+        // the effect the last decision emitted, as every host starts it.
+        decisionDone(record.index);
+        if (continued === null) {
+          throw new Mismatch(`record ${record.index}: a second run.started, and the run did not continue as new`);
+        }
+        const again = decided(
+          await decider.start(spec, { runId: first.runId, nowMs: record.at, depth: (data["depth"] ?? 0) as number, continued }),
+          `record ${record.index}`,
+        );
+        continued = null;
+        state = again.state;
+        status = again.status;
+        queue = [...again.effects];
+        await dispatch(again.effects, record.at);
+        break;
+      }
       case "effect.emitted": {
         const ours = queue.shift();
         if (!isDeepStrictEqual(ours, record.data)) {
           throw new Mismatch(`record ${record.index}: decide emitted ${show(ours)}, the log has ${show(record.data)}`);
+        }
+        if (ours !== undefined && ours.kind === "continue-as-new") {
+          continued = ours;
         }
         effects += 1;
         break;

@@ -13,6 +13,7 @@ import { createInterface } from "node:readline";
 import type {
   AdvanceRequest,
   BudgetCaps,
+  ContinueAsNew,
   DecideReply,
   Decided,
   FlowEvent,
@@ -35,6 +36,7 @@ export interface StartOptions {
   readonly budget?: BudgetCaps | null;
   readonly depth?: number;
   readonly metadata?: { readonly [field: string]: string | number | boolean } | null;
+  readonly continued?: ContinueAsNew;
 }
 
 export class Decider {
@@ -108,7 +110,10 @@ export class Decider {
   }
 
   start(spec: string | { readonly [key: string]: JsonValue }, options: StartOptions): Promise<DecideReply> {
-    const { input = null, runId, nowMs, budget = null, depth = 0, metadata = null } = options;
+    const { input = null, runId, nowMs, budget = null, depth = 0, metadata = null, continued } = options;
+    if (continued !== undefined) {
+      return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, metadata, continued });
+    }
     return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, metadata });
   }
 

@@ -160,6 +160,41 @@ export interface Settled {
   readonly report?: readonly ReportEntry[];
 }
 
+/** A buffered signal a run takes into its next incarnation. */
+export interface CarriedSignal {
+  readonly signal: string;
+  readonly payload?: JsonValue;
+}
+
+/** A scheduled call not yet due that a run takes into its next incarnation. */
+export interface CarriedCall {
+  readonly id: string;
+  readonly tool: string;
+  readonly input?: JsonValue;
+  readonly createdMs?: number;
+  readonly dueMs?: number;
+  readonly outlive?: boolean;
+  readonly outside?: boolean;
+}
+
+/** An addition (specs/language.md §4.16): the run ends this incarnation and
+ * starts again from its first step; start the next incarnation with `decide`'s
+ * start request carrying this effect as `continued` (same run id). */
+export interface ContinueAsNew {
+  readonly kind: "continue-as-new";
+  readonly input?: JsonValue;
+  /** The next incarnation's number (the first is 1). */
+  readonly incarnation: number;
+  readonly idempotencyKey: string;
+  /** Buffered signals the next incarnation takes over, oldest first by name. */
+  readonly signals?: readonly CarriedSignal[];
+  /** Scheduled calls not yet due that the next incarnation takes over. */
+  readonly scheduled?: readonly CarriedCall[];
+  /** A child run's remainder, which its next incarnation spends from. */
+  readonly budgetRemaining?: BudgetRemaining;
+  readonly report?: readonly ReportEntry[];
+}
+
 /** One unit of work the host performs and reports back. Data, not a callback. */
 export type FlowEffect =
   | RunAgent
@@ -170,7 +205,8 @@ export type FlowEffect =
   | AwaitSignal
   | RunSubflow
   | Settled
-  | SignalRun;
+  | SignalRun
+  | ContinueAsNew;
 
 export type EffectKind = FlowEffect["kind"];
 
@@ -267,6 +303,9 @@ export interface StartRequest {
   readonly depth?: number;
   /** Initial values of the metadata fields the flow declares. */
   readonly metadata?: { readonly [field: string]: string | number | boolean } | null;
+  /** An addition: the continue-as-new effect the run's last incarnation ended
+   * with; the reply is its next incarnation. */
+  readonly continued?: ContinueAsNew;
 }
 
 export interface AdvanceRequest {
