@@ -205,6 +205,11 @@ def continue_as_new(t: Txn, key: str, input: Any) -> None:
         CarriedSignal(signal=name, payload=payload)
         for name, payloads in sorted(t.waiting.signals.items())
         for payload in payloads
+    ) + tuple(
+        CarriedSignal(signal=name, payload=payload, key=signal_key)
+        for slot, payloads in sorted(t.waiting.keyed_signals.items())
+        for name, signal_key in [msgspec.json.decode(slot)]
+        for payload in payloads
     )
     carried = tuple(
         CarriedCall(
@@ -229,8 +234,11 @@ def continue_as_new(t: Txn, key: str, input: Any) -> None:
         scheduled=carried,
         budget_remaining=remaining,
         report=_close(t),
+        metadata=None if t.metadata is None else dict(t.metadata),
     )
-    t.waiting = msgspec.structs.replace(t.waiting, signals=_EMPTY, waiters=_EMPTY)
+    t.waiting = msgspec.structs.replace(
+        t.waiting, signals=_EMPTY, waiters=_EMPTY, keyed_signals=_EMPTY, keyed_waiters=_EMPTY
+    )
     t.tree = msgspec.structs.replace(t.tree, continued=effect, compensations=None)
     t.effects = [effect]
 

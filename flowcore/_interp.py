@@ -246,6 +246,7 @@ def continue_run(
         budget=continued.budget_remaining,
         depth=depth,
         semantics=semantics,
+        metadata=continued.metadata,
         continued=continued,
     )
 
@@ -269,6 +270,8 @@ def _check_continued(flow: Flow, continued: object) -> int:
         for i, sig in enumerate(continued.signals):
             check_data(sig.signal, f"$.signals[{i}].signal", "continued")
             check_data(sig.payload, f"$.signals[{i}].payload", "continued")
+            if sig.key is not None:
+                check_data(sig.key, f"$.signals[{i}].key", "continued")
         for i, call in enumerate(continued.scheduled):
             check_data(call.id, f"$.scheduled[{i}].id", "continued")
             check_data(call.input, f"$.scheduled[{i}].input", "continued")
@@ -284,10 +287,15 @@ def _check_continued(flow: Flow, continued: object) -> int:
 def _carry(t: Txn, continued: ContinueAsNew) -> None:
     """Buffered signals and scheduled calls, as the last incarnation left them."""
     signals: dict[str, tuple[Any, ...]] = {}
+    keyed: dict[str, tuple[Any, ...]] = {}
     for sig in continued.signals:
-        signals[sig.signal] = (*signals.get(sig.signal, ()), sig.payload)
-    if signals:
-        t.waiting = msgspec.structs.replace(t.waiting, signals=immutables.Map(signals))
+        into = signals if sig.key is None else keyed
+        slot = constructs.leaf.signal_slot(sig.signal, sig.key)
+        into[slot] = (*into.get(slot, ()), sig.payload)
+    if signals or keyed:
+        t.waiting = msgspec.structs.replace(
+            t.waiting, signals=immutables.Map(signals), keyed_signals=immutables.Map(keyed)
+        )
     for call in continued.scheduled:
         sched = Sched(
             SchedStatus.PENDING,

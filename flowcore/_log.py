@@ -949,8 +949,9 @@ class Recorder:
     ) -> list[Record]:
         """The records of ``start`` (``continued``: of ``continue_run``, whose
         ``run.started`` says the incarnation and what it carried)."""
-        if continued is not None:
+        if continued is not None:  # the effect's budget and metadata are the incarnation's
             budget = continued.budget_remaining
+            metadata = continued.metadata if metadata is None else metadata
         data = {
             "flowId": flow.id,
             "version": flow.version,

@@ -240,6 +240,7 @@ class CarriedSignal(_Value, frozen=True, kw_only=True):
 
     signal: str
     payload: Any = None
+    key: str | None = None  # a signal sent with a key (await_signal.key)
 
 
 class CarriedCall(_Value, frozen=True, kw_only=True):
@@ -269,7 +270,8 @@ class ContinueAsNew(_Effect, tag="continue-as-new", frozen=True, kw_only=True):
     incarnation spends from what is left. ``report``: every work effect of
     the ending incarnation and how it ended, as in ``settled``. A host ends
     the incarnation as it would settle it (stops what it still waits for)
-    and starts the next with ``flowcore.continue_run``.
+    and starts the next with ``flowcore.continue_run``. ``metadata``: the
+    run's metadata fields, which the next incarnation keeps.
     """
 
     input: Any = None
@@ -279,6 +281,7 @@ class ContinueAsNew(_Effect, tag="continue-as-new", frozen=True, kw_only=True):
     scheduled: tuple[CarriedCall, ...] = ()
     budget_remaining: BudgetRemaining | None = None
     report: tuple[ReportEntry, ...] = ()
+    metadata: dict[str, Any] | None = None  # the run's metadata, kept
 
 
 Effect: TypeAlias = (
