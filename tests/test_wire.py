@@ -444,7 +444,16 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
     "ask-human": ("kind", "question", "options?", "idempotencyKey"),
     "sleep": ("kind", "untilMs", "idempotencyKey"),
     "await-signal": ("kind", "signal", "idempotencyKey", "signals?"),
-    "run-subflow": ("kind", "flowId", "depth", "idempotencyKey", "input?", "budgetRemaining"),
+    "run-subflow": (
+        "kind",
+        "flowId",
+        "depth",
+        "idempotencyKey",
+        "input?",
+        "budgetRemaining",
+        "parentClose?",
+        "detached?",
+    ),
     "settled": ("kind", "status", "output?", "error?", "exhausted?", "report?"),
 }
 

@@ -258,6 +258,12 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX outbox_timers ON outbox (due_ms) WHERE status = 'timer'",
         "CREATE INDEX outbox_ready ON outbox (kind) WHERE status = 'ready'",
     ],
+    # 7: the run that started a detached child run (``run_subflow.detached``): a
+    # root run of its own (``parent_run`` NULL), so deleting or cancelling the
+    # run that started it never reaches it; kept for lineage (``flowcore show``).
+    [
+        "ALTER TABLE runs ADD COLUMN started_by TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

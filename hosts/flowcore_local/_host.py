@@ -861,6 +861,7 @@ class LocalHost:
                 "flowId": row.flow_id,
                 "status": row.status,
                 "parent": row.parent_run,
+                "startedBy": row.started_by,
                 "depth": row.depth,
                 "output": row.output,
                 "error": row.error,
@@ -896,6 +897,7 @@ class LocalHost:
                 "resumes": store.resumes(run_id),
                 "tools": row.tools,
                 "children": store.children(run_id),
+                "detached": store.detached(run_id),
             }
 
         return await self._db(showing)
@@ -1338,6 +1340,23 @@ class LocalHost:
                             )
                             event = EffectFailed(idempotency_key=key, error=error, at_ms=now)
                             out.append(store.apply(run_id, event, now))
+                        elif effect.detached:
+                            # A root run of its own (its flow's budget, depth 0); the
+                            # parent hears only that it started, in this transaction.
+                            _, applied = store.start_run(
+                                flow,
+                                effect.input,
+                                key,
+                                now,
+                                parent.tools,
+                                principal=parent.principal,
+                                started_by=run_id,
+                            )
+                            out.append(applied)
+                            started = EffectSucceeded(
+                                idempotency_key=key, output={"run_id": key}, at_ms=now
+                            )
+                            out.append(store.apply(run_id, started, now))
                         else:
                             store.mark(run_id, key, "dispatched")
                             _, applied = store.start_run(

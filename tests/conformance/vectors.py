@@ -76,6 +76,7 @@ class Turn:
     index: int
     event: dict[str, Any]
     action: str  # release | timer | signal | answer | cancel | child-signal | terminate
+    # | started (a detached child's start, which the host reports itself)
     # | a scheduled-call event's kind (scheduled-cancel-requested, ...): sent as it is
     key: str = ""
 
@@ -120,6 +121,9 @@ class Plan:
     # The first work result the log reports after the run stopped waiting for
     # the work (a host that cancels such work may never produce it).
     late_work: str | None = None
+    # run-subflow keys of detached children: the host answers each once it has started
+    # the child (turn action "started"), and nothing more comes of it.
+    detached: set[str] = field(default_factory=set)
 
     @property
     def input(self) -> Any:
@@ -267,6 +271,8 @@ def plan_vector(path: Path) -> Plan:
     issues: dict[str, list[int]] = {}
     kinds: dict[str, str] = {}
     subflows: dict[str, str] = {}
+    detached: set[str] = set()
+    let_go: set[str] = set()  # children of parent_close: abandon, which run on
     waiting = waits(state)
     pending = [waiting]
 
@@ -281,6 +287,10 @@ def plan_vector(path: Path) -> Plan:
                 issues.setdefault(key, []).append(turn)
                 if wire["kind"] == "run-subflow":
                     subflows[key] = wire["flowId"]
+                    if wire.get("detached"):
+                        detached.add(key)
+                    if wire.get("parentClose") == "abandon":
+                        let_go.add(key)
 
     emitted(decision.effects, -1, origin)
     turns: list[Turn] = []
@@ -317,6 +327,10 @@ def plan_vector(path: Path) -> Plan:
                     step = Step("unknown", t)
                 work.setdefault(key, []).append(step)
                 action = "release"
+            elif effect_kind == "run-subflow" and key in detached and kind == "effect-succeeded":
+                if not waited:
+                    raise Unplayable(f"a start of {key} reported after the run let it go")
+                action = "started"  # the host reports it itself once it started the child
             elif effect_kind == "run-subflow" and kind == "effect-outcome-unknown":
                 if not waited:
                     raise Unplayable(f"an unknown outcome for {key}, a child already let go")
@@ -325,7 +339,7 @@ def plan_vector(path: Path) -> Plan:
             else:
                 raise Unplayable(f"{kind} for {effect_kind or 'an unknown'} {key}")
         elif kind == "subflow-settled":
-            if not waited:
+            if not waited and key not in let_go:
                 raise Unplayable(
                     f"subflow-settled for {key}, a child the run no longer waits for (hosts"
                     " cancel such a child)"
@@ -430,6 +444,7 @@ def plan_vector(path: Path) -> Plan:
         settles=any(r.type == "run.settled" for r in records),
         late=late,
         late_work=late_work,
+        detached=detached,
     )
 
 

@@ -120,6 +120,18 @@ export interface RunSubflow {
   readonly input?: JsonValue;
   /** An addition: the child's budget, its parent's remainder (start the child with it). */
   readonly budgetRemaining: BudgetRemaining;
+  /**
+   * An addition: what becomes of the child when the run stops waiting for it
+   * (absent = "cancel"). "abandon": it runs on (the plan lists it under
+   * `detach`); "wait": the run settles only after it.
+   */
+  readonly parentClose?: "cancel" | "abandon" | "wait";
+  /**
+   * An addition: a root run of its own (its own flow's budget, depth 0). Answer
+   * `effect-succeeded` with `{"run_id": <its run id>}` once it has started;
+   * never report its settlement.
+   */
+  readonly detached?: boolean;
 }
 
 export interface Settled {
