@@ -7,6 +7,9 @@ rows, logs and ``show`` say what the host did with it meanwhile.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +150,33 @@ def test_a_detached_child_outlives_its_cancelled_parent_and_its_deletion(tmp_pat
     assert deleted.runs == ["p"]
     assert left.status == "completed"
     assert [r.run_id for r in runs] == ["p/kick#1"]
+
+
+def test_the_cli_shows_where_a_detached_run_came_from_and_delete_leaves_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "kid.yaml").write_text(KID)
+    parent = tmp_path / "parent.yaml"
+    parent.write_text(DETACHED.replace("  - {id: hold, await_signal: {signal: never}}\n", ""))
+    tools = tmp_path / "tools.py"
+    tools.write_text('TOOLS = {"echo": lambda call: call.input}\n')
+    db = str(tmp_path / "cli.db")
+
+    def fc(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "flowcore_cli", *args, "--db", db],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+        return proc.stdout
+
+    fc("run", str(parent), "--run-id", "p", "--tools", str(tools), "--json")
+    assert "detached run: p/kick#1" in fc("show", "p", "--no-history")
+    assert "started by: p (detached)" in fc("show", "p/kick#1", "--no-history")
+    kid = json.loads(fc("show", "p/kick#1", "--json"))
+    assert (kid["status"], kid["parent"], kid["startedBy"]) == ("running", None, "p")
+    fc("delete", "p")
+    assert [r["runId"] for r in json.loads(fc("runs", "--json"))] == ["p/kick#1"]
