@@ -125,7 +125,8 @@ def test_a_detached_child_outlives_its_cancelled_parent_and_its_deletion(tmp_pat
         rid = await host.start(DETACHED, None, "p", flows=flows)
 
         async def holding() -> bool:
-            return (await host.show(rid))["waitingFor"] == ["never"]
+            waiting: list[str] = (await host.show(rid))["waitingFor"]
+            return waiting == ["never"]
 
         await work_until(host, holding)
         await host.cancel(rid, "no longer needed")
