@@ -329,3 +329,16 @@ def test_on_the_simulator_a_detached_child_outlives_its_cancelled_parent() -> No
     assert kid.state.settled.output == "W"
     assert kid.depth == 0 and kid.budget is None  # a root run with its own flow's budget
     assert flowcore.waiting_for(t.histories["r"].state).used_steps == 1  # only the start
+
+
+def test_the_diagram_says_what_becomes_of_the_child() -> None:
+    from flowcore.diagram import build_graph, to_mermaid
+
+    def label(spec: str) -> str:
+        graph = to_mermaid(build_graph(flowcore.parse_flow(spec)))
+        return next(line for line in graph.splitlines() if "run_subflow kid" in line)
+
+    assert label(race("wait")).endswith('run_subflow kid<br/>parent_close wait"]]')
+    assert label(race("abandon")).endswith('run_subflow kid<br/>parent_close abandon"]]')
+    assert label(race("detached")).endswith('run_subflow kid<br/>detached"]]')
+    assert label(race("cancel")).endswith('run_subflow kid"]]')
