@@ -181,3 +181,35 @@ def test_the_cli_shows_where_a_detached_run_came_from_and_delete_leaves_it(
     assert (kid["status"], kid["parent"], kid["startedBy"]) == ("running", None, "p")
     fc("delete", "p")
     assert [r["runId"] for r in json.loads(fc("runs", "--json"))] == ["p/kick#1"]
+
+
+WAIT_ONLY = "flow: parent\nsteps:\n  - {id: child, run_subflow: {flow: kid, parent_close: wait}}\n"
+
+
+def test_a_cancelled_parent_waits_for_its_child_and_a_second_cancel_stops_both(
+    tmp_path: Path,
+) -> None:
+    async def body(host: LocalHost, flows: list[Path]) -> Any:
+        rid = await host.start(WAIT_ONLY, None, "p", flows=flows)
+
+        async def child_waits() -> bool:
+            if not await host.children(rid):
+                return False
+            waiting: list[str] = (await host.show("p/child#1"))["waitingFor"]
+            return waiting == ["finish"]
+
+        await work_until(host, child_waits)
+        await host.cancel(rid, "first")
+        after_first = await host.run(rid), await host.run("p/child#1")
+        await host.cancel(rid, "second")
+        parent = await host.run(rid)
+        child = await settle(host, "p/child#1")
+        return after_first, parent, child
+
+    (parent_then, child_then), parent, child = run_host(tmp_path, body)
+    assert (parent_then.status, child_then.status) == ("running", "running")
+    assert parent.status == "cancelled" and parent.error["message"] == "second"
+    assert (child.status, child.error["message"]) == (
+        "cancelled",
+        "the parent no longer waits for it",
+    )

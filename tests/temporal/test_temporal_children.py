@@ -49,6 +49,18 @@ output: "${steps.kick.output}"
 """
 
 
+async def waiting_for_child(host: ft.TemporalHost, kid: str) -> None:
+    """Until the child workflow exists and waits for its signal ``finish``."""
+
+    async def check() -> bool:
+        try:
+            return "finish" in (await host.status(kid)).get("waitingFor", [])
+        except ft.TemporalHostError:  # not started yet
+            return False
+
+    await eventually(check, f"{kid} to wait for finish")
+
+
 async def temporal_status(host: ft.TemporalHost, workflow_id: str) -> str:
     return str((await host.status(workflow_id))["temporal"])
 
@@ -104,8 +116,32 @@ def test_abandon_wait_and_detached_children(temporal_address: str) -> None:
         assert parent[0]["kind"] == "effect-succeeded"
         assert parent[0]["output"] == {"run_id": kid}
 
+    async def cancelled_waits(host: ft.TemporalHost) -> None:
+        spec = "flow: p\nsteps:\n  - {id: child, run_subflow: {flow: kid, parent_close: wait}}\n"
+        rid = await host.start(spec, None, unique("cancelled"), flows=FLOWS)
+        kid = f"{rid}/child#1"
+
+        async def child_started() -> bool:
+            status = await host.status(rid)
+            return [p["key"] for p in status.get("pending", [])] == [kid]
+
+        await eventually(child_started, f"{rid} to start its child")
+        await waiting_for_child(host, kid)
+        await host.cancel(rid, "stop")
+
+        async def cancel_applied() -> bool:
+            records = await host.records(rid)
+            return any(r.data.get("kind") == "cancel-requested" for r in records)
+
+        await eventually(cancel_applied, f"{rid} to apply its cancel")
+        assert (await host.status(rid))["temporal"] == "RUNNING"  # it waits for its child
+        await host.signal(kid, "finish", "done")
+        result = await host.result(rid)
+        assert (result["status"], result["error"]["message"]) == ("cancelled", "stop")
+        assert (await host.result(kid))["status"] == "completed"
+
     async def main() -> None:
         async with running_host(temporal_address) as host:
-            await asyncio.gather(abandon(host), wait(host), detached(host))
+            await asyncio.gather(abandon(host), wait(host), detached(host), cancelled_waits(host))
 
     asyncio.run(main())
