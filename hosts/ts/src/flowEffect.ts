@@ -5,7 +5,8 @@
  * `FlowEffect` has the kinds and fields of the `FlowEffect` union that
  * TypeScript hosts already use, plus flowcore's documented additions
  * (specs/protocol.md §2): `idempotencyKey` on `ask-human`, `sleep` and
- * `await-signal`; `input` and `budgetRemaining` on `run-subflow`; `status`,
+ * `await-signal`; `input`, `budgetRemaining`, `parentClose` and `detached` on
+ * `run-subflow`; `status`,
  * `output`, `error`, `exhausted` and `report` on `settled`. Nothing of that
  * union is renamed or dropped. A field whose value is its default is absent
  * on the wire (specs/protocol.md §1): `input` absent means null, which is why
