@@ -13,6 +13,7 @@ the transition stopped waiting for), so no host works it out again:
     for effect in plan.arm: ...        # sleep: arm a timer for effect.until_ms
     for key in plan.drop: ...          # timers no longer waited for
     for key in plan.cancel: ...        # work no longer waited for (a child run: cancel it)
+    for key in plan.detach: ...        # child runs left to run on: do not cancel them
     for key in plan.withdraw: ...      # questions and signal waits no longer open
     if plan.settled: ...
     if plan.continued: ...               # flowcore.continue_run(flow, plan.continued, ...)
@@ -49,7 +50,7 @@ from ._wire import (
 
 __all__ = ["Plan", "plan"]
 
-_WORK = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
+_WORK = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD})
 _OPEN = frozenset({PendingKind.QUESTION, PendingKind.SIGNAL})
 
 
@@ -65,6 +66,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     withdraw: tuple[str, ...] = ()  # question and signal-wait keys
     settled: Settled | None = None
     continued: ContinueAsNew | None = None  # start the next incarnation (``continue_run``)
+    # run-subflow keys whose child runs on (parent_close: abandon, or detached):
+    # the host stops waiting for it and does not cancel it
+    detach: tuple[str, ...] = ()
 
 
 def plan(decision: Decision) -> Plan:
@@ -92,6 +96,7 @@ def plan(decision: Decision) -> Plan:
     drop: list[str] = []
     cancel: list[str] = []
     withdraw: list[str] = []
+    detach: list[str] = []
 
     def stop(key: str, kind: PendingKind) -> None:
         if kind in TIMERS:
@@ -107,6 +112,8 @@ def plan(decision: Decision) -> Plan:
         how = resolved.get(key)
         if how is not None and how.how is How.ABANDONED and how.waited is not None:
             stop(key, how.waited)
+        elif how is not None and how.how is How.DETACHED:
+            detach.append(key)
     return Plan(
         start=tuple(start),
         ask=tuple(ask),
@@ -117,4 +124,5 @@ def plan(decision: Decision) -> Plan:
         withdraw=tuple(withdraw),
         settled=settled,
         continued=continued,
+        detach=tuple(detach),
     )

@@ -35,6 +35,7 @@ from ._state import (
     SchedStatus,
     SettledStatus,
     oldest_first,
+    parent_close,
 )
 from ._wire import CarriedCall, CarriedSignal, ContinueAsNew, ErrorInfo, ReportEntry, Settled
 from .constructs import compensation, schedule
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 _BY_SEQ = operator.attrgetter("seq")
+_REPORTED = frozenset((PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD))
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
 _EXHAUSTED = {
     "steps": "step budget exhausted",
@@ -124,6 +126,8 @@ def maybe_finish(t: Txn) -> None:
         return
     if ending.status != "cancelled" and schedule.outstanding(t):
         return  # an outliving scheduled call is still due (a cancelled run waits for nothing)
+    if any(entry.kind is PendingKind.CHILD for entry in t.pending.values()):
+        return  # a child run of parent_close: wait has not settled (even for a cancelled run)
     settle(t, ending.status, ending.output, ending.error, None)
 
 
@@ -252,7 +256,7 @@ def _close(t: Txn) -> tuple[ReportEntry, ...]:
     w = t.waiting
     fresh: dict[str, ReportRow] = {}  # rows settling writes: what was still open
     for key, entry in t.pending.items():
-        if entry.kind is PendingKind.WORK or entry.kind is PendingKind.SCHEDULED_CALL:
+        if entry.kind in _REPORTED:
             fresh[key] = ReportRow(key, entry.seq, entry.effect, entry.target, "uncertain")
     for i in range(w.queue_head, w.queue_tail):
         held = w.queue[i]
@@ -288,6 +292,8 @@ def _close(t: Txn) -> tuple[ReportEntry, ...]:
     # but what this very decision emitted never reaches the host.
     for key, entry in sorted(t.pending.items()):
         how = How.TAKEN_BACK if key in t.emitted_now else How.ABANDONED
+        if how is How.ABANDONED and parent_close(entry) == "abandon":
+            how = How.DETACHED  # the host leaves the child run to run on
         t.resolve(key, Resolution(how, entry.kind))
     # After settlement every event is rejected: nothing is waited for.
     t.pending = _EMPTY

@@ -203,6 +203,9 @@ _ROLE = {
 }
 
 
+_WORK_KINDS = frozenset((PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD))
+
+
 def waiting_for(state: State) -> Waits:
     """What ``state`` waits for now (everything is empty once it settled)."""
     pending = state.waiting.pending
@@ -223,7 +226,11 @@ def waiting_for(state: State) -> Waits:
     for key, entry in sorted(pending.items()):
         kind = entry.kind
         sent = entry.sent
-        if kind is PendingKind.WORK or kind is PendingKind.SCHEDULED_CALL:
+        if (
+            kind is PendingKind.WORK
+            or kind is PendingKind.SCHEDULED_CALL
+            or kind is PendingKind.CHILD
+        ):
             work.append(OpenWork(key=key, step=step_of(entry), effect=effect_to_wire(sent)))
         elif kind is PendingKind.QUESTION:
             assert isinstance(sent, AskHuman)

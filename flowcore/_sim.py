@@ -26,7 +26,10 @@ when a child settles its parent gets ``subflow-settled`` with the child's
 usage (steps, including its own work effects, and cost). A re-issued
 ``run-subflow`` (after an unknown outcome) attaches to the child that already
 runs under that key instead of starting a second one. When a run settles, its
-children that are still running are cancelled.
+children that are still running are cancelled, but those ``plan`` says to
+detach (``parent_close: abandon``), which run on. A ``detached`` child is
+started as a root run (its own flow's budget, depth 0) and its parent gets
+``effect-succeeded`` with ``{"run_id": <key>}`` at once; nothing more.
 
 Faults (``Fault``) change how one target's calls are answered: fail, fail
 retryably, outcome unknown, never answer, answer twice, answer late, answer
@@ -634,6 +637,7 @@ class _Slot:
     __slots__ = (
         "awaiting",
         "children",
+        "detached",
         "flow",
         "history",
         "key",
@@ -656,6 +660,7 @@ class _Slot:
         # the fault (if any) that shapes that answer.
         self.awaiting: dict[str, Fault | None] = {}
         self.children: list[str] = []
+        self.detached: set[str] = set()  # children left to run on (parent_close: abandon)
         self.timers: set[str] = set()  # keys of the timers armed and not fired or dropped
 
     @property
@@ -849,6 +854,7 @@ class _Simulation:
 
     def execute(self, slot: _Slot, decision: Decision) -> None:
         todo = plan(decision)
+        slot.detached.update(todo.detach)
         slot.timers.difference_update(todo.drop)
         slot.timers.update(sleep.idempotency_key for sleep in todo.arm)
         effects = decision.effects
@@ -1068,6 +1074,9 @@ class _Simulation:
             )
             self.answer(slot.run_id, key, error, fault)
             return
+        if effect.detached:
+            self.detached(slot, effect, kind)
+            return
         slot.awaiting.pop(key, None)
         if kind not in ("unknown", "hang"):
             slot.awaiting[key] = fault
@@ -1099,12 +1108,32 @@ class _Simulation:
         if kind == "unknown":
             self.answer(slot.run_id, key, Unknown(), None)
 
+    def detached(self, slot: _Slot, effect: RunSubflow, kind: str | None) -> None:
+        """Start a detached child as a root run; its parent only hears that it started."""
+        key = effect.idempotency_key
+        if key not in self.runs:
+            flow = self.sim.subflows.get(effect.flow_id)
+            if flow is None:
+                raise SimulationError(
+                    f"run-subflow {key} asks for flow {effect.flow_id!r}, which is not in "
+                    f"subflows= ({sorted(self.sim.subflows)})"
+                )
+            try:
+                self.start_run(flow, _copy(effect.input), key, None, 0, None, None)
+            except InputError as exc:
+                self.answer(slot.run_id, key, Fail("input-rejected", str(exc)), None)
+                return
+        if kind == "unknown":
+            self.answer(slot.run_id, key, Unknown(), None)
+        elif kind != "hang":
+            self.answer(slot.run_id, key, Ok({"run_id": key}), None)
+
     def settled(self, slot: _Slot, effect: Settled) -> None:
         if slot.key is not None:
             self.report_child(slot)
         for child_id in slot.children:
             child = self.runs[child_id]
-            if child.state.settled is None:
+            if child.state.settled is None and child_id not in slot.detached:
                 event = CancelRequested(reason=f"parent run {slot.run_id} settled", at_ms=self.now)
                 self.push(self.now, child_id, event)
 

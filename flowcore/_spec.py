@@ -108,6 +108,7 @@ RESERVED_NAMES = frozenset({"input", "steps", "run", "error", "fire_count", "mem
 ExecClass: TypeAlias = Literal["readonly", "idempotent", "uncertain"]
 ParallelMode: TypeAlias = Literal["all", "all_settled", "race", "any"]
 TeamMode: TypeAlias = Literal["sequential", "parallel"]
+ParentClose: TypeAlias = Literal["cancel", "abandon", "wait"]
 
 # --- the model -------------------------------------------------------------------
 
@@ -263,6 +264,13 @@ class AwaitSignalStep:
 class RunSubflowStep:
     flow: Name
     input: Template = attrs.field(factory=lambda: compile_template(None))
+    # What happens to the child when the run stops waiting for it (None: ``cancel``).
+    parent_close: ParentClose | None = None
+    detached: bool = False  # a root run of its own: the step succeeds once it has started
+
+    @property
+    def close_policy(self) -> ParentClose:
+        return "cancel" if self.parent_close is None else self.parent_close
 
 
 @attrs.frozen
@@ -790,7 +798,6 @@ def _build_converter() -> cattrs.Converter:
         RunTeamStep,
         CallToolStep,
         AskHumanStep,
-        RunSubflowStep,
         ScheduleStep,
         FailStep,
         SignalRunStep,
@@ -809,6 +816,7 @@ def _build_converter() -> cattrs.Converter:
             SleepStep,
             RepeatStep,
             CancelScheduledStep,
+            RunSubflowStep,
         )
     }
 
@@ -863,6 +871,15 @@ def _build_converter() -> cattrs.Converter:
         return wait
 
     conv.register_structure_hook(AwaitSignalStep, await_hook)
+
+    def subflow_hook(value: Any, _: Any) -> RunSubflowStep:
+        sub = cast(RunSubflowStep, base[RunSubflowStep](value, RunSubflowStep))
+        if sub.detached and sub.parent_close is not None:
+            message = "a detached run_subflow has no parent_close: the parent never waits for it"
+            _gather("run_subflow", [_note_attr(_Msg(message), "parent_close")], RunSubflowStep)
+        return sub
+
+    conv.register_structure_hook(RunSubflowStep, subflow_hook)
 
     def for_each_hook(value: Any, _: Any) -> ForEachStep:
         each = cast(ForEachStep, base[ForEachStep](value, ForEachStep))

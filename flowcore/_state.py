@@ -92,6 +92,7 @@ __all__ = [
     "encode_state",
     "iter_report",
     "oldest_first",
+    "parent_close",
 ]
 
 SNAPSHOT_FORMAT = 2
@@ -124,6 +125,8 @@ class PendingKind(StrEnum):
     QUESTION_TIMEOUT = "ask-timeout"
     SIGNAL_TIMEOUT = "signal-timeout"
     SCHEDULE_DELAY = "sched-delay"  # a scheduled call's delay
+    CHILD = "child"  # a child run its step no longer waits for, that the run waits for
+    # before it settles (``run_subflow.parent_close: wait``)
 
 
 WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow", "signal-run"]
@@ -149,6 +152,16 @@ class Pending(_S, frozen=True, gc=False, array_like=True):
     target: str = ""  # the tool, agent, team or flow a work effect addresses
 
 
+def parent_close(entry: Pending) -> str:
+    """What stopping to wait for ``entry`` does to it: ``cancel`` (the host stops
+    it), ``abandon`` (a child run left to run on: ``run_subflow.parent_close:
+    abandon``, or a detached child) or ``wait`` (the run waits for the child)."""
+    sent = entry.sent
+    if not isinstance(sent, RunSubflow):
+        return "cancel"
+    return "abandon" if sent.detached else sent.parent_close
+
+
 class ReportRow(_S, frozen=True, gc=False, array_like=True):
     """A work effect that is no longer pending, and how it ended."""
 
@@ -165,6 +178,8 @@ class How(StrEnum):
     ABANDONED = "abandoned"  # its step ended another way: a late answer is accepted once
     TAKEN_BACK = "taken back"  # abandoned in the decision that emitted it: never reached the host
     LATE = "late"  # abandoned, and its late answer has come
+    DETACHED = "detached"  # a child run left to run on (``parent_close: abandon``,
+    # ``detached``): its step ended another way; a late answer is accepted once
 
 
 class Resolution(_S, frozen=True, gc=False, array_like=True):

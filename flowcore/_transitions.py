@@ -59,6 +59,7 @@ from ._wire import (
     ErrorInfo,
     Event,
     HumanAnswered,
+    RunSubflow,
     ScheduledAddRequested,
     ScheduledCancelRequested,
     ScheduledRunNowRequested,
@@ -104,9 +105,10 @@ _WORK: Final = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
 
 ANSWERS: Final[dict[str, frozenset[PendingKind]]] = {
     "effect-succeeded": _WORK,
-    "effect-failed": _WORK,
-    "effect-outcome-unknown": _WORK,
-    "subflow-settled": frozenset({PendingKind.WORK}),
+    # A child a run waits for after its step (parent_close: wait) ends as work does.
+    "effect-failed": _WORK | {PendingKind.CHILD},
+    "effect-outcome-unknown": _WORK | {PendingKind.CHILD},
+    "subflow-settled": frozenset({PendingKind.WORK, PendingKind.CHILD}),
     "human-answered": frozenset({PendingKind.QUESTION}),
     "timer-fired": TIMERS,
     # These name no key: a signal goes to the first step waiting for it by
@@ -135,6 +137,7 @@ _DESCRIBE: Final = {
     PendingKind.QUESTION: "ask-human",
     PendingKind.SIGNAL: "await-signal",
     PendingKind.SLEEP: "sleep",
+    PendingKind.CHILD: "run-subflow",
 }
 
 
@@ -200,6 +203,16 @@ def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
         if entry.kind not in accepts:
             what = describe(entry.kind, entry.effect)
             raise EventRejected(f"{kind} cannot answer {what} {key}", key)
+        sent = entry.sent
+        if isinstance(sent, RunSubflow) and sent.detached:
+            # A detached child is a root run of its own: the host says it started it.
+            if kind == "subflow-settled":
+                raise EventRejected(
+                    f"a detached subflow answers with effect-succeeded once started, "
+                    f"its settlement is not reported: {key}",
+                    key,
+                )
+            return entry
         if entry.kind is PendingKind.WORK and entry.effect not in WORK_EFFECTS[kind]:
             if kind == "effect-succeeded":
                 raise EventRejected(
@@ -216,7 +229,7 @@ def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
             "(an unknown key, or one already answered)",
             key,
         )
-    if how.how is not How.ABANDONED:
+    if how.how is not How.ABANDONED and how.how is not How.DETACHED:
         raise EventRejected(f"duplicate {kind}: {key} is already {how.how.value}", key)
     assert how.waited is not None
     if how.waited not in accepts:
@@ -282,6 +295,9 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
     if ev.usage is not None:
         t.charge_usage(ev.usage)
     t.check_clock()
+    if entry.kind is PendingKind.CHILD:
+        _ending.maybe_finish(t)
+        return
     _work_done(t, key, entry, (FAIL, error))
 
 
@@ -328,6 +344,9 @@ def _subflow(t: Txn, ev: SubflowSettled) -> None:
     t.work_answered(key, entry, "succeeded" if ok else "failed")
     _charge_keeping(t, entry, ev.usage, ev.output if ok else None)
     t.check_clock()
+    if entry.kind is PendingKind.CHILD:  # its outcome no longer matters, only that it ended
+        _ending.maybe_finish(t)
+        return
     if ok:
         _work_done(t, key, entry, (OK, ev.output))
     else:
@@ -344,6 +363,10 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
         _late(t, key, entry)  # the row stands: its outcome is still unknown
         return
     t.check_clock()
+    if entry.kind is PendingKind.CHILD:  # nobody waits for its result: it ended, unknown how
+        t.work_answered(key, entry, "uncertain")
+        _ending.maybe_finish(t)
+        return
     if entry.kind is PendingKind.SCHEDULED_CALL:
         t.work_answered(key, entry, "uncertain")
         error = schedule.call_unknown(t, entry)
@@ -482,6 +505,7 @@ def _timer(t: Txn, ev: TimerFired) -> None:
             | PendingKind.SIGNAL
             | PendingKind.DEADLINE
             | PendingKind.SCHEDULE_DELAY
+            | PendingKind.CHILD
         ):
             raise AssertionError(f"{kind} is not a timer of a frame")
         case _:

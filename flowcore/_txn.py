@@ -76,6 +76,7 @@ from ._state import (
     Tree,
     Waiting,
     add_report_row,
+    parent_close,
 )
 from ._time import DurationError, parse_duration
 from ._wire import (
@@ -393,10 +394,16 @@ class Txn:
         back (and its step refunded).
         """
         entry = self.pending.get(key)
-        if entry is None:
-            return
+        if entry is None or entry.kind is PendingKind.CHILD:
+            return  # a child the run waits for outlives its step: only settling stops it
         kind = entry.kind
         taken_back = key in self.emitted_now and self.take_back(key)
+        close = parent_close(entry)
+        if close == "wait" and not taken_back:
+            # The child runs on and the run settles only after it (language.md §4.7).
+            child = _replace(entry, kind=PendingKind.CHILD, frame="")
+            self.pending = self.pending.set(key, child)
+            return
         row = None
         if kind is PendingKind.WORK or kind is PendingKind.SCHEDULED_CALL:
             status = "not-started" if taken_back else "uncertain"
@@ -421,7 +428,8 @@ class Txn:
         if kind is PendingKind.QUESTION:
             frame = self.frames.get(entry.frame)
             step = frame.step if isinstance(frame, StepFrame) else ""
-        self.resolve(key, Resolution(How.ABANDONED, kind, step, row))
+        how = How.DETACHED if close == "abandon" else How.ABANDONED
+        self.resolve(key, Resolution(how, kind, step, row))
 
     def resolve(self, key: str, how: Resolution) -> None:
         w = self.waiting
@@ -960,7 +968,12 @@ class Txn:
 
 
 _OUTLIVE_THE_STEPS = frozenset(
-    (PendingKind.SCHEDULE_DELAY, PendingKind.SCHEDULED_CALL, PendingKind.DEADLINE)
+    (
+        PendingKind.SCHEDULE_DELAY,
+        PendingKind.SCHEDULED_CALL,
+        PendingKind.DEADLINE,
+        PendingKind.CHILD,
+    )
 )
 
 

@@ -84,6 +84,7 @@ SettledStatus: TypeAlias = Literal["completed", "failed", "cancelled", "budget-e
 ExhaustedLimit: TypeAlias = Literal["steps", "cost", "wall-clock", "tokens", "tool-calls", "turns"]
 ReportStatus: TypeAlias = Literal["succeeded", "failed", "uncertain", "not-started"]
 WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow", "signal-run"]
+ParentClose: TypeAlias = Literal["cancel", "abandon", "wait"]
 
 
 class _Value(
@@ -209,11 +210,19 @@ class AwaitSignal(_Effect, tag="await-signal", frozen=True, kw_only=True):
 
 
 class RunSubflow(_Effect, tag="run-subflow", frozen=True, kw_only=True):
+    """Start a child run. ``parent_close``: what the host does with the child when
+    the run stops waiting for it (``flowcore.plan`` lists it to cancel or to
+    detach). ``detached``: a root run of its own (its own budget, depth 0); the
+    host answers ``effect-succeeded`` with ``{"run_id": <its run id>}`` once it
+    has started, and never reports its settlement."""
+
     flow_id: str
     depth: int
     idempotency_key: str
     input: Any = None
     budget_remaining: BudgetRemaining
+    parent_close: ParentClose = "cancel"
+    detached: bool = False
 
 
 class SignalRun(_Effect, tag="signal-run", frozen=True, kw_only=True):

@@ -215,7 +215,12 @@ class _Builder:
             self.g.node(nid, [*lines, *extra], "box")
             exits = [_Exit(nid)]
         elif isinstance(body, RunSubflowStep):
-            self.g.node(nid, [step.id, f"run_subflow {body.flow}", *extra], "subroutine")
+            lines = [step.id, f"run_subflow {body.flow}"]
+            if body.detached:
+                lines.append("detached")
+            elif body.parent_close is not None and body.parent_close != "cancel":
+                lines.append(f"parent_close {body.parent_close}")
+            self.g.node(nid, [*lines, *extra], "subroutine")
             exits = [_Exit(nid)]
         elif isinstance(body, ScheduleStep):
             lines = [step.id, f"schedule {body.tool} in {_ms(body.delay_ms)}"]

@@ -319,6 +319,12 @@ def _leaf(draw: st.DrawFn, ids: _Ids, kind: str, earlier: list[str]) -> dict[str
         step["await_signal"] = wait
     elif kind == "run_subflow":
         step["run_subflow"] = {"flow": "child", "input": {"v": ref}}
+        # 1 in 2 as written before; else parent_close abandon or wait, or detached
+        shape = draw(st.integers(0, 5))
+        if shape == 3:
+            step["run_subflow"]["detached"] = True
+        elif shape == 4 or shape == 5:
+            step["run_subflow"]["parent_close"] = ("abandon", "wait")[shape - 4]
     elif kind == "signal_run":
         # to the run itself (the one run every host has): a name, a key 1 in 2
         shape = draw(st.integers(0, 3))
@@ -556,7 +562,10 @@ def _answered_by(waits: Waits) -> dict[str, str]:
     """Every key the run waits for, in order, and what answers it: ``work``,
     ``subflow``, ``ask``, ``signal`` or ``timer`` (work held back is not out yet)."""
     found = {
-        w.key: "subflow" if w.effect["kind"] == "run-subflow" else "work"
+        # A detached child's start is answered as work is: effect-succeeded.
+        w.key: "subflow"
+        if w.effect["kind"] == "run-subflow" and not w.effect.get("detached")
+        else "work"
         for w in waits.work
         if not w.held
     }
@@ -820,6 +829,10 @@ class _Host:
 
     def succeed_event(self, key: str, choice: int) -> Event:
         effect = self.work.get(key)
+        if isinstance(effect, RunSubflow) and effect.detached:  # started: the child's run id
+            return EffectSucceeded(
+                idempotency_key=key, output={"run_id": key}, at_ms=self.at(choice)
+            )
         if isinstance(effect, RunSubflow):
             usage = Usage(steps=choice % 3, cost_minor_units=choice % 40)
             return SubflowSettled(
@@ -1370,7 +1383,13 @@ def check_budget(
 
 
 _EMITTED_AS = {  # what answers a key (``_answered_by``) -> what must have been emitted
-    "work": (CallTool, RunAgent, RunTeam, SignalRun),
+    "work": (
+        CallTool,
+        RunAgent,
+        RunTeam,
+        SignalRun,
+        RunSubflow,
+    ),  # a detached start is answered as work
     "subflow": (RunSubflow,),
     "ask": (AskHuman,),
     "signal": (AwaitSignal,),

@@ -213,6 +213,10 @@ _CLASS_EXTRA: dict[type[Any], dict[str, Any]] = {
         "if": {"required": ["default"], "properties": {"default": {"type": "string"}}},
         "then": _present("timeout_ms"),
     },
+    spec.RunSubflowStep: {
+        "if": {"required": ["detached"], "properties": {"detached": {"const": True}}},
+        "then": {"not": _present("parent_close")},
+    },
 }
 
 _DESCRIPTIONS: dict[str, str] = {
@@ -244,7 +248,7 @@ _DESCRIPTIONS: dict[str, str] = {
     "SleepStep": "§4.5 sleep: exactly one of `for_ms` or `until`.",
     "AwaitSignalStep": "§4.6 await_signal: wait for a named signal; its payload is the output.",
     "RunSubflowStep": "§4.7 run_subflow: start a child flow (depth-limited) that spends "
-    "from this run's budget.",
+    "from this run's budget; or, detached, a root run of its own.",
     "SwitchStep": "§4.8 switch: a list of cases, at least one; the first true `if` (or "
     "the `else`, which must be the last case) runs its steps.",
     "SwitchCase": "A switch case: `{if: <condition>, steps: [...]}` or `{else: [...]}`.",

@@ -574,6 +574,78 @@ def _subflow_failed_caught(d: Driver) -> None:
     d.ok("tell#1", "noted")
 
 
+def _race_child(policy: str) -> str:
+    return f"""
+flow: parent
+tools: {{quick: {{class: idempotent}}}}
+steps:
+  - id: first
+    parallel:
+      mode: race
+      branches:
+        slow:
+          - id: child
+            run_subflow:
+              flow: postmortem
+              input: {{incident: "${{input.incident}}"}}
+              parent_close: {policy}
+        fast:
+          - id: quick
+            call_tool: {{tool: quick}}
+"""
+
+
+@case(
+    "subflow-abandon",
+    "run_subflow parent_close: abandon: the child of a lost race is not cancelled (the plan "
+    "detaches it) and runs on; its settlement, coming while the run still waits for a "
+    "signal, is a late result: its usage is charged, nothing else changes.",
+    _race_child("abandon")
+    + """  - id: hold
+    await_signal: {signal: go}
+output: "${ {first: steps.first.output, child: steps.child.status} }"
+""",
+    input={"incident": "INC-5"},
+)
+def _subflow_abandon(d: Driver) -> None:
+    d.ok("quick#1", "done")
+    d.child("child#1", "completed", {"doc": "pm.md"}, usage=Usage(steps=1))
+    d.signal("go")
+
+
+@case(
+    "subflow-wait",
+    "run_subflow parent_close: wait: the child of a lost race runs on and the run settles "
+    "only after it; the child's failure is in the report but the run completes.",
+    _race_child("wait") + 'output: "${steps.first.output}"\n',
+    input={"incident": "INC-6"},
+)
+def _subflow_wait(d: Driver) -> None:
+    d.ok("quick#1", "done")
+    d.child("child#1", "failed", usage=Usage(steps=1), error=CHILD_ERROR)
+
+
+@case(
+    "subflow-detached",
+    "run_subflow detached: the host starts the child as a root run of its own and answers "
+    "at once with its run id; the parent never hears of it again.",
+    """
+flow: parent
+tools: {note: {class: idempotent}}
+steps:
+  - id: kick
+    run_subflow: {flow: postmortem, input: {incident: "${input.incident}"}, detached: true}
+  - id: note
+    call_tool: {tool: note, input: "${steps.kick.output.run_id}"}
+output: "${steps.kick.output}"
+""",
+    input={"incident": "INC-7"},
+)
+def _subflow_detached(d: Driver) -> None:
+    d.ok("kick#1", {"run_id": d.key("kick#1")}, at=0)
+    d.ok("note#1", "noted")
+
+
 @case(
     "fail-step",
     "fail: a step fails with the type, message and details the flow makes; a try catches "

@@ -502,7 +502,16 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
     "ask-human": ("kind", "question", "options?", "idempotencyKey"),
     "sleep": ("kind", "untilMs", "idempotencyKey"),
     "await-signal": ("kind", "signal", "idempotencyKey", "signals?", "key?"),
-    "run-subflow": ("kind", "flowId", "depth", "idempotencyKey", "input?", "budgetRemaining"),
+    "run-subflow": (
+        "kind",
+        "flowId",
+        "depth",
+        "idempotencyKey",
+        "input?",
+        "budgetRemaining",
+        "parentClose?",
+        "detached?",
+    ),
     "settled": ("kind", "status", "output?", "error?", "exhausted?", "report?"),
     "signal-run": ("kind", "runId", "signal", "payload?", "key?", "idempotencyKey"),
     "continue-as-new": (

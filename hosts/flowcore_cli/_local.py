@@ -641,6 +641,10 @@ def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
         _print(("dead letter", "red"), f": {dead['kind']} {dead['key']}: {dead['note']}")
     for child in info["children"]:
         _print(f"child run: {child}")
+    if info.get("startedBy"):
+        _print(f"started by: {info['startedBy']} (detached)")
+    for run in info.get("detached", []):
+        _print(f"detached run: {run}")
     for failure in info.get("failures", []):
         _print(
             ("handler failed", "red"), f": {failure['key']} {failure['type']}: {failure['message']}"

@@ -271,6 +271,12 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX run_metadata_by_value ON run_metadata (name, value)",
     ],
+    # 8: the run that started a detached child run (``run_subflow.detached``): a
+    # root run of its own (``parent_run`` NULL), so deleting or cancelling the
+    # run that started it never reaches it; kept for lineage (``flowcore show``).
+    [
+        "ALTER TABLE runs ADD COLUMN started_by TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -975,6 +975,7 @@ class LocalHost:
                 "flowId": row.flow_id,
                 "status": row.status,
                 "parent": row.parent_run,
+                "startedBy": row.started_by,
                 "depth": row.depth,
                 "output": row.output,
                 "error": row.error,
@@ -1011,6 +1012,7 @@ class LocalHost:
                 "tools": row.tools,
                 "children": store.children(run_id),
                 "metadata": dict(state.metadata or {}),
+                "detached": store.detached(run_id),
             }
             if incarnation != 1:  # a run that continued as new (language.md §4.18)
                 shown["incarnation"] = incarnation
@@ -1457,6 +1459,23 @@ class LocalHost:
                             )
                             event = EffectFailed(idempotency_key=key, error=error, at_ms=now)
                             out.append(store.apply(run_id, event, now))
+                        elif effect.detached:
+                            # A root run of its own (its flow's budget, depth 0); the
+                            # parent hears only that it started, in this transaction.
+                            _, applied = store.start_run(
+                                flow,
+                                effect.input,
+                                key,
+                                now,
+                                parent.tools,
+                                principal=parent.principal,
+                                started_by=run_id,
+                            )
+                            out.append(applied)
+                            started = EffectSucceeded(
+                                idempotency_key=key, output={"run_id": key}, at_ms=now
+                            )
+                            out.append(store.apply(run_id, started, now))
                         else:
                             store.mark(run_id, key, "dispatched")
                             _, applied = store.start_run(

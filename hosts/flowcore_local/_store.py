@@ -103,6 +103,7 @@ class RunRow:
     updated_ms: int
     next_index: int
     principal: str | None = None  # who started it through ``flowcore serve`` (children inherit)
+    started_by: str | None = None  # the run whose detached run_subflow started this root run
 
 
 # A run's checkpoint (its hot state and growing rows, ``runs.saved_index``) is
@@ -594,8 +595,8 @@ class Store:
     def run_row(self, run_id: str) -> RunRow:
         row = self.conn.execute(
             "SELECT run_id, flow_id, spec_hash, parent_run, parent_key, depth, status, input,"
-            " output, error, tools, created_ms, updated_ms, next_index, principal FROM runs"
-            " WHERE run_id = ?",
+            " output, error, tools, created_ms, updated_ms, next_index, principal, started_by"
+            " FROM runs WHERE run_id = ?",
             (run_id,),
         ).fetchone()
         if row is None:
@@ -682,6 +683,7 @@ class Store:
         depth: int = 0,
         principal: str | None = None,
         metadata: dict[str, Any] | None = None,
+        started_by: str | None = None,
     ) -> tuple[bool, Applied]:
         """Start a run; an existing run started with the same options is returned as is.
 
@@ -704,8 +706,8 @@ class Store:
         )
         self.conn.execute(
             "INSERT INTO runs (run_id, flow_id, spec_hash, parent_run, parent_key, depth, status,"
-            " input, budget, tools, created_ms, updated_ms, next_index, principal)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 0, ?)",
+            " input, budget, tools, created_ms, updated_ms, next_index, principal, started_by)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 0, ?, ?)",
             (
                 run_id,
                 flow.id,
@@ -719,6 +721,7 @@ class Store:
                 now,
                 now,
                 principal,
+                started_by,
             ),
         )
         if decision.state.metadata:
@@ -964,7 +967,7 @@ class Store:
         # what the event answered, and what the plan stops (everything, when the
         # run settles). Done rows are deleted: the log keeps the history, and
         # the outbox stays as small as what is in flight.
-        gone = (*answered, *plan.drop, *plan.cancel, *plan.withdraw)
+        gone = (*answered, *plan.drop, *plan.cancel, *plan.withdraw, *plan.detach)
         self._write_many(
             "DELETE FROM outbox WHERE run_id = ? AND key = ?",
             [(run_id, key) for key in gone if key not in emitted],
@@ -1585,6 +1588,16 @@ class Store:
             r[0]
             for r in self.conn.execute(
                 "SELECT run_id FROM runs WHERE parent_run = ? ORDER BY created_ms, run_id",
+                (run_id,),
+            )
+        ]
+
+    def detached(self, run_id: str) -> list[str]:
+        """The root runs ``run_id`` started with a detached ``run_subflow``."""
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT run_id FROM runs WHERE started_by = ? ORDER BY created_ms, run_id",
                 (run_id,),
             )
         ]

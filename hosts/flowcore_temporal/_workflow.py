@@ -822,11 +822,13 @@ class FlowcoreWorkflow:
             self._report(EffectFailed(idempotency_key=key, error=error, at_ms=self._now()))
             return
         args = self._args
+        detached = effect.detached
         child = RunArgs(
             spec=spec,
             input=effect.input,
             run_id=key,
-            budget=budget_to_args(effect.budget_remaining),
+            # A detached child is a root run: its own flow's budget, at depth 0.
+            budget=None if detached else budget_to_args(effect.budget_remaining),
             depth=effect.depth,
             flows=args.flows,
             tools=args.tools,
@@ -837,18 +839,42 @@ class FlowcoreWorkflow:
             clock_scale=args.clock_scale,
             clock_started_ms=self._clock_started,
         )
+        # A child the run may leave running (abandon, detached) outlives this
+        # workflow and is never cancelled with it; one it waits for, or cancels
+        # when it stops waiting (flowcore.plan), is cancelled if it closes first.
+        runs_on = detached or effect.parent_close == "abandon"
         try:
-            raw = await workflow.execute_child_workflow(
+            handle = await workflow.start_child_workflow(
                 WORKFLOW_NAME,
                 child,
                 result_type=RawValue,  # decoded and checked below, as an activity's
                 id=self.child_workflow_id(key),
                 task_queue=workflow.info().task_queue,
-                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-                cancellation_type=workflow.ChildWorkflowCancellationType.TRY_CANCEL,
-                static_summary=f"flowcore subflow {effect.flow_id}",
+                parent_close_policy=(
+                    workflow.ParentClosePolicy.ABANDON
+                    if runs_on
+                    else workflow.ParentClosePolicy.REQUEST_CANCEL
+                ),
+                cancellation_type=(
+                    workflow.ChildWorkflowCancellationType.ABANDON
+                    if runs_on
+                    else workflow.ChildWorkflowCancellationType.TRY_CANCEL
+                ),
+                static_summary=f"flowcore {'detached run' if detached else 'subflow'} "
+                f"{effect.flow_id}",
             )
+            if detached:  # started: the run goes on; the child is its own now
+                self._report(
+                    EffectSucceeded(idempotency_key=key, output={"run_id": key}, at_ms=self._now())
+                )
+                return
+            raw = await handle
         except WorkflowAlreadyStartedError:
+            if detached:  # re-issued after an unknown outcome: it was started
+                self._report(
+                    EffectSucceeded(idempotency_key=key, output={"run_id": key}, at_ms=self._now())
+                )
+                return
             error = ErrorInfo(
                 type="subflow-already-running",
                 message=f"a workflow {self.child_workflow_id(key)!r} is already running",

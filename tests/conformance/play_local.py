@@ -266,6 +266,8 @@ class _Player:
             await host.signal(turn.key, RELEASE, event.get("output"))
         elif turn.action in SCHEDULED_KINDS:
             await _scheduled(host, run_id, event)
+        elif turn.action == "started":
+            pass  # the worker reports a detached child's start once it has started it
         else:
             raise AssertionError(f"event {turn.index}: no way to produce {turn.action}")
 
@@ -323,7 +325,9 @@ class _Player:
         """Wait until the worker has started the children the run waits for (so that each
         child starts at its parent's time, before the clock moves on)."""
         wanted = {
-            k for k in self.plan.pending_after(turn) if self.plan.kinds.get(k) == "run-subflow"
+            k
+            for k in self.plan.pending_after(turn)
+            if self.plan.kinds.get(k) == "run-subflow" and k not in self.plan.detached
         }
         if wanted:
 

@@ -77,6 +77,7 @@ class Turn:
     index: int
     event: dict[str, Any]
     action: str  # release | timer | signal | answer | cancel | child-signal | terminate | host
+    # | started (a detached child's start, which the host reports itself)
     # | a scheduled-call event's kind (scheduled-cancel-requested, ...): sent as it is
     key: str = ""
 
@@ -123,6 +124,9 @@ class Plan:
     late_work: str | None = None
     # The run's metadata as it ended (expect.json; empty: none set).
     final_metadata: dict[str, Any] = field(default_factory=dict)
+    # run-subflow keys of detached children: the host answers each once it has started
+    # the child (turn action "started"), and nothing more comes of it.
+    detached: set[str] = field(default_factory=set)
 
     @property
     def input(self) -> Any:
@@ -279,6 +283,8 @@ def plan_vector(path: Path) -> Plan:
     issues: dict[str, list[int]] = {}
     kinds: dict[str, str] = {}
     subflows: dict[str, str] = {}
+    detached: set[str] = set()
+    let_go: set[str] = set()  # children of parent_close: abandon, which run on
     waiting = waits(state)
     pending = [waiting]
 
@@ -297,6 +303,10 @@ def plan_vector(path: Path) -> Plan:
                 issues.setdefault(key, []).append(turn)
                 if wire["kind"] == "run-subflow":
                     subflows[key] = wire["flowId"]
+                    if wire.get("detached"):
+                        detached.add(key)
+                    if wire.get("parentClose") == "abandon":
+                        let_go.add(key)
 
     emitted(decision.effects, -1, origin)
     turns: list[Turn] = []
@@ -337,6 +347,10 @@ def plan_vector(path: Path) -> Plan:
                 # The host delivers a signal-run itself and answers it: nothing to send.
                 sends.pop(key, None)
                 action = "host"
+            elif effect_kind == "run-subflow" and key in detached and kind == "effect-succeeded":
+                if not waited:
+                    raise Unplayable(f"a start of {key} reported after the run let it go")
+                action = "started"  # the host reports it itself once it started the child
             elif effect_kind == "run-subflow" and kind == "effect-outcome-unknown":
                 if not waited:
                     raise Unplayable(f"an unknown outcome for {key}, a child already let go")
@@ -345,7 +359,7 @@ def plan_vector(path: Path) -> Plan:
             else:
                 raise Unplayable(f"{kind} for {effect_kind or 'an unknown'} {key}")
         elif kind == "subflow-settled":
-            if not waited:
+            if not waited and key not in let_go:
                 raise Unplayable(
                     f"subflow-settled for {key}, a child the run no longer waits for (hosts"
                     " cancel such a child)"
@@ -464,6 +478,7 @@ def plan_vector(path: Path) -> Plan:
         late=late,
         late_work=late_work,
         final_metadata=expect.get("metadata") or {},
+        detached=detached,
     )
 
 

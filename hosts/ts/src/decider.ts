@@ -125,13 +125,14 @@ export class Decider {
    * Start the child run a `run-subflow` effect asks for, as every flowcore host
    * does: the effect's key as the run id, its input, its depth, and its
    * budgetRemaining as the child's budget (a child spends its parent's budget).
+   * A detached child is a root run of its own: no budget given (its own flow's).
    */
   startChild(effect: RunSubflow, childSpec: string, nowMs: number): Promise<DecideReply> {
     return this.start(childSpec, {
       input: effect.input ?? null,
       runId: effect.idempotencyKey,
       nowMs,
-      budget: effect.budgetRemaining,
+      budget: effect.detached === true ? null : effect.budgetRemaining,
       depth: effect.depth,
     });
   }

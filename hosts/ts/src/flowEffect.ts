@@ -5,7 +5,8 @@
  * `FlowEffect` has the kinds and fields of the `FlowEffect` union that
  * TypeScript hosts already use, plus flowcore's documented additions
  * (specs/protocol.md §2): `idempotencyKey` on `ask-human`, `sleep` and
- * `await-signal`; `input` and `budgetRemaining` on `run-subflow`; `status`,
+ * `await-signal`; `input`, `budgetRemaining`, `parentClose` and `detached` on
+ * `run-subflow`; `status`,
  * `output`, `error`, `exhausted` and `report` on `settled`. Nothing of that
  * union is renamed or dropped. A field whose value is its default is absent
  * on the wire (specs/protocol.md §1): `input` absent means null, which is why
@@ -148,6 +149,18 @@ export interface RunSubflow {
   readonly input?: JsonValue;
   /** An addition: the child's budget, its parent's remainder (start the child with it). */
   readonly budgetRemaining: BudgetRemaining;
+  /**
+   * An addition: what becomes of the child when the run stops waiting for it
+   * (absent = "cancel"). "abandon": it runs on (the plan lists it under
+   * `detach`); "wait": the run settles only after it.
+   */
+  readonly parentClose?: "cancel" | "abandon" | "wait";
+  /**
+   * An addition: a root run of its own (its own flow's budget, depth 0). Answer
+   * `effect-succeeded` with `{"run_id": <its run id>}` once it has started;
+   * never report its settlement.
+   */
+  readonly detached?: boolean;
 }
 
 export interface Settled {
