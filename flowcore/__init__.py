@@ -19,6 +19,7 @@ from ._errors import (
     SpecError,
     WireError,
 )
+from ._fork import Fork, ForkError, fork, fork_point, source_key
 from ._interp import DEFAULT_STEP_BUDGET, SEMANTICS, Decision, InputError, advance, start
 from ._jsontext import JsonTextError, decode_json_text
 from ._keys import KeyInfo, KeyRole, parse_key
@@ -112,6 +113,8 @@ __all__ = [
     "EventRejected",
     "Flow",
     "FlowcoreError",
+    "Fork",
+    "ForkError",
     "HumanAnswered",
     "InputError",
     "JsonTextError",
@@ -175,6 +178,8 @@ __all__ = [
     "encode_state",
     "event_from_wire",
     "event_to_wire",
+    "fork",
+    "fork_point",
     "iter_records",
     "parse_flow",
     "parse_key",
@@ -182,6 +187,7 @@ __all__ = [
     "replay",
     "result_event",
     "scheduled_calls",
+    "source_key",
     "start",
     "waiting_for",
 ]

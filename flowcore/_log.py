@@ -93,6 +93,7 @@ __all__ = [
     "EventRejectedData",
     "EventRejectedRecord",
     "EventReportedRecord",
+    "ForkedFrom",
     "RunSettledData",
     "RunSettledRecord",
     "RunStartedData",
@@ -161,8 +162,18 @@ class StartBudget(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omi
     turns: NonNegInt | None = None
 
 
+class ForkedFrom(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A fork's source: its run and the index of the first of its records not carried."""
+
+    run_id: str
+    index: NonNegInt
+
+
 class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """``run.started``: what ``start`` was called with; ``at`` is its ``now_ms``."""
+    """``run.started``: what ``start`` was called with; ``at`` is its ``now_ms``.
+
+    ``forkedFrom``: only in a fork's log (``flowcore.fork``).
+    """
 
     flow_id: str
     version: int
@@ -171,6 +182,7 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     budget: StartBudget | None = None
     depth: NonNegInt = 0
     semantics: int = 1  # absent: runs started before the interpreter had levels
+    forked_from: ForkedFrom | None = None
 
 
 class EventRejectedData(msgspec.Struct, frozen=True, kw_only=True):
