@@ -65,7 +65,7 @@ output: "${steps.c.output}"
         "forkedFrom": {"runId": "w", "index": at},
     }
     assert json.loads(ok("show", "w", "--db", db, "--json"))["status"] == "cancelled"
-    followed = ok("fork", "w", "--at", str(at), "--run-id", "w2", "--follow", "--db", db)
+    followed = ok("fork", "w", *args, "--follow")
     assert followed.splitlines()[0] == "w2"  # the same fork again, worked to the end
     assert '"echo": 3' in followed
     assert journal(tmp_path) == {"w2/a#1": 1, "w2/c#1": 1}
