@@ -57,13 +57,10 @@ output: "${steps.c.output}"
     ok("run", str(spec), "--tools", str(tools), "--db", db, "--run-id", "w", "--detach")
     events = [json.loads(x) for x in ok("events", "w", "--db", db, "--json").splitlines()]
     at = len(events)  # before anything was reported: the end of the log
-    out = ok(
-        "fork", "w", "--at", str(at), "--run-id", "w2", "--cancel-source", "--json", "--db", db
-    )
-    assert json.loads(out.splitlines()[0]) == {
-        "runId": "w2",
-        "forkedFrom": {"runId": "w", "index": at},
-    }
+    args = ["--at", str(at), "--run-id", "w2", "--db", db]
+    out = ok("fork", "w", *args, "--cancel-source", "--json")
+    want = {"runId": "w2", "forkedFrom": {"runId": "w", "index": at}}
+    assert json.loads(out.splitlines()[0]) == want
     assert json.loads(ok("show", "w", "--db", db, "--json"))["status"] == "cancelled"
     followed = ok("fork", "w", *args, "--follow")
     assert followed.splitlines()[0] == "w2"  # the same fork again, worked to the end
