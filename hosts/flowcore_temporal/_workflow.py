@@ -207,6 +207,26 @@ def _run_args(value: Any) -> RunArgs:
     return run_args_from_wire(data)
 
 
+def _forked(flow: flowcore.Flow, run_id: str, fork: dict[str, Any]) -> flowcore.Fork:
+    """The run a fork's ``RunArgs.fork`` describes (``flowcore.fork`` of the records).
+
+    Anything wrong in them (records that are not a log, a point that is not
+    one, a log of another flow) is a ``ValueError`` saying so.
+    """
+    try:
+        records = msgspec.convert(fork["records"], list[Record])
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"the fork's records are not log records: {exc}") from None
+    if records and records[0].run_id != fork["runId"]:
+        raise ValueError(f"the fork's records are not those of run {fork['runId']!r}")
+    try:
+        return flowcore.fork(records, flow, run_id, at=fork["index"])
+    except flowcore.ForkError:
+        raise
+    except flowcore.FlowcoreError as exc:
+        raise ValueError(f"the fork's records do not replay: {exc}") from None
+
+
 def budget_to_args(budget: BudgetRemaining | None) -> dict[str, int] | None:
     """A remaining budget in the wire form ``RunArgs.budget`` takes."""
     return flowcore.budget_to_wire(budget)
@@ -290,25 +310,40 @@ class FlowcoreWorkflow:
         self._semantics = _semantics()
         try:
             flow = _parse(args.spec, args.source_name)
-            if args.schedule is not None:
-                args.input = input_for(args.schedule, args.input, self._scheduled_ms())
-            decision = flowcore.start(
-                flow,
-                args.input,
-                self._run_id,
-                now_ms=now,
-                budget=budget,
-                depth=args.depth,
-                semantics=self._semantics,
-            )
+            if args.fork is not None:
+                made = _forked(flow, self._run_id, args.fork)
+            else:
+                if args.schedule is not None:
+                    args.input = input_for(args.schedule, args.input, self._scheduled_ms())
+                decision = flowcore.start(
+                    flow,
+                    args.input,
+                    self._run_id,
+                    now_ms=now,
+                    budget=budget,
+                    depth=args.depth,
+                    semantics=self._semantics,
+                )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
+            # (A ForkError, a LogCorrupt, a ReplayDivergence of a fork's
+            # records are ValueErrors or turned into one by _forked.)
             message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
-        self._records.extend(
-            self._recorder.started(flow, args.input, now, decision, budget, args.depth)
-        )
-        self._follow(decision)
+        if args.fork is not None:
+            # The source's history up to the point, applied again: nothing in
+            # it is dispatched but what is still open at the end of it.
+            self._semantics = made.state.run.semantics
+            self._records.extend(made.records)
+            self._recorder = Recorder(self._run_id, len(made.records))
+            self._state = made.state
+            for effect in made.pending:
+                self._start_effect(effect)
+        else:
+            self._records.extend(
+                self._recorder.started(flow, args.input, now, decision, budget, args.depth)
+            )
+            self._follow(decision)
         early, self._early = self._early, []
         for event in early:
             self._offer(event)
@@ -572,13 +607,7 @@ class FlowcoreWorkflow:
         self._state = decision.state
         plan = flowcore.plan(decision)
         for effect in decision.effects:
-            match effect:
-                case CallTool() | RunAgent() | RunTeam():
-                    self._spawn("work", effect.idempotency_key, self._work, effect)
-                case Sleep():
-                    self._spawn("timer", effect.idempotency_key, self._timer, effect)
-                case RunSubflow():
-                    self._spawn("subflow", effect.idempotency_key, self._subflow, effect)
+            self._start_effect(effect)
         stopped = {*plan.drop, *plan.cancel}
         if stopped:
             # Timers and children stop; work the run no longer waits for is
@@ -594,6 +623,16 @@ class FlowcoreWorkflow:
                     task.cancel()
         if plan.settled is not None:
             self._settled = plan.settled
+
+    def _start_effect(self, effect: Effect) -> None:
+        """Start the Temporal work of one effect (questions and signal waits need none)."""
+        match effect:
+            case CallTool() | RunAgent() | RunTeam():
+                self._spawn("work", effect.idempotency_key, self._work, effect)
+            case Sleep():
+                self._spawn("timer", effect.idempotency_key, self._timer, effect)
+            case RunSubflow():
+                self._spawn("subflow", effect.idempotency_key, self._subflow, effect)
 
     def _spawn(
         self, kind: str, key: str, body: Callable[[Any], Awaitable[None]], effect: Effect
