@@ -46,6 +46,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
+from ._data import short
 from ._errors import EventRejected, FlowcoreError
 from ._interp import advance, start
 from ._keys import parse_key
@@ -131,16 +132,23 @@ def source_key(key: str, fork_run_id: str, source_run_id: str) -> str:
 
 
 def _records(records: bytes | LogRead | Iterable[Record]) -> list[Record]:
+    """The source's records, their envelopes checked (``ForkError`` naming the first bad one)."""
     if isinstance(records, (bytes, bytearray, memoryview)):
         records = decode_log(bytes(records))
     if isinstance(records, LogRead):
         records = records.records
     out = list(records)
-    if not out or out[0].type != RUN_STARTED or out[0].index != 0:
+    if not out or not isinstance(out[0], Record) or out[0].type != RUN_STARTED:
         raise ForkError("a fork needs the source's whole log, from its run.started at index 0")
+    run_id = out[0].run_id
     for i, rec in enumerate(out):
-        if rec.index != i:
-            raise ForkError(f"the source's log has a gap: record {i} holds index {rec.index}")
+        # The envelope, as decoding checks it (records built in Python never were).
+        if not isinstance(rec, Record) or type(rec.index) is not int or rec.index != i:
+            raise ForkError(f"the source's log has no record {i}: a fork needs its whole log", i)
+        if not isinstance(rec.type, str) or not isinstance(run_id, str) or rec.run_id != run_id:
+            raise ForkError(f"record {i} is not one of run {short(run_id)}'s", i)
+        if type(rec.at) is not int or rec.at < 0:
+            raise ForkError(f"record {i}: at is not an integer >= 0: {short(rec.at)}", i)
     return out
 
 
@@ -154,6 +162,7 @@ def fork_point(
     """
     if (at is None) == (from_step is None):
         raise ForkError("give exactly one of at (a record index) and from_step (a step id)")
+    records = _records(records)
     end = len(records)
     settled = end > 0 and records[-1].type == RUN_SETTLED
     if from_step is not None:

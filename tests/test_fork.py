@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import flowcore
@@ -41,6 +42,25 @@ def work(f: flowcore.Fork) -> list[str]:
     return [e.idempotency_key for e in f.pending if not e.idempotency_key.endswith("/$deadline")]
 
 
+def unjittered(value: Any) -> Any:
+    """``value`` without the due times of retry backoffs.
+
+    A retry's jitter is derived from its key (language.md §5), and a fork's
+    keys hold its own run id: its backoff timers may fall due a little
+    earlier or later than the source's.
+    """
+    if isinstance(value, (list, tuple)):
+        return [unjittered(v) for v in value]
+    if isinstance(value, dict):
+        backoff = str(value.get("idempotencyKey", value.get("key", ""))).endswith("/backoff")
+        return {
+            k: unjittered(v)
+            for k, v in value.items()
+            if not (backoff and k in ("untilMs", "dueMs"))
+        }
+    return value
+
+
 def respelled(records: list[Record] | tuple[Record, ...], source: str, fork: str) -> list[Any]:
     """Records as (type, at, data) with every mention of ``source`` spelled ``fork``."""
     out = []
@@ -50,7 +70,8 @@ def respelled(records: list[Record] | tuple[Record, ...], source: str, fork: str
         data = dict(r.data) if r.type == "run.started" else r.data
         if r.type == "run.started":
             data.pop("forkedFrom", None)
-        out.append((r.type, r.at, json.dumps(data, sort_keys=True).replace(source, fork)))
+        text = json.dumps(unjittered(data), sort_keys=True).replace(source, fork)
+        out.append((r.type, r.at, text))
     return out
 
 
@@ -69,8 +90,8 @@ def check_fork(records: list[Record], flow: flowcore.Flow, at: int, source: str)
     # ... which waits for what the source waited for at that point.
     before = replay(records[:at], flow).state
     assert before is not None
-    want = msgspec.json.encode(flowcore.waiting_for(before)).decode()
-    got = msgspec.json.encode(flowcore.waiting_for(f.state)).decode()
+    want = json.dumps(unjittered(msgspec.to_builtins(flowcore.waiting_for(before))))
+    got = json.dumps(unjittered(msgspec.to_builtins(flowcore.waiting_for(f.state))))
     assert got == want.replace(source, "FRKRUN")
     pending = {e.idempotency_key for e in f.pending}
     view = flowcore.waiting_for(f.state)
@@ -243,3 +264,30 @@ def test_a_forks_records_validate_against_the_records_schema() -> None:
         assert not errors, errors[0].message
     started = json.loads(flowcore.encode_records(f.records[:1]))
     assert started["data"]["forkedFrom"] == {"runId": "r-1", "index": f.at}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    position=st.integers(0, 40),
+    field=st.sampled_from(["data", "type", "runId", "at", "index"]),
+    value=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+        max_leaves=8,
+    ),
+    at=st.integers(-2, 45),
+)
+def test_hostile_records_raise_only_flowcore_errors(
+    position: int, field: str, value: Any, at: int
+) -> None:
+    log = full_triage()
+    wire = [json.loads(line) for line in flowcore.encode_records(log.records).splitlines()]
+    wire[position % len(wire)][field] = value
+    try:
+        records = [
+            Record(w.get("type"), w.get("index"), w.get("runId"), w.get("at"), w.get("data"))
+            for w in wire
+        ]
+        flowcore.fork(records, log.flow, "r-2", at=at)
+    except flowcore.FlowcoreError:
+        pass
