@@ -16,7 +16,7 @@ import pytest
 import flowcore
 from flowcore_local import HostError, LocalHost
 
-from .local_helpers import JOURNALED, journal, settle, tools_file, work_until
+from .local_helpers import JOURNALED, dispatch_to_ghost, journal, settle, tools_file, work_until
 from .test_local_recovery_resume import FIXED, PAY, replays
 
 BROKEN = JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n'
@@ -182,3 +182,44 @@ output: "${ {one: steps.one.output, two: steps.two.output} }"
     assert children == [f"{rid}/two#1"]  # one's result came from the log
     assert source_child.status == "running"  # the source's child is the source's
     assert journal(tmp_path) == {"p/one#1/k#1": 1, "p/two#1/k#1": 1, f"{rid}/two#1/k#1": 1}
+
+
+def test_a_dead_lettered_effect_is_retried_in_place_by_resume_or_anew_by_a_fork(
+    tmp_path: Path,
+) -> None:
+    """The two ways back from a dead letter once its cause is fixed (local.md §10, §14)."""
+    spec = """
+flow: dl
+tools: {echo: {class: readonly}}
+steps:
+  - {id: a, call_tool: {tool: echo, input: 1}}
+  - {id: b, call_tool: {tool: echo, input: 2}}
+output: "${steps.b.output}"
+"""
+    tools = tools_file(tmp_path, "tools", FIXED)
+    db = tmp_path / "d.db"
+
+    async def starting(host: LocalHost) -> None:
+        await host.start(spec, {}, "in-place", tools=str(tools))
+        await host.start(spec, {}, "forked", tools=str(tools))
+
+    run(db, starting)
+    assert sorted(dispatch_to_ghost(db)) == ["forked/a#1", "in-place/a#1"]  # lost with a worker
+
+    async def body(host: LocalHost) -> Any:
+        dead = [await settle(host, rid) for rid in ("in-place", "forked")]
+        await host.resume("in-place")
+        fid = await host.fork("forked", from_step="a")
+        done = [await settle(host, rid) for rid in ("in-place", fid)]
+        return dead, fid, done, await host.show("in-place")
+
+    dead, fid, done, info = run(db, body, max_recoveries=0)
+    assert [(r.status, r.error["type"]) for r in dead] == [("failed", "dead-letter")] * 2
+    assert [(r.status, r.output) for r in done] == [("completed", {"echo": 2})] * 2
+    assert info["deadLetters"] == [] and info["resumes"][0]["key"] == "in-place/a#1"
+    assert journal(tmp_path) == {
+        "in-place/a#1": 1,  # again under its own key
+        "in-place/b#1": 1,
+        f"{fid}/a#1": 1,  # anew under the fork's
+        f"{fid}/b#1": 1,
+    }

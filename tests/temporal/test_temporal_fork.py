@@ -18,6 +18,9 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the Temporal host tests need temporalio (.[dev])")
 
+import msgspec
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
 import flowcore
@@ -26,6 +29,7 @@ from flowcore._replay import replay
 
 from .support import HERE, eventually, running_host, unique, waiting_for
 from .test_temporal_cli import Cli, worker_process
+from .test_temporal_hostile import WAIT_S, client_and_host, task_failures
 from .tools import JOURNAL_ENV
 
 PAY = """
@@ -184,3 +188,71 @@ def test_flowcore_temporal_fork_in_processes(
     assert shown["runId"] == fid
     assert final["output"] == {"b": 2, "c": 3}
     assert started(journal) == sorted([f"{rid}/a#1", f"{rid}/b#1", f"{fid}/b#1", f"{fid}/c#1"])
+
+
+NAP = """
+flow: nap
+steps:
+  - {id: nap, sleep: {for_ms: 1}}
+"""
+
+
+def test_hostile_fork_arguments_fail_the_workflow_at_once(temporal_address: str) -> None:
+    """Any client can send ``RunArgs.fork``: what is not a fork fails the start, non-retryably."""
+    flow = flowcore.parse_flow(NAP)
+    decision = flowcore.start(flow, None, run_id="src", now_ms=5)
+    good = [
+        msgspec.to_builtins(r) for r in flowcore.Recorder("src").started(flow, None, 5, decision)
+    ]
+    other = flowcore.parse_flow("flow: other\nsteps: [{id: x, sleep: {for_ms: 1}}]\n")
+    foreign = [
+        msgspec.to_builtins(r)
+        for r in flowcore.Recorder("src").started(
+            other, None, 5, flowcore.start(other, None, run_id="src", now_ms=5)
+        )
+    ]
+    fork = {"runId": "src", "index": len(good), "records": good}
+    cases: list[tuple[Any, str, str]] = [
+        (5, "RunArgsError", "fork: expected an object of runId, index and records"),
+        ({**fork, "index": 0}, "RunArgsError", "fork.index: expected an integer"),
+        ({**fork, "records": "x"}, "RunArgsError", "fork.records: expected a list"),
+        ({**fork, "records": [{"x": 1}]}, "ValueError", "the fork's records are not log records"),
+        ({**fork, "runId": "else"}, "ValueError", "are not those of run 'else'"),
+        ({**fork, "index": 1}, "ForkError", "index 1 (effect.emitted) is inside the decision"),
+        ({**fork, "records": foreign}, "ValueError", "the fork's records do not replay"),
+    ]
+
+    async def main() -> tuple[list[tuple[str, str, list[str]]], Any]:
+        async with client_and_host(temporal_address) as (client, host):
+
+            async def one(value: Any) -> tuple[str, str, list[str]]:
+                handle = await client.start_workflow(
+                    ft.WORKFLOW_NAME,
+                    {"spec": NAP, "fork": value},
+                    id=unique("fork"),
+                    task_queue=host.task_queue,
+                )
+                with pytest.raises(WorkflowFailureError) as caught:
+                    await asyncio.wait_for(handle.result(), WAIT_S)
+                cause = caught.value.cause
+                assert isinstance(cause, ApplicationError) and cause.non_retryable
+                return cause.type or "", cause.message, await task_failures(handle)
+
+            out = await asyncio.gather(*(one(value) for value, _, _ in cases))
+            # The well-formed fork runs: its log begins with the source's records.
+            rid = unique("fork")
+            await client.start_workflow(
+                ft.WORKFLOW_NAME,
+                {"spec": NAP, "run_id": rid, "fork": fork},
+                id=rid,
+                task_queue=host.task_queue,
+            )
+            return out, (await host.result(rid), await host.records(rid))
+
+    results, (result, log) = asyncio.run(main())
+    for (kind, message, failures), (_, want, part) in zip(results, cases, strict=True):
+        assert (kind, failures) == (want, []), (part, kind, message[:300], failures)
+        assert part in message, (part, message[:300])
+    assert result["status"] == "completed"
+    assert log[0].data["forkedFrom"] == {"runId": "src", "index": len(good)}
+    assert replay(log, flow).status == "completed"
