@@ -49,6 +49,7 @@ from ._query import (
     waiting_for,
 )
 from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
+from ._report import ForkedFrom
 from ._spec import Budget, Flow, canonical_spec, parse_flow
 from ._state import ScheduledAnswer, State, decode_state, encode_state
 from ._wire import (
@@ -115,6 +116,7 @@ __all__ = [
     "FlowcoreError",
     "Fork",
     "ForkError",
+    "ForkedFrom",
     "HumanAnswered",
     "InputError",
     "JsonTextError",

@@ -58,7 +58,7 @@ import msgspec
 from ._errors import FlowcoreError
 from ._interp import Decision
 from ._query import STATUS
-from ._report import TornTail
+from ._report import ForkedFrom, TornTail
 from ._spec import Budget, Flow
 from ._state import Sched
 from ._wire import (
@@ -160,13 +160,6 @@ class StartBudget(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omi
     tokens: NonNegInt | None = None
     tool_calls: NonNegInt | None = None
     turns: NonNegInt | None = None
-
-
-class ForkedFrom(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """A fork's source: its run and the index of the first of its records not carried."""
-
-    run_id: str
-    index: NonNegInt
 
 
 class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -41,6 +41,7 @@ EXPECTED = {
     "FlowcoreError",
     "Fork",
     "ForkError",
+    "ForkedFrom",
     "HumanAnswered",
     "InputError",
     "Plan",

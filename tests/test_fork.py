@@ -86,6 +86,7 @@ def check_fork(records: list[Record], flow: flowcore.Flow, at: int, source: str)
     # ... an ordinary log that replays to the fork's state ...
     report = replay(f.records, flow)
     assert report.ok and report.state is not None
+    assert report.forked_from == flowcore.ForkedFrom(run_id=source, index=at)
     assert encode_state(report.state) == encode_state(f.state)
     # ... which waits for what the source waited for at that point.
     before = replay(records[:at], flow).state

@@ -34,7 +34,12 @@ def test_fork_a_failed_run_from_its_failing_step_then_work_export_and_replay_it(
     assert journal(tmp_path) == {"pay/a#1": 1, "pay/b#1": 1, f"{rid}/b#1": 1, f"{rid}/c#1": 1}
     log = tmp_path / "fork.ndjson"
     ok("export", rid, "--db", db, "-o", str(log))
-    assert "completed" in ok("replay", str(log), "--spec", str(spec))
+    replayed = ok("replay", str(log), "--spec", str(spec))
+    assert "completed" in replayed
+    assert f"forked from run pay at index {point}" in replayed
+    document = json.loads(ok("replay", rid, "--db", db, "--json"))
+    assert (document["ok"], document["forkedFrom"]) == (True, {"runId": "pay", "index": point})
+    assert "forkedFrom" not in json.loads(ok("replay", "pay", "--db", db, "--json"))
     # The source is left as it was.
     assert json.loads(ok("show", "pay", "--db", db, "--json"))["status"] == "failed"
 
