@@ -21,7 +21,7 @@ from flowcore import (
     encode_state,
     replay,
 )
-from flowcore.testing import flow_inputs, flows, moves, play
+from flowcore.testing import Call, Fail, Simulator, flow_inputs, flows, moves, play
 from scripts.gen_schemas import wire_schemas
 
 from .test_replay import Log, full_triage, ok
@@ -292,3 +292,32 @@ def test_hostile_records_raise_only_flowcore_errors(
         flowcore.fork(records, log.flow, "r-2", at=at)
     except flowcore.FlowcoreError:
         pass
+
+
+def test_the_simulator_runs_a_fork_of_a_simulated_run_with_another_world() -> None:
+    spec = """
+flow: pay
+tools: {echo: {class: readonly}, charge: {}}
+steps:
+  - {id: a, call_tool: {tool: echo, input: 1}}
+  - {id: b, call_tool: {tool: charge, input: 2}}
+  - {id: c, call_tool: {tool: echo, input: 3}}
+output: "${ {b: steps.b.output, c: steps.c.output} }"
+"""
+    calls: list[str] = []
+
+    def echo(call: Call) -> Any:
+        calls.append(call.key)
+        return call.input
+
+    broken = Simulator(tools={"echo": echo, "charge": Fail("down")}).run(spec, run_id="r-1")
+    assert broken.status == "failed"
+    fixed = Simulator(tools={"echo": echo, "charge": echo})
+    forked = fixed.fork(spec, broken.log_of(), "r-2", from_step="b")
+    assert (forked.status, forked.output) == ("completed", {"b": 2, "c": 3})
+    assert calls == ["r-1/a#1", "r-2/b#1", "r-2/c#1"]  # a is not run again
+    log = forked.log_of()
+    assert log[0].data["forkedFrom"] == {"runId": "r-1", "index": 4}
+    assert replay(log, flowcore.parse_flow(spec)).status == "completed"
+    with pytest.raises(ForkError, match="has no step 'zz'"):
+        fixed.fork(spec, broken.log_of(), "r-2", from_step="zz")
