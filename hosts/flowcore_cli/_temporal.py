@@ -351,6 +351,9 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
             f"{info.get('runId')}  flow {info.get('flowId', '?')}  {info.get('status')}"
             f"  (Temporal: {info.get('temporal')})"
         )
+        forked = info.get("forkedFrom")
+        if forked:
+            click.echo(f"forked from {forked['runId']} at index {forked['index']}")
         budget = info.get("budget")
         if budget:
             click.echo(

@@ -379,7 +379,7 @@ class FlowcoreWorkflow:
         assert self._settled is not None and self._state is not None
         wire = flowcore.effect_to_wire(self._settled)
         used = flowcore.waiting_for(self._state)
-        return {
+        result: dict[str, Any] = {
             "runId": self._run_id,
             "flowId": self._state.flow.id,
             "status": wire["status"],
@@ -389,6 +389,14 @@ class FlowcoreWorkflow:
             "usage": _usage_json(used.usage()),
             "report": wire.get("report", []),
         }
+        if self._args.fork is not None:  # (only a fork's result has the key)
+            result["forkedFrom"] = self._forked_from()
+        return result
+
+    def _forked_from(self) -> dict[str, Any]:
+        fork = self._args.fork
+        assert fork is not None
+        return {"runId": fork["runId"], "index": fork["index"]}
 
     # --- events in -----------------------------------------------------------------------
 
@@ -588,6 +596,8 @@ class FlowcoreWorkflow:
             "records": len(self._records),
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
         }
+        if self._args.fork is not None:  # (only a fork's status has the key)
+            out["forkedFrom"] = self._forked_from()
         if self._settled is not None:
             out["result"] = self._result()
         return out

@@ -179,6 +179,7 @@ def test_flowcore_temporal_fork_in_processes(
         fid = info["runId"]
         assert info["forkedFrom"]["runId"] == rid
         shown = json.loads(cli.ok("show", fid, "--json"))
+        text = cli.ok("show", fid)
 
         async def settled() -> Any:
             found = json.loads(cli.ok("show", fid, "--json"))
@@ -186,6 +187,8 @@ def test_flowcore_temporal_fork_in_processes(
 
         final = asyncio.run(eventually(settled, f"{fid} to complete", timeout=60))
     assert shown["runId"] == fid
+    assert shown["forkedFrom"] == final["forkedFrom"] == info["forkedFrom"]
+    assert f"forked from {rid} at index {info['forkedFrom']['index']}" in text
     assert final["output"] == {"b": 2, "c": 3}
     assert started(journal) == sorted([f"{rid}/a#1", f"{rid}/b#1", f"{fid}/b#1", f"{fid}/c#1"])
 
