@@ -20,6 +20,7 @@ from ._errors import (
     SpecError,
     WireError,
 )
+from ._fork import Fork, ForkError, fork, fork_point, source_key
 from ._interp import (
     DEFAULT_STEP_BUDGET,
     SEMANTICS,
@@ -63,6 +64,7 @@ from ._query import (
     waiting_for,
 )
 from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
+from ._report import ForkedFrom
 from ._spec import Budget, Flow, canonical_spec, parse_flow
 from ._state import ScheduledAnswer, State, decode_state, encode_state
 from ._wire import (
@@ -134,6 +136,9 @@ __all__ = [
     "EventRejected",
     "Flow",
     "FlowcoreError",
+    "Fork",
+    "ForkError",
+    "ForkedFrom",
     "HumanAnswered",
     "InputError",
     "JsonTextError",
@@ -201,6 +206,8 @@ __all__ = [
     "encode_state",
     "event_from_wire",
     "event_to_wire",
+    "fork",
+    "fork_point",
     "iter_records",
     "metadata_filters",
     "parse_flow",
@@ -210,6 +217,7 @@ __all__ = [
     "replay",
     "result_event",
     "scheduled_calls",
+    "source_key",
     "start",
     "continue_run",
     "waiting_for",

@@ -58,7 +58,7 @@ import msgspec
 from ._errors import FlowcoreError
 from ._interp import Decision
 from ._query import STATUS
-from ._report import TornTail
+from ._report import ForkedFrom, TornTail
 from ._spec import Budget, Flow
 from ._state import Sched
 from ._wire import (
@@ -96,6 +96,7 @@ __all__ = [
     "EventRejectedData",
     "EventRejectedRecord",
     "EventReportedRecord",
+    "ForkedFrom",
     "RunSettledData",
     "RunSettledRecord",
     "RunStartedData",
@@ -166,7 +167,10 @@ class StartBudget(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omi
 
 
 class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """``run.started``: what ``start`` was called with; ``at`` is its ``now_ms``."""
+    """``run.started``: what ``start`` was called with; ``at`` is its ``now_ms``.
+
+    ``forkedFrom``: only in a fork's log (``flowcore.fork``).
+    """
 
     flow_id: str
     version: int
@@ -181,6 +185,7 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     incarnation: int = 1
     signals: tuple[CarriedSignal, ...] = ()
     scheduled: tuple[CarriedCall, ...] = ()
+    forked_from: ForkedFrom | None = None
 
 
 class EventRejectedData(msgspec.Struct, frozen=True, kw_only=True):

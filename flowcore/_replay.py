@@ -104,7 +104,14 @@ from ._log import (
     settled_record_data,
     why,
 )
-from ._report import ReplayError, ReplayReport, TrajectoryEntry, _Rejected, _Started
+from ._report import (
+    ForkedFrom,
+    ReplayError,
+    ReplayReport,
+    TrajectoryEntry,
+    _Rejected,
+    _Started,
+)
 from ._spec import Flow
 from ._state import PendingKind, decode_state
 from ._trajectory import Trajectory
@@ -286,6 +293,7 @@ class _Replayer:
         self.run_id: str | None = None
         self.version = flow.version
         self.spec_hash = flow.spec_hash
+        self.forked_from: ForkedFrom | None = None
         self.trajectory = Trajectory()
         if snapshot is not None:
             state = decode_state(snapshot, flow)
@@ -756,6 +764,7 @@ class _Replayer:
             )
         self.version = started.version
         self.spec_hash = started.spec_hash
+        self.forked_from = started.forked_from
         budget = budget_from_wire(started.budget)
         continued = None
         if started.incarnation != 1:
@@ -967,6 +976,7 @@ class _Replayer:
             torn=self.torn,
             divergence=divergence,
             state=state,
+            forked_from=self.forked_from,
         )
 
 

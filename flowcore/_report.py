@@ -14,9 +14,9 @@ import msgspec
 
 from ._errors import FlowcoreError, ReplayDivergence
 from ._state import State
-from ._wire import CarriedCall, CarriedSignal, Effect, ErrorInfo, Event, Settled, Usage
+from ._wire import CarriedCall, CarriedSignal, Effect, ErrorInfo, Event, NonNegInt, Settled, Usage
 
-__all__ = ["ReplayError", "ReplayReport", "TornTail", "TrajectoryEntry"]
+__all__ = ["ForkedFrom", "ReplayError", "ReplayReport", "TornTail", "TrajectoryEntry"]
 
 
 class TornTail(msgspec.Struct, frozen=True):
@@ -79,6 +79,13 @@ class TrajectoryEntry(msgspec.Struct, kw_only=True, gc=False):
     note: str = ""
 
 
+class ForkedFrom(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A fork's source: its run and the index of the first of its records not carried."""
+
+    run_id: str
+    index: NonNegInt
+
+
 class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     """What a replay found. ``ok`` when nothing diverged.
 
@@ -93,6 +100,8 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     ``steps_used`` and ``cost_used`` are the run's ledger (every work effect
     costs one step on top of reported usage). ``state`` is the state after the
     last record replayed (before a divergence), None if ``start`` itself failed.
+    ``forked_from``: what the ``run.started`` of a fork's log records
+    (``flowcore.fork``), else None.
     """
 
     run_id: str
@@ -118,6 +127,7 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     torn: TornTail | None = None
     divergence: ReplayDivergence | None = None
     state: State | None = None
+    forked_from: ForkedFrom | None = None
 
     @property
     def ok(self) -> bool:
@@ -140,6 +150,7 @@ class _Started(msgspec.Struct, frozen=True, rename="camel"):
     incarnation: int = 1
     signals: tuple[CarriedSignal, ...] = ()
     scheduled: tuple[CarriedCall, ...] = ()
+    forked_from: ForkedFrom | None = None
 
 
 class _Rejected(msgspec.Struct, frozen=True):

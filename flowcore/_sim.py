@@ -57,9 +57,10 @@ import msgspec
 from ._data import DataError, check_data
 from ._driver import plan
 from ._errors import EventRejected, FlowcoreError
+from ._fork import Fork, fork
 from ._interp import Decision, InputError, advance, continue_run, start
 from ._keys import parse_key
-from ._log import Record, Recorder
+from ._log import Record, Recorder, budget_from_wire
 from ._outcome import NO_USAGE
 from ._query import waiting_for
 from ._spec import Budget, Flow, parse_flow
@@ -623,6 +624,27 @@ class Simulator:
         """
         return _Simulation(self, now_ms).run(as_flow(flow), input, run_id, budget, metadata)
 
+    def fork(
+        self,
+        flow: Spec,
+        records: Iterable[Record],
+        run_id: str,
+        *,
+        at: int | None = None,
+        from_step: str | None = None,
+    ) -> Trajectory:
+        """Simulate a fork of the run whose log is ``records`` to the end (``flowcore.fork``).
+
+        The fork begins with the source's history up to the point (its log
+        holds the carried records); what is open there is answered by this
+        simulator's world, from the time of the last carried record on.
+        """
+        parsed = as_flow(flow)
+        forked = fork(records, parsed, run_id, at=at, from_step=from_step)
+        return _Simulation(self, forked.records[-1].at).run(
+            parsed, None, run_id, None, forked=forked
+        )
+
 
 def simulate(flow: Spec, input: Any = None, **world: Any) -> Trajectory:
     """``Simulator(**world).run(flow, input)``, for one-off runs."""
@@ -708,9 +730,13 @@ class _Simulation:
         run_id: str,
         budget: Budget | BudgetRemaining | None,
         metadata: Mapping[str, Any] | None = None,
+        forked: Fork | None = None,
     ) -> Trajectory:
         sim = self.sim
-        root = self.start_run(flow, input, run_id, budget, 0, None, None, metadata)
+        if forked is None:
+            root = self.start_run(flow, input, run_id, budget, 0, None, None, metadata)
+        else:
+            root = self.start_fork(flow, forked)
         for signal in sim.signals:
             target = signal.run_id or run_id
             event = SignalReceived(
@@ -834,6 +860,21 @@ class _Simulation:
         self.runs[run_id] = slot
         self.log.extend(slot.recorder.started(flow, input, self.now, d, budget, depth, metadata))
         self.execute(slot, d)
+        return slot
+
+    def start_fork(self, flow: Flow, forked: Fork) -> _Slot:
+        """A fork's root run: its carried log, then only what is open at its end."""
+        first = forked.records[0]
+        data = first.data if isinstance(first.data, dict) else {}
+        budget = budget_from_wire(data.get("budget"))
+        depth = data.get("depth", 0)
+        history = RunHistory(flow, data.get("input"), forked.run_id, first.at, budget, depth)
+        history.turns.append(Turn(None, forked.pending, forked.state))
+        slot = _Slot(flow, forked.run_id, history, None, None)
+        slot.recorder = Recorder(forked.run_id, len(forked.records))
+        self.runs[forked.run_id] = slot
+        self.log.extend(forked.records)
+        self.execute(slot, Decision(forked.state, forked.pending))
         return slot
 
     def deliver(self, slot: _Slot, event: Event) -> None:

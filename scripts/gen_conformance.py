@@ -73,14 +73,16 @@ class Driver:
         depth: int = 0,
         now: int = 0,
         metadata: dict[str, Any] | None = None,
+        run_id: str = RUN_ID,
     ) -> None:
         self.flow = flowcore.parse_flow(spec, source_name="flow.yaml")
-        self.recorder = Recorder(RUN_ID)
+        self.run_id = run_id
+        self.recorder = Recorder(run_id)
         self.now = now
         decision = flowcore.start(
             self.flow,
             input,
-            run_id=RUN_ID,
+            run_id=run_id,
             now_ms=now,
             budget=budget,
             depth=depth,
@@ -125,9 +127,19 @@ class Driver:
             )
             self._arm(decision)
 
-    @staticmethod
-    def key(short: str) -> str:
-        return f"{RUN_ID}/{short}"
+    def key(self, short: str) -> str:
+        return f"{self.run_id}/{short}"
+
+    def fork_from(self, source: Driver, from_step: str) -> None:
+        """Become the fork of ``source``'s run from ``from_step`` (``flowcore.fork``)."""
+        forked = flowcore.fork(source.records, self.flow, self.run_id, from_step=from_step)
+        self.records = list(forked.records)
+        self.state = forked.state
+        self.recorder = Recorder(self.run_id, len(forked.records))
+        self.now = forked.records[-1].at
+        self.timers = {
+            e.idempotency_key: e.until_ms for e in forked.pending if isinstance(e, flowcore.Sleep)
+        }
 
     # --- events ------------------------------------------------------------------------
 
@@ -2191,6 +2203,36 @@ def _corrupt(d: Driver) -> None:
 
 def _json_line(record: dict[str, Any]) -> bytes:
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+FORKED = """
+flow: pay
+tools: {lookup: {class: readonly}, charge: {class: idempotent}, notify: {}}
+steps:
+  - id: fetch
+    call_tool: {tool: lookup, input: {order: "${input.order}"}}
+  - id: charge
+    call_tool: {tool: charge, input: {amount: "${steps.fetch.output.amount}"}}
+  - id: notify
+    call_tool: {tool: notify, input: {paid: "${steps.charge.output.id}"}}
+output: "${ {paid: steps.charge.output.id} }"
+"""
+
+
+@case(
+    "fork",
+    "A fork of run r-0, which failed at charge, from step charge, as run r-1: run.started "
+    "records forkedFrom; fetch's result is carried under r-1's key, charge runs again.",
+    FORKED,
+    input={"order": "o-9"},
+)
+def _fork(d: Driver) -> None:
+    source = Driver(FORKED, {"order": "o-9"}, run_id="r-0")
+    source.ok("fetch#1", {"amount": 40})
+    source.fail("charge#1", "card-declined")
+    d.fork_from(source, "charge")
+    d.ok("charge#1", {"id": "ch-1"})
+    d.ok("notify#1", {"sent": True})
 
 
 def build(c: Case) -> dict[str, bytes]:

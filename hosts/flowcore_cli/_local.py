@@ -625,6 +625,9 @@ def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
         )
     if info.get("metadata"):
         _print(f"metadata: {meta_text(info['metadata'])}")
+    if "forkedFrom" in info:
+        forked = info["forkedFrom"]
+        _print(f"forked from {forked['runId']} at index {forked['index']}")
     if info["output"] is not None:
         _print(f"output: {json.dumps(info['output'])}")
     if info["error"]:
@@ -755,6 +758,66 @@ def resume(run_id: str, tools: str | None, detach: bool, db: Path) -> None:
 
 @click.command()
 @run_id_argument
+@click.option("--at", "at", type=int, help="The log index to fork at: records before it are kept.")
+@click.option("--from-step", help="Fork just before step ID: it, and all after it, run again.")
+@click.option("--run-id", "new_run_id", help="The new run's id (default: RUN-fork-INDEX).")
+@click.option("--tools", help="The new run's tools module (default: RUN's own).")
+@click.option("--cancel-source", is_flag=True, help="Cancel RUN too if it is running (a reset).")
+@click.option("--follow", is_flag=True, help="Then process the new run to the end, as `run` does.")
+@click.option("--json", "as_json", is_flag=True, help="Print {runId, forkedFrom} as JSON.")
+@db_option
+def fork(
+    run_id: str,
+    at: int | None,
+    from_step: str | None,
+    new_run_id: str | None,
+    tools: str | None,
+    cancel_source: bool,
+    follow: bool,
+    as_json: bool,
+    db: Path,
+) -> None:
+    """Fork RUN as a new run with its history up to a point; print the new run's id.
+
+    The point is --at INDEX (the new run takes RUN's records before INDEX;
+    it must be the index of an event record, or the end of an unsettled
+    log) or --from-step ID (the step and everything after it run again).
+    Work answered before the point keeps its result and is not run again;
+    work open at the point runs again under the new run's keys. With
+    --cancel-source RUN is cancelled in the same transaction (a reset).
+    A worker (`flowcore worker`) runs the new run, or --follow here.
+    """
+    if (at is None) == (from_step is None):
+        raise CliError("give exactly one of --at INDEX and --from-step STEP_ID")
+
+    async def body(host: LocalHost) -> dict[str, Any] | None:
+        rid = await host.fork(
+            run_id,
+            at=at,
+            from_step=from_step,
+            new_run_id=new_run_id,
+            tools=tools,
+            cancel_source=cancel_source,
+        )
+        if as_json:
+            forked = (await host.show(rid)).get("forkedFrom")
+            click.echo(json.dumps({"runId": rid, "forkedFrom": forked}))
+        else:
+            click.echo(rid)
+        if not follow:
+            return None
+        return await _follow(host, rid, (await host.run(rid)).next_index, out)
+
+    try:
+        result = _run(db, body)
+    except flowcore.ForkError as exc:
+        raise CliError(f"cannot fork run {run_id!r}: {exc}") from None
+    if result is not None:
+        _settled(result)
+
+
+@click.command()
+@run_id_argument
 @reason_option
 @db_option
 def cancel(run_id: str, reason: str, db: Path) -> None:
@@ -762,4 +825,4 @@ def cancel(run_id: str, reason: str, db: Path) -> None:
     _run(db, lambda host: host.cancel(run_id, reason))
 
 
-COMMANDS = [run, resume, worker, runs, show, events, export, signal_, answer, cancel]
+COMMANDS = [run, resume, fork, worker, runs, show, events, export, signal_, answer, cancel]

@@ -216,7 +216,7 @@ def report_to_json(report: ReplayReport) -> dict[str, Any]:
     """The report as the ``--json`` document (specs/cli.md)."""
     settled = report.settled
     divergence = report.divergence
-    out = {
+    out: dict[str, Any] = {
         "ok": report.ok,
         "runId": report.run_id,
         "flowId": report.flow_id,
@@ -254,6 +254,8 @@ def report_to_json(report: ReplayReport) -> dict[str, Any]:
     }
     if report.state is not None and report.state.metadata:  # absent: none set
         out["metadata"] = dict(report.state.metadata)
+    if report.forked_from is not None:  # (only a fork's document has the key)
+        out["forkedFrom"] = msgspec.to_builtins(report.forked_from)
     return out
 
 
@@ -340,6 +342,12 @@ def _print_report(
         + ")"
     )
     out.print(head)
+    if report.forked_from is not None:
+        source = report.forked_from
+        out.print(
+            f"forked from run [bold]{_shown(source.run_id)}[/] at index {source.index}: the"
+            " events before it are that run's, under this run's keys"
+        )
     if report.spec_matches:
         out.print(f"spec {spec} (the one the log recorded)")
     else:

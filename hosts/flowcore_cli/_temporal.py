@@ -1,7 +1,7 @@
 """``flowcore temporal ...``: the Temporal host's commands, on
 ``flowcore_temporal.TemporalHost``.
 
-worker, run, signal, answer, cancel, show, export, and the groups schedule
+worker, run, signal, answer, cancel, fork, show, export, and the groups schedule
 (``_temporal_schedule``) and scheduled (``_temporal_scheduled``); how each
 reaches Temporal is ``_temporal_session``. Every failure a user can
 cause (a server that cannot be reached, an unknown run, bad JSON, a bad spec,
@@ -321,6 +321,58 @@ def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: s
 
 @click.command()
 @run_id_argument
+@click.option("--at", "at", type=int, help="The log index to fork at: records before it are kept.")
+@click.option("--from-step", help="Fork just before step ID: it, and all after it, run again.")
+@click.option("--run-id", "new_run_id", help="The new run's id (default: RUN-fork-INDEX).")
+@click.option("--tools", help="The new run's tools module (default: RUN's own).")
+@click.option("--cancel-source", is_flag=True, help="Cancel RUN too if it is running (a reset).")
+@json_option
+@connection_options
+def fork(
+    run_id: str,
+    at: int | None,
+    from_step: str | None,
+    new_run_id: str | None,
+    tools: str | None,
+    cancel_source: bool,
+    as_json: bool,
+    address: str,
+    task_queue: str,
+    namespace: str,
+) -> None:
+    """Fork RUN as a new run with its history up to a point; print the new run's id.
+
+    As `flowcore fork` (--at INDEX or --from-step ID): the source's log is
+    read from its history, and a new workflow starts with it up to the point
+    and runs on from there; a worker runs it. --cancel-source then cancels
+    RUN if it is still running (a reset).
+    """
+    if (at is None) == (from_step is None):
+        raise CliError("give exactly one of --at INDEX and --from-step STEP_ID")
+
+    async def body(host: TemporalHost) -> dict[str, Any]:
+        try:
+            rid = await host.fork(
+                run_id,
+                at=at,
+                from_step=from_step,
+                new_run_id=new_run_id,
+                tools=tools,
+                cancel_source=cancel_source,
+            )
+        except flowcore.ForkError as exc:
+            raise CliError(f"cannot fork run {run_id!r}: {exc}") from None
+        return {"runId": rid, "forkedFrom": await host.forked_from(rid)}
+
+    def after(info: dict[str, Any]) -> int:
+        click.echo(json.dumps(info) if as_json else info["runId"])
+        return 0
+
+    with_host(address, namespace, task_queue, body, after)
+
+
+@click.command()
+@run_id_argument
 @json_option
 @connection_options
 def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
@@ -334,6 +386,9 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
             f"{info.get('runId')}  flow {info.get('flowId', '?')}  {info.get('status')}"
             f"  (Temporal: {info.get('temporal')})"
         )
+        forked = info.get("forkedFrom")
+        if forked:
+            click.echo(f"forked from {forked['runId']} at index {forked['index']}")
         budget = info.get("budget")
         if budget:
             click.echo(
@@ -454,7 +509,7 @@ def GROUP() -> None:
     """Run flows on a Temporal cluster (needs the temporal extra)."""
 
 
-for _command in (worker, run, signal_, answer, cancel, show, export, runs):
+for _command in (worker, run, signal_, answer, cancel, fork, show, export, runs):
     GROUP.add_command(_command)
 GROUP.add_command(schedule)
 GROUP.add_command(scheduled)

@@ -52,6 +52,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "resume",
         "Retry the failed RUN from its failed step, with new handlers if --tools is given.",
     ),
+    "fork": (
+        "_local",
+        "fork",
+        "Fork RUN as a new run with its history up to a point; print the new run's id.",
+    ),
     "worker": ("_local", "worker", "Resume and process every run in the database until stopped."),
     "runs": ("_local", "runs", "List the runs in the database, oldest first, a page at a time."),
     "show": (

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import flowcore
 from flowcore import (
     CallTool,
+    CancelRequested,
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
@@ -526,6 +527,87 @@ class LocalHost:
 
         self._after(await self._db(resuming))
 
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        from_step: str | None = None,
+        new_run_id: str | None = None,
+        tools: str | None = None,
+        cancel_source: bool = False,
+    ) -> str:
+        """Fork ``run_id`` as a new run with its history up to a point; the new run's id.
+
+        The point is ``at`` (a log index: the fork takes the records before
+        it) or ``from_step`` (the step and everything after it run again); see
+        ``flowcore.fork``. The new run (``new_run_id``, default
+        ``{run_id}-fork-{point}``) is written in one transaction: its row, its
+        log (its ``run.started`` records ``forkedFrom``), its state and the
+        outbox rows of the work open at the point, which a worker dispatches
+        under the fork's keys. Results received before the point are reused,
+        never run again. ``tools``: the fork's tools module (default: the
+        source's). ``cancel_source``: cancel the source in the same
+        transaction if it is running (a reset, as Temporal's).
+
+        Forking again with the same point and id returns the same run.
+        Refused with ``ForkError`` for a bad point or step, and with
+        ``HostError`` for a child run (fork its root), a run id that exists
+        otherwise, and a tools module that lacks a handler the run needs.
+        """
+        name = tools_module_name(tools)
+        now = self.now()
+        row = await self.run(run_id)
+        use = name or row.tools
+        if use not in self._supplied:
+            try:
+                self._registry(use)  # imported before the transaction, not while it holds the lock
+            except RegistryError as exc:
+                raise HostError(f"cannot fork run {run_id!r}: {exc}") from None
+
+        def forking() -> tuple[str, list[Applied]]:
+            store = self.store
+            with store.tx():
+                source = store.run_row(run_id)
+                if source.parent_run is not None:
+                    raise HostError(
+                        f"cannot fork run {run_id!r}: it is a child run of"
+                        f" {source.parent_run!r}; fork its root run"
+                    )
+                flow = store.flow_by_hash(source.spec_hash)
+                records = store.log_records(run_id)
+                point = flowcore.fork_point(records, flow, at=at, from_step=from_step)
+                rid = new_run_id or f"{run_id}-fork-{point}"
+                if store.existing(rid) is not None:
+                    if store.forked_from(rid) == {"runId": run_id, "index": point}:
+                        return rid, []  # the same fork again
+                    raise HostError(f"cannot fork run {run_id!r}: run {rid!r} already exists")
+                try:
+                    made = flowcore.fork(records, flow, rid, at=point)
+                except flowcore.ForkError:
+                    raise
+                except flowcore.FlowcoreError as exc:  # (a stored log replays)
+                    raise HostError(
+                        f"cannot fork run {run_id!r}: its log does not replay"
+                        f" ({safe_text(str(exc), 300)})"
+                    ) from None
+                if use not in self._supplied:
+                    missing = missing_handlers(self._registry(use), reachable_flows(store, flow))
+                    if missing:
+                        raise HostError(f"cannot fork run {run_id!r}: {self._lacks(use, missing)}")
+                budget = store.existing(run_id)
+                assert budget is not None
+                applied = [store.fork_run(source, made, now, use, budget[3])]
+                if cancel_source and source.status == "running":
+                    event = CancelRequested(reason=f"reset: forked as {rid}", at_ms=now)
+                    applied.append(store.apply(run_id, event, now))
+                    applied.extend(store.take_extra())
+                return rid, applied
+
+        rid, applied = await self._db(forking)
+        self._after(applied)
+        return rid
+
     def _check_resumed(self, store: Store, rewind: Rewind, tools: str | None) -> None:
         if tools in self._supplied:
             return
@@ -959,7 +1041,8 @@ class LocalHost:
 
     async def show(self, run_id: str) -> dict[str, Any]:
         """Status, pending effects and questions, budget used and left, dead letters,
-        buffered signals, handler failures (with tracebacks) and resumes."""
+        buffered signals, handler failures (with tracebacks) and resumes; for a
+        fork, ``forkedFrom`` ``{runId, index}``."""
 
         def showing() -> dict[str, Any]:
             store = self.store
@@ -970,7 +1053,7 @@ class LocalHost:
             signals = {s.key: s.signal for s in view.signals}
             outbox = store.outbox_rows(run_id)  # in emission order
             incarnation = store.state(run_id).incarnation
-            shown = {
+            info: dict[str, Any] = {
                 "runId": row.run_id,
                 "flowId": row.flow_id,
                 "status": row.status,
@@ -1015,8 +1098,11 @@ class LocalHost:
                 "detached": store.detached(run_id),
             }
             if incarnation != 1:  # a run that continued as new (language.md §4.18)
-                shown["incarnation"] = incarnation
-            return shown
+                info["incarnation"] = incarnation
+            forked = store.forked_from(run_id)
+            if forked is not None:  # (only a fork's output has the key)
+                info["forkedFrom"] = forked
+            return info
 
         return await self._db(showing)
 

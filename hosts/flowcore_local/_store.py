@@ -1310,6 +1310,90 @@ class Store:
             self.mark(run_id, failed_key, "dispatched")
         return applied
 
+    # --- forking a run -----------------------------------------------------------------
+
+    def fork_run(
+        self,
+        source: RunRow,
+        fork: flowcore.Fork,
+        now: int,
+        tools: str | None,
+        budget: Any,
+    ) -> Applied:
+        """Write the run ``fork`` describes (in the open transaction).
+
+        The run's row (the source's flow, input, budget and principal; a root
+        run), its log (``fork.records``), the rows its state stores (re-derived
+        event by event as its own transactions would have written them) and
+        its checkpoint; ``fork.pending`` get their outbox rows, as a new
+        decision's effects do, so a worker dispatches the open work.
+        """
+        conn = self.conn
+        self._flush()
+        run_id = fork.run_id
+        flow = self.flow_by_hash(source.spec_hash)
+        records = list(fork.records)
+        end = len(records)
+        state, results, report_rows, resolved = _rebuild(flow, run_id, records, end)
+        conn.execute(
+            "INSERT INTO runs (run_id, flow_id, spec_hash, parent_run, parent_key, depth, status,"
+            " input, budget, tools, created_ms, updated_ms, next_index, principal, state,"
+            " saved_index) VALUES (?, ?, ?, NULL, NULL, 0, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                source.flow_id,
+                source.spec_hash,
+                _dumps(source.input),
+                None if budget is None else _dumps(budget),
+                tools,
+                now,
+                now,
+                end,
+                source.principal,
+                persist.encode_hot(state),
+                end,
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
+            [(run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records],
+        )
+        scheduled.project_all(conn, run_id, state)
+        conn.executemany(
+            "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)",
+            [(run_id, name, _json.encode(rec)) for name, rec in results.items() if rec is not None],
+        )
+        conn.executemany(
+            "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
+            [(run_id, i, persist.encode_row(row)) for i, row in enumerate(report_rows)],
+        )
+        conn.executemany(
+            "INSERT INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
+            [(run_id, key, persist.encode_resolution(how)) for key, how in resolved.items()],
+        )
+        (version,) = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        self._touched.add(run_id)
+        self._cache[run_id] = _Cached(end, state, tools, len(report_rows), version, end)
+        self._verified.add(run_id)
+        applied = Applied(run_id, records=records)
+        emitted = {
+            r.data.get("idempotencyKey"): r.index
+            for r in records
+            if r.type == "effect.emitted" and isinstance(r.data, dict)
+        }
+        for effect in fork.pending:
+            seq = emitted.get(effect.idempotency_key, end)
+            self._outbox(run_id, flow, effect, now, applied, tools, seq)
+        return applied
+
+    def forked_from(self, run_id: str) -> Any:
+        """``{runId, index}`` when ``run_id`` is a fork (its ``run.started`` says so), else None."""
+        row = self.conn.execute(
+            "SELECT data FROM log WHERE run_id = ? AND idx = 0", (run_id,)
+        ).fetchone()
+        data = None if row is None else _json_decode(row[0])
+        return data.get("forkedFrom") if isinstance(data, dict) else None
+
     def archived(self, run_id: str) -> list[tuple[int, flowcore.Record]]:
         """The records resumes moved out of the live log: (resume number, record)."""
         return [

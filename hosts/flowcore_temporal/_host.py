@@ -12,6 +12,7 @@ worker needed, and the records are the ones the run wrote.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -71,6 +72,7 @@ from ._types import (
     RunArgs,
     RunArgsError,
     check_run_args,
+    run_args_from_wire,
 )
 from ._visibility import SearchAttributes, metadata_of, visibility_query
 from ._workflow import FlowcoreWorkflow
@@ -486,6 +488,99 @@ class TemporalHost:
     async def cancel(self, run_id: str, reason: str = "") -> None:
         """Cancel the run: pending work is abandoned, compensations run, it settles cancelled."""
         await self._call(self.handle(run_id).cancel(reason=reason), run_id)
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        from_step: str | None = None,
+        new_run_id: str | None = None,
+        tools: str | None = None,
+        cancel_source: bool = False,
+    ) -> str:
+        """Fork run ``run_id`` as a new run with its history up to a point; its run id.
+
+        The point is ``at`` (a log index) or ``from_step``, as ``flowcore.fork``
+        takes them. The source's log is read from its history (as ``export``
+        reads it), the fork is checked here (``ForkError`` for a bad point or
+        step), and a new workflow (id ``new_run_id``, default
+        ``{run_id}-fork-{point}``) is started with the source's ``RunArgs``
+        and the source's records before the point (``RunArgs.fork``): it
+        applies them again and dispatches what is open at the end of them.
+        ``tools``: the fork's tools module (default: the source's).
+        ``cancel_source``: then cancel the source if it is still running (a
+        reset). A run id that exists is returned as it is, as ``start`` does.
+        A child run is refused: fork its root.
+        """
+        history = await self.history(run_id)
+        source = self._run_args_of(history, run_id)
+        if source.depth > 0:
+            raise TemporalHostError(
+                f"cannot fork run {run_id!r}: it is a child run (depth {source.depth});"
+                " fork its root run"
+            )
+        records = await history_to_log(history)
+        flow = flowcore.parse_flow(source.spec, source_name=source.source_name)
+        point = flowcore.fork_point(records, flow, at=at, from_step=from_step)
+        rid = new_run_id or f"{run_id}-fork-{point}"
+        made = flowcore.fork(records, flow, rid, at=point)  # checked here, made again there
+        args = dataclasses.replace(
+            source,
+            run_id=rid,
+            tools=tools if tools is not None else source.tools,
+            schedule=None,  # (the input is the one the source's run.started records)
+            fork={
+                "runId": run_id,
+                "index": made.at,
+                "records": [msgspec.to_builtins(r) for r in records[: made.at]],
+            },
+        )
+        try:
+            check_run_args(args)
+        except RunArgsError as exc:
+            raise TemporalHostError(str(exc)) from None
+        try:
+            await self._call(
+                self.client.start_workflow(
+                    FlowcoreWorkflow.run,
+                    args,
+                    id=rid,
+                    task_queue=self.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    static_summary=f"flowcore {flow.id} (fork of {run_id})",
+                ),
+                rid,
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # a run with this id has already ended: that run is the answer
+        if cancel_source:
+            desc = await self._call(self.handle(run_id).describe(), run_id)
+            if desc.status == WorkflowExecutionStatus.RUNNING:
+                await self.cancel(run_id, f"reset: forked as {rid}")
+        return rid
+
+    def _run_args_of(self, history: WorkflowHistory, run_id: str) -> RunArgs:
+        """The ``RunArgs`` run ``run_id`` was started with, from its history."""
+        first = history.events[0] if history.events else None
+        if first is None or not first.HasField("workflow_execution_started_event_attributes"):
+            raise TemporalHostError(f"{run_id} is not a flowcore run")
+        started = first.workflow_execution_started_event_attributes
+        if started.workflow_type.name != WORKFLOW_NAME:
+            raise TemporalHostError(f"{run_id} is a {started.workflow_type.name} workflow")
+        try:
+            payload = started.input.payloads[0]
+            return run_args_from_wire(
+                self.client.data_converter.payload_converter.from_payload(payload)
+            )
+        except (IndexError, RunArgsError) as exc:
+            raise TemporalHostError(f"{run_id}: its RunArgs: {exc}") from None
+
+    async def forked_from(self, run_id: str) -> dict[str, Any] | None:
+        """``{runId, index}`` when ``run_id`` is a fork, else None (from its history)."""
+        fork = self._run_args_of(await self.history(run_id), run_id).fork
+        return None if fork is None else {"runId": fork["runId"], "index": fork["index"]}
 
     async def _query(self, run_id: str, name: str, *args: Any) -> Any:
         handle = self.handle(run_id)

@@ -188,6 +188,11 @@ class RunArgs:
     """The log records of the incarnation that ended (wire envelopes), which
     the new Temporal run keeps before its own, as the local host keeps them:
     whoever follows the log sees how the last incarnation ended."""
+    fork: dict[str, Any] | None = None
+    """A fork (``TemporalHost.fork``): ``{"runId", "index", "records"}``, the
+    source run, the fork point and the source's log records before it (wire
+    envelopes). The run is then ``flowcore.fork`` of them rather than a
+    ``start`` of ``input``: it begins with the source's history up to there."""
 
 
 MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
@@ -283,6 +288,15 @@ def _problems(args: RunArgs) -> list[str]:
         )
     if args.metadata is not None and not isinstance(args.metadata, dict):
         out.append(("metadata", f"expected an object or null, got {_show(args.metadata)}"))
+    fork = args.fork
+    if fork is not None:
+        if not isinstance(fork, dict) or set(fork) != {"runId", "index", "records"}:
+            out.append(("fork", "expected an object of runId, index and records, or null"))
+        else:
+            out.append(("fork.runId", _text_problem(fork["runId"], limit=flowcore.MAX_NAME_CHARS)))
+            out.append(("fork.index", _int_problem(fork["index"], 1, _MAX_INT)))
+            if not isinstance(fork["records"], list):
+                out.append(("fork.records", f"expected a list, got {_show(fork['records'])}"))
     budget = args.budget
     if budget is not None:
         if not isinstance(budget, dict):

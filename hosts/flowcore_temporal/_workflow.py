@@ -226,6 +226,26 @@ def _run_args(value: Any) -> RunArgs:
     return run_args_from_wire(data)
 
 
+def _forked(flow: flowcore.Flow, run_id: str, fork: dict[str, Any]) -> flowcore.Fork:
+    """The run a fork's ``RunArgs.fork`` describes (``flowcore.fork`` of the records).
+
+    Anything wrong in them (records that are not a log, a point that is not
+    one, a log of another flow) is a ``ValueError`` saying so.
+    """
+    try:
+        records = msgspec.convert(fork["records"], list[Record])
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"the fork's records are not log records: {exc}") from None
+    if records and records[0].run_id != fork["runId"]:
+        raise ValueError(f"the fork's records are not those of run {fork['runId']!r}")
+    try:
+        return flowcore.fork(records, flow, run_id, at=fork["index"])
+    except flowcore.ForkError:
+        raise
+    except flowcore.FlowcoreError as exc:
+        raise ValueError(f"the fork's records do not replay: {exc}") from None
+
+
 def budget_to_args(budget: BudgetRemaining | None) -> dict[str, int] | None:
     """A remaining budget in the wire form ``RunArgs.budget`` takes."""
     return flowcore.budget_to_wire(budget)
@@ -323,6 +343,8 @@ class FlowcoreWorkflow:
                 decision = flowcore.continue_run(
                     flow, continued, self._run_id, now, args.depth, self._semantics
                 )
+            elif args.fork is not None:
+                made = _forked(flow, self._run_id, args.fork)
             else:
                 if args.schedule is not None:
                     args.input = input_for(args.schedule, args.input, self._scheduled_ms())
@@ -338,6 +360,8 @@ class FlowcoreWorkflow:
                 )
         except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
+            # (A ForkError, a LogCorrupt, a ReplayDivergence of a fork's
+            # records are ValueErrors or turned into one by _forked.)
             message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
         if continued is not None:
@@ -348,15 +372,29 @@ class FlowcoreWorkflow:
                     flow, continued.input, now, decision, depth=args.depth, continued=continued
                 )
             )
+            self._follow(decision)
+        elif args.fork is not None:
+            # The source's history up to the point, applied again: nothing in
+            # it is dispatched but what is still open at the end of it.
+            self._semantics = made.state.run.semantics
+            self._records.extend(made.records)
+            self._recorder = Recorder(self._run_id, len(made.records))
+            self._state = made.state
+            self._index_metadata(made.state)
+            for effect in made.pending:
+                self._start_effect(effect)
+            self._upsert_signal_keys()
         else:
             self._records.extend(
                 self._recorder.started(
                     flow, args.input, now, decision, budget, args.depth, args.metadata
                 )
             )
-        self._follow(decision)
+            self._follow(decision)
         late = [  # signals the last incarnation received after it had ended
-            SignalReceived(signal=s["signal"], payload=s.get("payload"), at_ms=now)
+            SignalReceived(
+                signal=s["signal"], payload=s.get("payload"), at_ms=now, key=s.get("key")
+            )
             for s in args.signals
         ]
         early, self._early = [*late, *self._early], []
@@ -455,7 +493,7 @@ class FlowcoreWorkflow:
         assert self._settled is not None and self._state is not None
         wire = flowcore.effect_to_wire(self._settled)
         used = flowcore.waiting_for(self._state)
-        return {
+        result: dict[str, Any] = {
             "runId": self._run_id,
             "flowId": self._state.flow.id,
             "status": wire["status"],
@@ -465,6 +503,14 @@ class FlowcoreWorkflow:
             "usage": _usage_json(used.usage()),
             "report": wire.get("report", []),
         }
+        if self._args.fork is not None:  # (only a fork's result has the key)
+            result["forkedFrom"] = self._forked_from()
+        return result
+
+    def _forked_from(self) -> dict[str, Any]:
+        fork = self._args.fork
+        assert fork is not None
+        return {"runId": fork["runId"], "index": fork["index"]}
 
     # --- events in -----------------------------------------------------------------------
 
@@ -680,6 +726,8 @@ class FlowcoreWorkflow:
         }
         if state.incarnation != 1:  # a run that continued as new
             out["incarnation"] = state.incarnation
+        if self._args.fork is not None:  # (only a fork's status has the key)
+            out["forkedFrom"] = self._forked_from()
         if self._settled is not None:
             out["result"] = self._result()
         return out
@@ -697,26 +745,10 @@ class FlowcoreWorkflow:
         protocol says.
         """
         self._state = decision.state
-        metadata = decision.state.metadata
-        if metadata is not self._indexed:  # replaced only when it changed
-            # The run's metadata as typed search attributes, for visibility
-            # queries (``flowcore_<field>``); the same decisions upsert the same
-            # values on replay.
-            updates = metadata_updates(decision.state.flow.metadata, self._indexed, metadata)
-            self._indexed = metadata
-            if updates:
-                workflow.upsert_search_attributes(updates)
+        self._index_metadata(decision.state)
         plan = flowcore.plan(decision)
         for effect in decision.effects:
-            match effect:
-                case CallTool() | RunAgent() | RunTeam():
-                    self._spawn("work", effect.idempotency_key, self._work, effect)
-                case Sleep():
-                    self._spawn("timer", effect.idempotency_key, self._timer, effect)
-                case RunSubflow():
-                    self._spawn("subflow", effect.idempotency_key, self._subflow, effect)
-                case SignalRun():
-                    self._spawn("signal", effect.idempotency_key, self._signal_run, effect)
+            self._start_effect(effect)
         self._upsert_signal_keys()
         stopped = {*plan.drop, *plan.cancel}
         if stopped:
@@ -735,6 +767,28 @@ class FlowcoreWorkflow:
             self._settled = plan.settled
         if plan.continued is not None:
             self._continued = plan.continued
+
+    def _start_effect(self, effect: Effect) -> None:
+        """Start the Temporal work of one effect (questions and signal waits need none)."""
+        match effect:
+            case CallTool() | RunAgent() | RunTeam():
+                self._spawn("work", effect.idempotency_key, self._work, effect)
+            case Sleep():
+                self._spawn("timer", effect.idempotency_key, self._timer, effect)
+            case RunSubflow():
+                self._spawn("subflow", effect.idempotency_key, self._subflow, effect)
+            case SignalRun():
+                self._spawn("signal", effect.idempotency_key, self._signal_run, effect)
+
+    def _index_metadata(self, state: flowcore.State) -> None:
+        """The run's metadata as typed search attributes, for visibility queries
+        (``flowcore_<field>``); the same decisions upsert the same values on replay."""
+        metadata = state.metadata
+        if metadata is not self._indexed:  # replaced only when it changed
+            updates = metadata_updates(state.flow.metadata, self._indexed, metadata)
+            self._indexed = metadata
+            if updates:
+                workflow.upsert_search_attributes(updates)
 
     def _spawn(
         self, kind: str, key: str, body: Callable[[Any], Awaitable[None]], effect: Effect

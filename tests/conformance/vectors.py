@@ -258,6 +258,11 @@ def plan_vector(path: Path) -> Plan:
     if len({r.run_id for r in records}) != 1:
         raise Unplayable("a log of several runs")
     started = records[0].data
+    if isinstance(started, dict) and "forkedFrom" in started:
+        raise Unplayable(
+            "a fork's log: a host makes one from its source run's log (LocalHost.fork,"
+            " TemporalHost.fork, Simulator.fork; tests/test_fork.py and the hosts' fork tests)"
+        )
     run_id, origin = records[0].run_id, records[0].at
     events = [r.data for r in records if r.type == "event.reported"]
     effects = [r.data for r in records if r.type == "effect.emitted"]
