@@ -1423,7 +1423,7 @@ def check_work_accounted(
                 if isinstance(ev, EffectSucceeded):
                     status[key] = "succeeded"
                 elif isinstance(ev, EffectFailed):
-                    status[key] = "failed"
+                    status[key] = _failed_as(turn.state, emitted[key], ev)
                 elif isinstance(ev, EffectOutcomeUnknown):
                     status[key] = "uncertain"
                 elif isinstance(ev, SubflowSettled):
@@ -1455,6 +1455,23 @@ def check_work_accounted(
             continue
         _check_report(h, i, state, state.settled.report, emitted, status)
     return h
+
+
+def _failed_as(state: State, effect: Effect, ev: EffectFailed) -> str:
+    """The report status a failure gives its work: ``failed``, except a heartbeat
+    timeout of watched work not safe to repeat, whose outcome is unknown
+    (language.md §6: anything but a readonly or idempotent tool)."""
+    if ev.error.type != "heartbeat-timeout" or not isinstance(
+        effect, CallTool | RunAgent | RunTeam
+    ):
+        return "failed"
+    if effect.heartbeat_timeout_ms is None:
+        return "failed"
+    if isinstance(effect, CallTool):
+        decl = state.flow.tools.get(effect.tool)
+        if decl is not None and decl.exec_class in ("readonly", "idempotent"):
+            return "failed"
+    return "uncertain"
 
 
 def _check_report(

@@ -523,6 +523,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
         "scheduled?",
         "budgetRemaining?",
         "report?",
+        "metadata?",
     ),
 }
 
@@ -561,7 +562,7 @@ VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
     Usage: ("steps?", "costMinorUnits?", "tokens?", "toolCalls?", "turns?"),
     ErrorInfo: ("type", "message?", "retryable?", "details?", "cause?", "attempts?"),
     ReportEntry: ("idempotencyKey", "effect", "target", "status"),
-    CarriedSignal: ("signal", "payload?"),
+    CarriedSignal: ("signal", "payload?", "key?"),
     CarriedCall: ("id", "tool", "input?", "createdMs?", "dueMs?", "outlive?", "outside?"),
 }
 

@@ -177,6 +177,8 @@ export interface Settled {
 export interface CarriedSignal {
   readonly signal: string;
   readonly payload?: JsonValue;
+  /** Set for a signal sent with a key (await_signal.key). */
+  readonly key?: string;
 }
 
 /** A scheduled call not yet due that a run takes into its next incarnation. */
@@ -206,6 +208,8 @@ export interface ContinueAsNew {
   /** A child run's remainder, which its next incarnation spends from. */
   readonly budgetRemaining?: BudgetRemaining;
   readonly report?: readonly ReportEntry[];
+  /** The run's metadata fields, which the next incarnation keeps. */
+  readonly metadata?: { readonly [field: string]: string | number | boolean };
 }
 
 /** One unit of work the host performs and reports back. Data, not a callback. */
