@@ -67,6 +67,7 @@ from flowcore import (
     Usage,
 )
 
+from ._limits import LimitError, ToolLimit, parse_tool_limits
 from ._threads import HandlerThreads
 
 __all__ = [
@@ -74,11 +75,13 @@ __all__ = [
     "Handler",
     "HandlerError",
     "HandlerThreads",
+    "LimitError",
     "OutcomeUnknown",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
     "Registry",
     "Result",
+    "ToolLimit",
     "call_handler",
     "cancellation",
     "cancelled",
@@ -87,6 +90,7 @@ __all__ = [
     "missing_handlers",
     "needed_handlers",
     "outcome_event",
+    "parse_tool_limits",
     "registry_from_module",
     "run_handler",
     "safe_text",
