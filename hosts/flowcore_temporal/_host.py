@@ -37,7 +37,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
@@ -51,6 +51,8 @@ from temporalio.worker import (
 
 import flowcore
 from flowcore import Flow, HumanAnswered, Record, SignalReceived
+from flowcore_handlers import LimitError, ToolLimit
+from flowcore_handlers._limits import check_dedup_key, check_priority, check_tool_limits
 
 from ._schedules import describe, to_temporal
 
@@ -70,6 +72,7 @@ from ._types import (
     RunArgs,
     RunArgsError,
     check_run_args,
+    tool_queue,
 )
 from ._workflow import FlowcoreWorkflow
 
@@ -165,15 +168,33 @@ class TemporalHost:
     ``async with await TemporalHost.connect("localhost:7233") as host: ...``
     """
 
-    def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        *,
+        tool_limits: Mapping[str, ToolLimit] | None = None,
+    ) -> None:
+        """``tool_limits``: the tools whose calls the runs this host starts send to
+        their own task queue (``tool_queue``), where ``tool_workers`` apply the
+        limits; give the workers the same ones (specs/temporal.md §12)."""
         self.client = client
         self.task_queue = task_queue
+        try:
+            self.tool_limits = check_tool_limits(tool_limits)
+        except LimitError as exc:
+            raise TemporalHostError(str(exc)) from None
 
     @classmethod
     async def connect(
-        cls, address: str, namespace: str = "default", task_queue: str = DEFAULT_TASK_QUEUE
+        cls,
+        address: str,
+        namespace: str = "default",
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        *,
+        tool_limits: Mapping[str, ToolLimit] | None = None,
     ) -> TemporalHost:
-        return cls(await connect(address, namespace), task_queue)
+        return cls(await connect(address, namespace), task_queue, tool_limits=tool_limits)
 
     async def __aenter__(self) -> TemporalHost:
         return self
@@ -196,6 +217,8 @@ class TemporalHost:
         heartbeat_timeout_ms: int | None = DEFAULT_HEARTBEAT_TIMEOUT_MS,
         clock_origin_ms: int | None = None,
         clock_scale: float = 1.0,
+        priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text); returns its run id.
 
@@ -207,12 +230,30 @@ class TemporalHost:
         of an existing run (going or ended) starts nothing and returns it.
         The other arguments are checked as the workflow checks them (a bad
         budget or timeout is a ``TemporalHostError``, not a failed workflow).
+
+        ``priority`` (1 first, 5 last; None: Temporal's default, 3) is the
+        workflow's Temporal priority key, which its activities and child
+        workflows inherit. ``dedup_key`` is the run's workflow id: while that
+        workflow runs, starting again returns it (conflict policy
+        USE_EXISTING); once it has closed, a new run starts under the same id
+        (reuse policy ALLOW_DUPLICATE). A ``run_id`` other than the key is
+        refused.
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
         self._check_input(flow, input)
         known = self._known_flows(spec, flows, flow.id, text)
-        rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
+        try:
+            priority = None if priority is None else check_priority(priority)
+            dedup_key = check_dedup_key(dedup_key)
+        except LimitError as exc:
+            raise TemporalHostError(str(exc)) from None
+        if dedup_key is not None and run_id is not None and run_id != dedup_key:
+            raise TemporalHostError(
+                f"run id {run_id!r} and dedup key {dedup_key!r}: on Temporal the dedup key"
+                " is the run id (its workflow id); give one, or the same"
+            )
+        rid = dedup_key or run_id or f"{flow.id}-{secrets.token_hex(4)}"
         args = RunArgs(
             spec=text,
             input=input,
@@ -225,6 +266,7 @@ class TemporalHost:
             heartbeat_timeout_ms=heartbeat_timeout_ms,
             clock_origin_ms=clock_origin_ms,
             clock_scale=clock_scale,
+            tool_queues={tool: tool_queue(self.task_queue, tool) for tool in self.tool_limits},
         )
         try:
             check_run_args(args)
@@ -238,8 +280,15 @@ class TemporalHost:
                     id=rid,
                     task_queue=self.task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    id_reuse_policy=(
+                        WorkflowIDReusePolicy.REJECT_DUPLICATE
+                        if dedup_key is None
+                        else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                    ),
                     static_summary=f"flowcore {flow.id}",
+                    priority=(
+                        Priority.default if priority is None else Priority(priority_key=priority)
+                    ),
                 ),
                 rid,
             )

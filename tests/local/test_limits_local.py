@@ -323,3 +323,13 @@ def test_tool_limits_from_the_environment_and_other_bad_options(tmp_path: Path) 
     assert bad("run", str(spec), "--db", db, "--priority", "9", "--detach") == (
         "flowcore: --priority must be from 1 (first) to 5 (last), not 9"
     )
+
+
+def test_the_temporal_commands_check_their_limits_before_connecting(tmp_path: Path) -> None:
+    spec = tmp_path / "waits.yaml"
+    spec.write_text(WAIT)
+    nowhere = ["--address", "127.0.0.1:1"]
+    line = bad("temporal", "worker", "--tool-limit", "charge=rate:3", *nowhere)
+    assert line == "flowcore: --tool-limit charge: rate '3' needs a period: K/DURATION, e.g. 10/1s"
+    line = bad("temporal", "run", str(spec), "--priority", "0", *nowhere)
+    assert line == "flowcore: --priority must be from 1 (first) to 5 (last), not 0"
