@@ -1140,6 +1140,13 @@ class Store:
         resumed too, so its row is ``dispatched`` (the child exists).
         """
         conn = self.conn
+        (key,) = conn.execute("SELECT dedup_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        other = None if key is None else self.deduplicated(key)
+        if other is not None and other != run_id:  # one running run per dedup key
+            raise HostError(
+                f"cannot resume run {run_id!r}: run {other!r}, started with its dedup key"
+                f" {key!r}, is running"
+            )
         self._flush()
         state, results, report_rows, resolved = _rebuild(flow, run_id, records, cut)
         (n,) = conn.execute(

@@ -333,3 +333,36 @@ def test_the_temporal_commands_check_their_limits_before_connecting(tmp_path: Pa
     assert line == "flowcore: --tool-limit charge: rate '3' needs a period: K/DURATION, e.g. 10/1s"
     line = bad("temporal", "run", str(spec), "--priority", "0", *nowhere)
     assert line == "flowcore: --priority must be from 1 (first) to 5 (last), not 0"
+
+
+FAILS = """
+flow: fails
+tools: {boom: {class: idempotent}}
+steps:
+  - {id: b, call_tool: {tool: boom}}
+"""
+
+
+def test_a_failed_run_is_not_resumed_while_another_run_holds_its_dedup_key(
+    tmp_path: Path,
+) -> None:
+    def boom(call: CallTool) -> Any:
+        raise ValueError("down")
+
+    async def main() -> None:
+        registry = Registry(tools={"boom": boom})
+        async with LocalHost(tmp_path / "f.db", registry=registry) as host:
+            first = await host.start(FAILS, None, "first", dedup_key="job")
+            await host.work(until_settled=first)
+            assert (await host.run(first)).status == "failed"
+            second = await host.start(WAIT, None, "second", dedup_key="job")
+            assert second == "second"
+            with pytest.raises(HostError, match="cannot resume run 'first': run 'second'"):
+                await host.resume(first)
+            assert (await host.run(first)).status == "failed"  # nothing was written
+            await host.cancel(second)
+            await host.resume(first)  # the key is free again
+            assert (await host.run(first)).status == "running"
+            assert await host.deduplicated("job") == "first"
+
+    asyncio.run(main())
