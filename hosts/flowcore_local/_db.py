@@ -274,7 +274,9 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE outbox ADD COLUMN priority INTEGER NOT NULL DEFAULT 3",
         "ALTER TABLE outbox ADD COLUMN queued_ms INTEGER",
         "ALTER TABLE outbox ADD COLUMN tool TEXT",
-        "CREATE INDEX outbox_queue ON outbox (priority, queued_ms) WHERE status = 'ready'",
+        # (kind and tool in the index: rows of a full tool are passed over in it)
+        "CREATE INDEX outbox_queue ON outbox (priority, queued_ms, kind, tool)"
+        " WHERE status = 'ready'",
         "CREATE INDEX outbox_tools ON outbox (tool, status) WHERE tool IS NOT NULL",
         """CREATE TABLE tool_starts (
             tool TEXT NOT NULL,
