@@ -65,6 +65,8 @@ from ._options import (
     signal_arguments,
     signal_target,
     spec_argument,
+    tool_limit_option,
+    tool_limits_value,
     where_option,
 )
 from ._progress import (
@@ -186,8 +188,21 @@ def _print(*parts: str | tuple[str, str]) -> None:
 )
 @click.option("--budget", help='Cap the spec\'s budget, as JSON: {"steps": 10, ...};' + FROM_FILE)
 @meta_option
+@click.option(
+    "--priority",
+    type=int,
+    help="1 (first) to 5 (last), default 3: workers take waiting work of runs of"
+    " higher priority first; child runs inherit it.",
+)
+@click.option(
+    "--dedup-key",
+    callback=checked_name,
+    help="While a run started with this key is running, follow it (--detach: print its"
+    " id) instead of starting another.",
+)
 @click.option("--detach", is_flag=True, help="Start the run and print its id; a worker runs it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run as JSON.")
+@tool_limit_option
 @durability_option
 @trace_option
 @db_option
@@ -199,8 +214,11 @@ def run(
     flows: tuple[Path, ...],
     budget: str | None,
     meta: tuple[str, ...],
+    priority: int | None,
+    dedup_key: str | None,
     detach: bool,
     as_json: bool,
+    tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
     db: Path,
@@ -218,11 +236,15 @@ def run(
         raise CliError("--input and --budget cannot both read standard input (-)")
     data = json_value(input_, "--input")
     caps = flowcore.budget_from_wire(budget_value(budget))
+    limits = tool_limits_value(tool_limits)
+    if priority is not None and not 1 <= priority <= 5:
+        raise CliError(f"--priority must be from 1 (first) to 5 (last), not {priority}")
 
     async def body(host: LocalHost) -> dict[str, Any]:
         # Where the run tree is (a run started again, after a crash): progress goes on from there.
         seen = await positions(_tree(host), run_id) if run_id is not None else {}
         metadata = meta_values(spec, meta) if meta else None
+        before = None if dedup_key is None else await host.deduplicated(dedup_key)
         rid = await host.start(
             spec,
             data,
@@ -231,13 +253,25 @@ def run(
             flows=flows or [spec.parent],
             budget=caps,
             metadata=metadata,
+            priority=priority,
+            dedup_key=dedup_key,
         )
+        if rid == before and rid != run_id:
+            say(f"run {rid!r} started with dedup key {dedup_key!r} is running: no new run")
         if detach:
             return {"runId": rid}
         # With --json, stdout holds the JSON document alone: progress goes to stderr.
         return await _follow(host, rid, seen, err if as_json else out)
 
-    result = _run(db, body, tools, must_exist=False, tracing=trace, durability=durability)
+    result = _run(
+        db,
+        body,
+        tools,
+        must_exist=False,
+        tracing=trace,
+        durability=durability,
+        tool_limits=limits,
+    )
     if detach:
         click.echo(result["runId"])
         return
@@ -303,6 +337,7 @@ def _settled(result: dict[str, Any]) -> None:
     type=click.IntRange(min=0),
     help="The newest finished scheduled calls each run keeps listed.",
 )
+@tool_limit_option
 @durability_option
 @trace_option
 @db_option
@@ -315,6 +350,7 @@ def worker(
     keep_completed: str,
     keep_failed: str,
     keep_finished: int,
+    tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
     db: Path,
@@ -330,6 +366,7 @@ def worker(
     kept listed (--keep-*).
     """
     retention_ms = None if retention is None else duration_value(retention, "--retention")
+    limits = tool_limits_value(tool_limits)
     settled: list[RunRow] = []
 
     def on_pruned(deleted: Deleted) -> None:
@@ -357,6 +394,7 @@ def worker(
             f"worker on {db}: {len(running)} run(s) running; concurrency {concurrency}"
             + (f"; default tools {tools}" if tools else "")
             + (f"; retention {retention}" if retention else "")
+            + "".join(f"; tool {tool} {limit.text()}" for tool, limit in limits.items())
             + ("; until idle" if until_idle else "; Ctrl-C stops")
         )
         if until_idle:
@@ -397,6 +435,7 @@ def worker(
         scheduled_retention=scheduled,
         tracing=trace,
         durability=durability,
+        tool_limits=limits,
     )
 
 

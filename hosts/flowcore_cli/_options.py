@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 import flowcore
+from flowcore_handlers import LimitError, ToolLimit, parse_tool_limits
 
 from ._common import CliError, checked_name
 
@@ -31,6 +32,8 @@ __all__ = [
     "signal_target",
     "spec_argument",
     "where_option",
+    "tool_limit_option",
+    "tool_limits_value",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -130,3 +133,28 @@ where_option = click.option(
     help="Only runs whose metadata matches, e.g. customer=acme or 'amount>100'"
     " (= != < <= > >=; repeatable: all must hold).",
 )
+
+
+TOOL_LIMITS_ENV = "FLOWCORE_TOOL_LIMITS"
+
+# `--tool-limit TOOL=concurrency:N,rate:K/DURATION` (repeatable; or the env var,
+# its values separated by spaces): limits of a tool across every run of the
+# database (specs/local.md §16).
+tool_limit_option = click.option(
+    "--tool-limit",
+    "tool_limits",
+    multiple=True,
+    metavar="TOOL=LIMITS",
+    envvar=TOOL_LIMITS_ENV,
+    help="Limit a tool across every run: concurrency:N (calls at once), rate:K/DURATION"
+    " (calls started per period), e.g. charge=concurrency:2,rate:10/1s (repeatable; or"
+    f" ${TOOL_LIMITS_ENV}, space-separated). Give every process of the database the same.",
+)
+
+
+def tool_limits_value(values: tuple[str, ...]) -> dict[str, ToolLimit]:
+    """The ``--tool-limit`` values as ``ToolLimit``s, or the one-line error (exit 2)."""
+    try:
+        return parse_tool_limits(values)
+    except LimitError as exc:
+        raise CliError(str(exc)) from None

@@ -14,6 +14,7 @@ from flowcore_local import Durability, HostError, NotAFlowcoreDatabase
 
 from ._common import CliError, say
 from ._local import db_option, durability_option, trace_option
+from ._options import tool_limit_option, tool_limits_value
 
 __all__ = ["serve"]
 
@@ -46,6 +47,7 @@ __all__ = ["serve"]
     type=click.IntRange(1024, 1 << 26),
     help="The largest request body, in bytes (413 above it).",
 )
+@tool_limit_option
 @durability_option
 @trace_option
 @db_option
@@ -56,6 +58,7 @@ def serve(
     flows: Path | None,
     tokens: str | None,
     max_body: int,
+    tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
     db: Path,
@@ -73,6 +76,7 @@ def serve(
         raise CliError(
             f"flowcore serve needs the serve extra (pip install 'flowcore[serve]'): {exc}"
         ) from None
+    limits = tool_limits_value(tool_limits)
     try:
         found = load_tokens(tokens)
     except TokenError as exc:
@@ -104,6 +108,7 @@ def serve(
                 on_ready=ready,
                 tracing=trace,
                 durability=durability,
+                tool_limits=limits,
             )
         )
     except (NotAFlowcoreDatabase, RegistryError, HostError) as exc:

@@ -22,6 +22,7 @@ temporalio/sdk-python#300).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal as signals
 import sys
@@ -55,6 +56,8 @@ from ._options import (
     signal_arguments,
     signal_target,
     spec_argument,
+    tool_limit_option,
+    tool_limits_value,
     where_option,
 )
 from ._progress import Item, RunTree, out, watch
@@ -80,15 +83,22 @@ __all__ = ["GROUP", "main"]
     show_default=True,
     help="Handlers this worker runs at once.",
 )
+@tool_limit_option
 @connection_options
 def worker(
     tools: str | None,
     max_concurrent_activities: int,
+    tool_limits: tuple[str, ...],
     address: str,
     task_queue: str,
     namespace: str,
 ) -> None:
-    """Run flowcore workflows and their handlers (from --tools) until stopped."""
+    """Run flowcore workflows and their handlers (from --tools) until stopped.
+
+    With --tool-limit, also one worker per limited tool on that tool's own
+    task queue, where runs started with the same --tool-limit send its calls.
+    """
+    limits = tool_limits_value(tool_limits)
 
     async def body(host: TemporalHost) -> None:
         import flowcore_temporal as ft
@@ -107,10 +117,24 @@ def worker(
             registry=registry,
             max_concurrent_activities=max_concurrent_activities,
         )
-        async with w:
+        limited = ft.tool_workers(
+            client,
+            limits,
+            task_queue=task_queue,
+            tools=tools,
+            registry=registry,
+            max_concurrent_activities=max_concurrent_activities,
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            for each in (w, *limited):
+                await stack.enter_async_context(each)
             click.echo(
                 f"flowcore: worker polling task queue {task_queue!r} at {address}"
-                f" (tools: {tools or 'none'})",
+                f" (tools: {tools or 'none'})"
+                + "".join(
+                    f"; tool {tool} {limit.text()} on {ft.tool_queue(task_queue, tool)!r}"
+                    for tool, limit in limits.items()
+                ),
                 err=True,
             )
             await stop.wait()
@@ -183,8 +207,20 @@ def _tree(host: TemporalHost) -> RunTree:
     help="How soon a worker that died mid-call is noticed (0: only the activity timeout).",
 )
 @meta_option
+@click.option(
+    "--priority",
+    type=int,
+    help="1 (first) to 5 (last), default 3: the workflow's Temporal priority key.",
+)
+@click.option(
+    "--dedup-key",
+    callback=checked_name,
+    help="The run id (workflow id): while that run is going, follow it instead of"
+    " starting another; once it has closed, start a new one under it.",
+)
 @click.option("--detach", is_flag=True, help="Start the run, print its id, do not wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
+@tool_limit_option
 @connection_options
 def run(
     spec: Path,
@@ -196,8 +232,11 @@ def run(
     activity_timeout_ms: int,
     heartbeat_timeout_ms: int,
     meta: tuple[str, ...],
+    priority: int | None,
+    dedup_key: str | None,
     detach: bool,
     as_json: bool,
+    tool_limits: tuple[str, ...],
     address: str,
     task_queue: str,
     namespace: str,
@@ -208,8 +247,12 @@ def run(
     data = json_value(input_, "--input")
     caps = budget_value(budget)
     metadata = meta_values(spec, meta) if meta else None
+    limits = tool_limits_value(tool_limits)
+    if priority is not None and not 1 <= priority <= 5:
+        raise CliError(f"--priority must be from 1 (first) to 5 (last), not {priority}")
 
     async def body(host: TemporalHost) -> dict[str, Any]:
+        host.tool_limits = limits
         rid = await host.start(
             spec,
             data,
@@ -220,6 +263,8 @@ def run(
             activity_timeout_ms=activity_timeout_ms,
             heartbeat_timeout_ms=heartbeat_timeout_ms or None,
             metadata=metadata,
+            priority=priority,
+            dedup_key=dedup_key,
         )
         if detach:
             return {"runId": rid}

@@ -78,6 +78,7 @@ from flowcore import (
     Usage,
 )
 
+from ._limits import LimitError, ToolLimit, parse_tool_limits
 from ._threads import HandlerThreads
 
 __all__ = [
@@ -88,11 +89,13 @@ __all__ = [
     "HeartbeatError",
     "Heartbeats",
     "MAX_HEARTBEAT_DETAILS_BYTES",
+    "LimitError",
     "OutcomeUnknown",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
     "Registry",
     "Result",
+    "ToolLimit",
     "call_handler",
     "cancellation",
     "cancelled",
@@ -104,6 +107,7 @@ __all__ = [
     "missing_handlers",
     "needed_handlers",
     "outcome_event",
+    "parse_tool_limits",
     "registry_from_module",
     "run_handler",
     "safe_text",

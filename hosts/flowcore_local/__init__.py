@@ -6,6 +6,8 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
     print((await host.run(run_id)).output)
 """
 
+from flowcore_handlers import ToolLimit
+
 from ._db import DB_ENV, DURABILITY, Durability, NotAFlowcoreDatabase, default_db_path
 from ._host import LocalHost
 from ._prune import Deleted
@@ -24,5 +26,6 @@ __all__ = [
     "RunRow",
     "ScheduledRetention",
     "ScheduledRow",
+    "ToolLimit",
     "default_db_path",
 ]

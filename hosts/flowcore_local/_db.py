@@ -277,6 +277,32 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE runs ADD COLUMN started_by TEXT",
     ],
+    # 9: limits across runs. ``runs.priority`` (1 first, 5 last; a child run
+    # has its parent's) and ``runs.dedup_key``, unique among running runs.
+    # Ready work rows carry their run's ``priority``, when they became ready
+    # (``queued_ms``) and a call's ``tool``: workers claim them in that order
+    # (``outbox_queue``) and count a limited tool's dispatched calls
+    # (``outbox_tools``); work dispatched at once to the worker that made it,
+    # the hot path, has neither and is in neither index. ``tool_starts``: when
+    # each call of a rate-limited tool was dispatched, within its window.
+    [
+        "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 3",
+        "ALTER TABLE runs ADD COLUMN dedup_key TEXT",
+        "CREATE UNIQUE INDEX runs_dedup ON runs (dedup_key)"
+        " WHERE dedup_key IS NOT NULL AND status = 'running'",
+        "ALTER TABLE outbox ADD COLUMN priority INTEGER NOT NULL DEFAULT 3",
+        "ALTER TABLE outbox ADD COLUMN queued_ms INTEGER",
+        "ALTER TABLE outbox ADD COLUMN tool TEXT",
+        # (kind and tool in the index: rows of a full tool are passed over in it)
+        "CREATE INDEX outbox_queue ON outbox (priority, queued_ms, kind, tool)"
+        " WHERE status = 'ready'",
+        "CREATE INDEX outbox_tools ON outbox (tool, status) WHERE tool IS NOT NULL",
+        """CREATE TABLE tool_starts (
+            tool TEXT NOT NULL,
+            at_ms INTEGER NOT NULL
+        )""",
+        "CREATE INDEX tool_starts_by_tool ON tool_starts (tool, at_ms)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -302,8 +328,15 @@ RUN_TABLES: Final[dict[str, str]] = {
 }
 # Tables whose rows belong to no one run: the stored specs (a spec is removed
 # with the last run that refers to it, see FLOW_REFERENCES), the workers, and
-# the schedules with their recent actions (which name runs, deleted or not).
-SHARED_TABLES: Final[tuple[str, ...]] = ("flows", "workers", "schedules", "schedule_actions")
+# the schedules with their recent actions (which name runs, deleted or not),
+# and the recent starts of rate-limited tools.
+SHARED_TABLES: Final[tuple[str, ...]] = (
+    "flows",
+    "workers",
+    "schedules",
+    "schedule_actions",
+    "tool_starts",  # the recent starts of rate-limited tools, over every run
+)
 # The columns that refer to a stored spec (``flows.spec_hash``): a spec is
 # kept while a row here names it, or while a flow named here can start it as
 # a subflow.

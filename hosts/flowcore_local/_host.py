@@ -79,6 +79,13 @@ from flowcore_handlers import (
     safe_text,
     tools_module_name,
 )
+from flowcore_handlers._limits import (
+    LimitError,
+    ToolLimit,
+    check_dedup_key,
+    check_priority,
+    check_tool_limits,
+)
 from flowcore_handlers._tracing import TracingError, tracer_for
 
 from . import _prune, _schedules
@@ -236,6 +243,7 @@ class LocalHost:
         clock: Callable[[], int] | None = None,
         retention_ms: int | None = None,
         tracing: bool | TracerProvider = False,
+        tool_limits: Mapping[str, ToolLimit] | None = None,
     ) -> None:
         self.db_path = Path(db) if db is not None else default_db_path()
         self.tools = tools_module_name(tools)
@@ -292,6 +300,11 @@ class LocalHost:
             )
         # A worker deletes the runs settled longer ago than this (``_retain``).
         self.retention_ms = retention_ms
+        # Limits of tools across every run of the database (specs/local.md §16).
+        try:
+            self.tool_limits: dict[str, ToolLimit] = check_tool_limits(tool_limits)
+        except LimitError as exc:
+            raise HostError(str(exc)) from None
         self._next_prune: int | None = None
         self._on_pruned: Callable[[Deleted], Any] | None = None
         self._on_records: Callable[[list[flowcore.Record]], Any] | None = None
@@ -312,7 +325,9 @@ class LocalHost:
     async def open(self) -> None:
         def opening() -> Store:
             conn = connect(self.db_path, self.durability)
-            return Store(conn, self.worker_id, self.lease_ms)
+            store = Store(conn, self.worker_id, self.lease_ms)
+            store.tool_limits = self.tool_limits
+            return store
 
         if self.tools is not None and self.tools not in self._registries:
             self._registries[self.tools] = load_registry(self.tools)  # fail fast on a bad module
@@ -382,6 +397,8 @@ class LocalHost:
         budget: flowcore.Budget | None = None,
         principal: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text). Idempotent by ``run_id``.
 
@@ -393,7 +410,11 @@ class LocalHost:
         name; ``tools`` the run's tools module (default: the host's; a ``.py``
         path is stored absolute); ``budget`` caps the run below its spec's;
         ``principal`` records who started it (its child runs inherit it).
-        Returns the run id.
+        ``priority``: 1 (first) to 5 (last), default 3; workers claim waiting
+        work of higher-priority runs first, and child runs inherit it.
+        ``dedup_key``: while a run started with this key is running, starting
+        again returns that run's id and starts nothing; once it has settled,
+        the key starts a new run. Returns the run id.
 
         Refused with ``HostError`` before anything is written: a run whose flow,
         or a subflow it can start that the host has, calls a tool, agent or
@@ -418,6 +439,11 @@ class LocalHost:
                 texts.append((_spec_text(path), str(path), False))
         tools = tools_module_name(tools) or self.tools
         budget = _checked_budget(budget)
+        try:
+            priority = check_priority(priority)
+            dedup_key = check_dedup_key(dedup_key)
+        except LimitError as exc:
+            raise HostError(str(exc)) from None
         registry = self._checkable(tools)
         now = self.now()
 
@@ -433,6 +459,10 @@ class LocalHost:
                             continue  # a directory may hold files that are not flows
                         raise
                 rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
+                if dedup_key is not None and store.existing(rid) is None:
+                    same = store.deduplicated(dedup_key)
+                    if same is not None:  # that run is the answer: nothing is written
+                        return Applied(same)
                 if registry is not None and store.existing(rid) is None:
                     missing = missing_handlers(registry, reachable_flows(store, flow))
                     if missing:  # raised inside the transaction: nothing stays written
@@ -446,6 +476,8 @@ class LocalHost:
                     budget=budget,
                     principal=principal,
                     metadata=None if metadata is None else dict(metadata),
+                    priority=priority,
+                    dedup_key=dedup_key,
                 )
                 applied.run_id = rid
                 return applied
@@ -453,6 +485,10 @@ class LocalHost:
         applied = await self._db(starting)
         self._after([applied])
         return applied.run_id
+
+    async def deduplicated(self, dedup_key: str) -> str | None:
+        """The running run started with ``dedup_key`` (``start``), or None."""
+        return await self._db(self.store.deduplicated, dedup_key)
 
     def _checkable(self, tools: str | None) -> Registry | None:
         """The handlers to check a run against, or None when they are not checked.
@@ -1575,6 +1611,7 @@ class LocalHost:
                                 budget=effect.budget_remaining,
                                 depth=effect.depth,
                                 principal=parent.principal,
+                                priority=parent.priority,
                             )
                             out.append(applied)
                     out.extend(store.take_extra())
@@ -1650,6 +1687,8 @@ class LocalHost:
                 or any(isinstance(e, (RunSubflow, SignalRun)) for e in plan.start)
             )
             wake = wake or not item.claimed or bool(handles)
+        # A limited tool's call may wait for the room this commit made.
+        wake = wake or bool(self.tool_limits)
         if wake and self._wake is not None:
             self._wake.set()
 

@@ -54,7 +54,8 @@ from flowcore import (
     SubflowSettled,
     persist,
 )
-from flowcore_handlers import tools_module_name
+from flowcore_handlers import ToolLimit, tools_module_name
+from flowcore_handlers._limits import DEFAULT_PRIORITY
 
 from . import _scheduled as scheduled
 
@@ -104,6 +105,8 @@ class RunRow:
     next_index: int
     principal: str | None = None  # who started it through ``flowcore serve`` (children inherit)
     started_by: str | None = None  # the run whose detached run_subflow started this root run
+    priority: int = DEFAULT_PRIORITY  # 1 first, 5 last (children inherit)
+    dedup_key: str | None = None  # the key it was started with (``LocalHost.start``)
 
 
 # A run's checkpoint (its hot state and growing rows, ``runs.saved_index``) is
@@ -316,6 +319,9 @@ class Store:
         self.share: int | None = None
         self._owned: set[str] = set()
         self._in_scope: set[str] = set()
+        # Limits across runs (``LocalHost(tool_limits=...)``): calls of these
+        # tools are left ``ready`` and claimed within the limits (claim_ready_work).
+        self.tool_limits: dict[str, ToolLimit] = {}
 
     # --- which runs a worker works on --------------------------------------------------
 
@@ -595,8 +601,8 @@ class Store:
     def run_row(self, run_id: str) -> RunRow:
         row = self.conn.execute(
             "SELECT run_id, flow_id, spec_hash, parent_run, parent_key, depth, status, input,"
-            " output, error, tools, created_ms, updated_ms, next_index, principal, started_by"
-            " FROM runs WHERE run_id = ?",
+            " output, error, tools, created_ms, updated_ms, next_index, principal, started_by,"
+            " priority, dedup_key FROM runs WHERE run_id = ?",
             (run_id,),
         ).fetchone()
         if row is None:
@@ -684,12 +690,15 @@ class Store:
         principal: str | None = None,
         metadata: dict[str, Any] | None = None,
         started_by: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        dedup_key: str | None = None,
     ) -> tuple[bool, Applied]:
         """Start a run; an existing run started with the same options is returned as is.
 
         The options compared are the input, the flow spec, and the tools module
         and budget when they are given (None: whatever the run has). ``metadata``
-        is not compared: the run's metadata may have changed since its start.
+        is not compared: the run's metadata may have changed since its start. The
+        priority and the dedup key are those of the first start.
         """
         existing = self.existing(run_id)
         if existing is not None:
@@ -706,8 +715,9 @@ class Store:
         )
         self.conn.execute(
             "INSERT INTO runs (run_id, flow_id, spec_hash, parent_run, parent_key, depth, status,"
-            " input, budget, tools, created_ms, updated_ms, next_index, principal, started_by)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 0, ?, ?)",
+            " input, budget, tools, created_ms, updated_ms, next_index, principal, started_by,"
+            " priority, dedup_key)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
             (
                 run_id,
                 flow.id,
@@ -722,6 +732,8 @@ class Store:
                 now,
                 principal,
                 started_by,
+                priority,
+                dedup_key,
             ),
         )
         if decision.state.metadata:
@@ -752,6 +764,13 @@ class Store:
             ):
                 out.setdefault(run_id, {})[name] = bool(value) if kind == "boolean" else value
         return out
+
+    def deduplicated(self, dedup_key: str) -> str | None:
+        """The running run started with ``dedup_key``, if there is one."""
+        row = self.conn.execute(
+            "SELECT run_id FROM runs WHERE dedup_key = ? AND status = 'running'", (dedup_key,)
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     def existing(self, run_id: str) -> tuple[Any, str, str | None, Any] | None:
         """An existing run's start options: (input, spec hash, tools, budget JSON)."""
@@ -1152,7 +1171,9 @@ class Store:
             decl = flow.tools.get(effect.tool)
             exec_class = decl.exec_class if decl is not None else "uncertain"
         if isinstance(effect, (CallTool, RunAgent, RunTeam)):
-            if self.dispatching and self.in_scope(run_id) and self.keeps(run_id):
+            limits = self.tool_limits
+            limited = limits and isinstance(effect, CallTool) and effect.tool in limits
+            if self.dispatching and not limited and self.in_scope(run_id) and self.keeps(run_id):
                 # Recorded as dispatched to this worker in the same transaction
                 # that created it: the worker runs it right after the commit.
                 status, lease_owner, lease_until = "dispatched", self.worker_id, now + self.lease_ms
@@ -1164,6 +1185,30 @@ class Store:
             status, exec_class = "ready", "idempotent"
         elif isinstance(effect, Sleep):
             status, due = "timer", effect.until_ms
+        if status == "ready":
+            # Waiting work carries what orders its claim (its run's priority,
+            # when it became ready) and a call's tool, for the tool limits.
+            tool = effect.tool if isinstance(effect, CallTool) else None
+            self._write(
+                "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, exec_class,"
+                " dispatches, seq, priority, queued_ms, tool) VALUES (?, ?, ?, ?, 'ready', ?,"
+                " COALESCE((SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0), ?,"
+                " (SELECT priority FROM runs WHERE run_id = ?), ?, ?)",
+                (
+                    run_id,
+                    key,
+                    kind,
+                    _json.encode(effect),
+                    exec_class,
+                    run_id,
+                    key,
+                    seq,
+                    run_id,
+                    now,
+                    tool,
+                ),
+            )
+            return
         # Work re-issued under its key keeps counting the dispatches of its row.
         self._write(
             "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
@@ -1251,6 +1296,13 @@ class Store:
         resumed too, so its row is ``dispatched`` (the child exists).
         """
         conn = self.conn
+        (key,) = conn.execute("SELECT dedup_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        other = None if key is None else self.deduplicated(key)
+        if other is not None and other != run_id:  # one running run per dedup key
+            raise HostError(
+                f"cannot resume run {run_id!r}: run {other!r}, started with its dedup key"
+                f" {key!r}, is running"
+            )
         self._flush()
         state, results, report_rows, resolved = _rebuild(flow, run_id, records, cut)
         (n,) = conn.execute(
@@ -1547,7 +1599,16 @@ class Store:
         return row is not None
 
     def claim_ready_work(self, now: int, limit: int) -> list[Claimed]:
-        """Work left ``ready`` (by a process not working, or by recovery): dispatch it to us.
+        """Work left ``ready`` (by a process not working, by recovery, or held back by
+        a tool limit): dispatch up to ``limit`` of it to us.
+
+        Rows are taken by their run's priority (1 first), then in the order they
+        became ready. A call of a tool in ``tool_limits`` is taken only while
+        the tool has room: fewer than ``concurrency`` of its calls dispatched
+        and unfinished (over every worker of the database), and fewer than
+        ``rate`` of them dispatched within the last ``per_ms`` (``tool_starts``).
+        Both are counted in this transaction, which holds the write lock, so
+        two workers never take the same room.
 
         Work that recovery took back from a lost worker (``requeue`` left the
         lost worker in ``lease_owner``) runs again under the same key: the
@@ -1555,31 +1616,87 @@ class Store:
         this same transaction.
         """
         scope, args = self._scope("o.run_id")
-        rows = list(
-            self.conn.execute(
-                "SELECT o.run_id, o.key, o.effect, r.tools, o.dispatches, o.lease_owner"
-                " FROM outbox o JOIN runs r USING (run_id)"
-                f" WHERE o.status = 'ready' AND o.kind IN (?, ?, ?){scope} LIMIT ?",
-                (*WORK, *args, limit),
+        room = self._tool_room(now) if self.tool_limits else {}
+        out: list[Claimed] = []
+        passed: set[tuple[str, str]] = set()  # rows left ready this time
+        while len(out) < limit:
+            full = sorted(tool for tool, left in room.items() if left <= 0)
+            skip = f" AND (o.tool IS NULL OR o.tool NOT IN ({','.join('?' * len(full))}))"
+            want = limit - len(out) + len(passed)
+            rows = list(
+                self.conn.execute(
+                    "SELECT o.run_id, o.key, o.effect, r.tools, o.dispatches, o.lease_owner"
+                    " FROM outbox o INDEXED BY outbox_queue JOIN runs r USING (run_id)"
+                    f" WHERE o.status = 'ready' AND o.kind IN (?, ?, ?){skip if full else ''}"
+                    f"{scope} ORDER BY o.priority, o.queued_ms LIMIT ?",
+                    (*WORK, *full, *args, want),
+                )
             )
-        )
-        out = []
-        for run_id, key, blob, tools, dispatches, lost in rows:
-            if not self.keeps(run_id):
-                continue
-            note = None if lost is None else f"re-dispatched after recovery ({dispatches})"
-            self.conn.execute(
-                "UPDATE outbox SET status = 'dispatched', dispatches = dispatches + 1,"
-                " lease_owner = ?, lease_until = ?, note = COALESCE(?, note)"
-                " WHERE run_id = ? AND key = ? AND status = 'ready'",
-                (self.worker_id, now + self.lease_ms, note, run_id, key),
-            )
-            if lost is not None:
-                self.append_redispatched(run_id, key, dispatches, lost or None, now)
-            effect = _effect_dec.decode(blob)
-            assert isinstance(effect, (CallTool, RunAgent, RunTeam))
-            out.append(Claimed(run_id, key, effect, tools))
+            progressed = False
+            for run_id, key, blob, tools, dispatches, lost in rows:
+                if (run_id, key) in passed or len(out) >= limit:
+                    continue
+                effect = _effect_dec.decode(blob)
+                assert isinstance(effect, (CallTool, RunAgent, RunTeam))
+                tool = effect.tool if isinstance(effect, CallTool) else None
+                # A limited tool's calls go to whichever worker has room when
+                # they are claimed, whatever its share of the runs (``keeps``).
+                if room[tool] <= 0 if tool in room else not self.keeps(run_id):
+                    passed.add((run_id, key))
+                    progressed = True
+                    continue
+                progressed = True
+                limit_ = self.tool_limits.get(tool) if tool is not None else None
+                note = None if lost is None else f"re-dispatched after recovery ({dispatches})"
+                self.conn.execute(
+                    "UPDATE outbox SET status = 'dispatched', dispatches = dispatches + 1,"
+                    " lease_owner = ?, lease_until = ?, note = COALESCE(?, note),"
+                    " tool = COALESCE(?, tool) WHERE run_id = ? AND key = ? AND status = 'ready'",
+                    (
+                        self.worker_id,
+                        now + self.lease_ms,
+                        note,
+                        None if limit_ is None else tool,
+                        run_id,
+                        key,
+                    ),
+                )
+                if limit_ is not None:
+                    assert tool is not None
+                    room[tool] -= 1
+                    if limit_.rate is not None:
+                        self.conn.execute(
+                            "INSERT INTO tool_starts (tool, at_ms) VALUES (?, ?)", (tool, now)
+                        )
+                if lost is not None:
+                    self.append_redispatched(run_id, key, dispatches, lost or None, now)
+                out.append(Claimed(run_id, key, effect, tools))
+            if len(rows) < want or not progressed:
+                break
         return out
+
+    def _tool_room(self, now: int) -> dict[str, int]:
+        """How many more calls of each limited tool may be dispatched now."""
+        room = {}
+        for tool, limit in self.tool_limits.items():
+            left = limit.concurrency if limit.concurrency is not None else limit.rate
+            assert left is not None
+            if limit.concurrency is not None:
+                (running,) = self.conn.execute(
+                    "SELECT count(*) FROM outbox WHERE tool = ? AND status = 'dispatched'", (tool,)
+                ).fetchone()
+                left = limit.concurrency - running
+            if limit.rate is not None:
+                since = now - limit.per_ms
+                self.conn.execute(
+                    "DELETE FROM tool_starts WHERE tool = ? AND at_ms <= ?", (tool, since)
+                )
+                (started,) = self.conn.execute(
+                    "SELECT count(*) FROM tool_starts WHERE tool = ? AND at_ms > ?", (tool, since)
+                ).fetchone()
+                left = min(left, limit.rate - started)
+            room[tool] = left
+        return room
 
     def append_redispatched(
         self, run_id: str, key: str, recovery: int, worker: str | None, now: int
@@ -1625,9 +1742,9 @@ class Store:
         """
         note = f"recovered from worker {lost}" if lost else "recovered from a lost worker"
         self.conn.execute(
-            "UPDATE outbox SET status = 'ready', lease_owner = ?, lease_until = NULL, note = ?"
-            " WHERE run_id = ? AND key = ?",
-            (lost or "", note, run_id, key),
+            "UPDATE outbox SET status = 'ready', lease_owner = ?, lease_until = NULL, note = ?,"
+            " priority = (SELECT priority FROM runs WHERE run_id = ?) WHERE run_id = ? AND key = ?",
+            (lost or "", note, run_id, run_id, key),
         )
 
     def extend_leases(self, keys: list[tuple[str, str]], now: int) -> None:

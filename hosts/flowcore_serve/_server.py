@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import uvicorn
 
+from flowcore_handlers import ToolLimit
 from flowcore_local import Durability, LocalHost
 
 from ._app import DEFAULT_BODY_LIMIT, create_app
@@ -28,10 +29,14 @@ async def serve(
     on_ready: Callable[[str, int], None] | None = None,
     tracing: bool = False,
     durability: Durability = "power-loss",
+    tool_limits: Mapping[str, ToolLimit] | None = None,
 ) -> None:
     """Serve the database ``db`` until SIGINT or SIGTERM; ``on_ready(host, port)``
-    is called once the socket listens (``port=0`` picks a free one)."""
-    async with LocalHost(db, tools, tracing=tracing, durability=durability) as local:
+    is called once the socket listens (``port=0`` picks a free one). ``tool_limits``:
+    the worker's limits of tools across runs (``LocalHost``)."""
+    async with LocalHost(
+        db, tools, tracing=tracing, durability=durability, tool_limits=tool_limits
+    ) as local:
         app = create_app(local, tokens, flows, body_limit)
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False

@@ -37,9 +37,12 @@ from ._types import (
     RunArgsError,
     check_run_args,
     run_args_from_wire,
+    tool_queue,
 )
 
 if TYPE_CHECKING:
+    from flowcore_handlers import ToolLimit
+
     from ._activities import FlowcoreActivities
     from ._host import (
         NoSignalWait,
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
         PASSTHROUGH_MODULES,
         new_worker,
         sandbox_restrictions,
+        tool_workers,
         workflow_runner,
     )
     from ._workflow import FlowcoreWorkflow
@@ -74,12 +78,17 @@ _LAZY = {
     "PASSTHROUGH_MODULES": "._worker",
     "new_worker": "._worker",
     "sandbox_restrictions": "._worker",
+    "tool_workers": "._worker",
     "workflow_runner": "._worker",
     "FlowcoreWorkflow": "._workflow",
 }
 
 
 def __getattr__(name: str) -> Any:
+    if name == "ToolLimit":  # the host's, shared with the local host
+        from flowcore_handlers import ToolLimit
+
+        return ToolLimit
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -110,6 +119,7 @@ __all__ = [
     "TemporalHost",
     "TemporalHostError",
     "TemporalUnavailable",
+    "ToolLimit",
     "check_run_args",
     "collect_flows",
     "connect",
@@ -118,5 +128,7 @@ __all__ = [
     "records_from_wire",
     "run_args_from_wire",
     "sandbox_restrictions",
+    "tool_queue",
+    "tool_workers",
     "workflow_runner",
 ]

@@ -38,7 +38,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
@@ -52,6 +52,8 @@ from temporalio.worker import (
 
 import flowcore
 from flowcore import Flow, HumanAnswered, Record, SignalReceived
+from flowcore_handlers import LimitError, ToolLimit
+from flowcore_handlers._limits import check_dedup_key, check_priority, check_tool_limits
 
 from ._schedules import describe, to_temporal
 
@@ -73,6 +75,7 @@ from ._types import (
     RunArgsError,
     check_run_args,
     run_args_from_wire,
+    tool_queue,
 )
 from ._visibility import SearchAttributes, metadata_of, visibility_query
 from ._workflow import FlowcoreWorkflow
@@ -173,16 +176,34 @@ class TemporalHost:
     ``async with await TemporalHost.connect("localhost:7233") as host: ...``
     """
 
-    def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        *,
+        tool_limits: Mapping[str, ToolLimit] | None = None,
+    ) -> None:
+        """``tool_limits``: the tools whose calls the runs this host starts send to
+        their own task queue (``tool_queue``), where ``tool_workers`` apply the
+        limits; give the workers the same ones (specs/temporal.md §12)."""
         self.client = client
         self.task_queue = task_queue
         self._attributes = SearchAttributes(client)
+        try:
+            self.tool_limits = check_tool_limits(tool_limits)
+        except LimitError as exc:
+            raise TemporalHostError(str(exc)) from None
 
     @classmethod
     async def connect(
-        cls, address: str, namespace: str = "default", task_queue: str = DEFAULT_TASK_QUEUE
+        cls,
+        address: str,
+        namespace: str = "default",
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        *,
+        tool_limits: Mapping[str, ToolLimit] | None = None,
     ) -> TemporalHost:
-        return cls(await connect(address, namespace), task_queue)
+        return cls(await connect(address, namespace), task_queue, tool_limits=tool_limits)
 
     async def __aenter__(self) -> TemporalHost:
         return self
@@ -206,6 +227,8 @@ class TemporalHost:
         clock_origin_ms: int | None = None,
         clock_scale: float = 1.0,
         metadata: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text); returns its run id.
 
@@ -223,6 +246,14 @@ class TemporalHost:
         of an existing run (going or ended) starts nothing and returns it.
         The other arguments are checked as the workflow checks them (a bad
         budget or timeout is a ``TemporalHostError``, not a failed workflow).
+
+        ``priority`` (1 first, 5 last; None: Temporal's default, 3) is the
+        workflow's Temporal priority key, which its activities and child
+        workflows inherit. ``dedup_key`` is the run's workflow id: while that
+        workflow runs, starting again returns it (conflict policy
+        USE_EXISTING); once it has closed, a new run starts under the same id
+        (reuse policy ALLOW_DUPLICATE). A ``run_id`` other than the key is
+        refused.
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
@@ -230,7 +261,17 @@ class TemporalHost:
         self._check_input(flow, input, given)
         known = self._known_flows(spec, flows, flow.id, text)
         await self._check_attributes(flow, known)
-        rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
+        try:
+            priority = None if priority is None else check_priority(priority)
+            dedup_key = check_dedup_key(dedup_key)
+        except LimitError as exc:
+            raise TemporalHostError(str(exc)) from None
+        if dedup_key is not None and run_id is not None and run_id != dedup_key:
+            raise TemporalHostError(
+                f"run id {run_id!r} and dedup key {dedup_key!r}: on Temporal the dedup key"
+                " is the run id (its workflow id); give one, or the same"
+            )
+        rid = dedup_key or run_id or f"{flow.id}-{secrets.token_hex(4)}"
         args = RunArgs(
             spec=text,
             input=input,
@@ -244,6 +285,7 @@ class TemporalHost:
             clock_origin_ms=clock_origin_ms,
             clock_scale=clock_scale,
             metadata=given,
+            tool_queues={tool: tool_queue(self.task_queue, tool) for tool in self.tool_limits},
         )
         try:
             check_run_args(args)
@@ -257,8 +299,15 @@ class TemporalHost:
                     id=rid,
                     task_queue=self.task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    id_reuse_policy=(
+                        WorkflowIDReusePolicy.REJECT_DUPLICATE
+                        if dedup_key is None
+                        else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                    ),
                     static_summary=f"flowcore {flow.id}",
+                    priority=(
+                        Priority.default if priority is None else Priority(priority_key=priority)
+                    ),
                 ),
                 rid,
             )

@@ -42,6 +42,7 @@ __all__ = [
     "check_run_args",
     "clip",
     "run_args_from_wire",
+    "tool_queue",
 ]
 
 WORKFLOW_NAME = "flowcore"
@@ -193,6 +194,15 @@ class RunArgs:
     source run, the fork point and the source's log records before it (wire
     envelopes). The run is then ``flowcore.fork`` of them rather than a
     ``start`` of ``input``: it begins with the source's history up to there."""
+    tool_queues: dict[str, str] = field(default_factory=dict)
+    """The task queue of each limited tool's activities (``tool_queue``), handed
+    down to every child; a tool not here runs on the workflow's own queue."""
+
+
+def tool_queue(task_queue: str, tool: str) -> str:
+    """The task queue of a limited tool's activities: its own, polled by a worker
+    that applies the tool's limits (``flowcore_temporal.tool_workers``)."""
+    return f"{task_queue}/tool/{tool}"
 
 
 MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
@@ -319,6 +329,17 @@ def _problems(args: RunArgs) -> list[str]:
                 out.append((f"flows[{_show(flow_id)}]", _text_problem(text)))
             else:
                 out.append(("flows", f"flow id {problem}"))
+    queues = args.tool_queues
+    if not isinstance(queues, dict):
+        out.append(("tool_queues", f"expected an object of task queues, got {_show(queues)}"))
+    else:
+        for tool, queue in queues.items():
+            problem = _text_problem(tool, limit=flowcore.MAX_NAME_CHARS)
+            if problem is None:
+                problem = _text_problem(queue, limit=1000)
+                out.append((f"tool_queues[{_show(tool)}]", problem))
+            else:
+                out.append(("tool_queues", f"tool {problem}"))
     return [f"{name}: {problem}" for name, problem in out if problem is not None]
 
 

@@ -9,17 +9,18 @@ sandbox still applies its runtime restrictions to the workflow code itself.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from flowcore_handlers import Registry
+from flowcore_handlers import Registry, ToolLimit
+from flowcore_handlers._limits import check_tool_limits
 
 from ._activities import FlowcoreActivities
-from ._types import DEFAULT_TASK_QUEUE
+from ._types import DEFAULT_TASK_QUEUE, tool_queue
 from ._workflow import FlowcoreWorkflow
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ __all__ = [
     "PASSTHROUGH_MODULES",
     "new_worker",
     "sandbox_restrictions",
+    "tool_workers",
     "workflow_runner",
 ]
 
@@ -114,3 +116,41 @@ def new_worker(
         interceptors=interceptors,
         **options,
     )
+
+
+def tool_workers(
+    client: Client,
+    tool_limits: Mapping[str, ToolLimit],
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    tools: str | None = None,
+    registry: Registry | None = None,
+    max_concurrent_activities: int = 100,
+    **options: Any,
+) -> list[Worker]:
+    """One activity worker per limited tool, on the tool's own task queue.
+
+    Runs started by a ``TemporalHost`` with the same ``tool_limits`` send those
+    tools' calls there (``tool_queue``). A tool's ``rate`` becomes the queue's
+    ``max_task_queue_activities_per_second`` (``rate`` per ``per_ms``), which
+    the server applies to every worker of the queue; its ``concurrency``
+    becomes the worker's ``max_concurrent_activities``, which holds for this
+    worker alone: run one such worker per tool for a limit across the cluster.
+    Run them beside ``new_worker`` (``async with`` each).
+    """
+    limits = check_tool_limits(tool_limits)
+    activities = FlowcoreActivities(tools, registry=registry)
+    workers = []
+    for tool, limit in limits.items():
+        per_second = None if limit.rate is None else limit.rate * 1000 / limit.per_ms
+        workers.append(
+            Worker(
+                client,
+                task_queue=tool_queue(task_queue, tool),
+                activities=[activities.work],
+                max_concurrent_activities=limit.concurrency or max_concurrent_activities,
+                max_task_queue_activities_per_second=per_second,
+                **options,
+            )
+        )
+    return workers

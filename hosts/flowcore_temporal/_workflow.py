@@ -845,6 +845,11 @@ class FlowcoreWorkflow:
                 ),
                 retry_policy=_ONE_ATTEMPT,
                 summary=f"{_tag(effect)} {target}",
+                # A limited tool's calls go to its own queue, whose worker
+                # applies the limits (None: this workflow's queue).
+                task_queue=(
+                    args.tool_queues.get(effect.tool) if isinstance(effect, CallTool) else None
+                ),
             )
         except ActivityError as exc:
             if key not in self._cancelled:  # else the run stopped waiting: say nothing
@@ -892,6 +897,7 @@ class FlowcoreWorkflow:
             clock_origin_ms=args.clock_origin_ms,
             clock_scale=args.clock_scale,
             clock_started_ms=self._clock_started,
+            tool_queues=args.tool_queues,
         )
         # A child the run may leave running (abandon, detached) outlives this
         # workflow and is never cancelled with it; one it waits for, or cancels
