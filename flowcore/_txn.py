@@ -923,7 +923,7 @@ class Txn:
         gone = self.descendants(fid)
         frame = self.frames.get(fid)
         own_timer = frame.timer if isinstance(frame, StepFrame) else None
-        for key, entry in list(self.pending.items()):
+        for key, entry in sorted(self.pending.items()):  # in key order in every process
             if entry.frame in gone and key != own_timer:
                 self.drop_key(key)
         gone.discard(fid)
@@ -933,7 +933,7 @@ class Txn:
     def abandon(self, gone: set[str]) -> None:
         if not gone:
             return
-        for key, entry in list(self.pending.items()):
+        for key, entry in sorted(self.pending.items()):  # in key order in every process
             if entry.frame in gone:
                 self.drop_key(key)
         self.cancelled(gone)
@@ -961,7 +961,7 @@ class Txn:
 
     def abandon_all(self) -> None:
         """The run is ending: stop waiting for anything but scheduled calls and the deadline."""
-        for key, entry in list(self.pending.items()):
+        for key, entry in sorted(self.pending.items()):  # in key order in every process
             if entry.kind not in _OUTLIVE_THE_STEPS:
                 self.drop_key(key)
         self.frames = _EMPTY

@@ -219,3 +219,25 @@ def test_replay_checks_the_next_incarnations_start() -> None:
     # A second run.started where the run did not continue is corruption.
     with pytest.raises(flowcore.LogCorrupt, match=r"second run\.started"):
         flowcore.replay([*records[:3], Record("run.started", 3, "r-1", 2, records[0].data)], flow)
+
+
+def test_children_at_the_end_of_an_incarnation_follow_parent_close_without_waiting() -> None:
+    """A continue never waits for a child: ``wait`` and ``cancel`` children are
+    cancelled, ``abandon`` ones detached (language.md §4.18)."""
+    flow = flowcore.parse_flow(
+        """
+flow: p
+steps:
+  - id: kids
+    parallel:
+      branches:
+        a: [{id: w, run_subflow: {flow: c, parent_close: wait}}]
+        b: [{id: x, run_subflow: {flow: c, parent_close: abandon}}]
+        c: [{id: go, await_signal: {signal: go}}, {id: again, continue_as_new: {}}]
+"""
+    )
+    d = flowcore.start(flow, None, run_id="r", now_ms=0)
+    d = flowcore.advance(d.state, flowcore.SignalReceived(signal="go", at_ms=1))
+    assert [type(e).__name__ for e in d.effects] == ["ContinueAsNew"]
+    p = flowcore.plan(d)
+    assert (p.cancel, p.detach) == (("r/w#1",), ("r/x#1",))
