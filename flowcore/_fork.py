@@ -60,6 +60,7 @@ from ._log import (
     LogRead,
     Record,
     Recorder,
+    RunStartedData,
     budget_from_wire,
     decode_log,
 )
@@ -143,9 +144,15 @@ def _records(records: bytes | LogRead | Iterable[Record]) -> list[Record]:
         records = records.records
     out = list(records)
     if not out or not isinstance(out[0], Record) or out[0].type != RUN_STARTED:
-        raise ForkError("a fork needs the source's whole log, from its run.started at index 0")
+        raise ForkError(
+            "a fork needs the source's log from a run.started on (index 0, or the start of"
+            " an incarnation whose earlier records a host dropped)"
+        )
     run_id = out[0].run_id
-    for i, rec in enumerate(out):
+    base = out[0].index
+    if type(base) is not int or base < 0:
+        raise ForkError(f"record 0: index is not an integer >= 0: {short(base)}", 0)
+    for i, rec in enumerate(out, base):
         # The envelope, as decoding checks it (records built in Python never were).
         if not isinstance(rec, Record) or type(rec.index) is not int or rec.index != i:
             raise ForkError(f"the source's log has no record {i}: a fork needs its whole log", i)
@@ -167,14 +174,15 @@ def fork_point(
     if (at is None) == (from_step is None):
         raise ForkError("give exactly one of at (a record index) and from_step (a step id)")
     records = _records(records)
-    end = len(records)
-    settled = end > 0 and records[-1].type == RUN_SETTLED
+    base = records[0].index  # above 0 where a host dropped earlier incarnations' records
+    end = base + len(records)
+    settled = records[-1].type == RUN_SETTLED
     if from_step is not None:
         return _step_point(records, flow, from_step, settled)
     assert at is not None
     if isinstance(at, bool) or not isinstance(at, int):
         raise ForkError(f"a fork point is a record index, not {at!r}")
-    if at <= 0:
+    if at <= base:
         raise ForkError(
             f"index {at} is not after run.started: a fork takes the records before its point,"
             " and begins with the source's run.started",
@@ -190,14 +198,16 @@ def fork_point(
                 index=at,
             )
         return at
-    kind = records[at].type
+    kind = records[at - base].type
     if kind not in _BOUNDARY:
         decision = next(
-            i for i in range(at - 1, -1, -1) if records[i].type in _BOUNDARY | {RUN_STARTED}
+            i
+            for i in range(at - 1, base - 1, -1)
+            if records[i - base].type in _BOUNDARY | {RUN_STARTED}
         )
         raise ForkError(
             f"index {at} ({kind}) is inside the decision of record {decision}"
-            f" ({records[decision].type}): a fork point is the index of an event record"
+            f" ({records[decision - base].type}): a fork point is the index of an event record"
             f" (event.reported, event.rejected, effect.redispatched) or the end of an unsettled"
             f" log ({end})",
             index=at,
@@ -211,9 +221,16 @@ def _step_point(records: Sequence[Record], flow: Flow, step: str, settled: bool)
     path = flow.by_id[step].path
     within = {s.id for s in flow.by_id.values() if s.path == path or s.path.startswith(path + ".")}
     run_id = records[0].run_id
+    base = records[0].index
+    # The step's first effect in the latest incarnation that started it (a run
+    # that continues as new runs its steps again in each).
     first = None
+    latest = None
     for rec in records:
-        if rec.type != EFFECT_EMITTED or not isinstance(rec.data, dict):
+        if rec.type == RUN_STARTED:
+            latest, first = first if first is not None else latest, None
+            continue
+        if first is not None or rec.type != EFFECT_EMITTED or not isinstance(rec.data, dict):
             continue
         key = rec.data.get("idempotencyKey")
         if not isinstance(key, str):
@@ -224,13 +241,14 @@ def _step_point(records: Sequence[Record], flow: Flow, step: str, settled: bool)
             continue
         if info.step in within:
             first = rec.index
-            break
+    first = first if first is not None else latest
     if first is None:
         raise ForkError(
             f"step {step!r} emitted no effect in run {run_id!r}: it never started", step=step
         )
-    at = next((r.index for r in records[first:] if r.type in _BOUNDARY), len(records))
-    if at == len(records) and settled:  # (a decision that emits work does not settle)
+    end = base + len(records)
+    at = next((r.index for r in records[first - base :] if r.type in _BOUNDARY), end)
+    if at == end and settled:  # (a decision that emits work does not settle)
         raise ForkError(f"step {step!r}: the run settled in the decision that started it", at, step)
     return at
 
@@ -259,28 +277,49 @@ def fork(
     if run_id == source:
         raise ForkError(f"a fork needs a run id of its own, not its source's ({source!r})")
     point = fork_point(log, flow, at=at, from_step=from_step)
-    replay(log[:point], flow)  # the source's prefix must be a faithful history of this flow
+    base = log[0].index
+    # The fork begins where the incarnation holding the point began (a run
+    # that continued as new: language.md §4.18), as that incarnation did.
+    first = max(i for i in range(point - base) if log[i].type == RUN_STARTED)
+    log = log[first : point - base]
+    replay(log, flow)  # the source's prefix must be a faithful history of this flow
     started = log[0].data
     assert isinstance(started, dict)  # (replay checked it)
-    budget = started.get("budget")
+    budget = budget_from_wire(started.get("budget"))
     depth = started.get("depth", 0)
     input = started.get("input")
+    metadata = started.get("metadata")
+    continued = None
+    if started.get("incarnation", 1) != 1:
+        carried = msgspec.convert(started, RunStartedData)
+        continued = ContinueAsNew(
+            input=input,
+            incarnation=carried.incarnation,
+            idempotency_key="",
+            signals=carried.signals,
+            scheduled=carried.scheduled,
+            metadata=metadata,
+        )
     decision = start(
         flow,
         input,
         run_id=run_id,
         now_ms=log[0].at,
-        budget=budget_from_wire(budget),
+        budget=budget,
         depth=depth,
         semantics=started.get("semantics", 1),
+        metadata=metadata,
+        continued=continued,
     )
     recorder = Recorder(run_id)
-    out = recorder.started(flow, input, log[0].at, decision, budget_from_wire(budget), depth)
+    out = recorder.started(
+        flow, input, log[0].at, decision, budget, depth, metadata, continued=continued
+    )
     data = dict(out[0].data)
     data["forkedFrom"] = {"runId": source, "index": point}
     out[0] = msgspec.structs.replace(out[0], data=data)
     state = decision.state
-    for rec in log[1:point]:
+    for rec in log[1:]:
         if rec.type != EVENT_REPORTED:
             continue
         event = _rekeyed(event_from_wire(rec.data), source, run_id)

@@ -179,7 +179,7 @@ def test_a_log_that_does_not_replay_is_refused_as_replay_refuses_it() -> None:
     other = flowcore.parse_flow("flow: other\nsteps: [{id: s, sleep: {for_ms: 1}}]\n")
     with pytest.raises(flowcore.ReplayError):
         flowcore.fork(log.records, other, "r-2", at=3)
-    with pytest.raises(ForkError, match="whole log"):
+    with pytest.raises(ForkError, match="from a run.started on"):
         flowcore.fork(log.records[1:], log.flow, "r-2", at=3)
 
 
@@ -321,3 +321,54 @@ output: "${ {b: steps.b.output, c: steps.c.output} }"
     assert replay(log, flowcore.parse_flow(spec)).status == "completed"
     with pytest.raises(ForkError, match="has no step 'zz'"):
         fixed.fork(spec, broken.log_of(), "r-2", from_step="zz")
+
+
+def _vector(name: str) -> tuple[list[Record], flowcore.Flow]:
+    from pathlib import Path
+
+    d = Path(__file__).parent.parent / "specs" / "conformance" / name
+    log = flowcore.decode_log((d / "log.ndjson").read_bytes())
+    return list(log.records), flowcore.parse_flow((d / "flow.yaml").read_text())
+
+
+def test_a_fork_of_a_run_that_continued_as_new_begins_with_the_incarnation_of_its_point() -> None:
+    """A point in a later incarnation forks that incarnation (language.md §4.18):
+    the same fork from the whole log and from a log a host kept from that
+    incarnation's run.started on."""
+    records, flow = _vector("continue-as-new")
+    second = max(r.index for r in records if r.type == "run.started")
+    assert second > 0
+    tail = records[second:]
+    points = [at for at in boundaries(records) if at > second]
+    assert points
+    for at in points:
+        whole = flowcore.fork(records, flow, "FRKRUN", at=at)
+        kept = flowcore.fork(tail, flow, "FRKRUN", at=at)
+        assert whole.records == kept.records
+        assert whole.state.incarnation == 2
+        started = whole.records[0].data
+        assert started["incarnation"] == 2 and started["forkedFrom"] == {
+            "runId": "r-1",
+            "index": at,
+        }
+        report = replay(whole.records, flow)
+        assert report.ok and report.state is not None
+        assert encode_state(report.state) == encode_state(whole.state)
+        before = replay(records[:at], flow).state
+        assert before is not None
+        want = json.dumps(msgspec.to_builtins(flowcore.waiting_for(before)))
+        got = json.dumps(msgspec.to_builtins(flowcore.waiting_for(whole.state)))
+        assert got == want.replace("r-1", "FRKRUN")
+    # A point before the kept records is refused, naming it.
+    with pytest.raises(ForkError, match=f"index {second} is not after run.started"):
+        flowcore.fork(tail, flow, "FRKRUN", at=second)
+    # from_step: the step's first effect in the latest incarnation that ran it.
+    step = flowcore.fork(records, flow, "FRKRUN", from_step="ping")
+    assert step.at > second and step.state.incarnation == 2
+
+
+def test_a_fork_keeps_the_metadata_its_source_started_with() -> None:
+    records, flow = _vector("run-metadata")
+    f = flowcore.fork(records, flow, "FRKRUN", at=boundaries(records)[0])
+    assert f.state.metadata == records[0].data["metadata"]
+    assert f.records[0].data["metadata"] == records[0].data["metadata"]

@@ -1324,20 +1324,7 @@ class Store:
         )
         for table in ("results", "report", "resolved", "outbox"):
             conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-        scheduled.project_all(conn, run_id, state)
-        self._put_metadata(run_id, state)
-        conn.executemany(
-            "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)",
-            [(run_id, name, _json.encode(rec)) for name, rec in results.items() if rec is not None],
-        )
-        conn.executemany(
-            "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
-            [(run_id, i, persist.encode_row(row)) for i, row in enumerate(report_rows)],
-        )
-        conn.executemany(
-            "INSERT INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
-            [(run_id, key, persist.encode_resolution(how)) for key, how in resolved.items()],
-        )
+        self._put_rebuilt(run_id, state, results, report_rows, resolved)
         conn.execute("DELETE FROM dead_letters WHERE run_id = ? AND key = ?", (run_id, failed_key))
         conn.execute(
             "UPDATE runs SET status = 'running', output = NULL, error = NULL, tools = ?,"
@@ -1410,19 +1397,7 @@ class Store:
             "INSERT INTO log (run_id, idx, type, at, data) VALUES (?, ?, ?, ?, ?)",
             [(run_id, r.index, r.type, r.at, _dumps(r.data)) for r in records],
         )
-        scheduled.project_all(conn, run_id, state)
-        conn.executemany(
-            "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)",
-            [(run_id, name, _json.encode(rec)) for name, rec in results.items() if rec is not None],
-        )
-        conn.executemany(
-            "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
-            [(run_id, i, persist.encode_row(row)) for i, row in enumerate(report_rows)],
-        )
-        conn.executemany(
-            "INSERT INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
-            [(run_id, key, persist.encode_resolution(how)) for key, how in resolved.items()],
-        )
+        self._put_rebuilt(run_id, state, results, report_rows, resolved)
         (version,) = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         self._touched.add(run_id)
         self._cache[run_id] = _Cached(end, state, tools, len(report_rows), version, end)
@@ -1437,6 +1412,31 @@ class Store:
             seq = emitted.get(effect.idempotency_key, end)
             self._outbox(run_id, flow, effect, now, applied, tools, seq)
         return applied
+
+    def _put_rebuilt(
+        self,
+        run_id: str,
+        state: State,
+        results: dict[str, Any],
+        report_rows: list[Any],
+        resolved: dict[str, Any],
+    ) -> None:
+        """The rows a state rebuilt by ``_rebuild`` stores (its run has none yet)."""
+        conn = self.conn
+        scheduled.project_all(conn, run_id, state)
+        self._put_metadata(run_id, state)
+        conn.executemany(
+            "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)",
+            [(run_id, name, _json.encode(rec)) for name, rec in results.items() if rec is not None],
+        )
+        conn.executemany(
+            "INSERT INTO report (run_id, n, row) VALUES (?, ?, ?)",
+            [(run_id, i, persist.encode_row(row)) for i, row in enumerate(report_rows)],
+        )
+        conn.executemany(
+            "INSERT INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
+            [(run_id, key, persist.encode_resolution(how)) for key, how in resolved.items()],
+        )
 
     def forked_from(self, run_id: str) -> Any:
         """``{runId, index}`` when ``run_id`` is a fork (its ``run.started`` says so), else None."""

@@ -579,6 +579,10 @@ class TemporalHost:
             run_id=rid,
             tools=tools if tools is not None else source.tools,
             schedule=None,  # (the input is the one the source's run.started records)
+            continued=None,  # (a fork starts from the records, not from an incarnation's start)
+            log_index=0,
+            signals=[],
+            previous=[],
             fork={
                 "runId": run_id,
                 "index": made.at,

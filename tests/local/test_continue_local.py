@@ -256,3 +256,27 @@ def test_the_cli_shows_the_incarnation_and_replays_what_the_log_keeps(tmp_path: 
     assert "continues as new: incarnation 8" in events
     assert "▶ started" not in events  # the first incarnations' records are gone
     assert "completed" in ok("replay", "n-1", "--db", db)
+
+
+def test_a_run_whose_early_incarnations_were_dropped_forks_from_its_current_one(
+    tmp_path: Path,
+) -> None:
+    """The local host keeps the last two incarnations; a fork of a step in the
+    current one starts from that incarnation's run.started (log.md §16)."""
+    db = tmp_path / "fork.db"
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(SIGNALS, {"seen": []}, "s-4")
+        for note in "abcdefgh":
+            await host.signal(rid, "note", note)
+        await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
+        first = log_rows(db, rid)[0]
+        fid = await host.fork(rid, from_step="keep")
+        await asyncio.wait_for(host.work(until_settled=fid), timeout=60)
+        return first, await host.run(rid), await host.run(fid), await host.show(fid)
+
+    first, source, forked, shown = run_host(db, body)
+    assert first[0] > 0 and first[1] == "run.started"  # earlier incarnations dropped
+    assert source.status == forked.status == "completed"
+    assert forked.output == source.output == list("abcdefgh")
+    assert shown["incarnation"] == 8 and shown["forkedFrom"]["runId"] == "s-4"
