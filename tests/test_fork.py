@@ -179,7 +179,7 @@ def test_a_log_that_does_not_replay_is_refused_as_replay_refuses_it() -> None:
     other = flowcore.parse_flow("flow: other\nsteps: [{id: s, sleep: {for_ms: 1}}]\n")
     with pytest.raises(flowcore.ReplayError):
         flowcore.fork(log.records, other, "r-2", at=3)
-    with pytest.raises(ForkError, match="from a run.started on"):
+    with pytest.raises(ForkError, match=r"from a run\.started on"):
         flowcore.fork(log.records[1:], log.flow, "r-2", at=3)
 
 
