@@ -73,6 +73,7 @@ from ._types import (
     WORKFLOW_NAME,
     RunArgs,
     RunArgsError,
+    TemporalHostError,
     check_run_args,
     run_args_from_wire,
     tool_queue,
@@ -91,10 +92,6 @@ __all__ = [
 ]
 
 _QUERY_TIMEOUT = timedelta(seconds=10)
-
-
-class TemporalHostError(Exception):
-    """Something the user can fix; the message is one line."""
 
 
 class NoSignalWait(TemporalHostError):

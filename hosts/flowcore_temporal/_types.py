@@ -20,6 +20,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 import flowcore
 
 __all__ = [
+    "TemporalHostError",
     "METADATA_PREFIX",
     "metadata_attribute",
     "metadata_updates",
@@ -129,6 +130,10 @@ DEFAULT_ACTIVITY_TIMEOUT_MS = 10 * 60 * 1000
 """start-to-close of one handler call; past it the outcome is unknown."""
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 30 * 1000
 """The activity heartbeats while its handler runs; a dead worker is noticed this fast."""
+
+
+class TemporalHostError(Exception):
+    """Something the user can fix; the message is one line."""
 
 
 @dataclass

@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 import flowcore
 
-from ._types import ATTRIBUTE_TYPES, METADATA_PREFIX, WORKFLOW_NAME
+from ._types import ATTRIBUTE_TYPES, METADATA_PREFIX, WORKFLOW_NAME, TemporalHostError
 
 __all__ = ["SearchAttributes", "metadata_of", "register_command", "visibility_query"]
 
@@ -57,8 +57,6 @@ class SearchAttributes:
     async def types(self, refresh: bool = False) -> dict[str, str]:
         """Custom search attribute name -> type name (``Keyword``, ``Int``...)."""
         if self._types is None or refresh:
-            from ._host import TemporalHostError
-
             request = ListSearchAttributesRequest(namespace=self.client.namespace)
             try:
                 reply = await self.client.operator_service.list_search_attributes(request)
@@ -79,8 +77,6 @@ class SearchAttributes:
         if problems:
             problems = _mismatches(declared, await self.types(refresh=True))
         if problems:
-            from ._host import TemporalHostError
-
             raise TemporalHostError(
                 "the flow's metadata needs search attributes this namespace lacks: "
                 + "; ".join(problems)
