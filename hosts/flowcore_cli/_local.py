@@ -56,6 +56,7 @@ from ._history import event_line, short_json, tables, timeline, work_report
 from ._options import (
     FROM_FILE,
     answer_arguments,
+    fork_options,
     input_option,
     json_option,
     meta_option,
@@ -797,11 +798,7 @@ def resume(run_id: str, tools: str | None, detach: bool, db: Path) -> None:
 
 @click.command()
 @run_id_argument
-@click.option("--at", "at", type=int, help="The log index to fork at: records before it are kept.")
-@click.option("--from-step", help="Fork just before step ID: it, and all after it, run again.")
-@click.option("--run-id", "new_run_id", help="The new run's id (default: RUN-fork-INDEX).")
-@click.option("--tools", help="The new run's tools module (default: RUN's own).")
-@click.option("--cancel-source", is_flag=True, help="Cancel RUN too if it is running (a reset).")
+@fork_options
 @click.option("--follow", is_flag=True, help="Then process the new run to the end, as `run` does.")
 @click.option("--json", "as_json", is_flag=True, help="Print {runId, forkedFrom} as JSON.")
 @db_option

@@ -20,6 +20,7 @@ from flowcore_handlers import LimitError, ToolLimit, parse_tool_limits
 from ._common import CliError, checked_name
 
 __all__ = [
+    "fork_options",
     "FROM_FILE",
     "answer_arguments",
     "input_option",
@@ -158,3 +159,27 @@ def tool_limits_value(values: tuple[str, ...]) -> dict[str, ToolLimit]:
         return parse_tool_limits(values)
     except LimitError as exc:
         raise CliError(str(exc)) from None
+
+
+def fork_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of ``fork`` and ``temporal fork``: the point, the new run's id
+    and tools, and whether the source is cancelled (a reset)."""
+    for option in reversed(
+        (
+            click.option(
+                "--at", "at", type=int, help="The log index to fork at: records before it are kept."
+            ),
+            click.option(
+                "--from-step", help="Fork just before step ID: it, and all after it, run again."
+            ),
+            click.option(
+                "--run-id", "new_run_id", help="The new run's id (default: RUN-fork-INDEX)."
+            ),
+            click.option("--tools", help="The new run's tools module (default: RUN's own)."),
+            click.option(
+                "--cancel-source", is_flag=True, help="Cancel RUN too if it is running (a reset)."
+            ),
+        )
+    ):
+        command = option(command)
+    return command

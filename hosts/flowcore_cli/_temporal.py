@@ -47,6 +47,7 @@ from ._common import (
 from ._options import (
     FROM_FILE,
     answer_arguments,
+    fork_options,
     input_option,
     json_option,
     meta_option,
@@ -366,11 +367,7 @@ def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: s
 
 @click.command()
 @run_id_argument
-@click.option("--at", "at", type=int, help="The log index to fork at: records before it are kept.")
-@click.option("--from-step", help="Fork just before step ID: it, and all after it, run again.")
-@click.option("--run-id", "new_run_id", help="The new run's id (default: RUN-fork-INDEX).")
-@click.option("--tools", help="The new run's tools module (default: RUN's own).")
-@click.option("--cancel-source", is_flag=True, help="Cancel RUN too if it is running (a reset).")
+@fork_options
 @json_option
 @connection_options
 def fork(

@@ -284,6 +284,25 @@ class TemporalHost:
             metadata=given,
             tool_queues={tool: tool_queue(self.task_queue, tool) for tool in self.tool_limits},
         )
+        await self._start_workflow(
+            args,
+            f"flowcore {flow.id}",
+            reuse=dedup_key is not None,
+            priority=Priority.default if priority is None else Priority(priority_key=priority),
+        )
+        return rid
+
+    async def _start_workflow(
+        self,
+        args: RunArgs,
+        summary: str,
+        *,
+        reuse: bool = False,
+        priority: Priority = Priority.default,
+    ) -> None:
+        """Start the workflow of ``args`` (checked first) under its run id; one that
+        already has that id is the run (an ended one too, unless ``reuse``: a
+        dedup key's next run)."""
         try:
             check_run_args(args)
         except RunArgsError as exc:
@@ -293,24 +312,21 @@ class TemporalHost:
                 self.client.start_workflow(
                     FlowcoreWorkflow.run,
                     args,
-                    id=rid,
+                    id=args.run_id,
                     task_queue=self.task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                     id_reuse_policy=(
-                        WorkflowIDReusePolicy.REJECT_DUPLICATE
-                        if dedup_key is None
-                        else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                        WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                        if reuse
+                        else WorkflowIDReusePolicy.REJECT_DUPLICATE
                     ),
-                    static_summary=f"flowcore {flow.id}",
-                    priority=(
-                        Priority.default if priority is None else Priority(priority_key=priority)
-                    ),
+                    static_summary=summary,
+                    priority=priority,
                 ),
-                rid,
+                args.run_id,
             )
         except WorkflowAlreadyStartedError:
             pass  # a run with this id has already ended: that run is the answer
-        return rid
 
     @staticmethod
     def _check_input(flow: Flow, input: Any, metadata: dict[str, Any] | None = None) -> None:
@@ -586,25 +602,7 @@ class TemporalHost:
                 "records": [msgspec.to_builtins(r) for r in records[: made.at]],
             },
         )
-        try:
-            check_run_args(args)
-        except RunArgsError as exc:
-            raise TemporalHostError(str(exc)) from None
-        try:
-            await self._call(
-                self.client.start_workflow(
-                    FlowcoreWorkflow.run,
-                    args,
-                    id=rid,
-                    task_queue=self.task_queue,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                    static_summary=f"flowcore {flow.id} (fork of {run_id})",
-                ),
-                rid,
-            )
-        except WorkflowAlreadyStartedError:
-            pass  # a run with this id has already ended: that run is the answer
+        await self._start_workflow(args, f"flowcore {flow.id} (fork of {run_id})")
         if cancel_source:
             desc = await self._call(self.handle(run_id).describe(), run_id)
             if desc.status == WorkflowExecutionStatus.RUNNING:
