@@ -366,6 +366,38 @@ class RunHistory:
             self.continued(event.at_ms)
         return turn
 
+    def log(self) -> tuple[Record, ...]:
+        """The run's log records, as a host driving it would have written them
+        (``flowcore replay`` replays them)."""
+        recorder = Recorder(self.run_id)
+        first = self.turns[0]
+        out = recorder.started(
+            self.flow,
+            self.input,
+            self.now_ms,
+            Decision(first.state, first.effects),
+            self.budget,
+            self.depth,
+            self.metadata,
+        )
+        for before, turn in zip(self.turns, self.turns[1:], strict=False):
+            if turn.event is None:  # the next incarnation
+                effect = before.state.tree.continued
+                assert effect is not None
+                out += recorder.started(
+                    self.flow,
+                    effect.input,
+                    turn.state.run.started_ms,
+                    Decision(turn.state, turn.effects),
+                    depth=self.depth,
+                    continued=effect,
+                )
+            elif turn.rejected is not None:
+                out += recorder.rejected(turn.event, turn.rejected)
+            else:
+                out += recorder.applied(turn.event, Decision(turn.state, turn.effects))
+        return tuple(out)
+
     def continued(self, at_ms: int) -> None:
         """Start the next incarnation while the run's last decision continued as new
         (an incarnation may continue at once after taking a carried signal)."""

@@ -88,6 +88,7 @@ __all__ = [
     "TryProgress",
     "Waiting",
     "add_report_row",
+    "canonical_snapshot",
     "decode_state",
     "encode_state",
     "iter_report",
@@ -696,6 +697,22 @@ def encode_state(state: State) -> bytes:
             "encode it with flowcore.persist.encode_hot, or restore it with the rows"
         )
     return _encoder.encode(_snapshot(state, state.results.live(), oldest_first(state.report)))
+
+
+def canonical_snapshot(state: State) -> bytes:
+    """The snapshot of what ``state`` decides from: without the record of its
+    last change (``journal``), and with the report's rows in the order every
+    reader takes them (by ``seq``; a key's rows in the order written), not the
+    order the work ended in. Two states with the same canonical snapshot
+    decide alike on every event; ``flowcore.testing.explore`` identifies
+    states by it."""
+    rows = sorted(oldest_first(state.report), key=_ROW_SEQ)  # stable: a key's rows in order
+    plain = msgspec.structs.replace(state, journal=Journal())
+    return _encoder.encode(_snapshot(plain, state.results.live(), rows))
+
+
+def _ROW_SEQ(row: ReportRow) -> int:
+    return row.seq
 
 
 def _snapshot(state: State, results: dict[str, Any], report: list[ReportRow]) -> msgspec.Struct:

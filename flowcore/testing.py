@@ -41,6 +41,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ._errors import EventRejected
+from ._explore import (
+    BUILT_IN,
+    Exploration,
+    Point,
+    Progress,
+    Violation,
+    World,
+    explore,
+    same_but_budget,
+)
 from ._interp import Decision, advance, continue_run
 from ._keys import KeyRole, deadline_key, incarnation_base, parse_key
 from ._query import Waits, waiting_for
@@ -104,6 +114,7 @@ from ._wire import (
 )
 
 __all__ = [
+    "BUILT_IN",
     "CHILD_SPEC",
     "EVENT_KINDS",
     "FAULT_KINDS",
@@ -114,12 +125,15 @@ __all__ = [
     "TOOLS",
     "Call",
     "Entry",
+    "Exploration",
     "Fail",
     "Fault",
     "FlowMachine",
     "Hang",
     "HeartbeatTimeout",
     "Ok",
+    "Point",
+    "Progress",
     "Responses",
     "RunHistory",
     "Signal",
@@ -130,6 +144,8 @@ __all__ = [
     "Unknown",
     "UsageLine",
     "UsageReport",
+    "Violation",
+    "World",
     "apply",
     "check_budget",
     "check_determinism",
@@ -145,6 +161,7 @@ __all__ = [
     "event_streams",
     "events_for",
     "events_from_moves",
+    "explore",
     "faults",
     "flow_inputs",
     "flows",
@@ -1232,12 +1249,6 @@ def check_settlement(
     return h
 
 
-def _same_but_budget(a: Effect, b: Effect) -> bool:
-    if isinstance(a, RunSubflow) and isinstance(b, RunSubflow):
-        a = msgspec.structs.replace(a, budget_remaining=b.budget_remaining)
-    return encode_effect(a) == encode_effect(b)
-
-
 def check_keys(
     run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
 ) -> RunHistory:
@@ -1263,7 +1274,7 @@ def check_keys(
                     isinstance(ev, EffectOutcomeUnknown)
                     and ev.idempotency_key == key
                     and isinstance(effect, (CallTool, RunSubflow, SignalRun))
-                    and _same_but_budget(effect, first)
+                    and same_but_budget(effect, first)
                 ) or (
                     i > 0
                     and ev is None  # the first decision of a new incarnation

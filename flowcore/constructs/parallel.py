@@ -78,7 +78,10 @@ def child_done(
         if out[0]
         else {"status": "failed", "error": error_dict(out[1])}
     )
-    outcomes = {**prog.outcomes, name: record}
+    # In the branches' order, not the order they ended in: a state is the same
+    # however its branches' answers interleaved (the output reads them by name).
+    ended = {**prog.outcomes, name: record}
+    outcomes = {n: ended[n] for n in body.branches if n in ended}
     running = tuple(n for n in prog.running if n != name)
     decided: Outcome | None = None
     if mode == "race":

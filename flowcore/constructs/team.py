@@ -76,7 +76,9 @@ def member_done(t: Txn, frame: StepFrame, entry: Pending, key: str, out: Outcome
             t.drop_key(other)
         t.set_frame(frame, progress=msgspec.structs.replace(prog, running=()))
         return out
-    outputs = {**prog.outputs, entry.member: out[1]}
+    # In the members' order, however their answers interleaved (as the output).
+    ended = {**prog.outputs, entry.member: out[1]}
+    outputs = {m.member: ended[m.member] for m in team.members if m.member in ended}
     frame = t.set_frame(
         frame, progress=msgspec.structs.replace(prog, running=running, outputs=outputs)
     )

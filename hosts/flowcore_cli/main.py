@@ -46,6 +46,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "replay",
         "Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.",
     ),
+    "check": (
+        "_check",
+        "check",
+        "Check SPEC against every ordering of what a run may be told, up to a bound.",
+    ),
     "run": ("_local", "run", "Start a run of SPEC and process it to the end, showing progress."),
     "resume": (
         "_local",

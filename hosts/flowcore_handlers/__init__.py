@@ -104,6 +104,7 @@ __all__ = [
     "heartbeat_details",
     "heartbeat_timeout_event",
     "load_registry",
+    "load_module",
     "missing_handlers",
     "needed_handlers",
     "outcome_event",
@@ -315,6 +316,12 @@ def load_registry(name: str | None) -> Registry:
     """
     if not name:
         return Registry()
+    return registry_from_module(load_module(name, "tools module"), name)
+
+
+def load_module(name: str, what: str = "module") -> Any:
+    """Import a module by dotted name, or from a ``.py`` file path (``what`` names
+    it in the ``RegistryError`` an import that fails raises)."""
     try:
         if _is_path(name):
             path = Path(name).expanduser().resolve()
@@ -341,9 +348,9 @@ def load_registry(name: str | None) -> Registry:
     except Exception as exc:  # an import can fail in any way; say which module
         why = safe_text(f"{type(exc).__name__}: {exc}", 1000)
         raise RegistryError(
-            f"cannot import tools module {name!r}: {why}", name, format_traceback(exc)
+            f"cannot import {what} {name!r}: {why}", name, format_traceback(exc)
         ) from None
-    return registry_from_module(module, name)
+    return module
 
 
 MAX_TRACEBACK_BYTES = 64 * 1024
