@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import flowcore
 from flowcore import Budget, budget_bound, parse_flow
 from flowcore._spec import Amount
+from flowcore.diagram import build_graph, to_mermaid
 from flowcore.testing import (
     AGENTS,
     CHILD_SPEC,
@@ -383,6 +384,8 @@ def test_more_items_than_max_items_fail_the_step_before_anything_is_issued() -> 
     assert traj.effects("call-tool") == [] and traj.state.ledger.used_steps == 0
     ok = simulate(MAX_ITEMS, [1, 2], default=lambda call: call.input)
     assert ok.status == "completed" and ok.output == [1, 2]
+    # the diagram shows the cap beside the loop
+    assert "max 2 items" in to_mermaid(build_graph(parse_flow(MAX_ITEMS)))
 
 
 # --- every example flow -------------------------------------------------------------------------
