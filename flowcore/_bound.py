@@ -28,7 +28,9 @@ Each construct multiplies or adds what its parts may spend:
 - compensations of every step are added (they run when the run fails), and
   the ``on_budget_exhausted`` steps are added to the main work;
 - a ``continue_as_new`` starts the run again with the budget afresh: the
-  run's total is unbounded, each incarnation's is the bound of its steps.
+  run's total is unbounded, each incarnation's is the bound of its steps
+  (``BudgetBound.incarnation``), but for scheduled calls, which carry over
+  to the next incarnations until they fire.
 
 Pure: no I/O, no clock. The bound assumes every report stays within the
 declared maxima (a run charges what is reported, whatever was declared).
@@ -81,9 +83,6 @@ __all__ = [
 Limit: TypeAlias = Literal["steps", "cost", "tool_calls"]
 LIMITS: tuple[Limit, ...] = ("steps", "cost", "tool_calls")
 
-# Unknown outcomes re-issue a safe call up to this many issues without retry
-# (_transitions.DEFAULT_UNKNOWN_REISSUES), a scheduled call up to this many
-# (constructs.schedule.ATTEMPTS); both are 3, read from there.
 MAX_NESTED_SUBFLOWS = 64  # deeper chains of child flows are not computed
 
 
@@ -277,7 +276,9 @@ class _Walk:
         if isinstance(body, SignalRunStep):
             return Spend(steps=_issues(step, True))
         if isinstance(body, ScheduleStep):
-            issues = 3 if self.safe(body.tool) else 1
+            from .constructs.schedule import ATTEMPTS
+
+            issues = ATTEMPTS if self.safe(body.tool) else 1
             call = self.call(body.tool, step, here).times(issues)
             self.scheduled.append((step, call))
             return call
@@ -378,7 +379,9 @@ class _Walk:
             return NONE
         spend, reasons = self.memo.child(child, depth, self.subflows)
         for reason in reasons:
-            why = f"in flow {body.flow!r} at depth {depth}, {reason.path}: {reason.why}"
+            why = reason.why
+            if not why.startswith("in flow "):  # the deepest flow where it happens
+                why = f"in flow {body.flow!r} at depth {depth}, {reason.path}: {why}"
             self.reasons.append(Unbounded(reason.limit, reason.construct, here, why))
         return issues + spend.times(attempts)
 
@@ -415,7 +418,8 @@ class _Memo:
             return found
         if depth > MAX_NESTED_SUBFLOWS:
             why = f"subflows nest deeper than {MAX_NESTED_SUBFLOWS} levels: not computed"
-            reason = tuple(Unbounded(limit, "run_subflow", "steps", why) for limit in LIMITS)
+            where = f"in flow {flow.id!r} at depth {depth}: {why}"
+            reason = tuple(Unbounded(limit, "run_subflow", "steps", where) for limit in LIMITS)
             return NONE, reason
         walk = _Walk(flow, depth, subflows, self, record=False)
         total, _ = _flow_spend(walk)
@@ -456,7 +460,14 @@ def _flow_spend(walk: _Walk) -> tuple[Spend, Spend]:
 
 
 def _continues(flow: Flow) -> Iterator[Step]:
-    return (s for s in flow.by_id.values() if isinstance(s.body, ContinueAsNewStep))
+    """The ``continue_as_new`` steps that may continue the run: not those in a
+    ``compensate`` list or in ``on_budget_exhausted`` (they fail ``continue-refused``)."""
+    for step in flow.by_id.values():
+        if not isinstance(step.body, ContinueAsNewStep):
+            continue
+        if step.path.startswith("on_budget_exhausted") or ".compensate[" in step.path:
+            continue
+        yield step
 
 
 def budget_bound(

@@ -235,6 +235,63 @@ steps:
     assert len(traj.runs) == 3
 
 
+def test_a_scheduled_call_costs_its_issues_when_it_fires() -> None:
+    b = bound("""
+  - {id: later, schedule: {tool: ro, delay_ms: 10}}
+  - {id: once, schedule: {tool: paid, delay_ms: 10}}
+""")
+    # ro: safe, up to 3 issues; paid: uncertain, one issue of 3 steps, 30, 2 calls
+    assert spend(b) == (3 + 3, 30, 3 + 2)
+
+
+def test_scheduled_calls_carry_over_to_the_next_incarnation() -> None:
+    b = bound("""
+  - {id: later, schedule: {tool: ro, delay_ms: 10}}
+  - {id: w, sleep: {for_ms: 5}}
+  - {id: again, continue_as_new: {}}
+""")
+    assert b.incarnation == flowcore.Spend(None, 0, None)
+    assert (
+        "schedule",
+        "steps[0].schedule",
+        "schedule 'later': calls not yet fired carry over to the next incarnation "
+        "(continue_as_new 'again')",
+    ) in reasons(b)
+
+
+def test_a_recursion_deeper_than_the_computation_goes_is_named() -> None:
+    spec = (
+        HEAD
+        + """limits: {max_subflow_depth: 1000}
+steps:
+  - {id: a, call_tool: {tool: t}}
+  - {id: again, run_subflow: {flow: f}}
+"""
+    )
+    flow = parse_flow(spec)
+    b = budget_bound(flow, subflows={"f": flow})
+    assert spend(b) == (None, None, None)
+    assert reasons(b) == {
+        (
+            "run_subflow",
+            "steps[1].run_subflow",
+            "in flow 'f' at depth 65: subflows nest deeper than 64 levels: not computed",
+        )
+    }
+    # 64 levels are computed: 1 + 3 per level, and the last level's own call
+    shallow = parse_flow(spec.replace("1000", "64"))
+    assert budget_bound(shallow, subflows={"f": shallow}).steps == 64 * 4 + 1
+
+
+def test_continue_as_new_where_it_is_refused_leaves_the_run_bounded() -> None:
+    b = bound("""
+  - id: a
+    call_tool: {tool: t}
+    compensate: [{id: again, continue_as_new: {}}]
+""")
+    assert spend(b) == (1, 0, 1) and b.bounded
+
+
 def test_on_budget_exhausted_steps_are_added_without_their_compensations() -> None:
     head = (
         HEAD
