@@ -95,9 +95,9 @@ class Spend:
     tool_calls: int | None = 0
 
     def get(self, limit: Limit) -> int | None:
-        return self.steps if limit == "steps" else self._others(limit)
-
-    def _others(self, limit: Limit) -> int | None:
+        """The amount of one limit: ``steps``, ``cost`` or ``tool_calls``."""
+        if limit == "steps":
+            return self.steps
         return self.cost_minor_units if limit == "cost" else self.tool_calls
 
     def __add__(self, other: Spend) -> Spend:
