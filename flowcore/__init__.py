@@ -8,6 +8,7 @@ use ``flowcore.persist``. The core never
 does I/O, never reads a clock and never draws a random number.
 """
 
+from ._bound import BudgetBound, Shortfall, Spend, StepBound, Unbounded, budget_bound
 from ._data import MAX_DEPTH, MAX_EVENT_BYTES, MAX_NAME_CHARS, DataError, check_data
 from ._driver import Plan, plan
 from ._errors import (
@@ -119,6 +120,7 @@ __all__ = [
     "AskHuman",
     "AwaitSignal",
     "Budget",
+    "BudgetBound",
     "BudgetRemaining",
     "CallTool",
     "CancelRequested",
@@ -175,18 +177,23 @@ __all__ = [
     "Sleep",
     "SnapshotMismatch",
     "SEMANTICS",
+    "Shortfall",
+    "Spend",
     "SpecError",
     "State",
+    "StepBound",
     "SubflowSettled",
     "Timer",
     "TimerFired",
     "TornTail",
     "TrajectoryEntry",
+    "Unbounded",
     "UnknownRecordType",
     "Usage",
     "Waits",
     "WireError",
     "advance",
+    "budget_bound",
     "budget_from_wire",
     "budget_to_wire",
     "canonical_spec",

@@ -54,6 +54,7 @@ from ._time import MAX_DURATION_MS, DurationError, check_zone, parse_duration
 from .schedules import Schedule, check_schedule
 
 __all__ = [
+    "AgentDecl",
     "AskHumanStep",
     "AwaitSignalStep",
     "Budget",
@@ -67,6 +68,7 @@ __all__ = [
     "Flow",
     "ForEachStep",
     "Limits",
+    "MaxUsage",
     "ParallelStep",
     "RepeatStep",
     "Retry",
@@ -139,6 +141,17 @@ def duration_text(value: Duration) -> str:
 
 
 @attrs.frozen
+class MaxUsage:
+    """The most usage one call of a tool or an agent reports (``max_usage``): an
+    amount not written is none. Only ``flowcore.budget_bound`` reads it; a run
+    charges what is reported, whatever was declared."""
+
+    steps: Amount = Amount(0)
+    cost_minor_units: Amount = Amount(0)
+    tool_calls: Amount = Amount(0)
+
+
+@attrs.frozen
 class ToolDecl:
     """A declared tool: its execution class, whether a call to it may be
     scheduled from outside the run (``scheduled-add-requested``), and the JSON
@@ -150,6 +163,14 @@ class ToolDecl:
     schedulable: bool = False
     input_schema: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
+    max_usage: MaxUsage | None = None  # the most usage one call reports
+
+
+@attrs.frozen
+class AgentDecl:
+    """An agent's declaration (top-level ``agents``): only what ``budget_bound`` reads."""
+
+    max_usage: MaxUsage | None = None
 
 
 @attrs.frozen
@@ -308,6 +329,7 @@ class ForEachStep:
     as_: Ident = Ident("item")
     index: Ident = Ident("index")
     max_concurrency: Count | None = None
+    max_items: Count | None = None  # more items fail the step ``too-many-items``
 
 
 @attrs.frozen
@@ -433,6 +455,8 @@ class Flow:
     on_exhausted: OnExhausted | None = None
     # The top-level ``metadata:``: field name -> type, in the order declared.
     metadata: dict[str, MetaType] = attrs.field(factory=dict)
+    # The top-level ``agents:``: agent id -> its declaration (``max_usage``).
+    agents: dict[str, AgentDecl] = attrs.field(factory=dict)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -489,6 +513,7 @@ _TOP = (
     "schedules",
     "on_budget_exhausted",
     "metadata",
+    "agents",
 )
 
 
@@ -781,6 +806,7 @@ def _build_converter() -> cattrs.Converter:
 
     _register_generic(conv, dict[str, ToolDecl], dict_of(ToolDecl, "tools", _name))
     _register_generic(conv, dict[str, TeamDecl], dict_of(TeamDecl, "teams", _name))
+    _register_generic(conv, dict[str, AgentDecl], dict_of(AgentDecl, "agents", _name))
     _register_generic(
         conv, dict[str, tuple[Step, ...]], dict_of(tuple[Step, ...], "branches", _ident)
     )
@@ -802,6 +828,8 @@ def _build_converter() -> cattrs.Converter:
         FailStep,
         SignalRunStep,
         ContinueAsNewStep,
+        MaxUsage,
+        AgentDecl,
     )
     for cl in plain:
         conv.register_structure_hook(cl, _mapping_first(conv, cl))
@@ -1035,6 +1063,8 @@ _SETTINGS_NAME: dict[type[Any], str] = {
     TeamDecl: "team",
     TeamMember: "team member",
     CatchClause: "catch clause",
+    MaxUsage: "max_usage",
+    AgentDecl: "agent",
     **{cl: kind for kind, cl in _KINDS.items()},
 }
 
@@ -1628,6 +1658,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     output = field("output", Template, None)
     on_exhausted = field("on_budget_exhausted", OnExhausted, None)
     metadata = field("metadata", dict[str, MetaType], {})
+    agents = field("agents", dict[str, AgentDecl], {})
     tools = _tool_schemas(tools, found)
     _literal_inputs(raw, tools, found)
     input_schema = raw.get("input_schema")
@@ -1678,6 +1709,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         schedules=schedules,
         on_exhausted=on_exhausted,
         metadata=metadata,
+        agents=agents,
     )
 
 

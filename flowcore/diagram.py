@@ -270,6 +270,8 @@ class _Builder:
         elif isinstance(body, ForEachStep):
             cap = f", {body.max_concurrency} at a time" if body.max_concurrency else ""
             lines = [step.id, f"for_each {body.as_} in {_clip(_source(body.items))}{cap}"]
+            if body.max_items is not None:
+                lines.append(f"max {body.max_items} items")
             self.g.node(nid, [*lines, *extra], "box")
             back = self.seq(body.steps, [_Exit(nid, "each item")])
             self.g.connect([_Exit(e.node, e.label or "next", DASHED) for e in back], nid)

@@ -183,6 +183,7 @@ _PLAIN: dict[Any, dict[str, Any]] = {
 _MAP_KEYS: dict[Any, str] = {
     spec.ToolDecl: "Name",
     spec.TeamDecl: "Name",
+    spec.AgentDecl: "Name",
     tuple[spec.Step, ...]: "Identifier",
 }
 
@@ -271,6 +272,10 @@ _DESCRIPTIONS: dict[str, str] = {
     "step with a new input and a fresh history, keeping its run id.",
     "CatchClause": "A catch clause of a try step (§4.14): the error types it handles "
     "(`*` any) and its steps, which see `error`.",
+    "MaxUsage": "The most usage one call of a tool or one run of an agent reports "
+    "(`max_usage`): steps, cost, tool calls, each 0 when not written. Read only by the "
+    "worst-case budget (§11.6).",
+    "AgentDecl": "An agent's declaration (§2 agents): the most usage one run of it reports.",
     "Schedule": "A schedule (§2 schedules): runs of this flow a host starts on a cadence, "
     "`cron`, `every` or both. Its input reads only `schedule` (at, at_ms, name).",
 }
@@ -305,6 +310,7 @@ _DOC_SECTIONS: dict[str, tuple[str, str]] = {
     "ContinueAsNewStep": ("### 4.18 continue_as_new", ""),
     "CatchClause": ("### 4.14 try / catch", "clause "),
     "Schedule": ("### schedules", ""),
+    "AgentDecl": ("### agents", ""),
 }
 
 _ROW_KEY = re.compile(r"^(?P<prefix>[a-z]+ )?`(?P<key>[a-z_]+)`$")

@@ -940,6 +940,36 @@ def _for_each(d: Driver) -> None:
 
 
 @case(
+    "for-each-max-items",
+    "for_each with max_items 2 over three items: the step fails too-many-items before any "
+    "iteration starts (nothing is issued, no budget spent); a catch handles it.",
+    """
+flow: per-service-capped
+tools: {check: {class: readonly}, note: {class: idempotent}}
+steps:
+  - id: guard
+    try:
+      - id: per
+        for_each:
+          items: "${input.services}"
+          max_items: 2
+          steps:
+            - id: look
+              call_tool: {tool: check, input: "${item}"}
+    catch:
+      - errors: [too-many-items]
+        steps:
+          - id: note
+            call_tool: {tool: note, input: "${error}"}
+output: "${steps.guard.output}"
+""",
+    input={"services": ["api", "db", "web"]},
+)
+def _for_each_max_items(d: Driver) -> None:
+    d.ok("note#1", "noted")
+
+
+@case(
     "repeat-every",
     "repeat every_ms with max_fires: a tick timer per fire, fire_count visible to the body.",
     """

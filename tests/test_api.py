@@ -23,6 +23,13 @@ EXPECTED = {
     "budget_to_wire",
     # the bytes a spec's hash is of (decide --stdio's self-contained state)
     "canonical_spec",
+    # a flow's worst-case spend, from the spec alone (flowcore budget)
+    "budget_bound",
+    "BudgetBound",
+    "Spend",
+    "StepBound",
+    "Shortfall",
+    "Unbounded",
     "AskHuman",
     "AwaitSignal",
     "Budget",

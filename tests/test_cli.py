@@ -199,6 +199,7 @@ def test_validate_json_for_editors_and_ci(tmp_path: Path) -> None:
         "version": 1,
         "specHash": flowcore.parse_flow(TRIAGE.read_bytes()).spec_hash,
         "steps": 7,
+        "warnings": [],
     }
     assert wrong["ok"] is False
     (problem,) = wrong["problems"]

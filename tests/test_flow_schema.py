@@ -74,7 +74,8 @@ def test_description_says_what_the_schema_does_not_check() -> None:
 
 def test_tools_list_their_input_and_output_schemas() -> None:
     tool = SCHEMA["$defs"]["ToolDecl"]
-    assert {"class", "schedulable", "input_schema", "output_schema"} == set(tool["properties"])
+    keys = {"class", "schedulable", "input_schema", "output_schema", "max_usage"}
+    assert keys == set(tool["properties"])
     for key in ("input_schema", "output_schema"):
         assert {"$ref": "#/$defs/JsonSchema"} in tool["properties"][key]["anyOf"]
         assert tool["properties"][key]["description"]

@@ -5,7 +5,9 @@ its index as variables; its results are dropped when it ends, and its
 output is kept with the step results until the loop ends (not in the
 progress record, which would then be copied whole on every event). The
 output lists the iterations' outputs in item order; the first failure
-fails the step and abandons the other iterations.
+fails the step and abandons the other iterations. A list longer than
+``max_items`` fails the step ``too-many-items`` before any iteration starts
+(what makes ``flowcore.budget_bound`` of the loop sound).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def begin(t: Txn, frame: StepFrame, step: Step, body: ForEachStep) -> Outcome | 
     if not isinstance(items, list):
         message = f"for_each {step.id!r}: items is not a list: {short_json(items)}"
         return (FAIL, err("expression-error", message))
+    if body.max_items is not None and len(items) > body.max_items:
+        message = f"for_each {step.id!r}: {len(items)} items, over max_items {body.max_items}"
+        return (FAIL, err("too-many-items", message))
     if not items:
         return (OK, [])
     frame = t.set_frame(frame, progress=ForEachProgress(items=tuple(items)))

@@ -16,7 +16,7 @@ __all__ = ["validate"]
 
 
 def _check(path: str) -> dict[str, Any]:
-    result: dict[str, Any] = {"file": path, "ok": True, "problems": []}
+    result: dict[str, Any] = {"file": path, "ok": True, "problems": [], "warnings": []}
     try:
         data = read_bytes(path, "spec file")
     except CliError as exc:
@@ -45,7 +45,26 @@ def _check(path: str) -> dict[str, Any]:
     result.update(
         flow=flow.id, version=flow.version, specHash=flow.spec_hash, steps=len(flow.by_id)
     )
+    result["parsed"] = flow
     return result
+
+
+def _warn(results: list[dict[str, Any]]) -> None:
+    """A warning for each declared budget limit below the flow's worst case
+    (``flowcore.budget_bound``; the valid specs given are its subflows)."""
+    flows = [r["parsed"] for r in results if "parsed" in r]
+    subflows: dict[str, flowcore.Flow] = {}
+    for flow in flows:
+        subflows.setdefault(flow.id, flow)
+    for r in results:
+        flow = r.pop("parsed", None)
+        if flow is None:
+            continue
+        bound = flowcore.budget_bound(flow, subflows=subflows)
+        r["warnings"] = [
+            {"limit": s.limit, "declared": s.declared, "worst": s.worst, "message": s.message}
+            for s in bound.below(flow.budget)
+        ]
 
 
 @click.command()
@@ -56,9 +75,11 @@ def validate(specs: tuple[str, ...], as_json: bool) -> int:
 
     Problems go to stdout (like a compiler's diagnostics), one per line.
     Exit 0 when every spec is valid, 2 when any has a problem (or cannot be
-    read).
+    read). A declared budget limit below the flow's worst case (``flowcore
+    budget``) is a warning line; it does not change the exit code.
     """
     results = [_check(path) for path in specs]
+    _warn(results)
     ok = all(r["ok"] for r in results)
     if as_json:
         for r in results:
@@ -72,6 +93,8 @@ def validate(specs: tuple[str, ...], as_json: bool) -> int:
                 f"{r['file']}: ok (flow {r['flow']} v{r['version']}, "
                 f"{steps} step{'s' if steps != 1 else ''})"
             )
+            for warning in r["warnings"]:
+                click.echo(f"{r['file']}: warning: {warning['message']}")
         elif "text" in r:
             for line in r["text"]:
                 click.echo(line)

@@ -1,6 +1,6 @@
 """Entry point of the ``flowcore`` console script.
 
-Every command lives in this package: ``validate``, ``graph``, ``replay``, the
+Every command lives in this package: ``validate``, ``graph``, ``budget``, ``replay``, the
 local host's (``_local``; ``delete`` and ``prune`` in ``_retention``) and
 ``flowcore temporal ...`` (``_temporal``). The hosts expose Python APIs only.
 
@@ -40,6 +40,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "graph",
         "Print a diagram of the flow in SPEC: steps, branches, loops, catch and "
         "compensation edges.",
+    ),
+    "budget": (
+        "_budget",
+        "budget",
+        "Compute the most any run of SPEC can spend, from the spec alone.",
     ),
     "replay": (
         "_replay",
