@@ -17,8 +17,10 @@ Each construct multiplies or adds what its parts may spend:
   up to ``max_attempts - attempt + 1`` times in attempt ``attempt``
   (``_transitions._may_reissue``: re-issues are counted per attempt), or
   ``DEFAULT_UNKNOWN_REISSUES`` times without ``retry``;
-- a call reports at most its tool's or agent's ``max_usage``; a tool or an
-  agent without it reports an unknown usage, which leaves the bound open;
+- a call reports at most its tool's or agent's ``max_usage``. A tool without
+  it is taken to report no steps and no tool calls, and an unknown cost; an
+  agent without it an unknown usage (agents report a step per model
+  request), which leaves the bound open;
 - a ``run_subflow`` costs its issues plus, per attempt, the child's whole
   bound at the next depth; beyond ``limits.max_subflow_depth`` the step fails
   at once and costs nothing. A detached child costs only its issues;
@@ -340,8 +342,13 @@ class _Walk:
         decl = self.flow.tools.get(tool)
         usage = decl.max_usage if decl is not None else None
         if usage is None:
-            self.why(NONE, "tool", here, f"tool {tool!r} declares no max_usage")
-            return NONE
+            # Taken to report no steps and no tool calls (a tool is not an
+            # agent); what it costs is unknown.
+            spend = Spend(1, None, 1)
+            self.why(
+                spend, "tool", here, f"tool {tool!r} declares no max_usage: its cost is unknown"
+            )
+            return spend
         return Spend(1, 0, 1) + _usage(usage)
 
     def agent(self, agent: str, here: str) -> Spend:

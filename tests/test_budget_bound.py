@@ -334,6 +334,21 @@ def test_a_repeat_without_max_fires_and_a_for_each_without_max_items() -> None:
     assert spend(quiet) == (0, 0, 0) and quiet.bounded
 
 
+def test_a_tool_without_max_usage_bounds_steps_and_tool_calls_not_cost() -> None:
+    b = bound(
+        """
+  - {id: a, call_tool: {tool: quiet}, retry: {max_attempts: 2}}
+  - {id: b, call_tool: {tool: quiet}}
+""",
+        "\nflow: f\ntools:\n  quiet: {}\n",
+    )
+    assert spend(b) == (3, None, 3)
+    assert {(u.limit, u.path) for u in b.unbounded} == {
+        ("cost", "steps[0].call_tool"),
+        ("cost", "steps[1].call_tool"),
+    }
+
+
 def test_unknown_usage_missing_subflows_and_outside_calls() -> None:
     head = """
 flow: f
@@ -352,7 +367,7 @@ tools:
     )
     assert spend(b) == (None, None, None)
     assert reasons(b) == {
-        ("tool", "steps[0].call_tool", "tool 'quiet' declares no max_usage"),
+        ("tool", "steps[0].call_tool", "tool 'quiet' declares no max_usage: its cost is unknown"),
         ("agent", "steps[1].run_agent", "agent 'triager' declares no max_usage"),
         ("run_subflow", "steps[2].run_subflow", "run_subflow 'c': flow 'x' not given"),
         (
