@@ -495,6 +495,13 @@ class Exploration:
     def ok(self) -> bool:
         return not self.violations
 
+    def _completeness(self) -> str:
+        if self.complete:
+            return "yes"
+        if self.stop == "violation":
+            return "no (stopped at a violation)"
+        return f"no ({self.cut:,} states not expanded: {self.stop})"
+
     def summary(self) -> list[tuple[str, str]]:
         """The figures as (name, value) rows, for a table."""
         explored = self.explored
@@ -515,7 +522,7 @@ class Exploration:
         rows += [
             ("most steps spent", str(self.max_steps)),
             ("most cost spent", str(self.max_cost)),
-            ("complete", "yes" if self.complete else f"no ({self.cut:,} states cut: {self.stop})"),
+            ("complete", self._completeness()),
             ("invariants", ", ".join(self.invariants)),
             ("violations", str(len(self.violations))),
         ]

@@ -1,6 +1,6 @@
-"""Property-test flows with hypothesis: a simulator, strategies, invariants, a state machine.
+"""Property-test flows with hypothesis, and explore them exhaustively.
 
-Four parts, all usable on your own flows (``specs/testing.md`` walks through
+Five parts, all usable on your own flows (``specs/testing.md`` walks through
 them):
 
 * **The simulator** (``Simulator``, ``simulate``; responses ``Ok``, ``Fail``,
@@ -25,6 +25,12 @@ them):
   run with rules (deliver a result, fail, outcome unknown, duplicate, advance
   the clock, signal, answer, cancel, hostile events) and checks the invariants
   after every rule. Subclass it with ``flow = ...`` and ``input = ...``.
+* **Exploration** (``explore``, ``World``, ``Point``, ``Exploration``,
+  ``Violation``): every ordering of what a world may report to a run, up to
+  a bound, each distinct state once, commuting answers in one order; the
+  built-in invariants (``BUILT_IN``), your own and liveness at every
+  transition; a violation as the shortest event sequence to it, a log and a
+  trajectory.
 
 Like the rest of flowcore this module does no I/O, reads no clock and draws
 no random number of its own: every choice comes from hypothesis or from the
