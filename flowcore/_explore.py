@@ -51,6 +51,7 @@ from ._errors import EventRejected
 from ._interp import advance, continue_run, start
 from ._keys import INCARNATION, KeyRole, incarnation_base, parse_key
 from ._log import Record
+from ._por import Reducible
 from ._query import Waits, waiting_for
 from ._sim import Fail, Hang, HeartbeatTimeout, Ok, RunHistory, Signal, Unknown, as_flow, drive
 from ._spec import Budget, Flow
@@ -237,6 +238,17 @@ class World:
                     raise TypeError(f"World: the callable for {entry.target!r} returned a callable")
                 out.append(resp)
         return tuple(out)
+
+    def may_report_steps(self) -> bool:
+        """Whether some response may report usage steps (a callable may)."""
+        tables = (self.tools, self.agents, self.teams, self.subflows, {"": self.default})
+        return any(
+            not isinstance(r, Ok | Fail | Unknown | Hang | HeartbeatTimeout)
+            or (isinstance(r, Ok) and r.steps > 0)
+            for table in tables
+            for responses in table.values()
+            for r in responses
+        )
 
     def answers(self, step: str, options: tuple[str, ...] | None) -> tuple[str, ...]:
         if self.humans is not None:
@@ -658,6 +670,9 @@ class _Explorer:
         self.stop: Stop = "exhausted"
         self.dead: list[int] = []
         self.next_progress = self.progress_every
+        self.reducible = Reducible(flow) if reduce else None
+        if self.reducible is not None and world.may_report_steps():
+            self.reducible.why_not = "the world reports steps"
 
     # --- paths --------------------------------------------------------------------------
 
@@ -1212,9 +1227,14 @@ class _Explorer:
                 results[i] = self.try_move(state, moves[i])
             return results[i]
 
+        assert self.reducible is not None
+        cancel_left = self.world.cancel_at_ms is not None and not node.residue.cancelled
         for group, members in groups.items():
-            if _hangs(self.world, pending[group]):
+            entry = pending[group]
+            if _hangs(self.world, entry):
                 continue  # it may never be answered: paths without its answer differ
+            if not self.reducible.may_commit(state, entry, cancel_left):
+                continue
             others = [i for i in range(len(moves)) if i not in members]
             if not self.commutes(node.residue, moves, members, others, result):
                 continue
@@ -1238,8 +1258,15 @@ class _Explorer:
         others: list[int],
         result: Callable[[int], _Result],
     ) -> bool:
-        """Each member then each other move, and the other way round, reach the
-        same state with the same effects."""
+        """Each member and each other move stay possible after one another, and
+        in either order reach the same state with the same effects."""
+        after: dict[int, list[_Move]] = {}  # the moves possible after move i
+
+        def possible_after(i: int, r: tuple[State, tuple[Effect, ...], int]) -> list[_Move]:
+            if i not in after:
+                after[i] = self.enabled(r[0], self.residue_after(residue, moves[i], r[0]))
+            return after[i]
+
         for i in members:
             a = result(i)
             if not isinstance(a, tuple):
@@ -1247,6 +1274,10 @@ class _Explorer:
             for j in others:
                 b = result(j)
                 if not isinstance(b, tuple):
+                    return False
+                # Accepted is not enough: the world must still make the move (an
+                # answer after a cancel is a late result no world sends).
+                if moves[j] not in possible_after(i, a) or moves[i] not in possible_after(j, b):
                     return False
                 ab = self.try_move(a[0], moves[j])
                 ba = self.try_move(b[0], moves[i])

@@ -535,3 +535,59 @@ def test_world_values_are_checked() -> None:
         World(signals=[3])
     with pytest.raises(ValueError, match="settles_within must be at least 1"):
         explore(SIMPLE, None, World(), settles_within=0)
+
+
+# --- where the reduction is used ------------------------------------------------------------
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    spec = parallel(3)
+    p = spec["steps"][0]
+    for key, value in changes.items():
+        if key == "mode":
+            p["parallel"]["mode"] = value
+        elif key == "compensate":
+            p["parallel"]["branches"]["b0"][0]["compensate"] = [
+                {"id": "undo", "call_tool": {"tool": "t"}}
+            ]
+        elif key == "reads":
+            p["parallel"]["branches"]["b1"].append(
+                {"id": "peek", "call_tool": {"tool": "t", "input": "${steps.s0_0.output}"}}
+            )
+        elif key == "budget":
+            spec["budget"] = value
+        elif key == "max_concurrency":
+            p["parallel"]["max_concurrency"] = value
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"compensate": True}, "step 's0_0' declares compensate"),
+        ({"reads": True}, "parallel 'p': step 'peek' reads another branch"),
+        ({"budget": {"cost_minor_units": 100}}, "a budget beyond steps"),
+        ({"budget": {"steps": 3}}, "the step budget may run out"),
+        ({"max_concurrency": 2}, "parallel 'p' has max_concurrency"),
+    ],
+)
+def test_the_reduction_is_refused_where_an_order_could_matter_later(
+    changes: dict[str, Any], why: str
+) -> None:
+    from flowcore._por import Reducible
+
+    spec = _with(**changes)
+    assert Reducible(parse_flow(spec)).why_not == why
+    x = explore(spec, None, OK_OR_FAIL)
+    assert x.ok and x.complete and x.reduced == 0
+
+
+def test_the_reduction_waits_for_a_cancel_and_skips_early_ending_constructs() -> None:
+    base = explore(parallel(3), None, OK_OR_FAIL)
+    assert base.reduced > 0
+    for mode in ("all", "race", "any"):
+        assert explore(_with(mode=mode), None, OK_OR_FAIL).reduced == 0
+    cancel = World(tools={"t": [Ok(1), Fail("x")]}, cancel_at_ms=0)
+    assert explore(parallel(3), None, cancel).reduced == 0
+    usage = World(tools={"t": [Ok(1, steps=1), Fail("x")]})
+    assert explore(parallel(3), None, usage).reduced == 0
