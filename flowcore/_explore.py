@@ -622,6 +622,21 @@ class _Move(msgspec.Struct, frozen=True):
 _Result: TypeAlias = "tuple[State, tuple[Effect, ...], int] | str | None"
 
 
+class _Transition(msgspec.Struct, frozen=True):
+    """One transition as the checks see it: the state ``before`` (None at the
+    start) and its snapshot, the ``event``, the ``state`` reached and its
+    snapshot, the ``effects`` and how many of them the event itself emitted
+    (``mine``; the rest start the next incarnation)."""
+
+    before: State | None
+    before_data: bytes | None
+    event: Event | None
+    state: State
+    effects: tuple[Effect, ...]
+    mine: int
+    data: bytes
+
+
 class _Explorer:
     def __init__(
         self,
@@ -810,26 +825,19 @@ class _Explorer:
     # --- checks -------------------------------------------------------------------------
 
     def check(
-        self,
-        before: State | None,
-        before_data: bytes | None,
-        event: Event | None,
-        state: State,
-        effects: tuple[Effect, ...],
-        mine: int,
-        data: bytes,
-        keys: immutables.Map[str, Effect],
+        self, tr: _Transition, keys: immutables.Map[str, Effect]
     ) -> immutables.Map[str, Effect]:
         """The built-in invariants over one transition; returns the keys emitted so far."""
+        before, event, state, effects = tr.before, tr.event, tr.state, tr.effects
         if before is not None and event is not None:
             if state.now_ms < before.now_ms:
                 raise _Broken(
                     "settlement", f"the clock went back from {before.now_ms} to {state.now_ms}"
                 )
             if self.determinism:
-                assert before_data is not None
-                self.check_determinism(before_data, event, effects, data)
-        keys = self.check_keys(event, effects, mine, state, keys)
+                assert tr.before_data is not None
+                self.check_determinism(tr.before_data, event, effects, tr.data)
+        keys = self.check_keys(event, effects, tr.mine, state, keys)
         self.check_budget(before, effects, state)
         settled = state.settled
         if any(isinstance(e, Settled) for e in effects):
@@ -1011,32 +1019,24 @@ class _Explorer:
         return None
 
     def checked(
-        self,
-        parent: int,
-        before: State | None,
-        before_data: bytes | None,
-        event: Event | None,
-        state: State,
-        effects: tuple[Effect, ...],
-        mine: int,
-        data: bytes,
-        keys: immutables.Map[str, Effect],
-        depth: int,
+        self, parent: int, tr: _Transition, keys: immutables.Map[str, Effect], depth: int
     ) -> immutables.Map[str, Effect]:
         """Every invariant over one transition (the start's: ``event`` None)."""
         path: tuple[Event, ...] | None = None
+        event = tr.event
 
         def to_here() -> tuple[Event, ...]:
             events = self.events_to(parent)
             return (*events, event) if event is not None else events
 
         try:
-            keys = self.check(before, before_data, event, state, effects, mine, data, keys)
+            keys = self.check(tr, keys)
         except _Broken as exc:
             path = to_here()
             self.violation(exc.invariant, exc.message, path)
         if self.invariants:
-            found = self.check_user(Point(self, parent, before, event, effects, state, depth))
+            point = Point(self, parent, tr.before, event, tr.effects, tr.state, depth)
+            found = self.check_user(point)
             if found is not None:
                 self.violation(found[0], found[1], path or to_here())
         return keys
@@ -1052,7 +1052,8 @@ class _Explorer:
             state, effects = c.state, (*effects, *c.effects)
         residue = self.residue_after(_Residue(), None, state)
         data, digest = _digest(state, residue)
-        keys = self.checked(-1, None, None, None, state, effects, len(effects), data, _NO_KEYS, 0)
+        start_tr = _Transition(None, None, None, state, effects, len(effects), data)
+        keys = self.checked(-1, start_tr, _NO_KEYS, 0)
         self.nodes.append(_Node(-1, None, effects, 0, state, residue, keys))
         self.seen[digest] = 0
         self.account(state)
@@ -1185,9 +1186,8 @@ class _Explorer:
         event = move.event
         residue = self.residue_after(node.residue, move, new)
         new_data, digest = _digest(new, residue)
-        keys = self.checked(
-            index, state, data, event, new, effects, mine, new_data, node.keys, node.depth + 1
-        )
+        tr = _Transition(state, data, event, new, effects, mine, new_data)
+        keys = self.checked(index, tr, node.keys, node.depth + 1)
         known = self.seen.get(digest) if self.dedup else None
         if known is not None:
             self.revisits += 1
