@@ -61,6 +61,7 @@ from ._wire import (
     BudgetRemaining,
     CallTool,
     CancelRequested,
+    ContinueAsNew,
     Effect,
     EffectOutcomeUnknown,
     Event,
@@ -585,7 +586,12 @@ class _Explorer:
         self.check_budget(before, effects, state)
         settled = state.settled
         if any(isinstance(e, Settled) for e in effects):
-            if len(effects) != 1 or effects[0] != settled:
+            # Alone in its decision: the event's own, or the start of an
+            # incarnation the event's continue-as-new began.
+            alone = effects[-1] == settled and (
+                len(effects) == 1 or isinstance(effects[-2], ContinueAsNew)
+            )
+            if not alone:
                 shown = [describe_effect(e) for e in effects]
                 raise _Broken("settlement", f"settled must be alone in its decision: {shown}")
             assert settled is not None

@@ -32,6 +32,7 @@ This module must never do I/O.
 
 from __future__ import annotations
 
+import operator
 import typing
 from collections.abc import Iterator
 from enum import StrEnum
@@ -699,6 +700,9 @@ def encode_state(state: State) -> bytes:
     return _encoder.encode(_snapshot(state, state.results.live(), oldest_first(state.report)))
 
 
+_BY_SEQ = operator.attrgetter("seq")
+
+
 def canonical_snapshot(state: State) -> bytes:
     """The snapshot of what ``state`` decides from: without the record of its
     last change (``journal``), and with the report's rows in the order every
@@ -706,13 +710,9 @@ def canonical_snapshot(state: State) -> bytes:
     order the work ended in. Two states with the same canonical snapshot
     decide alike on every event; ``flowcore.testing.explore`` identifies
     states by it."""
-    rows = sorted(oldest_first(state.report), key=_ROW_SEQ)  # stable: a key's rows in order
+    rows = sorted(oldest_first(state.report), key=_BY_SEQ)  # stable: a key's rows in order
     plain = msgspec.structs.replace(state, journal=Journal())
     return _encoder.encode(_snapshot(plain, state.results.live(), rows))
-
-
-def _ROW_SEQ(row: ReportRow) -> int:
-    return row.seq
 
 
 def _snapshot(state: State, results: dict[str, Any], report: list[ReportRow]) -> msgspec.Struct:

@@ -276,8 +276,32 @@ def test_no_explored_path_of_an_example_flow_spends_more_than_its_bound() -> Non
     assert bounded == len(flows_)  # every example compared, steps and cost
 
 
+# Found by the ci profile: an incarnation that settles as it starts
+# (continue-refused) after the event that continued the run.
+SETTLES_AS_IT_CONTINUES = {
+    "flow": "generated",
+    "tools": {"poke": {}},
+    "steps": [
+        {"id": "s1", "sleep": {"until": "1970-01-01T00:00:01Z"}},
+        {
+            "id": "s3",
+            "switch": [
+                {
+                    "if": "run.incarnation == null || run.incarnation < `3`",
+                    "steps": [{"id": "s2", "continue_as_new": {}}],
+                }
+            ],
+        },
+    ],
+    "output": "${input.n}",
+    "limits": {"max_subflow_depth": 0},
+    "input_schema": {"type": "object", "required": ["n"]},
+}
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(flows(max_steps=3), flow_inputs())
+@example(spec=SETTLES_AS_IT_CONTINUES, inp={"flag": False, "items": [], "n": 0})
 def test_no_explored_path_of_a_generated_flow_spends_more_than_its_bound(
     spec: dict[str, Any], inp: dict[str, Any]
 ) -> None:
