@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from .test_cli import bad, fc
+from .test_cli_interactive import Terminal
 from .test_explore import BROKEN_SAGA, FIXED_SAGA
 
 CHECKS = '''
@@ -175,3 +176,24 @@ def test_bad_input_is_one_line_and_exit_2(shop: Path) -> None:
     )
     assert "cannot start a run" in bad("check", schema, "--input", "{}")
     assert "input_schema" in bad("check", schema, "--input", "{}")
+
+
+def test_a_progress_bar_at_a_terminal(tmp_path: Path) -> None:
+    """At a terminal the exploration shows a progress bar on stderr (states,
+    transitions, depth, frontier); it goes away before the summary."""
+    branches = {f"b{i}": [{"id": f"s{i}", "call_tool": {"tool": "t"}}] for i in range(7)}
+    spec = {
+        "flow": "wide",
+        "tools": {"t": {"class": "idempotent"}},
+        "steps": [{"id": "p", "parallel": {"mode": "all_settled", "branches": branches}}],
+    }
+    (tmp_path / "wide.json").write_text(json.dumps(spec))
+    # Without the reduction: 3^7 states, enough for the bar to be drawn.
+    terminal = Terminal(["check", "wide.json", "--no-reduce"], tmp_path)
+    try:
+        assert terminal.wait() == 0, terminal.text
+        text = terminal.text
+    finally:
+        terminal.close()
+    assert "exploring" in text and "transitions, depth" in text
+    assert "distinct states" in text and "2,187" in text
