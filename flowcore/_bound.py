@@ -295,17 +295,13 @@ class _Walk:
                 total = total + self.steps(branch, inner, comp)
             return total.times(attempts)
         if isinstance(body, ForEachStep):
+            why = f"for_each {step.id!r} declares no max_items"
             each = self.steps(body.steps, inner, comp)
-            if body.max_items is None:
-                each = self.loop(each, here, f"for_each {step.id!r} declares no max_items")
-                return each.times(attempts)
-            return each.times(body.max_items).times(attempts)
+            return self.loop(each, body.max_items, here, why).times(attempts)
         if isinstance(body, RepeatStep):
+            why = f"repeat {step.id!r} has no max_fires"
             fire = self.steps(body.steps, inner, comp)
-            if body.max_fires is None:
-                fire = self.loop(fire, here, f"repeat {step.id!r} has no max_fires")
-                return fire.times(attempts)
-            return fire.times(body.max_fires).times(attempts)
+            return self.loop(fire, body.max_fires, here, why).times(attempts)
         if isinstance(body, TryStep):
             protected = self.steps(body.steps, inner, comp)
             handlers = ZERO
@@ -327,8 +323,11 @@ class _Walk:
         ), body
         return ZERO
 
-    def loop(self, each: Spend, here: str, why: str) -> Spend:
-        """A loop with no bound on its count: open where its body spends anything."""
+    def loop(self, each: Spend, count: int | None, here: str, why: str) -> Spend:
+        """A loop's body ``count`` times; with no count, open where the body spends
+        anything (``why`` says so)."""
+        if count is not None:
+            return each.times(count)
         out = Spend(*(None if v != 0 else 0 for v in each._all()))
         self.why(out, here.rsplit(".", 1)[1], here, why)
         return out
@@ -461,7 +460,7 @@ def _flow_spend(walk: _Walk) -> tuple[Spend, Spend]:
                 f"schedule {scheduled.id!r}: calls not yet fired carry over to the next "
                 f"incarnation (continue_as_new {step.id!r})"
             )
-            carried = walk.loop(call, f"{scheduled.path}.schedule", why)
+            carried = walk.loop(call, None, f"{scheduled.path}.schedule", why)
             incarnation = incarnation + carried
     return total, incarnation
 
