@@ -44,6 +44,7 @@ from ._common import (
     meta_text,
     meta_values,
 )
+from ._history import event_line
 from ._options import (
     FROM_FILE,
     answer_arguments,
@@ -219,6 +220,14 @@ def _tree(host: TemporalHost) -> RunTree:
     help="The run id (workflow id): while that run is going, follow it instead of"
     " starting another; once it has closed, start a new one under it.",
 )
+@click.option(
+    "--continue-after-events",
+    type=click.IntRange(min=50),
+    default=10_000,
+    show_default=True,
+    help="History length at which the run goes on in a new Temporal run by itself"
+    " (it also does when Temporal suggests it).",
+)
 @click.option("--detach", is_flag=True, help="Start the run, print its id, do not wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @tool_limit_option
@@ -235,6 +244,7 @@ def run(
     meta: tuple[str, ...],
     priority: int | None,
     dedup_key: str | None,
+    continue_after_events: int,
     detach: bool,
     as_json: bool,
     tool_limits: tuple[str, ...],
@@ -266,6 +276,7 @@ def run(
             metadata=metadata,
             priority=priority,
             dedup_key=dedup_key,
+            continue_after_events=continue_after_events,
         )
         if detach:
             return {"runId": rid}
@@ -428,6 +439,14 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
             f"{info.get('runId')}  flow {info.get('flowId', '?')}  {info.get('status')}"
             f"  (Temporal: {info.get('temporal')})"
         )
+        execution = info.get("execution")
+        if execution:
+            click.echo(
+                f"Temporal run {execution} of the run (it continued as new {execution - 1}"
+                f" time{'s' if execution > 2 else ''}); log: {info.get('records', '?')} records"
+            )
+        if info.get("continuing"):
+            click.echo("continuing as new: new work waits for the work out to finish")
         forked = info.get("forkedFrom")
         if forked:
             click.echo(f"forked from {forked['runId']} at index {forked['index']}")
@@ -472,7 +491,7 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
 @click.option(
     "--live",
     is_flag=True,
-    help="Ask the running workflow (the log query) instead of replaying its history.",
+    help="Ask the running workflow (the log query) instead of replaying its latest history.",
 )
 @connection_options
 def export(
@@ -486,15 +505,51 @@ def export(
     """Write RUN's flowcore log as NDJSON (what `flowcore replay` reads)."""
 
     async def body(host: TemporalHost) -> bytes:
-        if live:
-            return flowcore.encode_records(await host.records(run_id))
-        return await host.export(run_id)
+        return await host.export(run_id, live=live)
 
     def after(data: bytes) -> int:
         if output is None:
             sys.stdout.buffer.write(data)
         else:
             output.write_bytes(data)
+        return 0
+
+    with_host(address, namespace, task_queue, body, after)
+
+
+@click.command()
+@run_id_argument
+@click.option("--start-index", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Ask the running workflow (the log query) instead of replaying its latest history.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the raw records as NDJSON envelopes (at in ms)."
+)
+@connection_options
+def events(
+    run_id: str,
+    start_index: int,
+    live: bool,
+    as_json: bool,
+    address: str,
+    task_queue: str,
+    namespace: str,
+) -> None:
+    """The log records of RUN, across its Temporal runs: a table, or NDJSON with --json."""
+
+    async def body(host: TemporalHost) -> list[flowcore.Record]:
+        return [r for r in await host.log(run_id, live=live) if r.index >= start_index]
+
+    def after(records: list[flowcore.Record]) -> int:
+        for record in records:
+            if as_json:
+                sys.stdout.buffer.write(flowcore.encode_record(record))
+            else:
+                out.print(event_line(record))
+        sys.stdout.flush()
         return 0
 
     with_host(address, namespace, task_queue, body, after)
@@ -551,7 +606,7 @@ def GROUP() -> None:
     """Run flows on a Temporal cluster (needs the temporal extra)."""
 
 
-for _command in (worker, run, signal_, answer, cancel, fork, show, export, runs):
+for _command in (worker, run, signal_, answer, cancel, fork, show, export, events, runs):
     GROUP.add_command(_command)
 GROUP.add_command(schedule)
 GROUP.add_command(scheduled)

@@ -12,6 +12,7 @@ worker needed, and the records are the ones the run wrote.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import secrets
 from collections.abc import Iterable, Mapping
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 from ._types import (
     ANSWER_UPDATE,
     DEFAULT_ACTIVITY_TIMEOUT_MS,
+    DEFAULT_CONTINUE_AFTER_EVENTS,
     DEFAULT_HEARTBEAT_TIMEOUT_MS,
     DEFAULT_TASK_QUEUE,
     LOG_QUERY,
@@ -70,6 +72,7 @@ from ._types import (
     SCHEDULED_UPDATE,
     SIGNAL_KEYS_ATTRIBUTE,
     STATUS_QUERY,
+    SWITCHING_ERROR,
     WORKFLOW_NAME,
     RunArgs,
     RunArgsError,
@@ -92,6 +95,8 @@ __all__ = [
 ]
 
 _QUERY_TIMEOUT = timedelta(seconds=10)
+# How long an update is sent again while its run goes over to a new Temporal run.
+_SWITCH_WAIT_S = 30.0
 
 
 class NoSignalWait(TemporalHostError):
@@ -226,6 +231,7 @@ class TemporalHost:
         metadata: Mapping[str, Any] | None = None,
         priority: int | None = None,
         dedup_key: str | None = None,
+        continue_after_events: int | None = DEFAULT_CONTINUE_AFTER_EVENTS,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text); returns its run id.
 
@@ -251,6 +257,10 @@ class TemporalHost:
         USE_EXISTING); once it has closed, a new run starts under the same id
         (reuse policy ALLOW_DUPLICATE). A ``run_id`` other than the key is
         refused.
+
+        ``continue_after_events``: the history length at which the run goes on
+        in a new Temporal run by itself (it also does when Temporal suggests
+        it; None: only then); its children take the same.
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
@@ -283,6 +293,7 @@ class TemporalHost:
             clock_scale=clock_scale,
             metadata=given,
             tool_queues={tool: tool_queue(self.task_queue, tool) for tool in self.tool_limits},
+            continue_after_events=continue_after_events,
         )
         await self._start_workflow(
             args,
@@ -491,16 +502,42 @@ class TemporalHost:
             flowcore.check_event(HumanAnswered(idempotency_key=key, answer=answer, at_ms=0))
         except flowcore.DataError as exc:
             raise TemporalHostError(f"answer refused: {exc}") from None
-        handle = self.handle(run_id)
+        await self._update(run_id, ANSWER_UPDATE, [key, answer])
+
+    async def _update(self, run_id: str, name: str, args: list[Any]) -> Any:
+        """Send update ``name``: its result, or ``TemporalHostError`` saying why not.
+
+        An update that comes while the run goes over to a new Temporal run
+        (the run's history is long: ``run-switching``, or the Temporal run
+        closed under it) is sent again, to the new one, for up to
+        ``_SWITCH_WAIT_S`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _SWITCH_WAIT_S
+        while True:
+            handle = self.handle(run_id)
+            try:
+                return await handle.execute_update(name, args=args, rpc_timeout=_QUERY_TIMEOUT)
+            except WorkflowUpdateFailedError as exc:
+                cause = exc.cause
+                switching = isinstance(cause, ApplicationError) and cause.type == SWITCHING_ERROR
+                if not switching or loop.time() >= deadline:
+                    raise TemporalHostError(_failure_text(cause)) from None
+            except RPCError as exc:
+                error = self._rpc_error(exc, run_id)
+                if loop.time() >= deadline or not await self._went_on(run_id, exc):
+                    raise error from None
+            await asyncio.sleep(0.05)
+
+    async def _went_on(self, run_id: str, exc: RPCError) -> bool:
+        """Whether the update failed because its Temporal run closed as the run
+        went over to a new one (which is running now)."""
+        if exc.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+            return False
         try:
-            await self._call(
-                handle.execute_update(
-                    ANSWER_UPDATE, args=[key, answer], rpc_timeout=_QUERY_TIMEOUT
-                ),
-                run_id,
-            )
-        except WorkflowUpdateFailedError as exc:
-            raise TemporalHostError(_failure_text(exc.cause)) from None
+            desc = await self.handle(run_id).describe()
+        except RPCError:
+            return False
+        return desc.status == WorkflowExecutionStatus.RUNNING
 
     # --- scheduled calls (the ``scheduled`` update and query) -----------------------------
 
@@ -537,14 +574,7 @@ class TemporalHost:
             flowcore.check_event(flowcore.event_from_wire({**event, "atMs": 0}))
         except flowcore.FlowcoreError as exc:
             raise TemporalHostError(f"refused: {exc}") from None
-        handle = self.handle(run_id)
-        try:
-            result: dict[str, Any] = await self._call(
-                handle.execute_update(SCHEDULED_UPDATE, args=[event], rpc_timeout=_QUERY_TIMEOUT),
-                run_id,
-            )
-        except WorkflowUpdateFailedError as exc:
-            raise TemporalHostError(_failure_text(exc.cause)) from None
+        result: dict[str, Any] = await self._update(run_id, SCHEDULED_UPDATE, [event])
         return result
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
@@ -582,7 +612,7 @@ class TemporalHost:
                 f"cannot fork run {run_id!r}: it is a child run (depth {source.depth});"
                 " fork its root run"
             )
-        records = await history_to_log(history)
+        records = await self.log(run_id)
         flow = flowcore.parse_flow(source.spec, source_name=source.source_name)
         point = flowcore.fork_point(records, flow, at=at, from_step=from_step)
         rid = new_run_id or f"{run_id}-fork-{point}"
@@ -596,6 +626,8 @@ class TemporalHost:
             log_index=0,
             signals=[],
             previous=[],
+            snapshot=None,
+            execution=1,
             fork={
                 "runId": run_id,
                 "index": made.at,
@@ -662,7 +694,15 @@ class TemporalHost:
             result = await self.result(run_id)
         except TemporalHostError as exc:
             return {"runId": run_id, "status": "failed", "temporal": temporal, "error": str(exc)}
-        closed = {"pending": [], "questions": [], "waitingFor": [], "metadata": metadata}
+        closed: dict[str, Any] = {
+            "pending": [],
+            "questions": [],
+            "waitingFor": [],
+            "metadata": metadata,
+        }
+        args = self._run_args_of(await self.history(run_id), run_id)
+        if args.execution != 1:
+            closed["execution"] = args.execution
         return {**result, "temporal": temporal, **closed}
 
     async def result(self, run_id: str) -> dict[str, Any]:
@@ -689,12 +729,46 @@ class TemporalHost:
         return key if key.startswith(run_id + "/") else f"{run_id}/{key}"
 
     async def history(self, run_id: str) -> WorkflowHistory:
+        """The history of the run's latest Temporal run."""
         history: WorkflowHistory = await self._call(self.handle(run_id).fetch_history(), run_id)
         return history
 
-    async def export(self, run_id: str) -> bytes:
-        """The run's log as NDJSON (what ``flowcore replay`` reads), from its history."""
-        return flowcore.encode_records(await history_to_log(await self.history(run_id)))
+    async def histories(self, run_id: str) -> list[WorkflowHistory]:
+        """The histories of every Temporal run of the run, first to latest.
+
+        A run that continued as new (a ``continue_as_new`` step, or a long
+        history the workflow carried over) is a chain of Temporal runs under
+        one workflow id; each names the one before it."""
+        chain = [await self.history(run_id)]
+        while True:
+            events = chain[-1].events
+            before = (
+                events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+                if events
+                else ""
+            )
+            if not before:
+                return chain[::-1]
+            handle = self.client.get_workflow_handle(run_id, run_id=before)
+            chain.append(await self._call(handle.fetch_history(), run_id))
+
+    async def log(self, run_id: str, *, live: bool = False) -> list[Record]:
+        """The run's whole log: the records of each of its Temporal runs, stitched
+        into one index sequence, replayed from their histories (``live``: the
+        latest from the ``log`` query). No worker is needed but for ``live``."""
+        chain = await self.histories(run_id)
+        found: dict[int, Record] = {}
+        for history in chain[:-1] if live else chain:
+            for record in await history_to_log(history):
+                found.setdefault(record.index, record)
+        if live:
+            for record in await self.records(run_id):
+                found.setdefault(record.index, record)
+        return [found[i] for i in sorted(found)]
+
+    async def export(self, run_id: str, *, live: bool = False) -> bytes:
+        """The run's log as NDJSON (what ``flowcore replay`` reads), from its histories."""
+        return flowcore.encode_records(await self.log(run_id, live=live))
 
     # --- schedules -----------------------------------------------------------------------
 

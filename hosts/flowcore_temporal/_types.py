@@ -30,12 +30,15 @@ __all__ = [
     "ANSWER_UPDATE",
     "DEFAULT_ACTIVITY_TIMEOUT_MS",
     "DEFAULT_HEARTBEAT_TIMEOUT_MS",
+    "DEFAULT_CONTINUE_AFTER_EVENTS",
+    "MIN_CONTINUE_AFTER_EVENTS",
     "DEFAULT_TASK_QUEUE",
     "LOG_QUERY",
     "MAX_TIMEOUT_MS",
     "QUESTIONS_QUERY",
     "SCHEDULED_QUERY",
     "SCHEDULED_UPDATE",
+    "SWITCHING_ERROR",
     "STATUS_QUERY",
     "WORKFLOW_NAME",
     "RunArgs",
@@ -69,6 +72,10 @@ SCHEDULED_UPDATE = "scheduled"
 """Update ``scheduled(event)``: a scheduled-call event from outside the run, as its wire
 object without ``atMs`` (``{"kind": "scheduled-cancel-requested", "scheduleId": ...}``,
 ``scheduled-run-now-requested``, ``scheduled-add-requested``); returns ``{id, done}``."""
+
+SWITCHING_ERROR = "run-switching"
+"""The error type of an update refused because the run is going over to a new
+Temporal run at that moment; sent again, it reaches the new one."""
 
 SCHEDULED_QUERY = "scheduled_calls"
 """Query ``scheduled_calls()``: the run's scheduled calls, pending and finished
@@ -129,6 +136,11 @@ DEFAULT_TASK_QUEUE = "flowcore"
 DEFAULT_ACTIVITY_TIMEOUT_MS = 10 * 60 * 1000
 """start-to-close of one handler call; past it the outcome is unknown."""
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 30 * 1000
+
+DEFAULT_CONTINUE_AFTER_EVENTS = 10_000
+"""The history length at which a run continues as new by itself (``RunArgs``):
+a fifth of Temporal's default limit of 51,200 events, so that the work in
+flight when it is reached can finish well before the limit."""
 """The activity heartbeats while its handler runs; a dead worker is noticed this fast."""
 
 
@@ -188,8 +200,9 @@ class RunArgs:
     """The index of the incarnation's ``run.started`` record: one index sequence
     per flowcore run, across the Temporal runs of its incarnations."""
     signals: list[dict[str, Any]] = field(default_factory=list)
-    """Signals ``{signal, payload}`` the last incarnation received after it had
-    ended: reported to the new one, in order, as soon as it starts."""
+    """Signals ``{signal, payload, key}`` (``key`` only for a keyed signal) the
+    last incarnation received after it had ended: reported to the new one, in
+    order, as soon as it starts."""
     previous: list[dict[str, Any]] = field(default_factory=list)
     """The log records of the incarnation that ended (wire envelopes), which
     the new Temporal run keeps before its own, as the local host keeps them:
@@ -202,6 +215,17 @@ class RunArgs:
     tool_queues: dict[str, str] = field(default_factory=dict)
     """The task queue of each limited tool's activities (``tool_queue``), handed
     down to every child; a tool not here runs on the workflow's own queue."""
+    continue_after_events: int | None = DEFAULT_CONTINUE_AFTER_EVENTS
+    """The history length (Temporal events) at which the workflow carries the
+    run into a new Temporal run of the same workflow id, by itself; it also
+    does when Temporal suggests it. ``None``: only when Temporal suggests it."""
+    snapshot: str | None = None
+    """Set on a Temporal run that goes on with a run the workflow carried over
+    (``continue_after_events``): the run's state, base64 of ``encode_state``.
+    The run goes on from it, the same incarnation, its log from ``log_index``."""
+    execution: int = 1
+    """Which Temporal run of the flowcore run this is (1, then one more for each
+    continue-as-new, of either kind)."""
 
 
 def tool_queue(task_queue: str, tool: str) -> str:
@@ -209,6 +233,9 @@ def tool_queue(task_queue: str, tool: str) -> str:
     that applies the tool's limits (``flowcore_temporal.tool_workers``)."""
     return f"{task_queue}/tool/{tool}"
 
+
+MIN_CONTINUE_AFTER_EVENTS: Final = 50
+"""The lowest ``continue_after_events``: a new Temporal run needs a few events of its own."""
 
 MAX_TIMEOUT_MS: Final = 100 * 365 * 24 * 3600 * 1000
 """The longest activity or heartbeat timeout a run may ask for (about a century)."""
@@ -290,6 +317,16 @@ def _problems(args: RunArgs) -> list[str]:
         ),
     ]
     out.append(("log_index", _int_problem(args.log_index, 0, _MAX_INT)))
+    out.append(("execution", _int_problem(args.execution, 1, _MAX_INT)))
+    out.append(
+        (
+            "continue_after_events",
+            _int_problem(
+                args.continue_after_events, MIN_CONTINUE_AFTER_EVENTS, _MAX_INT, optional=True
+            ),
+        )
+    )
+    out.append(("snapshot", _text_problem(args.snapshot, optional=True)))
     out.extend(_continued_problems(args))
     scale = args.clock_scale
     if (
@@ -378,10 +415,12 @@ def _continued_problems(args: RunArgs) -> list[tuple[str, str | None]]:
         out.append(("signals", f"expected a list, got {_show(signals)}"))
         return out
     for i, item in enumerate(signals):
-        if not isinstance(item, dict) or set(item) - {"signal", "payload"}:
-            out.append((f"signals[{i}]", "expected an object {signal, payload}"))
+        if not isinstance(item, dict) or set(item) - {"signal", "payload", "key"}:
+            out.append((f"signals[{i}]", "expected an object {signal, payload, key}"))
             continue
         problem = _text_problem(item.get("signal"), limit=flowcore.MAX_NAME_CHARS)
+        if problem is None and "key" in item:
+            problem = _text_problem(item["key"], optional=True, limit=flowcore.MAX_NAME_CHARS)
         if problem is None:
             try:
                 flowcore.check_data(item.get("payload"))

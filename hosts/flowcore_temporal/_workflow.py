@@ -72,6 +72,7 @@ read the system clock or draw a random number.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -144,6 +145,7 @@ from ._types import (
     SCHEDULED_UPDATE,
     SIGNAL_KEYS_ATTRIBUTE,
     STATUS_QUERY,
+    SWITCHING_ERROR,
     WORKFLOW_NAME,
     RunArgs,
     RunArgsError,
@@ -180,6 +182,12 @@ _CARRIED_LOG_BYTES: Final = 512 * 1024
 # Temporal timers (and timedelta) have a ceiling, while a flow may sleep until
 # any instant flowcore can hold: longer sleeps are taken in pieces.
 _LONGEST_TIMER_S: Final = 100 * 365 * 24 * 3600.0
+# A run carried over by the workflow (its history is long): the next Temporal
+# run's argument, the state included, at most (Temporal refuses payloads over
+# 2 MB by default).
+_LARGEST_CARRY_BYTES: Final = 1_800_000
+# Marks histories whose runs may carry themselves over (see _check_switch).
+_SWITCH_PATCH: Final = "flowcore-continue-as-new"
 
 
 class _Refused(Exception):
@@ -294,6 +302,13 @@ class FlowcoreWorkflow:
         # that came after it (carried to the next Temporal run, never dropped).
         self._continued: flowcore.ContinueAsNew | None = None
         self._late: list[dict[str, Any]] = []
+        # Carrying the run into a new Temporal run by itself (its history is
+        # long): new work is held while the work out finishes ("draining"),
+        # then the state goes over ("switching": updates are refused for a
+        # moment, and the client sends them again to the new run).
+        self._draining = False
+        self._switching = False
+        self._may_switch = True  # False once a switch proved impossible here
 
     @property
     def records(self) -> list[Record]:
@@ -336,7 +351,9 @@ class FlowcoreWorkflow:
         continued: flowcore.ContinueAsNew | None = None
         try:
             flow = _parse(args.spec, args.source_name)
-            if args.continued is not None:  # checked with the argument
+            if args.snapshot is not None:  # the same run, carried over: go on from its state
+                self._go_on(flow, args.snapshot, args.log_index)
+            elif args.continued is not None:  # checked with the argument
                 effect = flowcore.effect_from_wire(args.continued)
                 assert isinstance(effect, flowcore.ContinueAsNew)
                 continued = effect
@@ -358,13 +375,15 @@ class FlowcoreWorkflow:
                     semantics=self._semantics,
                     metadata=args.metadata,
                 )
-        except (flowcore.SpecError, flowcore.InputError, ValueError) as exc:
+        except (flowcore.SpecError, flowcore.InputError, flowcore.FlowcoreError, ValueError) as exc:
             # The message may quote the client's text: keep it valid and short.
             # (A ForkError, a LogCorrupt, a ReplayDivergence of a fork's
             # records are ValueErrors or turned into one by _forked.)
             message = clip(" ".join(str(exc).split()), _MESSAGE_CHARS)
             raise ApplicationError(message, type=type(exc).__name__, non_retryable=True) from None
-        if continued is not None:
+        if args.snapshot is not None:
+            pass  # _go_on has started what the run waits for
+        elif continued is not None:
             self._recorder.index = args.log_index
             self._records.extend(msgspec.convert(r, Record) for r in args.previous)
             self._records.extend(
@@ -410,25 +429,14 @@ class FlowcoreWorkflow:
                         self._settled is not None
                         or self._continued is not None
                         or self._crash is not None
+                        or self._drained()
                     )
                 )
             except asyncio.CancelledError:
-                # Temporal cancellation is flowcore's cancel-requested: pending
-                # work is abandoned and compensations run; the run goes on
-                # until it settles, and that is the workflow's result. The
-                # reason is a note from any client: cut, so the cancel always
-                # applies (an event over MAX_EVENT_BYTES would be rejected).
-                reason = workflow.cancellation_reason() or "cancelled through Temporal"
-                self._offer(CancelRequested(reason=clip(reason, _REASON_CHARS), at_ms=self._now()))
-            if self._crash is not None:
-                # A bug in this module (hostile values never get here): fail
-                # the workflow task, which Temporal shows and retries once a
-                # fixed worker runs, rather than lose the work in a task.
-                where, bug = self._crash
-                raise RuntimeError(
-                    f"flowcore workflow bug in the {where}:"
-                    f" {type(bug).__name__}: {clip(str(bug), _MESSAGE_CHARS)}"
-                ) from bug
+                self._cancel_requested()
+            self._raise_crash()
+            if self._drained() and self._settled is None and self._continued is None:
+                await self._switch()  # returns only if the run cannot be carried over
         try:
             await workflow.wait_condition(workflow.all_handlers_finished)
         except asyncio.CancelledError:
@@ -436,6 +444,136 @@ class FlowcoreWorkflow:
         if self._continued is not None:
             self._continue_as_new(self._continued)
         return self._result()
+
+    def _cancel_requested(self) -> None:
+        """Temporal cancellation is flowcore's cancel-requested: pending work is
+        abandoned and compensations run; the run goes on until it settles, and
+        that is the workflow's result. The reason is a note from any client:
+        cut, so the cancel always applies (an event over MAX_EVENT_BYTES would
+        be rejected)."""
+        reason = workflow.cancellation_reason() or "cancelled through Temporal"
+        self._offer(CancelRequested(reason=clip(reason, _REASON_CHARS), at_ms=self._now()))
+
+    def _raise_crash(self) -> None:
+        """A bug in this module (hostile values never get here): fail the
+        workflow task, which Temporal shows and retries once a fixed worker
+        runs, rather than lose the work in a task."""
+        if self._crash is not None:
+            where, bug = self._crash
+            raise RuntimeError(
+                f"flowcore workflow bug in the {where}:"
+                f" {type(bug).__name__}: {clip(str(bug), _MESSAGE_CHARS)}"
+            ) from bug
+
+    # --- carrying a long run into a new Temporal run ------------------------------------
+
+    def _check_switch(self) -> None:
+        """Begin to carry the run over when its history is long: Temporal
+        suggests it, or it reached ``continue_after_events``. From then on new
+        work is held (its effects stay pending in the state) while the work
+        out finishes; timers go on."""
+        if self._draining or not self._may_switch or self._state is None:
+            return
+        if self._settled is not None or self._continued is not None:
+            return
+        info = workflow.info()
+        limit = self._args.continue_after_events
+        if not info.is_continue_as_new_suggested() and (
+            limit is None or info.get_current_history_length() < limit
+        ):
+            return
+        if not workflow.patched(_SWITCH_PATCH):
+            # A history recorded before runs carried themselves over replays as
+            # it was recorded: such a run never switches.
+            self._may_switch = False
+            return
+        self._draining = True
+
+    def _drained(self) -> bool:
+        """Carrying the run over, with no work, child or signal-run left out."""
+        return self._draining and all(kind == "timer" for kind, _ in self._tasks.values())
+
+    async def _switch(self) -> None:
+        """Continue as new with the run's state: the same run, the same
+        incarnation, its log going on at the next index. Updates that come now
+        are refused as ``run-switching`` (``TemporalHost`` sends them again,
+        to the new Temporal run); signals are applied, and go over in the
+        state. Returns only when the state is too large to carry: the run then
+        goes on here, and the held work starts."""
+        self._switching = True
+        try:
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        except asyncio.CancelledError:
+            self._cancel_requested()
+        self._switching = False
+        if self._settled is not None or self._continued is not None or self._crash is not None:
+            return  # the run ended (or broke) meanwhile: nothing to carry
+        assert self._state is not None
+        snapshot = base64.b64encode(flowcore.encode_state(self._state)).decode("ascii")
+        fork = self._args.fork
+        args = self._next_args(
+            input=None,  # (the state holds all the run needs)
+            snapshot=snapshot,
+            continued=None,
+            log_index=self._recorder.index,
+            signals=[],
+            previous=[],
+            fork=None if fork is None else {**fork, "records": []},
+        )
+        size = len(msgspec.json.encode(dataclasses.asdict(args)))
+        if size > _LARGEST_CARRY_BYTES:
+            workflow.logger.warning(
+                "flowcore run %s cannot continue as new: its state and arguments take"
+                " %d bytes, over %d; it goes on in this Temporal run",
+                self._run_id,
+                size,
+                _LARGEST_CARRY_BYTES,
+            )
+            self._draining = False
+            self._may_switch = False
+            self._start_open()
+            return
+        for _, task in self._tasks.values():  # timers: the next run arms them again
+            task.cancel()
+        self._tasks.clear()
+        workflow.continue_as_new(args)
+
+    def _go_on(self, flow: flowcore.Flow, snapshot: str, log_index: int) -> None:
+        """Take over a run carried over from the Temporal run before: its state
+        (pinned to ``flow``), its log's next index, what it waits for."""
+        state = flowcore.decode_state(base64.b64decode(snapshot, validate=True), flow)
+        self._semantics = state.run.semantics
+        self._recorder = Recorder(self._run_id, log_index)
+        self._state = state
+        # Temporal carries the search attributes over with the run.
+        self._indexed = state.metadata
+        self._signal_keys = _signal_keys(state)
+        self._start_open()
+
+    def _start_open(self) -> None:
+        """Start everything the state waits for that is not out yet: work,
+        children and signal-runs held while draining, and every timer, at its
+        due time (questions and signal waits need nothing)."""
+        assert self._state is not None
+        for key, entry in sorted(self._state.waiting.pending.items()):
+            if key not in self._tasks:
+                self._start_effect(entry.sent)
+
+    def _next_args(self, **changes: Any) -> RunArgs:
+        """The argument of the next Temporal run of this run."""
+        args = self._args
+        origin, started = args.clock_origin_ms, args.clock_started_ms
+        if origin is not None:  # a scaled clock goes on from where it is
+            origin, started = self._now(), workflow.time_ns() // 1_000_000
+        return dataclasses.replace(
+            args,
+            run_id=self._run_id,
+            schedule=None,
+            clock_origin_ms=origin,
+            clock_started_ms=started,
+            execution=args.execution + 1,
+            **changes,
+        )
 
     def _continue_as_new(self, effect: flowcore.ContinueAsNew) -> None:
         """Carry the run into a new Temporal run: the effect (without its report,
@@ -452,23 +590,14 @@ class FlowcoreWorkflow:
         previous: list[dict[str, Any]] = msgspec.to_builtins(self._records[first:])
         if len(msgspec.json.encode(previous)) > _CARRIED_LOG_BYTES:
             previous = []
-        args = self._args
-        now = self._now()
-        origin, started = args.clock_origin_ms, args.clock_started_ms
-        if origin is not None:  # a scaled clock goes on from where it is
-            origin, started = now, workflow.time_ns() // 1_000_000
         workflow.continue_as_new(
-            dataclasses.replace(
-                args,
+            self._next_args(
                 input=effect.input,
-                run_id=self._run_id,
-                schedule=None,
+                snapshot=None,
                 continued=wire,
                 log_index=self._recorder.index,
                 signals=list(self._late),
                 previous=previous,
-                clock_origin_ms=origin,
-                clock_started_ms=started,
             )
         )
 
@@ -606,6 +735,7 @@ class FlowcoreWorkflow:
         # so the rule is exactly the one that would apply: pending key, an
         # answer among the options, a run that has not settled.
         event = self._answer_event(key, answer)
+        self._refuse_while_switching()
         asked = event.idempotency_key
         state = self._state
         pending = [q.key for q in flowcore.waiting_for(state).questions] if state else []
@@ -620,6 +750,18 @@ class FlowcoreWorkflow:
             flowcore.advance(state, event)
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
+
+    def _refuse_while_switching(self) -> None:
+        """An update that comes while the run goes over to a new Temporal run
+        cannot be taken here: ``run-switching`` (``TemporalHost`` sends it again).
+        So is one that comes with the first task of the new Temporal run, before
+        it has taken the state over."""
+        if self._switching or (self._state is None and self._args.snapshot is not None):
+            raise ApplicationError(
+                f"run {self._run_id} is continuing as new; send it again",
+                type=SWITCHING_ERROR,
+                non_retryable=True,
+            )
 
     @workflow.update(name=SCHEDULED_UPDATE)
     async def scheduled(self, event: RawValue) -> dict[str, Any]:
@@ -663,6 +805,7 @@ class FlowcoreWorkflow:
     @scheduled.validator
     def _check_scheduled(self, event: RawValue) -> None:
         checked = self._scheduled_event(event)
+        self._refuse_while_switching()
         if self._state is None:
             return  # checked by the handler once the run has started
         try:
@@ -720,12 +863,16 @@ class FlowcoreWorkflow:
             "pending": [{"key": key, "kind": kind} for key, kind in sorted(pending)],
             "questions": _questions(view),
             "waitingFor": sorted({s.signal for s in view.signals}),
-            "records": len(self._records),
+            "records": self._recorder.index,
             "refused": {"count": self._refused_count, "latest": list(self._refused)},
             "metadata": dict(state.metadata or {}),
         }
         if state.incarnation != 1:  # a run that continued as new
             out["incarnation"] = state.incarnation
+        if self._args.execution != 1:  # (a run on its second Temporal run or later)
+            out["execution"] = self._args.execution
+        if self._draining:
+            out["continuing"] = True  # carrying itself over: new work waits
         if self._args.fork is not None:  # (only a fork's status has the key)
             out["forkedFrom"] = self._forked_from()
         if self._settled is not None:
@@ -767,9 +914,15 @@ class FlowcoreWorkflow:
             self._settled = plan.settled
         if plan.continued is not None:
             self._continued = plan.continued
+        self._check_switch()
 
     def _start_effect(self, effect: Effect) -> None:
-        """Start the Temporal work of one effect (questions and signal waits need none)."""
+        """Start the Temporal work of one effect (questions and signal waits need none).
+
+        While the run is being carried over, only timers start: the rest stays
+        pending in the state, and the next Temporal run starts it."""
+        if self._draining and not isinstance(effect, Sleep):
+            return
         match effect:
             case CallTool() | RunAgent() | RunTeam():
                 self._spawn("work", effect.idempotency_key, self._work, effect)
@@ -898,6 +1051,7 @@ class FlowcoreWorkflow:
             clock_scale=args.clock_scale,
             clock_started_ms=self._clock_started,
             tool_queues=args.tool_queues,
+            continue_after_events=args.continue_after_events,
         )
         # A child the run may leave running (abandon, detached) outlives this
         # workflow and is never cancelled with it; one it waits for, or cancels
@@ -996,10 +1150,9 @@ class FlowcoreWorkflow:
         """Keep ``FlowcoreSignalKeys`` to the ``name:key`` pairs the run waits for (a
         run that never waits with a key never sets it)."""
         assert self._state is not None
-        keyed = self._state.waiting.keyed_waiters
-        if not keyed and not self._signal_keys:
+        if not self._state.waiting.keyed_waiters and not self._signal_keys:
             return
-        wanted = sorted({":".join(msgspec.json.decode(slot)) for slot in keyed})
+        wanted = _signal_keys(self._state)
         if wanted != self._signal_keys:
             workflow.upsert_search_attributes([_SIGNAL_KEYS.value_set(wanted)])
             self._signal_keys = wanted
@@ -1010,6 +1163,11 @@ class FlowcoreWorkflow:
         if key.startswith(self._run_id + "/"):
             return parent + key[len(self._run_id) :]
         return f"{parent}/{key}"
+
+
+def _signal_keys(state: State) -> list[str]:
+    """The ``FlowcoreSignalKeys`` of a state: ``name:key`` per keyed wait, sorted."""
+    return sorted({":".join(msgspec.json.decode(slot)) for slot in state.waiting.keyed_waiters})
 
 
 def _questions(view: Waits) -> list[dict[str, Any]]:

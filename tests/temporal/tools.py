@@ -42,9 +42,27 @@ def slow(call: CallTool) -> Any:
     return _input(call).get("value", "slept")
 
 
+def gate(call: CallTool) -> Any:
+    """Waits until the file ``path`` exists (two minutes at most), then answers ``value``."""
+    _journal("start", call.idempotency_key)
+    path = str(_input(call).get("path", ""))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _journal("done", call.idempotency_key)
+    return _input(call).get("value", "opened")
+
+
 def fail(call: CallTool) -> Any:
     _journal("start", call.idempotency_key)
     raise HandlerError(str(_input(call).get("type", "boom")), "failed on purpose")
 
 
-TOOLS = {"echo": echo, "slow": slow, "fail": fail, "book": echo, "unbook": echo}
+TOOLS = {
+    "echo": echo,
+    "slow": slow,
+    "gate": gate,
+    "fail": fail,
+    "book": echo,
+    "unbook": echo,
+}
