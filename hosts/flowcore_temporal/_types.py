@@ -221,7 +221,8 @@ class RunArgs:
     does when Temporal suggests it. ``None``: only when Temporal suggests it."""
     snapshot: str | None = None
     """Set on a Temporal run that goes on with a run the workflow carried over
-    (``continue_after_events``): the run's state, base64 of ``encode_state``.
+    (``continue_after_events``): the run's state, ``encode_state`` compressed
+    with zlib, in base64.
     The run goes on from it, the same incarnation, its log from ``log_index``."""
     execution: int = 1
     """Which Temporal run of the flowcore run this is (1, then one more for each

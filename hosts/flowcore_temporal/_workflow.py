@@ -74,6 +74,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -186,6 +187,9 @@ _LONGEST_TIMER_S: Final = 100 * 365 * 24 * 3600.0
 # run's argument, the state included, at most (Temporal refuses payloads over
 # 2 MB by default).
 _LARGEST_CARRY_BYTES: Final = 1_800_000
+# The settled report in the workflow's result, at most (as JSON): a run of
+# tens of thousands of work effects has a report of megabytes.
+_LARGEST_REPORT_BYTES: Final = 1_000_000
 # Marks histories whose runs may carry themselves over (see _check_switch).
 _SWITCH_PATCH: Final = "flowcore-continue-as-new"
 
@@ -509,7 +513,10 @@ class FlowcoreWorkflow:
         if self._settled is not None or self._continued is not None or self._crash is not None:
             return  # the run ended (or broke) meanwhile: nothing to carry
         assert self._state is not None
-        snapshot = base64.b64encode(flowcore.encode_state(self._state)).decode("ascii")
+        # Compressed: a state holds every result it may still read (a loop's
+        # outputs), and its keys repeat; zlib makes it about ten times smaller.
+        packed = zlib.compress(flowcore.encode_state(self._state), 1)
+        snapshot = base64.b64encode(packed).decode("ascii")
         fork = self._args.fork
         args = self._next_args(
             input=None,  # (the state holds all the run needs)
@@ -541,7 +548,11 @@ class FlowcoreWorkflow:
     def _go_on(self, flow: flowcore.Flow, snapshot: str, log_index: int) -> None:
         """Take over a run carried over from the Temporal run before: its state
         (pinned to ``flow``), its log's next index, what it waits for."""
-        state = flowcore.decode_state(base64.b64decode(snapshot, validate=True), flow)
+        try:
+            data = zlib.decompress(base64.b64decode(snapshot, validate=True))
+        except zlib.error as exc:
+            raise ValueError(f"the snapshot is not a compressed flowcore state: {exc}") from None
+        state = flowcore.decode_state(data, flow)
         self._semantics = state.run.semantics
         self._recorder = Recorder(self._run_id, log_index)
         self._state = state
@@ -632,6 +643,12 @@ class FlowcoreWorkflow:
             "usage": _usage_json(used.usage()),
             "report": wire.get("report", []),
         }
+        report = result["report"]
+        if len(report) > 1000 and len(msgspec.json.encode(report)) > _LARGEST_REPORT_BYTES:
+            # A long run's report would pass Temporal's payload limit: it is in
+            # the settled record of the run's log (``TemporalHost.log``).
+            result["report"] = []
+            result["reportOmitted"] = len(report)
         if self._args.fork is not None:  # (only a fork's result has the key)
             result["forkedFrom"] = self._forked_from()
         return result

@@ -12,6 +12,7 @@ hundred events), so a run of about 2,000 work effects switches many times.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections import Counter
 from pathlib import Path
@@ -25,7 +26,7 @@ import flowcore
 import flowcore_temporal as ft
 
 from .support import TOOLS, eventually, running_host, unique
-from .test_temporal_cli import worker_process
+from .test_temporal_cli import Cli, worker_process
 from .tools import JOURNAL_ENV
 
 # About 2,000 work effects: 1,000 items, two calls each, ten at a time. Beside
@@ -210,3 +211,16 @@ def test_a_worker_killed_during_a_switch_loses_nothing(
     assert started[f"{rid}/wait#1"] == 2
     assert [r.index for r in log] == list(range(len(log)))
     assert flowcore.replay(log, flowcore.parse_flow(GATED)).ok
+    # The commands see the one run: its log across the Temporal runs, and
+    # which Temporal run it ended in.
+    cli = Cli(temporal_address, queue)
+    events = [json.loads(line) for line in cli.ok("events", rid, "--json").splitlines()]
+    assert [e["index"] for e in events] == [r.index for r in log]
+    assert [e["type"] for e in events] == [r.type for r in log]
+    table = cli.ok("events", rid, "--start-index", str(len(log) - 2))
+    assert len(table.strip().splitlines()) == 2 and "settled" in table
+    exported = cli.ok("export", rid)
+    assert exported.encode() == flowcore.encode_records(log)
+    shown = json.loads(cli.ok("show", rid, "--json"))
+    assert shown["execution"] == executions and shown["status"] == "completed"
+    assert f"Temporal run {executions} of the run" in cli.ok("show", rid)
