@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowcore
 from flowcore import (
@@ -22,6 +25,7 @@ from flowcore import (
     encode_state,
     replay,
 )
+from flowcore.testing import flow_inputs, flows, moves, play
 
 V1 = """
 flow: order
@@ -214,3 +218,88 @@ def test_upgrade_agrees_with_replay_on_the_version_vectors(case: str) -> None:
         with pytest.raises(UpgradeRefused) as refused:
             flowcore.upgrade(records, flow)
         assert refused.value.index == report.divergence.index
+
+
+def _recorded(flow: flowcore.Flow, inp: Any, ms: list[tuple[int, int]]) -> list[Record] | None:
+    """The log of a run of ``flow`` told what ``ms`` generates, or None if the input is refused."""
+    try:
+        history = play(flow, inp, ms, run_id="SRC", paranoid=False)
+    except flowcore.InputError:
+        return None
+    rec = Recorder("SRC")
+    d = flowcore.start(flow, inp, run_id="SRC", now_ms=0)
+    records = rec.started(flow, inp, 0, d)
+    state = d.state
+    for event in history.events():
+        try:
+            d = flowcore.advance(state, event)
+        except flowcore.EventRejected:
+            continue
+        state = d.state
+        records += rec.applied(event, d)
+    return records
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=flows(max_depth=2, max_steps=5), inp=flow_inputs(), ms=moves(30, hostile=False))
+def test_property_a_version_that_decides_the_same_takes_every_running_run(
+    spec: dict[str, Any], inp: dict[str, Any], ms: list[tuple[int, int]]
+) -> None:
+    """At every point between decisions of a running run, a new version that only bumps
+    ``version`` takes it over: the state is the one ``advance`` reached, pinned to the new
+    hash, and it waits for exactly the open effects."""
+    flow = flowcore.parse_flow(spec)
+    bumped = flowcore.parse_flow({**spec, "version": 7})
+    records = _recorded(flow, inp, ms)
+    if records is None:
+        return
+    ends = [r.index for r in records if r.type == "event.reported"] + [len(records)]
+    for end in ends:
+        prefix = records[:end]
+        if prefix[-1].type == "run.settled":
+            with pytest.raises(UpgradeRefused, match="settled"):
+                flowcore.upgrade(prefix, bumped)
+            continue
+        report = replay(prefix, flow)
+        made = flowcore.upgrade(prefix, bumped)
+        assert made.changed and made.at == end and made.version == 7
+        assert report.state is not None
+        assert encode_state(decode_state(encode_state(made.state), bumped)) == encode_state(
+            made.state
+        )
+        same = flowcore.upgrade(prefix, flow)
+        assert not same.changed
+        assert encode_state(same.state) == encode_state(report.state)
+        view = flowcore.waiting_for(same.state)
+        open_keys = {w.key for w in view.work if not w.held}
+        open_keys |= {t.key for t in view.timers} | {q.key for q in view.questions}
+        open_keys |= {s.key for s in view.signals}
+        assert {e.idempotency_key for e in same.pending} == open_keys
+        assert [effect_to_wire(e) for e in made.pending] == [
+            effect_to_wire(e) for e in same.pending
+        ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    position=st.integers(0, 12),
+    field=st.sampled_from(["data", "type", "runId", "at", "index"]),
+    value=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+        max_leaves=8,
+    ),
+)
+def test_hostile_records_raise_only_flowcore_errors(position: int, field: str, value: Any) -> None:
+    wire = [
+        json.loads(line) for line in flowcore.encode_records(waiting_run().records).splitlines()
+    ]
+    wire[position % len(wire)][field] = value
+    records = [
+        Record(w.get("type"), w.get("index"), w.get("runId"), w.get("at"), w.get("data"))
+        for w in wire
+    ]
+    try:
+        flowcore.upgrade(records, _v2())
+    except flowcore.FlowcoreError:
+        pass
