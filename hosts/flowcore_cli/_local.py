@@ -890,7 +890,7 @@ def upgrade(run_id: str, to: Path, dry_run: bool, as_json: bool, db: Path) -> in
         before, made = _run(db, body)
     except flowcore.UpgradeRefused as exc:
         if exc.reason != "diverged":
-            raise CliError(f"cannot move run {run_id!r}: {exc}") from None
+            raise CliError(str(exc)) from None
         return _refused(run_id, flow, exc, as_json)
     moved = made.changed and not dry_run
     if as_json:

@@ -654,8 +654,8 @@ class LocalHost:
         transaction that also writes its new state, so a worker processing
         the run meanwhile goes on from the new state: work in flight, timers,
         questions and signal waits stay as they are (the new version waits for
-        the same effects under the same keys). ``dry_run``: check only, write
-        nothing. A run on that spec already is left alone
+        the same effects under the same keys). ``dry_run``: check everything,
+        write nothing. A run on that spec already is left alone
         (``Upgrade.changed`` false).
 
         Refused with ``flowcore.UpgradeRefused`` when the log does not replay
@@ -685,7 +685,7 @@ class LocalHost:
                     )
                 records = store.log_records(run_id)
                 made = flowcore.upgrade(records, flow, pinned=current.spec_hash)
-                if not made.changed or dry_run:
+                if not made.changed:
                     return made
                 if registry is not None:
                     missing = missing_handlers(registry, reachable_flows(store, flow))
@@ -693,6 +693,8 @@ class LocalHost:
                         raise HostError(
                             f"cannot move run {run_id!r}: {self._lacks(current.tools, missing)}"
                         )
+                if dry_run:
+                    return made
                 store.register_flow(text, source, now)
                 store.move_run(run_id, flow, records, now)
                 return made

@@ -158,6 +158,15 @@ def test_a_refused_upgrade_leaves_the_run_as_it_was(tmp_path: Path) -> None:
             assert dry.changed and (await host.run("o-1")).spec_hash == before.spec_hash
             same = await host.upgrade("o-1", v1)
             assert not same.changed
+            # A new version that calls a tool the run's tools module lacks: refused too.
+            needs = V2.replace("tool: echo, input: notify", "tool: notify, input: notify")
+            needs = needs.replace(
+                "echo: {class: readonly}}", "echo: {class: readonly}, notify: {}}"
+            )
+            for dry_run in (True, False):
+                with pytest.raises(HostError, match=r"has no handler for .*notify"):
+                    await host.upgrade("o-1", needs, dry_run=dry_run)
+            assert (await host.run("o-1")).spec_hash == before.spec_hash
             other = V1.replace("flow: order", "flow: refund")
             with pytest.raises(flowcore.UpgradeRefused, match="not 'refund'"):
                 await host.upgrade("o-1", other)
