@@ -68,6 +68,7 @@ from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
 from ._report import ForkedFrom
 from ._spec import Budget, Flow, canonical_spec, parse_flow
 from ._state import ScheduledAnswer, State, decode_state, encode_state
+from ._upgrade import Upgrade, UpgradeRefused, upgrade
 from ._wire import (
     UNENCODABLE_OUTPUT,
     AskHuman,
@@ -189,6 +190,8 @@ __all__ = [
     "TrajectoryEntry",
     "Unbounded",
     "UnknownRecordType",
+    "Upgrade",
+    "UpgradeRefused",
     "Usage",
     "Waits",
     "WireError",
@@ -225,6 +228,7 @@ __all__ = [
     "result_event",
     "scheduled_calls",
     "source_key",
+    "upgrade",
     "start",
     "continue_run",
     "waiting_for",

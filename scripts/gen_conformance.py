@@ -93,7 +93,15 @@ class Driver:
         )
         self.state = decision.state
         self.timers: dict[str, int] = {}  # key -> due, as last armed
+        self.upgraded_at: int | None = None  # where the run moved to another version
         self._arm(decision)
+
+    def upgrade(self, spec: str) -> None:
+        """Move the run to another version of its flow, as a host does (``flowcore.upgrade``)."""
+        flow = flowcore.parse_flow(spec.strip() + "\n", source_name="flow.yaml")
+        made = flowcore.upgrade(self.records, flow)
+        assert made.changed
+        self.flow, self.state, self.upgraded_at = flow, made.state, made.at
 
     def _arm(self, decision: flowcore.Decision) -> None:
         self.timers.update({s.idempotency_key: s.until_ms for s in flowcore.plan(decision).arm})
@@ -2196,6 +2204,22 @@ def _version_compatible(d: Driver) -> None:
     d.ok("fetch#1", {"name": "Ada"})
 
 
+@case(
+    "version-upgraded",
+    "A run recorded with version 1 moved to version 2 (flowcore.upgrade) after its first "
+    "step, then finished under v2 (save's timeout arms a timer v1 has not): the whole log "
+    "replays against v2; no record marks the move (expect.json's upgradedAt says where).",
+    SEQUENCE,
+    input={"id": "u-7"},
+    newer_spec=SEQUENCE_V2_COMPATIBLE,
+)
+def _version_upgraded(d: Driver) -> None:
+    d.ok("fetch#1", {"name": "Ada"})
+    d.upgrade(SEQUENCE_V2_COMPATIBLE)
+    d.ok("enrich#1", {"tier": "gold"})
+    d.ok("save#1", True)
+
+
 # =====================================================================================
 # Log damage
 # =====================================================================================
@@ -2310,6 +2334,8 @@ def build(c: Case) -> dict[str, bytes]:
         }
         if report.state is not None and report.state.metadata:  # absent: none set
             expect["metadata"] = report.state.metadata
+        if driver.upgraded_at is not None:  # absent: the run never moved
+            expect["upgradedAt"] = driver.upgraded_at
         if c.tear is not None:
             assert report.torn is not None, f"{c.name}: the tear was not detected"
     files["log.ndjson"] = log

@@ -125,6 +125,10 @@ EXPECTED = {
     "parse_flow",
     "replay",
     "start",
+    # moving a running run to another version of its flow once its log replays
+    "upgrade",
+    "Upgrade",
+    "UpgradeRefused",
 }
 
 

@@ -86,11 +86,19 @@ __all__ = ["GROUP", "main"]
     help="Handlers this worker runs at once.",
 )
 @tool_limit_option
+@click.option(
+    "--specs",
+    "specs_dir",
+    type=click.Path(path_type=Path),
+    help="Folder of flow specs, every version side by side (searched recursively); runs"
+    " find their pinned spec there by hash, and a version added later is found too.",
+)
 @connection_options
 def worker(
     tools: str | None,
     max_concurrent_activities: int,
     tool_limits: tuple[str, ...],
+    specs_dir: Path | None,
     address: str,
     task_queue: str,
     namespace: str,
@@ -99,8 +107,18 @@ def worker(
 
     With --tool-limit, also one worker per limited tool on that tool's own
     task queue, where runs started with the same --tool-limit send its calls.
+    With --specs, runs find the spec they are pinned to by hash in that folder.
     """
     limits = tool_limits_value(tool_limits)
+    from flowcore_temporal._registry import SpecRegistry
+
+    specs = None
+    if specs_dir is not None:
+        if not specs_dir.is_dir():
+            raise CliError(f"--specs {specs_dir}: not a folder")
+        specs = SpecRegistry(specs_dir)
+        for problem in specs.problems:
+            click.echo(f"flowcore: skipped {problem}", err=True)
 
     async def body(host: TemporalHost) -> None:
         import flowcore_temporal as ft
@@ -118,6 +136,7 @@ def worker(
             tools=tools,
             registry=registry,
             max_concurrent_activities=max_concurrent_activities,
+            specs=specs,
         )
         limited = ft.tool_workers(
             client,
@@ -133,6 +152,7 @@ def worker(
             click.echo(
                 f"flowcore: worker polling task queue {task_queue!r} at {address}"
                 f" (tools: {tools or 'none'})"
+                + ("" if specs is None else f"; {len(specs)} spec(s) from {specs_dir}")
                 + "".join(
                     f"; tool {tool} {limit.text()} on {ft.tool_queue(task_queue, tool)!r}"
                     for tool, limit in limits.items()

@@ -67,6 +67,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "fork",
         "Fork RUN as a new run with its history up to a point; print the new run's id.",
     ),
+    "upgrade": (
+        "_local",
+        "upgrade",
+        "Move running RUN to the flow version in --to, once its log replays against it.",
+    ),
     "worker": ("_local", "worker", "Resume and process every run in the database until stopped."),
     "runs": ("_local", "runs", "List the runs in the database, oldest first, a page at a time."),
     "show": (

@@ -644,6 +644,63 @@ class LocalHost:
         self._after(applied)
         return rid
 
+    async def upgrade(
+        self, run_id: str, spec: str | Path, *, dry_run: bool = False
+    ) -> flowcore.Upgrade:
+        """Move running run ``run_id`` to the flow version ``spec`` (a path, or spec text).
+
+        The run's log is replayed against the new spec (``flowcore.upgrade``);
+        if it replays, the spec is stored and the run pinned to it in one
+        transaction that also writes its new state, so a worker processing
+        the run meanwhile goes on from the new state: work in flight, timers,
+        questions and signal waits stay as they are (the new version waits for
+        the same effects under the same keys). ``dry_run``: check everything,
+        write nothing. A run on that spec already is left alone
+        (``Upgrade.changed`` false).
+
+        Refused with ``flowcore.UpgradeRefused`` when the log does not replay
+        against the new spec (``reason`` ``diverged``: ``index``, ``expected``,
+        ``actual``) or the spec is another flow's (``other-flow``), with
+        ``flowcore.SpecError`` for an invalid spec, and with ``HostError`` for
+        an unknown run or an unreadable spec file, a run that is not running, and a
+        tools module that lacks a handler the new spec needs.
+        """
+        if isinstance(spec, Path):
+            text, source = _spec_text(spec), str(spec)
+        else:
+            text, source = spec, "<spec>"
+        flow = flowcore.parse_flow(text, source_name=source)  # SpecError: nothing is written
+        row = await self.run(run_id)
+        registry = self._checkable(row.tools)
+        now = self.now()
+
+        def moving() -> flowcore.Upgrade:
+            store = self.store
+            with store.tx():  # the write lock: no event of the run commits meanwhile
+                current = store.run_row(run_id)
+                if current.status != "running":
+                    raise HostError(
+                        f"cannot move run {run_id!r} to another version: it is {current.status},"
+                        " and only a running run moves"
+                    )
+                records = store.log_records(run_id)
+                made = flowcore.upgrade(records, flow, pinned=current.spec_hash)
+                if not made.changed:
+                    return made
+                if registry is not None:
+                    missing = missing_handlers(registry, reachable_flows(store, flow))
+                    if missing:
+                        raise HostError(
+                            f"cannot move run {run_id!r}: {self._lacks(current.tools, missing)}"
+                        )
+                if dry_run:
+                    return made
+                store.register_flow(text, source, now)
+                store.move_run(run_id, flow, records, now)
+                return made
+
+        return await self._db(moving)
+
     def _check_resumed(self, store: Store, rewind: Rewind, tools: str | None) -> None:
         if tools in self._supplied:
             return

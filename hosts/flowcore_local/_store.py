@@ -1413,6 +1413,56 @@ class Store:
             self._outbox(run_id, flow, effect, now, applied, tools, seq)
         return applied
 
+    # --- moving a run to another version of its flow -----------------------------------
+
+    def move_run(self, run_id: str, flow: Flow, records: list[flowcore.Record], now: int) -> State:
+        """Pin running run ``run_id`` to ``flow`` (in the open transaction); its new state.
+
+        The caller checked with ``flowcore.upgrade`` that ``records`` (the
+        run's whole live log) replays against ``flow``. The state and every
+        row it stores are re-derived event by event under ``flow``, as
+        ``rewind`` does, and written with a checkpoint at the log's end; the
+        run's row takes the new ``spec_hash`` and a new ``version``, so a
+        worker that cached the old state reloads it (``load``), and a group
+        commit that read it is redone (``Conflict``). The log and the outbox
+        stay: the new version waits for the same effects under the same keys
+        (in-flight work, timers, questions, signal waits go on as they are);
+        open calls take the execution class the new spec declares for their
+        tool.
+        """
+        conn = self.conn
+        self._flush()
+        row = conn.execute(
+            "SELECT next_index, version, tools FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise HostError(f"no run {run_id!r} in the database")
+        end, version, tools = row
+        if not records or records[-1].index + 1 != end:  # (read in this transaction)
+            raise HostError(f"run {run_id!r}: its log does not end at index {end - 1}")
+        state, results, report_rows, resolved = _rebuild(flow, run_id, records, end)
+        for table in ("results", "report", "resolved"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        self._put_rebuilt(run_id, state, results, report_rows, resolved)
+        conn.execute(
+            "UPDATE runs SET spec_hash = ?, updated_ms = ?, state = ?, saved_index = ?,"
+            " version = ? WHERE run_id = ?",
+            (flow.spec_hash, now, persist.encode_hot(state), end, version + 1, run_id),
+        )
+        classes = []
+        for key, blob in conn.execute(
+            "SELECT key, effect FROM outbox WHERE run_id = ? AND kind = 'call-tool'", (run_id,)
+        ).fetchall():
+            effect = _effect_dec.decode(blob)
+            if isinstance(effect, CallTool):
+                decl = flow.tools.get(effect.tool)
+                classes.append((decl.exec_class if decl is not None else "uncertain", run_id, key))
+        conn.executemany("UPDATE outbox SET exec_class = ? WHERE run_id = ? AND key = ?", classes)
+        self._touched.add(run_id)
+        self._cache[run_id] = _Cached(end, state, tools, len(report_rows), version + 1, end)
+        self._verified.add(run_id)
+        return state
+
     def _put_rebuilt(
         self,
         run_id: str,

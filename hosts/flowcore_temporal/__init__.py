@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._registry import SpecNotDeployed, SpecProblem, SpecRegistry
 from ._types import (
     ACTIVITY_NAME,
     ANSWER_UPDATE,
@@ -116,6 +117,9 @@ __all__ = [
     "NoSignalWait",
     "RunArgs",
     "RunArgsError",
+    "SpecNotDeployed",
+    "SpecProblem",
+    "SpecRegistry",
     "TemporalHost",
     "TemporalHostError",
     "TemporalUnavailable",

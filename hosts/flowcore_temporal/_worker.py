@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
@@ -19,7 +20,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from flowcore_handlers import Registry, ToolLimit
 from flowcore_handlers._limits import check_tool_limits
 
+from . import _registry
 from ._activities import FlowcoreActivities
+from ._registry import SpecRegistry
 from ._types import DEFAULT_TASK_QUEUE, tool_queue
 from ._workflow import FlowcoreWorkflow
 
@@ -54,9 +57,16 @@ LIBRARIES = (
 """The libraries flowcore uses. PyYAML, for one, breaks when re-imported in the
 sandbox (its constructors are registered on the outer classes)."""
 
-PASSTHROUGH_MODULES = ("flowcore", "flowcore_handlers", "flowcore_temporal._flows", *LIBRARIES)
+PASSTHROUGH_MODULES = (
+    "flowcore",
+    "flowcore_handlers",
+    "flowcore_temporal._flows",
+    "flowcore_temporal._registry",
+    *LIBRARIES,
+)
 """Modules the workflow sandbox forwards instead of re-importing per run
-(``flowcore_temporal._flows`` keeps parsed flows for every run of the process)."""
+(``flowcore_temporal._flows`` keeps parsed flows for every run of the process,
+``flowcore_temporal._registry`` the worker's spec versions by hash)."""
 
 
 def sandbox_restrictions(flowcore: bool = True) -> SandboxRestrictions:
@@ -90,6 +100,7 @@ def new_worker(
     max_concurrent_activities: int = 100,
     interceptors: Sequence[Interceptor] = (),
     tracing: bool | TracerProvider = False,
+    specs: str | Path | SpecRegistry | None = None,
     **options: Any,
 ) -> Worker:
     """A worker that runs the ``flowcore`` workflow and the ``flowcore_work`` activity.
@@ -100,7 +111,12 @@ def new_worker(
     defaults to the sandbox with ``PASSTHROUGH_MODULES``). Run it with
     ``async with worker:`` or ``await worker.run()``. ``tracing`` (True: the
     global tracer provider) emits OpenTelemetry spans (``specs/tracing.md``).
+    ``specs``: a folder of spec files (every version side by side) or a
+    ``SpecRegistry``, installed for the process (``_registry.install``) so
+    that workflow code finds a run's pinned spec by hash (``_registry.lookup``).
     """
+    if specs is not None:
+        _registry.install(specs if isinstance(specs, SpecRegistry) else SpecRegistry(specs))
     if tracing is not False:
         from ._tracing import worker_interceptors
 

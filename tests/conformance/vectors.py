@@ -247,6 +247,11 @@ def plan_vector(path: Path) -> Plan:
         raise Unplayable("a torn log: the run it records is incomplete")
     if expect.get("unrecorded"):
         raise Unplayable("a cut log (it ends inside a decision): the run it records is incomplete")
+    if expect.get("upgradedAt") is not None:
+        raise Unplayable(
+            "an upgraded run's log: recorded with recorded.yaml, then flow.yaml; a host moves"
+            " a run with its own upgrade (LocalHost.upgrade: tests/local/test_local_upgrade.py)"
+        )
     spec_path = path / "recorded.yaml" if (path / "recorded.yaml").exists() else path / "flow.yaml"
     spec = spec_path.read_text()
     source_name = f"{path.name}/{spec_path.name}"
