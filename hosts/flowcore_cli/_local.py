@@ -83,6 +83,7 @@ from ._progress import (
     watch,
 )
 from ._replay import report_to_json, usage_text
+from ._upgrade import upgrade_done, upgrade_refused
 
 __all__ = ["COMMANDS"]
 
@@ -853,10 +854,6 @@ def fork(
         _settled(result)
 
 
-def _spec_name(version: int, spec_hash: str) -> str:
-    return f"version {version} (spec {spec_hash[:12]})"
-
-
 @click.command()
 @run_id_argument
 @click.option(
@@ -889,82 +886,8 @@ def upgrade(run_id: str, to: Path, dry_run: bool, as_json: bool, db: Path) -> in
     try:
         before, made = _run(db, body)
     except flowcore.UpgradeRefused as exc:
-        if exc.reason != "diverged":
-            raise CliError(str(exc)) from None
-        return _refused(run_id, flow, exc, as_json)
-    moved = made.changed and not dry_run
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "runId": run_id,
-                    "flowId": made.flow_id,
-                    "moved": moved,
-                    "changed": made.changed,
-                    "dryRun": dry_run,
-                    "from": {"version": before.version, "specHash": made.from_spec_hash},
-                    "to": {"version": made.version, "specHash": made.spec_hash},
-                    "at": made.at,
-                    "pending": [flowcore.effect_to_wire(e) for e in made.pending],
-                },
-                ensure_ascii=False,
-            )
-        )
-        return 0
-    old, new = (
-        _spec_name(before.version, made.from_spec_hash),
-        _spec_name(made.version, made.spec_hash),
-    )
-    waits = ", ".join(f"{type(e).__struct_config__.tag} {e.idempotency_key}" for e in made.pending)
-    if not made.changed:
-        _print(f"run {run_id} is on {new} of flow {made.flow_id!r} already: nothing to do")
-    elif dry_run:
-        _print(
-            f"run {run_id} can move from {old} to {new} of flow {made.flow_id!r}"
-            " (dry run: nothing changed)"
-        )
-    else:
-        _print(
-            f"moved run {run_id} from {old} to {new} of flow {made.flow_id!r}; it goes on from"
-            f" log index {made.at}" + (f", waiting for {waits}" if waits else "")
-        )
-    return 0
-
-
-def _refused(run_id: str, flow: flowcore.Flow, exc: flowcore.UpgradeRefused, as_json: bool) -> int:
-    """The refusal of a run that diverges from the new spec: one block on stdout, exit 1."""
-    divergence = exc.divergence
-    text = str(divergence) if divergence is not None else str(exc)
-    why = text.partition(f" at index {exc.index}:")[0] if divergence is not None else text
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "runId": run_id,
-                    "flowId": flow.id,
-                    "moved": False,
-                    "refused": True,
-                    "reason": exc.reason,
-                    "to": {"version": flow.version, "specHash": flow.spec_hash},
-                    "index": exc.index,
-                    "expected": exc.expected,
-                    "actual": exc.actual,
-                    "message": why,
-                },
-                ensure_ascii=False,
-                default=str,
-            )
-        )
-        return 1
-    _print(
-        f"run {run_id} cannot move to {_spec_name(flow.version, flow.spec_hash)} of flow"
-        f" {flow.id!r}: {why}"
-    )
-    _print(f"  index     {exc.index}")
-    _print(f"  recorded  {short_json(exc.expected, 300)}")
-    _print(f"  new spec  {short_json(exc.actual, 300)}")
-    _print("  the run stays on its version; nothing changed")
-    return 1
+        return upgrade_refused(run_id, flow, exc, as_json)
+    return upgrade_done(run_id, before.version, made, dry_run, as_json)
 
 
 @click.command()

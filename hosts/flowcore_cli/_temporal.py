@@ -41,6 +41,7 @@ from ._common import (
     checked_name,
     invoke,
     json_value,
+    load_spec,
     meta_text,
     meta_values,
 )
@@ -65,7 +66,8 @@ from ._options import (
 from ._progress import Item, RunTree, out, watch
 from ._temporal_schedule import schedule
 from ._temporal_scheduled import scheduled
-from ._temporal_session import connection_options, finish, with_host
+from ._temporal_session import connection_options, finish, specs_option, with_host
+from ._upgrade import upgrade_done, upgrade_refused
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -248,6 +250,11 @@ def _tree(host: TemporalHost) -> RunTree:
     help="History length at which the run goes on in a new Temporal run by itself"
     " (it also does when Temporal suggests it).",
 )
+@click.option(
+    "--by-hash",
+    is_flag=True,
+    help="Send the spec's hash, not its text: the workers take it from their --specs.",
+)
 @click.option("--detach", is_flag=True, help="Start the run, print its id, do not wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @tool_limit_option
@@ -265,6 +272,7 @@ def run(
     priority: int | None,
     dedup_key: str | None,
     continue_after_events: int,
+    by_hash: bool,
     detach: bool,
     as_json: bool,
     tool_limits: tuple[str, ...],
@@ -297,6 +305,7 @@ def run(
             priority=priority,
             dedup_key=dedup_key,
             continue_after_events=continue_after_events,
+            by_hash=by_hash,
         )
         if detach:
             return {"runId": rid}
@@ -400,6 +409,7 @@ def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: s
 @run_id_argument
 @fork_options
 @json_option
+@specs_option
 @connection_options
 def fork(
     run_id: str,
@@ -513,6 +523,7 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
     is_flag=True,
     help="Ask the running workflow (the log query) instead of replaying its latest history.",
 )
+@specs_option
 @connection_options
 def export(
     run_id: str,
@@ -539,6 +550,56 @@ def export(
 
 @click.command()
 @run_id_argument
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The new version's spec file (the same flow id).",
+)
+@click.option("--dry-run", is_flag=True, help="Check only: change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print what happened as JSON.")
+@specs_option
+@connection_options
+def upgrade(
+    run_id: str,
+    to: Path,
+    dry_run: bool,
+    as_json: bool,
+    address: str,
+    task_queue: str,
+    namespace: str,
+) -> None:
+    """Move running RUN to the flow version in --to, once its log replays against it.
+
+    The run's whole log (from its Temporal histories) is replayed against the
+    new spec: if the new version would have made every recorded decision the
+    same way, the workflow takes the new spec and goes on under it (a run
+    pinned by hash gets the hash: its workers must have that version).
+    Otherwise it stays on its version and the first divergence is printed
+    (index, recorded effect, new spec's effect): exit 1. Exit 2 for an
+    unknown or settled run or an unreadable spec.
+    """
+    flow = load_spec(str(to))
+
+    async def body(host: TemporalHost) -> tuple[int, flowcore.Upgrade] | flowcore.UpgradeRefused:
+        before = (await host.status(run_id)).get("version", flow.version)
+        try:
+            return before, await host.upgrade(run_id, to, dry_run=dry_run)
+        except flowcore.UpgradeRefused as exc:
+            return exc
+
+    def after(found: tuple[int, flowcore.Upgrade] | flowcore.UpgradeRefused) -> int:
+        if isinstance(found, flowcore.UpgradeRefused):
+            return upgrade_refused(run_id, flow, found, as_json)
+        before, made = found
+        return upgrade_done(run_id, before, made, dry_run, as_json)
+
+    with_host(address, namespace, task_queue, body, after)
+
+
+@click.command()
+@run_id_argument
 @click.option("--start-index", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option(
     "--live",
@@ -548,6 +609,7 @@ def export(
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the raw records as NDJSON envelopes (at in ms)."
 )
+@specs_option
 @connection_options
 def events(
     run_id: str,
@@ -626,7 +688,7 @@ def GROUP() -> None:
     """Run flows on a Temporal cluster (needs the temporal extra)."""
 
 
-for _command in (worker, run, signal_, answer, cancel, fork, show, export, events, runs):
+for _command in (worker, run, signal_, answer, cancel, fork, upgrade, show, export, events, runs):
     GROUP.add_command(_command)
 GROUP.add_command(schedule)
 GROUP.add_command(scheduled)

@@ -26,12 +26,22 @@ from ._common import CliError, internal_error, problem_line, say
 if TYPE_CHECKING:
     from flowcore_temporal import TemporalHost
 
-__all__ = ["ADDRESS_ENV", "NAMESPACE_ENV", "QUEUE_ENV", "connection_options", "finish", "with_host"]
+__all__ = [
+    "ADDRESS_ENV",
+    "NAMESPACE_ENV",
+    "QUEUE_ENV",
+    "SPECS_ENV",
+    "connection_options",
+    "finish",
+    "specs_option",
+    "with_host",
+]
 
 T = TypeVar("T")
 ADDRESS_ENV = "FLOWCORE_TEMPORAL_ADDRESS"
 QUEUE_ENV = "FLOWCORE_TEMPORAL_TASK_QUEUE"
 NAMESPACE_ENV = "FLOWCORE_TEMPORAL_NAMESPACE"
+SPECS_ENV = "FLOWCORE_TEMPORAL_SPECS"
 
 
 def finish(code: int) -> NoReturn:
@@ -63,6 +73,29 @@ def connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help=f"HOST:PORT of the Temporal frontend (or ${ADDRESS_ENV}).",
     )(fn)
     return fn
+
+
+def _install_specs(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    if not os.path.isdir(value):
+        raise click.BadParameter(f"{value}: not a folder", ctx, param)
+    from flowcore_temporal import _registry
+
+    _registry.install(_registry.SpecRegistry(value))
+
+
+def specs_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--specs DIR``: the spec versions of runs pinned by hash (``run --by-hash``),
+    which reading such a run's log from its history needs, as its workers do."""
+    return click.option(
+        "--specs",
+        envvar=SPECS_ENV,
+        expose_value=False,
+        callback=_install_specs,
+        help="Folder of flow specs, every version side by side: for reading the log of a"
+        f" run pinned by hash (or ${SPECS_ENV}).",
+    )(fn)
 
 
 def with_host(

@@ -13,8 +13,10 @@ worker needed, and the records are the ones the run wrote.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import secrets
+import zlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -73,6 +75,7 @@ from ._types import (
     SIGNAL_KEYS_ATTRIBUTE,
     STATUS_QUERY,
     SWITCHING_ERROR,
+    UPGRADE_UPDATE,
     WORKFLOW_NAME,
     RunArgs,
     RunArgsError,
@@ -95,6 +98,8 @@ __all__ = [
 ]
 
 _QUERY_TIMEOUT = timedelta(seconds=10)
+# How many times an upgrade is checked again when the run moved on meanwhile.
+_UPGRADE_ATTEMPTS = 5
 # How long an update is sent again while its run goes over to a new Temporal run.
 _SWITCH_WAIT_S = 30.0
 
@@ -232,6 +237,7 @@ class TemporalHost:
         priority: int | None = None,
         dedup_key: str | None = None,
         continue_after_events: int | None = DEFAULT_CONTINUE_AFTER_EVENTS,
+        by_hash: bool = False,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text); returns its run id.
 
@@ -261,6 +267,12 @@ class TemporalHost:
         ``continue_after_events``: the history length at which the run goes on
         in a new Temporal run by itself (it also does when Temporal suggests
         it; None: only then); its children take the same.
+
+        The run pins its spec by hash (``RunArgs.spec_hash``). ``by_hash``:
+        the spec's text is left out of the run's argument, and the workers
+        take it from their registry of spec versions (``new_worker(specs=...)``,
+        ``flowcore temporal worker --specs DIR``); a worker that lacks it fails
+        the run's workflow tasks, naming the spec, until one has it.
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
@@ -280,7 +292,9 @@ class TemporalHost:
             )
         rid = dedup_key or run_id or f"{flow.id}-{secrets.token_hex(4)}"
         args = RunArgs(
-            spec=text,
+            spec="" if by_hash else text,
+            spec_hash=flow.spec_hash,
+            flow_id=flow.id,
             input=input,
             run_id=rid,
             budget=dict(budget) if budget is not None else None,
@@ -656,6 +670,53 @@ class TemporalHost:
             )
         except (IndexError, RunArgsError) as exc:
             raise TemporalHostError(f"{run_id}: its RunArgs: {exc}") from None
+
+    async def upgrade(
+        self, run_id: str, spec: str | Path, *, dry_run: bool = False
+    ) -> flowcore.Upgrade:
+        """Move running run ``run_id`` to another version of its flow (``spec``, a
+        path or spec text), once its log replays against it.
+
+        The run's whole log (every Temporal run of it, ``log``) is replayed
+        against the new spec (``flowcore.upgrade``); a run that would have been
+        driven differently is refused with ``flowcore.UpgradeRefused`` (the
+        divergence's index, the recorded effect and the new spec's), and stays
+        on its version. Otherwise the ``upgrade`` update carries the new spec
+        and the state the replay ended in to the workflow, which takes it only
+        if the run has not moved on since (else the check runs again, a few
+        times). A run pinned by hash gets the new spec's hash alone: its
+        workers must have that version (``--specs``). ``dry_run``: check only.
+        Returns the check's ``Upgrade`` (``changed`` false: the run is on that
+        spec already, nothing sent).
+        """
+        text, source = self._spec_text(spec)
+        flow = flowcore.parse_flow(text, source_name=source)
+        for _ in range(_UPGRADE_ATTEMPTS):
+            status = await self.status(run_id)
+            if status.get("temporal") != "RUNNING" or "result" in status:
+                raise TemporalHostError(f"run {run_id!r} has already settled: nothing to move")
+            by_hash = not self._run_args_of(await self.history(run_id), run_id).spec
+            made = flowcore.upgrade(await self.log(run_id), flow, pinned=status.get("specHash"))
+            if not made.changed or dry_run:
+                return made
+            state = base64.b64encode(zlib.compress(flowcore.encode_state(made.state), 1))
+            request = {
+                "spec": "" if by_hash else text,
+                "specHash": flow.spec_hash,
+                "at": made.at,
+                "snapshot": state.decode("ascii"),
+            }
+            try:
+                await self._update(run_id, UPGRADE_UPDATE, [request])
+            except TemporalHostError as exc:
+                if "has moved on since the check" in str(exc):
+                    continue  # an event came between the check and the update
+                raise
+            return made
+        raise TemporalHostError(
+            f"run {run_id!r} kept moving on while it was checked ({_UPGRADE_ATTEMPTS} times):"
+            " try again when it is quieter"
+        )
 
     async def forked_from(self, run_id: str) -> dict[str, Any] | None:
         """``{runId, index}`` when ``run_id`` is a fork, else None (from its history)."""

@@ -39,6 +39,7 @@ __all__ = [
     "SCHEDULED_QUERY",
     "SCHEDULED_UPDATE",
     "SWITCHING_ERROR",
+    "UPGRADE_UPDATE",
     "STATUS_QUERY",
     "WORKFLOW_NAME",
     "RunArgs",
@@ -72,6 +73,14 @@ SCHEDULED_UPDATE = "scheduled"
 """Update ``scheduled(event)``: a scheduled-call event from outside the run, as its wire
 object without ``atMs`` (``{"kind": "scheduled-cancel-requested", "scheduleId": ...}``,
 ``scheduled-run-now-requested``, ``scheduled-add-requested``); returns ``{id, done}``."""
+
+UPGRADE_UPDATE = "upgrade"
+"""Update ``upgrade({spec, specHash, at, snapshot})``: move the run to another
+version of its flow. ``TemporalHost.upgrade`` sends it once the run's log
+replays against the new spec (``flowcore.upgrade``): the new spec's text (or
+``""`` for a run pinned by hash: the worker's registry has it), its hash, the
+log index the check reached, and the state the replay ended in (zlib, base64).
+Refused (``upgrade-rejected``) unless the run is where the check left it."""
 
 SWITCHING_ERROR = "run-switching"
 """The error type of an update refused because the run is going over to a new
@@ -227,6 +236,12 @@ class RunArgs:
     execution: int = 1
     """Which Temporal run of the flowcore run this is (1, then one more for each
     continue-as-new, of either kind)."""
+    spec_hash: str | None = None
+    """The run's pinned spec (``Flow.spec_hash``). With ``spec`` empty the
+    worker takes the text from its registry of spec versions (``--specs``);
+    with both, they must agree."""
+    flow_id: str | None = None
+    """The pinned spec's flow id, to name it when a worker lacks it."""
 
 
 def tool_queue(task_queue: str, tool: str) -> str:
@@ -328,6 +343,11 @@ def _problems(args: RunArgs) -> list[str]:
         )
     )
     out.append(("snapshot", _text_problem(args.snapshot, optional=True)))
+    out.append(("spec_hash", _text_problem(args.spec_hash, optional=True, limit=128)))
+    flow_id = _text_problem(args.flow_id, optional=True, limit=flowcore.MAX_NAME_CHARS)
+    out.append(("flow_id", flow_id))
+    if args.spec == "" and args.spec_hash is None:
+        out.append(("spec", "empty, and no spec_hash to find it by"))
     out.extend(_continued_problems(args))
     scale = args.clock_scale
     if (

@@ -76,7 +76,8 @@ def sandbox_restrictions(flowcore: bool = True) -> SandboxRestrictions:
     itself is imported and run under the sandbox's eyes (the tests do this to
     show it touches nothing nondeterministic).
     """
-    modules = PASSTHROUGH_MODULES if flowcore else LIBRARIES
+    # The registry is the process's, whichever flowcore the workflow runs.
+    modules = PASSTHROUGH_MODULES if flowcore else (*LIBRARIES, "flowcore_temporal._registry")
     # The default restricts a few members of zoneinfo.ZoneInfo (clear_cache,
     # from_file, reset_tzpath), which makes the class a proxy whose instances
     # datetime refuses as a tzinfo; flowcore only calls ZoneInfo(key) to read a

@@ -134,7 +134,7 @@ from flowcore import (
     Waits,
 )
 from flowcore.schedules import input_for
-from flowcore_temporal import _flows
+from flowcore_temporal import _flows, _registry
 
 from ._types import (
     ACTIVITY_NAME,
@@ -147,6 +147,7 @@ from ._types import (
     SIGNAL_KEYS_ATTRIBUTE,
     STATUS_QUERY,
     SWITCHING_ERROR,
+    UPGRADE_UPDATE,
     WORKFLOW_NAME,
     RunArgs,
     RunArgsError,
@@ -353,8 +354,17 @@ class FlowcoreWorkflow:
         now = self._now()
         self._semantics = _semantics()
         continued: flowcore.ContinueAsNew | None = None
+        # A run pinned by hash alone takes its spec from the worker's registry.
+        # A worker that lacks it fails this workflow task (SpecNotDeployed says
+        # which spec), and Temporal retries it until a worker has it.
+        text = args.spec or _registry.lookup(args.spec_hash or "", args.flow_id or "?")
         try:
-            flow = _parse(args.spec, args.source_name)
+            flow = _parse(text, args.source_name)
+            if args.spec_hash is not None and flow.spec_hash != args.spec_hash:
+                raise RunArgsError(
+                    f"bad RunArgs: spec: not the pinned spec {args.spec_hash[:12]}"
+                    f" (its hash is {flow.spec_hash[:12]})"
+                )
             if args.snapshot is not None:  # the same run, carried over: go on from its state
                 self._go_on(flow, args.snapshot, args.log_index)
             elif args.continued is not None:  # checked with the argument
@@ -436,8 +446,8 @@ class FlowcoreWorkflow:
                         or self._drained()
                     )
                 )
-            except asyncio.CancelledError:
-                self._cancel_requested()
+            except asyncio.CancelledError as exc:
+                self._cancel_requested(exc)
             self._raise_crash()
             if self._drained() and self._settled is None and self._continued is None:
                 await self._switch()  # returns only if the run cannot be carried over
@@ -449,13 +459,21 @@ class FlowcoreWorkflow:
             self._continue_as_new(self._continued)
         return self._result()
 
-    def _cancel_requested(self) -> None:
+    def _cancel_requested(self, exc: asyncio.CancelledError) -> None:
         """Temporal cancellation is flowcore's cancel-requested: pending work is
         abandoned and compensations run; the run goes on until it settles, and
         that is the workflow's result. The reason is a note from any client:
         cut, so the cancel always applies (an event over MAX_EVENT_BYTES would
-        be rejected)."""
-        reason = workflow.cancellation_reason() or "cancelled through Temporal"
+        be rejected).
+
+        A cancellation without a request (``cancellation_reason`` is None) is
+        the worker dropping this instance: the end of a replayed history, a
+        cache eviction. It is not the run's: it ends the coroutine, and
+        nothing is recorded."""
+        reason = workflow.cancellation_reason()
+        if reason is None:
+            raise exc
+        reason = reason or "cancelled through Temporal"
         self._offer(CancelRequested(reason=clip(reason, _REASON_CHARS), at_ms=self._now()))
 
     def _raise_crash(self) -> None:
@@ -507,8 +525,8 @@ class FlowcoreWorkflow:
         self._switching = True
         try:
             await workflow.wait_condition(workflow.all_handlers_finished)
-        except asyncio.CancelledError:
-            self._cancel_requested()
+        except asyncio.CancelledError as exc:
+            self._cancel_requested(exc)
         self._switching = False
         if self._settled is not None or self._continued is not None or self._crash is not None:
             return  # the run ended (or broke) meanwhile: nothing to carry
@@ -768,6 +786,90 @@ class FlowcoreWorkflow:
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
 
+    @workflow.update(name=UPGRADE_UPDATE)
+    def upgrade(self, request: RawValue) -> dict[str, Any]:
+        """Move the run to another version of its flow; the validator has checked it.
+
+        The client replayed the run's whole log against the new spec
+        (``flowcore.upgrade``: every recorded effect re-derived the same) and
+        sends the state that replay ended in: the same work, timers and
+        questions under the same keys, so what is out goes on as it is. From
+        here on the run decides by the new spec, and carries it on (a
+        continue-as-new takes it along)."""
+        text, flow, state = self._upgrade_request(request, validating=False)
+        before = self._state
+        assert before is not None
+        self._state = state
+        self._args = dataclasses.replace(
+            self._args,
+            spec=text,
+            spec_hash=flow.spec_hash,
+            flow_id=flow.id,
+            source_name=f"flow {flow.id} version {flow.version}",
+        )
+        return {
+            "from": {"version": before.flow.version, "specHash": before.flow.spec_hash},
+            "to": {"version": flow.version, "specHash": flow.spec_hash},
+            "at": self._recorder.index,
+        }
+
+    @upgrade.validator
+    def _check_upgrade(self, request: RawValue) -> None:
+        self._refuse_while_switching()
+        self._upgrade_request(request, validating=True)
+
+    def _upgrade_request(self, raw: Any, validating: bool) -> tuple[str, flowcore.Flow, State]:
+        """The new spec's text, its flow and the run's state under it, or an
+        ``upgrade-rejected`` error saying why not.
+
+        In the handler (``validating`` false: the update is in the history) a
+        spec the worker's registry lacks fails the workflow task instead, as a
+        run pinned by hash does at its start: Temporal retries it until a
+        worker has the spec."""
+        state = self._state
+        try:
+            data = _decode(raw, "the request")
+            if not isinstance(data, dict) or set(data) != {"spec", "specHash", "at", "snapshot"}:
+                raise _Refused("expected an object of spec, specHash, at and snapshot")
+            spec, spec_hash, at, snapshot = (
+                data["spec"],
+                data["specHash"],
+                data["at"],
+                data["snapshot"],
+            )
+            if not all(isinstance(v, str) for v in (spec, spec_hash, snapshot)):
+                raise _Refused("spec, specHash and snapshot must be strings")
+            if state is None or self._switching or self._settled or self._continued:
+                raise _Refused(f"run {self._run_id} is not running here now; send it again")
+            if at != self._recorder.index:
+                raise _Refused(
+                    f"run {self._run_id} has moved on since the check (its log is at index"
+                    f" {self._recorder.index}, the check reached {at!r}): check it again"
+                )
+            try:
+                text = spec or _registry.lookup(spec_hash, state.flow.id)
+            except _registry.SpecNotDeployed as exc:
+                if not validating:
+                    raise
+                raise _Refused(str(exc)) from None
+            flow = _parse(text, f"flow {state.flow.id} (upgrade)")
+            if flow.spec_hash != spec_hash:
+                raise _Refused(f"the spec text is not spec {spec_hash[:12]}")
+            if flow.id != state.flow.id:
+                raise _Refused(f"flow {flow.id!r} is not this run's flow {state.flow.id!r}")
+            moved = flowcore.decode_state(zlib.decompress(base64.b64decode(snapshot)), flow)
+            if moved.run_id != state.run_id or set(moved.waiting.pending) != set(
+                state.waiting.pending
+            ):
+                raise _Refused("the state sent is not this run's as it is now")
+            return text, flow, moved
+        except (_Refused, flowcore.FlowcoreError, ValueError, zlib.error) as exc:
+            raise ApplicationError(
+                f"upgrade refused: {clip(str(exc), _MESSAGE_CHARS)}",
+                type="upgrade-rejected",
+                non_retryable=True,
+            ) from None
+
     def _refuse_while_switching(self) -> None:
         """An update that comes while the run goes over to a new Temporal run
         cannot be taken here: ``run-switching`` (``TemporalHost`` sends it again).
@@ -870,6 +972,8 @@ class FlowcoreWorkflow:
         out: dict[str, Any] = {
             "runId": self._run_id,
             "flowId": state.flow.id,
+            "version": state.flow.version,
+            "specHash": state.flow.spec_hash,
             "status": view.status,
             "budget": {
                 "stepsUsed": view.used_steps,
