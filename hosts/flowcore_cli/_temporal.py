@@ -465,8 +465,13 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
         if as_json:
             click.echo(json.dumps(info))
             return 0
+        version = (
+            f" version {info['version']} (spec {info['specHash'][:12]})"
+            if "version" in info and "specHash" in info
+            else ""
+        )
         click.echo(
-            f"{info.get('runId')}  flow {info.get('flowId', '?')}  {info.get('status')}"
+            f"{info.get('runId')}  flow {info.get('flowId', '?')}{version}  {info.get('status')}"
             f"  (Temporal: {info.get('temporal')})"
         )
         execution = info.get("execution")

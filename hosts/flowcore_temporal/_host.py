@@ -58,6 +58,7 @@ from flowcore import Flow, HumanAnswered, Record, SignalReceived
 from flowcore_handlers import LimitError, ToolLimit
 from flowcore_handlers._limits import check_dedup_key, check_priority, check_tool_limits
 
+from . import _registry
 from ._schedules import describe, to_temporal
 
 if TYPE_CHECKING:
@@ -627,7 +628,8 @@ class TemporalHost:
                 " fork its root run"
             )
         records = await self.log(run_id)
-        flow = flowcore.parse_flow(source.spec, source_name=source.source_name)
+        text = source.spec or _registry.lookup(source.spec_hash or "", source.flow_id or "?")
+        flow = flowcore.parse_flow(text, source_name=source.source_name)
         point = flowcore.fork_point(records, flow, at=at, from_step=from_step)
         rid = new_run_id or f"{run_id}-fork-{point}"
         made = flowcore.fork(records, flow, rid, at=point)  # checked here, made again there
@@ -691,6 +693,12 @@ class TemporalHost:
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
+        # Once moved, a run pinned by hash replays here with the new version too.
+        known = _registry.installed()
+        if known is None:
+            known = _registry.SpecRegistry()
+            _registry.install(known)
+        known.add(text, source)
         for _ in range(_UPGRADE_ATTEMPTS):
             status = await self.status(run_id)
             if status.get("temporal") != "RUNNING" or "result" in status:
@@ -813,11 +821,29 @@ class TemporalHost:
             handle = self.client.get_workflow_handle(run_id, run_id=before)
             chain.append(await self._call(handle.fetch_history(), run_id))
 
+    @staticmethod
+    def _check_spec_known(args: RunArgs, run_id: str) -> None:
+        """A run pinned by hash replays here only with its spec in this process's
+        registry (``flowcore_temporal._registry.install``, ``--specs``)."""
+        if args.spec or args.spec_hash is None:
+            return
+        try:
+            _registry.lookup(args.spec_hash, args.flow_id or "?")
+        except _registry.SpecNotDeployed:
+            raise TemporalHostError(
+                f"run {run_id!r} is pinned by hash to spec {args.spec_hash[:12]} of flow"
+                f" {args.flow_id!r}, which this process does not have: to read its log give"
+                " the folder of spec versions (--specs DIR, $FLOWCORE_TEMPORAL_SPECS, or"
+                " flowcore_temporal._registry.install)"
+            ) from None
+
     async def log(self, run_id: str, *, live: bool = False) -> list[Record]:
         """The run's whole log: the records of each of its Temporal runs, stitched
         into one index sequence, replayed from their histories (``live``: the
         latest from the ``log`` query). No worker is needed but for ``live``."""
         chain = await self.histories(run_id)
+        for history in chain:
+            self._check_spec_known(self._run_args_of(history, run_id), run_id)
         found: dict[int, Record] = {}
         for history in chain[:-1] if live else chain:
             for record in await history_to_log(history):
