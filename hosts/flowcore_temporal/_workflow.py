@@ -568,7 +568,7 @@ class FlowcoreWorkflow:
         (pinned to ``flow``), its log's next index, what it waits for."""
         try:
             data = zlib.decompress(base64.b64decode(snapshot, validate=True))
-        except zlib.error as exc:
+        except (ValueError, zlib.error) as exc:  # (binascii.Error is a ValueError)
             raise ValueError(f"the snapshot is not a compressed flowcore state: {exc}") from None
         state = flowcore.decode_state(data, flow)
         self._semantics = state.run.semantics

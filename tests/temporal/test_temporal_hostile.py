@@ -23,8 +23,10 @@ it for ever): every history is checked for ``WorkflowTaskFailed``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
+import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -418,6 +420,16 @@ steps:
 """
 
 
+def _snapshot_of_another_flow() -> str:
+    """A sound carried-over state, of another flow than ``START``."""
+    other = flowcore.parse_flow("flow: other\nsteps:\n  - {id: nap, sleep: {for_ms: 1}}\n")
+    state = flowcore.start(other, None, "r-1", now_ms=0).state
+    return base64.b64encode(zlib.compress(flowcore.encode_state(state))).decode()
+
+
+SNAPSHOT_OF_ANOTHER = _snapshot_of_another_flow()
+
+
 def test_hostile_start_arguments_fail_the_workflow_at_once(
     temporal_address: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -445,6 +457,13 @@ def test_hostile_start_arguments_fail_the_workflow_at_once(
         ({"spec": "steps: [{"}, "SpecError", "not valid YAML/JSON"),
         ({**args, "metadata": "x"}, "RunArgsError", "metadata: expected an object or null"),
         ({**args, "metadata": {"nope": 1}}, "MetadataError", "field 'nope' is not declared"),
+        # The state a long run carries over, and the pin.
+        ({**args, "snapshot": "not base64!"}, "ValueError", "the snapshot is not a compressed"),
+        ({**args, "snapshot": "AAAA"}, "ValueError", "the snapshot is not a compressed"),
+        ({**args, "snapshot": SNAPSHOT_OF_ANOTHER}, "SnapshotMismatch", "pins flow 'other'"),
+        ({**args, "spec_hash": "0" * 64}, "RunArgsError", "not the pinned spec 000000000000"),
+        ({**args, "continue_after_events": 3}, "RunArgsError", "continue_after_events: expected"),
+        ({"spec": ""}, "RunArgsError", "spec: empty, and no spec_hash"),
     ]
 
     async def main() -> list[tuple[str, str, WorkflowExecutionStatus | None, list[str]]]:
