@@ -63,9 +63,7 @@ async def measure(address: str, items: int, concurrency: int, threshold: int) ->
         host = ft.TemporalHost(client, queue)
         rid = f"long-{uuid.uuid4().hex[:8]}"
         began = time.perf_counter()
-        await host.start(
-            text, {"items": list(range(items))}, rid, continue_after_events=threshold
-        )
+        await host.start(text, {"items": list(range(items))}, rid, continue_after_events=threshold)
         result = await host.result(rid)
         took = time.perf_counter() - began
         chain = await host.histories(rid)

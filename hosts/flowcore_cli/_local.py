@@ -69,6 +69,7 @@ from ._options import (
     spec_argument,
     tool_limit_option,
     tool_limits_value,
+    upgrade_options,
     where_option,
 )
 from ._progress import (
@@ -856,15 +857,7 @@ def fork(
 
 @click.command()
 @run_id_argument
-@click.option(
-    "--to",
-    "to",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The new version's spec file (the same flow id).",
-)
-@click.option("--dry-run", is_flag=True, help="Check only: change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print what happened as JSON.")
+@upgrade_options
 @db_option
 def upgrade(run_id: str, to: Path, dry_run: bool, as_json: bool, db: Path) -> int:
     """Move running RUN to the flow version in --to, once its log replays against it.

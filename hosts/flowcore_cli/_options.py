@@ -21,6 +21,7 @@ from ._common import CliError, checked_name
 
 __all__ = [
     "fork_options",
+    "upgrade_options",
     "FROM_FILE",
     "answer_arguments",
     "input_option",
@@ -179,6 +180,26 @@ def fork_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--cancel-source", is_flag=True, help="Cancel RUN too if it is running (a reset)."
             ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def upgrade_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of ``upgrade`` and ``temporal upgrade``: the new version's spec,
+    a dry run, JSON."""
+    for option in reversed(
+        (
+            click.option(
+                "--to",
+                "to",
+                required=True,
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="The new version's spec file (the same flow id).",
+            ),
+            click.option("--dry-run", is_flag=True, help="Check only: change nothing."),
+            click.option("--json", "as_json", is_flag=True, help="Print what happened as JSON."),
         )
     ):
         command = option(command)

@@ -61,6 +61,7 @@ from ._options import (
     spec_argument,
     tool_limit_option,
     tool_limits_value,
+    upgrade_options,
     where_option,
 )
 from ._progress import Item, RunTree, out, watch
@@ -555,15 +556,7 @@ def export(
 
 @click.command()
 @run_id_argument
-@click.option(
-    "--to",
-    "to",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The new version's spec file (the same flow id).",
-)
-@click.option("--dry-run", is_flag=True, help="Check only: change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print what happened as JSON.")
+@upgrade_options
 @specs_option
 @connection_options
 def upgrade(

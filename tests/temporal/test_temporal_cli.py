@@ -26,7 +26,7 @@ import flowcore
 from flowcore._replay import replay
 
 from .support import DEMO_TOOLS, INCIDENT, TOOLS, die_with_parent, unique
-from .tools import JOURNAL_ENV
+from .tools import JOURNAL_ENV, journal_lines
 
 
 def command(*args: str) -> list[str]:
@@ -172,11 +172,7 @@ def test_a_sigkilled_worker_is_replaced_and_nothing_completed_runs_again(
     run_id = unique("kill")
 
     def lines() -> list[tuple[str, str, int]]:
-        out = []
-        for line in journal.read_text().splitlines():
-            what, key, pid = line.split()
-            out.append((what, key, int(pid)))
-        return out
+        return journal_lines(journal)
 
     with worker_process(cli.address, cli.queue, TOOLS, env) as first:
         cli.ok("run", str(spec), "--run-id", run_id, "--detach", "--heartbeat-timeout-ms", "1000")

@@ -27,7 +27,7 @@ import flowcore_temporal as ft
 
 from .support import TOOLS, eventually, running_host, unique
 from .test_temporal_cli import Cli, worker_process
-from .tools import JOURNAL_ENV
+from .tools import JOURNAL_ENV, journal_lines
 
 # About 2,000 work effects: 1,000 items, two calls each, ten at a time. Beside
 # the loop, a branch takes signals one at a time and asks questions, so both
@@ -154,11 +154,7 @@ def test_a_worker_killed_during_a_switch_loses_nothing(
     rid = unique("gated")
 
     def lines() -> list[tuple[str, str, int]]:
-        out = []
-        for line in journal.read_text().splitlines():
-            what, key, pid = line.split()
-            out.append((what, key, int(pid)))
-        return out
+        return journal_lines(journal)
 
     async def start_and_wait_for_the_switch(first_pid: int) -> dict[str, Any]:
         client = await ft.connect(temporal_address)

@@ -24,6 +24,16 @@ def _journal(what: str, key: str) -> None:
             f.write(f"{what} {key} {os.getpid()}\n")
 
 
+def journal_lines(path: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
+    """The calls a journal recorded: ``(start|done, key, pid)``, in order."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f.read().splitlines():
+            what, key, pid = line.split()
+            out.append((what, key, int(pid)))
+    return out
+
+
 def _input(call: CallTool) -> dict[str, Any]:
     return call.input if isinstance(call.input, dict) else {}
 
