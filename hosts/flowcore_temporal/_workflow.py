@@ -39,6 +39,15 @@ effects become Temporal work, and Temporal's answers become the next events:
     came after the effect; that run starts the next incarnation with
     ``flowcore.continue_run`` and reports those signals first.
 
+A run whose history grows long (``RunArgs.continue_after_events``, or
+Temporal's suggestion) is carried into a new Temporal run by the workflow
+itself: new work is held while the work out finishes, then it continues as
+new with the state (``RunArgs.snapshot``) and the log's next index, and the
+new run starts what the state waits for (``_check_switch``, ``_switch``,
+``_go_on``). The ``upgrade`` update moves the run to another version of its
+flow once the client has checked its log replays against it; a run pinned by
+hash alone finds its spec in the worker's registry (``_registry``).
+
 Workflow cancellation is reported as ``cancel-requested``; the workflow keeps
 running while compensations run and returns the settled result. Temporal
 cancels only the workflow's main coroutine, which merely waits for the run to
