@@ -54,9 +54,16 @@ LIBRARIES = (
 """The libraries flowcore uses. PyYAML, for one, breaks when re-imported in the
 sandbox (its constructors are registered on the outer classes)."""
 
-PASSTHROUGH_MODULES = ("flowcore", "flowcore_handlers", "flowcore_temporal._flows", *LIBRARIES)
+PASSTHROUGH_MODULES = (
+    "flowcore",
+    "flowcore_handlers",
+    "flowcore_temporal._flows",
+    "flowcore_temporal._types",
+    *LIBRARIES,
+)
 """Modules the workflow sandbox forwards instead of re-importing per run
-(``flowcore_temporal._flows`` keeps parsed flows for every run of the process)."""
+(``flowcore_temporal._flows`` keeps parsed flows for every run of the process;
+``flowcore_temporal._types``, the run's argument and names, is pure)."""
 
 
 def sandbox_restrictions(flowcore: bool = True) -> SandboxRestrictions:

@@ -73,11 +73,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import (
     ActivityError,
@@ -832,7 +834,7 @@ class FlowcoreWorkflow:
             # failed to decode would fail the workflow task, for ever.
             raw = await workflow.execute_activity(
                 ACTIVITY_NAME,
-                args=[flowcore.effect_to_wire(effect), args.tools],
+                args=_work_args(effect, args.tools),
                 result_type=RawValue,
                 activity_id=key if issued == 1 else f"{key}~{issued}",
                 start_to_close_timeout=timedelta(milliseconds=args.activity_timeout_ms),
@@ -1040,7 +1042,13 @@ def _work_event(key: str, raw: Any, now: int) -> Event:
     foreign or older worker serving the activity. A successful result whose
     output is not flowcore data fails the effect as ``unencodable-output``,
     as the handler layer does; anything else garbled is ``bad-activity-result``.
+    A JSON result is read straight into the event by flowcore's decoder (one
+    decode, no dict in between); whatever that does not take whole goes the
+    long way below, which says what is wrong.
     """
+    event = _quick_event(raw)
+    if event is not None and getattr(event, "idempotency_key", None) == key:
+        return msgspec.structs.replace(event, at_ms=now)
     try:
         wire = _decode(raw, f"the result of {key}")
         event = flowcore.event_from_wire(wire)
@@ -1065,6 +1073,33 @@ def _work_event(key: str, raw: Any, now: int) -> Event:
         message = f"the activity for {key} answered {_tag(event)} for {answered!a}"
         return _failed(key, "bad-activity-result", message, now)
     return msgspec.structs.replace(event, at_ms=now)
+
+
+_WORK_EVENTS = (EffectSucceeded, EffectFailed, EffectOutcomeUnknown)
+_NULL = RawValue(Payload(metadata={"encoding": b"binary/null"}))
+
+
+def _work_args(effect: CallTool | RunAgent | RunTeam, tools: str | None) -> list[RawValue]:
+    """The activity's arguments (the effect's wire dict, the tools module) as
+    the payloads Temporal's default converter makes of them, byte for byte,
+    made here at once rather than by trying each of its converters in turn."""
+    text = json.dumps(flowcore.effect_to_wire(effect), separators=(",", ":"), sort_keys=True)
+    wire = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=text.encode()))
+    if tools is None:
+        return [wire, _NULL]
+    return [wire, RawValue(workflow.payload_converter().to_payload(tools))]
+
+
+def _quick_event(raw: Any) -> Event | None:
+    """The work event in a ``json/plain`` result, decoded and checked; None when
+    it is anything else or anything is wrong with it (``_work_event`` then says what)."""
+    if not isinstance(raw, RawValue) or raw.payload.metadata.get("encoding") != b"json/plain":
+        return None
+    try:
+        event = flowcore.check_event(flowcore.decode_event(raw.payload.data))
+    except (flowcore.WireError, flowcore.DataError):
+        return None
+    return event if isinstance(event, _WORK_EVENTS) else None
 
 
 # The interpreter's decision levels, each with the patch id that marks the
