@@ -202,21 +202,75 @@ def activation_clock() -> Iterator[list[float]]:
         impl.activate = original  # type: ignore[method-assign]
 
 
+@contextmanager
+def sandbox_clock() -> Iterator[dict[str, float]]:
+    """Entries into the sandbox meanwhile, and CPU seconds spent creating sandboxes.
+
+    Every call the SDK makes into a sandboxed workflow (an activation, and a
+    serialization context for each payload it converts on the way in or out)
+    enters the sandbox anew; each workflow run gets a sandbox of its own, in
+    which the workflow's module is imported again. Wraps private parts of
+    temporalio's sandbox runner, as ``activation_clock`` does.
+    """
+    from temporalio.worker.workflow_sandbox import _runner
+
+    instance = _runner._Instance
+    run_code, init = instance._run_code, instance.__init__
+    seen = {"entries": 0.0, "created": 0.0, "creating": 0.0}
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        seen["entries"] += 1
+        run_code(self, *args, **kwargs)
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> None:
+        began = time.thread_time()
+        init(self, *args, **kwargs)
+        seen["created"] += 1
+        seen["creating"] += time.thread_time() - began
+
+    instance._run_code = counted  # type: ignore[method-assign]
+    instance.__init__ = timed  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        instance._run_code = run_code  # type: ignore[method-assign]
+        instance.__init__ = init  # type: ignore[method-assign]
+
+
+@dataclasses.dataclass
+class ReplayCpu:
+    activations: float  # CPU seconds per replay in workflow activations (median)
+    whole: float  # CPU seconds of the process per replay (median)
+    entries: float  # sandbox entries per replay
+    creating: float  # CPU seconds creating the run's sandbox (median)
+
+
 async def replay_cpu(
-    history: WorkflowHistory, workflows: list[type], runner: Any, n: int
-) -> tuple[float, float]:
-    """Median CPU seconds per replay of ``history``: in workflow activations, and
-    the whole process (the SDK's conversions, the sandbox's setup, its core)."""
-    replayer = Replayer(workflows=workflows, workflow_runner=runner)
-    await replayer.replay_workflow(history)  # warm up: the sandbox's imports
-    spent, whole = [], []
+    kinds: dict[str, tuple[WorkflowHistory, list[type]]], runner: Any, n: int
+) -> dict[str, ReplayCpu]:
+    """Replay each kind's history ``n`` times, the kinds in turn (so that a
+    busy machine weighs on each alike): CPU in workflow activations, of the
+    whole process (the SDK's conversions, the sandbox, its core), and the
+    sandbox's own figures."""
+    replayers = {
+        kind: Replayer(workflows=workflows, workflow_runner=runner)
+        for kind, (_, workflows) in kinds.items()
+    }
+    for kind, replayer in replayers.items():
+        await replayer.replay_workflow(kinds[kind][0])  # warm up: the sandbox's imports
+    spent: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
     for _ in range(n):
-        began = time.process_time()
-        with activation_clock() as total:
-            await replayer.replay_workflow(history)
-        whole.append(time.process_time() - began)
-        spent.append(total[0])
-    return statistics.median(spent), statistics.median(whole)
+        for kind, replayer in replayers.items():
+            began = time.process_time()
+            with activation_clock() as total, sandbox_clock() as sandbox:
+                await replayer.replay_workflow(kinds[kind][0])
+            spent[kind].append(
+                (total[0], time.process_time() - began, sandbox["entries"], sandbox["creating"])
+            )
+    return {
+        kind: ReplayCpu(*(statistics.median(column) for column in zip(*rows, strict=True)))
+        for kind, rows in spent.items()
+    }
 
 
 async def replay_parts(
@@ -316,24 +370,35 @@ async def profile(histories: dict[str, WorkflowHistory], steps: int, n: int) -> 
             f" {size / steps / 1024:.2f} KiB of JSON per step"
         )
     print(
-        f"\nworker CPU per step, ms (median of {n} replays): in workflow activations"
-        " | the whole replay"
+        f"\nworker CPU per step, ms (median of {n} replays, the kinds in turn):"
+        " in workflow activations | the whole replay"
     )
     runners = {
         "sandbox, flowcore passed through (the worker's)": ft.workflow_runner(),
-        "sandbox, flowcore re-imported per run": ft.workflow_runner(flowcore=False),
         "no sandbox": UnsandboxedWorkflowRunner(),
+        "sandbox, flowcore re-imported per run (the tests')": ft.workflow_runner(flowcore=False),
     }
+    both = {"plain": (plain, plain_wf), "flowcore": (fc, fc_wf)}
+    sandboxed: dict[str, ReplayCpu] = {}
     for label, runner in runners.items():
-        f, f_whole = await replay_cpu(fc, fc_wf, runner, n)
         if "re-imported" in label:  # the plain workflow has no flowcore to re-import
-            print(f"  {label}: flowcore {ms(f, steps)} | {ms(f_whole, steps)}")
+            f = (await replay_cpu({"flowcore": both["flowcore"]}, runner, n))["flowcore"]
+            print(f"  {label}:\n    flowcore {ms(f.activations, steps)} | {ms(f.whole, steps)}")
             continue
-        p, p_whole = await replay_cpu(plain, plain_wf, runner, n)
+        got = await replay_cpu(both, runner, n)
+        p, f = got["plain"], got["flowcore"]
+        sandboxed = sandboxed or got
         print(
-            f"  {label}:\n    plain {ms(p, steps)} | {ms(p_whole, steps)}"
-            f"   flowcore {ms(f, steps)} | {ms(f_whole, steps)}"
-            f"   = {f / p:.2f}x | {f_whole / p_whole:.2f}x"
+            f"  {label}:\n    plain {ms(p.activations, steps)} | {ms(p.whole, steps)}"
+            f"   flowcore {ms(f.activations, steps)} | {ms(f.whole, steps)}"
+            f"   = {f.activations / p.activations:.2f}x | {f.whole / p.whole:.2f}x"
+        )
+    print("  the sandbox: entries per step (each sets up its import hooks and builtins),")
+    print("  CPU ms to create a run's sandbox (its workflow module imported anew):")
+    for kind, cpu in sandboxed.items():
+        print(
+            f"    {kind:9} {cpu.entries / steps:5.2f} entries/step,"
+            f" {cpu.creating * 1000:6.2f} ms/run"
         )
 
     print("\nwhere flowcore's workflow time goes, ms/step (one timed replay each, median):")
