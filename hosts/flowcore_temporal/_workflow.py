@@ -1076,7 +1076,6 @@ def _work_event(key: str, raw: Any, now: int) -> Event:
 
 
 _WORK_EVENTS = (EffectSucceeded, EffectFailed, EffectOutcomeUnknown)
-_NULL = RawValue(Payload(metadata={"encoding": b"binary/null"}))
 
 
 def _work_args(effect: CallTool | RunAgent | RunTeam, tools: str | None) -> list[RawValue]:
@@ -1086,7 +1085,7 @@ def _work_args(effect: CallTool | RunAgent | RunTeam, tools: str | None) -> list
     text = json.dumps(flowcore.effect_to_wire(effect), separators=(",", ":"), sort_keys=True)
     wire = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=text.encode()))
     if tools is None:
-        return [wire, _NULL]
+        return [wire, RawValue(Payload(metadata={"encoding": b"binary/null"}))]
     return [wire, RawValue(workflow.payload_converter().to_payload(tools))]
 
 
