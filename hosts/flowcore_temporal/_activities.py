@@ -7,7 +7,8 @@ reported as the ``effect-succeeded`` / ``effect-failed`` event (or
 ``effect-outcome-unknown`` when the handler raised ``OutcomeUnknown``), which the
 workflow applies at its own clock.
 
-The activity heartbeats while the handler runs, so a worker that dies
+The activity heartbeats while the handler runs (every third of the heartbeat
+timeout; none for a handler that answers sooner), so a worker that dies
 mid-call is noticed after the heartbeat timeout rather than the full
 start-to-close timeout; either way the workflow reports the outcome as
 unknown. Temporal never retries the activity (one attempt): retries belong to
@@ -107,9 +108,10 @@ class FlowcoreActivities:
         beat = activity.info().heartbeat_timeout
         try:
             if beat:
+                # A heartbeat is a request to the server: sent only while the
+                # handler is still running, none for one that answers at once.
                 every = max(0.05, beat.total_seconds() / 3)
-                while not call.done():
-                    await asyncio.wait({call}, timeout=every)
+                while not (await asyncio.wait({call}, timeout=every))[0]:
                     activity.heartbeat()
             event = await call
         finally:

@@ -62,11 +62,14 @@ PASSTHROUGH_MODULES = (
     "flowcore_handlers",
     "flowcore_temporal._flows",
     "flowcore_temporal._registry",
+    "flowcore_temporal._types",
+    "flowcore_temporal._payloads",
     *LIBRARIES,
 )
 """Modules the workflow sandbox forwards instead of re-importing per run
 (``flowcore_temporal._flows`` keeps parsed flows for every run of the process,
-``flowcore_temporal._registry`` the worker's spec versions by hash)."""
+``flowcore_temporal._registry`` the worker's spec versions by hash;
+``flowcore_temporal._types``, the run's argument and names, is pure)."""
 
 
 def sandbox_restrictions(flowcore: bool = True) -> SandboxRestrictions:

@@ -144,6 +144,7 @@ from flowcore import (
 )
 from flowcore.schedules import input_for
 from flowcore_temporal import _flows, _registry
+from flowcore_temporal._payloads import quick_event, work_args
 
 from ._types import (
     ACTIVITY_NAME,
@@ -1102,20 +1103,13 @@ class FlowcoreWorkflow:
         issued = self._issues.get(key, 0) + 1
         self._issues[key] = issued
         args = self._args
-        target = (
-            effect.tool
-            if isinstance(effect, CallTool)
-            else effect.agent_id
-            if isinstance(effect, RunAgent)
-            else effect.team_id
-        )
         try:
             # RawValue: the result is decoded and checked by _work_event, where
             # a garbled one fails this effect; a result Temporal's converter
             # failed to decode would fail the workflow task, for ever.
             raw = await workflow.execute_activity(
                 ACTIVITY_NAME,
-                args=[flowcore.effect_to_wire(effect), args.tools],
+                args=work_args(effect, args.tools),
                 result_type=RawValue,
                 activity_id=key if issued == 1 else f"{key}~{issued}",
                 start_to_close_timeout=timedelta(milliseconds=args.activity_timeout_ms),
@@ -1127,7 +1121,9 @@ class FlowcoreWorkflow:
                     else None
                 ),
                 retry_policy=_ONE_ATTEMPT,
-                summary=f"{_tag(effect)} {target}",
+                # No summary: the activity id (the idempotency key) names the
+                # step, and a summary is a payload of its own, converted in the
+                # sandbox: it cost more worker CPU per step than the interpreter.
                 # A limited tool's calls go to its own queue, whose worker
                 # applies the limits (None: this workflow's queue).
                 task_queue=(
@@ -1328,7 +1324,13 @@ def _work_event(key: str, raw: Any, now: int) -> Event:
     foreign or older worker serving the activity. A successful result whose
     output is not flowcore data fails the effect as ``unencodable-output``,
     as the handler layer does; anything else garbled is ``bad-activity-result``.
+    A JSON result is read straight into the event by flowcore's decoder (one
+    decode, no dict in between); whatever that does not take whole goes the
+    long way below, which says what is wrong.
     """
+    event = quick_event(raw)
+    if event is not None and getattr(event, "idempotency_key", None) == key:
+        return msgspec.structs.replace(event, at_ms=now)
     try:
         wire = _decode(raw, f"the result of {key}")
         event = flowcore.event_from_wire(wire)

@@ -1,11 +1,13 @@
 """``flowcore temporal ...`` for real: a worker process, and every command in its own.
 
-Also the SIGKILL test: the worker dies mid-run, a new one takes over, the run
-completes with the same output and no completed activity runs again.
+Also the SIGKILL tests: the worker dies mid-run, a new one takes over, the run
+completes with the same output and no completed activity runs again; and two
+workers share 20 runs, one dies under load, and the other finishes them all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -13,16 +15,19 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("temporalio", reason="the Temporal host tests need temporalio (.[dev])")
 
 import flowcore
+import flowcore_temporal as ft
+from flowcore import Record
 from flowcore._replay import replay
 
 from .support import DEMO_TOOLS, INCIDENT, TOOLS, die_with_parent, unique
@@ -195,3 +200,117 @@ def test_a_sigkilled_worker_is_replaced_and_nothing_completed_runs_again(
     assert started[f"{run_id}/second#1"] == 2
     assert ("done", f"{run_id}/second#1", second.pid) in lines()
     assert set(done) == {f"{run_id}/first#1", f"{run_id}/second#1", f"{run_id}/third#1"}
+
+
+SHARED_STEPS = 10
+SHARED_FLOW = "\n".join(
+    [
+        "flow: shared",
+        "tools: {slow: {class: readonly}}",
+        "steps:",
+        *(
+            f"  - {{id: s{i}, call_tool: {{tool: slow, input: {{seconds: 0.3, value: {i}}}}}}}"
+            for i in range(SHARED_STEPS)
+        ),
+        f'output: "${{steps.s{SHARED_STEPS - 1}.output}}"',
+    ]
+)
+
+
+def test_two_workers_share_the_runs_and_killing_one_loses_nothing(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """Two worker processes on one task queue run 20 runs at once; one is
+    SIGKILLed with calls in flight. Every run completes on the other; a call
+    ran again only when flowcore re-issued it after its outcome became unknown,
+    each issue ran at most once, and no call whose outcome was known ran twice."""
+    queue = unique("shared")
+    journal = tmp_path / "journal.txt"
+    journal.touch()
+    env = {JOURNAL_ENV: str(journal)}
+    runs = [unique("shared") for _ in range(20)]
+
+    def lines() -> list[tuple[str, str, int]]:
+        out = []
+        for line in journal.read_text().splitlines():
+            what, key, pid = line.split()
+            out.append((what, key, int(pid)))
+        return out
+
+    def running_on(pid: int, seen: list[tuple[str, str, int]]) -> set[str]:
+        """Keys whose call started in process ``pid`` and has not finished there."""
+        started = {key for what, key, p in seen if what == "start" and p == pid}
+        return started - {key for what, key, p in seen if what == "done" and p == pid}
+
+    async def start(host: ft.TemporalHost) -> None:
+        for run_id in runs:
+            # A dead worker's calls time out after 5 s without a heartbeat.
+            await host.start(SHARED_FLOW, None, run_id, heartbeat_timeout_ms=5000)
+
+    async def finish(host: ft.TemporalHost) -> dict[str, tuple[dict[str, Any], list[Record]]]:
+        out = {}
+        for run_id in runs:
+            result = await host.result(run_id)
+            out[run_id] = (result, await ft.history_to_log(await host.history(run_id)))
+        return out
+
+    def on_host(body: Callable[[ft.TemporalHost], Awaitable[Any]]) -> Any:
+        async def main() -> Any:
+            return await body(ft.TemporalHost(await ft.connect(temporal_address), queue))
+
+        return asyncio.run(main())
+
+    with (
+        worker_process(temporal_address, queue, TOOLS, env) as first,
+        worker_process(temporal_address, queue, TOOLS, env) as second,
+    ):
+        on_host(start)
+        # Kill the first worker once both have finished calls and it is running one.
+        deadline = time.monotonic() + 60
+        while True:
+            seen = lines()
+            done_by = Counter(pid for what, _, pid in seen if what == "done")
+            if min(done_by[first.pid], done_by[second.pid]) >= 3 and running_on(first.pid, seen):
+                break
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.02)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        before = lines()
+        finished = on_host(finish)
+    after = lines()
+
+    # Both workers ran calls before the kill; the dead one none after it.
+    done_before = Counter(pid for what, _, pid in before if what == "done")
+    assert min(done_before[first.pid], done_before[second.pid]) >= 3, done_before
+    assert {pid for _, _, pid in after[len(before) :]} <= {second.pid}
+    interrupted = running_on(first.pid, before)  # its handler never finished
+    assert interrupted
+    started = Counter(key for what, key, _ in after if what == "start")
+    done = Counter(key for what, key, _ in after if what == "done")
+    finished_by_second = {key for what, key, pid in after if what == "done" and pid == second.pid}
+    for run_id, (result, records) in finished.items():
+        assert result["status"] == "completed", result
+        assert result["output"] == SHARED_STEPS - 1
+        emitted: Counter[str] = Counter()
+        reported: dict[str, Counter[str]] = {}
+        for record in records:
+            if record.type == "effect.emitted" and record.data["kind"] == "call-tool":
+                emitted[record.data["idempotencyKey"]] += 1
+            elif record.type == "event.reported" and "idempotencyKey" in record.data:
+                kinds = reported.setdefault(record.data["idempotencyKey"], Counter())
+                kinds[record.data["kind"]] += 1
+        keys = {f"{run_id}/s{i}#1" for i in range(SHARED_STEPS)}
+        assert set(emitted) == keys
+        for key in keys:
+            kinds = reported[key]
+            # One success per call; a re-issue only after its outcome became unknown.
+            assert kinds["effect-succeeded"] == 1, (key, kinds)
+            assert set(kinds) <= {"effect-succeeded", "effect-outcome-unknown"}, (key, kinds)
+            assert emitted[key] == 1 + kinds["effect-outcome-unknown"], (key, emitted[key])
+            # Each issue ran at most once (Temporal never retried it), the last one to the end.
+            assert 1 <= done[key] <= started[key] <= emitted[key], (key, started[key], done[key])
+            if emitted[key] == 1:  # its outcome was known: it ran exactly once
+                assert started[key] == done[key] == 1, key
+            if key in interrupted:  # cut off by the kill: re-issued, and done by the other
+                assert emitted[key] >= 2 and key in finished_by_second, key
