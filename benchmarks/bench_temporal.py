@@ -6,7 +6,9 @@ the latency per step of a 100-step sequential flowcore flow (each step a
 workflow that calls the same no-op, as an activity, 100 times in a row.
 Target: flowcore <= 1.1x plain Temporal.
 
-Both run in Temporal's workflow sandbox, with one activity attempt and the
+Each runs as its worker runs it by default: the plain workflow in Temporal's
+workflow sandbox, flowcore's outside it (``new_worker``; ``specs/temporal.md``,
+"Determinism and the sandbox"); both with one activity attempt and the
 same timeouts; both handlers are the same ``async`` no-op. The two kinds of
 run alternate, after one warm-up run of each; the figure is the median
 latency (start to result, divided by the steps) over the measured runs.
@@ -49,7 +51,7 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 import flowcore_temporal as ft
 from flowcore import CallTool
@@ -218,7 +220,10 @@ async def measure(
             histories[kind] = await client.get_workflow_handle(execution.id).fetch_history()
     workflows: dict[str, list[type]] = {"flowcore": [ft.FlowcoreWorkflow], "plain": [PlainSequence]}
     for kind, history in histories.items():
-        replayer = Replayer(workflows=workflows[kind], workflow_runner=ft.workflow_runner())
+        # Each kind as its worker runs it: flowcore's outside the sandbox (the
+        # workers' default), the plain one in it (Temporal's default).
+        runner = UnsandboxedWorkflowRunner() if kind == "flowcore" else ft.workflow_runner()
+        replayer = Replayer(workflows=workflows[kind], workflow_runner=runner)
         await replayer.replay_workflow(history)  # warm up
         with activation_clock() as spent:
             for _ in range(runs):

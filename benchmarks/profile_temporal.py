@@ -374,8 +374,8 @@ async def profile(histories: dict[str, WorkflowHistory], steps: int, n: int) -> 
         " in workflow activations | the whole replay"
     )
     runners = {
-        "sandbox, flowcore passed through (the worker's)": ft.workflow_runner(),
-        "no sandbox": UnsandboxedWorkflowRunner(),
+        "sandbox, flowcore passed through (new_worker(sandboxed=True))": ft.workflow_runner(),
+        "no sandbox (flowcore's workers)": UnsandboxedWorkflowRunner(),
         "sandbox, flowcore re-imported per run (the tests')": ft.workflow_runner(flowcore=False),
     }
     both = {"plain": (plain, plain_wf), "flowcore": (fc, fc_wf)}

@@ -96,12 +96,18 @@ __all__ = ["GROUP", "main"]
     help="Folder of flow specs, every version side by side (searched recursively); runs"
     " find their pinned spec there by hash, and a version added later is found too.",
 )
+@click.option(
+    "--sandboxed",
+    is_flag=True,
+    help="Run the workflow inside Temporal's workflow sandbox (slower; see specs/temporal.md).",
+)
 @connection_options
 def worker(
     tools: str | None,
     max_concurrent_activities: int,
     tool_limits: tuple[str, ...],
     specs_dir: Path | None,
+    sandboxed: bool,
     address: str,
     task_queue: str,
     namespace: str,
@@ -140,6 +146,7 @@ def worker(
             registry=registry,
             max_concurrent_activities=max_concurrent_activities,
             specs=specs,
+            sandboxed=sandboxed,
         )
         limited = ft.tool_workers(
             client,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
-from temporalio.worker import Interceptor, Worker
+from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from flowcore_handlers import Registry, ToolLimit
@@ -105,14 +105,18 @@ def new_worker(
     interceptors: Sequence[Interceptor] = (),
     tracing: bool | TracerProvider = False,
     specs: str | Path | SpecRegistry | None = None,
+    sandboxed: bool = False,
     **options: Any,
 ) -> Worker:
     """A worker that runs the ``flowcore`` workflow and the ``flowcore_work`` activity.
 
     ``tools`` is the tools module (dotted name or ``.py`` path) handlers come
     from, unless a run names its own; ``registry`` supplies it ready-made.
-    Other ``options`` go to ``temporalio.worker.Worker`` (``workflow_runner``
-    defaults to the sandbox with ``PASSTHROUGH_MODULES``). Run it with
+    Other ``options`` go to ``temporalio.worker.Worker``. The workflow runs
+    outside Temporal's sandbox (``specs/temporal.md``, "Determinism and the
+    sandbox"); ``sandboxed=True`` runs it in the sandbox with
+    ``PASSTHROUGH_MODULES`` (``workflow_runner``), as does a ``workflow_runner``
+    given in ``options``. Run it with
     ``async with worker:`` or ``await worker.run()``. ``tracing`` (True: the
     global tracer provider) emits OpenTelemetry spans (``specs/tracing.md``).
     ``specs``: a folder of spec files (every version side by side) or a
@@ -126,7 +130,12 @@ def new_worker(
 
         interceptors = [*interceptors, *worker_interceptors(tracing, client, "new_worker")]
     activities = FlowcoreActivities(tools, registry=registry)
-    options.setdefault("workflow_runner", workflow_runner())
+    # flowcore's workflow is the only workflow code a worker runs, pure by
+    # construction and tested under the full sandbox: the sandbox would only
+    # re-import its module for every run and wrap every activation.
+    options.setdefault(
+        "workflow_runner", workflow_runner() if sandboxed else UnsandboxedWorkflowRunner()
+    )
     return Worker(
         client,
         task_queue=task_queue,

@@ -47,17 +47,24 @@ async def running_host(
     tools: str | Path | None = TOOLS,
     *,
     registry: Registry | None = None,
-    flowcore_passthrough: bool = True,
+    sandbox: str = "off",
 ) -> AsyncIterator[ft.TemporalHost]:
-    """A worker on a fresh task queue, and a host that starts runs there."""
+    """A worker on a fresh task queue, and a host that starts runs there.
+
+    ``sandbox``: ``off`` (the workers' default), ``passthrough`` (Temporal's
+    sandbox, flowcore passed through) or ``reimport`` (flowcore imported
+    again in the sandbox, under its eyes)."""
     client = await ft.connect(address)
     queue = unique("q")
+    options: dict[str, Any] = {}
+    if sandbox != "off":
+        options["workflow_runner"] = ft.workflow_runner(flowcore=sandbox == "passthrough")
     worker = ft.new_worker(
         client,
         task_queue=queue,
         tools=str(tools) if tools is not None else None,
         registry=registry,
-        workflow_runner=ft.workflow_runner(flowcore=flowcore_passthrough),
+        **options,
     )
     async with worker:
         yield ft.TemporalHost(client, queue)

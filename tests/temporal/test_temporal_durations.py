@@ -33,12 +33,12 @@ steps:
 
 
 @pytest.mark.filterwarnings("ignore:Module flowcore")
-@pytest.mark.parametrize("passthrough", [True, False], ids=["passthrough", "sandboxed"])
+@pytest.mark.parametrize("sandbox", ["off", "passthrough", "reimport"])
 def test_a_zoned_cron_and_a_decided_sleep_arm_their_timers(
-    temporal_address: str, passthrough: bool
+    temporal_address: str, sandbox: str
 ) -> None:
     async def main() -> tuple[list[dict[str, str]], dict[str, Any]]:
-        async with running_host(temporal_address, flowcore_passthrough=passthrough) as host:
+        async with running_host(temporal_address, sandbox=sandbox) as host:
             rid = await host.start(NIGHTLY, None, unique("zoned"))
 
             async def armed() -> Any:

@@ -409,7 +409,7 @@ def test_flowcore_runs_re_imported_inside_the_sandbox(temporal_address: str) -> 
     assert "flowcore" not in ft.sandbox_restrictions(flowcore=False).passthrough_modules
 
     async def main() -> dict[str, Any]:
-        async with running_host(temporal_address, DEMO_TOOLS, flowcore_passthrough=False) as host:
+        async with running_host(temporal_address, DEMO_TOOLS, sandbox="reimport") as host:
             rid = await host.start(INCIDENT, DEMO_INPUT, unique("sandboxed"))
             await host.signal(rid, "fix-deployed", FIX)
             await host.answer(rid, (await question(host, rid))["key"], "ignore")
