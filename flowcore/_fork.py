@@ -61,8 +61,8 @@ from ._log import (
     Record,
     Recorder,
     RunStartedData,
+    as_records,
     budget_from_wire,
-    decode_log,
 )
 from ._query import waiting_for
 from ._replay import replay
@@ -138,11 +138,7 @@ def source_key(key: str, fork_run_id: str, source_run_id: str) -> str:
 
 def _records(records: bytes | LogRead | Iterable[Record]) -> list[Record]:
     """The source's records, their envelopes checked (``ForkError`` naming the first bad one)."""
-    if isinstance(records, (bytes, bytearray, memoryview)):
-        records = decode_log(bytes(records))
-    if isinstance(records, LogRead):
-        records = records.records
-    out = list(records)
+    out = as_records(records)
     if not out or not isinstance(out[0], Record) or out[0].type != RUN_STARTED:
         raise ForkError(
             "a fork needs the source's log from a run.started on (index 0, or the start of"

@@ -878,6 +878,15 @@ def _iter_msgpack(
         offset = start + length
 
 
+def as_records(records: bytes | LogRead | Iterable[Record]) -> list[Record]:
+    """The records of a log given as its bytes (decoded), a ``LogRead`` or the records."""
+    if isinstance(records, (bytes, bytearray, memoryview)):
+        records = decode_log(bytes(records))
+    if isinstance(records, LogRead):
+        records = records.records
+    return list(records)
+
+
 def decode_log(data: bytes, format: LogFormat | None = None) -> LogRead:
     """All complete records of a log, and its torn tail, if any."""
     records: list[Record] = []

@@ -44,7 +44,7 @@ import msgspec
 from ._data import short
 from ._errors import FlowcoreError, ReplayDivergence
 from ._fork import ForkError, OpenEffect, _pending
-from ._log import EFFECT_EMITTED, RUN_SETTLED, RUN_STARTED, LogRead, Record, decode_log
+from ._log import EFFECT_EMITTED, RUN_SETTLED, RUN_STARTED, LogRead, Record, as_records
 from ._replay import replay
 from ._spec import Flow
 from ._state import State
@@ -104,11 +104,7 @@ class Upgrade(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _records(records: bytes | LogRead | Iterable[Record]) -> list[Record]:
-    if isinstance(records, (bytes, bytearray, memoryview)):
-        records = decode_log(bytes(records))
-    if isinstance(records, LogRead):
-        records = records.records
-    out = list(records)
+    out = as_records(records)
     if not out or not isinstance(out[0], Record) or out[0].type != RUN_STARTED:
         raise UpgradeRefused(
             "moving a run needs its log from a run.started on (index 0, or the start of an"
