@@ -209,7 +209,7 @@ SHARED_FLOW = "\n".join(
         "tools: {slow: {class: readonly}}",
         "steps:",
         *(
-            f"  - {{id: s{i}, call_tool: {{tool: slow, input: {{seconds: 0.3, value: {i}}}}}}}"
+            f"  - {{id: s{i}, call_tool: {{tool: slow, input: {{seconds: 0.15, value: {i}}}}}}}"
             for i in range(SHARED_STEPS)
         ),
         f'output: "${{steps.s{SHARED_STEPS - 1}.output}}"',

@@ -29,7 +29,7 @@ from .support import TOOLS, eventually, running_host, unique
 from .test_temporal_cli import Cli, worker_process
 from .tools import JOURNAL_ENV, journal_lines
 
-# About 2,000 work effects: 1,000 items, two calls each, ten at a time. Beside
+# About 2,000 work effects: 1,000 items, two calls each, 25 at a time. Beside
 # the loop, a branch takes signals one at a time and asks questions, so both
 # come while the run switches.
 LONG = """
@@ -44,7 +44,7 @@ steps:
             - id: per
               for_each:
                 items: "${input.items}"
-                max_concurrency: 10
+                max_concurrency: 25
                 steps:
                   - {id: a, call_tool: {tool: echo, input: {value: "${item}"}}}
                   - {id: b, call_tool: {tool: echo, input: {value: "${steps.a.output}"}}}
