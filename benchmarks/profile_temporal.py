@@ -57,6 +57,9 @@ from bench_temporal import (  # type: ignore[import-not-found]
     sequential_spec,
     wait_for_server,
 )
+from bench_temporal import (
+    activation_clock as bench_activation_clock,
+)
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter, JSONPlainPayloadConverter
@@ -175,31 +178,11 @@ async def record(address: str, steps: int) -> dict[str, WorkflowHistory]:
 # --- the workflow side -------------------------------------------------------------------------
 
 
-@contextmanager
-def activation_clock() -> Iterator[list[float]]:
-    """CPU seconds of the activating thread spent in workflow activations meanwhile.
-
-    As ``bench_temporal.activation_clock``, but CPU time of the thread, not
-    wall time, so that other processes on a busy machine count less.
-    """
-    from temporalio.worker import _workflow_instance as instance
-
-    impl = instance._WorkflowInstanceImpl
-    original = impl.activate
-    total = [0.0]
-
-    def activate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        began = time.thread_time()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            total[0] += time.thread_time() - began
-
-    impl.activate = activate  # type: ignore[method-assign]
-    try:
-        yield total
-    finally:
-        impl.activate = original  # type: ignore[method-assign]
+def activation_clock() -> Any:
+    """CPU seconds of the activating thread spent in workflow activations meanwhile:
+    ``bench_temporal.activation_clock`` on the thread's CPU clock, not wall time,
+    so that other processes on a busy machine count less."""
+    return bench_activation_clock(time.thread_time)
 
 
 @contextmanager

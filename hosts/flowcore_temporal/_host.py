@@ -13,10 +13,8 @@ worker needed, and the records are the ones the run wrote.
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import secrets
-import zlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -82,6 +80,7 @@ from ._types import (
     RunArgsError,
     TemporalHostError,
     check_run_args,
+    pack_state,
     run_args_from_wire,
     tool_queue,
 )
@@ -707,12 +706,11 @@ class TemporalHost:
             made = flowcore.upgrade(await self.log(run_id), flow, pinned=status.get("specHash"))
             if not made.changed or dry_run:
                 return made
-            state = base64.b64encode(zlib.compress(flowcore.encode_state(made.state), 1))
             request = {
                 "spec": "" if by_hash else text,
                 "specHash": flow.spec_hash,
                 "at": made.at,
-                "snapshot": state.decode("ascii"),
+                "snapshot": pack_state(made.state),
             }
             try:
                 await self._update(run_id, UPGRADE_UPDATE, [request])

@@ -10,7 +10,9 @@ inside the workflow sandbox: no I/O, no clock.
 
 from __future__ import annotations
 
+import base64
 import math
+import zlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
@@ -24,6 +26,8 @@ __all__ = [
     "METADATA_PREFIX",
     "metadata_attribute",
     "metadata_updates",
+    "pack_state",
+    "unpack_state",
     "ACTIVITY_NAME",
     "RUN_STATUS_ACTIVITY",
     "SIGNAL_KEYS_ATTRIBUTE",
@@ -242,6 +246,24 @@ class RunArgs:
     with both, they must agree."""
     flow_id: str | None = None
     """The pinned spec's flow id, to name it when a worker lacks it."""
+
+
+def pack_state(state: flowcore.State) -> str:
+    """A run's state as it crosses Temporal's wire (``RunArgs.snapshot``, the
+    ``upgrade`` update): ``encode_state``, compressed with zlib, in base64. A
+    state holds every result it may still read (a loop's outputs) and its keys
+    repeat: zlib makes it about ten times smaller."""
+    return base64.b64encode(zlib.compress(flowcore.encode_state(state), 1)).decode("ascii")
+
+
+def unpack_state(text: str, flow: flowcore.Flow) -> flowcore.State:
+    """The state ``pack_state`` made, pinned to ``flow``: ``ValueError`` for text
+    that is not one, ``SnapshotMismatch``/``WireError`` as ``decode_state`` says."""
+    try:
+        data = zlib.decompress(base64.b64decode(text, validate=True))
+    except (ValueError, zlib.error) as exc:  # (binascii.Error is a ValueError)
+        raise ValueError(f"the snapshot is not a compressed flowcore state: {exc}") from None
+    return flowcore.decode_state(data, flow)
 
 
 def tool_queue(task_queue: str, tool: str) -> str:

@@ -81,9 +81,7 @@ read the system clock or draw a random number.
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -164,7 +162,9 @@ from ._types import (
     check_run_args,
     clip,
     metadata_updates,
+    pack_state,
     run_args_from_wire,
+    unpack_state,
 )
 
 __all__ = ["FlowcoreWorkflow", "budget_to_args"]
@@ -541,10 +541,7 @@ class FlowcoreWorkflow:
         if self._settled is not None or self._continued is not None or self._crash is not None:
             return  # the run ended (or broke) meanwhile: nothing to carry
         assert self._state is not None
-        # Compressed: a state holds every result it may still read (a loop's
-        # outputs), and its keys repeat; zlib makes it about ten times smaller.
-        packed = zlib.compress(flowcore.encode_state(self._state), 1)
-        snapshot = base64.b64encode(packed).decode("ascii")
+        snapshot = pack_state(self._state)
         fork = self._args.fork
         args = self._next_args(
             input=None,  # (the state holds all the run needs)
@@ -576,11 +573,7 @@ class FlowcoreWorkflow:
     def _go_on(self, flow: flowcore.Flow, snapshot: str, log_index: int) -> None:
         """Take over a run carried over from the Temporal run before: its state
         (pinned to ``flow``), its log's next index, what it waits for."""
-        try:
-            data = zlib.decompress(base64.b64decode(snapshot, validate=True))
-        except (ValueError, zlib.error) as exc:  # (binascii.Error is a ValueError)
-            raise ValueError(f"the snapshot is not a compressed flowcore state: {exc}") from None
-        state = flowcore.decode_state(data, flow)
+        state = unpack_state(snapshot, flow)
         self._semantics = state.run.semantics
         self._recorder = Recorder(self._run_id, log_index)
         self._state = state
@@ -867,13 +860,13 @@ class FlowcoreWorkflow:
                 raise _Refused(f"the spec text is not spec {spec_hash[:12]}")
             if flow.id != state.flow.id:
                 raise _Refused(f"flow {flow.id!r} is not this run's flow {state.flow.id!r}")
-            moved = flowcore.decode_state(zlib.decompress(base64.b64decode(snapshot)), flow)
+            moved = unpack_state(snapshot, flow)
             if moved.run_id != state.run_id or set(moved.waiting.pending) != set(
                 state.waiting.pending
             ):
                 raise _Refused("the state sent is not this run's as it is now")
             return text, flow, moved
-        except (_Refused, flowcore.FlowcoreError, ValueError, zlib.error) as exc:
+        except (_Refused, flowcore.FlowcoreError, ValueError) as exc:
             raise ApplicationError(
                 f"upgrade refused: {clip(str(exc), _MESSAGE_CHARS)}",
                 type="upgrade-rejected",
