@@ -4,6 +4,7 @@ faults, usage, the log, and its own determinism."""
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -654,11 +655,27 @@ def test_the_same_simulation_twice_gives_the_same_log_byte_for_byte(
         first = generated_world(injected, order=order, paranoid=False).run(flow, inp)
     except flowcore.InputError:
         return
-    except AssertionError:  # a known interpreter crash: see tests/test_properties.py
-        return
     second = generated_world(injected, order=order, paranoid=False).run(flow, inp)
     assert flowcore.encode_records(first.log) == flowcore.encode_records(second.log)
     assert [str(e) for e in first.entries] == [str(e) for e in second.entries]
+
+
+def test_the_determinism_property_lets_an_interpreter_crash_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An assertion failing inside a simulated run fails the property: it is a bug to
+    find, not a case to leave out (the property used to return on any AssertionError)."""
+
+    class Crashing:
+        def run(self, flow: flowcore.Flow, inp: object) -> None:
+            raise AssertionError("an interpreter invariant broke")
+
+    monkeypatch.setattr(sys.modules[__name__], "generated_world", lambda *a, **k: Crashing())
+    prop = test_the_same_simulation_twice_gives_the_same_log_byte_for_byte
+    body = prop.hypothesis.inner_test  # type: ignore[attr-defined]  # the undecorated body
+    spec = {"flow": "f", "tools": {"t": {}}, "steps": [{"id": "a", "call_tool": {"tool": "t"}}]}
+    with pytest.raises(AssertionError, match="an interpreter invariant broke"):
+        body(spec=spec, inp={}, injected=[], order=[])
 
 
 def test_events_the_simulator_reports_are_well_formed_wire_events() -> None:
