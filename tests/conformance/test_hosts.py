@@ -18,7 +18,9 @@ work a run of decision level 2 stopped waiting for (Temporal cancels that
 activity); on the local host an unknown outcome of readonly, idempotent or
 subflow work and a start with a parent's budget or depth (``LocalHost.start``
 takes neither); on the simulator a start at depth > 0 and a cancel reason other
-than its own.
+than its own. ``refusals.py`` pins what each host refuses, vector by vector with
+the reason; a player that refuses one more, or plays one it refused, fails
+``test_each_host_refuses_exactly_the_pinned_vectors``.
 Rejected events are not sent, except on the local host, where the rejected
 answers, signals, cancels and scheduled-call events go through its API and
 must be refused.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,7 @@ import pytest
 
 import flowcore
 
-from . import play_local, play_sim, play_temporal, vectors
+from . import play_local, play_sim, play_temporal, refusals, vectors
 from .vectors import Outcome, Plan, Player
 
 PLANS = vectors.plans()
@@ -102,13 +105,35 @@ def test_vector(host: str, case: str, request: pytest.FixtureRequest, tmp_path: 
     vectors.check_outcome(plan, outcome, clock=player.CLOCK)
 
 
+def refused_by(refuse: Callable[[Plan], str | None]) -> dict[str, str]:
+    """Every vector a player with this ``refuse`` does not play, with the reason."""
+    found = {c: plan if isinstance(plan, str) else refuse(plan) for c, plan in PLANS.items()}
+    return {c: why for c, why in found.items() if why is not None}
+
+
 @pytest.mark.parametrize("host", list(PLAYERS))
-def test_every_host_plays_most_vectors(host: str) -> None:
+def test_each_host_refuses_exactly_the_pinned_vectors(host: str) -> None:
+    """A player that starts refusing a vector, or plays one it used to refuse, fails here
+    until ``refusals.py`` says so (with the reason the player gives)."""
     if not PLANS:
         pytest.skip("no conformance vectors in specs/conformance yet")
-    # The divergent, torn and corrupt logs are a minority of the vectors.
-    skipped = {c: why_not(host, c) for c in PLANS if c not in played(host)}
-    assert len(played(host)) >= len(PLANS) // 2, skipped
+    pinned = {**refusals.UNPLAYABLE, **refusals.REFUSED[host]}
+    assert refused_by(PLAYERS[host].refuse) == pinned
+    assert len(played(host)) == len(PLANS) - len(pinned)
+
+
+def test_a_player_that_refuses_one_more_vector_breaks_the_pin() -> None:
+    """Guard against a pin that holds whatever the players do (a bound on how many are
+    played let a host refuse a fifth of the vectors more without a word)."""
+    if "sequence-call-tool" not in PLANS:
+        pytest.skip("no sequence-call-tool vector")
+    pinned = {**refusals.UNPLAYABLE, **refusals.REFUSED[play_local.NAME]}
+
+    def refuse(plan: Plan) -> str | None:
+        return "refused" if plan.name == "sequence-call-tool" else play_local.refuse(plan)
+
+    assert refused_by(refuse) == {**pinned, "sequence-call-tool": "refused"}
+    assert refused_by(play_local.refuse) == pinned
 
 
 def test_every_faithful_log_is_played_by_some_host() -> None:
