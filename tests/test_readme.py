@@ -5,7 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shlex
 from pathlib import Path
+
+import pytest
+
+from flowcore_cli.main import run as run_in_process
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -36,3 +41,29 @@ def test_readme_example_runs_as_documented() -> None:
     expected = documented_output(code)
     assert len(expected) == 3
     assert out.getvalue().splitlines() == expected
+
+
+def test_readme_handlers_run_the_example_on_the_local_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The handlers section: its tools module and its command run the example's spec,
+    and the command prints what the README says. Its handlers read ``call.input``:
+    a handler is given the effect."""
+    text = README.read_text(encoding="utf-8")
+    example = re.search(r"```python\n(.*?)```", text, re.S)
+    assert example is not None
+    spec = re.search(r'parse_flow\("""\n(.*?)"""\)', example.group(1), re.S)
+    assert spec is not None
+    tools = re.search(r"```python\n(# greet_tools\.py:.*?)```", text, re.S)
+    assert tools is not None, "the README shows no handlers (greet_tools.py)"
+    assert "def lookup(call: CallTool)" in tools.group(1)
+    shell = re.search(r"```sh\n(flowcore run greet\.yaml [^\n]*)\n# \.\.\. ([^\n]*)\n```", text)
+    assert shell is not None
+    (tmp_path / "greet.yaml").write_text(spec.group(1), encoding="utf-8")
+    (tmp_path / "greet_tools.py").write_text(tools.group(1), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLOWCORE_DB", raising=False)
+    args = shlex.split(shell.group(1))
+    assert args[0] == "flowcore"
+    assert run_in_process([*args[1:], "--db", str(tmp_path / "greet.db")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == shell.group(2)
