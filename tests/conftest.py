@@ -5,7 +5,7 @@
 Under ``CI``, a skip in a suite that CI installs what it needs for (``CI_SUITES``:
 the browser tests and Chromium, the TypeScript host and Node, the Temporal host and
 its dev server) fails the run: the skips are listed after the summary and the exit
-status is 1. Elsewhere such a skip only says why (``-rs`` in pyproject's addopts).
+status is 1. Elsewhere such a skip only says why (``-rfEs`` in pyproject's addopts).
 """
 
 from __future__ import annotations

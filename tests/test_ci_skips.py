@@ -60,7 +60,7 @@ def test_elsewhere_the_skips_pass_and_say_why(tmp_path: Path) -> None:
     assert done.returncode == pytest.ExitCode.OK, done.stdout + done.stderr
     out = done.stdout
     assert "skipped under CI" not in out
-    # -rs (pyproject's addopts): every skip's reason is printed, even with -q.
+    # -rfEs (pyproject's addopts): every skip's reason is printed, even with -q.
     assert "SKIPPED [" in out and "node and npm are not installed" in out, out
     assert "no chromium on PATH" in out, out
 
