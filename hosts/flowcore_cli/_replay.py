@@ -5,9 +5,12 @@ Exit 0 when the log replays (a torn last record is reported, not an error),
 not a flowcore log, corruption anywhere in a log (bytes that do not decode, an
 ``at`` that contradicts its record, a record type this reader does not know
 unless ``--allow-unknown-types``), a spec that is invalid or belongs to
-another flow. Without ``--spec`` the spec is looked for next to the log:
-``flow.yaml`` (``.yml``, ``.json``), then any spec file there whose flow id is
-the log's.
+another flow. Without ``--spec`` the spec is looked up by the hash the log's ``run.started``
+records: among the spec files under ``--specs DIR``, then in a local-host
+database (``--db``, else ``$FLOWCORE_DB`` or ``flowcore.db`` when that file
+exists); then next to the log: ``flow.yaml`` (``.yml``, ``.json``), then any
+spec file there whose flow id is the log's. Found nowhere, the error says what
+to pass.
 
 Everything printed that comes from the log (ids, inputs, outputs, error
 texts) is escaped for rich's markup and cut to a bounded length: a log is
@@ -65,8 +68,30 @@ def _log_flow(data: bytes, path: str) -> tuple[str, str]:
     return started.flow_id, started.spec_hash
 
 
-def _find_spec(log_path: str, data: bytes) -> Flow:
+def _find_spec(
+    log_path: str, data: bytes, specs_dir: Path | None = None, db: Path | None = None
+) -> Flow:
+    """The spec to replay a log file against, when no ``--spec`` names it.
+
+    First by the hash the log records, in the places the user named (the spec files
+    under ``--specs DIR``, the specs a local-host database stores: ``--db``, else
+    ``$FLOWCORE_DB`` or ``flowcore.db`` when that file exists), then next to the log.
+    """
+    from flowcore_local import default_db_path
+
     flow_id, spec_hash = _log_flow(data, log_path)
+    searched: list[str] = []
+    if specs_dir is not None:
+        found = _spec_in_folder(specs_dir, spec_hash)
+        if found is not None:
+            return found
+        searched.append(f"the spec files under {specs_dir}")
+    database = db if db is not None else default_db_path()
+    if db is not None or database.is_file():
+        found = _spec_in_database(database, spec_hash)
+        if found is not None:
+            return found
+        searched.append(f"the database {database}")
     folder = Path(log_path).resolve().parent
     for name in _SPEC_NAMES:
         candidate = folder / name
@@ -87,9 +112,47 @@ def _find_spec(log_path: str, data: bytes) -> Flow:
             return flow
     if matches:
         return matches[0]
+    searched.append("next to the log")
     raise CliError(
-        f"{log_path}: no spec for flow {flow_id!r} found next to the log; pass --spec SPEC"
+        f"{log_path}: no spec for flow {flow_id!r} (spec hash {spec_hash[:12]}) found "
+        f"(searched {', '.join(searched)}); pass --spec SPEC (the flow's spec file), --specs "
+        "DIR (a folder holding it) or --db DB (the local-host database that ran the run)"
     )
+
+
+def _spec_in_folder(folder: Path, spec_hash: str) -> Flow | None:
+    """The spec file under ``folder`` (recursively) whose flow has ``spec_hash``."""
+    if not folder.is_dir():
+        raise CliError(f"--specs {folder}: no such folder")
+    for candidate in sorted(folder.rglob("*")):
+        if candidate.suffix not in (".yaml", ".yml", ".json") or not candidate.is_file():
+            continue
+        try:
+            flow = flowcore.parse_flow(candidate.read_bytes(), source_name=str(candidate))
+        except (SpecError, OSError):
+            continue  # not a spec (or not readable): not the one looked for
+        if flow.spec_hash == spec_hash:
+            return flow
+    return None
+
+
+def _spec_in_database(db: Path, spec_hash: str) -> Flow | None:
+    """The spec with ``spec_hash`` that the local-host database ``db`` stores."""
+    import asyncio
+
+    from flowcore_local import HostError, LocalHost, NotAFlowcoreDatabase
+
+    if not db.is_file():
+        raise CliError(f"no database at {db}")
+
+    async def read() -> Flow | None:
+        async with LocalHost(db) as host:
+            return await host.flow_by_hash(spec_hash)
+
+    try:
+        return asyncio.run(read())
+    except (HostError, NotAFlowcoreDatabase, OSError) as exc:
+        raise CliError(str(exc)) from None
 
 
 # --- output ------------------------------------------------------------------------------
@@ -463,10 +526,19 @@ def _print_report(
     "refusing the log.",
 )
 @click.option(
+    "--specs",
+    "specs_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Without --spec: replay against the spec file under DIR (searched recursively) "
+    "whose hash is the one the log records.",
+)
+@click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Replay run LOG straight from this local-host database (LOG is then a run id), "
-    "against the spec the database stores unless --spec is given.",
+    help="A local-host database. When LOG is not a file, it is a run id there: its log "
+    "and stored spec are read from it (no export needed). When LOG is a log file, the "
+    "spec whose hash the log records is looked up in it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 def replay(
@@ -474,23 +546,29 @@ def replay(
     spec_path: str | None,
     until: int | None,
     allow_unknown_types: bool,
+    specs_dir: Path | None,
     db: Path | None,
     as_json: bool,
 ) -> int:
     """Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.
 
-    With --db, LOG is a run id in that database: its log and its stored spec
-    are read from there (no export needed).
+    Without --spec, the spec is the one whose hash the log records, found
+    under --specs DIR or in the database (--db, else $FLOWCORE_DB or
+    flowcore.db if it exists), else the spec next to the log. With --db and a
+    LOG that is not a file, LOG is a run id in that database: its log and its
+    stored spec are read from there (no export needed).
 
     Prints the trajectory, or the first divergence. Exit 0 when the log
     replays, 1 on divergence, 2 on bad input (including a corrupt log).
     """
-    if db is not None:
+    if db is not None and not Path(log).is_file():
         data, stored = _from_database(db, log)
         flow = load_spec(spec_path) if spec_path is not None else stored
     else:
         data = read_bytes(log, "log file")
-        flow = load_spec(spec_path) if spec_path is not None else _find_spec(log, data)
+        flow = (
+            load_spec(spec_path) if spec_path is not None else _find_spec(log, data, specs_dir, db)
+        )
     try:
         report = replay_log(
             data,

@@ -1084,6 +1084,18 @@ class LocalHost:
         row = await self.run(run_id)
         return await self._db(self.store.flow_by_hash, row.spec_hash)
 
+    async def flow_by_hash(self, spec_hash: str) -> flowcore.Flow | None:
+        """The stored spec whose ``Flow.spec_hash`` is ``spec_hash`` (a log's
+        ``run.started`` records it), or None if the database holds none."""
+
+        def find() -> flowcore.Flow | None:
+            try:
+                return self.store.flow_by_hash(spec_hash)
+            except HostError:
+                return None
+
+        return await self._db(find)
+
     async def records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
         await self.run(run_id)
         return await self._db(self.store.log_records, run_id, start)
