@@ -6,11 +6,11 @@ not a flowcore log, corruption anywhere in a log (bytes that do not decode, an
 ``at`` that contradicts its record, a record type this reader does not know
 unless ``--allow-unknown-types``), a spec that is invalid or belongs to
 another flow. Without ``--spec`` the spec is looked up by the hash the log's ``run.started``
-records: among the spec files under ``--specs DIR``, then in a local-host
-database (``--db``, else ``$FLOWCORE_DB`` or ``flowcore.db`` when that file
-exists); then next to the log: ``flow.yaml`` (``.yml``, ``.json``), then any
-spec file there whose flow id is the log's. Found nowhere, the error says what
-to pass.
+records: among the spec files under ``--specs DIR``, then in the local-host
+database ``--db``; then next to the log: ``flow.yaml`` (``.yml``, ``.json``),
+then any spec file there whose flow id is the log's; then by hash in the
+default database (``$FLOWCORE_DB`` or ``flowcore.db``) when that file exists.
+Found nowhere, the error says what to pass.
 
 Everything printed that comes from the log (ids, inputs, outputs, error
 texts) is escaped for rich's markup and cut to a bounded length: a log is
@@ -74,8 +74,9 @@ def _find_spec(
     """The spec to replay a log file against, when no ``--spec`` names it.
 
     First by the hash the log records, in the places the user named (the spec files
-    under ``--specs DIR``, the specs a local-host database stores: ``--db``, else
-    ``$FLOWCORE_DB`` or ``flowcore.db`` when that file exists), then next to the log.
+    under ``--specs DIR``, the specs the local-host database ``--db`` stores), then
+    next to the log, then by hash in the default database (``$FLOWCORE_DB`` or
+    ``flowcore.db``) when that file exists.
     """
     from flowcore_local import default_db_path
 
@@ -86,12 +87,11 @@ def _find_spec(
         if found is not None:
             return found
         searched.append(f"the spec files under {specs_dir}")
-    database = db if db is not None else default_db_path()
-    if db is not None or database.is_file():
-        found = _spec_in_database(database, spec_hash)
+    if db is not None:
+        found = _spec_in_database(db, spec_hash)
         if found is not None:
             return found
-        searched.append(f"the database {database}")
+        searched.append(f"the database {db}")
     folder = Path(log_path).resolve().parent
     for name in _SPEC_NAMES:
         candidate = folder / name
@@ -113,6 +113,17 @@ def _find_spec(
     if matches:
         return matches[0]
     searched.append("next to the log")
+    default = default_db_path()
+    if db is None and default.is_file():
+        # The database commands use when none is named: only when nothing else
+        # was found, and one that cannot be read is passed over.
+        try:
+            found = _spec_in_database(default, spec_hash)
+        except CliError:
+            found = None
+        if found is not None:
+            return found
+        searched.append(f"the database {default}")
     raise CliError(
         f"{log_path}: no spec for flow {flow_id!r} (spec hash {spec_hash[:12]}) found "
         f"(searched {', '.join(searched)}); pass --spec SPEC (the flow's spec file), --specs "
@@ -553,8 +564,8 @@ def replay(
     """Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.
 
     Without --spec, the spec is the one whose hash the log records, found
-    under --specs DIR or in the database (--db, else $FLOWCORE_DB or
-    flowcore.db if it exists), else the spec next to the log. With --db and a
+    under --specs DIR or in the database --db, else the spec next to the log,
+    else by hash in $FLOWCORE_DB or flowcore.db if it exists. With --db and a
     LOG that is not a file, LOG is a run id in that database: its log and its
     stored spec are read from there (no export needed).
 
