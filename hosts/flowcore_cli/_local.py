@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal as signals
 import sys
 import time
@@ -160,6 +161,13 @@ def _tree(host: LocalHost) -> RunTree:
     async def children(run_id: str, _items: Sequence[Item]) -> list[str]:
         return await host.children(run_id)
 
+    def elsewhere(run_id: str, key: str) -> str:
+        db = shlex.quote(str(host.db_path))
+        return (
+            f"`flowcore answer {shlex.quote(run_id)} {shlex.quote(key)} ANSWER --db {db}`"
+            f" or in the web view (`flowcore serve --db {db}`)"
+        )
+
     return RunTree(
         records=host.records,
         children=children,
@@ -167,6 +175,7 @@ def _tree(host: LocalHost) -> RunTree:
         refused=HostError,
         interval=0.1,  # a read of the local database is cheap
         questions=host.questions,
+        answer_elsewhere=elsewhere,
     )
 
 

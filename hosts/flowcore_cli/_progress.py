@@ -19,7 +19,10 @@ elsewhere (``flowcore answer``), times out, or its run settles, its prompt goes
 away with a line saying why. Standard input is read by the event loop when it
 is readable (``add_reader``), never by a thread blocked on it, so a prompt that
 goes away leaves nothing waiting for Enter; the terminal's settings are never
-changed, and what was typed at a prompt that went away is discarded.
+changed, and what was typed at a prompt that went away is discarded. When
+standard input has no answer (closed, at its end, Ctrl-D), a question is not
+asked again: one line says that the run waits for an answer given elsewhere
+(``RunTree.answer_elsewhere``) and until when (the question's own timeout timer).
 
 The line is a ``rich`` ``Text``: names, questions and messages from the run are
 shown as they are, never read as markup.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import sys
 import threading
 from collections import deque
@@ -62,6 +66,7 @@ from flowcore import (
     Settled,
     SignalReceived,
     SignalRun,
+    Sleep,
     SubflowSettled,
     TimerFired,
 )
@@ -352,6 +357,14 @@ class RunTree:
     # Temporal command), so that a prompt blocked on stdin does not delay the end;
     # otherwise the default executor.
     daemon_prompts: bool = False
+    # How a person answers question ``key`` of run ``run_id`` without this
+    # command (the command to type, and where else), for the line said when
+    # standard input ends with the question open. ``None``: ``flowcore answer``.
+    answer_elsewhere: Callable[[str, str], str] | None = None
+
+
+def _answer_command(run_id: str, key: str) -> str:
+    return f"`flowcore answer {shlex.quote(run_id)} {shlex.quote(key)} ANSWER`"
 
 
 class _Stdin:
@@ -522,6 +535,8 @@ class _Asker:
         self.prompt: str | None = None  # the prompt waiting at the terminal, if any
         self.broken = False  # lines were printed after the prompt: show it again
         self.tasks: list[asyncio.Task[None]] = []
+        # When each question's own timeout fires (its ``KEY/timeout`` timer), epoch ms.
+        self.deadlines: dict[tuple[str, str], int] = {}
 
     # --- printing around a prompt
 
@@ -625,6 +640,22 @@ class _Asker:
             _write_err("\n")
             self.prompt = None
 
+    def waiting(self, question: _Question) -> None:
+        """Standard input has no answer to ``question`` and it is still open: say
+        once that the run waits for it, where to answer it and until when."""
+        options = f" ({', '.join(question.options)})" if question.options else ""
+        how = (self.tree.answer_elsewhere or _answer_command)(question.run_id, question.key)
+        until = self.deadlines.get((question.run_id, question.key))
+        when = (
+            f"until {iso(until, 'seconds')} (UTC, its timeout)"
+            if until is not None
+            else "with no deadline (the question has no timeout)"
+        )
+        say(
+            f"no answer on standard input to {question.key} {question.question!r}{options}: "
+            f"the run waits for one {when}; answer with {how}"
+        )
+
     # --- asking one question
 
     async def _ask(self, question: _Question) -> None:
@@ -639,8 +670,10 @@ class _Asker:
                     if question.closed:
                         return
                     answer = await self._answer(question)
+                if answer is None and not question.closed:
+                    self.waiting(question)  # no more input: answered elsewhere, or times out
                 if answer is None or question.closed:
-                    return  # no more input: answer with the `answer` command
+                    return
                 question.sending = True
                 try:
                     await self.tree.answer(question.run_id, question.key, answer)
@@ -675,7 +708,6 @@ class _Asker:
                 if line is None:
                     if self.stdin.tty:
                         _write_err("\n")
-                        say(f"no answer to {question.key}: answer it with the answer command")
                     return None
                 try:
                     text = line.decode("utf-8")
@@ -867,6 +899,10 @@ class _Watch:
                 self.asker.print(text)
         for text in closed:
             self.asker.print(text)
+        if isinstance(item, Sleep) and item.idempotency_key.endswith("/timeout"):
+            # The timer of a question's own timeout comes with its ask-human effect.
+            key = item.idempotency_key.removesuffix("/timeout")
+            self.asker.deadlines[(run_id, key)] = item.until_ms
         if isinstance(item, AskHuman):
             self.asker.start(run_id, item)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shlex
 import signal as signals
 import sys
 from collections.abc import Sequence
@@ -206,6 +207,9 @@ def _tree(host: TemporalHost) -> RunTree:
         questions=questions,
         interval=0.2,  # each read is a query, which a worker answers by replaying the workflow
         daemon_prompts=True,  # the process ends with os._exit (_finish)
+        answer_elsewhere=lambda run_id, key: (
+            f"`flowcore temporal answer {shlex.quote(run_id)} {shlex.quote(key)} ANSWER`"
+        ),
     )
 
 
