@@ -558,8 +558,27 @@ async def _run_handler(
             if inspect.isawaitable(outcome):
                 outcome = await outcome
     except Exception as exc:  # every handler failure becomes effect-failed (or -outcome-unknown)
-        return outcome_event(effect, None, exc, now_ms()), exc
-    return outcome_event(effect, outcome, None, now_ms()), None
+        return _hinted(effect, outcome_event(effect, None, exc, now_ms())), exc
+    return _hinted(effect, outcome_event(effect, outcome, None, now_ms())), None
+
+
+_READ_AS = {CallTool: "its input is call.input", RunAgent: "its prompt is run.prompt"}
+
+
+def _hinted(effect: WorkEffect, event: Outcome) -> Outcome:
+    """A failure whose message is Python's words about the effect's own class (a handler
+    that took the effect for its input: ``call["id"]``, or returned it), with what a
+    handler receives said after it."""
+    if not isinstance(event, EffectFailed):
+        return event
+    name = type(effect).__name__
+    message = event.error.message
+    if f"'{name}' object" not in message and f"a {name} is not JSON data" not in message:
+        return event
+    read = _READ_AS.get(type(effect), "its prompt is run.prompt")
+    hint = f" (a handler receives the {name} effect itself, not its input: {read})"
+    error = msgspec.structs.replace(event.error, message=safe_text(message + hint))
+    return msgspec.structs.replace(event, error=error)
 
 
 async def call_handler(
