@@ -239,6 +239,7 @@ def _rebuild(
                 "idempotencyKey": "",
                 "signals": data.get("signals", []),
                 "scheduled": data.get("scheduled", []),
+                "idleIncarnations": data.get("idleIncarnations", 0),
             },
             ContinueAsNew,
         )
