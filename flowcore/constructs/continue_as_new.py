@@ -62,9 +62,10 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
         bound = t.flow.limits.max_idle_incarnations
         if idle > bound:
             message = (
-                f"step {step!r}: {idle} incarnations in a row have continued without"
-                " waiting for anything or taking a signal, over limits.max_idle_incarnations"
-                f" {bound}; raise that limit if the run ends after more of them"
+                f"step {step!r}: {t.idle} incarnations in a row have continued without"
+                " waiting for anything or taking a signal, and this one has not waited"
+                f" either: limits.max_idle_incarnations is {bound}; raise it if the run"
+                " ends after more of them"
             )
             return (FAIL, err("continue-refused", message))
     if body.input is None:
