@@ -2287,6 +2287,34 @@ def _continue_at_once(d: Driver) -> None:
 
 
 @case(
+    "continue-as-new-idle-bound",
+    "limits.max_idle_incarnations 1: the first incarnation continues at once, the second "
+    "would too and its continue_as_new fails continue-refused, the message naming the limit; "
+    "a catch reads it and calls a tool.",
+    """
+flow: spin
+limits: {max_idle_incarnations: 1}
+tools: {alert: {class: idempotent}}
+steps:
+  - id: loop
+    try:
+      - id: again
+        continue_as_new: {}
+    catch:
+      - errors: [continue-refused]
+        steps:
+          - id: tell
+            call_tool:
+              tool: alert
+              input: {incarnation: "${run.incarnation}", error: "${error.message}"}
+output: "${steps.tell.output}"
+""",
+)
+def _continue_idle_bound(d: Driver) -> None:
+    d.ok("@2/tell#1", "sent")
+
+
+@case(
     "failure-details",
     "A handler fails with type, message, details and retryable: the retryable failure is "
     "retried at once, the second is caught by its type and the catch reads "

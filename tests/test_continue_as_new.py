@@ -208,8 +208,8 @@ def test_idle_incarnations_past_the_bound_fail_and_say_which_limit(bound: int | 
     assert settled.error.type == "continue-refused"
     assert "limits.max_idle_incarnations" in settled.error.message
     assert settled.error.message == (
-        f"step 'again': {len(effects)} incarnations in a row have continued without waiting"
-        " for anything or taking a signal, and this one has not waited either:"
+        f"step 'again': the run has continued {len(effects)} times in a row from incarnations"
+        " that waited for nothing and took no signal, and this one has not waited either:"
         f" limits.max_idle_incarnations is {len(effects)}; raise it if the run ends after"
         " more of them"
     )

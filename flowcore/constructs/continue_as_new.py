@@ -61,9 +61,10 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
         idle = t.idle + 1
         bound = t.flow.limits.max_idle_incarnations
         if idle > bound:
+            times = "once" if t.idle == 1 else f"{t.idle} times"
             message = (
-                f"step {step!r}: {t.idle} incarnations in a row have continued without"
-                " waiting for anything or taking a signal, and this one has not waited"
+                f"step {step!r}: the run has continued {times} in a row from incarnations"
+                " that waited for nothing and took no signal, and this one has not waited"
                 f" either: limits.max_idle_incarnations is {bound}; raise it if the run"
                 " ends after more of them"
             )

@@ -296,7 +296,7 @@ def test_a_run_that_continues_at_once_for_ever_is_refused_at_the_bound(tmp_path:
     row, records = asyncio.run(main())
     assert row.status == "failed"
     assert row.error["type"] == "continue-refused"
-    assert "1000 incarnations in a row" in row.error["message"]
+    assert "the run has continued 1000 times in a row" in row.error["message"]
     assert "limits.max_idle_incarnations is 1000" in row.error["message"]
     started = [r.data for r in records if r.type == "run.started"]
     assert [(s["incarnation"], s["idleIncarnations"]) for s in started] == [
