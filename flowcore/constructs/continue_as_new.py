@@ -16,9 +16,9 @@ is *idle*; it may continue (the next one may take another way, on
 idle ones in a row: the one past the bound fails ``continue-refused`` (a run
 that could only loop at once, for ever, on every host). The count travels on
 the effect (``idle_incarnations``) and starts again at 0 after an incarnation
-that waited. An input the flow's
-``input_schema`` refuses, or over the size of an event, fails it
-``invalid-input``. Nothing is sent to the host by the step itself.
+that waited. An input the flow's ``input_schema`` refuses, or over the size
+of an event, fails it ``invalid-input``. Nothing is sent to the host by the
+step itself.
 """
 
 from __future__ import annotations
