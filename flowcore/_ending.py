@@ -195,13 +195,15 @@ def settle(
     t.effects = [settled]
 
 
-def continue_as_new(t: Txn, key: str, input: Any) -> None:
+def continue_as_new(t: Txn, key: str, input: Any, idle: int = 0) -> None:
     """End this incarnation and hand the next one its input, buffered signals
     and scheduled calls not yet due (``ContinueAsNew``; ``start(continued=)``).
 
     Like settling, everything still waited for is abandoned (the host stops
     it) and the effect replaces the decision's others; compensations do not
     run (the run goes on) and no event applies to this state any more.
+    ``idle``: the incarnations in a row, this one included, that continue
+    without having waited for anything (0 when this one waited).
     """
     if not t.report_complete:
         raise NeedsReport
@@ -239,6 +241,7 @@ def continue_as_new(t: Txn, key: str, input: Any) -> None:
         budget_remaining=remaining,
         report=_close(t),
         metadata=None if t.metadata is None else dict(t.metadata),
+        idle_incarnations=idle,
     )
     t.waiting = msgspec.structs.replace(
         t.waiting, signals=_EMPTY, waiters=_EMPTY, keyed_signals=_EMPTY, keyed_waiters=_EMPTY

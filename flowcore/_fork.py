@@ -295,6 +295,7 @@ def fork(
             signals=carried.signals,
             scheduled=carried.scheduled,
             metadata=metadata,
+            idle_incarnations=carried.idle_incarnations,
         )
     decision = start(
         flow,

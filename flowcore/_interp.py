@@ -208,6 +208,7 @@ def start(
             if continued is not None:
                 _carry(t, continued)
             t.starting = len(continued.signals) if continued is not None else 0
+            t.idle = continued.idle_incarnations if continued is not None else 0
             out = t.start_list("", None, "", "", "", ListKind.FLOW)
             if out is not None:
                 _ending.root_done(t, None, out)
@@ -215,7 +216,7 @@ def start(
     except Exhausted as exc:
         _ending.exhaust(t, exc.limit)
     except ContinueRequested as cont:  # at once, before it waited for anything
-        _ending.continue_as_new(t, cont.key, cont.input)
+        _ending.continue_as_new(t, cont.key, cont.input, cont.idle)
     return Decision(t.freeze(), tuple(t.effects))
 
 
@@ -260,6 +261,11 @@ def _check_continued(flow: Flow, continued: object) -> int:
     n = continued.incarnation
     if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= 2**63 - 1:
         raise ValueError(f"continued.incarnation must be an integer from 2, got {n!r}")
+    idle = continued.idle_incarnations
+    if isinstance(idle, bool) or not isinstance(idle, int) or not 0 <= idle <= 2**63 - 1:
+        raise ValueError(
+            f"continued.idle_incarnations must be a non-negative integer, got {idle!r}"
+        )
     limit = flow.limits.max_buffered_signals
     if len(continued.signals) > limit:
         raise InputError(

@@ -186,6 +186,7 @@ class RunStartedData(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     signals: tuple[CarriedSignal, ...] = ()
     scheduled: tuple[CarriedCall, ...] = ()
     forked_from: ForkedFrom | None = None
+    idle_incarnations: NonNegInt = 0  # the effect's, absent when 0
 
 
 class EventRejectedData(msgspec.Struct, frozen=True, kw_only=True):
@@ -1020,10 +1021,10 @@ class Recorder:
 
 
 def carried_to_wire(continued: ContinueAsNew) -> dict[str, Any]:
-    """The signals and scheduled calls a ``run.started`` of a later incarnation
-    records (each omitted when empty), as the effect's wire spells them."""
+    """The signals, scheduled calls and idle count a ``run.started`` of a later
+    incarnation records (each omitted when empty), as the effect's wire spells them."""
     wire = effect_to_wire(continued)
-    return {k: wire[k] for k in ("signals", "scheduled") if k in wire}
+    return {k: wire[k] for k in ("signals", "scheduled", "idleIncarnations") if k in wire}
 
 
 def settled_record_data(effect: Settled) -> dict[str, Any]:

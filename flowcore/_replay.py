@@ -774,6 +774,7 @@ class _Replayer:
                 idempotency_key="",
                 signals=started.signals,
                 scheduled=started.scheduled,
+                idle_incarnations=started.idle_incarnations,
             )
         try:
             decision = start(
@@ -834,6 +835,7 @@ class _Replayer:
                     idempotency_key="",
                     signals=started.signals,
                     scheduled=started.scheduled,
+                    idle_incarnations=started.idle_incarnations,
                 )
             )
         )

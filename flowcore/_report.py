@@ -151,6 +151,7 @@ class _Started(msgspec.Struct, frozen=True, rename="camel"):
     signals: tuple[CarriedSignal, ...] = ()
     scheduled: tuple[CarriedCall, ...] = ()
     forked_from: ForkedFrom | None = None
+    idle_incarnations: int = 0
 
 
 class _Rejected(msgspec.Struct, frozen=True):

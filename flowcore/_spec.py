@@ -212,6 +212,7 @@ class Limits:
     max_subflow_depth: Amount = Amount(4)
     max_concurrency: Count | None = None
     max_buffered_signals: Amount = Amount(64)
+    max_idle_incarnations: Amount = Amount(1000)
 
 
 @attrs.frozen

@@ -188,7 +188,7 @@ def apply(t: Txn, event: Event) -> None:
     except Exhausted as exc:
         _ending.exhaust(t, exc.limit)
     except ContinueRequested as cont:
-        _ending.continue_as_new(t, cont.key, cont.input)
+        _ending.continue_as_new(t, cont.key, cont.input, cont.idle)
 
 
 def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:

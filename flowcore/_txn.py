@@ -149,6 +149,7 @@ class Txn:
         "envs",
         "flow",
         "frames",
+        "idle",
         "in_flight",
         "key_run",
         "ledger",
@@ -214,6 +215,9 @@ class Txn:
         # In ``start``: the signals buffered when the flow's steps began (an
         # incarnation's carried ones); None in ``advance``.
         self.starting: int | None = None
+        # In ``start``: the incarnations in a row before this one that continued
+        # without waiting for anything (``ContinueAsNew.idle_incarnations``).
+        self.idle = 0
 
     def checkpoint(self) -> tuple[Any, ...]:
         """What a rejected event must leave as it was (``rollback`` returns to it).

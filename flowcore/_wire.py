@@ -281,6 +281,9 @@ class ContinueAsNew(_Effect, tag="continue-as-new", frozen=True, kw_only=True):
     the incarnation as it would settle it (stops what it still waits for)
     and starts the next with ``flowcore.continue_run``. ``metadata``: the
     run's metadata fields, which the next incarnation keeps.
+    ``idleIncarnations``: how many incarnations in a row, this one included,
+    ended this way without waiting for anything or taking a signal (absent
+    when this one waited); ``limits.max_idle_incarnations`` bounds it.
     """
 
     input: Any = None
@@ -291,6 +294,7 @@ class ContinueAsNew(_Effect, tag="continue-as-new", frozen=True, kw_only=True):
     budget_remaining: BudgetRemaining | None = None
     report: tuple[ReportEntry, ...] = ()
     metadata: dict[str, Any] | None = None  # the run's metadata, kept
+    idle_incarnations: NonNegInt = 0
 
 
 Effect: TypeAlias = (

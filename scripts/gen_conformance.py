@@ -95,6 +95,7 @@ class Driver:
         self.timers: dict[str, int] = {}  # key -> due, as last armed
         self.upgraded_at: int | None = None  # where the run moved to another version
         self._arm(decision)
+        self._continue(decision)
 
     def upgrade(self, spec: str) -> None:
         """Move the run to another version of its flow, as a host does (``flowcore.upgrade``)."""
@@ -123,8 +124,12 @@ class Driver:
         self.state = decision.state
         self.records.extend(self.recorder.applied(event, decision))
         self._arm(decision)
-        continued = flowcore.plan(decision).continued
-        if continued is not None:  # the next incarnation starts at once, as every host does
+        self._continue(decision)
+
+    def _continue(self, decision: flowcore.Decision) -> None:
+        # The next incarnation starts at once, as every host does (and may
+        # itself continue at once).
+        while (continued := flowcore.plan(decision).continued) is not None:
             depth = self.state.run.depth
             decision = flowcore.continue_run(self.flow, continued, RUN_ID, self.now, depth)
             self.state = decision.state
@@ -2248,6 +2253,107 @@ def _torn(d: Driver) -> None:
 )
 def _corrupt(d: Driver) -> None:
     _sequence(d)
+
+
+# =====================================================================================
+# continue_as_new at once; a handler's failure details
+# =====================================================================================
+
+
+@case(
+    "continue-as-new-at-once",
+    "continue_as_new in an incarnation that waits for nothing: the first continues at once "
+    "(idleIncarnations 1 in the effect and the next run.started), the second takes the other "
+    "way on run.incarnation, calls a tool and completes; within limits.max_idle_incarnations, "
+    "nothing is refused.",
+    """
+flow: countdown
+tools: {work: {class: readonly}}
+steps:
+  - id: next
+    switch:
+      - if: "run.incarnation == null"
+        steps:
+          - id: again
+            continue_as_new: {input: {round: "${sum([input.round, `1`])}"}}
+  - id: job
+    call_tool: {tool: work, input: {round: "${input.round}", incarnation: "${run.incarnation}"}}
+output: "${ {round: input.round, incarnation: run.incarnation, job: steps.job.output} }"
+""",
+    input={"round": 0},
+)
+def _continue_at_once(d: Driver) -> None:
+    d.ok("@2/job#1", "done")
+
+
+@case(
+    "continue-as-new-idle-bound",
+    "limits.max_idle_incarnations 1: the first incarnation continues at once, the second "
+    "would too and its continue_as_new fails continue-refused, the message naming the limit; "
+    "a catch reads it and calls a tool.",
+    """
+flow: spin
+limits: {max_idle_incarnations: 1}
+tools: {alert: {class: idempotent}}
+steps:
+  - id: loop
+    try:
+      - id: again
+        continue_as_new: {}
+    catch:
+      - errors: [continue-refused]
+        steps:
+          - id: tell
+            call_tool:
+              tool: alert
+              input: {incarnation: "${run.incarnation}", error: "${error.message}"}
+output: "${steps.tell.output}"
+""",
+)
+def _continue_idle_bound(d: Driver) -> None:
+    d.ok("@2/tell#1", "sent")
+
+
+@case(
+    "failure-details",
+    "A handler fails with type, message, details and retryable: the retryable failure is "
+    "retried at once, the second is caught by its type and the catch reads "
+    "${error.details.status} and a nested detail; details travel on effect-failed's error.",
+    """
+flow: charge
+tools: {charge: {class: idempotent}, notify: {class: idempotent}}
+steps:
+  - id: attempt
+    try:
+      - id: pay
+        call_tool: {tool: charge, input: {order: "${input.order}"}}
+        retry: {max_attempts: 2, initial_interval_ms: 0}
+    catch:
+      - errors: [card-declined]
+        steps:
+          - id: tell
+            call_tool:
+              tool: notify
+              input:
+                status: "${error.details.status}"
+                code: "${error.details.decline.code}"
+                message: "${error.message}"
+output: "${steps.tell.output}"
+""",
+    input={"order": "A-7"},
+)
+def _failure_details(d: Driver) -> None:
+    busy = ErrorInfo(
+        type="gateway-busy", message="try later", retryable=True, details={"status": 503}
+    )
+    d.send(EffectFailed(idempotency_key=d.key("pay#1"), error=busy, at_ms=d._at(None)))
+    declined = ErrorInfo(
+        type="card-declined",
+        message="card declined",
+        details={"status": 402, "decline": {"code": "insufficient_funds", "retry": False}},
+    )
+    d.send(EffectFailed(idempotency_key=d.key("pay#2"), error=declined, at_ms=d._at(None)))
+    d.ok("tell#1", {"sent": True})
 
 
 # =====================================================================================

@@ -139,7 +139,10 @@ output: "${run.incarnation}"
 @pytest.mark.parametrize(
     ("steps", "error"),
     [
-        ("  - {id: again, continue_as_new: {}}", "continue-refused"),  # nothing waited for
+        (  # nothing waited for, and no idle incarnation allowed
+            "  - {id: again, continue_as_new: {}}\nlimits: {max_idle_incarnations: 0}",
+            "continue-refused",
+        ),
         (
             "  - {id: w, await_signal: {signal: go}}\n"
             "  - {id: again, continue_as_new: {input: {x: 1}}}",
@@ -156,6 +159,112 @@ def test_refusals_fail_the_step(steps: str, error: str) -> None:
     settled = d.state.settled
     assert settled is not None and settled.error is not None
     assert (settled.status, settled.error.type) == ("failed", error)
+
+
+COUNTDOWN = """
+flow: countdown
+tools: {work: {class: readonly}}
+steps:
+  - id: next
+    switch:
+      - if: "run.incarnation == null || run.incarnation < `3`"
+        steps: [{id: again, continue_as_new: {}}]
+  - {id: job, call_tool: {tool: work, input: "${run.incarnation}"}}
+output: "${run.incarnation}"
+"""
+
+
+def idle_run(spec: str, limit: int = 5000) -> tuple[list[ContinueAsNew], flowcore.Decision]:
+    """Start ``spec`` and every incarnation it continues into at once."""
+    flow = flowcore.parse_flow(spec)
+    d = flowcore.start(flow, None, run_id="r", now_ms=0)
+    effects: list[ContinueAsNew] = []
+    while (effect := flowcore.plan(d).continued) is not None and len(effects) < limit:
+        effects.append(effect)
+        d = flowcore.continue_run(flow, effect, "r", len(effects))
+    return effects, d
+
+
+def test_an_idle_incarnation_continues_and_the_next_may_take_another_way() -> None:
+    effects, d = idle_run(COUNTDOWN)
+    assert [(e.incarnation, e.idle_incarnations) for e in effects] == [(2, 1), (3, 2)]
+    wire = flowcore.effect_to_wire(effects[-1])
+    assert wire["idleIncarnations"] == 2
+    (call,) = d.effects
+    assert isinstance(call, CallTool) and call.input == 3
+    d = flowcore.advance(d.state, ok("r/@3/job#1", 9))
+    assert d.state.settled is not None and d.state.settled.output == 3
+
+
+@pytest.mark.parametrize("bound", [None, 2])
+def test_idle_incarnations_past_the_bound_fail_and_say_which_limit(bound: int | None) -> None:
+    spec = "flow: spin\nsteps:\n  - {id: again, continue_as_new: {}}\n"
+    if bound is not None:
+        spec += f"limits: {{max_idle_incarnations: {bound}}}\n"
+    effects, d = idle_run(spec)
+    assert len(effects) == (1000 if bound is None else bound)
+    settled = d.state.settled
+    assert settled is not None and settled.error is not None
+    assert settled.error.type == "continue-refused"
+    assert "limits.max_idle_incarnations" in settled.error.message
+    assert settled.error.message == (
+        f"step 'again': the run has continued {len(effects)} times in a row from incarnations"
+        " that waited for nothing and took no signal, and this one has not waited either:"
+        f" limits.max_idle_incarnations is {len(effects)}; raise it if the run ends after"
+        " more of them"
+    )
+
+
+def test_an_incarnation_that_waits_starts_the_count_again() -> None:
+    spec = """
+flow: f
+limits: {max_idle_incarnations: 1}
+steps:
+  - id: first
+    switch:
+      - if: "run.incarnation == `2`"
+        steps: [{id: w, await_signal: {signal: go}}]
+  - id: next
+    switch:
+      - if: "run.incarnation == null || run.incarnation < `3`"
+        steps: [{id: again, continue_as_new: {}}]
+output: "${run.incarnation}"
+"""
+    flow = flowcore.parse_flow(spec)
+    d = flowcore.start(flow, None, run_id="r", now_ms=0)
+    first = flowcore.plan(d).continued
+    assert first is not None and first.idle_incarnations == 1
+    d = flowcore.continue_run(flow, first, "r", 1)
+    d = flowcore.advance(d.state, signal("go", 1, 2))  # incarnation 2 waited
+    second = flowcore.plan(d).continued
+    assert second is not None and second.idle_incarnations == 0
+    assert "idleIncarnations" not in flowcore.effect_to_wire(second)
+    d = flowcore.continue_run(flow, second, "r", 3)
+    assert d.state.settled is not None and d.state.settled.output == 3
+
+
+def test_an_idle_count_replays_from_the_log() -> None:
+    flow = flowcore.parse_flow(COUNTDOWN)
+    recorder = Recorder("r")
+    d = flowcore.start(flow, None, run_id="r", now_ms=0)
+    records = recorder.started(flow, None, 0, d)
+    while (effect := flowcore.plan(d).continued) is not None:
+        d = flowcore.continue_run(flow, effect, "r", 1)
+        records += recorder.started(flow, None, 1, d, continued=effect)
+    event = ok("r/@3/job#1", 2)
+    d = flowcore.advance(d.state, event)
+    records += recorder.applied(event, d)
+    assert [r.data.get("idleIncarnations") for r in records if r.type == "run.started"] == [
+        None,
+        1,
+        2,
+    ]
+    assert flowcore.replay(records, flow).status == "completed"
+    data = flowcore.encode_records(records).replace(
+        b'"idleIncarnations":2', b'"idleIncarnations":1'
+    )
+    with pytest.raises(flowcore.ReplayDivergence):
+        flowcore.replay(data, flow)
 
 
 def test_a_compensation_cannot_continue() -> None:

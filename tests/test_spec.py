@@ -228,6 +228,7 @@ def test_flow_level_settings(full: Flow) -> None:
         "max_subflow_depth": 2,
         "max_concurrency": 8,
         "max_buffered_signals": 16,
+        "max_idle_incarnations": 1000,
     }
     assert full.input_schema == {
         "type": "object",
@@ -267,6 +268,7 @@ def test_minimal_defaults() -> None:
         "max_subflow_depth": 4,
         "max_concurrency": None,
         "max_buffered_signals": 64,
+        "max_idle_incarnations": 1000,
     }
     assert flow.input_schema is None
     assert flow.output is None

@@ -118,11 +118,28 @@ def test_a_call_scheduled_from_outside_is_refused_with_a_bad_input() -> None:
     assert accepted.scheduled is not None and accepted.scheduled.done
 
 
-def test_a_schedule_step_with_a_bad_evaluated_input_fails() -> None:
+def test_a_schedule_step_with_a_bad_evaluated_input_fails_that_call_and_the_run_goes_on() -> None:
     flow = flowcore.parse_flow(
         "flow: f\n" + TOOLS + "steps:\n"
-        "  - {id: s, schedule: {tool: lookup, input: {id: '${input}'}, delay_ms: 5}}\n"
+        "  - id: s\n"
+        "    schedule: {tool: lookup, input: {id: '${input}'}, delay_ms: 5, outlive_run: true}\n"
+        "  - {id: after, call_tool: {tool: lookup, input: {id: x}}}\n"
+        "output: '${steps.s.output}'\n"
     )
-    (settled,) = flowcore.start(flow, 5, run_id="r", now_ms=0).effects
-    assert isinstance(settled, flowcore.Settled) and settled.error is not None
-    assert settled.error.type == "invalid-input"
+    decision = flowcore.start(flow, 5, run_id="r", now_ms=0)
+    # Nothing fires: no delay timer, and the next step runs at once.
+    assert [flowcore.effect_to_wire(e) for e in decision.effects] == [
+        {"kind": "call-tool", "tool": "lookup", "input": {"id": "x"}, "idempotencyKey": "r/after#1"}
+    ]
+    (call,) = flowcore.scheduled_calls(decision.state)
+    assert (call.id, call.status, call.finished_ms) == ("r/s#1", "failed", 0)
+    assert call.error is not None and call.error.type == "invalid-input"
+    assert call.error.message == "input of tool 'lookup' at $.id: expected a string, got 5"
+    assert call.attempts == 0  # never issued
+    done = flowcore.advance(
+        decision.state, EffectSucceeded(idempotency_key="r/after#1", output={"name": "n"}, at_ms=1)
+    )
+    (settled,) = done.effects  # an outliving call that failed is not waited for
+    assert isinstance(settled, flowcore.Settled)
+    assert (settled.status, settled.output) == ("completed", "r/s#1")
+    assert [r.idempotency_key for r in settled.report] == ["r/after#1"]

@@ -524,6 +524,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
         "budgetRemaining?",
         "report?",
         "metadata?",
+        "idleIncarnations?",
     ),
 }
 

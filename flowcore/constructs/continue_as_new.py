@@ -9,11 +9,16 @@ transition (``ContinueRequested``, caught where ``Exhausted`` is), so no
 sibling branch starts after it.
 
 A run that is winding down (compensations, ``on_budget_exhausted``'s steps)
-cannot continue, nor can an incarnation that has neither waited for anything
-nor taken a buffered signal since it began (it would loop at once, for
-ever, on every host): the step fails ``continue-refused``. An input the flow's
-``input_schema`` refuses, or over the size of an event, fails it
-``invalid-input``. Nothing is sent to the host by the step itself.
+cannot continue: the step fails ``continue-refused``. An incarnation that
+has neither waited for anything nor taken a buffered signal since it began
+is *idle*; it may continue (the next one may take another way, on
+``run.incarnation`` or its new input), but only ``limits.max_idle_incarnations``
+idle ones in a row: the one past the bound fails ``continue-refused`` (a run
+that could only loop at once, for ever, on every host). The count travels on
+the effect (``idle_incarnations``) and starts again at 0 after an incarnation
+that waited. An input the flow's ``input_schema`` refuses, or over the size
+of an event, fails it ``invalid-input``. Nothing is sent to the host by the
+step itself.
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ __all__ = ["ContinueRequested", "begin"]
 class ContinueRequested(Exception):
     """A ``continue_as_new`` step ran: the transition ends the incarnation."""
 
-    def __init__(self, key: str, input: Any) -> None:
+    def __init__(self, key: str, input: Any, idle: int = 0) -> None:
         self.key = key
         self.input = input
+        self.idle = idle  # idle incarnations in a row, this one included
 
 
 def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
@@ -45,13 +51,24 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
     if t.tree.ending is not None or t.tree.exhausted is not None:
         why = "compensating" if t.tree.ending is not None else "running its budget's final steps"
         return (FAIL, err("continue-refused", f"step {step!r}: the run is {why}"))
-    if t.starting is not None and sum(map(len, t.waiting.signals.values())) == t.starting:
-        # Nothing came in since the incarnation began: the next would do the same.
-        message = (
-            f"step {step!r}: the incarnation has waited for nothing and taken no signal"
-            " since it began, so the next would continue at once, for ever"
-        )
-        return (FAIL, err("continue-refused", message))
+    idle = 0
+    w = t.waiting
+    buffered = sum(map(len, w.signals.values())) + sum(map(len, w.keyed_signals.values()))
+    if t.starting is not None and buffered == t.starting:
+        # Nothing came in since the incarnation began: idle. The next may end
+        # otherwise (it reads another run.incarnation), but a bound stops a
+        # run that would continue at once for ever.
+        idle = t.idle + 1
+        bound = t.flow.limits.max_idle_incarnations
+        if idle > bound:
+            times = "once" if t.idle == 1 else f"{t.idle} times"
+            message = (
+                f"step {step!r}: the run has continued {times} in a row from incarnations"
+                " that waited for nothing and took no signal, and this one has not waited"
+                f" either: limits.max_idle_incarnations is {bound}; raise it if the run"
+                " ends after more of them"
+            )
+            return (FAIL, err("continue-refused", message))
     if body.input is None:
         value = t.run.input
     else:
@@ -70,4 +87,4 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
         problems = input_problems(t.flow.input_schema, value)
         if problems:
             return (FAIL, err("invalid-input", f"step {step!r}: {'; '.join(problems)}"))
-    raise ContinueRequested(t.key(frame), value)
+    raise ContinueRequested(t.key(frame), value, idle)

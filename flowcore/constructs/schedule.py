@@ -3,6 +3,8 @@
 ``schedule`` returns its id at once and arms the delay timer; when it
 fires, the call is issued like any work (budget, ``max_concurrency``), and
 its outcome only changes the schedule's status: it never fails the flow.
+Arguments that fail the tool's ``input_schema`` fail that call alone: it is
+recorded ``failed`` with the ``invalid-input`` error at once, never issued.
 A run that ends cancels the schedules not yet due, except those marked
 ``outlive_run``, which the run waits for before it settles (a cancelled run
 waits for nothing).
@@ -29,7 +31,7 @@ import msgspec
 
 from .. import _keys as keys
 from .._errors import EventRejected
-from .._outcome import FAIL, OK
+from .._outcome import OK
 from .._spec import MAX_MS, CancelScheduledStep, ScheduleStep
 from .._state import Pending, PendingKind, Sched, SchedStatus, ScheduledAnswer, StepFrame
 from .._wire import CallTool, ErrorInfo, ScheduledAddRequested
@@ -65,10 +67,23 @@ def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
     delay = t.duration(frame, body.delay_ms, "schedule.delay_ms", zero=True)
     sid = t.key(frame)
     value = body.input.evaluate(t.resolver(frame.env, frame.attempt))
+    due = t.now_ms + delay
     invalid = tool_input_error(t, body.tool, value)
     if invalid is not None:
-        return (FAIL, invalid)  # nothing is scheduled
-    due = t.now_ms + delay
+        # Bad arguments fail that call and nothing else: it is recorded failed
+        # with the schema's error, never issued, and the step goes on.
+        sched = Sched(
+            SchedStatus.FAILED,
+            body.tool,
+            value,
+            body.outlive_run,
+            created_ms=t.now_ms,
+            due_ms=due,
+            finished_ms=t.now_ms,
+            error=invalid,
+        )
+        t.set_sched(sid, sched)
+        return (OK, sid)
     sched = Sched(
         SchedStatus.PENDING, body.tool, value, body.outlive_run, created_ms=t.now_ms, due_ms=due
     )

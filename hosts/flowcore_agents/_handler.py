@@ -162,7 +162,11 @@ def agent_error(exc: BaseException) -> HandlerError | None:
     - ``ModelAPIError`` and ``ModelHTTPError`` → ``model-error``, retryable
       for rate limits, unavailable or overloaded providers, server errors,
       connection failures and timeouts (HTTP 408, 409, 425, 429, 5xx), not
-      for a quota that is spent or a request the provider rejected;
+      for a quota that is spent or a request the provider rejected; its
+      ``details`` say what the provider said:
+      ``model``, and when known ``status`` (HTTP), ``code`` (the provider's
+      error code) and ``retry_after_ms``, so a flow reads
+      ``${error.details.status}`` in a catch;
     - ``UnexpectedModelBehavior`` (output that failed validation after the
       agent's retries, a content filter, output cut off) → ``model-behavior``,
       not retryable (a flow that wants another try says so in ``retry.errors``);
@@ -183,7 +187,9 @@ def agent_error(exc: BaseException) -> HandlerError | None:
             retryable = exc.status_code in _RETRYABLE_STATUS or exc.status_code >= 500
         else:
             retryable = False
-        return HandlerError(MODEL_ERROR, message, retryable=retryable)
+        return HandlerError(
+            MODEL_ERROR, message, retryable=retryable, details=_model_error_details(exc)
+        )
     if isinstance(exc, UnexpectedModelBehavior):
         if exc.__cause__ is not None:  # e.g. the validation error behind "Exceeded maximum retries"
             message = safe_text(f"{exc}: {exc.__cause__}")
@@ -191,6 +197,22 @@ def agent_error(exc: BaseException) -> HandlerError | None:
     if isinstance(exc, UserError):
         return HandlerError(AGENT_CONFIG, message)
     return None
+
+
+def _model_error_details(exc: ModelAPIError) -> dict[str, Any]:
+    """What a ``model-error``'s details hold: the model, and what the provider
+    said when it said it (HTTP status, its error code, how long to wait)."""
+    details: dict[str, Any] = {"model": safe_text(exc.model_name, 200)}
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and not isinstance(status, bool):
+        details["status"] = status
+    code = getattr(exc, "provider_error_code", None)
+    if isinstance(code, str):
+        details["code"] = safe_text(code, 200)
+    after = getattr(exc, "retry_after", None)
+    if isinstance(after, int | float) and not isinstance(after, bool) and 0 <= after < 10**9:
+        details["retry_after_ms"] = int(after * 1000)
+    return details
 
 
 def _model_name(agent: AbstractAgent[Any, Any]) -> str | None:

@@ -10,7 +10,10 @@ Each handler is a plain callable, sync or ``async``, that receives the effect
 (a ``flowcore.CallTool``, ``RunAgent`` or ``RunTeam``: input or prompt, the
 idempotency key, the remaining budget) and returns its output, or a
 ``Result(output, usage)`` to report usage. Raising ``HandlerError(type,
-message, retryable=...)`` fails the effect with that error type; raising
+message, retryable=..., details=...)`` fails the effect with that error type
+(``details``: JSON data the flow reads as ``${error.details...}``, at most
+``MAX_ERROR_DETAILS_BYTES``; bad ones raise ``DetailsError`` where the
+``HandlerError`` is made); raising
 ``OutcomeUnknown`` says the handler cannot tell whether the work happened
 (a connection lost mid-call), reported as ``effect-outcome-unknown`` so the
 flow's execution class decides (re-issue with the same key, or fail with
@@ -82,7 +85,9 @@ from ._limits import LimitError, ToolLimit, parse_tool_limits
 from ._threads import HandlerThreads
 
 __all__ = [
+    "MAX_ERROR_DETAILS_BYTES",
     "MAX_TRACEBACK_BYTES",
+    "DetailsError",
     "Handler",
     "HandlerError",
     "HandlerThreads",
@@ -222,17 +227,57 @@ class Result:
     usage: Usage | None = None
 
 
+MAX_ERROR_DETAILS_BYTES = 64 * 1024
+"""A ``HandlerError``'s details are JSON data of at most this many bytes."""
+
+
+class DetailsError(ValueError):
+    """A ``HandlerError`` was given details flowcore cannot keep (not JSON data, too big)."""
+
+
 class HandlerError(Exception):
-    """A failure a handler reports on purpose, with the type flows can catch."""
+    """A failure a handler reports on purpose, with the type flows can catch.
+
+    ``details``: JSON data the effect's error carries (``error.details`` to
+    the flow's expressions, e.g. ``${error.details.status}`` in a catch),
+    checked here: anything that is not flowcore data, or over
+    ``MAX_ERROR_DETAILS_BYTES`` as JSON, raises ``DetailsError`` naming
+    where. ``usage``: what the failed work still spent, charged to the run.
+    """
 
     def __init__(
-        self, type: str, message: str = "", retryable: bool = False, usage: Usage | None = None
+        self,
+        type: str,
+        message: str = "",
+        retryable: bool = False,
+        usage: Usage | None = None,
+        details: Any = None,
     ) -> None:
         super().__init__(message or type)
         self.type = type
         self.message = message
         self.retryable = retryable
         self.usage = usage  # what the failed work still spent: charged to the run
+        self.details = _error_details(type, details)
+
+
+def _error_details(type: str, details: Any) -> Any:
+    """``details`` as flowcore keeps them (a copy: the handler may change its own)."""
+    if details is None:
+        return None
+    try:
+        flowcore.check_data(details, "$", "details")
+        data = msgspec.json.encode(details)
+    except (flowcore.DataError, TypeError, ValueError) as exc:
+        raise DetailsError(
+            f"HandlerError {safe_text(type, 100)!r}: details cannot be stored: {safe_text(exc)}"
+        ) from None
+    if len(data) > MAX_ERROR_DETAILS_BYTES:
+        raise DetailsError(
+            f"HandlerError {safe_text(type, 100)!r}: details are {len(data):,} bytes as JSON;"
+            f" at most {MAX_ERROR_DETAILS_BYTES:,} are kept"
+        )
+    return msgspec.json.decode(data)
 
 
 class OutcomeUnknown(Exception):
@@ -445,11 +490,17 @@ def safe_text(value: Any, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 def _error_of(exc: BaseException) -> ErrorInfo:
     if isinstance(exc, HandlerError):
-        return ErrorInfo(
-            type=safe_text(exc.type, flowcore.MAX_NAME_CHARS) or "HandlerError",
-            message=safe_text(exc.message, MAX_MESSAGE_CHARS),
-            retryable=exc.retryable is True,
-        )
+        try:  # checked when it was made, but the attribute may have changed since
+            details = _error_details(exc.type, getattr(exc, "details", None))
+        except DetailsError as bad:
+            exc = bad
+        else:
+            return ErrorInfo(
+                type=safe_text(exc.type, flowcore.MAX_NAME_CHARS) or "HandlerError",
+                message=safe_text(exc.message, MAX_MESSAGE_CHARS),
+                retryable=exc.retryable is True,
+                details=details,
+            )
     return ErrorInfo(
         type=type(exc).__name__,
         message=safe_text(exc, MAX_MESSAGE_CHARS),

@@ -239,6 +239,7 @@ def _rebuild(
                 "idempotencyKey": "",
                 "signals": data.get("signals", []),
                 "scheduled": data.get("scheduled", []),
+                "idleIncarnations": data.get("idleIncarnations", 0),
             },
             ContinueAsNew,
         )
@@ -290,6 +291,9 @@ class Store:
         self._verified: set[str] = set()
         self._touched: set[str] = set()
         self._pending_applied: list[Applied] = []
+        # Incarnations to start in this transaction, while _continue_all runs
+        # (None when it does not): see _persist.
+        self._continues: list[tuple[str, _Cached, ContinueAsNew, int]] | None = None
         # Rows written by the events of one transaction, sent to SQLite in one
         # statement per table when it commits (see _flush): a group commit of
         # many events then costs a few statements, not a few per event.
@@ -1037,8 +1041,24 @@ class Store:
         if settled is not None:
             self._notify_parent(run_id, state, settled, now)
         if plan.continued is not None:
-            self._pending_applied.append(self._continue(run_id, entry, plan.continued, now))
+            self._continue_all((run_id, entry, plan.continued, now))
         return applied
+
+    def _continue_all(self, first: tuple[str, _Cached, ContinueAsNew, int]) -> None:
+        """Start the next incarnation, and each that one continues into at once.
+
+        A loop, not a recursion through ``_persist``: a run may continue at
+        once up to its ``limits.max_idle_incarnations`` times in a row.
+        """
+        if self._continues is not None:  # in the loop below: it starts this one next
+            self._continues.append(first)
+            return
+        self._continues = [first]
+        try:
+            while self._continues:
+                self._pending_applied.append(self._continue(*self._continues.pop(0)))
+        finally:
+            self._continues = None
 
     def _continue(self, run_id: str, entry: _Cached, effect: ContinueAsNew, now: int) -> Applied:
         """Start the run's next incarnation in the transaction that ended the last.

@@ -26,7 +26,8 @@ deduplicate. The arguments are checked against the tool's ``inputSchema``
 before anything is sent (``invalid-input``, naming the path). How a call
 ends maps onto flowcore events:
 
-- a result with ``isError`` fails the effect as ``tool-error``, its text the message;
+- a result with ``isError`` fails the effect as ``tool-error``, its text the message
+  and its ``structuredContent`` (when present) the error's ``details``;
 - any other result is the output: ``structuredContent`` when present, else
   the text of a lone text block, else the content blocks as JSON data;
 - a connection lost mid-call (the server crashed, or went away) or no answer
@@ -72,7 +73,7 @@ from mcp_types import (
 )
 
 from flowcore import CallTool
-from flowcore_handlers import HandlerError, OutcomeUnknown, RegistryError, safe_text
+from flowcore_handlers import DetailsError, HandlerError, OutcomeUnknown, RegistryError, safe_text
 
 __all__ = [
     "IDEMPOTENCY_KEY_META",
@@ -563,7 +564,13 @@ async def _call(spec: _ToolSpec, effect: CallTool) -> Any:
 def _output(spec: _ToolSpec, result: CallToolResult) -> Any:
     if result.is_error:
         text = "\n".join(b.text for b in result.content if isinstance(b, TextContent))
-        raise HandlerError("tool-error", text or f"MCP tool {spec.name!r} reported an error")
+        text = text or f"MCP tool {spec.name!r} reported an error"
+        # Its structuredContent, if any, is what the flow reads as error.details.
+        try:
+            error = HandlerError("tool-error", text, details=result.structured_content)
+        except DetailsError as exc:  # too big to keep: say so in the message
+            error = HandlerError("tool-error", f"{text} ({exc})")
+        raise error
     if result.structured_content is not None:
         return result.structured_content
     blocks = result.content

@@ -463,6 +463,13 @@ def test_model_failures_become_typed_handler_errors(
     assert mapped is not None and mapped.type == type_
 
 
+def test_a_model_error_carries_what_the_provider_said_as_details() -> None:
+    error = failed(pydantic_agent(raising(ModelHTTPError(429, "m", {"error": "slow"}))), effect())
+    assert (error.type, error.details) == ("model-error", {"model": "m", "status": 429})
+    error = failed(pydantic_agent(raising(ModelAPIError("m", "connection reset"))), effect())
+    assert error.details == {"model": "m"}
+
+
 def test_output_that_never_validates_is_model_behavior() -> None:
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"owner": 7})])
@@ -487,10 +494,11 @@ def test_a_tools_own_errors_pass_through() -> None:
 
     @agent.tool_plain
     def charge() -> str:
-        raise HandlerError("card-declined", "the card was declined")
+        raise HandlerError("card-declined", "the card was declined", details={"status": 402})
 
     error = failed(pydantic_agent(agent), effect())
     assert (error.type, error.message) == ("card-declined", "the card was declined")
+    assert error.details == {"status": 402}
     assert agent_error(ValueError("x")) is None
 
 

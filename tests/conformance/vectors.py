@@ -319,6 +319,12 @@ def plan_vector(path: Path) -> Plan:
                         let_go.add(key)
 
     emitted(decision.effects, -1, origin)
+    while (continued := flowcore.plan(decision).continued) is not None:  # at once, at start
+        decision = flowcore.continue_run(flow, continued, run_id, origin, state.run.depth)
+        state = decision.state
+        emitted(decision.effects, -1, origin)
+    waiting = waits(state)
+    pending = [waiting]
     turns: list[Turn] = []
     work: dict[str, list[Step]] = {}
     outcomes: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # subflow key -> its outcomes
@@ -399,8 +405,8 @@ def plan_vector(path: Path) -> Plan:
         decision = flowcore.advance(state, flowcore.event_from_wire(event))
         state = decision.state
         emitted(decision.effects, t, at)
-        continued = flowcore.plan(decision).continued
-        if continued is not None:  # the host starts the next incarnation at once
+        # The host starts the next incarnation at once (which may continue at once).
+        while (continued := flowcore.plan(decision).continued) is not None:
             decision = flowcore.continue_run(flow, continued, run_id, at, state.run.depth)
             state = decision.state
             emitted(decision.effects, t, at)
@@ -605,7 +611,10 @@ class Script:
                 return step.output
             return Result(step.output, msgspec.convert(step.usage, Usage))
         raise HandlerError(
-            error.get("type", "error"), error.get("message", ""), error.get("retryable", False)
+            error.get("type", "error"),
+            error.get("message", ""),
+            error.get("retryable", False),
+            details=error.get("details"),
         )
 
 

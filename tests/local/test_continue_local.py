@@ -280,3 +280,26 @@ def test_a_run_whose_early_incarnations_were_dropped_forks_from_its_current_one(
     assert source.status == forked.status == "completed"
     assert forked.output == source.output == list("abcdefgh")
     assert shown["incarnation"] == 8 and shown["forkedFrom"]["runId"] == "s-4"
+
+
+def test_a_run_that_continues_at_once_for_ever_is_refused_at_the_bound(tmp_path: Path) -> None:
+    """Each incarnation continues at once (no recursion per incarnation in the
+    store): the run fails continue-refused at limits.max_idle_incarnations."""
+    spec = "flow: spin\nsteps:\n  - {id: again, continue_as_new: {}}\n"
+
+    async def main() -> Any:
+        async with LocalHost(tmp_path / "spin.db") as host:
+            rid = await host.start(spec, None, "spin-1")
+            await asyncio.wait_for(host.work(until_settled=rid), 60)
+            return await host.run(rid), await host.records(rid)
+
+    row, records = asyncio.run(main())
+    assert row.status == "failed"
+    assert row.error["type"] == "continue-refused"
+    assert "the run has continued 1000 times in a row" in row.error["message"]
+    assert "limits.max_idle_incarnations is 1000" in row.error["message"]
+    started = [r.data for r in records if r.type == "run.started"]
+    assert [(s["incarnation"], s["idleIncarnations"]) for s in started] == [
+        (1000, 999),
+        (1001, 1000),
+    ]

@@ -214,3 +214,105 @@ output: "${steps.e.output}"
     for rid, spec in (("mine", parent), ("other", ONE_CALL)):
         records = run(db, lambda host, rid=rid: host.records(rid))
         assert flowcore.replay(records, flowcore.parse_flow(spec)).status == "completed"
+
+
+DECLINE = """
+flow: pay
+tools: {charge: {class: idempotent}, notify: {class: idempotent}}
+steps:
+  - id: pay
+    try:
+      - id: charge
+        call_tool: {tool: charge, input: {amount: "${input.amount}"}}
+        retry: {max_attempts: 2, initial_interval_ms: 0}
+    catch:
+      - errors: [card-declined]
+        steps:
+          - id: tell
+            call_tool:
+              tool: notify
+              input: {status: "${error.details.status}", code: "${error.details.decline.code}"}
+output: "${ {told: steps.tell.output, error: steps.charge.error} }"
+"""
+
+
+def test_a_handler_fails_with_details_the_catch_reads(tmp_path: Path) -> None:
+    """HandlerError(type, message, retryable, details): the retryable failure is
+    retried, the second is caught, and ``${error.details...}`` reads its details."""
+    from flowcore_handlers import HandlerError, Registry
+
+    calls: list[Any] = []
+
+    def charge(effect: flowcore.CallTool) -> Any:
+        calls.append(effect.idempotency_key)
+        if len(calls) == 1:
+            raise HandlerError("gateway-busy", "try later", retryable=True, details={"status": 503})
+        details = {"status": 402, "decline": {"code": "insufficient_funds"}}
+        details_given = dict(details)
+        error = HandlerError("card-declined", "card declined", details=details_given)
+        details_given["status"] = 0  # the error keeps the details as they were when raised
+        raise error
+
+    def notify(effect: flowcore.CallTool) -> Any:
+        return effect.input
+
+    registry = Registry(tools={"charge": charge, "notify": notify})
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(DECLINE, {"amount": 250}, "pay-1")
+        await asyncio.wait_for(host.work(until_settled=rid), 20)
+        return await host.run(rid), await host.records(rid)
+
+    row, records = run(tmp_path / "t.db", body, registry=registry)
+    assert row.status == "completed", row.error
+    assert calls == ["pay-1/charge#1", "pay-1/charge#2"]
+    attempts = row.output["error"].pop("attempts")
+    assert [(a["type"], a["details"]) for a in attempts] == [
+        ("gateway-busy", {"status": 503}),
+        ("card-declined", {"status": 402, "decline": {"code": "insufficient_funds"}}),
+    ]
+    assert row.output == {
+        "told": {"status": 402, "code": "insufficient_funds"},
+        "error": {
+            "type": "card-declined",
+            "message": "card declined",
+            "retryable": False,
+            "details": {"status": 402, "decline": {"code": "insufficient_funds"}},
+        },
+    }
+    failed = [r.data["error"] for r in records if r.data.get("kind") == "effect-failed"]
+    assert [(e["type"], e.get("retryable"), e["details"]["status"]) for e in failed] == [
+        ("gateway-busy", True, 503),
+        ("card-declined", None, 402),
+    ]
+
+
+def test_details_that_are_not_json_data_fail_the_effect_saying_where(tmp_path: Path) -> None:
+    from flowcore_handlers import MAX_ERROR_DETAILS_BYTES, DetailsError, HandlerError, Registry
+
+    def charge(effect: flowcore.CallTool) -> Any:
+        raise HandlerError("card-declined", "no", details={"when": {1, 2}})
+
+    registry = Registry(tools={"charge": charge})
+    spec = "flow: f\ntools: {charge: {}}\nsteps:\n  - {id: c, call_tool: {tool: charge}}\n"
+
+    async def body(host: LocalHost) -> Any:
+        rid = await host.start(spec, None, "bad-1")
+        await asyncio.wait_for(host.work(until_settled=rid), 20)
+        return await host.run(rid)
+
+    row = run(tmp_path / "t.db", body, registry=registry)
+    assert row.status == "failed"
+    assert row.error["type"] == "DetailsError"
+    assert row.error["message"] == (
+        "HandlerError 'card-declined': details cannot be stored: details at $.when: a set"
+        " is not JSON data (null, booleans, numbers, strings, lists and objects with string"
+        " keys)"
+    )
+    big = "x" * MAX_ERROR_DETAILS_BYTES
+    try:
+        HandlerError("t", details=big)
+    except DetailsError as exc:
+        assert "65,538 bytes as JSON; at most 65,536 are kept" in str(exc)
+    else:
+        raise AssertionError("details over the bound were kept")

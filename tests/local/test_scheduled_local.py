@@ -465,3 +465,48 @@ def test_an_interrupted_scheduled_call_is_tried_up_to_three_times(
     assert sum("crash running" in line for line in changes) == starts
     assert "crash uncertain" in changes[-1]
     assert ("(attempt 3)" in changes[-1]) == (starts == 3)
+
+
+def test_a_scheduled_call_with_bad_arguments_fails_alone_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The seed's rule: arguments that fail the tool's input schema fail that
+    call's run and nothing else."""
+    from flowcore_handlers import Registry
+
+    spec = """
+flow: bad-args
+tools:
+  send_reminder:
+    class: idempotent
+    input_schema: {type: object, required: [to], properties: {to: {type: string}}}
+  cleanup: {class: readonly}
+steps:
+  - id: nudge
+    schedule: {tool: send_reminder, input: {to: "${input.who}"}, delay_ms: 0}
+  - id: tidy
+    call_tool: {tool: cleanup}
+output: "${ {nudge: steps.nudge.output, tidy: steps.tidy.output} }"
+"""
+    sent: list[Any] = []
+    registry = Registry(
+        tools={
+            "send_reminder": lambda call: sent.append(call.input),
+            "cleanup": lambda call: "clean",
+        }
+    )
+
+    async def main() -> Any:
+        async with LocalHost(tmp_path / "runs.db", registry=registry) as host:
+            rid = await host.start(spec, {"who": 7}, "bad-1")
+            await asyncio.wait_for(host.work(until_settled=rid), 30)
+            return await host.run(rid), await host.scheduled(rid), await host.records(rid)
+
+    row, (call,), records = asyncio.run(main())
+    assert (row.status, row.output) == ("completed", {"nudge": "bad-1/nudge#1", "tidy": "clean"})
+    assert (call.id, call.status, call.attempts) == ("bad-1/nudge#1", "failed", 0)
+    assert call.error is not None and call.error.type == "invalid-input"
+    assert call.error.message == "input of tool 'send_reminder' at $.to: expected a string, got 7"
+    assert sent == []  # the tool was never called
+    changed = [r.data for r in records if r.type == "scheduled.changed"]
+    assert [(c["id"], c["status"]) for c in changed] == [("bad-1/nudge#1", "failed")]

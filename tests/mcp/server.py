@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 
 server = MCPServer("flowcore-test", log_level="WARNING")
 
@@ -47,6 +48,17 @@ def refuse(reason: str, ctx: Context) -> str:
     """Always fails, as a tool error (isError) carrying the reason."""
     _record("refuse", {"reason": reason}, ctx)
     raise ToolError(f"refused: {reason}")
+
+
+@server.tool()
+def decline(amount: int, ctx: Context) -> CallToolResult:
+    """Always fails, as a tool error whose structuredContent says why."""
+    _record("decline", {"amount": amount}, ctx)
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"declined: {amount} is over the limit")],
+        structured_content={"status": 402, "limit": 100, "asked": amount},
+        is_error=True,
+    )
 
 
 @server.tool()

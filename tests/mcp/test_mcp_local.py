@@ -51,6 +51,36 @@ def test_an_uncaught_tool_error_fails_the_run_with_its_type_and_text(tmp_path: P
     assert not row.error.get("retryable")
 
 
+def test_a_tool_error_with_structured_content_gives_the_flow_its_details(tmp_path: Path) -> None:
+    spec = """
+flow: decline
+tools: {files.decline: {}, files.note: {class: idempotent}}
+steps:
+  - id: pay
+    try:
+      - {id: charge, call_tool: {tool: files.decline, input: {amount: 250}}}
+    catch:
+      - errors: [tool-error]
+        steps:
+          - id: tell
+            call_tool:
+              tool: files.note
+              input: {text: "${error.details.status} over ${error.details.limit}"}
+output: "${ {note: steps.tell.output, error: steps.charge.error} }"
+"""
+    log = tmp_path / "calls.jsonl"
+    row = run_local(tmp_path, tools_module(tmp_path, log), spec, {}, "m-6")
+    assert row.status == "completed", row.error
+    assert row.output["note"] == {"result": "noted: 402 over 100"}
+    assert row.output["error"] == {
+        "type": "tool-error",
+        "message": "declined: 250 is over the limit",
+        "retryable": False,
+        "details": {"status": 402, "limit": 100, "asked": 250},
+    }
+    assert [c["tool"] for c in calls(log)] == ["decline", "note"]
+
+
 def test_a_crash_mid_call_of_an_idempotent_tool_is_reissued_with_its_key(tmp_path: Path) -> None:
     log = tmp_path / "calls.jsonl"
     marker = tmp_path / "crashed"

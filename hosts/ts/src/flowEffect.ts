@@ -210,6 +210,9 @@ export interface ContinueAsNew {
   readonly report?: readonly ReportEntry[];
   /** The run's metadata fields, which the next incarnation keeps. */
   readonly metadata?: { readonly [field: string]: string | number | boolean };
+  /** Present when the ending incarnation waited for nothing: such incarnations
+   * in a row so far (bounded by the flow's `limits.max_idle_incarnations`). */
+  readonly idleIncarnations?: number;
 }
 
 /** One unit of work the host performs and reports back. Data, not a callback. */
