@@ -395,7 +395,15 @@ class _Walk:
             return f"team {body.team!r} is not declared: its usage is unknown"
         agents = ", ".join(repr(m.agent) for m in team.members)
         members = _plural(len(team.members), "member")
-        return f"{members} ({agents}): per member 1 step + its agent's max_usage"
+        unknown = [
+            repr(m.agent)
+            for m in team.members
+            if self.what(m.agent, agent=True) != "max_usage"  # no max_usage declared
+        ]
+        each = "its agent's max_usage"
+        if unknown:
+            each += f" ({', '.join(unknown)}: no max_usage, usage unknown)"
+        return f"{members} ({agents}): per member 1 step + {each}"
 
     def safe(self, tool: str) -> bool:
         decl = self.flow.tools.get(tool)

@@ -501,6 +501,19 @@ def test_each_row_says_why_it_counts_what_it_counts() -> None:
     assert why["wait"] == "costs nothing (no work effect)"
     rows = {r.id: r.spend for r in b.breakdown}
     assert (rows["fetch"].steps, rows["safe"].steps, rows["ask"].steps) == (6, 3, 4)
+    team = parse_flow(
+        HEAD
+        + """teams:
+  r: {mode: sequential, members: [{member: a, agent: bot}, {member: b, agent: ghost}]}
+steps:
+  - {id: review, run_team: {team: r, prompt: p}, retry: {max_attempts: 2}}
+"""
+    )
+    [row] = budget_bound(team).breakdown
+    assert row.why == (
+        "2 members ('bot', 'ghost'): per member 1 step + its agent's max_usage"
+        " ('ghost': no max_usage, usage unknown), in each of 2 attempts (retry)"
+    )
 
 
 # --- every example flow -------------------------------------------------------------------------
