@@ -60,8 +60,10 @@ from ._query import (
     ScheduledCall,
     SignalWait,
     Timer,
+    UsageFigures,
     Waits,
     scheduled_calls,
+    usage_figures,
     waiting_for,
 )
 from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
@@ -193,6 +195,7 @@ __all__ = [
     "Upgrade",
     "UpgradeRefused",
     "Usage",
+    "UsageFigures",
     "Waits",
     "WireError",
     "advance",
@@ -231,5 +234,6 @@ __all__ = [
     "upgrade",
     "start",
     "continue_run",
+    "usage_figures",
     "waiting_for",
 ]

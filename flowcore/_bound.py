@@ -147,13 +147,16 @@ class Unbounded:
 @attrs.frozen
 class StepBound:
     """One step's own worst case, per time it runs: everything inside it, its
-    retries and its compensation. ``level``: how deep it is nested."""
+    retries and its compensation. ``level``: how deep it is nested. ``why``:
+    what the row counts, in words (``6 issues: 3 attempts + re-issues after an
+    unknown outcome (3+2+1); per issue 1 step, 1 tool call + max_usage``)."""
 
     id: str
     path: str
     kind: str
     level: int
     spend: Spend
+    why: str = ""
 
 
 @attrs.frozen
@@ -238,6 +241,7 @@ class _Walk:
         self.reasons: list[Unbounded] = []
         self.rows: list[StepBound] = []
         self.scheduled: list[tuple[Step, Spend]] = []  # schedule steps, what a call costs
+        self.said = ""  # what the step whose body was just walked counts (StepBound.why)
 
     def why(self, spend: Spend, construct: str, path: str, why: str) -> None:
         """Note ``why`` for each limit ``spend`` leaves open."""
@@ -256,10 +260,18 @@ class _Walk:
         if self.record:
             self.rows.append(StepBound(step.id, step.path, step.kind, level, ZERO))
         spend = self.body(step, level, comp)
+        why = self.said
         if comp and step.compensate:
             spend = spend + self.steps(step.compensate, level + 1, comp)
+            why += "; + compensate"
         if self.record:
-            self.rows[row] = attrs.evolve(self.rows[row], spend=spend)
+            self.rows[row] = attrs.evolve(self.rows[row], spend=spend, why=why)
+        return spend
+
+    def say(self, spend: Spend, why: str) -> Spend:
+        """``spend``, noting ``why`` for the step being walked (its nested steps
+        were walked before: this is the last word)."""
+        self.said = why
         return spend
 
     def body(self, step: Step, level: int, comp: bool) -> Spend:
@@ -267,49 +279,83 @@ class _Walk:
         here = f"{step.path}.{step.kind}"
         attempts = step.retry.max_attempts if step.retry else 1
         inner = level + 1
+        times = "" if attempts == 1 else f", in each of {attempts} attempts (retry)"
         if isinstance(body, CallToolStep):
-            return self.call(body.tool, step, here).times(_issues(step, self.safe(body.tool)))
+            safe = self.safe(body.tool)
+            each = self.call(body.tool, step, here)
+            why = (
+                f"{_issues_why(step, safe)}; per issue 1 step, 1 tool call + {self.what(body.tool)}"
+            )
+            return self.say(each.times(_issues(step, safe)), why)
         if isinstance(body, RunAgentStep):
-            return self.agent(body.agent, here).times(attempts)
+            each = self.agent(body.agent, here)
+            why = f"{_issues_why(step, False)}; per issue 1 step + "
+            return self.say(each.times(attempts), why + self.what(body.agent, agent=True))
         if isinstance(body, RunTeamStep):
-            return self.team(body, here).times(attempts)
+            each = self.team(body, here)
+            return self.say(each.times(attempts), self.team_why(body) + times)
         if isinstance(body, RunSubflowStep):
             return self.subflow(step, body, here)
         if isinstance(body, SignalRunStep):
-            return Spend(steps=_issues(step, True))
+            return self.say(
+                Spend(steps=_issues(step, True)), f"{_issues_why(step, True)}; 1 step per issue"
+            )
         if isinstance(body, ScheduleStep):
             from .constructs.schedule import ATTEMPTS
 
-            issues = ATTEMPTS if self.safe(body.tool) else 1
+            safe = self.safe(body.tool)
+            issues = ATTEMPTS if safe else 1
             call = self.call(body.tool, step, here).times(issues)
             self.scheduled.append((step, call))
-            return call
+            why = "its call when the delay fires: " + (
+                f"{issues} issues (a {self.flow.tools[body.tool].exec_class} tool is re-issued"
+                " after an unknown outcome)"
+                if safe
+                else "1 issue"
+            )
+            return self.say(call, f"{why}; per issue 1 step, 1 tool call + {self.what(body.tool)}")
         if isinstance(body, SwitchStep):
             most = ZERO
             for case in body.cases:
                 most = most.most(self.steps(case.steps, inner, comp))
-            return most.times(attempts)
+            return self.say(most.times(attempts), f"its costliest case{times}")
         if isinstance(body, ParallelStep):
             total = ZERO
             for branch in body.branches.values():
                 total = total + self.steps(branch, inner, comp)
-            return total.times(attempts)
+            n = len(body.branches)
+            why = f"its {_plural(n, 'branch')} added (all may run, whatever the mode){times}"
+            return self.say(total.times(attempts), why)
         if isinstance(body, ForEachStep):
             why = f"for_each {step.id!r} declares no max_items"
             each = self.steps(body.steps, inner, comp)
-            return self.loop(each, body.max_items, here, why).times(attempts)
+            said = (
+                "its body, any number of times (no max_items)"
+                if body.max_items is None
+                else f"its body, max_items {body.max_items} times"
+            )
+            spend = self.loop(each, body.max_items, here, why).times(attempts)
+            return self.say(spend, said + times)
         if isinstance(body, RepeatStep):
             why = f"repeat {step.id!r} has no max_fires"
             fire = self.steps(body.steps, inner, comp)
-            return self.loop(fire, body.max_fires, here, why).times(attempts)
+            said = (
+                "its body, any number of times (no max_fires)"
+                if body.max_fires is None
+                else f"its body, max_fires {body.max_fires} times"
+            )
+            spend = self.loop(fire, body.max_fires, here, why).times(attempts)
+            return self.say(spend, said + times)
         if isinstance(body, TryStep):
             protected = self.steps(body.steps, inner, comp)
             handlers = ZERO
             for clause in body.catch:
                 handlers = handlers.most(self.steps(clause.steps, inner, comp))
-            return (protected + handlers).times(attempts)
+            why = "its body + its costliest catch clause"
+            return self.say((protected + handlers).times(attempts), why + times)
         if isinstance(body, ContinueAsNewStep):
-            return ZERO  # the run's total is left open by budget_bound
+            # the run's total is left open by budget_bound
+            return self.say(ZERO, "nothing here: the next incarnation spends afresh")
         assert isinstance(
             body,
             (
@@ -321,7 +367,7 @@ class _Walk:
                 SetMetadataStep,
             ),
         ), body
-        return ZERO
+        return self.say(ZERO, "costs nothing (no work effect)")
 
     def loop(self, each: Spend, count: int | None, here: str, why: str) -> Spend:
         """A loop's body ``count`` times; with no count, open where the body spends
@@ -331,6 +377,33 @@ class _Walk:
         out = Spend(*(None if v != 0 else 0 for v in each._all()))
         self.why(out, here.rsplit(".", 1)[1], here, why)
         return out
+
+    def what(self, name: str, agent: bool = False) -> str:
+        """What one call reports, for ``why``: the declared maximum, or why it is unknown."""
+        decls = self.flow.agents if agent else self.flow.tools
+        decl = decls.get(name)
+        usage = decl.max_usage if decl is not None else None
+        if usage is None:
+            if agent:
+                return "no max_usage (usage unknown)"
+            return "no max_usage (cost unknown)"
+        return "max_usage"
+
+    def team_why(self, body: RunTeamStep) -> str:
+        team = self.flow.teams.get(body.team)
+        if team is None:
+            return f"team {body.team!r} is not declared: its usage is unknown"
+        agents = ", ".join(repr(m.agent) for m in team.members)
+        members = _plural(len(team.members), "member")
+        unknown = [
+            repr(m.agent)
+            for m in team.members
+            if self.what(m.agent, agent=True) != "max_usage"  # no max_usage declared
+        ]
+        each = "its agent's max_usage"
+        if unknown:
+            each += f" ({', '.join(unknown)}: no max_usage, usage unknown)"
+        return f"{members} ({agents}): per member 1 step + {each}"
 
     def safe(self, tool: str) -> bool:
         decl = self.flow.tools.get(tool)
@@ -372,24 +445,30 @@ class _Walk:
 
     def subflow(self, step: Step, body: RunSubflowStep, here: str) -> Spend:
         issues = Spend(steps=_issues(step, True))
+        counted = _issues_why(step, True)
         if body.detached:
-            return issues  # a root run of its own: its usage never comes back
+            # a root run of its own: its usage never comes back
+            return self.say(issues, f"{counted}; 1 step per issue (detached: no usage comes back)")
         depth = self.depth + 1
         if depth > self.flow.limits.max_subflow_depth:
-            return ZERO  # fails depth-exceeded at once: nothing issued
+            # fails depth-exceeded at once: nothing issued
+            return self.say(ZERO, f"nothing: depth {depth} is beyond max_subflow_depth")
         attempts = step.retry.max_attempts if step.retry else 1
         child = self.subflows.get(body.flow)
         if child is None:
             why = f"run_subflow {step.id!r}: flow {body.flow!r} not given"
             self.why(NONE, "run_subflow", here, why)
-            return NONE
+            return self.say(NONE, f"{counted}; flow {body.flow!r} not given: unknown")
         spend, reasons = self.memo.child(child, depth, self.subflows)
         for reason in reasons:
             why = reason.why
             if not why.startswith("in flow "):  # the deepest flow where it happens
                 why = f"in flow {body.flow!r} at depth {depth}, {reason.path}: {why}"
             self.reasons.append(Unbounded(reason.limit, reason.construct, here, why))
-        return issues + spend.times(attempts)
+        why = f"{counted}; 1 step per issue + flow {body.flow!r}'s worst case at depth {depth}" + (
+            "" if attempts == 1 else f" in each of {attempts} attempts"
+        )
+        return self.say(issues + spend.times(attempts), why)
 
 
 def _issues(step: Step, reissue: bool) -> int:
@@ -403,6 +482,31 @@ def _issues(step: Step, reissue: bool) -> int:
         return DEFAULT_UNKNOWN_REISSUES
     n = step.retry.max_attempts
     return n * (n + 1) // 2
+
+
+def _issues_why(step: Step, reissue: bool) -> str:
+    """How ``_issues`` counts, in words: ``6 issues: 3 attempts + re-issues after
+    an unknown outcome (3+2+1)``."""
+    n = step.retry.max_attempts if step.retry else 1
+    if not reissue:
+        return f"{_plural(n, 'issue')}{_attempts(n)}"
+    if step.retry is None:
+        from ._transitions import DEFAULT_UNKNOWN_REISSUES
+
+        k = DEFAULT_UNKNOWN_REISSUES
+        return f"{_plural(k, 'issue')}: 1 + {k - 1} re-issues after an unknown outcome"
+    each = "+".join(str(k) for k in range(n, 0, -1))
+    return (
+        f"{_issues(step, True)} issues: {n} attempts + re-issues after an unknown outcome ({each})"
+    )
+
+
+def _attempts(n: int) -> str:
+    return "" if n == 1 else f": {n} attempts (retry)"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('ch') else 's'}"
 
 
 def _usage(usage: MaxUsage) -> Spend:

@@ -46,9 +46,11 @@ __all__ = [
     "ScheduledCall",
     "SignalWait",
     "Timer",
+    "UsageFigures",
     "Waits",
     "scheduled_calls",
     "scheduled_status",
+    "usage_figures",
     "waiting_for",
 ]
 
@@ -177,6 +179,9 @@ class Waits(_View, frozen=True):
     used_tokens: int = 0
     used_tool_calls: int = 0
     used_turns: int = 0
+    used_input_tokens: int = 0  # the split of used_tokens, where agents reported it
+    used_output_tokens: int = 0
+    used_cache_read_tokens: int = 0
     metadata: dict[str, Any] = {}  # the run's metadata fields now (language.md §2 metadata)
 
     def usage(self) -> Usage:
@@ -187,7 +192,65 @@ class Waits(_View, frozen=True):
             tokens=self.used_tokens,
             tool_calls=self.used_tool_calls,
             turns=self.used_turns,
+            input_tokens=self.used_input_tokens,
+            output_tokens=self.used_output_tokens,
+            cache_read_tokens=self.used_cache_read_tokens,
         )
+
+
+class UsageFigures(_View, frozen=True, kw_only=True):
+    """A run's usage as its ledger counts it (specs/language.md §11.2), and what
+    is left of each limit (None: unlimited).
+
+    The ledger charges one step per issue of a work effect and one tool call
+    per issue of a ``call-tool``, plus every usage reported: on success, on
+    failure (an agent cut off by its limits spent what it reports), on a
+    child run's settlement, late results included. ``tokens_used`` is the
+    total; ``input_tokens_used`` (cache reads included), ``output_tokens_used``
+    and ``cache_read_tokens_used`` split the part of it whose agents reported
+    the split. Every surface that shows a run's figures (``flowcore show``,
+    ``flowcore replay``, the HTTP API and its web view) takes them from
+    ``usage_figures``; encoded (``msgspec.to_builtins``) its keys are
+    camelCase (``stepsUsed``, ``tokensLeft``, ``cacheReadTokensUsed``, ...).
+    """
+
+    steps_used: int = 0
+    steps_left: int | None = None
+    cost_used: int = 0
+    cost_left: int | None = None
+    tokens_used: int = 0
+    tokens_left: int | None = None
+    input_tokens_used: int = 0
+    output_tokens_used: int = 0
+    cache_read_tokens_used: int = 0
+    tool_calls_used: int = 0
+    tool_calls_left: int | None = None
+    turns_used: int = 0
+    turns_left: int | None = None
+
+
+def usage_figures(state: State) -> UsageFigures:
+    """The figures of ``state``'s ledger: the one computation of a run's usage."""
+    led = state.ledger
+    return UsageFigures(
+        steps_used=led.used_steps,
+        steps_left=_left(led.steps, led.used_steps),
+        cost_used=led.used_cost,
+        cost_left=_left(led.cost, led.used_cost),
+        tokens_used=led.used_tokens,
+        tokens_left=_left(led.tokens, led.used_tokens),
+        input_tokens_used=led.used_input_tokens,
+        output_tokens_used=led.used_output_tokens,
+        cache_read_tokens_used=led.used_cache_read_tokens,
+        tool_calls_used=led.used_tool_calls,
+        tool_calls_left=_left(led.tool_calls, led.used_tool_calls),
+        turns_used=led.used_turns,
+        turns_left=_left(led.turns, led.used_turns),
+    )
+
+
+def _left(limit: int | None, used: int) -> int | None:
+    return None if limit is None else max(0, limit - used)
 
 
 _ROLE = {
@@ -304,6 +367,9 @@ def waiting_for(state: State) -> Waits:
         used_tool_calls=led.used_tool_calls,
         used_turns=led.used_turns,
         metadata=dict(state.metadata or {}),
+        used_input_tokens=led.used_input_tokens,
+        used_output_tokens=led.used_output_tokens,
+        used_cache_read_tokens=led.used_cache_read_tokens,
     )
 
 

@@ -94,12 +94,14 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     flow replayed against: they differ when a log is replayed against a newer
     spec, which is allowed (``spec_matches`` is then false).
 
-    ``usage`` sums the usage hosts reported; ``usage_by_member`` splits the
-    part reported for team members' run-agent effects by member name;
-    ``usage_delegated`` is the part child runs reported (``subflow-settled``);
-    ``steps_used`` and ``cost_used`` are the run's ledger (every work effect
-    costs one step on top of reported usage). ``state`` is the state after the
-    last record replayed (before a divergence), None if ``start`` itself failed.
+    ``usage`` sums the usage hosts reported (on success and on failure, as the
+    ledger charges it); ``usage_by_member`` splits the part reported for team
+    members' run-agent effects by member name; ``usage_delegated`` is the part
+    child runs reported (``subflow-settled``); ``steps_used`` and ``cost_used``
+    are the run's ledger (every work effect costs one step on top of reported
+    usage), whose every figure is ``flowcore.usage_figures(state)``. ``state``
+    is the state after the last record replayed (before a divergence), None if
+    ``start`` itself failed.
     ``forked_from``: what the ``run.started`` of a fork's log records
     (``flowcore.fork``), else None.
     """

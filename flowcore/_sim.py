@@ -146,13 +146,15 @@ class Ok:
 
 @attrs.frozen
 class Fail:
-    """Answer with ``effect-failed``."""
+    """Answer with ``effect-failed``; ``usage``: what the work spent before it
+    failed (an agent cut off by its limits), charged to the run's ledger."""
 
     type: str = "error"
     message: str = ""
     retryable: bool = False
     delay_ms: int | None = attrs.field(default=None, kw_only=True)
     details: Any = attrs.field(default=None, kw_only=True)
+    usage: Usage | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -921,7 +923,7 @@ class _Simulation:
         self.entries.append(Entry(event.at_ms, slot.run_id, "event", event=event))
         decision = Decision(turn.state, turn.effects)
         self.log.extend(slot.recorder.applied(event, decision))
-        if isinstance(event, EffectSucceeded):
+        if isinstance(event, (EffectSucceeded, EffectFailed)):
             self.charge_agent(event)
         self.execute(slot, decision)
 
@@ -1057,7 +1059,7 @@ class _Simulation:
                 retryable=response.retryable,
                 details=_copy(response.details, f"the details for {key}"),
             )
-            event = EffectFailed(idempotency_key=key, error=error, at_ms=at)
+            event = EffectFailed(idempotency_key=key, error=error, usage=response.usage, at_ms=at)
         else:
             event = EffectOutcomeUnknown(idempotency_key=key, at_ms=at)
         self.deliver_later(run_id, event, fault)
@@ -1268,7 +1270,7 @@ class _Simulation:
             line[1] += steps
             line[2] += cost
 
-    def charge_agent(self, event: EffectSucceeded) -> None:
+    def charge_agent(self, event: EffectSucceeded | EffectFailed) -> None:
         effect = self.agent_effects.get(event.idempotency_key)
         if effect is not None and event.usage is not None:
             self.charge_line(effect, 0, event.usage.steps, event.usage.cost_minor_units)

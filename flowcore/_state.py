@@ -389,6 +389,11 @@ class Ledger(_S, frozen=True, gc=False, array_like=True):
     used_tokens: int = 0
     used_tool_calls: int = 0
     used_turns: int = 0
+    # The split of used_tokens where agents report it (``Usage``): counted
+    # beside the total, never limited. Also at the end, for older snapshots.
+    used_input_tokens: int = 0
+    used_output_tokens: int = 0
+    used_cache_read_tokens: int = 0
 
     def remaining(self, started_ms: int, now_ms: int) -> BudgetRemaining:
         """What is left at ``now_ms`` of a run started at ``started_ms``."""

@@ -253,6 +253,9 @@ class Trajectory:
                     row.status = "failed"
                     row.error = event.error
                     row.ended_at = at
+                    if event.usage is not None:  # spent before it failed: charged too
+                        row.usage = event.usage
+                        self.count_usage(row, event.usage)
             case EffectOutcomeUnknown():
                 row = self.row(event.idempotency_key, late)
                 if row is not None and not late:

@@ -341,6 +341,9 @@ class Txn:
             used_tokens=led.used_tokens + usage.tokens,
             used_tool_calls=led.used_tool_calls + usage.tool_calls,
             used_turns=led.used_turns + usage.turns,
+            used_input_tokens=led.used_input_tokens + usage.input_tokens,
+            used_output_tokens=led.used_output_tokens + usage.output_tokens,
+            used_cache_read_tokens=led.used_cache_read_tokens + usage.cache_read_tokens,
         )
         self.ledger = led
         over = led.over()

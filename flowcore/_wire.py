@@ -18,7 +18,7 @@ This module must never do I/O.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, TypeAlias, assert_never
+from typing import Annotated, Any, Final, Literal, TypeAlias, assert_never
 
 import msgspec
 
@@ -107,13 +107,23 @@ class BudgetRemaining(_Value, frozen=True, kw_only=True):
 class Usage(_Value, frozen=True, kw_only=True):
     """Usage reported by a host for one piece of work: steps and cost beyond the
     step the work itself costs, and what an agent spent inside (tokens, its own
-    tool calls, its model turns)."""
+    tool calls, its model turns).
+
+    ``tokens`` is the total the ledger limits (input + output). Where the agent
+    reports them, ``input_tokens`` (cache reads included), ``output_tokens``
+    and ``cache_read_tokens`` (the part of the input read from the provider's
+    prompt cache) split it; they are counted beside the total, never instead
+    of it, and 0 when not reported.
+    """
 
     steps: NonNegInt = 0
     cost_minor_units: NonNegInt = 0
     tokens: NonNegInt = 0
     tool_calls: NonNegInt = 0
     turns: NonNegInt = 0
+    input_tokens: NonNegInt = 0
+    output_tokens: NonNegInt = 0
+    cache_read_tokens: NonNegInt = 0
 
 
 class ErrorInfo(_Value, frozen=True, kw_only=True):
@@ -528,8 +538,13 @@ def _check_usage(usage: Any) -> None:
             " (build the event with flowcore.event_from_wire to pass a wire dict)",
             "invalid event",
         )
-    _check_count(usage.steps, "$.usage.steps")
-    _check_count(usage.cost_minor_units, "$.usage.costMinorUnits")
+    for field, name in _USAGE_FIELDS:
+        _check_count(getattr(usage, field), f"$.usage.{name}")
+
+
+_USAGE_FIELDS: Final = tuple(
+    (f, n) for f, n in zip(Usage.__struct_fields__, Usage.__struct_encode_fields__, strict=True)
+)
 
 
 def _check_error(error: object, path: str) -> None:
@@ -609,13 +624,11 @@ def _plain_usage(usage: object) -> bool:
         return True
     if type(usage) is not Usage:
         return False
-    steps, cost = usage.steps, usage.cost_minor_units
-    return (
-        type(steps) is int
-        and 0 <= steps <= _MAX_COUNT
-        and type(cost) is int
-        and 0 <= cost <= _MAX_COUNT
-    )
+    for field in Usage.__struct_fields__:
+        value = getattr(usage, field)
+        if type(value) is not int or not 0 <= value <= _MAX_COUNT:
+            return False
+    return True
 
 
 def _short_names(event: Event) -> bool:
@@ -657,6 +670,7 @@ def _check_fields(event: object) -> Event:
         case EffectFailed():
             check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
             _check_error(event.error, "$.error")
+            _check_usage(event.usage)
         case EffectOutcomeUnknown() | TimerFired():
             check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
         case HumanAnswered():

@@ -71,6 +71,8 @@ EXPECTED = {
     "Timer",
     "Waits",
     "waiting_for",
+    "UsageFigures",
+    "usage_figures",
     "KeyInfo",
     "KeyRole",
     "parse_key",

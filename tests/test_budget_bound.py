@@ -460,6 +460,62 @@ def test_more_items_than_max_items_fail_the_step_before_anything_is_issued() -> 
     assert "max 2 items" in to_mermaid(build_graph(parse_flow(MAX_ITEMS)))
 
 
+def test_each_row_says_why_it_counts_what_it_counts() -> None:
+    b = bound(
+        """
+  - id: fetch
+    call_tool: {tool: ro}
+    retry: {max_attempts: 3}
+  - {id: once, call_tool: {tool: t}}
+  - {id: safe, call_tool: {tool: ro}}
+  - {id: ask, run_agent: {agent: bot, prompt: p}, retry: {max_attempts: 2}}
+  - {id: guess, run_agent: {agent: nobody, prompt: p}}
+  - id: each
+    for_each: {items: "${input.xs}", max_items: 4, steps: [{id: inner, call_tool: {tool: t}}]}
+  - id: both
+    parallel: {branches: {a: [{id: pa, call_tool: {tool: t}}], b: [{id: pb, call_tool: {tool: t}}]}}
+  - id: guarded
+    try: [{id: risky, call_tool: {tool: t}}]
+    catch: [{errors: [boom], steps: [{id: fallback, call_tool: {tool: t}}]}]
+  - id: pay
+    call_tool: {tool: paid}
+    compensate: [{id: undo, call_tool: {tool: t}}]
+  - {id: later, schedule: {tool: ro, delay_ms: 10}}
+  - {id: wait, sleep: {for_ms: 5}}
+"""
+    )
+    why = {r.id: r.why for r in b.breakdown}
+    assert why["fetch"] == (
+        "6 issues: 3 attempts + re-issues after an unknown outcome (3+2+1);"
+        " per issue 1 step, 1 tool call + max_usage"
+    )
+    assert why["once"] == "1 issue; per issue 1 step, 1 tool call + max_usage"
+    assert why["safe"].startswith("3 issues: 1 + 2 re-issues after an unknown outcome;")
+    assert why["ask"] == "2 issues: 2 attempts (retry); per issue 1 step + max_usage"
+    assert why["guess"] == "1 issue; per issue 1 step + no max_usage (usage unknown)"
+    assert why["each"] == "its body, max_items 4 times"
+    assert why["both"] == "its 2 branches added (all may run, whatever the mode)"
+    assert why["guarded"] == "its body + its costliest catch clause"
+    assert why["pay"].endswith("; + compensate")
+    assert why["later"].startswith("its call when the delay fires: 3 issues")
+    assert why["wait"] == "costs nothing (no work effect)"
+    rows = {r.id: r.spend for r in b.breakdown}
+    assert (rows["fetch"].steps, rows["safe"].steps, rows["ask"].steps) == (6, 3, 4)
+    team = parse_flow(
+        HEAD
+        + """teams:
+  r: {mode: sequential, members: [{member: a, agent: bot}, {member: b, agent: ghost}]}
+steps:
+  - {id: review, run_team: {team: r, prompt: p}, retry: {max_attempts: 2}}
+"""
+    )
+    [row] = budget_bound(team).breakdown
+    assert row.why == (
+        "2 members ('bot', 'ghost'): per member 1 step + its agent's max_usage"
+        " ('ghost': no max_usage, usage unknown), in each of 2 attempts (retry)"
+    )
+
+
 # --- every example flow -------------------------------------------------------------------------
 
 
@@ -470,6 +526,11 @@ def test_every_example_flow_gets_a_bound_or_its_reasons(path: Path) -> None:
     examples = {f.id: f for f in parsed}
     b = budget_bound(flow, subflows=examples)
     assert len(b.breakdown) == len(flow.by_id)
+    assert all(r.why for r in b.breakdown)
+    # Every example declares the usage of its tools and agents: its run is bounded,
+    # and its declared budget covers the worst case.
+    assert b.bounded, b.unbounded
+    assert b.below(flow.budget) == ()
     for limit in ("steps", "cost", "tool_calls"):
         value = b.spend.get(limit)
         named = [u for u in b.unbounded if u.limit == limit]

@@ -73,11 +73,18 @@ def test_budget_prints_each_steps_worst_case_and_the_totals(tmp_path: Path) -> N
             (line.split("│")[1].strip(), line) for line in proc.stdout.splitlines() if "│" in line
         )
     }
-    assert cells["order"] == ["order", "call_tool", "steps[0]", "3", "0", "3"]
-    assert cells["refund"] == ["refund", "call_tool", "steps[2].for_each.steps[0]", "3", "90", "3"]
-    assert cells["per_line"][3:] == ["9", "270", "9"]
-    assert cells["run"][3:] == ["15", "310", "15"]
-    assert cells["budget"][3:] == ["20", "500", "unlimited"]
+    assert cells["order"][:6] == ["order", "call_tool", "steps[0]", "3", "0", "3"]
+    assert cells["refund"][:6] == [
+        "refund",
+        "call_tool",
+        "steps[2].for_each.steps[0]",
+        "3",
+        "90",
+        "3",
+    ]
+    assert cells["per_line"][3:6] == ["9", "270", "9"]
+    assert cells["run"][3:6] == ["15", "310", "15"]
+    assert cells["budget"][3:6] == ["20", "500", "unlimited"]
     assert proc.stdout.rstrip().endswith("bounded: the budget covers the worst case")
 
 
@@ -155,6 +162,54 @@ def test_budget_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     assert f"flow 'child' is also given by {one}" in proc.stderr
 
 
+SAFE_RETRIED = """
+flow: retried
+tools:
+  orders.get: {class: readonly, max_usage: {}}
+  slack.post: {max_usage: {cost_minor_units: 2}}
+steps:
+  - id: fetch
+    call_tool: {tool: orders.get, input: {id: 1}}
+    retry: {max_attempts: 3}
+  - id: tell
+    call_tool: {tool: slack.post, input: {text: hi}}
+    retry: {max_attempts: 2}
+"""
+
+
+def test_budget_says_why_each_row_counts_what_it_counts(tmp_path: Path) -> None:
+    spec = write(tmp_path, "retried.yaml", SAFE_RETRIED)
+    doc = json.loads(fc("budget", "--json", spec).stdout)
+    fetch, tell = doc["steps"]
+    # A safe call with retry 3: each attempt may be re-issued after an unknown outcome.
+    assert (fetch["steps"], fetch["toolCalls"]) == (6, 6)
+    assert fetch["why"] == (
+        "6 issues: 3 attempts + re-issues after an unknown outcome (3+2+1);"
+        " per issue 1 step, 1 tool call + max_usage"
+    )
+    # An uncertain one is never re-issued: one issue per attempt.
+    assert (tell["steps"], tell["costMinorUnits"]) == (2, 4)
+    assert tell["why"] == "2 issues: 2 attempts (retry); per issue 1 step, 1 tool call + max_usage"
+    text = fc("budget", spec)
+    assert text.returncode == 0, text.stdout + text.stderr
+    header = next(line for line in text.stdout.splitlines() if "tool calls" in line)
+    assert header.split("┃")[-2].strip() == "why"
+    [row] = [line for line in text.stdout.splitlines() if line.startswith("│ fetch ")]
+    assert "│ 6 issues: 3 attempts + re-issues" in row
+
+
+def test_budget_on_every_shipped_example_is_bounded_and_covered() -> None:
+    examples = REPO / "specs" / "examples"
+    specs = sorted(examples.glob("*.yaml"))
+    assert len(specs) >= 6
+    for spec in specs:
+        proc = fc("budget", spec, "--subflows", examples)
+        assert proc.returncode == 0, (spec.name, proc.stdout, proc.stderr)
+        assert "bounded: the budget covers the worst case" in proc.stdout, spec.name
+        header = next(line for line in proc.stdout.splitlines() if "tool calls" in line)
+        assert header.split("┃")[-2].strip() == "why", spec.name
+
+
 def test_validate_warns_when_a_declared_limit_is_below_the_worst_case(tmp_path: Path) -> None:
     tight = write(tmp_path, "tight.yaml", REFUND.replace("steps: 20,", "steps: 10,"))
     proc = fc("validate", tight, REPO / "specs" / "examples" / "triage.yaml")
@@ -163,7 +218,7 @@ def test_validate_warns_when_a_declared_limit_is_below_the_worst_case(tmp_path: 
         f"{tight}: warning: budget.steps 10 is below the worst case 15: "
         "a run may be stopped budget-exhausted"
     ) in proc.stdout.splitlines()
-    assert "triage.yaml: warning" not in proc.stdout  # its bound is open: no warning
+    assert "triage.yaml: warning" not in proc.stdout  # its budget covers its worst case
     doc = json.loads(fc("validate", "--json", tight).stdout)
     (warning,) = doc["files"][0]["warnings"]
     assert (warning["limit"], warning["declared"], warning["worst"]) == ("steps", 10, 15)

@@ -3,8 +3,9 @@
 Everything here is exact integer arithmetic: a price is in minor units per
 million tokens, and a cost is rounded up to the next minor unit, so that a
 run is never charged less than it spent. ``usage_of`` is the only place that
-turns a ``RunUsage`` into a ``flowcore.Usage``: when the ledger learns to
-count tokens, turns and tool calls, that function is the one edit.
+turns a ``RunUsage`` into a ``flowcore.Usage``, the usage that travels on the
+wire and that the run's ledger charges: steps, cost, tokens (the total, and
+its split into input, output and cache reads), turns and tool calls.
 """
 
 from __future__ import annotations
@@ -148,8 +149,10 @@ def usage_of(run_usage: RunUsage, model_name: str | None, prices: Prices | None)
     at ``prices``' price for ``model_name``, rounded up to a whole minor unit;
     0 without ``prices``. Raises ``PriceError`` when ``prices`` has no price
     for the model (an unpriced model is never charged nothing by mistake).
-    ``tokens``: input + output tokens; ``turns``: the model requests;
-    ``tool_calls``: the calls the agent made to its own tools.
+    ``tokens``: input + output tokens, split into ``input_tokens`` (cache
+    reads included), ``output_tokens`` and ``cache_read_tokens``; ``turns``:
+    the model requests; ``tool_calls``: the calls the agent made to its own
+    tools.
     """
     steps = max(0, run_usage.requests - 1)
     cost = 0
@@ -164,4 +167,7 @@ def usage_of(run_usage: RunUsage, model_name: str | None, prices: Prices | None)
         tokens=run_usage.total_tokens,
         tool_calls=run_usage.tool_calls,
         turns=run_usage.requests,
+        input_tokens=run_usage.input_tokens,
+        output_tokens=run_usage.output_tokens,
+        cache_read_tokens=run_usage.cache_read_tokens,
     )

@@ -86,7 +86,14 @@ def _json(flow: Flow, b: BudgetBound) -> dict[str, Any]:
             for u in b.unbounded
         ],
         "steps": [
-            {"id": r.id, "path": r.path, "kind": r.kind, "level": r.level, **_wire(r.spend)}
+            {
+                "id": r.id,
+                "path": r.path,
+                "kind": r.kind,
+                "level": r.level,
+                **_wire(r.spend),
+                "why": r.why,
+            }
             for r in b.breakdown
         ],
     }
@@ -102,6 +109,7 @@ def _print(flow: Flow, b: BudgetBound) -> None:
     table.add_column("path", overflow="fold")
     for name in ("steps", "cost", "tool calls"):
         table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("why", overflow="fold")
     for row in b.breakdown:
         s = row.spend
         cells = [s.steps, s.cost_minor_units, s.tool_calls]
@@ -110,19 +118,28 @@ def _print(flow: Flow, b: BudgetBound) -> None:
             Text(row.kind),
             Text(row.path),
             *(_cell(c) for c in cells),
+            Text(row.why),
         )
     table.add_section()
-    table.add_row("run", "", "", *(_cell(v) for v in (b.steps, b.cost_minor_units, b.tool_calls)))
+    totals = (b.steps, b.cost_minor_units, b.tool_calls)
+    table.add_row("run", "", "", *(_cell(v) for v in totals), "its top-level steps added")
     if b.incarnation != b.spend:
         inc = b.incarnation
         totals = (inc.steps, inc.cost_minor_units, inc.tool_calls)
-        table.add_row("incarnation", "", "", *(_cell(v) for v in totals))
+        table.add_row(
+            "incarnation",
+            "",
+            "",
+            *(_cell(v) for v in totals),
+            "one incarnation's (continue_as_new)",
+        )
     declared = _declared(flow)
     table.add_row(
         "budget",
         "",
         "",
         *("unlimited" if v is None else str(v) for v in declared.values()),
+        "declared (1000 steps by default)",
     )
     console.print(table)
     grouped: dict[tuple[str, str, str], list[str]] = {}
@@ -150,8 +167,9 @@ def _print(flow: Flow, b: BudgetBound) -> None:
 def budget(spec: str, subflow_paths: tuple[str, ...], as_json: bool) -> int:
     """Compute the most any run of SPEC can spend, from the spec alone.
 
-    Prints each step's worst case (steps, cost, tool calls), the run's and
-    the declared budget, and what leaves a limit without a bound. Exit 0 when
+    Prints each step's worst case (steps, cost, tool calls) and why it counts
+    that (issues, attempts, re-issues after an unknown outcome, max_usage), the
+    run's and the declared budget, and what leaves a limit without a bound. Exit 0 when
     every limit is bounded and the budget covers it, 1 when a limit has no
     bound or a declared limit is below the worst case, 2 on bad input.
     """

@@ -84,7 +84,7 @@ from ._progress import (
     progress_line,
     watch,
 )
-from ._replay import report_to_json, usage_text
+from ._replay import figures_text, report_to_json, usage_text
 from ._upgrade import upgrade_done, upgrade_refused
 
 __all__ = ["COMMANDS"]
@@ -650,20 +650,7 @@ def show(run_id: str, as_json: bool, no_history: bool, db: Path) -> None:
     _print((info["runId"], "bold"), f"  flow {info['flowId']}  ", (info["status"], "bold"))
     if "incarnation" in info:
         _print(f"incarnation {info['incarnation']} (continued as new)")
-    budget = info["budget"]
-    steps_left = "unlimited" if budget["stepsLeft"] is None else budget["stepsLeft"]
-    cost_left = "unlimited" if budget["costLeft"] is None else budget["costLeft"]
-    more = "".join(
-        f"; {budget[f'{key}Used']} {words} used, "
-        + ("unlimited" if budget[f"{key}Left"] is None else str(budget[f"{key}Left"]))
-        + " left"
-        for key, words in (("tokens", "tokens"), ("toolCalls", "tool calls"), ("turns", "turns"))
-        if budget[f"{key}Used"] or budget[f"{key}Left"] is not None
-    )
-    _print(
-        f"budget: {budget['stepsUsed']} steps used, {steps_left} left;"
-        f" cost {budget['costUsed']} used, {cost_left} left{more}"
-    )
+    _print(f"budget: {figures_text(info['budget'])}")
     none = flowcore.Usage()
     if report is not None and (report.usage_by_member or report.usage_delegated != none):
         parts = [f"{m} {usage_text(u)}" for m, u in report.usage_by_member.items()]

@@ -244,11 +244,17 @@ _MORE_USAGE = (
     ("tokens", "tokens", "tokens"),
     ("tool_calls", "toolCalls", "tool calls"),
     ("turns", "turns", "turns"),
+    ("input_tokens", "inputTokens", "input tokens"),
+    ("output_tokens", "outputTokens", "output tokens"),
+    ("cache_read_tokens", "cacheReadTokens", "cache read tokens"),
 )
+# The split of a token total, in words.
+_SPLIT = ("input", "output", "cache reads")
 
 
 def _usage(usage: Usage) -> dict[str, int]:
-    """Steps and cost always; tokens, tool calls and turns when some were reported."""
+    """Steps and cost always; tokens (and their split), tool calls and turns when some
+    were reported."""
     out = {"steps": usage.steps, "costMinorUnits": usage.cost_minor_units}
     for attr, key, _ in _MORE_USAGE:
         if getattr(usage, attr):
@@ -256,14 +262,58 @@ def _usage(usage: Usage) -> dict[str, int]:
     return out
 
 
+def _split_text(split: tuple[int, int, int]) -> str:
+    """`` (900 input, 150 output, 300 cache reads)``, or nothing when none was reported."""
+    if not any(split):
+        return ""
+    return " (" + ", ".join(f"{n} {words}" for n, words in zip(split, _SPLIT, strict=True)) + ")"
+
+
 def usage_text(usage: Usage) -> str:
-    """``2 steps, 30 cost, 1200 tokens``: the parts reported."""
+    """``2 steps, 30 cost, 1200 tokens (900 input, 300 output, 0 cache reads)``: the
+    parts reported."""
+    split = _split_text((usage.input_tokens, usage.output_tokens, usage.cache_read_tokens))
     more = "".join(
-        f", {getattr(usage, attr)} {words}"
-        for attr, _, words in _MORE_USAGE
+        f", {getattr(usage, attr)} {words}" + (split if attr == "tokens" else "")
+        for attr, _, words in _MORE_USAGE[:3]
         if getattr(usage, attr)
     )
     return f"{usage.steps} steps, {usage.cost_minor_units} cost{more}"
+
+
+def figures_json(state: flowcore.State | None) -> dict[str, Any]:
+    """A run's figures (``flowcore.usage_figures``) as JSON: ``flowcore show``'s
+    ``budget`` and ``flowcore replay``'s ``ledger``. Zeros when nothing started."""
+    figures = flowcore.UsageFigures() if state is None else flowcore.usage_figures(state)
+    out: dict[str, Any] = msgspec.to_builtins(figures)
+    return out
+
+
+def figures_text(figures: dict[str, Any]) -> str:
+    """``3 steps used, 9 left; cost 3 used, 47 left; 2490 tokens used (2490 input, ...),
+    unlimited left``: a run's figures (``figures_json``, or ``LocalHost.show``'s
+    ``budget``) in words, the same on every command. Steps and cost always;
+    tokens, tool calls and turns when used or limited."""
+
+    def left(key: str) -> str:
+        value = figures.get(f"{key}Left")
+        return "unlimited" if value is None else str(value)
+
+    text = f"{figures['stepsUsed']} steps used, {left('steps')} left;"
+    text += f" cost {figures['costUsed']} used, {left('cost')} left"
+    for key, words in (("tokens", "tokens"), ("toolCalls", "tool calls"), ("turns", "turns")):
+        if figures.get(f"{key}Used") or figures.get(f"{key}Left") is not None:
+            split = ""
+            if key == "tokens":
+                split = _split_text(
+                    (
+                        figures.get("inputTokensUsed", 0),
+                        figures.get("outputTokensUsed", 0),
+                        figures.get("cacheReadTokensUsed", 0),
+                    )
+                )
+            text += f"; {figures[f'{key}Used']} {words} used{split}, {left(key)} left"
+    return text
 
 
 def _entry_to_json(entry: TrajectoryEntry) -> dict[str, Any]:
@@ -313,7 +363,7 @@ def report_to_json(report: ReplayReport) -> dict[str, Any]:
         "usage": _usage(report.usage),
         "usageByMember": {m: _usage(u) for m, u in report.usage_by_member.items()},
         "usageDelegated": _usage(report.usage_delegated),
-        "ledger": {"stepsUsed": report.steps_used, "costUsed": report.cost_used},
+        "ledger": figures_json(report.state),
         "trajectory": [_entry_to_json(e) for e in report.trajectory],
         "unrecorded": [flowcore.effect_to_wire(e) for e in report.unrecorded],
         "torn": None if report.torn is None else msgspec.to_builtins(report.torn),
@@ -375,6 +425,8 @@ def trajectory_table(report: ReplayReport) -> Table:
         usage = ""
         if e.usage is not None:
             usage = f"{e.usage.steps} st / {e.usage.cost_minor_units}"
+            if e.usage.tokens:
+                usage += f" / {e.usage.tokens} tok"
         at = str(e.at) if e.ended_at is None else f"{e.at}→{e.ended_at}"
         # Cells hold the log's values: Text, so that rich reads no markup in them.
         table.add_row(
@@ -437,8 +489,9 @@ def _print_report(
         parts.append(f"by member: {members}")
     if report.usage_delegated != Usage():
         parts.append(f"by child runs: {usage_text(report.usage_delegated)}")
-    parts.append(f"ledger {report.steps_used} steps, {report.cost_used} cost")
-    out.print(escape("; ".join(parts)))
+    # One line each, never wrapped: the ledger line reads as `flowcore show`'s budget line.
+    out.print(escape("; ".join(parts)), soft_wrap=True)
+    out.print(escape(f"ledger: {figures_text(figures_json(report.state))}"), soft_wrap=True)
     settled = report.settled
     if settled is not None:
         line = f"status [bold]{escape(settled.status)}[/]"

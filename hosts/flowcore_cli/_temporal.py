@@ -66,6 +66,7 @@ from ._options import (
     where_option,
 )
 from ._progress import Item, RunTree, out, watch
+from ._replay import figures_text
 from ._temporal_schedule import schedule
 from ._temporal_scheduled import scheduled
 from ._temporal_session import connection_options, finish, specs_option, with_host
@@ -499,10 +500,7 @@ def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: s
             click.echo(f"forked from {forked['runId']} at index {forked['index']}")
         budget = info.get("budget")
         if budget:
-            click.echo(
-                f"budget: {budget['stepsUsed']} steps used, {budget['stepsLeft']} left;"
-                f" cost {budget['costUsed']} used, {budget['costLeft']} left"
-            )
+            click.echo(f"budget: {figures_text(budget)}")
         usage = info.get("usage")
         if usage:
             more = "".join(

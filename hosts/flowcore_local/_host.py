@@ -45,6 +45,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 import flowcore
 from flowcore import (
     CallTool,
@@ -1167,18 +1169,7 @@ class LocalHost:
                 "depth": row.depth,
                 "output": row.output,
                 "error": row.error,
-                "budget": {
-                    "stepsUsed": view.used_steps,
-                    "stepsLeft": view.budget.steps,
-                    "costUsed": view.used_cost_minor_units,
-                    "costLeft": view.budget.cost_minor_units,
-                    "tokensUsed": view.used_tokens,
-                    "tokensLeft": view.budget.tokens,
-                    "toolCallsUsed": view.used_tool_calls,
-                    "toolCallsLeft": view.budget.tool_calls,
-                    "turnsUsed": view.used_turns,
-                    "turnsLeft": view.budget.turns,
-                },
+                "budget": msgspec.to_builtins(flowcore.usage_figures(state)),
                 "pending": [o for o in outbox if o["status"] in ("ready", "dispatched", "timer")],
                 "questions": [
                     {

@@ -149,8 +149,9 @@ class RunPage(_Reply):
 
 
 class RunView(_Reply):
-    """One run: its summary, what it waits for (``flowcore.waiting_for``), its budget,
-    and once settled its output or error and the settled report."""
+    """One run: its summary, what it waits for (``flowcore.waiting_for``), its budget
+    (``flowcore.usage_figures``: what it used and has left, as ``flowcore show``
+    reports it), and once settled its output or error and the settled report."""
 
     run: RunSummary
     waits: dict[str, Any]

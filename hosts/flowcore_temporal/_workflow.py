@@ -275,8 +275,16 @@ def budget_to_args(budget: BudgetRemaining | None) -> dict[str, int] | None:
 
 
 def _usage_json(usage: Usage) -> dict[str, int]:
-    """A run's usage in its result, every limit named (0 included)."""
-    return {f.encode_name: getattr(usage, f.name) for f in msgspec.structs.fields(usage)}
+    """A run's usage in its result, every limit named (0 included); the split of
+    its tokens (``inputTokens``, ...) only where agents reported it."""
+    return {
+        f.encode_name: getattr(usage, f.name)
+        for f in msgspec.structs.fields(usage)
+        if f.name not in _TOKEN_SPLIT or getattr(usage, f.name)
+    }
+
+
+_TOKEN_SPLIT: Final = frozenset({"input_tokens", "output_tokens", "cache_read_tokens"})
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -978,12 +986,7 @@ class FlowcoreWorkflow:
             "version": state.flow.version,
             "specHash": state.flow.spec_hash,
             "status": view.status,
-            "budget": {
-                "stepsUsed": view.used_steps,
-                "stepsLeft": view.budget.steps,
-                "costUsed": view.used_cost_minor_units,
-                "costLeft": view.budget.cost_minor_units,
-            },
+            "budget": msgspec.to_builtins(flowcore.usage_figures(state)),
             "pending": [{"key": key, "kind": kind} for key, kind in sorted(pending)],
             "questions": _questions(view),
             "waitingFor": sorted({s.signal for s in view.signals}),

@@ -136,5 +136,7 @@ TEAM_COST = 5
 # The planner: two requests of 1,000 + 200 tokens and one tool call; the critic:
 # one request of 500 + 100 tokens.
 TEAM_TOKENS = 3000
+TEAM_INPUT_TOKENS = 2500  # of which input (none read from a cache) ...
+TEAM_OUTPUT_TOKENS = 500  # ... and output
 TEAM_TOOL_CALLS = 1
 TEAM_TURNS = 3

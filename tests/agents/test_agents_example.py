@@ -61,6 +61,10 @@ def test_the_agent_team_example_runs_to_completion(tmp_path: Path) -> None:
         "costLeft": 47,
         "tokensUsed": info["budget"]["tokensUsed"],
         "tokensLeft": None,
+        # The scripted models report no cache reads: 2 * 1,200 + 900 in, 2 * 150 + 120 out.
+        "inputTokensUsed": 3300,
+        "outputTokensUsed": 420,
+        "cacheReadTokensUsed": 0,
         "toolCallsUsed": 1,
         "toolCallsLeft": None,
         "turnsUsed": 3,

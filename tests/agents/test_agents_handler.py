@@ -127,7 +127,7 @@ def test_cost_is_exact_and_rounded_up_to_a_whole_minor_unit() -> None:
     # 1000 * 300 + 100 * 1500 = 450,000 millionths: half a minor unit is charged as one.
     usage = RunUsage(requests=1, input_tokens=1000, output_tokens=100)
     assert usage_of(usage, "m", Prices({"m": price})) == Usage(
-        steps=0, cost_minor_units=1, tokens=1100, turns=1
+        steps=0, cost_minor_units=1, tokens=1100, turns=1, input_tokens=1000, output_tokens=100
     )
     # Exactly two minor units stay two: 1000 * 1000 + 500 * 2000 = 2,000,000 millionths.
     exact = Prices({"m": Price(input=1000, output=2000, cache_read=1)})
@@ -422,7 +422,15 @@ def test_the_usage_comes_back_with_the_output() -> None:
     outcome = asyncio.run(handler(effect()))
     # Two requests: one step beyond the effect's own; 4,000 * 1,000 + 1,000 * 4,000 = 8 minor units;
     # 5,000 tokens, one tool call, two turns.
-    used = Usage(steps=1, cost_minor_units=8, tokens=5_000, tool_calls=1, turns=2)
+    used = Usage(
+        steps=1,
+        cost_minor_units=8,
+        tokens=5_000,
+        tool_calls=1,
+        turns=2,
+        input_tokens=4_000,
+        output_tokens=1_000,
+    )
     assert outcome == Result("seen", used)
     event = serve(handler, effect())
     assert isinstance(event, EffectSucceeded)

@@ -17,6 +17,8 @@ from .support import (
     LOOP_FLOW,
     TEAM_COST,
     TEAM_FLOW,
+    TEAM_INPUT_TOKENS,
+    TEAM_OUTPUT_TOKENS,
     TEAM_STEPS,
     TEAM_TOKENS,
     TEAM_TOOL_CALLS,
@@ -59,6 +61,9 @@ def test_a_team_of_two_agents_runs_and_its_usage_lands_in_the_ledger(tmp_path: P
         "costLeft": 100 - TEAM_COST,
         "tokensUsed": TEAM_TOKENS,
         "tokensLeft": None,
+        "inputTokensUsed": TEAM_INPUT_TOKENS,
+        "outputTokensUsed": TEAM_OUTPUT_TOKENS,
+        "cacheReadTokensUsed": 0,
         "toolCallsUsed": TEAM_TOOL_CALLS,
         "toolCallsLeft": None,
         "turnsUsed": TEAM_TURNS,
@@ -72,9 +77,26 @@ def test_a_team_of_two_agents_runs_and_its_usage_lands_in_the_ledger(tmp_path: P
     assert reported == [
         (
             f"{rid}/team/planner#1",
-            {"steps": 1, "costMinorUnits": 4, "tokens": 2400, "toolCalls": 1, "turns": 2},
+            {
+                "steps": 1,
+                "costMinorUnits": 4,
+                "tokens": 2400,
+                "toolCalls": 1,
+                "turns": 2,
+                "inputTokens": 2000,
+                "outputTokens": 400,
+            },
         ),
-        (f"{rid}/team/critic#1", {"costMinorUnits": 1, "tokens": 600, "turns": 1}),  # 0s omitted
+        (  # 0s omitted
+            f"{rid}/team/critic#1",
+            {
+                "costMinorUnits": 1,
+                "tokens": 600,
+                "turns": 1,
+                "inputTokens": 500,
+                "outputTokens": 100,
+            },
+        ),
     ]
     # The planner's tool was given the member's key, run, step and member.
     [tool] = [e for e in journal(tmp_path / "journal.ndjson") if e["kind"] == "tool"]

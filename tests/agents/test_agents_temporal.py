@@ -21,6 +21,8 @@ from .support import (
     LOOP_FLOW,
     TEAM_COST,
     TEAM_FLOW,
+    TEAM_INPUT_TOKENS,
+    TEAM_OUTPUT_TOKENS,
     TEAM_STEPS,
     TEAM_TOKENS,
     TEAM_TOOL_CALLS,
@@ -56,6 +58,8 @@ def test_a_team_of_two_agents_on_temporal(temporal_address: str, tmp_path: Path)
         "tokens": TEAM_TOKENS,
         "toolCalls": TEAM_TOOL_CALLS,
         "turns": TEAM_TURNS,
+        "inputTokens": TEAM_INPUT_TOKENS,
+        "outputTokens": TEAM_OUTPUT_TOKENS,
     }
     [tool] = [e for e in journal(journal_path) if e["kind"] == "tool"]
     assert (tool["key"], tool["run"], tool["member"]) == (f"{rid}/team/planner#1", rid, "planner")

@@ -14,6 +14,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from flowcore_cli._replay import figures_text
+
 from .browser import CHROMIUM, launch
 from .serving import Served, start_serve
 
@@ -97,6 +99,9 @@ def test_answering_on_the_run_page_settles_the_run(context: BrowserContext, serv
         # The diagram marks the current node with the classDef the page appended.
         expect(diagram.locator("svg g.node.current")).to_have_count(1, timeout=WAIT_MS)
         expect(page.locator("#budget")).to_contain_text("steps", timeout=WAIT_MS)
+        # The run's figures, in the words flowcore show and flowcore replay print.
+        figures = api.get("/api/runs/rel-1").json()["budget"]
+        expect(page.locator("#usage")).to_have_text(figures_text(figures), timeout=WAIT_MS)
         timeline = page.locator("#timeline-body tr")
         expect(timeline.first).to_contain_text("run.started", timeout=WAIT_MS)
         expect(page.locator('#timeline-body tr[data-index="3"]')).to_contain_text(

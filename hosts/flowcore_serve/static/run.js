@@ -187,6 +187,23 @@
     return parts.length ? parts.join(" · ") : "unlimited";
   }
 
+  // The run's figures (flowcore.usage_figures, the API's `budget`) in the words
+  // `flowcore show` and `flowcore replay` print them.
+  function usageText(view) {
+    const b = view.budget || {};
+    const left = (key) => (b[`${key}Left`] === null || b[`${key}Left`] === undefined ? "unlimited" : String(b[`${key}Left`]));
+    const parts = [`${b.stepsUsed} steps used, ${left("steps")} left`, `cost ${b.costUsed} used, ${left("cost")} left`];
+    for (const [key, words] of [["tokens", "tokens"], ["toolCalls", "tool calls"], ["turns", "turns"]]) {
+      if (!b[`${key}Used`] && (b[`${key}Left`] === null || b[`${key}Left`] === undefined)) continue;
+      let split = "";
+      if (key === "tokens" && (b.inputTokensUsed || b.outputTokensUsed || b.cacheReadTokensUsed)) {
+        split = ` (${b.inputTokensUsed} input, ${b.outputTokensUsed} output, ${b.cacheReadTokensUsed} cache reads)`;
+      }
+      parts.push(`${b[`${key}Used`]} ${words} used${split}, ${left(key)} left`);
+    }
+    return parts.join("; ");
+  }
+
   async function answer(question, value, buttons) {
     buttons.forEach((b) => { b.disabled = true; });
     try {
@@ -282,6 +299,7 @@
     $("duration").textContent = duration(run.durationMs);
     $("principal").textContent = run.principal === null ? "—" : run.principal;
     $("budget").textContent = budgetText(view);
+    $("usage").textContent = usageText(view);
     if (run.parent) {
       $("crumb-parent").replaceChildren(el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent), " / ");
     }
