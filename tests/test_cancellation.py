@@ -19,6 +19,7 @@ from flowcore import (
     Usage,
 )
 from flowcore._state import PendingKind
+from flowcore.testing import Hang, Simulator
 
 from .test_transitions import check_tables
 
@@ -213,3 +214,21 @@ steps:
     assert "did you mean 'abandon'?" in text
     assert "(steps[0].cancellation): 'wait' is not one of" in text
     assert "(steps[1].cancellation): cancellation is only allowed on call_tool" in text
+
+
+def test_on_the_simulator_a_hung_call_that_is_waited_for_stops_when_cancelled() -> None:
+    sim = Simulator(tools={"slow": Hang(), "fast": "quick"})
+    result = sim.run(timed("wait_cancellation_completed"), run_id="r")
+    assert result.status == "completed"
+    ended = [
+        e.event
+        for e in result.entries
+        if e.kind == "event" and getattr(e.event, "idempotency_key", "") == "r/call#1"
+    ]
+    assert ended == [
+        EffectFailed(
+            idempotency_key="r/call#1",
+            error=ErrorInfo(type="cancelled", message="call-tool r/call#1 stopped when cancelled"),
+            at_ms=1000,
+        )
+    ]
