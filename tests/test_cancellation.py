@@ -232,3 +232,35 @@ def test_on_the_simulator_a_hung_call_that_is_waited_for_stops_when_cancelled() 
             at_ms=1000,
         )
     ]
+
+
+def test_a_second_cancel_while_the_run_waits_for_its_calls_settles_it_at_once() -> None:
+    flow = flowcore.parse_flow(
+        """
+flow: failing
+tools: {slow: {class: readonly}, bad: {class: readonly}}
+steps:
+  - id: fan
+    parallel:
+      mode: all
+      branches:
+        a: [{id: s, call_tool: {tool: slow}, cancellation: wait_cancellation_completed}]
+        b: [{id: f, call_tool: {tool: bad}}]
+"""
+    )
+    d = flowcore.start(flow, run_id="r")
+    boom = ErrorInfo(type="boom", message="no")
+    d = flowcore.advance(d.state, EffectFailed(idempotency_key="r/f#1", error=boom, at_ms=1))
+    assert d.effects == () and flowcore.plan(d).cancel == ("r/s#1",)
+    assert d.state.status == "running"  # the branch failed; the step waits for s to stop
+    d = flowcore.advance(d.state, CancelRequested(reason="now", at_ms=2))
+    assert d.state.status == "running" and d.effects == ()  # it waits for s to stop
+    assert flowcore.plan(d).cancel == ()  # s was cancelled already
+    d = flowcore.advance(d.state, CancelRequested(reason="now!", at_ms=3))
+    assert d.state.status == "cancelled"
+    settled = d.effects[0]
+    assert isinstance(settled, flowcore.Settled)
+    assert [(r.idempotency_key, r.status) for r in settled.report] == [
+        ("r/s#1", "uncertain"),
+        ("r/f#1", "failed"),
+    ]
