@@ -7,6 +7,7 @@ the step ends only once the handler has stopped), or left to run to its end unto
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ class World:
         self.started = asyncio.Event()
         self.release = asyncio.Event()  # lets an abandoned slow handler finish
         self.host: LocalHost | None = None
+        self.db: Path | None = None
+        self.outbox: list[str] = []  # the run's outbox rows while the cancelled one cleans up
 
     async def slow(self, call: CallTool) -> Any:
         self.started.set()
@@ -48,6 +51,10 @@ class World:
             await self.release.wait()
         except asyncio.CancelledError:
             self.seen.append("cancelled")
+            assert self.db is not None
+            with sqlite3.connect(self.db) as db:  # what a worker's recovery would find now
+                rows = db.execute("SELECT key FROM outbox WHERE run_id = 'r' ORDER BY key")
+                self.outbox = [key for (key,) in rows]
             for _ in range(5):  # some cleanup before it stops
                 await asyncio.sleep(0.02)
             self.seen.append("stopped")
@@ -82,7 +89,7 @@ def _of(record: Record, key: str) -> bool:
 async def _play(db: Path, mode: str) -> tuple[World, Any, list[Record]]:
     world = World()
     async with LocalHost(db, registry=world.registry()) as host:
-        world.host = host
+        world.host, world.db = host, db
         rid = await host.start(race(mode), None, "r")
         await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
         return world, await host.run(rid), await host.records(rid)
@@ -108,6 +115,7 @@ def test_try_cancel_cancels_the_handler_and_forgets_it(tmp_path: Path) -> None:
     )
     assert world.seen[0] == "cancelled"  # CancelledError in the handler
     assert _order(records) == ["next emitted"]  # its end is never reported
+    assert "r/s#1" not in world.outbox  # forgotten: its row went with the cancelling commit
     effect = next(r.data for r in records if r.type == "effect.emitted" and "slow" in str(r.data))
     assert "cancellation" not in effect  # the default: the effect as it always was
 
@@ -119,6 +127,9 @@ def test_wait_ends_the_step_only_once_the_handler_has_stopped(tmp_path: Path) ->
         {"pick": {"quick": "won"}, "slow": "cancelled"},
     )
     assert world.seen == ["cancelled", "stopped", "next"]
+    # Its row stays until its end is reported: a worker that died meanwhile would
+    # leave it to recovery, whose answer ends the wait.
+    assert world.outbox == ["r/s#1"]
     assert _order(records) == ["effect-failed cancelled", "next emitted"]
     ended = next(r.data for r in records if _of(r, "r/s#1"))
     assert ended["error"] == {
