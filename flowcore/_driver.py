@@ -13,14 +13,20 @@ the transition stopped waiting for), so no host works it out again:
     for effect in plan.arm: ...        # sleep: arm a timer for effect.until_ms
     for key in plan.drop: ...          # timers no longer waited for
     for key in plan.cancel: ...        # work no longer waited for (a child run: cancel it)
-    for key in plan.detach: ...        # child runs left to run on: do not cancel them
+    for key in plan.detach: ...        # work and child runs left to run on: do not cancel them
     for key in plan.withdraw: ...      # questions and signal waits no longer open
     if plan.settled: ...
     if plan.continued: ...               # flowcore.continue_run(flow, plan.continued, ...)
 
 Keys the run stopped waiting for because their step ended another way are
 in ``drop``/``cancel``/``withdraw``; keys answered by the event itself are
-not (the host knows it answered them). When the run settles, everything it
+not (the host knows it answered them). A call's effect says what cancelling
+it means (``cancellation``): work of ``try-cancel`` is cancelled and
+forgotten; work of ``wait-cancellation-completed`` is cancelled and the run
+still waits for the host to report how it ended (any answer to its key: the
+``cancelled`` failure of a handler that stopped, or a result, which is
+recorded and ignored); work of ``abandon`` is in ``detach``: the host leaves
+it to run to its end and may report its late result. When the run settles, everything it
 still waited for is stopped. Order follows the decision's effects, then keys
 in order. The cost is what the transition changed, not what the run holds.
 A run that continues as new stops everything as if it settled, and
@@ -50,7 +56,9 @@ from ._wire import (
 
 __all__ = ["Plan", "plan"]
 
-_WORK = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD})
+_WORK = frozenset(
+    {PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD, PendingKind.CANCELLING}
+)
 _OPEN = frozenset({PendingKind.QUESTION, PendingKind.SIGNAL})
 
 
@@ -66,8 +74,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     withdraw: tuple[str, ...] = ()  # question and signal-wait keys
     settled: Settled | None = None
     continued: ContinueAsNew | None = None  # start the next incarnation (``continue_run``)
-    # run-subflow keys whose child runs on (parent_close: abandon, or detached):
-    # the host stops waiting for it and does not cancel it
+    # keys left to run on: run-subflow children (parent_close: abandon, or
+    # detached) and work of cancellation: abandon; the host does not cancel them
     detach: tuple[str, ...] = ()
 
 
@@ -108,7 +116,15 @@ def plan(decision: Decision) -> Plan:
 
     state = decision.state
     resolved = state.waiting.resolved
-    for key in sorted(set(state.journal.resolved)):
+    journal = state.journal
+    stopped = set(journal.resolved)
+    if journal.cancelling:  # work being cancelled that the run still waits for
+        stopped.update(journal.cancelling)
+    pending = state.waiting.pending
+    for key in sorted(stopped):
+        if key in pending and key in journal.cancelling:  # cancelled, its end still awaited
+            cancel.append(key)
+            continue
         how = resolved.get(key)
         if how is not None and how.how is How.ABANDONED and how.waited is not None:
             stop(key, how.waited)

@@ -54,7 +54,10 @@ __all__ = [
 ]
 
 _BY_SEQ = operator.attrgetter("seq")
-_REPORTED = frozenset((PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD))
+_REPORTED = frozenset(
+    (PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD, PendingKind.CANCELLING)
+)
+_AWAITED = frozenset((PendingKind.CHILD, PendingKind.CANCELLING))
 _EMPTY: immutables.Map[Any, Any] = immutables.Map()
 _EXHAUSTED = {
     "steps": "step budget exhausted",
@@ -126,8 +129,10 @@ def maybe_finish(t: Txn) -> None:
         return
     if ending.status != "cancelled" and schedule.outstanding(t):
         return  # an outliving scheduled call is still due (a cancelled run waits for nothing)
-    if any(entry.kind is PendingKind.CHILD for entry in t.pending.values()):
-        return  # a child run of parent_close: wait has not settled (even for a cancelled run)
+    if any(entry.kind in _AWAITED for entry in t.pending.values()):
+        # a child run of parent_close: wait has not settled, or a call of cancellation:
+        # wait_cancellation_completed being cancelled has not ended (even for a cancelled run)
+        return
     settle(t, ending.status, ending.output, ending.error, None)
 
 

@@ -98,7 +98,9 @@ BUILT_IN = (
 )
 """The invariants ``explore`` checks at every transition (``specs/testing.md`` §8)."""
 
-_WORK_KINDS = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD})
+_WORK_KINDS = frozenset(
+    {PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD, PendingKind.CANCELLING}
+)
 _WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow, SignalRun)
 _NO_KEYS: immutables.Map[str, Effect] = immutables.Map()
 

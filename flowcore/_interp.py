@@ -79,6 +79,7 @@ class _Above:
     child_done = staticmethod(constructs.child_done)
     steps_of = staticmethod(constructs.steps_of)
     root_done = staticmethod(_ending.root_done)
+    maybe_finish = staticmethod(_ending.maybe_finish)
 
 
 ABOVE = _Above()

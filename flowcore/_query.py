@@ -266,7 +266,9 @@ _ROLE = {
 }
 
 
-_WORK_KINDS = frozenset((PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD))
+_WORK_KINDS = frozenset(
+    (PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD, PendingKind.CANCELLING)
+)
 
 
 def waiting_for(state: State) -> Waits:
@@ -293,6 +295,7 @@ def waiting_for(state: State) -> Waits:
             kind is PendingKind.WORK
             or kind is PendingKind.SCHEDULED_CALL
             or kind is PendingKind.CHILD
+            or kind is PendingKind.CANCELLING
         ):
             work.append(OpenWork(key=key, step=step_of(entry), effect=effect_to_wire(sent)))
         elif kind is PendingKind.QUESTION:

@@ -155,7 +155,7 @@ _json_encode = msgspec.json.Encoder().encode
 _NO_USAGE = Usage()
 _WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow", "signal-run"})
 _REDISPATCHABLE = frozenset({"call-tool", "run-agent", "run-team"})
-_WORK_KINDS = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
+_WORK_KINDS = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CANCELLING})
 _NO_LIMIT = float("inf")
 # flowcore data nests at most MAX_DEPTH levels; a record wraps it in a few more
 # (a settled effect: report, entry, output). Anything deeper is no flowcore

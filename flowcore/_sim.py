@@ -18,7 +18,9 @@ says to drop, because its step ended another way or its run settled, is
 dropped unfired). Everything else that is due is delivered, including
 answers for work the run abandoned (recorded and ignored by the core) and
 answers that arrive after the run settled (rejected, and logged as
-``event.rejected``).
+``event.rejected``). Work of ``cancellation: wait_cancellation_completed``
+that never answers (``Hang``) reports, once cancelled, that it stopped
+(``effect-failed`` of type ``cancelled``), as a host's handler would.
 
 Child runs are started with the ``run-subflow`` effect's idempotency key as
 their run id, its depth and its remaining budget, in the same virtual clock;
@@ -61,7 +63,7 @@ from ._fork import Fork, fork
 from ._interp import Decision, InputError, advance, continue_run, start
 from ._keys import parse_key
 from ._log import Record, Recorder, budget_from_wire
-from ._outcome import NO_USAGE
+from ._outcome import NO_USAGE, effect_tag
 from ._query import waiting_for
 from ._spec import Budget, Flow, parse_flow
 from ._state import State, encode_state
@@ -754,6 +756,9 @@ class _Simulation:
         self.by_member: dict[str, list[int]] = {}
         self.by_agent: dict[str, list[int]] = {}
         self.delivered: set[str] = set()  # signal-run keys delivered
+        # Work of cancellation wait-cancellation-completed that never answers
+        # (Hang), by (run, key): cancelled, it reports that it stopped.
+        self.hung: dict[tuple[str, str], CallTool | RunAgent | RunTeam] = {}
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -930,6 +935,16 @@ class _Simulation:
     def execute(self, slot: _Slot, decision: Decision) -> None:
         todo = plan(decision)
         slot.detached.update(todo.detach)
+        for key in todo.cancel:  # a hung handler told to stop stops, as on every host
+            hung = self.hung.pop((slot.run_id, key), None)
+            if hung is not None:
+                message = f"{effect_tag(hung)} {key} stopped when cancelled"
+                error = ErrorInfo(type="cancelled", message=message)
+                self.push(
+                    self.now,
+                    slot.run_id,
+                    EffectFailed(idempotency_key=key, error=error, at_ms=self.now),
+                )
         slot.timers.difference_update(todo.drop)
         slot.timers.update(sleep.idempotency_key for sleep in todo.arm)
         effects = decision.effects
@@ -1013,6 +1028,8 @@ class _Simulation:
                 response = HeartbeatTimeout({"call": n})
         if isinstance(response, HeartbeatTimeout):
             response = _stalled(effect, response, self.now)
+        if isinstance(response, Hang) and effect.cancellation == "wait-cancellation-completed":
+            self.hung[(slot.run_id, effect.idempotency_key)] = effect
         self.answer(slot.run_id, effect.idempotency_key, response, fault)
 
     def respond(self, handler: Any, call: Call) -> Response:

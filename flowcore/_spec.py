@@ -60,7 +60,9 @@ __all__ = [
     "Budget",
     "CallToolStep",
     "CancelScheduledStep",
+    "Cancellation",
     "CatchClause",
+    "Defaults",
     "Duration",
     "DurationExpr",
     "FailStep",
@@ -111,6 +113,9 @@ ExecClass: TypeAlias = Literal["readonly", "idempotent", "uncertain"]
 ParallelMode: TypeAlias = Literal["all", "all_settled", "race", "any"]
 TeamMode: TypeAlias = Literal["sequential", "parallel"]
 ParentClose: TypeAlias = Literal["cancel", "abandon", "wait"]
+# What becomes of a work step's call when the run stops waiting for it
+# (a timeout, a lost race, a cancel): Temporal's three activity cancellation types.
+Cancellation: TypeAlias = Literal["try_cancel", "wait_cancellation_completed", "abandon"]
 
 # --- the model -------------------------------------------------------------------
 
@@ -213,6 +218,13 @@ class Limits:
     max_concurrency: Count | None = None
     max_buffered_signals: Amount = Amount(64)
     max_idle_incarnations: Amount = Amount(1000)
+
+
+@attrs.frozen
+class Defaults:
+    """What every step of the flow has unless it says otherwise (top-level ``defaults``)."""
+
+    cancellation: Cancellation = "try_cancel"
 
 
 @attrs.frozen
@@ -427,6 +439,9 @@ class Step:
     attempt_timeout_ms: Duration | None = None  # each attempt's own timeout
     # Work steps: an attempt that does not heartbeat within it is stopped.
     heartbeat_timeout_ms: Duration | None = None
+    # Work steps: what becomes of the call when the run stops waiting for it
+    # (None: the flow's ``defaults.cancellation``).
+    cancellation: Cancellation | None = None
 
 
 @attrs.frozen(eq=False)
@@ -458,6 +473,13 @@ class Flow:
     metadata: dict[str, MetaType] = attrs.field(factory=dict)
     # The top-level ``agents:``: agent id -> its declaration (``max_usage``).
     agents: dict[str, AgentDecl] = attrs.field(factory=dict)
+    # The top-level ``defaults:``: what a step has unless it says otherwise.
+    defaults: Defaults = attrs.field(factory=lambda: Defaults())
+
+    def cancellation(self, step: Step) -> Cancellation:
+        """What becomes of ``step``'s call when the run stops waiting for it."""
+        own = step.cancellation
+        return self.defaults.cancellation if own is None else own
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Flow) and other.spec_hash == self.spec_hash
@@ -494,6 +516,7 @@ _COMMON = (
     "timeout_ms",
     "attempt_timeout_ms",
     "heartbeat_timeout_ms",
+    "cancellation",
     "compensate",
     "catch",
     "description",
@@ -515,6 +538,7 @@ _TOP = (
     "on_budget_exhausted",
     "metadata",
     "agents",
+    "defaults",
 )
 
 
@@ -816,6 +840,7 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(ToolDecl, _structure_fn(conv, ToolDecl))
     plain: tuple[type[Any], ...] = (
         Budget,
+        Defaults,
         OnExhausted,
         Limits,
         Retry,
@@ -1060,6 +1085,7 @@ def _raise(message: str) -> Any:
 _SETTINGS_NAME: dict[type[Any], str] = {
     Budget: "budget",
     Limits: "limits",
+    Defaults: "defaults",
     Retry: "retry",
     TeamDecl: "team",
     TeamMember: "team member",
@@ -1195,6 +1221,7 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
         ("timeout_ms", Duration),
         ("attempt_timeout_ms", Duration),
         ("heartbeat_timeout_ms", Duration),
+        ("cancellation", Cancellation),
         ("compensate", tuple[Step, ...]),
         ("description", str),
     )
@@ -1210,6 +1237,12 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
     if "heartbeat_timeout_ms" in raw and kind and kind not in _HEARTBEAT_KINDS:
         message = "heartbeat_timeout_ms is only allowed on call_tool, run_agent and run_team steps"
         errors.append(_note_attr(_Msg(message), "heartbeat_timeout_ms"))
+    if "cancellation" in raw and kind and kind not in _HEARTBEAT_KINDS:
+        message = (
+            "cancellation is only allowed on call_tool, run_agent and run_team steps"
+            " (a run_subflow says what becomes of its child with parent_close)"
+        )
+        errors.append(_note_attr(_Msg(message), "cancellation"))
     _gather("step", errors, Step)
     common.pop("description", None)
     return Step(id=step_id, kind=kind, body=body, **common)
@@ -1660,6 +1693,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     on_exhausted = field("on_budget_exhausted", OnExhausted, None)
     metadata = field("metadata", dict[str, MetaType], {})
     agents = field("agents", dict[str, AgentDecl], {})
+    defaults = field("defaults", Defaults, Defaults())
     tools = _tool_schemas(tools, found)
     _literal_inputs(raw, tools, found)
     input_schema = raw.get("input_schema")
@@ -1711,6 +1745,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         on_exhausted=on_exhausted,
         metadata=metadata,
         agents=agents,
+        defaults=defaults,
     )
 
 

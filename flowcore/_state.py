@@ -59,6 +59,7 @@ from ._wire import (
 
 __all__ = [
     "SNAPSHOT_FORMAT",
+    "Closing",
     "CompLink",
     "Decision",
     "Ending",
@@ -129,6 +130,10 @@ class PendingKind(StrEnum):
     SCHEDULE_DELAY = "sched-delay"  # a scheduled call's delay
     CHILD = "child"  # a child run its step no longer waits for, that the run waits for
     # before it settles (``run_subflow.parent_close: wait``)
+    # Work of ``cancellation: wait_cancellation_completed`` the run stopped waiting
+    # for: the host cancels it, and its end (any answer) is awaited by ``frame``
+    # (a step that ends once it comes; "": the run, before it settles).
+    CANCELLING = "cancelling"
 
 
 WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow", "signal-run"]
@@ -156,11 +161,12 @@ class Pending(_S, frozen=True, gc=False, array_like=True):
 
 def parent_close(entry: Pending) -> str:
     """What stopping to wait for ``entry`` does to it: ``cancel`` (the host stops
-    it), ``abandon`` (a child run left to run on: ``run_subflow.parent_close:
-    abandon``, or a detached child) or ``wait`` (the run waits for the child)."""
+    it), ``abandon`` (left to run on: a child run of ``run_subflow.parent_close:
+    abandon`` or a detached child, work of ``cancellation: abandon``) or ``wait``
+    (the run waits for the child)."""
     sent = entry.sent
     if not isinstance(sent, RunSubflow):
-        return "cancel"
+        return "abandon" if getattr(sent, "cancellation", "") == "abandon" else "cancel"
     return "abandon" if sent.detached else sent.parent_close
 
 
@@ -181,7 +187,8 @@ class How(StrEnum):
     TAKEN_BACK = "taken back"  # abandoned in the decision that emitted it: never reached the host
     LATE = "late"  # abandoned, and its late answer has come
     DETACHED = "detached"  # a child run left to run on (``parent_close: abandon``,
-    # ``detached``): its step ended another way; a late answer is accepted once
+    # ``detached``) or work of ``cancellation: abandon``: its step ended another
+    # way; a late answer is accepted once
 
 
 class Resolution(_S, frozen=True, gc=False, array_like=True):
@@ -328,6 +335,19 @@ class StepFrame(_S, frozen=True, gc=False, tag="step"):
     attempt_timer: str | None = None  # this attempt's attempt_timeout_ms timer
     heartbeat_ms: int | None = None  # this attempt's heartbeat_timeout_ms
     heartbeat_details: Any = None  # the last an attempt's heartbeat timeout reported
+    # Calls of ``cancellation: wait_cancellation_completed`` being cancelled that
+    # this step waits for before it ends, and the outcome it then ends with.
+    cancelling: int = 0
+    closing: Closing | None = None
+
+
+class Closing(_S, frozen=True, gc=False, array_like=True):
+    """The outcome a step ends with once the calls it waits to see cancelled have
+    ended (``StepFrame.closing``)."""
+
+    ok: bool
+    output: Any = None
+    error: ErrorInfo | None = None
 
 
 Frame: TypeAlias = SeqFrame | StepFrame
@@ -516,6 +536,9 @@ class Journal(_S, frozen=True, gc=False, array_like=True):
     report: int = 0  # report rows added at the head of the report list
     resolved: tuple[str, ...] = ()  # keys whose resolution was (re)written
     scheduled: tuple[str, ...] = ()  # schedule ids whose record changed, in order of change
+    # Work keys the host must now cancel while the run waits for their end
+    # (``PendingKind.CANCELLING``): ``flowcore.plan`` lists them under ``cancel``.
+    cancelling: tuple[str, ...] = ()
 
 
 class Run(_S, frozen=True, gc=False, array_like=True):

@@ -102,12 +102,15 @@ TIMERS: Final = frozenset(
 """The pending kinds that are timers: a ``sleep`` effect answered by ``timer-fired``."""
 
 _WORK: Final = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
+# Work being cancelled that the run waits for (cancellation: wait_cancellation_completed):
+# any answer says it has ended.
+_ENDS: Final = _WORK | {PendingKind.CANCELLING}
 
 ANSWERS: Final[dict[str, frozenset[PendingKind]]] = {
-    "effect-succeeded": _WORK,
+    "effect-succeeded": _ENDS,
     # A child a run waits for after its step (parent_close: wait) ends as work does.
-    "effect-failed": _WORK | {PendingKind.CHILD},
-    "effect-outcome-unknown": _WORK | {PendingKind.CHILD},
+    "effect-failed": _ENDS | {PendingKind.CHILD},
+    "effect-outcome-unknown": _ENDS | {PendingKind.CHILD},
     "subflow-settled": frozenset({PendingKind.WORK, PendingKind.CHILD}),
     "human-answered": frozenset({PendingKind.QUESTION}),
     "timer-fired": TIMERS,
@@ -138,6 +141,7 @@ _DESCRIBE: Final = {
     PendingKind.SIGNAL: "await-signal",
     PendingKind.SLEEP: "sleep",
     PendingKind.CHILD: "run-subflow",
+    PendingKind.CANCELLING: "work being cancelled",
 }
 
 
@@ -252,6 +256,9 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
         _late(t, key, entry, "succeeded")
         t.charge_usage(ev.usage)
         return
+    if entry.kind is PendingKind.CANCELLING:
+        _cancel_ended(t, key, entry, "succeeded", ev.usage)
+        return
     t.work_answered(key, entry, "succeeded")
     if ev.usage is not None:
         _charge_keeping(t, entry, ev.usage, ev.output)
@@ -286,6 +293,9 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
         _late(t, key, entry, "failed")
         t.charge_usage(ev.usage)
         return
+    if entry.kind is PendingKind.CANCELLING:
+        _cancel_ended(t, key, entry, "failed", ev.usage)
+        return
     error = ev.error
     watched = getattr(entry.sent, "heartbeat_timeout_ms", None) is not None
     if watched and error.type == HEARTBEAT_TIMEOUT and entry.kind is PendingKind.WORK:
@@ -299,6 +309,18 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
         _ending.maybe_finish(t)
         return
     _work_done(t, key, entry, (FAIL, error))
+
+
+def _cancel_ended(t: Txn, key: str, entry: Pending, status: str, usage: Usage | None) -> None:
+    """Work of ``cancellation: wait_cancellation_completed`` the run stopped waiting
+    for has ended: whatever the answer (the failure the host reports for a handler
+    that stopped when cancelled, a result, an unknown outcome), it is recorded
+    in the report, its usage charged and its output ignored; the step (or run)
+    that waited for it goes on (language.md §6)."""
+    t.work_answered(key, entry, status)
+    t.charge_usage(usage)
+    t.check_clock()
+    t.cancellation_ended(key, entry)
 
 
 HEARTBEAT_TIMEOUT: Final = "heartbeat-timeout"
@@ -361,6 +383,9 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
     entry = _take(t, key, "effect-outcome-unknown")
     if isinstance(entry, Resolution):
         _late(t, key, entry)  # the row stands: its outcome is still unknown
+        return
+    if entry.kind is PendingKind.CANCELLING:
+        _cancel_ended(t, key, entry, "uncertain", None)
         return
     t.check_clock()
     if entry.kind is PendingKind.CHILD:  # nobody waits for its result: it ended, unknown how
@@ -475,6 +500,8 @@ def _timer(t: Txn, ev: TimerFired) -> None:
     match kind:
         case PendingKind.SLEEP:
             leaf.slept(t, frame)
+        case PendingKind.STEP_TIMEOUT | PendingKind.ATTEMPT_TIMEOUT if frame.closing is not None:
+            pass  # its outcome is decided; it waits for calls being cancelled to end
         case PendingKind.STEP_TIMEOUT:
             t.abandon_children(frame.id)
             step = t.step_of(frame)
@@ -506,6 +533,7 @@ def _timer(t: Txn, ev: TimerFired) -> None:
             | PendingKind.DEADLINE
             | PendingKind.SCHEDULE_DELAY
             | PendingKind.CHILD
+            | PendingKind.CANCELLING
         ):
             raise AssertionError(f"{kind} is not a timer of a frame")
         case _:

@@ -52,6 +52,7 @@ from ._outcome import (
 from ._results import ResultStore
 from ._spec import AskHumanStep, Budget, Duration, Flow, Step
 from ._state import (
+    Closing,
     CompLink,
     Env,
     Frame,
@@ -82,6 +83,7 @@ from ._time import DurationError, parse_duration
 from ._wire import (
     BudgetRemaining,
     CallTool,
+    CancellationType,
     Effect,
     ErrorInfo,
     RunAgent,
@@ -116,6 +118,8 @@ class Above(Protocol):
 
     def root_done(self, t: Txn, child: Frame | None, out: Outcome) -> None: ...
 
+    def maybe_finish(self, t: Txn) -> None: ...
+
 
 RECORDS = tuple(name for name in State.__struct_fields__ if name not in ("flow", "run", "journal"))
 """The fields of ``State`` a transaction replaces (``flow`` and ``run`` never change)."""
@@ -131,6 +135,7 @@ SCRATCH = (
     "rows",
     "sched_changed",
     "answer",
+    "cancelling_now",
 )
 """What one decision collects: its effects and its journal."""
 _SAVED = ("now_ms", *SCRATCH)
@@ -143,6 +148,7 @@ class Txn:
     __slots__ = (
         "above",
         "answer",
+        "cancelling_now",
         "effects",
         "emitted",
         "emitted_now",
@@ -212,6 +218,9 @@ class Txn:
         self.sched_changed: list[str] = []  # schedule ids changed: the journal
         self.signal_taker: str | None = None  # the wait a signal of this decision went to
         self.answer: ScheduledAnswer | None = None  # to a scheduled-call event from outside
+        self.cancelling_now: list[
+            str
+        ] = []  # work keys the host must cancel and report: the journal
         # In ``start``: the signals buffered when the flow's steps began (an
         # incarnation's carried ones); None in ``advance``.
         self.starting: int | None = None
@@ -245,6 +254,7 @@ class Txn:
         self.sched_changed = []
         self.signal_taker = None
         self.answer = None
+        self.cancelling_now = []
 
     def freeze(self) -> State:
         journal = (
@@ -253,8 +263,13 @@ class Txn:
                 self.rows,
                 tuple(self.resolved_now),
                 tuple(dict.fromkeys(self.sched_changed)),
+                tuple(self.cancelling_now),
             )
-            if self.written or self.rows or self.resolved_now or self.sched_changed
+            if self.written
+            or self.rows
+            or self.resolved_now
+            or self.sched_changed
+            or self.cancelling_now
             else _NO_JOURNAL
         )
         tree = self.tree
@@ -392,17 +407,25 @@ class Txn:
         """``key`` was answered: forget it (answered keys are not remembered)."""
         self.pending = self.pending.delete(key)
 
-    def drop_key(self, key: str) -> None:
+    def drop_key(self, key: str, waiter: str | None = None) -> None:
         """Stop waiting for ``key``; a late answer is then recorded and ignored.
 
         What the key waited for is remembered, so that a late answer of the
         wrong kind, or not among the options, is still rejected. An effect
         emitted in this very decision never reaches the host: it is taken
         back (and its step refunded).
+
+        Work of ``cancellation: wait_cancellation_completed`` is not dropped:
+        the host cancels it and the run waits for its end (``CANCELLING``), on
+        behalf of ``waiter`` (the step frame whose end waits for it; "": the
+        run, which settles only after it; None: the work's own step).
         """
         entry = self.pending.get(key)
         if entry is None or entry.kind is PendingKind.CHILD:
             return  # a child the run waits for outlives its step: only settling stops it
+        if entry.kind is PendingKind.CANCELLING:
+            self.await_cancel(key, entry, waiter)  # whoever stops waiting hands the wait on
+            return
         kind = entry.kind
         taken_back = key in self.emitted_now and self.take_back(key)
         close = parent_close(entry)
@@ -410,6 +433,15 @@ class Txn:
             # The child runs on and the run settles only after it (language.md §4.7).
             child = _replace(entry, kind=PendingKind.CHILD, frame="")
             self.pending = self.pending.set(key, child)
+            return
+        if (
+            kind is PendingKind.WORK
+            and not taken_back
+            and getattr(entry.sent, "cancellation", "") == "wait-cancellation-completed"
+        ):
+            # The host cancels it and reports its end, which someone waits for.
+            self.cancelling_now.append(key)
+            self.await_cancel(key, entry, entry.frame if waiter is None else waiter)
             return
         row = None
         if kind is PendingKind.WORK or kind is PendingKind.SCHEDULED_CALL:
@@ -437,6 +469,23 @@ class Txn:
             step = frame.step if isinstance(frame, StepFrame) else ""
         how = How.DETACHED if close == "abandon" else How.ABANDONED
         self.resolve(key, Resolution(how, kind, step, row))
+
+    def await_cancel(self, key: str, entry: Pending, waiter: str | None) -> None:
+        """Make ``waiter`` the one that waits for the end of the cancelled work ``key``:
+        a step frame (which counts it in ``cancelling``) or "" (the run). A frame
+        that is going away hands its waits to whoever stops waiting for it."""
+        if waiter is None:
+            waiter = entry.frame
+        if waiter and not isinstance(self.frames.get(waiter), StepFrame):
+            waiter = ""
+        if entry.kind is PendingKind.CANCELLING and entry.frame == waiter:
+            return
+        if waiter:
+            frame = self.frames[waiter]
+            assert isinstance(frame, StepFrame)
+            self.set_frame(frame, cancelling=frame.cancelling + 1)
+        moved = _replace(entry, kind=PendingKind.CANCELLING, frame=waiter)
+        self.pending = self.pending.set(key, moved)
 
     def resolve(self, key: str, how: Resolution) -> None:
         w = self.waiting
@@ -474,6 +523,7 @@ class Txn:
     ) -> None:
         if isinstance(effect, RunAgent | RunTeam | CallTool):
             effect = self.heartbeat(frame, effect)
+            effect = self.cancellation(frame, effect)
         w = self.waiting
         seq = self.seq + 1
         cap = self.flow.limits.max_concurrency
@@ -495,6 +545,16 @@ class Txn:
             return effect
         details = frame.heartbeat_details
         return _replace(effect, heartbeat_timeout_ms=frame.heartbeat_ms, heartbeat_details=details)
+
+    def cancellation(self, fid: str, effect: E) -> E:
+        """``effect`` with its step's cancellation type, when that is not try_cancel."""
+        frame = self.frames.get(fid)
+        if not isinstance(frame, StepFrame):
+            return effect
+        mode = self.flow.cancellation(self.flow.by_id[frame.step])
+        if mode == "try_cancel":
+            return effect
+        return _replace(effect, cancellation=_WIRE_CANCELLATION[mode])
 
     def issue(
         self,
@@ -726,6 +786,9 @@ class Txn:
         """
         if frame is None:
             frame = self.frame(fid)
+        if frame.cancelling:  # it ends once the calls it waits to see cancelled have ended
+            self.defer(frame, out)
+            return None
         if step is None:
             step = self.flow.by_id[frame.step]
         if frame.attempt_timer is not None:  # the attempt ended: its own timer goes
@@ -734,6 +797,10 @@ class Txn:
             frame = self.set_frame(frame, attempt_timer=None)
         if not out[0] and self.should_retry(step, frame, out[1]):
             self.abandon_children(fid)
+            frame = self.frame(fid)
+            if frame.cancelling:  # the next attempt begins once they have ended
+                self.defer(frame, out)
+                return None
             retry = step.retry
             assert retry is not None
             delay = min(
@@ -781,6 +848,30 @@ class Txn:
         # their result's name; they may write it a second time.
         self.record(name, record, rewrite=name != fid)
         return out
+
+    def defer(self, frame: StepFrame, out: Outcome) -> None:
+        """``frame`` ends with ``out`` once the work it waits to see cancelled has
+        ended (``cancellation_ended``); the first outcome decided stands."""
+        if frame.closing is None:
+            closing = Closing(True, out[1]) if out[0] else Closing(False, error=out[1])
+            self.set_frame(frame, closing=closing)
+
+    def cancellation_ended(self, key: str, entry: Pending) -> None:
+        """The cancelled work ``key``, whose end ``entry.frame`` waited for, has ended
+        (the caller recorded how): that step ends once nothing else is awaited."""
+        waiter = entry.frame
+        frame = self.frames.get(waiter) if waiter else None
+        if not isinstance(frame, StepFrame):
+            self.above.maybe_finish(self)  # the run waited for it before settling
+            return
+        frame = self.set_frame(frame, cancelling=frame.cancelling - 1)
+        closing = frame.closing
+        if frame.cancelling or closing is None:
+            return
+        frame = self.set_frame(frame, closing=None)
+        self.step_ended(
+            waiter, (OK, closing.output) if closing.ok else (FAIL, closing.error), frame
+        )
 
     def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
         retry = step.retry
@@ -923,7 +1014,10 @@ class Txn:
         return out
 
     def abandon_frame(self, root: str) -> None:
-        self.abandon(self.descendants(root))
+        """Abandon ``root`` and what runs under it; calls being cancelled that it
+        waited for are waited for by the step that owns it."""
+        frame = self.frames.get(root)
+        self.abandon(self.descendants(root), None if frame is None else frame.parent)
 
     def abandon_children(self, fid: str) -> None:
         """Stop everything ``fid`` waits for, but its own timeout, and drop its children."""
@@ -932,17 +1026,17 @@ class Txn:
         own_timer = frame.timer if isinstance(frame, StepFrame) else None
         for key, entry in sorted(self.pending.items()):  # in key order in every process
             if entry.frame in gone and key != own_timer:
-                self.drop_key(key)
+                self.drop_key(key, fid)
         gone.discard(fid)
         self.cancelled(gone)
         self.drop_frames(gone)
 
-    def abandon(self, gone: set[str]) -> None:
+    def abandon(self, gone: set[str], waiter: str | None = None) -> None:
         if not gone:
             return
         for key, entry in sorted(self.pending.items()):  # in key order in every process
             if entry.frame in gone:
-                self.drop_key(key)
+                self.drop_key(key, "" if waiter is None else waiter)
         self.cancelled(gone)
         self.drop_frames(gone)
 
@@ -970,9 +1064,15 @@ class Txn:
         """The run is ending: stop waiting for anything but scheduled calls and the deadline."""
         for key, entry in sorted(self.pending.items()):  # in key order in every process
             if entry.kind not in _OUTLIVE_THE_STEPS:
-                self.drop_key(key)
+                self.drop_key(key, "")  # the run waits for calls being cancelled
         self.frames = _EMPTY
 
+
+_WIRE_CANCELLATION: dict[str, CancellationType] = {
+    "try_cancel": "try-cancel",
+    "wait_cancellation_completed": "wait-cancellation-completed",
+    "abandon": "abandon",
+}
 
 _OUTLIVE_THE_STEPS = frozenset(
     (

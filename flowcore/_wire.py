@@ -85,6 +85,11 @@ ExhaustedLimit: TypeAlias = Literal["steps", "cost", "wall-clock", "tokens", "to
 ReportStatus: TypeAlias = Literal["succeeded", "failed", "uncertain", "not-started"]
 WorkKind: TypeAlias = Literal["run-agent", "run-team", "call-tool", "run-subflow", "signal-run"]
 ParentClose: TypeAlias = Literal["cancel", "abandon", "wait"]
+# What the host does with a call the run stops waiting for (the step's
+# ``cancellation``): cancel it (``try-cancel``), cancel it and report how it
+# ended, which the step waits for (``wait-cancellation-completed``), or leave
+# it to run to its end (``abandon``, listed under ``flowcore.plan``'s detach).
+CancellationType: TypeAlias = Literal["try-cancel", "wait-cancellation-completed", "abandon"]
 
 
 class _Value(
@@ -177,6 +182,7 @@ class RunAgent(_Effect, tag="run-agent", frozen=True, kw_only=True):
     budget_remaining: BudgetRemaining
     heartbeat_timeout_ms: PositiveInt | None = None
     heartbeat_details: Any = None
+    cancellation: CancellationType = "try-cancel"
 
 
 class RunTeam(_Effect, tag="run-team", frozen=True, kw_only=True):
@@ -185,6 +191,7 @@ class RunTeam(_Effect, tag="run-team", frozen=True, kw_only=True):
     idempotency_key: str
     heartbeat_timeout_ms: PositiveInt | None = None
     heartbeat_details: Any = None
+    cancellation: CancellationType = "try-cancel"
 
 
 class CallTool(_Effect, tag="call-tool", frozen=True, kw_only=True):
@@ -196,6 +203,7 @@ class CallTool(_Effect, tag="call-tool", frozen=True, kw_only=True):
     # attempt reported, for this one to resume from.
     heartbeat_timeout_ms: PositiveInt | None = None
     heartbeat_details: Any = None
+    cancellation: CancellationType = "try-cancel"
 
 
 class AskHuman(_Effect, tag="ask-human", frozen=True, kw_only=True):

@@ -485,6 +485,8 @@ def _step(
         step["attempt_timeout_ms"] = _written(1 + deco * 37 % 5000)
     if deco % 10 == 7 and kind in ("call_tool", "run_agent", "run_team"):  # must heartbeat
         step["heartbeat_timeout_ms"] = _written(1 + deco * 53 % 5000)
+    if deco % 7 >= 5 and kind in ("call_tool", "run_agent", "run_team"):  # 2 in 7: not try_cancel
+        step["cancellation"] = ("wait_cancellation_completed", "abandon")[deco % 7 - 5]
     if deco // 5 % 5 == 4:
         # max_attempts 1..3, the interval, jitter on or off, an errors filter or not.
         shape = draw(st.integers(0, 11))

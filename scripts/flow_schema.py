@@ -238,6 +238,8 @@ _DESCRIPTIONS: dict[str, str] = {
     "OnExhausted": "What the run does when a budget limit is reached (§11.5): the final "
     "steps, run within a reserve the main work may not spend, and the output then.",
     "Limits": "Limits of the run (§12): sub-flow depth, work in flight, buffered signals.",
+    "Defaults": "What every step has unless it says otherwise (§2 defaults): the "
+    "cancellation type of its call.",
     "Retry": "How a failing step is retried, with exponential backoff and "
     "deterministic jitter (§5).",
     "CallToolStep": "§4.1 call_tool: call a declared tool; the output is the tool's.",
@@ -292,6 +294,7 @@ _DOC_SECTIONS: dict[str, tuple[str, str]] = {
     "Budget": ("### 11.1 Limits and defaults", ""),
     "OnExhausted": ("### 11.5 on_budget_exhausted: a reserve for the last steps", ""),
     "Limits": ("## 12. Limits", ""),
+    "Defaults": ("### defaults", ""),
     "Retry": ("## 5. retry", ""),
     "CallToolStep": ("### 4.1 call_tool", ""),
     "RunAgentStep": ("### 4.2 run_agent", ""),

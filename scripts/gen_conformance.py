@@ -1371,6 +1371,88 @@ def _step_timeout(d: Driver) -> None:
     d.ok("next#1", "fast")
 
 
+# --- cancellation types (language.md §9.2) ----------------------------------------------
+
+
+def _cancel_acknowledged(d: Driver, key: str, *, at: int | None = None) -> None:
+    """What a host reports once a cancelled call of wait_cancellation_completed has
+    stopped (``flowcore_handlers.cancelled_event``)."""
+    full = d.key(key)
+    error = ErrorInfo(type="cancelled", message=f"call-tool {full} stopped when cancelled")
+    d.send(EffectFailed(idempotency_key=full, error=error, at_ms=d._at(at)))
+
+
+@case(
+    "cancellation-timeout",
+    "cancellation on steps that time out: try_cancel (the default) cancels the call and "
+    "the run goes on; abandon detaches it (plan.detach) and its late result is recorded and "
+    "ignored; wait_cancellation_completed cancels it and the step ends (caught timeout, the "
+    "next step starts) only once the host reports the call's end, here its cancelled failure.",
+    """
+flow: cancellation-timeout
+tools: {slow: {class: readonly}, fast: {class: readonly}}
+steps:
+  - id: cut
+    try:
+      - {id: a, call_tool: {tool: slow, input: 1}, timeout_ms: 5s}
+    catch: [{errors: [timeout], steps: []}]
+  - id: left
+    try:
+      - {id: b, call_tool: {tool: slow, input: 2}, timeout_ms: 5s, cancellation: abandon}
+    catch: [{errors: [timeout], steps: []}]
+  - id: held
+    try:
+      - id: c
+        call_tool: {tool: slow, input: 3}
+        timeout_ms: 5s
+        cancellation: wait_cancellation_completed
+    catch: [{errors: [timeout], steps: []}]
+  - id: next
+    call_tool: {tool: fast}
+output: "${ {a: steps.a.error.type, b: steps.b.error.type, c: steps.c.error.type} }"
+""",
+)
+def _cancellation_timeout(d: Driver) -> None:
+    d.fire("a/timeout")
+    d.fire("b/timeout")
+    d.ok("b#1", "finished anyway", at=12500)
+    d.fire("c/timeout")
+    _cancel_acknowledged(d, "c#1", at=15200)
+    d.ok("next#1", "fast")
+
+
+@case(
+    "cancellation-race",
+    "cancellation of a race's losers (the flow's defaults.cancellation is abandon): the "
+    "try_cancel loser is cancelled, the abandon one detached (its late result, while the "
+    "race still waits, is recorded and ignored), and the race ends with the winner's output "
+    "only once the wait_cancellation_completed loser's end is reported.",
+    """
+flow: cancellation-race
+defaults: {cancellation: abandon}
+tools: {slow: {class: readonly}, fast: {class: readonly}}
+steps:
+  - id: fan
+    parallel:
+      mode: race
+      branches:
+        cut: [{id: x, call_tool: {tool: slow, input: x}, cancellation: try_cancel}]
+        left: [{id: y, call_tool: {tool: slow, input: y}}]
+        held:
+          - {id: z, call_tool: {tool: slow, input: z}, cancellation: wait_cancellation_completed}
+        win: [{id: w, call_tool: {tool: fast}}]
+  - id: next
+    call_tool: {tool: fast}
+output: "${ {fan: steps.fan.output, x: steps.x.status, y: steps.y.status, z: steps.z.status} }"
+""",
+)
+def _cancellation_race(d: Driver) -> None:
+    d.ok("w#1", "won", at=100)
+    d.ok("y#1", "finished anyway", at=150)
+    _cancel_acknowledged(d, "z#1", at=200)
+    d.ok("next#1", "after", at=300)
+
+
 @case(
     "try-catch",
     "try/catch by error type: the handler sees the error; an uncaught type would propagate.",

@@ -131,9 +131,15 @@ def test_one_flow_waits_for_every_pending_kind() -> None:
     flow = flowcore.parse_flow(EVERYTHING)
     d = flowcore.start(flow, run_id="r")
     kinds = {e.kind for e in d.state.waiting.pending.values()}
-    # A backoff and a scheduled call come later, and a child waited for after its
-    # step (tests/test_children.py); everything else is there now.
-    later = {PendingKind.BACKOFF, PendingKind.SCHEDULED_CALL, PendingKind.CHILD}
+    # A backoff and a scheduled call come later, a child waited for after its
+    # step (tests/test_children.py) and a call being cancelled that a step waits
+    # for (tests/test_cancellation.py); everything else is there now.
+    later = {
+        PendingKind.BACKOFF,
+        PendingKind.SCHEDULED_CALL,
+        PendingKind.CHILD,
+        PendingKind.CANCELLING,
+    }
     assert kinds == set(PendingKind) - later
     fail = EffectFailed(idempotency_key="r/call#1", error=ErrorInfo(type="x", message="x"), at_ms=1)
     d = flowcore.advance(d.state, fail)

@@ -482,6 +482,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
         "budgetRemaining",
         "heartbeatTimeoutMs?",  # a step's heartbeat_timeout_ms: an addition
         "heartbeatDetails?",
+        "cancellation?",
     ),
     "run-team": (
         "kind",
@@ -490,6 +491,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
         "idempotencyKey",
         "heartbeatTimeoutMs?",
         "heartbeatDetails?",
+        "cancellation?",
     ),
     "call-tool": (
         "kind",
@@ -498,6 +500,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
         "idempotencyKey",
         "heartbeatTimeoutMs?",
         "heartbeatDetails?",
+        "cancellation?",
     ),
     "ask-human": ("kind", "question", "options?", "idempotencyKey"),
     "sleep": ("kind", "untilMs", "idempotencyKey"),

@@ -93,7 +93,8 @@ def child_done(
     if decided is not None:
         for other in running:
             t.abandon_frame(keys.branch_list(frame.id, other))
-        t.set_frame(frame, progress=ParallelProgress(outcomes=outcomes))
+        # Re-read: the losers' calls being cancelled may now be waited for by it.
+        t.set_frame(t.frame(frame.id), progress=ParallelProgress(outcomes=outcomes))
         return decided
     t.set_frame(
         frame, progress=ParallelProgress(waiting=prog.waiting, running=running, outcomes=outcomes)

@@ -74,7 +74,8 @@ def member_done(t: Txn, frame: StepFrame, entry: Pending, key: str, out: Outcome
     if not out[0]:
         for other in running:
             t.drop_key(other)
-        t.set_frame(frame, progress=msgspec.structs.replace(prog, running=()))
+        # Re-read: members' calls being cancelled may now be waited for by it.
+        t.set_frame(t.frame(frame.id), progress=msgspec.structs.replace(prog, running=()))
         return out
     # In the members' order, however their answers interleaved (as the output).
     ended = {**prog.outputs, entry.member: out[1]}

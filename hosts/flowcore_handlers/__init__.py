@@ -104,6 +104,7 @@ __all__ = [
     "call_handler",
     "cancellation",
     "cancelled",
+    "cancelled_event",
     "format_traceback",
     "heartbeat",
     "heartbeat_details",
@@ -117,6 +118,7 @@ __all__ = [
     "registry_from_module",
     "run_handler",
     "safe_text",
+    "waits_for_cancel",
     "tools_module_name",
 ]
 
@@ -206,6 +208,22 @@ def heartbeat_details() -> Any:
     heartbeated before it timed out (``None``: there are none)."""
     beats = _BEATS.get()
     return None if beats is None else beats.given
+
+
+def cancelled_event(effect: WorkEffect, at_ms: int) -> EffectFailed:
+    """What a host reports for a call of ``cancellation: wait_cancellation_completed``
+    whose handler stopped when cancelled (an ``async`` one raised ``CancelledError``,
+    or it never began): the end the run waits for (language.md §9.2)."""
+    tag = effect.__struct_config__.tag
+    message = f"{tag} {effect.idempotency_key} stopped when cancelled"
+    error = ErrorInfo(type="cancelled", message=message)
+    return EffectFailed(idempotency_key=effect.idempotency_key, error=error, at_ms=at_ms)
+
+
+def waits_for_cancel(effect: WorkEffect) -> bool:
+    """Whether the run waits for the end of this call once it cancels it
+    (``cancellation: wait_cancellation_completed``): the host must then report it."""
+    return effect.cancellation == "wait-cancellation-completed"
 
 
 def heartbeat_timeout_event(effect: WorkEffect, details: Any, at_ms: int) -> EffectFailed:

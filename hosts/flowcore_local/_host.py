@@ -72,6 +72,7 @@ from flowcore_handlers import (
     Heartbeats,
     Registry,
     RegistryError,
+    cancelled_event,
     format_traceback,
     heartbeat_timeout_event,
     load_registry,
@@ -80,6 +81,7 @@ from flowcore_handlers import (
     run_handler,
     safe_text,
     tools_module_name,
+    waits_for_cancel,
 )
 from flowcore_handlers._limits import (
     LimitError,
@@ -1758,7 +1760,11 @@ class LocalHost:
         next ``await``). A sync one runs on in its thread and may stop when it
         looks; what a handler still returns is recorded as a late result, which
         changes nothing but the report. The commit that stopped waiting closed
-        the work's row."""
+        the work's row. Work of ``cancellation: wait_cancellation_completed`` is
+        stopped the same way, but the run waits for its end: its row stays, and
+        ``_execute`` reports how it ended (``cancelled`` when the handler
+        stopped). Work of ``abandon`` never comes here (``plan.detach``): its
+        handler runs to its end, told nothing, and its late result is recorded."""
         ident = (run_id, key)
         task = self._running.get(ident)
         if task is None or ident in self._reissued:
@@ -1802,6 +1808,8 @@ class LocalHost:
         cancel = self._cancels[ident]
         try:
             if cancel.is_set():  # stopped before it began
+                if waits_for_cancel(claimed.effect):  # the run waits to hear it ended
+                    await self._submit(claimed.run_id, cancelled_event(claimed.effect, self.now()))
                 return
             async with self._sem:
                 try:
@@ -1828,7 +1836,19 @@ class LocalHost:
         except asyncio.CancelledError:
             if not cancel.is_set():
                 raise  # the host is closing
-            # The run stopped waiting for this work (_stop_work): nothing to report.
+            # The run stopped waiting for this work (_stop_work): nothing to report,
+            # unless it waits for the handler to have stopped (wait_cancellation_completed).
+            if waits_for_cancel(claimed.effect):
+                try:
+                    await self._submit(claimed.run_id, cancelled_event(claimed.effect, self.now()))
+                except Exception as exc:
+                    log.warning(
+                        "flowcore: the end of cancelled %s was not committed (%s: %s);"
+                        " recovery will handle it",
+                        claimed.key,
+                        type(exc).__name__,
+                        safe_text(exc, 200),
+                    )
         except Exception as exc:
             # The group commit itself failed (the database, not this event):
             # the result is lost with it, and the effect's lease lapses, so

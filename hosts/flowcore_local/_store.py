@@ -991,9 +991,13 @@ class Store:
         # run settles). Done rows are deleted: the log keeps the history, and
         # the outbox stays as small as what is in flight.
         gone = (*answered, *plan.drop, *plan.cancel, *plan.withdraw, *plan.detach)
+        # Work cancelled whose end the run still waits for (cancellation:
+        # wait_cancellation_completed) keeps its row until that end is reported,
+        # so that recovery reports it after a crash.
+        still = state.waiting.pending
         self._write_many(
             "DELETE FROM outbox WHERE run_id = ? AND key = ?",
-            [(run_id, key) for key in gone if key not in emitted],
+            [(run_id, key) for key in gone if key not in emitted and key not in still],
         )
         settled = plan.settled
         entry = _Cached(

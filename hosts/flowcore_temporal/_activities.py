@@ -24,6 +24,7 @@ bad value is), once, and the activity itself never fails for it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from typing import Any
@@ -118,8 +119,7 @@ class FlowcoreActivities:
             if not call.done():
                 # The activity was cancelled (the run stopped waiting for the
                 # work, learnt at a heartbeat): tell the handler, stop waiting.
-                cancel.set()
-                call.cancel()
+                await _stop(registry, effect, cancel, call)
         return _result(event)
 
     @activity.defn(name=RUN_STATUS_ACTIVITY)
@@ -166,8 +166,26 @@ async def _watched(
         return await call
     finally:
         if not call.done():  # cancelled, or timed out (learnt at a heartbeat)
-            cancel.set()
-            call.cancel()
+            await _stop(registry, effect, cancel, call)
+
+
+async def _stop(
+    registry: Registry,
+    effect: CallTool | RunAgent | RunTeam,
+    cancel: threading.Event,
+    call: asyncio.Future[Any],
+) -> None:
+    """Tell a handler to stop (``flowcore_handlers.cancelled``) and cancel an ``async``
+    one. For work of ``cancellation: wait_cancellation_completed`` the run waits
+    for the handler's end, so the activity ends (acknowledging the cancel) only
+    once the handler has: a sync one is not interrupted, only told."""
+    cancel.set()
+    if effect.cancellation != "wait-cancellation-completed":
+        call.cancel()
+        return
+    if inspect.iscoroutinefunction(registry.handler_for(effect)):
+        call.cancel()
+    await asyncio.wait({call})
 
 
 def _result(event: EffectSucceeded | EffectFailed | EffectOutcomeUnknown) -> dict[str, Any]:

@@ -91,6 +91,7 @@ from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     FailureError,
     TimeoutError,
@@ -315,6 +316,9 @@ class FlowcoreWorkflow:
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}  # key -> (kind, task)
         self._semantics = 1  # the run's decision level, read in run (_semantics)
         self._cancelled: set[str] = set()  # work keys whose activity this workflow cancelled
+        # Work keys of cancellation wait-cancellation-completed: once cancelled, the
+        # run waits for the activity's end, which is reported.
+        self._awaited: set[str] = set()
         self._issues: dict[str, int] = {}  # work key -> times issued (activity ids)
         self._refused: list[dict[str, Any]] = []  # the latest signals that were dropped
         self._refused_count = 0
@@ -1014,9 +1018,12 @@ class FlowcoreWorkflow:
         Work, timers and children start in emission order, as a replay will
         start them; questions and signal waits need nothing here. Timers and
         children the run no longer waits for are cancelled, in the order they
-        started. Work already handed to an activity is left to finish: its
-        late result is recorded and ignored by the interpreter, as the
-        protocol says.
+        started. Work already handed to an activity is cancelled (decision
+        level 2), as its step's ``cancellation`` says: ``try-cancel`` work is
+        forgotten, the end of ``wait-cancellation-completed`` work is reported
+        (the run waits for it), and ``abandon`` work is never in ``cancel``
+        (``plan.detach``): its activity runs to its end and its late result is
+        recorded and ignored by the interpreter, as the protocol says.
         """
         self._state = decision.state
         self._index_metadata(decision.state)
@@ -1034,7 +1041,7 @@ class FlowcoreWorkflow:
             for key, (kind, task) in list(self._tasks.items()):
                 if key in stopped and (kind != "work" or cancel_work):
                     del self._tasks[key]
-                    if kind == "work":
+                    if kind == "work" and key not in self._awaited:
                         self._cancelled.add(key)  # nothing more to report for it
                     task.cancel()
         if plan.settled is not None:
@@ -1099,6 +1106,9 @@ class FlowcoreWorkflow:
         issued = self._issues.get(key, 0) + 1
         self._issues[key] = issued
         args = self._args
+        awaited = effect.cancellation == "wait-cancellation-completed"
+        if awaited:
+            self._awaited.add(key)
         try:
             # RawValue: the result is decoded and checked by _work_event, where
             # a garbled one fails this effect; a result Temporal's converter
@@ -1125,11 +1135,24 @@ class FlowcoreWorkflow:
                 task_queue=(
                     args.tool_queues.get(effect.tool) if isinstance(effect, CallTool) else None
                 ),
+                # What a cancel of the activity (the run stopped waiting) does:
+                # the step's cancellation (language.md §9.2).
+                cancellation_type=_CANCELLATION_TYPES[effect.cancellation],
             )
         except ActivityError as exc:
-            if key not in self._cancelled:  # else the run stopped waiting: say nothing
-                self._report(_activity_failure(key, exc, self._now(), effect))
+            if key in self._cancelled:  # the run stopped waiting: say nothing
+                return
+            if awaited and isinstance(exc.cause, CancelledError):
+                # It acknowledged the cancel: the end the run waits for.
+                self._report(_cancelled_event(effect, self._now()))
+                return
+            self._report(_activity_failure(key, exc, self._now(), effect))
             return
+        except asyncio.CancelledError:
+            # Cancelled as its result came in: for awaited work, its end all the same.
+            if awaited:
+                self._report(_cancelled_event(effect, self._now()))
+            raise
         self._report(_work_event(key, raw, self._now()))
 
     async def _timer(self, effect: Sleep) -> None:
@@ -1405,6 +1428,23 @@ def _subflow_event(key: str, raw: Any, now: int) -> Event:
 def _failed(key: str, kind: str, message: str, now: int) -> EffectFailed:
     error = ErrorInfo(type=kind, message=clip(message, _MESSAGE_CHARS))
     return EffectFailed(idempotency_key=key, error=error, at_ms=now)
+
+
+_CANCELLATION_TYPES: Final = {
+    "try-cancel": workflow.ActivityCancellationType.TRY_CANCEL,
+    "wait-cancellation-completed": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    "abandon": workflow.ActivityCancellationType.ABANDON,
+}
+
+
+def _cancelled_event(effect: CallTool | RunAgent | RunTeam, now: int) -> EffectFailed:
+    """The end of cancelled ``wait-cancellation-completed`` work whose activity
+    acknowledged the cancel; as ``flowcore_handlers.cancelled_event`` (not
+    imported in the sandbox)."""
+    tag = effect.__struct_config__.tag
+    message = f"{tag} {effect.idempotency_key} stopped when cancelled"
+    error = ErrorInfo(type="cancelled", message=message)
+    return EffectFailed(idempotency_key=effect.idempotency_key, error=error, at_ms=now)
 
 
 def _activity_failure(

@@ -120,7 +120,8 @@ class Plan:
     settles: bool  # False: an in-flight run's log ends before run.settled
     late: str | None  # the first event that arrives after a pending timer was due
     # The first work result the log reports after the run stopped waiting for
-    # the work (a host that cancels such work may never produce it).
+    # the work (a host that cancels such work may never produce it); work of
+    # cancellation: abandon is never cancelled, so its late result is not one.
     late_work: str | None = None
     # The run's metadata as it ended (expect.json; empty: none set).
     final_metadata: dict[str, Any] = field(default_factory=dict)
@@ -295,6 +296,7 @@ def plan_vector(path: Path) -> Plan:
     subflows: dict[str, str] = {}
     detached: set[str] = set()
     let_go: set[str] = set()  # children of parent_close: abandon, which run on
+    runs_on: set[str] = set()  # work of cancellation: abandon, never cancelled by any host
     waiting = waits(state)
     pending = [waiting]
 
@@ -311,6 +313,8 @@ def plan_vector(path: Path) -> Plan:
                 timers[key] = Timer(key, effect.until_ms, turn, at)
             elif wire["kind"] in (*WORK_KINDS, "run-subflow"):
                 issues.setdefault(key, []).append(turn)
+                if wire.get("cancellation") == "abandon":
+                    runs_on.add(key)
                 if wire["kind"] == "run-subflow":
                     subflows[key] = wire["flowId"]
                     if wire.get("detached"):
@@ -350,7 +354,7 @@ def plan_vector(path: Path) -> Plan:
         elif kind in ("effect-succeeded", "effect-failed", "effect-outcome-unknown"):
             effect_kind = kinds.get(key)
             if effect_kind in WORK_KINDS:
-                if not waited and late_work is None:
+                if not waited and late_work is None and key not in runs_on:
                     late_work = f"event {t} is a late result of {key}"
                 step = Step("succeed", t, event.get("output"), event.get("usage"))
                 if kind == "effect-failed":

@@ -72,6 +72,12 @@ export interface RunAgent {
   readonly heartbeatTimeoutMs?: number;
   /** The last heartbeat details of an earlier attempt that timed out, to resume from. */
   readonly heartbeatDetails?: JsonValue;
+  /**
+   * What cancelling it means (absent = "try-cancel": cancel it, report nothing more).
+   * "wait-cancellation-completed": cancel it and report how it ended, which the run
+   * waits for; "abandon": let it run to its end (the plan lists it under `detach`).
+   */
+  readonly cancellation?: "try-cancel" | "wait-cancellation-completed" | "abandon";
 }
 
 export interface RunTeam {
@@ -83,6 +89,12 @@ export interface RunTeam {
   readonly heartbeatTimeoutMs?: number;
   /** The last heartbeat details of an earlier attempt that timed out, to resume from. */
   readonly heartbeatDetails?: JsonValue;
+  /**
+   * What cancelling it means (absent = "try-cancel": cancel it, report nothing more).
+   * "wait-cancellation-completed": cancel it and report how it ended, which the run
+   * waits for; "abandon": let it run to its end (the plan lists it under `detach`).
+   */
+  readonly cancellation?: "try-cancel" | "wait-cancellation-completed" | "abandon";
 }
 
 export interface CallTool {
@@ -95,6 +107,12 @@ export interface CallTool {
   readonly heartbeatTimeoutMs?: number;
   /** The last heartbeat details of an earlier attempt that timed out, to resume from. */
   readonly heartbeatDetails?: JsonValue;
+  /**
+   * What cancelling it means (absent = "try-cancel": cancel it, report nothing more).
+   * "wait-cancellation-completed": cancel it and report how it ended, which the run
+   * waits for; "abandon": let it run to its end (the plan lists it under `detach`).
+   */
+  readonly cancellation?: "try-cancel" | "wait-cancellation-completed" | "abandon";
 }
 
 export interface AskHuman {
