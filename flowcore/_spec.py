@@ -1374,7 +1374,6 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         return out
     tools = raw.get("tools") if isinstance(raw.get("tools"), dict) else {}
     seen: dict[str, tuple[Any, ...]] = {}
-    expressions: list[tuple[str, tuple[Any, ...], bool]] = []
     for step, path in _all_steps(raw):
         sid = step.get("id")
         if isinstance(sid, str) and _IDENT.match(sid):
@@ -1391,29 +1390,9 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                     hint = _did_you_mean(tool, tools)
                     message = f"tool {tool!r} is not declared under 'tools'{hint}"
                     out.append(((*path, kind, "tool"), message))
-        for text, spath, cond in _own_strings(step, path):
-            expressions.append((text, spath, cond))
-        for key in ("timeout_ms", "attempt_timeout_ms", "heartbeat_timeout_ms"):
-            if isinstance(step.get(key), str):  # a duration decided at run time
-                expressions.append((step[key], (*path, key), False))
-    for where in (("output",), ("on_budget_exhausted", "output")):
-        value = raw.get(where[0])
-        if len(where) == 2:
-            value = value.get(where[1]) if isinstance(value, dict) else None
-        for text, spath in _strings(value, where, frozenset()):
-            expressions.append((text, spath, False))
-    for text, spath, cond in expressions:
-        refs: set[str] = set()
-        try:
-            if cond:
-                refs |= compile_cond(text).refs
-            elif find_expressions(text):
-                refs |= compile_template(text).refs
-        except TemplateError:
-            continue  # reported by the structure pass
-        for ref in sorted(r for r in refs if r not in seen):
-            hint = _did_you_mean(ref, seen)
-            out.append((spath, f"expression reads unknown step {ref!r}{hint}"))
+    from ._reads import check_reads
+
+    out.extend(check_reads(raw))
     return out
 
 
