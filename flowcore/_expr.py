@@ -213,7 +213,7 @@ def _arity(name: str, count: int) -> str | None:
         return None
     plural = "" if wanted == 1 else "s"
     least = "at least " if variadic else ""
-    return f"function {name}() takes {least}{wanted} argument{plural}, got {count}"
+    return f"JMESPath function {name}() takes {least}{wanted} argument{plural}, got {count}"
 
 
 def _argument_kinds(name: str, args: Any) -> str | None:
@@ -252,7 +252,7 @@ def _walk(
         if name not in _FUNCTIONS:
             match = difflib.get_close_matches(name, list(_FUNCTIONS), n=1)
             hint = f" (did you mean {match[0]}()?)" if match else ""
-            problems.append(f"unknown function {name}(){hint}")
+            problems.append(f"unknown JMESPath function {name}(){hint}")
         else:
             problem = _arity(name, len(children)) or _argument_kinds(name, children)
             if problem is not None:

@@ -281,7 +281,7 @@ def _check(
     except TemplateError:
         return  # reported by the structure pass
     for message in problems:
-        out.append((path, f"expression calls {message}"))
+        out.append((path, message))
     for chain in chains:
         problem = _chain_problem(chain, reader, info)
         if problem is not None:

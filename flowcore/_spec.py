@@ -296,10 +296,12 @@ class RunSubflowStep:
 
 @attrs.frozen
 class SignalRunStep:
-    """Send a signal to another run (``run``: its id), once per idempotency key."""
+    """Send a signal to another run (``run``: its id), once per idempotency key.
+    ``signal`` is text, a template like every other field: evaluated when the
+    step begins, as ``run`` and ``key`` are."""
 
     run: Template
-    signal: Name
+    signal: Template
     payload: Template = attrs.field(factory=lambda: compile_template(None))
     key: Template | None = None
 
@@ -826,7 +828,6 @@ def _build_converter() -> cattrs.Converter:
         AskHumanStep,
         ScheduleStep,
         FailStep,
-        SignalRunStep,
         ContinueAsNewStep,
         MaxUsage,
         AgentDecl,
@@ -967,6 +968,27 @@ def _build_converter() -> cattrs.Converter:
         return step
 
     conv.register_structure_hook(RepeatStep, repeat_hook)
+
+    signal_run = _mapping_first(conv, SignalRunStep)
+
+    def signal_run_hook(value: Any, _: Any) -> SignalRunStep:
+        raw = _mapping(value, "signal_run fields")
+        errors: list[Exception] = []
+        step: SignalRunStep | None = None
+        if "signal" in raw:
+            try:
+                _name(raw["signal"], None)  # text (a name, or a template giving one)
+            except _Msg as exc:
+                errors.append(_note_attr(exc, "signal"))
+        try:
+            step = cast(SignalRunStep, signal_run(raw, SignalRunStep))
+        except ClassValidationError as exc:
+            errors.extend(exc.exceptions)
+        _gather("signal_run", errors, SignalRunStep)
+        assert step is not None
+        return step
+
+    conv.register_structure_hook(SignalRunStep, signal_run_hook)
 
     def cancel_hook(value: Any, _: Any) -> CancelScheduledStep:
         raw = _mapping(value, "cancel_scheduled settings")
