@@ -14,13 +14,15 @@ from the spec alone:
   never be there when the expression is evaluated: a later step of the same
   list, a step inside the reading step, the reading step itself or one it is
   inside, another case of a ``switch``, another catch clause, a ``catch``
-  read from its ``try`` steps, a branch of a ``parallel`` that runs at the
-  same time, a step inside a loop read from outside it, a compensation or
-  one of ``on_budget_exhausted``'s steps read where they cannot have run;
+  read from its ``try`` steps, a later branch of a ``parallel`` that runs
+  one branch at a time, a step inside a loop read from outside it, a
+  compensation or one of ``on_budget_exhausted``'s steps read where they
+  cannot have run;
 - a JMESPath function call that fails whenever it is evaluated.
 
 Where a step may or may not have run (a branch not taken, a step after a
-failure), reading it is allowed: its result is ``null`` then. The check is
+failure, a step of a branch running beside the reader), reading it is
+allowed: its result is ``null`` then. The check is
 conservative: inside a composite step with ``retry`` its children's results
 of an earlier attempt stay readable, so no order is assumed there, and a
 compensation (which runs as the run winds down) may read anything it can see.
@@ -440,14 +442,14 @@ def _order_problem(
         branches = list(named) if isinstance(named, dict) else []
         a, b = mine.lane[1], theirs.lane[1]
         if body.get("max_concurrency") == 1 and a in branches and b in branches:
-            if branches.index(b) < branches.index(a):
-                return None  # one branch at a time, in declared order
-        return (
-            f"step {target!r} is in branch {b!r} of parallel {mine.owner!r}, which runs at the"
-            f" same time as this branch {a!r}: whether it has ended when this is read depends"
-            f" on timing; read it after {mine.owner!r} (or give {mine.owner!r}"
-            f" max_concurrency: 1 and put {b!r} first)"
-        )
+            if branches.index(b) > branches.index(a):
+                return (
+                    f"step {target!r} is in branch {b!r} of parallel {mine.owner!r}, which"
+                    f" starts only after this branch {a!r} has ended (max_concurrency: 1),"
+                    f" {never}"
+                )
+        # Branches that run at the same time: it may have ended, or not yet.
+        return None
     if kind == "try":
         if mine.lane[0] == "catch" and theirs.lane[0] == "try":
             return None
