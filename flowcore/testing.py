@@ -412,7 +412,7 @@ def _apart(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The steps ``make`` builds, and the schedule steps among them, which no step
     made later may cancel unless the caller says so: a step in a loop's body, or
-    in one case or branch, is never there to read from outside it or another."""
+    in one case or branch, may not be there to read from outside it or another."""
     before = len(ids.scheduled)
     steps = make()
     made = ids.scheduled[before:]

@@ -113,7 +113,7 @@ def test_error_is_a_name_only_inside_a_catch_clause() -> None:
 
 
 def test_loop_variables_exist_only_in_their_loop() -> None:
-    loop = {
+    loop: dict[str, Any] = {
         "id": "per",
         "for_each": {"items": "${input.xs}", "as": "svc", "steps": [call("a", "${svc}")]},
     }
