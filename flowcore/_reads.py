@@ -18,7 +18,9 @@ from the spec alone:
   one branch at a time, a step inside a loop read from outside it, a
   compensation or one of ``on_budget_exhausted``'s steps read where they
   cannot have run;
-- a JMESPath function call that fails whenever it is evaluated.
+- a JMESPath function call that fails whenever it is evaluated;
+- ``${...}`` in a field that is a name, not a template (``await_signal.signal``):
+  it would be used as written.
 
 Where a step may or may not have run (a branch not taken, a step after a
 failure, a step of a branch running beside the reader), reading it is
@@ -35,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from ._expr import TemplateError, reads
+from ._expr import TemplateError, find_expressions, reads
 from ._spec import (
     _IDENT,
     _KINDS,
@@ -64,6 +66,21 @@ _ONLY_IN = {
     "members": "in a run_team's prompt and its team's member instructions",
     "schedule": "in the input of a schedule under the top-level schedules",
 }
+
+# Fields that are names, not templates: a ``${...}`` in one would be taken as
+# text (``await_signal`` would wait for a signal of that literal name).
+_NAMES = frozenset(
+    {
+        ("await_signal", "signal"),
+        ("await_signal", "signals"),
+        ("run_subflow", "flow"),
+        ("run_agent", "agent"),
+        ("run_agent", "member"),
+        ("run_team", "team"),
+        ("ask_human", "options"),
+        ("ask_human", "default"),
+    }
+)
 
 _BODY = ("body",)
 _COMPENSATE = ("compensate",)
@@ -202,6 +219,12 @@ def check_reads(raw: Mapping[str, Any]) -> Found:
             here = roots
             at = place
             key = spath[len(path) + 1] if len(spath) > len(path) + 1 else None
+            if (kind, key) in _NAMES and find_expressions(text):
+                message = (
+                    f"{kind}.{key} is a name, used as written: '${{...}}' in it is not evaluated"
+                )
+                out.append((spath, message))
+                continue
             if kind == "repeat" and key == "until":
                 here = {**roots, "fire_count": f"the fire of repeat {step.get('id')!r}"}
                 at = (*place, _Seg(str(step.get("id")), _BODY, _LAST))

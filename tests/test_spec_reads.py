@@ -501,6 +501,14 @@ def test_a_signal_that_is_not_text_or_does_not_compile_is_refused() -> None:
     one(flow({"id": "a", "signal_run": send}), "steps[0].signal_run.signal", "'input'")
 
 
+def test_an_expression_in_a_field_that_is_a_name_is_refused() -> None:
+    wait = {"id": "w", "await_signal": {"signal": "${input.name}"}}
+    one(flow(wait), "steps[0].await_signal.signal", "await_signal.signal is a name")
+    child = {"id": "c", "run_subflow": {"flow": "kid-${input.n}"}}
+    one(flow(child), "steps[0].run_subflow.flow", "is not evaluated")
+    valid(flow({"id": "w", "await_signal": {"signal": "done"}}))
+
+
 # --- validate's warning: a scheduled call the run may cancel -------------------------------------
 
 REMINDER = """\
