@@ -109,6 +109,13 @@ class _Info(NamedTuple):
     retried: bool
 
 
+class _Steps(dict[str, _Info]):
+    """The flow's steps by id (the first of a duplicate id), and, in
+    ``loop_vars``, each for_each variable name with the first loop defining it."""
+
+    loop_vars: dict[str, str]
+
+
 class _Reader(NamedTuple):
     """Where an expression is evaluated: ``what`` is ``step`` (a step's own
     field, as the step begins), ``output``, ``final_output``, or ``anywhere``
@@ -176,7 +183,7 @@ def _all_places(raw: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], tuple[
         yield from _places(final["steps"], ("on_budget_exhausted", "steps"), "", _FINAL, ())
 
 
-def _roots(place: Place, info: dict[str, _Info]) -> dict[str, str]:
+def _roots(place: Place, info: _Steps) -> dict[str, str]:
     """The names an expression at ``place`` reads, with what each is."""
     roots = {"input": "the run's input", "steps": "step results", "run": "the run"}
     for seg in place:
@@ -198,7 +205,8 @@ def _roots(place: Place, info: dict[str, _Info]) -> dict[str, str]:
 
 def check_reads(raw: Mapping[str, Any]) -> Found:
     """Every problem of what the spec's expressions read (see the module docstring)."""
-    info: dict[str, _Info] = {}
+    info = _Steps()
+    info.loop_vars = {}
     placed: list[tuple[dict[str, Any], tuple[Any, ...], Place]] = []
     for step, path, place in _all_places(raw):
         placed.append((step, path, place))
@@ -206,6 +214,11 @@ def check_reads(raw: Mapping[str, Any]) -> Found:
         if isinstance(sid, str) and _IDENT.match(sid) and sid not in info:
             kind = _kind(step)
             info[sid] = _Info(kind, place, step.get(kind), _retried(step))
+            body = step.get(kind)
+            if kind == "for_each" and isinstance(body, dict):
+                for name in (body.get("as", "item"), body.get("index", "index")):
+                    if isinstance(name, str):
+                        info.loop_vars.setdefault(name, sid)
     out: Found = []
     team_roots: dict[str, dict[str, str]] = {}
     for step, path, place in placed:
@@ -248,18 +261,14 @@ def check_reads(raw: Mapping[str, Any]) -> Found:
             _check(text, False, spath, reader, info, out)
     _check_teams(raw, team_roots, base, info, out)
     _check_schedules(raw, info, out)
-    unique: Found = []
-    for problem in out:
-        if problem not in unique:
-            unique.append(problem)
-    return unique
+    return list(dict.fromkeys(out))  # once each, in order
 
 
 def _check_teams(
     raw: Mapping[str, Any],
     team_roots: dict[str, dict[str, str]],
     base: dict[str, str],
-    info: dict[str, _Info],
+    info: _Steps,
     out: Found,
 ) -> None:
     teams = raw.get("teams")
@@ -280,7 +289,7 @@ def _check_teams(
                     _check(text, False, spath, _Reader("anywhere", (), roots), info, out)
 
 
-def _check_schedules(raw: Mapping[str, Any], info: dict[str, _Info], out: Found) -> None:
+def _check_schedules(raw: Mapping[str, Any], info: _Steps, out: Found) -> None:
     schedules = raw.get("schedules")
     if not isinstance(schedules, dict):
         return
@@ -298,7 +307,7 @@ def _check(
     cond: bool,
     path: tuple[Any, ...],
     reader: _Reader,
-    info: dict[str, _Info],
+    info: _Steps,
     out: Found,
 ) -> None:
     try:
@@ -313,7 +322,7 @@ def _check(
             out.append((path, problem))
 
 
-def _chain_problem(chain: tuple[str, ...], reader: _Reader, info: dict[str, _Info]) -> str | None:
+def _chain_problem(chain: tuple[str, ...], reader: _Reader, info: _Steps) -> str | None:
     root = chain[0]
     if root == "null" and len(chain) == 1:
         return None  # a name never defined reads null: the same as `null`
@@ -329,12 +338,9 @@ def _chain_problem(chain: tuple[str, ...], reader: _Reader, info: dict[str, _Inf
         known = ", ".join(reader.roots)
         where: str | None = _ONLY_IN.get(root)
         if where is None and not hint:
-            loops = [s for s, i in info.items() if i.kind == "for_each"]
-            for loop in loops:
-                body = info[loop].body if isinstance(info[loop].body, dict) else {}
-                if root in (body.get("as", "item"), body.get("index", "index")):
-                    where = f"inside the steps of for_each {loop!r}"
-                    break
+            loop = info.loop_vars.get(root)
+            if loop is not None:
+                where = f"inside the steps of for_each {loop!r}"
         only = f"; {root!r} exists only {where}" if where else ""
         return (
             f"expression reads {root!r}, which is not defined here{hint}{only};"
@@ -390,9 +396,7 @@ def _error_problem(what: str, rest: tuple[str, ...]) -> str | None:
     return None
 
 
-def _order_problem(
-    target: str, found: _Info, reader: _Reader, info: dict[str, _Info]
-) -> str | None:
+def _order_problem(target: str, found: _Info, reader: _Reader, info: _Steps) -> str | None:
     """Why ``steps.<target>`` can never hold a result where ``reader`` reads it, or None."""
     if reader.what == "anywhere":
         return None  # evaluated where the spec does not say (team instructions)
