@@ -404,7 +404,7 @@ def test_a_misspelled_common_key_on_a_step_without_kind_still_misses_its_kind() 
         {"flow": "f", "steps": [{"id": "a", "http_get": {}}]},
         {"flow": "f", "tools": {"fetch": {}}, "steps": [{"id": "a", "call_tool": {"tool": "zzz"}}]},
         {"flow": "f", "steps": [_SLEEP], "output": "${steps.unrelated.output}"},
-        {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "input.ok", "steps": [], "xyz": 1}]}]},
+        {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "input.k", "steps": [], "xyz": 1}]}]},
         {"flow": "f", "tools": {"t": {"class": "safe"}}, "steps": [_SLEEP]},
     ],
 )
