@@ -20,6 +20,7 @@ the loop variables. This module must never do I/O.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ __all__ = [
     "compile_cond",
     "compile_template",
     "find_expressions",
+    "reads",
     "truthy",
 ]
 
@@ -166,6 +168,132 @@ def _step_refs(node: Any, refs: set[str], rooted: bool = True) -> bool:
     for child in children:
         wholesale = _step_refs(child, refs, rooted) or wholesale
     return wholesale
+
+
+# The functions an expression may call, with their signatures (the standard
+# set: ``_OPTIONS`` adds none).
+_FUNCTIONS: dict[str, Any] = dict(jmes_functions.Functions().FUNCTION_TABLE)
+
+# Nodes that continue a chain of names from their first child: the names read
+# from the root are the leading fields (``steps.a.output[0]`` reads
+# ``steps``, ``a``, ``output``).
+_CHAINS = frozenset({"subexpression", "index_expression", "projection", "value_projection"})
+_CHAINS_FIRST = frozenset({"filter_projection", "flatten"})
+
+
+def _lead(node: Any) -> tuple[list[str], bool]:
+    """The field names a node reads from its context before anything else, and
+    whether the node is nothing but those names (so a chain may go on)."""
+    if not isinstance(node, dict):
+        return [], False
+    kind = node.get("type")
+    if kind == "field":
+        return [str(node.get("value"))], True
+    if kind == "current":
+        return [], True
+    children = node.get("children") or ()
+    if kind == "subexpression":
+        names: list[str] = []
+        for child in children:
+            more, whole = _lead(child)
+            names.extend(more)
+            if not whole:
+                return names, False
+        return names, True
+    if (kind in _CHAINS or kind in _CHAINS_FIRST) and children:
+        return _lead(children[0])[0], False
+    return [], False
+
+
+def _arity(name: str, count: int) -> str | None:
+    signature = _FUNCTIONS[name]["signature"]
+    variadic = bool(signature) and bool(signature[-1].get("variadic"))
+    wanted = len(signature)
+    if count == wanted or (variadic and count > wanted):
+        return None
+    plural = "" if wanted == 1 else "s"
+    least = "at least " if variadic else ""
+    return f"JMESPath function {name}() takes {least}{wanted} argument{plural}, got {count}"
+
+
+def _argument_kinds(name: str, args: Any) -> str | None:
+    """A problem when an argument's kind can never be right: ``&expr`` where the
+    function wants a value, or a value where it wants ``&expr``."""
+    signature = _FUNCTIONS[name]["signature"]
+    for i, arg in enumerate(args):
+        spec = signature[min(i, len(signature) - 1)] if signature else {}
+        types = spec.get("types") or ()
+        is_ref = isinstance(arg, dict) and arg.get("type") == "expref"
+        if is_ref and types and "expref" not in types:
+            return f"argument {i + 1} of {name}() is an expression reference (&...), not a value"
+        if not is_ref and list(types) == ["expref"]:
+            return f"argument {i + 1} of {name}() must be an expression reference (&field)"
+    return None
+
+
+def _walk(
+    node: Any, rooted: bool, covered: bool, chains: list[tuple[str, ...]], problems: list[str]
+) -> None:
+    """Collect the chains of names read from the root context, and calls that
+    always fail. ``rooted``: the node is evaluated against the root context
+    (not inside a projection, a filter, after a pipe or in ``&expr``);
+    ``covered``: its leading names were already collected."""
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    children = node.get("children") or ()
+    if rooted and not covered and (kind == "field" or kind in _CHAINS or kind in _CHAINS_FIRST):
+        names = _lead(node)[0]
+        if names:
+            chains.append(tuple(names))
+            covered = True
+    if kind == "function_expression":
+        name = str(node.get("value"))
+        if name not in _FUNCTIONS:
+            match = difflib.get_close_matches(name, list(_FUNCTIONS), n=1)
+            hint = f" (did you mean {match[0]}()?)" if match else ""
+            problems.append(f"unknown JMESPath function {name}(){hint}")
+        else:
+            problem = _arity(name, len(children)) or _argument_kinds(name, children)
+            if problem is not None:
+                problems.append(problem)
+    if kind == "expref":
+        for child in children:
+            _walk(child, False, False, chains, problems)
+        return
+    if kind in _RESCOPING and children:
+        _walk(children[0], rooted, covered, chains, problems)
+        for child in children[1:]:
+            _walk(child, False, False, chains, problems)
+        return
+    for child in children:
+        _walk(child, rooted, False, chains, problems)
+
+
+def reads(source: str, cond: bool = False) -> tuple[list[tuple[str, ...]], list[str]]:
+    """What the expressions in ``source`` read, as the spec alone shows it.
+
+    Returns the chains of names each reads from its context (``${steps.a.output.x}``
+    gives ``("steps", "a", "output", "x")``; a chain ends where something other
+    than a name follows), and a message for each function call that fails
+    whenever it is evaluated: an unknown function, a wrong number of
+    arguments, ``&expr`` where a value is wanted or the reverse. ``cond``:
+    ``source`` is a bare condition. Raises ``TemplateError`` if it does not compile.
+    """
+    if cond:
+        text = source.strip()
+        spans = find_expressions(text) if "${" in text else []
+        if len(spans) == 1 and spans[0] == (0, len(text)):
+            text = text[2:-1]
+        bodies = [text]
+    else:
+        bodies = [source[start + 2 : end - 1] for start, end in find_expressions(source)]
+    chains: list[tuple[str, ...]] = []
+    problems: list[str] = []
+    for body in bodies:
+        parsed = _expr_for(body)._parsed.parsed
+        _walk(parsed, True, False, chains, problems)
+    return chains, problems
 
 
 def _explain(exc: Exception) -> str:

@@ -309,10 +309,12 @@ class RunSubflowStep:
 
 @attrs.frozen
 class SignalRunStep:
-    """Send a signal to another run (``run``: its id), once per idempotency key."""
+    """Send a signal to another run (``run``: its id), once per idempotency key.
+    ``signal`` is text, a template like every other field: evaluated when the
+    step begins, as ``run`` and ``key`` are."""
 
     run: Template
-    signal: Name
+    signal: Template
     payload: Template = attrs.field(factory=lambda: compile_template(None))
     key: Template | None = None
 
@@ -852,7 +854,6 @@ def _build_converter() -> cattrs.Converter:
         AskHumanStep,
         ScheduleStep,
         FailStep,
-        SignalRunStep,
         ContinueAsNewStep,
         MaxUsage,
         AgentDecl,
@@ -993,6 +994,27 @@ def _build_converter() -> cattrs.Converter:
         return step
 
     conv.register_structure_hook(RepeatStep, repeat_hook)
+
+    signal_run = _mapping_first(conv, SignalRunStep)
+
+    def signal_run_hook(value: Any, _: Any) -> SignalRunStep:
+        raw = _mapping(value, "signal_run fields")
+        errors: list[Exception] = []
+        step: SignalRunStep | None = None
+        if "signal" in raw:
+            try:
+                _name(raw["signal"], None)  # text (a name, or a template giving one)
+            except _Msg as exc:
+                errors.append(_note_attr(exc, "signal"))
+        try:
+            step = cast(SignalRunStep, signal_run(raw, SignalRunStep))
+        except ClassValidationError as exc:
+            errors.extend(exc.exceptions)
+        _gather("signal_run", errors, SignalRunStep)
+        assert step is not None
+        return step
+
+    conv.register_structure_hook(SignalRunStep, signal_run_hook)
 
     def cancel_hook(value: Any, _: Any) -> CancelScheduledStep:
         raw = _mapping(value, "cancel_scheduled settings")
@@ -1408,7 +1430,6 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         return out
     tools = raw.get("tools") if isinstance(raw.get("tools"), dict) else {}
     seen: dict[str, tuple[Any, ...]] = {}
-    expressions: list[tuple[str, tuple[Any, ...], bool]] = []
     for step, path in _all_steps(raw):
         sid = step.get("id")
         if isinstance(sid, str) and _IDENT.match(sid):
@@ -1425,29 +1446,9 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                     hint = _did_you_mean(tool, tools)
                     message = f"tool {tool!r} is not declared under 'tools'{hint}"
                     out.append(((*path, kind, "tool"), message))
-        for text, spath, cond in _own_strings(step, path):
-            expressions.append((text, spath, cond))
-        for key in ("timeout_ms", "attempt_timeout_ms", "heartbeat_timeout_ms"):
-            if isinstance(step.get(key), str):  # a duration decided at run time
-                expressions.append((step[key], (*path, key), False))
-    for where in (("output",), ("on_budget_exhausted", "output")):
-        value = raw.get(where[0])
-        if len(where) == 2:
-            value = value.get(where[1]) if isinstance(value, dict) else None
-        for text, spath in _strings(value, where, frozenset()):
-            expressions.append((text, spath, False))
-    for text, spath, cond in expressions:
-        refs: set[str] = set()
-        try:
-            if cond:
-                refs |= compile_cond(text).refs
-            elif find_expressions(text):
-                refs |= compile_template(text).refs
-        except TemplateError:
-            continue  # reported by the structure pass
-        for ref in sorted(r for r in refs if r not in seen):
-            hint = _did_you_mean(ref, seen)
-            out.append((spath, f"expression reads unknown step {ref!r}{hint}"))
+    from ._reads import check_reads
+
+    out.extend(check_reads(raw))
     return out
 
 

@@ -209,7 +209,11 @@ class _Builder:
             self.g.node(nid, [step.id, wait, *keyed, *extra], "stadium")
             exits = [_Exit(nid)]
         elif isinstance(body, SignalRunStep):
-            lines = [step.id, f"signal_run {body.signal}", f"to {_clip(_source(body.run))}"]
+            lines = [
+                step.id,
+                f"signal_run {_source(body.signal)}",
+                f"to {_clip(_source(body.run))}",
+            ]
             if body.key is not None:
                 lines.append(f"key {_clip(_source(body.key))}")
             self.g.node(nid, [*lines, *extra], "box")

@@ -407,6 +407,19 @@ def _steps(
     return out
 
 
+def _apart(
+    ids: _Ids, make: Callable[[], list[dict[str, Any]]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The steps ``make`` builds, and the schedule steps among them, which no step
+    made later may cancel unless the caller says so: a step in a loop's body, or
+    in one case or branch, may not be there to read from outside it or another."""
+    before = len(ids.scheduled)
+    steps = make()
+    made = ids.scheduled[before:]
+    del ids.scheduled[before:]
+    return steps, made
+
+
 def _step(
     draw: st.DrawFn, ids: _Ids, knobs: _Knobs, depth: int, earlier: list[str]
 ) -> dict[str, Any]:
@@ -423,19 +436,27 @@ def _step(
         sid = ids.next()
         inner = depth - 1
         if kind == "switch":
-            cases: list[dict[str, Any]] = [
-                {"if": "input.flag", "steps": _steps(draw, ids, knobs, inner, 2, earlier)}
-            ]
+            first, made = _apart(ids, lambda: _steps(draw, ids, knobs, inner, 2, earlier))
+            cases: list[dict[str, Any]] = [{"if": "input.flag", "steps": first}]
             if draw(st.booleans()):
-                cases.append({"else": _steps(draw, ids, knobs, inner, 2, earlier)})
+                other, more = _apart(ids, lambda: _steps(draw, ids, knobs, inner, 2, earlier))
+                cases.append({"else": other})
+                made += more
+            ids.scheduled.extend(made)
             step = {"id": sid, "switch": cases}
         elif kind == "parallel":
             # branches: a non-empty subset of a, b, c; a mode; max_concurrency none, 1 or 2
             shape = draw(st.integers(0, 7 * 4 * 3 - 1))
             names = [n for i, n in enumerate("abc") if (1 + shape % 7) >> i & 1]
+            branches: dict[str, Any] = {}
+            made = []
+            for n in names:
+                branches[n], more = _apart(ids, lambda: _steps(draw, ids, knobs, inner, 2, earlier))
+                made += more
+            ids.scheduled.extend(made)
             par: dict[str, Any] = {
                 "mode": ("all", "all_settled", "race", "any")[shape // 7 % 4],
-                "branches": {n: _steps(draw, ids, knobs, inner, 2, earlier) for n in names},
+                "branches": branches,
             }
             if shape // 28:
                 par["max_concurrency"] = shape // 28
@@ -445,7 +466,7 @@ def _step(
             each: dict[str, Any] = {
                 "items": "${input.items}",
                 "as": "it",
-                "steps": _steps(draw, ids, knobs, inner, 2, earlier),
+                "steps": _apart(ids, lambda: _steps(draw, ids, knobs, inner, 2, earlier))[0],
             }
             if width:
                 each["max_concurrency"] = width
@@ -455,7 +476,7 @@ def _step(
             shape = draw(st.integers(0, 3 * 6 * 2 - 1))
             rep: dict[str, Any] = {
                 "max_fires": 1 + shape % 3,
-                "steps": _steps(draw, ids, knobs, inner, 2, earlier),
+                "steps": _apart(ids, lambda: _steps(draw, ids, knobs, inner, 2, earlier))[0],
             }
             if shape // 3 % 6 == 5:
                 rep["cron"] = "*/5 * * * *"

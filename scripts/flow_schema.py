@@ -198,6 +198,7 @@ _FIELD_TYPE: dict[tuple[type[Any], str], str] = {
     (spec.RepeatStep, "every_ms"): "PositiveDuration",
     (spec.RepeatStep, "cron"): "Cron",
     (spec.RepeatStep, "timezone"): "TimeZone",
+    (spec.SignalRunStep, "signal"): "Name",  # a template that must be text
 }
 # Rules across fields, from the hooks.
 _CLASS_EXTRA: dict[type[Any], dict[str, Any]] = {

@@ -93,7 +93,7 @@ steps:
         - id: post
           call_tool: {tool: a, input: "${steps.work.output}"}
   - id: after
-    call_tool: {tool: a, input: {work: "${steps.work}", n: "${length(steps.each.output)}"}}
+    call_tool: {tool: a, input: {seen: "${keys(steps)}", n: "${length(steps.each.output)}"}}
 output: "${steps.each.output}"
 """
 
@@ -118,7 +118,8 @@ def test_finished_iterations_forget_their_results_and_variables() -> None:
         biggest = max(biggest, len(r.state.tree.envs))
     assert biggest <= 4  # the root and at most three running iterations
     (effect,) = r.effects
-    assert flowcore.effect_to_wire(effect)["input"] == {"work": None, "n": n}
+    # The iterations' results are gone: only the loop's own result is seen.
+    assert flowcore.effect_to_wire(effect)["input"] == {"seen": ["each"], "n": n}
     assert list(_live(r)) == ["each"]  # the outputs went into the for_each's own result
     assert _live(r)["each"]["output"] == [f"P{i}" for i in range(n)]
     r.ok("r/after#1", "A")

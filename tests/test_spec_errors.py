@@ -330,7 +330,7 @@ _SLEEP = {"id": "nap", "sleep": {"for_ms": 1}}
             id="retry-settings",
         ),
         pytest.param(
-            {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "true", "step": []}]}]},
+            {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "input.ok", "step": []}]}]},
             "steps[0].switch[0].step",
             "unknown key 'step' in a switch case (did you mean 'steps'?)",
             id="switch-case",
@@ -339,7 +339,7 @@ _SLEEP = {"id": "nap", "sleep": {"for_ms": 1}}
             {
                 "flow": "f",
                 "steps": [
-                    {"id": "s", "switch": [{"if": "true", "steps": [_SLEEP]}, {"elsee": []}]}
+                    {"id": "s", "switch": [{"if": "input.ok", "steps": [_SLEEP]}, {"elsee": []}]}
                 ],
             },
             "steps[0].switch[1].elsee",
@@ -404,7 +404,7 @@ def test_a_misspelled_common_key_on_a_step_without_kind_still_misses_its_kind() 
         {"flow": "f", "steps": [{"id": "a", "http_get": {}}]},
         {"flow": "f", "tools": {"fetch": {}}, "steps": [{"id": "a", "call_tool": {"tool": "zzz"}}]},
         {"flow": "f", "steps": [_SLEEP], "output": "${steps.unrelated.output}"},
-        {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "true", "steps": [], "xyz": 1}]}]},
+        {"flow": "f", "steps": [{"id": "s", "switch": [{"if": "input.k", "steps": [], "xyz": 1}]}]},
         {"flow": "f", "tools": {"t": {"class": "safe"}}, "steps": [_SLEEP]},
     ],
 )

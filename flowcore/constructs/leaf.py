@@ -321,20 +321,24 @@ def begin_signal_run(t: Txn, frame: StepFrame, body: SignalRunStep) -> Outcome |
     r = t.resolver(frame.env, frame.attempt)
     run_id = as_text(body.run.evaluate(r))
     sent_key = None if body.key is None else as_text(body.key.evaluate(r))
+    signal = as_text(body.signal.evaluate(r))
     for what, text in (("run", run_id), ("key", sent_key)):
         if text is not None and not (0 < len(text) <= MAX_NAME_CHARS):
             why = f"signal_run.{what} must be 1 to {MAX_NAME_CHARS} characters, got {short(text)}"
             return (FAIL, err(f"invalid-signal-{what}", why))
+    if not signal.strip() or len(signal) > MAX_NAME_CHARS:
+        why = f"signal_run.signal must be 1 to {MAX_NAME_CHARS} characters, got {short(signal)}"
+        return (FAIL, err("invalid-signal-name", why))
     key = t.key(frame)
     t.set_frame(frame, key=key)
     effect = SignalRun(
         run_id=run_id,
-        signal=body.signal,
+        signal=signal,
         payload=body.payload.evaluate(r),
         key=sent_key,
         idempotency_key=key,
     )
-    t.emit_work(frame.id, effect, body.signal)
+    t.emit_work(frame.id, effect, signal)
     return None
 
 

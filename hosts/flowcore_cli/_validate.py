@@ -9,6 +9,7 @@ import click
 
 import flowcore
 from flowcore import SpecError
+from flowcore._lint import spec_warnings
 
 from ._common import CliError, problem_line, read_bytes
 
@@ -51,7 +52,9 @@ def _check(path: str) -> dict[str, Any]:
 
 def _warn(results: list[dict[str, Any]]) -> None:
     """A warning for each declared budget limit below the flow's worst case
-    (``flowcore.budget_bound``; the valid specs given are its subflows)."""
+    (``flowcore.budget_bound``; the valid specs given are its subflows), and
+    for each of the flow's own (``spec_warnings``: a scheduled call the run
+    may cancel before it is due)."""
     flows = [r["parsed"] for r in results if "parsed" in r]
     subflows: dict[str, flowcore.Flow] = {}
     for flow in flows:
@@ -65,6 +68,9 @@ def _warn(results: list[dict[str, Any]]) -> None:
             {"limit": s.limit, "declared": s.declared, "worst": s.worst, "message": s.message}
             for s in bound.below(flow.budget)
         ]
+        r["warnings"].extend(
+            {"step": w.step, "path": w.path, "message": w.message} for w in spec_warnings(flow)
+        )
 
 
 @click.command()
@@ -76,7 +82,9 @@ def validate(specs: tuple[str, ...], as_json: bool) -> int:
     Problems go to stdout (like a compiler's diagnostics), one per line.
     Exit 0 when every spec is valid, 2 when any has a problem (or cannot be
     read). A declared budget limit below the flow's worst case (``flowcore
-    budget``) is a warning line; it does not change the exit code.
+    budget``), and a schedule step whose call the run may cancel before it is
+    due (no outlive_run, nothing waits after it), are warning lines; they do
+    not change the exit code.
     """
     results = [_check(path) for path in specs]
     _warn(results)
@@ -94,7 +102,8 @@ def validate(specs: tuple[str, ...], as_json: bool) -> int:
                 f"{steps} step{'s' if steps != 1 else ''})"
             )
             for warning in r["warnings"]:
-                click.echo(f"{r['file']}: warning: {warning['message']}")
+                at = f" (at {warning['path']})" if warning.get("path") else ""
+                click.echo(f"{r['file']}: warning: {warning['message']}{at}")
         elif "text" in r:
             for line in r["text"]:
                 click.echo(line)
