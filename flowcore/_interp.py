@@ -57,11 +57,15 @@ __all__ = [
 
 DEFAULT_STEP_BUDGET = 1000
 
-SEMANTICS = 2
+SEMANTICS = 3
 """The interpreter's decision level for new runs (``start(semantics=)``).
 
 A run keeps the level it started with, so a newer flowcore decides its runs
 in flight, and replays their logs, as the flowcore that started them did.
+3: an idle incarnation may continue as new (up to
+``limits.max_idle_incarnations`` in a row; keyed signals carried over count as
+taken), a ``schedule`` step whose arguments fail the tool's schema records
+that call failed and goes on, and ``signal_run.signal`` is a template.
 2: a retry with no backoff begins its next attempt at once (no zero-length
 timer), a retried step that fails lists every attempt's error in its
 error's ``attempts``, and a step abandoned while it ran reads as

@@ -26,11 +26,11 @@ steps:
 
 def test_new_runs_start_at_the_current_level_and_record_it() -> None:
     run = Run(EAGER)
-    assert run.state.run.semantics == flowcore.SEMANTICS == 2
+    assert run.state.run.semantics == flowcore.SEMANTICS == 3
     flow = flowcore.parse_flow(EAGER)
     d = flowcore.start(flow, None, run_id="r", now_ms=0)
     records = flowcore.Recorder("r").started(flow, None, 0, d)
-    assert records[0].data["semantics"] == 2
+    assert records[0].data["semantics"] == 3
 
 
 def test_a_level_1_run_keeps_the_zero_length_timer_and_no_attempts() -> None:
@@ -80,7 +80,7 @@ def test_a_log_of_a_newer_level_is_refused_with_both_levels(tmp_path: Path) -> N
     records = flowcore.Recorder("r").started(flow, None, 0, d)
     line = json.loads(flowcore.encode_records(records).splitlines()[0])
     line["data"]["semantics"] = 99
-    newer = r"newer flowcore \(decision level 99; this one decides up to 2\)"
+    newer = rf"newer flowcore \(decision level 99; this one decides up to {flowcore.SEMANTICS}\)"
     with pytest.raises(flowcore.ReplayError, match=newer):
         flowcore.replay(json.dumps(line).encode() + b"\n", flow)
     with pytest.raises(ValueError, match="semantics 99"):
@@ -95,3 +95,52 @@ def test_the_temporal_host_marks_every_level() -> None:
 
     levels = [level for level, _ in _workflow._SEMANTICS_PATCHES]
     assert levels == list(range(2, flowcore.SEMANTICS + 1))
+
+
+LEVEL_3 = """
+flow: three
+tools:
+  lookup:
+    class: readonly
+    schedulable: true
+    input_schema: {type: object, required: [id], properties: {id: {type: string}}}
+steps:
+  - id: s
+    schedule: {tool: lookup, input: {id: '${input.id}'}, delay_ms: 5}
+  - id: tell
+    signal_run: {run: r-9, signal: "done-${input.tag}"}
+"""
+
+AT_ONCE = """
+flow: again
+steps:
+  - id: next
+    switch:
+      - if: "run.incarnation == null"
+        steps: [{id: again, continue_as_new: {}}]
+"""
+
+
+def test_level_3_decisions_and_the_level_2_ones_a_run_in_flight_keeps() -> None:
+    flow = flowcore.parse_flow(LEVEL_3)
+    # Level 3: a bad scheduled call fails alone, and the signal's name is a template.
+    d = flowcore.start(flow, {"id": 5, "tag": "x"}, run_id="r", now_ms=0)
+    assert [flowcore.effect_to_wire(e)["signal"] for e in d.effects] == ["done-x"]
+    (call,) = flowcore.scheduled_calls(d.state)
+    assert (call.status, call.error and call.error.type) == ("failed", "invalid-input")
+    # Level 2: the schedule step fails the run; a good input sends the name as written.
+    old = flowcore.start(flow, {"id": 5, "tag": "x"}, run_id="r", now_ms=0, semantics=2)
+    (settled,) = old.effects
+    assert isinstance(settled, flowcore.Settled) and settled.status == "failed"
+    assert settled.error is not None and settled.error.type == "invalid-input"
+    old = flowcore.start(flow, {"id": "5", "tag": "x"}, run_id="r", now_ms=0, semantics=2)
+    sent = [w["signal"] for w in map(flowcore.effect_to_wire, old.effects) if "signal" in w]
+    assert sent == ["done-${input.tag}"]
+    # An idle incarnation continues at level 3 and is refused at level 2.
+    again = flowcore.parse_flow(AT_ONCE)
+    (cont,) = flowcore.start(again, None, run_id="r", now_ms=0).effects
+    assert flowcore.effect_to_wire(cont)["kind"] == "continue-as-new"
+    (refused,) = flowcore.start(again, None, run_id="r", now_ms=0, semantics=2).effects
+    assert isinstance(refused, flowcore.Settled) and refused.error is not None
+    assert refused.error.type == "continue-refused"
+    assert "for ever" in refused.error.message

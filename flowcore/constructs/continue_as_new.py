@@ -53,11 +53,19 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
         return (FAIL, err("continue-refused", f"step {step!r}: the run is {why}"))
     idle = 0
     w = t.waiting
-    buffered = sum(map(len, w.signals.values())) + sum(map(len, w.keyed_signals.values()))
+    buffered = sum(map(len, w.signals.values()))
+    if t.semantics >= 3:  # keyed signals carried over count too (level 3)
+        buffered += sum(map(len, w.keyed_signals.values()))
     if t.starting is not None and buffered == t.starting:
         # Nothing came in since the incarnation began: idle. The next may end
         # otherwise (it reads another run.incarnation), but a bound stops a
         # run that would continue at once for ever.
+        if t.semantics < 3:  # before level 3 no idle incarnation may continue
+            message = (
+                f"step {step!r}: the incarnation has waited for nothing and taken no signal"
+                " since it began, so the next would continue at once, for ever"
+            )
+            return (FAIL, err("continue-refused", message))
         idle = t.idle + 1
         bound = t.flow.limits.max_idle_incarnations
         if idle > bound:

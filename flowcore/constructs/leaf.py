@@ -321,7 +321,9 @@ def begin_signal_run(t: Txn, frame: StepFrame, body: SignalRunStep) -> Outcome |
     r = t.resolver(frame.env, frame.attempt)
     run_id = as_text(body.run.evaluate(r))
     sent_key = None if body.key is None else as_text(body.key.evaluate(r))
-    signal = as_text(body.signal.evaluate(r))
+    # Level 3 evaluates the name as a template; before, it was sent as written.
+    raw = body.signal.evaluate(r) if t.semantics >= 3 else body.signal.source
+    signal = as_text(raw)
     for what, text in (("run", run_id), ("key", sent_key)):
         if text is not None and not (0 < len(text) <= MAX_NAME_CHARS):
             why = f"signal_run.{what} must be 1 to {MAX_NAME_CHARS} characters, got {short(text)}"

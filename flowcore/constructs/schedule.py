@@ -31,7 +31,7 @@ import msgspec
 
 from .. import _keys as keys
 from .._errors import EventRejected
-from .._outcome import OK
+from .._outcome import FAIL, OK
 from .._spec import MAX_MS, CancelScheduledStep, ScheduleStep
 from .._state import Pending, PendingKind, Sched, SchedStatus, ScheduledAnswer, StepFrame
 from .._wire import CallTool, ErrorInfo, ScheduledAddRequested
@@ -69,6 +69,8 @@ def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
     value = body.input.evaluate(t.resolver(frame.env, frame.attempt))
     due = t.now_ms + delay
     invalid = tool_input_error(t, body.tool, value)
+    if invalid is not None and t.semantics < 3:
+        return (FAIL, invalid)  # before level 3: the step fails, nothing is scheduled
     if invalid is not None:
         # Bad arguments fail that call and nothing else: it is recorded failed
         # with the schema's error, never issued, and the step goes on.

@@ -1378,7 +1378,7 @@ def _work_event(key: str, raw: Any, now: int) -> Event:
 
 # The interpreter's decision levels, each with the patch id that marks the
 # histories of workflows started at that level or later (flowcore.SEMANTICS).
-_SEMANTICS_PATCHES = ((2, "flowcore-semantics-2"),)
+_SEMANTICS_PATCHES = ((2, "flowcore-semantics-2"), (3, "flowcore-semantics-3"))
 
 
 def _semantics() -> int:
