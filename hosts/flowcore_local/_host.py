@@ -225,6 +225,35 @@ def _spec_text(path: Path) -> str:
         raise HostError(f"{path}: not a flow spec: not UTF-8 (byte {exc.start})") from None
 
 
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _spec_source(spec: str | Path) -> tuple[str, str]:
+    """A spec argument's text and source name: a ``Path`` is read; a string is the
+    spec's text, unless it is one line naming an existing file (read then), or one
+    line ending in ``.yaml``/``.yml``/``.json`` that names none (a ``HostError``
+    saying so, rather than the string parsed as YAML)."""
+    if isinstance(spec, Path):
+        return _spec_text(spec), str(spec)
+    if isinstance(spec, str) and spec and "\n" not in spec and len(spec) <= 4096:
+        path = Path(spec.strip())
+        try:
+            is_file = path.is_file()
+        except (OSError, ValueError):  # not a possible path (a NUL, too long)
+            is_file = False
+        if is_file:
+            return _spec_text(path), str(path)
+        if path.suffix.lower() in SPEC_SUFFIXES:
+            raise HostError(
+                f"no spec file {safe_text(repr(spec), 200)}: a string is read as a file only"
+                " when one exists there; pass a pathlib.Path for a file, or the spec's text"
+            )
+    return spec, "<spec>"
+
+
+ON_CONFLICT = ("refuse", "use-existing")
+
+
 class LocalHost:
     """A flowcore host on one SQLite file. Use as ``async with LocalHost(...) as host``."""
 
@@ -399,8 +428,22 @@ class LocalHost:
         metadata: Mapping[str, Any] | None = None,
         priority: int | None = None,
         dedup_key: str | None = None,
+        on_conflict: str = "refuse",
     ) -> str:
-        """Start a run of ``spec`` (a path, or spec text). Idempotent by ``run_id``.
+        """Start a run of ``spec``; idempotent by ``run_id``. Returns the run id.
+
+        ``spec``: a ``pathlib.Path`` to a spec file, or the spec's text; a
+        one-line string that names an existing file is read as that file (one
+        ending in ``.yaml``, ``.yml`` or ``.json`` that names none is refused
+        with ``HostError``, not parsed as YAML).
+
+        ``run_id``: the id to give the run (default: ``<flow id>-<random hex>``).
+        It may not hold ``/`` or ``#``, which name child runs
+        (``flowcore.RunIdError``, before anything is written).
+        ``on_conflict``: what a ``run_id`` that exists with other start options
+        gets: ``"refuse"`` (the default: ``HostError``) or ``"use-existing"``
+        (that run's id is returned and nothing is written; read its status
+        with ``run``).
 
         ``metadata``: initial values of the fields the flow declares under
         ``metadata`` (``flowcore.MetadataError`` names an undeclared field or a
@@ -418,15 +461,20 @@ class LocalHost:
 
         Refused with ``HostError`` before anything is written: a run whose flow,
         or a subflow it can start that the host has, calls a tool, agent or
-        team its tools module has no handler for; and a run id that exists with
-        another input, spec, tools module or budget (a ``tools`` or ``budget``
-        of None is not compared). The same options again change nothing.
+        team its tools module has no handler for; and (``on_conflict``
+        ``"refuse"``) a run id that exists with another input, spec, tools
+        module or budget (a ``tools`` or ``budget`` of None is not compared).
+        The same options again change nothing.
         """
+        if run_id is not None:
+            flowcore.check_run_id(run_id)
+        if on_conflict not in ON_CONFLICT:
+            raise HostError(
+                f"on_conflict must be one of {', '.join(ON_CONFLICT)},"
+                f" not {safe_text(repr(on_conflict), 60)}"
+            )
         texts: list[tuple[str, str, bool]] = []  # (text, source, came from a directory)
-        if isinstance(spec, Path):
-            texts.append((_spec_text(spec), str(spec), False))
-        else:
-            texts.append((spec, "<spec>", False))
+        texts.append((*_spec_source(spec), False))
         for extra in flows:
             path = Path(extra)
             if path.is_dir():
@@ -450,6 +498,9 @@ class LocalHost:
         def starting() -> Applied:
             store = self.store
             with store.tx():
+                if on_conflict == "use-existing" and run_id is not None:
+                    if store.existing(run_id) is not None:  # that run is the answer
+                        return Applied(run_id)
                 flow = store.register_flow(texts[0][0], texts[0][1], now)
                 for text, source, scanned in texts[1:]:
                     try:
@@ -665,10 +716,7 @@ class LocalHost:
         an unknown run or an unreadable spec file, a run that is not running, and a
         tools module that lacks a handler the new spec needs.
         """
-        if isinstance(spec, Path):
-            text, source = _spec_text(spec), str(spec)
-        else:
-            text, source = spec, "<spec>"
+        text, source = _spec_source(spec)
         flow = flowcore.parse_flow(text, source_name=source)  # SpecError: nothing is written
         row = await self.run(run_id)
         registry = self._checkable(row.tools)
@@ -1208,7 +1256,7 @@ class LocalHost:
         its history (progress, runs, recent actions); see ``add_schedule``.
         Refused with ``HostError`` when the spec declares none.
         """
-        text, source = (_spec_text(spec), str(spec)) if isinstance(spec, Path) else (spec, "<spec>")
+        text, source = _spec_source(spec)
         return await self._put_schedules(text, source, None, tools)
 
     async def add_schedule(
@@ -1228,7 +1276,7 @@ class LocalHost:
         schedule keeps its progress, runs and actions; its ``paused``/``note``
         and ``limit`` change only where the definition changes them.
         """
-        text, source = (_spec_text(spec), str(spec)) if isinstance(spec, Path) else (spec, "<spec>")
+        text, source = _spec_source(spec)
         names = await self._put_schedules(text, source, (name, definition), tools)
         return names[0]
 
@@ -1628,53 +1676,115 @@ class LocalHost:
                 return out
             with store.tx():
                 for run_id, key, effect in ready:
-                    parent = store.run_row(run_id)
-                    flow = store.flow_by_id(effect.flow_id)
-                    with store.savepoint():
-                        if flow is None:
-                            error = ErrorInfo(
-                                type="unknown-flow",
-                                message=f"no flow {effect.flow_id!r} is registered with the host",
-                            )
-                            event = EffectFailed(idempotency_key=key, error=error, at_ms=now)
-                            out.append(store.apply(run_id, event, now))
-                        elif effect.detached:
-                            # A root run of its own (its flow's budget, depth 0); the
-                            # parent hears only that it started, in this transaction.
-                            _, applied = store.start_run(
-                                flow,
-                                effect.input,
-                                key,
-                                now,
-                                parent.tools,
-                                principal=parent.principal,
-                                started_by=run_id,
-                            )
-                            out.append(applied)
-                            started = EffectSucceeded(
-                                idempotency_key=key, output={"run_id": key}, at_ms=now
-                            )
-                            out.append(store.apply(run_id, started, now))
-                        else:
-                            store.mark(run_id, key, "dispatched")
-                            _, applied = store.start_run(
-                                flow,
-                                effect.input,
-                                key,
-                                now,
-                                parent.tools,
-                                parent_run=run_id,
-                                parent_key=key,
-                                budget=effect.budget_remaining,
-                                depth=effect.depth,
-                                principal=parent.principal,
-                                priority=parent.priority,
-                            )
-                            out.append(applied)
+                    try:
+                        with store.savepoint():
+                            out.extend(self._start_subflow(store, run_id, key, effect, now))
+                    except Exception as exc:  # that run's alone: the others go on
+                        store.take_extra()
+                        out.extend(self._contain(store, run_id, key, "run-subflow", exc, now))
                     out.extend(store.take_extra())
             return out
 
         self._after(await self._db(starting))
+
+    @staticmethod
+    def _start_subflow(
+        store: Store, run_id: str, key: str, effect: RunSubflow, now: int
+    ) -> list[Applied]:
+        """Start the child run of ``effect`` (named by its key), or fail the effect."""
+        parent = store.run_row(run_id)
+        flow = store.flow_by_id(effect.flow_id)
+        error: ErrorInfo | None = None
+        if flow is None:
+            error = ErrorInfo(
+                type="unknown-flow",
+                message=f"no flow {effect.flow_id!r} is registered with the host",
+            )
+        elif store.existing(key) is not None:
+            # A run that is not this parent's child holds the child's id (written
+            # by another process, or before ids were checked): the parent must
+            # not wait for it, nor take it over.
+            other = store.run_row(key)
+            ours = (
+                other.started_by == run_id
+                if effect.detached
+                else (other.parent_run, other.parent_key) == (run_id, key)
+            )
+            if not ours:
+                error = ErrorInfo(
+                    type="run-id-taken",
+                    message=(
+                        f"cannot start the child run {key!r}: a run with that id already"
+                        " exists and is not this run's child"
+                    ),
+                )
+        if error is not None:
+            return [
+                store.apply(run_id, EffectFailed(idempotency_key=key, error=error, at_ms=now), now)
+            ]
+        assert flow is not None
+        if effect.detached:
+            # A root run of its own (its flow's budget, depth 0); the
+            # parent hears only that it started, in this transaction.
+            _, applied = store.start_run(
+                flow,
+                effect.input,
+                key,
+                now,
+                parent.tools,
+                principal=parent.principal,
+                started_by=run_id,
+            )
+            started = EffectSucceeded(idempotency_key=key, output={"run_id": key}, at_ms=now)
+            return [applied, store.apply(run_id, started, now)]
+        store.mark(run_id, key, "dispatched")
+        _, applied = store.start_run(
+            flow,
+            effect.input,
+            key,
+            now,
+            parent.tools,
+            parent_run=run_id,
+            parent_key=key,
+            budget=effect.budget_remaining,
+            depth=effect.depth,
+            principal=parent.principal,
+            priority=parent.priority,
+        )
+        return [applied]
+
+    def _contain(
+        self, store: Store, run_id: str, key: str, kind: str, exc: Exception, now: int
+    ) -> list[Applied]:
+        """What the worker does when starting or applying one run's effect raised:
+        that effect fails (``host-error``, with why), so the run goes on or fails
+        as its flow says; if even that cannot be applied, the effect is parked in
+        the dead letters (``show`` lists it, with why) and its row closed, so no
+        round tries it again. Either way the worker and the other runs go on."""
+        why = f"{type(exc).__name__}: {safe_text(exc, 300)}"
+        log.warning("flowcore: %s %s of run %s failed: %s", kind, key, run_id, why)
+        message = f"the host could not carry out {kind} {key}: {why}"
+        event = EffectFailed(
+            idempotency_key=key, error=ErrorInfo(type="host-error", message=message), at_ms=now
+        )
+        try:
+            with store.savepoint():
+                applied = store.apply(run_id, event, now)
+                if applied.rejected is not None:
+                    raise HostError(applied.rejected)
+                return [applied, *store.take_extra()]
+        except Exception as again:
+            store.take_extra()
+            refused = f"{type(again).__name__}: {safe_text(again, 200)}"
+            note = f"{message}; and failing it was refused ({refused})"
+            log.warning("flowcore: %s %s of run %s is parked: %s", kind, key, run_id, note)
+            try:
+                with store.savepoint():
+                    store.dead_letter(run_id, key, kind, 0, note, now)
+                    store.close(run_id, key)
+            except Exception:  # the database itself: the next round sees the row again
+                store.take_extra()
+            return []
 
     async def _signal_runs(self) -> None:
         """Deliver the ``signal-run`` effects: each in one transaction with its answer
@@ -1696,6 +1806,9 @@ class LocalHost:
                     except _NotPending:
                         store.take_extra()
                         store.close(run_id, key)
+                    except Exception as exc:  # that run's alone: the others go on
+                        store.take_extra()
+                        out.extend(self._contain(store, run_id, key, "signal-run", exc, now))
             return out
 
         self._after(await self._db(delivering))
