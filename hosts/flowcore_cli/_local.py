@@ -34,6 +34,7 @@ from flowcore_local import (
     HostError,
     LocalHost,
     NotAFlowcoreDatabase,
+    NothingToCancel,
     RunRow,
     ScheduledRetention,
 )
@@ -61,6 +62,7 @@ from ._options import (
     input_option,
     json_option,
     meta_option,
+    on_conflict_option,
     output_option,
     reason_option,
     run_id_argument,
@@ -136,7 +138,7 @@ def _run(
 
     try:
         return asyncio.run(main())
-    except (HostError, NotAFlowcoreDatabase, RegistryError) as exc:
+    except (HostError, NotAFlowcoreDatabase, RegistryError, flowcore.RunIdError) as exc:
         raise CliError(str(exc)) from None
     except flowcore.SpecError as exc:
         # One line per problem, as `validate` prints them.
@@ -204,6 +206,7 @@ def _print(*parts: str | tuple[str, str]) -> None:
     help="While a run started with this key is running, follow it (--detach: print its"
     " id) instead of starting another.",
 )
+@on_conflict_option
 @click.option("--detach", is_flag=True, help="Start the run and print its id; a worker runs it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run as JSON.")
 @tool_limit_option
@@ -220,6 +223,7 @@ def run(
     meta: tuple[str, ...],
     priority: int | None,
     dedup_key: str | None,
+    on_conflict: str,
     detach: bool,
     as_json: bool,
     tool_limits: tuple[str, ...],
@@ -234,7 +238,9 @@ def run(
     works only the run it started and its child runs; other runs in the
     database are left to `flowcore worker`. Starting again with the same
     --run-id and the same options attaches to the run; different options
-    are refused.
+    are refused, or (--on-conflict use-existing) that run is used as it is:
+    a line on stderr gives its status, and nothing is written. A --run-id
+    holding / or # (the ids of child runs) is refused.
     """
     if input_ == "-" and budget == "-":
         raise CliError("--input and --budget cannot both read standard input (-)")
@@ -249,6 +255,7 @@ def run(
         seen = await positions(_tree(host), run_id) if run_id is not None else {}
         metadata = meta_values(spec, meta) if meta else None
         before = None if dedup_key is None else await host.deduplicated(dedup_key)
+        existed = run_id is not None and on_conflict == "use-existing" and seen.get(run_id, 0) > 0
         rid = await host.start(
             spec,
             data,
@@ -259,9 +266,13 @@ def run(
             metadata=metadata,
             priority=priority,
             dedup_key=dedup_key,
+            on_conflict=on_conflict,
         )
         if rid == before and rid != run_id:
             say(f"run {rid!r} started with dedup key {dedup_key!r} is running: no new run")
+        if existed:
+            row = await host.run(rid)
+            say(f"run {rid!r} exists ({row.status}): using it as it is, nothing written")
         if detach:
             return {"runId": rid}
         # With --json, stdout holds the JSON document alone: progress goes to stderr.
@@ -888,8 +899,23 @@ def upgrade(run_id: str, to: Path, dry_run: bool, as_json: bool, db: Path) -> in
 @reason_option
 @db_option
 def cancel(run_id: str, reason: str, db: Path) -> None:
-    """Cancel RUN: pending work is abandoned, compensations run."""
-    _run(db, lambda host: host.cancel(run_id, reason))
+    """Cancel RUN: pending work is abandoned, compensations run.
+
+    A run that has settled, or compensates already, has nothing to cancel:
+    nothing is written, a line says so and the exit code is 1 (the HTTP API's 409).
+    """
+
+    async def body(host: LocalHost) -> str | None:
+        try:
+            await host.cancel(run_id, reason)
+        except NothingToCancel as exc:
+            return str(exc)
+        return None
+
+    nothing = _run(db, body)
+    if nothing is not None:
+        say(nothing)
+        sys.exit(1)
 
 
 COMMANDS = [

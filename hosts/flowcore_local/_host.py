@@ -94,7 +94,16 @@ from ._flows import declared_signals, reachable_flows
 from ._prune import Deleted
 from ._resume import Rewind, plan_rewind
 from ._scheduled import ScheduledRetention, ScheduledRow, list_scheduled, trim
-from ._store import Applied, Claimed, Conflict, HostError, NoSignalWait, RunRow, Store
+from ._store import (
+    Applied,
+    Claimed,
+    Conflict,
+    HostError,
+    NoSignalWait,
+    NothingToCancel,
+    RunRow,
+    Store,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -892,7 +901,26 @@ class LocalHost:
         return await self._db(reading)
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
-        await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
+        """Cancel the run: pending work is abandoned, compensations run, it settles cancelled.
+
+        A cancel that would change nothing is refused with ``NothingToCancel``
+        (a ``HostError``) and writes nothing: the run has settled, or it is
+        compensating after an earlier cancel or failure.
+        """
+        row = await self.run(run_id)
+        if row.status != "running":
+            raise NothingToCancel(f"run {run_id!r} has settled ({row.status}): nothing to cancel")
+        try:
+            await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
+        except HostError as exc:
+            current = await self.run(run_id)
+            if current.status != "running":
+                raise NothingToCancel(
+                    f"run {run_id!r} has settled ({current.status}): nothing to cancel"
+                ) from None
+            if "compensating" in str(exc):
+                raise NothingToCancel(f"run {run_id!r}: {exc}: nothing to cancel") from None
+            raise
 
     # --- scheduled calls -----------------------------------------------------------
 
@@ -917,26 +945,45 @@ class LocalHost:
             return schedule_id
         return f"{run_id}/{schedule_id}"
 
-    async def _scheduled_event(self, run_id: str, event: Event) -> bool:
-        row = await self.run(run_id)
-        if row.status != "running":
-            return False  # a settled run has no pending call: nothing to cancel or run
-        applied = await self._apply_now(run_id, event)
-        assert applied.scheduled is not None
-        return applied.scheduled.done
+    async def _scheduled_event(self, run_id: str, sid: str, event: Event) -> bool:
+        """Apply a cancel or run-now of scheduled call ``sid`` if it is pending (True);
+        else write nothing (False). The check and the write are one transaction."""
+
+        def applying() -> list[Applied]:
+            store = self.store
+            with store.tx():
+                row = store.run_row(run_id)
+                if row.status != "running":
+                    return []  # a settled run has no pending call
+                calls = flowcore.scheduled_calls(store.state(run_id), [sid])
+                if not calls or calls[0].status != "pending":
+                    return []  # unknown, issued or finished: nothing to do, nothing logged
+                applied = store.apply(run_id, event, self.now())
+                if applied.rejected is not None:
+                    raise HostError(applied.rejected)
+                return [applied, *store.take_extra()]
+
+        applied = await self._db(applying)
+        if not applied:
+            return False
+        self._after(applied)
+        assert applied[0].scheduled is not None
+        return applied[0].scheduled.done
 
     async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool:
         """Cancel a pending scheduled call: True if it was pending, False if it was not
-        (unknown, already issued or finished); never an error for the id."""
+        (unknown, already issued or finished), and then nothing is written; never an
+        error for the id (an unknown run is a ``HostError``)."""
         sid = self._schedule_id(run_id, schedule_id)
         event = flowcore.ScheduledCancelRequested(schedule_id=sid, at_ms=self.now())
-        return await self._scheduled_event(run_id, event)
+        return await self._scheduled_event(run_id, sid, event)
 
     async def run_scheduled_now(self, run_id: str, schedule_id: str) -> bool:
-        """Issue a pending scheduled call now: True if it was pending, else False."""
+        """Issue a pending scheduled call now: True if it was pending, else False
+        (nothing is written then)."""
         sid = self._schedule_id(run_id, schedule_id)
         event = flowcore.ScheduledRunNowRequested(schedule_id=sid, at_ms=self.now())
-        return await self._scheduled_event(run_id, event)
+        return await self._scheduled_event(run_id, sid, event)
 
     async def add_scheduled(
         self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0

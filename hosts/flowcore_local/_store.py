@@ -81,6 +81,11 @@ class NoSignalWait(HostError):
     """A keyed signal sent without a run id that no running run waits for."""
 
 
+class NothingToCancel(HostError):
+    """A cancel that would change nothing (the run has settled, or compensates
+    already): refused, and nothing is written."""
+
+
 class Conflict(Exception):
     """A group commit that cannot be written as it was planned (``Store.planned``):
     another connection changed a run the plan read, or the plan had to read rows
