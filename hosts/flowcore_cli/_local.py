@@ -327,7 +327,20 @@ def _settled(result: dict[str, Any]) -> None:
 @click.option("--tools", help="Default tools module for runs that did not record one.")
 @click.option("--concurrency", default=64, show_default=True, help="Handlers running at once.")
 @click.option("--max-recoveries", default=3, show_default=True, help="Before a dead letter.")
-@click.option("--until-idle", is_flag=True, help="Stop when no run is left running.")
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Stop once idle: no run can go on without an answer, a signal or a timer due"
+    " later than --idle-horizon (no work is ready or running, no timer is due sooner;"
+    " schedules' slots are not waited for).",
+)
+@click.option(
+    "--idle-horizon",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="With --until-idle: timers due within this are waited for, later ones are not.",
+)
 @click.option(
     "--retention",
     metavar="DURATION",
@@ -361,6 +374,7 @@ def worker(
     concurrency: int,
     max_recoveries: int,
     until_idle: bool,
+    idle_horizon: str,
     retention: str | None,
     keep_completed: str,
     keep_failed: str,
@@ -381,6 +395,7 @@ def worker(
     kept listed (--keep-*).
     """
     retention_ms = None if retention is None else duration_value(retention, "--retention")
+    horizon_ms = duration_value(idle_horizon, "--idle-horizon", allow_zero=True)
     limits = tool_limits_value(tool_limits)
     settled: list[RunRow] = []
 
@@ -416,7 +431,7 @@ def worker(
 
             async def idle() -> None:
                 while not stop.is_set():
-                    if not await host.runs("running"):
+                    if await host.idle(horizon_ms):
                         stop.set()
                     await asyncio.sleep(0.2)
 

@@ -1216,6 +1216,17 @@ class LocalHost:
             except TimeoutError:
                 pass
 
+    async def idle(self, horizon_ms: int = 0) -> bool:
+        """Whether no run can go on now without an answer, a signal, or a timer due
+        more than ``horizon_ms`` from now: no work is ready or out (with this host
+        or another worker), no child run or signal-run is to start, no timer is due
+        sooner, and this host has no result waiting for its commit. A database
+        with no running run is idle. Schedules' next slots are not looked at."""
+        if self._running or self._queue or self._firing:
+            return False
+        horizon = self.now() + horizon_ms
+        return not await self._db(self.store.busy, horizon)
+
     async def wait(self, run_id: str, timeout: float | None = None) -> RunRow:
         """Wait until the run settles (someone must be running a worker)."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -1542,6 +1542,18 @@ class Store:
             )
         )
 
+    def busy(self, horizon_ms: int) -> bool:
+        """Whether a running run can go on before ``horizon_ms`` without an answer or
+        a signal: work ready or out (a child run's own rows speak for it, not its
+        parent's ``run-subflow``), a child or signal-run to start, a timer due by then."""
+        row = self.conn.execute(
+            "SELECT 1 FROM outbox o JOIN runs r USING (run_id) WHERE r.status = 'running'"
+            " AND (o.status = 'ready' OR (o.status = 'dispatched' AND o.kind != 'run-subflow')"
+            " OR (o.status = 'timer' AND o.due_ms <= ?)) LIMIT 1",
+            (horizon_ms,),
+        ).fetchone()
+        return row is not None
+
     def next_timer(self) -> int | None:
         scope, args = self._scope()
         row = self.conn.execute(

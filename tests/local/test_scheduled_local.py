@@ -393,8 +393,10 @@ def test_events_follow_shows_every_change(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    # Idle only once the run has settled: its nudge (due in 2 h) is within the horizon.
+    idle = ["--until-idle", "--idle-horizon", "3h"]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "flowcore_cli", "worker", "--db", d, "--until-idle"],
+        [sys.executable, "-m", "flowcore_cli", "worker", "--db", d, *idle],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
