@@ -1031,6 +1031,9 @@ class Store:
                     run_id,
                 ),
             )
+            # A schedule's overlap policy asks only about its runs still running:
+            # a settled one is forgotten in the transaction that settles it.
+            self._write("DELETE FROM schedule_runs WHERE run_id = ?", (run_id,))
         else:
             self._buffer_run_row(run_id, entry, now, hot)
         self._cache[run_id] = entry
