@@ -1633,36 +1633,16 @@ class LocalHost:
                 for run_id, key, exec_class, dispatches, kind, owner in store.expired(now, dead):
                     if (run_id, key) in self._running:
                         continue
-                    if dispatches > self.max_recoveries:
-                        error = ErrorInfo(
-                            type="dead-letter",
-                            message=(
-                                f"{kind} {key} was dispatched {dispatches} times and never"
-                                " finished (the host died while running it); moved to the"
-                                " dead letters"
-                            ),
-                        )
+                    try:
                         with store.savepoint():
-                            out.append(
-                                store.apply(
-                                    run_id,
-                                    EffectFailed(idempotency_key=key, error=error, at_ms=now),
-                                    now,
+                            out.extend(
+                                self._recover_one(
+                                    store, run_id, key, exec_class, dispatches, kind, owner, now
                                 )
                             )
-                        store.dead_letter(run_id, key, kind, dispatches, error.message, now)
-                        store.close(run_id, key)
-                    elif exec_class in SAFE and not _scheduled_call(run_id, key):
-                        store.requeue(run_id, key, owner)  # its claim logs effect.redispatched
-                    else:
-                        with store.savepoint():
-                            event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
-                            applied = store.apply(run_id, event, now)
-                            out.append(applied)
-                        # A scheduled call the interpreter issued again keeps its row.
-                        if not any(e.idempotency_key == key for e in applied.plan.start):
-                            store.close(run_id, key)
-                    out.extend(store.take_extra())
+                    except Exception as exc:  # that run's alone: the others are recovered
+                        store.take_extra()
+                        out.extend(self._contain(store, run_id, key, kind, exc, now))
                 marks = ",".join("?" * len(dead))
                 # A worker limited to one run (``only``) leaves the dead workers
                 # registered: their other work is for the workers of every run.
@@ -1671,6 +1651,49 @@ class LocalHost:
             return out
 
         self._after(await self._db(recovering))
+
+    def _recover_one(
+        self,
+        store: Store,
+        run_id: str,
+        key: str,
+        exec_class: str,
+        dispatches: int,
+        kind: str,
+        owner: str | None,
+        now: int,
+    ) -> list[Applied]:
+        """Recover one effect whose worker is gone (in the caller's savepoint)."""
+        out: list[Applied] = []
+        if dispatches > self.max_recoveries:
+            error = ErrorInfo(
+                type="dead-letter",
+                message=(
+                    f"{kind} {key} was dispatched {dispatches} times and never"
+                    " finished (the host died while running it); moved to the"
+                    " dead letters"
+                ),
+            )
+            with store.savepoint():
+                out.append(
+                    store.apply(
+                        run_id, EffectFailed(idempotency_key=key, error=error, at_ms=now), now
+                    )
+                )
+            store.dead_letter(run_id, key, kind, dispatches, error.message, now)
+            store.close(run_id, key)
+        elif exec_class in SAFE and not _scheduled_call(run_id, key):
+            store.requeue(run_id, key, owner)  # its claim logs effect.redispatched
+        else:
+            with store.savepoint():
+                event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
+                applied = store.apply(run_id, event, now)
+                out.append(applied)
+            # A scheduled call the interpreter issued again keeps its row.
+            if not any(e.idempotency_key == key for e in applied.plan.start):
+                store.close(run_id, key)
+        out.extend(store.take_extra())
+        return out
 
     async def _fire_timers(self) -> None:
         now = self.now()

@@ -19,7 +19,7 @@ import flowcore
 from flowcore_handlers import Registry
 from flowcore_local import HostError, LocalHost
 
-from .local_helpers import work_until
+from .local_helpers import dispatch_to_ghost, work_until
 
 KID = """
 flow: kid
@@ -227,3 +227,61 @@ def test_a_string_naming_a_spec_file_is_read_as_that_file(tmp_path: Path) -> Non
         assert [r.run_id for r in await host.runs()] == ["by-name"]
 
     in_host(tmp_path, body)
+
+
+SAFE_CALL = """
+flow: safe
+tools: {echo: {class: readonly}}
+steps:
+  - {id: e, call_tool: {tool: echo, input: 1}}
+output: "${steps.e.output}"
+"""
+
+UNSAFE_CALL = """
+flow: unsafe
+tools: {charge: {}}
+steps:
+  - {id: c, call_tool: {tool: charge, input: 1}}
+"""
+
+
+def test_a_recovery_that_raises_for_one_run_leaves_the_others_recovered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Work of a dead worker: the recovery of one run raising (its events cannot be
+    applied) parks that run's effect, with why; the other run's work runs again."""
+    registry = Registry(tools={"echo": lambda call: call.input, "charge": lambda call: "ok"})
+    db = tmp_path / "runs.db"
+
+    async def begin() -> None:
+        async with LocalHost(db, registry=registry) as host:
+            await host.start(SAFE_CALL, None, "good")
+            await host.start(UNSAFE_CALL, None, "bad")
+
+    asyncio.run(begin())
+    assert sorted(dispatch_to_ghost(db)) == ["bad/c#1", "good/e#1"]
+
+    async def recover() -> dict[str, Any]:
+        async with LocalHost(db, registry=registry, lease_ms=300) as host:
+            store = host.store
+            real = store.apply
+
+            def apply(run_id: str, event: Any, now: int) -> Any:
+                if run_id == "bad":
+                    raise RuntimeError("state unreadable")
+                return real(run_id, event, now)
+
+            monkeypatch.setattr(store, "apply", apply)
+
+            async def done() -> bool:
+                return (await host.run("good")).status != "running"
+
+            await work_until(host, done)
+            monkeypatch.undo()
+            return {"good": await host.run("good"), "bad": await host.show("bad")}
+
+    got = asyncio.run(recover())
+    assert (got["good"].status, got["good"].output) == ("completed", 1)
+    assert got["bad"]["status"] == "running"
+    [parked] = got["bad"]["deadLetters"]
+    assert parked["key"] == "bad/c#1" and "RuntimeError: state unreadable" in parked["note"]
