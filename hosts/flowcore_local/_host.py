@@ -647,10 +647,13 @@ class LocalHost:
         transaction if it is running (a reset, as Temporal's).
 
         Forking again with the same point and id returns the same run.
-        Refused with ``ForkError`` for a bad point or step, and with
-        ``HostError`` for a child run (fork its root), a run id that exists
+        Refused with ``ForkError`` for a bad point or step, with
+        ``flowcore.RunIdError`` for a ``new_run_id`` holding ``/`` or ``#``, and
+        with ``HostError`` for a child run (fork its root), a run id that exists
         otherwise, and a tools module that lacks a handler the run needs.
         """
+        if new_run_id is not None:
+            flowcore.check_run_id(new_run_id)  # a fork is a root run: no child's id
         name = tools_module_name(tools)
         now = self.now()
         row = await self.run(run_id)

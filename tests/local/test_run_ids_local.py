@@ -71,6 +71,19 @@ def test_a_child_shaped_id_is_refused_before_anything_is_written(
     in_host(tmp_path, body)
 
 
+def test_a_fork_may_not_take_a_child_runs_id_either(tmp_path: Path) -> None:
+    kid, _ = files(tmp_path)
+
+    async def body(host: LocalHost) -> None:
+        await host.start(kid, 1, "src")
+        await host.work(until_settled="src")
+        with pytest.raises(flowcore.RunIdError, match="reserved"):
+            await host.fork("src", at=1, new_run_id="X2/child#1")
+        assert [r.run_id for r in await host.runs()] == ["src"]
+
+    in_host(tmp_path, body)
+
+
 def test_an_id_without_them_starts_as_before(tmp_path: Path) -> None:
     kid, _ = files(tmp_path)
 
