@@ -1088,7 +1088,8 @@ output: "${steps.nudge.output}"
     "scheduled-cancel-from-outside",
     "scheduled-cancel-requested cancels a pending scheduled call from outside the run (its "
     "delay timer is dropped). A cancel that would change nothing (the same id again, an "
-    "unknown id) is answered by the host without an event, so no log holds one.",
+    "unknown id) is answered by the local host without an event (local.md §13), so this log "
+    "holds none.",
     MANAGED,
     input={"who": "ana"},
 )
