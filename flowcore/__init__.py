@@ -17,6 +17,7 @@ from ._errors import (
     MetadataError,
     Problem,
     ReplayDivergence,
+    RunIdError,
     SnapshotMismatch,
     SpecError,
     WireError,
@@ -32,7 +33,7 @@ from ._interp import (
     start,
 )
 from ._jsontext import JsonTextError, decode_json_text
-from ._keys import KeyInfo, KeyRole, parse_key
+from ._keys import RESERVED_RUN_ID_CHARS, KeyInfo, KeyRole, check_run_id, parse_key
 from ._log import (
     LogCorrupt,
     LogRead,
@@ -139,6 +140,9 @@ __all__ = [
     "ErrorInfo",
     "Event",
     "EventRejected",
+    "RunIdError",
+    "RESERVED_RUN_ID_CHARS",
+    "check_run_id",
     "Flow",
     "FlowcoreError",
     "Fork",

@@ -20,6 +20,7 @@ __all__ = [
     "MetadataError",
     "Problem",
     "ReplayDivergence",
+    "RunIdError",
     "SnapshotMismatch",
     "SpecError",
     "WireError",
@@ -85,6 +86,14 @@ class EventRejected(FlowcoreError):
         self.reason = reason
         self.key = key
         super().__init__(reason if key is None else f"{reason} [{key}]")
+
+
+class RunIdError(FlowcoreError, ValueError):
+    """A run id a caller chose cannot name a run started from outside (``check_run_id``)."""
+
+    def __init__(self, run_id: object, message: str) -> None:
+        self.run_id = run_id
+        super().__init__(message)
 
 
 class InputError(FlowcoreError, ValueError):

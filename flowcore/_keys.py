@@ -43,6 +43,8 @@ from enum import StrEnum
 
 import msgspec
 
+from ._errors import RunIdError
+
 __all__ = [
     "DEADLINE",
     "KeyInfo",
@@ -53,6 +55,8 @@ __all__ = [
     "case_list",
     "catch_env",
     "catch_list",
+    "check_run_id",
+    "RESERVED_RUN_ID_CHARS",
     "child_prefix",
     "compensation_list",
     "deadline_key",
@@ -76,6 +80,35 @@ __all__ = [
 
 DEADLINE = "$deadline"
 RESERVE_DEADLINE = "$deadline-reserve"  # the wall clock of on_budget_exhausted's steps
+
+
+# --- run ids ----------------------------------------------------------------------
+
+# A child run is named by its parent's key (``r-1/child#1``), so an id holding
+# one of these is a child's: a run started from outside may not take one, or it
+# could take the name of another run's child before that child starts.
+RESERVED_RUN_ID_CHARS = "/#"
+
+
+def check_run_id(run_id: object) -> str:
+    """``run_id`` if it may name a run started from outside (a root run), else ``RunIdError``.
+
+    Every host checks the id a caller chooses with this before it writes
+    anything; the ids hosts make themselves for child runs are keys and do
+    hold the reserved characters.
+    """
+    if not isinstance(run_id, str) or not run_id:
+        raise RunIdError(run_id, f"a run id must be a non-empty string, not {run_id!r:.80}")
+    found = sorted({c for c in run_id if c in RESERVED_RUN_ID_CHARS})
+    if found:
+        listed = " and ".join(repr(c) for c in found)
+        raise RunIdError(
+            run_id,
+            f"run id {run_id[:200]!r} holds {listed}: the characters"
+            f" {' and '.join(repr(c) for c in RESERVED_RUN_ID_CHARS)} are reserved for the ids"
+            " of child runs (a parent's key, such as 'r-1/child#1'); choose an id without them",
+        )
+    return run_id
 
 
 # --- keys -------------------------------------------------------------------------

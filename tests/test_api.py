@@ -48,6 +48,9 @@ EXPECTED = {
     "ErrorInfo",
     "Event",
     "EventRejected",
+    "RunIdError",
+    "RESERVED_RUN_ID_CHARS",
+    "check_run_id",
     "Flow",
     "FlowcoreError",
     "Fork",
@@ -152,6 +155,7 @@ def test_errors_share_one_base() -> None:
         flowcore.WireError,
         flowcore.SnapshotMismatch,
         flowcore.InputError,
+        flowcore.RunIdError,
     ):
         assert issubclass(cls, flowcore.FlowcoreError)
 

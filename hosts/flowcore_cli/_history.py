@@ -27,6 +27,7 @@ from flowcore import Record, Settled, Sleep, TimerFired
 from flowcore._report import ReplayReport
 
 from ._common import duration, iso
+from ._errors import say
 from ._progress import (
     REDISPATCHED,
     SCHEDULED_CHANGED,
@@ -223,11 +224,17 @@ def scheduled_table(rows: Iterable[CallRow]) -> Table:
     return table
 
 
-def scheduled_answer(done: bool, sid: str, run_id: str, as_json: bool) -> None:
-    """What ``scheduled cancel`` and ``run-now`` print: ``true`` when the call was
-    pending, ``false`` when not; ``{runId, id, done}`` with ``--json``."""
+def scheduled_answer(done: bool, sid: str, run_id: str, as_json: bool, verb: str = "cancel") -> int:
+    """What ``scheduled cancel`` and ``run-now`` print, and their exit code:
+    ``true`` and 0 when the call was pending; ``false``, a line on stderr saying
+    there is nothing to ``verb``, and 1 when it was not (the HTTP API's 409
+    ``not-pending``). ``{runId, id, done}`` with ``--json``."""
+    full = sid if sid.startswith(run_id + "/") else f"{run_id}/{sid}"
     if as_json:
-        full = sid if sid.startswith(run_id + "/") else f"{run_id}/{sid}"
         click.echo(json.dumps({"runId": run_id, "id": full, "done": done}))
     else:
         click.echo("true" if done else "false")
+    if done:
+        return 0
+    say(f"no pending scheduled call {full!r} in run {run_id!r}: nothing to {verb}")
+    return 1

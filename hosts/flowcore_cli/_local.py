@@ -35,6 +35,7 @@ from flowcore_local import (
     HostError,
     LocalHost,
     NotAFlowcoreDatabase,
+    NothingToCancel,
     RunRow,
     ScheduledRetention,
 )
@@ -62,6 +63,7 @@ from ._options import (
     input_option,
     json_option,
     meta_option,
+    on_conflict_option,
     output_option,
     reason_option,
     run_id_argument,
@@ -137,7 +139,7 @@ def _run(
 
     try:
         return asyncio.run(main())
-    except (HostError, NotAFlowcoreDatabase, RegistryError) as exc:
+    except (HostError, NotAFlowcoreDatabase, RegistryError, flowcore.RunIdError) as exc:
         raise CliError(str(exc)) from None
     except flowcore.SpecError as exc:
         # One line per problem, as `validate` prints them.
@@ -213,6 +215,7 @@ def _print(*parts: str | tuple[str, str]) -> None:
     help="While a run started with this key is running, follow it (--detach: print its"
     " id) instead of starting another.",
 )
+@on_conflict_option
 @click.option("--detach", is_flag=True, help="Start the run and print its id; a worker runs it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final run as JSON.")
 @tool_limit_option
@@ -229,6 +232,7 @@ def run(
     meta: tuple[str, ...],
     priority: int | None,
     dedup_key: str | None,
+    on_conflict: str,
     detach: bool,
     as_json: bool,
     tool_limits: tuple[str, ...],
@@ -243,7 +247,9 @@ def run(
     works only the run it started and its child runs; other runs in the
     database are left to `flowcore worker`. Starting again with the same
     --run-id and the same options attaches to the run; different options
-    are refused.
+    are refused, or (--on-conflict use-existing) that run is used as it is:
+    a line on stderr gives its status, and nothing is written. A --run-id
+    holding / or # (the ids of child runs) is refused.
     """
     if input_ == "-" and budget == "-":
         raise CliError("--input and --budget cannot both read standard input (-)")
@@ -258,6 +264,7 @@ def run(
         seen = await positions(_tree(host), run_id) if run_id is not None else {}
         metadata = meta_values(spec, meta) if meta else None
         before = None if dedup_key is None else await host.deduplicated(dedup_key)
+        existed = run_id is not None and on_conflict == "use-existing" and seen.get(run_id, 0) > 0
         rid = await host.start(
             spec,
             data,
@@ -268,9 +275,13 @@ def run(
             metadata=metadata,
             priority=priority,
             dedup_key=dedup_key,
+            on_conflict=on_conflict,
         )
         if rid == before and rid != run_id:
             say(f"run {rid!r} started with dedup key {dedup_key!r} is running: no new run")
+        if existed:
+            row = await host.run(rid)
+            say(f"run {rid!r} exists ({row.status}): using it as it is, nothing written")
         if detach:
             return {"runId": rid}
         # With --json, stdout holds the JSON document alone: progress goes to stderr.
@@ -325,7 +336,20 @@ def _settled(result: dict[str, Any]) -> None:
 @click.option("--tools", help="Default tools module for runs that did not record one.")
 @click.option("--concurrency", default=64, show_default=True, help="Handlers running at once.")
 @click.option("--max-recoveries", default=3, show_default=True, help="Before a dead letter.")
-@click.option("--until-idle", is_flag=True, help="Stop when no run is left running.")
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Stop once idle: no run can go on without an answer, a signal or a timer due"
+    " later than --idle-horizon (no work is ready or running, no timer is due sooner;"
+    " schedules' slots are not waited for).",
+)
+@click.option(
+    "--idle-horizon",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="With --until-idle: timers due within this are waited for, later ones are not.",
+)
 @click.option(
     "--retention",
     metavar="DURATION",
@@ -359,6 +383,7 @@ def worker(
     concurrency: int,
     max_recoveries: int,
     until_idle: bool,
+    idle_horizon: str,
     retention: str | None,
     keep_completed: str,
     keep_failed: str,
@@ -379,6 +404,7 @@ def worker(
     kept listed (--keep-*).
     """
     retention_ms = None if retention is None else duration_value(retention, "--retention")
+    horizon_ms = duration_value(idle_horizon, "--idle-horizon", allow_zero=True)
     limits = tool_limits_value(tool_limits)
     settled: list[RunRow] = []
 
@@ -414,7 +440,7 @@ def worker(
 
             async def idle() -> None:
                 while not stop.is_set():
-                    if not await host.runs("running"):
+                    if await host.idle(horizon_ms):
                         stop.set()
                     await asyncio.sleep(0.2)
 
@@ -884,8 +910,23 @@ def upgrade(run_id: str, to: Path, dry_run: bool, as_json: bool, db: Path) -> in
 @reason_option
 @db_option
 def cancel(run_id: str, reason: str, db: Path) -> None:
-    """Cancel RUN: pending work is abandoned, compensations run."""
-    _run(db, lambda host: host.cancel(run_id, reason))
+    """Cancel RUN: pending work is abandoned, compensations run.
+
+    A run that has settled, or compensates already, has nothing to cancel:
+    nothing is written, a line says so and the exit code is 1 (the HTTP API's 409).
+    """
+
+    async def body(host: LocalHost) -> str | None:
+        try:
+            await host.cancel(run_id, reason)
+        except NothingToCancel as exc:
+            return str(exc)
+        return None
+
+    nothing = _run(db, body)
+    if nothing is not None:
+        say(nothing)
+        sys.exit(1)
 
 
 COMMANDS = [

@@ -27,6 +27,7 @@ __all__ = [
     "input_option",
     "json_option",
     "meta_option",
+    "on_conflict_option",
     "output_option",
     "reason_option",
     "run_id_argument",
@@ -151,6 +152,19 @@ tool_limit_option = click.option(
     help="Limit a tool across every run: concurrency:N (calls at once), rate:K/DURATION"
     " (calls started per period), e.g. charge=concurrency:2,rate:10/1s (repeatable; or"
     f" ${TOOL_LIMITS_ENV}, space-separated). Give every process of the database the same.",
+)
+
+
+# `--on-conflict refuse|use-existing`: what `run --run-id ID` does when ID is
+# taken by a run started with other options (the hosts' ``on_conflict``).
+on_conflict_option = click.option(
+    "--on-conflict",
+    type=click.Choice(["refuse", "use-existing"]),
+    default="refuse",
+    show_default=True,
+    help="When --run-id names a run started with another input or spec: refuse (exit 2),"
+    " or use that run (its id and status; nothing is written). The same options again"
+    " always give that run.",
 )
 
 

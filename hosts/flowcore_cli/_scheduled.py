@@ -4,14 +4,15 @@
 runs, ``flowcore_local._scheduled``); ``cancel``, ``run-now`` and ``add`` send
 the run the scheduled-call events from outside (``specs/protocol.md``), so
 what they do is in the run's log and ``flowcore replay`` reproduces it.
-``cancel`` and ``run-now`` print ``true`` when the call was still pending,
-``false`` when it was not (an unknown id, or one already issued or
-finished): an answer, not an error.
+``cancel`` and ``run-now`` print ``true`` when the call was still pending;
+when it was not (an unknown id, or one already issued or finished) they write
+nothing, print ``false`` and exit 1, as the HTTP API answers 409.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +85,15 @@ def list_(
 def cancel(run_id: str, schedule_id: str, as_json: bool, db: Path) -> None:
     """Cancel RUN's scheduled call ID before it runs.
 
-    Prints true if it was pending (it is now cancelled and stays listed),
-    false if it was not: an unknown id, or a call already issued or finished.
+    Prints true if it was pending (it is now cancelled and stays listed).
+    If it was not (an unknown id, or a call already issued or finished),
+    nothing is written: prints false, says so on stderr, exits 1.
     """
 
     async def body(host: LocalHost) -> bool:
         return await host.cancel_scheduled(run_id, schedule_id)
 
-    scheduled_answer(_run(db, body), schedule_id, run_id, as_json)
+    sys.exit(scheduled_answer(_run(db, body), schedule_id, run_id, as_json))
 
 
 @scheduled.command("run-now")
@@ -102,13 +104,14 @@ def cancel(run_id: str, schedule_id: str, as_json: bool, db: Path) -> None:
 def run_now(run_id: str, schedule_id: str, as_json: bool, db: Path) -> None:
     """Issue RUN's pending scheduled call ID now instead of at its due time.
 
-    Prints true if it was pending (a worker runs it), false if it was not.
+    Prints true if it was pending (a worker runs it); if it was not, nothing
+    is written: prints false, says so on stderr, exits 1.
     """
 
     async def body(host: LocalHost) -> bool:
         return await host.run_scheduled_now(run_id, schedule_id)
 
-    scheduled_answer(_run(db, body), schedule_id, run_id, as_json)
+    sys.exit(scheduled_answer(_run(db, body), schedule_id, run_id, as_json, "run now"))
 
 
 @scheduled.command()

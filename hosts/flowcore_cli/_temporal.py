@@ -54,6 +54,7 @@ from ._options import (
     input_option,
     json_option,
     meta_option,
+    on_conflict_option,
     output_option,
     reason_option,
     run_id_argument,
@@ -268,6 +269,7 @@ def _tree(host: TemporalHost) -> RunTree:
     is_flag=True,
     help="Send the spec's hash, not its text: the workers take it from their --specs.",
 )
+@on_conflict_option
 @click.option("--detach", is_flag=True, help="Start the run, print its id, do not wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @tool_limit_option
@@ -286,6 +288,7 @@ def run(
     dedup_key: str | None,
     continue_after_events: int,
     by_hash: bool,
+    on_conflict: str,
     detach: bool,
     as_json: bool,
     tool_limits: tuple[str, ...],
@@ -319,6 +322,7 @@ def run(
             dedup_key=dedup_key,
             continue_after_events=continue_after_events,
             by_hash=by_hash,
+            on_conflict=on_conflict,
         )
         if detach:
             return {"runId": rid}

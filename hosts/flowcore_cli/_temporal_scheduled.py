@@ -86,11 +86,11 @@ def list_(
 def cancel(
     run_id: str, schedule_id: str, as_json: bool, address: str, task_queue: str, namespace: str
 ) -> None:
-    """Cancel RUN's scheduled call ID before it runs: true if it was pending, else false."""
+    """Cancel RUN's scheduled call ID before it runs: true if it was pending, else
+    false (on stderr: nothing to cancel; exit 1)."""
 
     def after(done: bool) -> int:
-        scheduled_answer(done, schedule_id, run_id, as_json)
-        return 0
+        return scheduled_answer(done, schedule_id, run_id, as_json)
 
     with_host(
         address, namespace, task_queue, lambda h: h.cancel_scheduled(run_id, schedule_id), after
@@ -105,11 +105,11 @@ def cancel(
 def run_now(
     run_id: str, schedule_id: str, as_json: bool, address: str, task_queue: str, namespace: str
 ) -> None:
-    """Issue RUN's pending scheduled call ID now: true if it was pending, else false."""
+    """Issue RUN's pending scheduled call ID now: true if it was pending, else
+    false (on stderr: nothing to run now; exit 1)."""
 
     def after(done: bool) -> int:
-        scheduled_answer(done, schedule_id, run_id, as_json)
-        return 0
+        return scheduled_answer(done, schedule_id, run_id, as_json, "run now")
 
     with_host(
         address, namespace, task_queue, lambda h: h.run_scheduled_now(run_id, schedule_id), after

@@ -137,6 +137,7 @@ def with_host(
     except (
         ft.TemporalHostError,
         flowcore.InputError,
+        flowcore.RunIdError,
         flowcore.MetadataFilterError,
         RegistryError,
         OSError,

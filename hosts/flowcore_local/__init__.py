@@ -12,7 +12,7 @@ from ._db import DB_ENV, DURABILITY, Durability, NotAFlowcoreDatabase, default_d
 from ._host import LocalHost
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention, ScheduledRow
-from ._store import HostError, NoSignalWait, RunRow
+from ._store import HostError, NoSignalWait, NothingToCancel, RunRow
 
 __all__ = [
     "DB_ENV",
@@ -22,6 +22,7 @@ __all__ = [
     "HostError",
     "LocalHost",
     "NoSignalWait",
+    "NothingToCancel",
     "NotAFlowcoreDatabase",
     "RunRow",
     "ScheduledRetention",

@@ -98,7 +98,16 @@ from ._flows import declared_signals, reachable_flows
 from ._prune import Deleted
 from ._resume import Rewind, plan_rewind
 from ._scheduled import ScheduledRetention, ScheduledRow, list_scheduled, trim
-from ._store import Applied, Claimed, Conflict, HostError, NoSignalWait, RunRow, Store
+from ._store import (
+    Applied,
+    Claimed,
+    Conflict,
+    HostError,
+    NoSignalWait,
+    NothingToCancel,
+    RunRow,
+    Store,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -227,6 +236,35 @@ def _spec_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise HostError(f"{path}: not a flow spec: not UTF-8 (byte {exc.start})") from None
+
+
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _spec_source(spec: str | Path) -> tuple[str, str]:
+    """A spec argument's text and source name: a ``Path`` is read; a string is the
+    spec's text, unless it is one line naming an existing file (read then), or one
+    line ending in ``.yaml``/``.yml``/``.json`` that names none (a ``HostError``
+    saying so, rather than the string parsed as YAML)."""
+    if isinstance(spec, Path):
+        return _spec_text(spec), str(spec)
+    if isinstance(spec, str) and spec and "\n" not in spec and len(spec) <= 4096:
+        path = Path(spec.strip())
+        try:
+            is_file = path.is_file()
+        except (OSError, ValueError):  # not a possible path (a NUL, too long)
+            is_file = False
+        if is_file:
+            return _spec_text(path), str(path)
+        if path.suffix.lower() in SPEC_SUFFIXES:
+            raise HostError(
+                f"no spec file {safe_text(repr(spec), 200)}: a string is read as a file only"
+                " when one exists there; pass a pathlib.Path for a file, or the spec's text"
+            )
+    return spec, "<spec>"
+
+
+ON_CONFLICT = ("refuse", "use-existing")
 
 
 class LocalHost:
@@ -403,8 +441,22 @@ class LocalHost:
         metadata: Mapping[str, Any] | None = None,
         priority: int | None = None,
         dedup_key: str | None = None,
+        on_conflict: str = "refuse",
     ) -> str:
-        """Start a run of ``spec`` (a path, or spec text). Idempotent by ``run_id``.
+        """Start a run of ``spec``; idempotent by ``run_id``. Returns the run id.
+
+        ``spec``: a ``pathlib.Path`` to a spec file, or the spec's text; a
+        one-line string that names an existing file is read as that file (one
+        ending in ``.yaml``, ``.yml`` or ``.json`` that names none is refused
+        with ``HostError``, not parsed as YAML).
+
+        ``run_id``: the id to give the run (default: ``<flow id>-<random hex>``).
+        It may not hold ``/`` or ``#``, which name child runs
+        (``flowcore.RunIdError``, before anything is written).
+        ``on_conflict``: what a ``run_id`` that exists with other start options
+        gets: ``"refuse"`` (the default: ``HostError``) or ``"use-existing"``
+        (that run's id is returned and nothing is written; read its status
+        with ``run``).
 
         ``metadata``: initial values of the fields the flow declares under
         ``metadata`` (``flowcore.MetadataError`` names an undeclared field or a
@@ -422,15 +474,20 @@ class LocalHost:
 
         Refused with ``HostError`` before anything is written: a run whose flow,
         or a subflow it can start that the host has, calls a tool, agent or
-        team its tools module has no handler for; and a run id that exists with
-        another input, spec, tools module or budget (a ``tools`` or ``budget``
-        of None is not compared). The same options again change nothing.
+        team its tools module has no handler for; and (``on_conflict``
+        ``"refuse"``) a run id that exists with another input, spec, tools
+        module or budget (a ``tools`` or ``budget`` of None is not compared).
+        The same options again change nothing.
         """
+        if run_id is not None:
+            flowcore.check_run_id(run_id)
+        if on_conflict not in ON_CONFLICT:
+            raise HostError(
+                f"on_conflict must be one of {', '.join(ON_CONFLICT)},"
+                f" not {safe_text(repr(on_conflict), 60)}"
+            )
         texts: list[tuple[str, str, bool]] = []  # (text, source, came from a directory)
-        if isinstance(spec, Path):
-            texts.append((_spec_text(spec), str(spec), False))
-        else:
-            texts.append((spec, "<spec>", False))
+        texts.append((*_spec_source(spec), False))
         for extra in flows:
             path = Path(extra)
             if path.is_dir():
@@ -454,6 +511,9 @@ class LocalHost:
         def starting() -> Applied:
             store = self.store
             with store.tx():
+                if on_conflict == "use-existing" and run_id is not None:
+                    if store.existing(run_id) is not None:  # that run is the answer
+                        return Applied(run_id)
                 flow = store.register_flow(texts[0][0], texts[0][1], now)
                 for text, source, scanned in texts[1:]:
                     try:
@@ -591,10 +651,13 @@ class LocalHost:
         transaction if it is running (a reset, as Temporal's).
 
         Forking again with the same point and id returns the same run.
-        Refused with ``ForkError`` for a bad point or step, and with
-        ``HostError`` for a child run (fork its root), a run id that exists
+        Refused with ``ForkError`` for a bad point or step, with
+        ``flowcore.RunIdError`` for a ``new_run_id`` holding ``/`` or ``#``, and
+        with ``HostError`` for a child run (fork its root), a run id that exists
         otherwise, and a tools module that lacks a handler the run needs.
         """
+        if new_run_id is not None:
+            flowcore.check_run_id(new_run_id)  # a fork is a root run: no child's id
         name = tools_module_name(tools)
         now = self.now()
         row = await self.run(run_id)
@@ -669,10 +732,7 @@ class LocalHost:
         an unknown run or an unreadable spec file, a run that is not running, and a
         tools module that lacks a handler the new spec needs.
         """
-        if isinstance(spec, Path):
-            text, source = _spec_text(spec), str(spec)
-        else:
-            text, source = spec, "<spec>"
+        text, source = _spec_source(spec)
         flow = flowcore.parse_flow(text, source_name=source)  # SpecError: nothing is written
         row = await self.run(run_id)
         registry = self._checkable(row.tools)
@@ -848,7 +908,26 @@ class LocalHost:
         return await self._db(reading)
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
-        await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
+        """Cancel the run: pending work is abandoned, compensations run, it settles cancelled.
+
+        A cancel that would change nothing is refused with ``NothingToCancel``
+        (a ``HostError``) and writes nothing: the run has settled, or it is
+        compensating after an earlier cancel or failure.
+        """
+        row = await self.run(run_id)
+        if row.status != "running":
+            raise NothingToCancel(f"run {run_id!r} has settled ({row.status}): nothing to cancel")
+        try:
+            await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
+        except HostError as exc:
+            current = await self.run(run_id)
+            if current.status != "running":
+                raise NothingToCancel(
+                    f"run {run_id!r} has settled ({current.status}): nothing to cancel"
+                ) from None
+            if "compensating" in str(exc):
+                raise NothingToCancel(f"run {run_id!r}: {exc}: nothing to cancel") from None
+            raise
 
     # --- scheduled calls -----------------------------------------------------------
 
@@ -873,26 +952,45 @@ class LocalHost:
             return schedule_id
         return f"{run_id}/{schedule_id}"
 
-    async def _scheduled_event(self, run_id: str, event: Event) -> bool:
-        row = await self.run(run_id)
-        if row.status != "running":
-            return False  # a settled run has no pending call: nothing to cancel or run
-        applied = await self._apply_now(run_id, event)
-        assert applied.scheduled is not None
-        return applied.scheduled.done
+    async def _scheduled_event(self, run_id: str, sid: str, event: Event) -> bool:
+        """Apply a cancel or run-now of scheduled call ``sid`` if it is pending (True);
+        else write nothing (False). The check and the write are one transaction."""
+
+        def applying() -> list[Applied]:
+            store = self.store
+            with store.tx():
+                row = store.run_row(run_id)
+                if row.status != "running":
+                    return []  # a settled run has no pending call
+                calls = flowcore.scheduled_calls(store.state(run_id), [sid])
+                if not calls or calls[0].status != "pending":
+                    return []  # unknown, issued or finished: nothing to do, nothing logged
+                applied = store.apply(run_id, event, self.now())
+                if applied.rejected is not None:
+                    raise HostError(applied.rejected)
+                return [applied, *store.take_extra()]
+
+        applied = await self._db(applying)
+        if not applied:
+            return False
+        self._after(applied)
+        assert applied[0].scheduled is not None
+        return applied[0].scheduled.done
 
     async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool:
         """Cancel a pending scheduled call: True if it was pending, False if it was not
-        (unknown, already issued or finished); never an error for the id."""
+        (unknown, already issued or finished), and then nothing is written; never an
+        error for the id (an unknown run is a ``HostError``)."""
         sid = self._schedule_id(run_id, schedule_id)
         event = flowcore.ScheduledCancelRequested(schedule_id=sid, at_ms=self.now())
-        return await self._scheduled_event(run_id, event)
+        return await self._scheduled_event(run_id, sid, event)
 
     async def run_scheduled_now(self, run_id: str, schedule_id: str) -> bool:
-        """Issue a pending scheduled call now: True if it was pending, else False."""
+        """Issue a pending scheduled call now: True if it was pending, else False
+        (nothing is written then)."""
         sid = self._schedule_id(run_id, schedule_id)
         event = flowcore.ScheduledRunNowRequested(schedule_id=sid, at_ms=self.now())
-        return await self._scheduled_event(run_id, event)
+        return await self._scheduled_event(run_id, sid, event)
 
     async def add_scheduled(
         self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0
@@ -1137,6 +1235,17 @@ class LocalHost:
             except TimeoutError:
                 pass
 
+    async def idle(self, horizon_ms: int = 0) -> bool:
+        """Whether no run can go on now without an answer, a signal, or a timer due
+        more than ``horizon_ms`` from now: no work is ready or out (with this host
+        or another worker), no child run or signal-run is to start, no timer is due
+        sooner, and this host has no result waiting for its commit. A database
+        with no running run is idle. Schedules' next slots are not looked at."""
+        if self._running or self._queue or self._firing:
+            return False
+        horizon = self.now() + horizon_ms
+        return not await self._db(self.store.busy, horizon)
+
     async def wait(self, run_id: str, timeout: float | None = None) -> RunRow:
         """Wait until the run settles (someone must be running a worker)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -1213,7 +1322,7 @@ class LocalHost:
         its history (progress, runs, recent actions); see ``add_schedule``.
         Refused with ``HostError`` when the spec declares none.
         """
-        text, source = (_spec_text(spec), str(spec)) if isinstance(spec, Path) else (spec, "<spec>")
+        text, source = _spec_source(spec)
         return await self._put_schedules(text, source, None, tools)
 
     async def add_schedule(
@@ -1233,7 +1342,7 @@ class LocalHost:
         schedule keeps its progress, runs and actions; its ``paused``/``note``
         and ``limit`` change only where the definition changes them.
         """
-        text, source = (_spec_text(spec), str(spec)) if isinstance(spec, Path) else (spec, "<spec>")
+        text, source = _spec_source(spec)
         names = await self._put_schedules(text, source, (name, definition), tools)
         return names[0]
 
@@ -1532,36 +1641,16 @@ class LocalHost:
                 for run_id, key, exec_class, dispatches, kind, owner in store.expired(now, dead):
                     if (run_id, key) in self._running:
                         continue
-                    if dispatches > self.max_recoveries:
-                        error = ErrorInfo(
-                            type="dead-letter",
-                            message=(
-                                f"{kind} {key} was dispatched {dispatches} times and never"
-                                " finished (the host died while running it); moved to the"
-                                " dead letters"
-                            ),
-                        )
+                    try:
                         with store.savepoint():
-                            out.append(
-                                store.apply(
-                                    run_id,
-                                    EffectFailed(idempotency_key=key, error=error, at_ms=now),
-                                    now,
+                            out.extend(
+                                self._recover_one(
+                                    store, run_id, key, exec_class, dispatches, kind, owner, now
                                 )
                             )
-                        store.dead_letter(run_id, key, kind, dispatches, error.message, now)
-                        store.close(run_id, key)
-                    elif exec_class in SAFE and not _scheduled_call(run_id, key):
-                        store.requeue(run_id, key, owner)  # its claim logs effect.redispatched
-                    else:
-                        with store.savepoint():
-                            event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
-                            applied = store.apply(run_id, event, now)
-                            out.append(applied)
-                        # A scheduled call the interpreter issued again keeps its row.
-                        if not any(e.idempotency_key == key for e in applied.plan.start):
-                            store.close(run_id, key)
-                    out.extend(store.take_extra())
+                    except Exception as exc:  # that run's alone: the others are recovered
+                        store.take_extra()
+                        out.extend(self._contain(store, run_id, key, kind, exc, now))
                 marks = ",".join("?" * len(dead))
                 # A worker limited to one run (``only``) leaves the dead workers
                 # registered: their other work is for the workers of every run.
@@ -1570,6 +1659,49 @@ class LocalHost:
             return out
 
         self._after(await self._db(recovering))
+
+    def _recover_one(
+        self,
+        store: Store,
+        run_id: str,
+        key: str,
+        exec_class: str,
+        dispatches: int,
+        kind: str,
+        owner: str | None,
+        now: int,
+    ) -> list[Applied]:
+        """Recover one effect whose worker is gone (in the caller's savepoint)."""
+        out: list[Applied] = []
+        if dispatches > self.max_recoveries:
+            error = ErrorInfo(
+                type="dead-letter",
+                message=(
+                    f"{kind} {key} was dispatched {dispatches} times and never"
+                    " finished (the host died while running it); moved to the"
+                    " dead letters"
+                ),
+            )
+            with store.savepoint():
+                out.append(
+                    store.apply(
+                        run_id, EffectFailed(idempotency_key=key, error=error, at_ms=now), now
+                    )
+                )
+            store.dead_letter(run_id, key, kind, dispatches, error.message, now)
+            store.close(run_id, key)
+        elif exec_class in SAFE and not _scheduled_call(run_id, key):
+            store.requeue(run_id, key, owner)  # its claim logs effect.redispatched
+        else:
+            with store.savepoint():
+                event = EffectOutcomeUnknown(idempotency_key=key, at_ms=now)
+                applied = store.apply(run_id, event, now)
+                out.append(applied)
+            # A scheduled call the interpreter issued again keeps its row.
+            if not any(e.idempotency_key == key for e in applied.plan.start):
+                store.close(run_id, key)
+        out.extend(store.take_extra())
+        return out
 
     async def _fire_timers(self) -> None:
         now = self.now()
@@ -1633,53 +1765,115 @@ class LocalHost:
                 return out
             with store.tx():
                 for run_id, key, effect in ready:
-                    parent = store.run_row(run_id)
-                    flow = store.flow_by_id(effect.flow_id)
-                    with store.savepoint():
-                        if flow is None:
-                            error = ErrorInfo(
-                                type="unknown-flow",
-                                message=f"no flow {effect.flow_id!r} is registered with the host",
-                            )
-                            event = EffectFailed(idempotency_key=key, error=error, at_ms=now)
-                            out.append(store.apply(run_id, event, now))
-                        elif effect.detached:
-                            # A root run of its own (its flow's budget, depth 0); the
-                            # parent hears only that it started, in this transaction.
-                            _, applied = store.start_run(
-                                flow,
-                                effect.input,
-                                key,
-                                now,
-                                parent.tools,
-                                principal=parent.principal,
-                                started_by=run_id,
-                            )
-                            out.append(applied)
-                            started = EffectSucceeded(
-                                idempotency_key=key, output={"run_id": key}, at_ms=now
-                            )
-                            out.append(store.apply(run_id, started, now))
-                        else:
-                            store.mark(run_id, key, "dispatched")
-                            _, applied = store.start_run(
-                                flow,
-                                effect.input,
-                                key,
-                                now,
-                                parent.tools,
-                                parent_run=run_id,
-                                parent_key=key,
-                                budget=effect.budget_remaining,
-                                depth=effect.depth,
-                                principal=parent.principal,
-                                priority=parent.priority,
-                            )
-                            out.append(applied)
+                    try:
+                        with store.savepoint():
+                            out.extend(self._start_subflow(store, run_id, key, effect, now))
+                    except Exception as exc:  # that run's alone: the others go on
+                        store.take_extra()
+                        out.extend(self._contain(store, run_id, key, "run-subflow", exc, now))
                     out.extend(store.take_extra())
             return out
 
         self._after(await self._db(starting))
+
+    @staticmethod
+    def _start_subflow(
+        store: Store, run_id: str, key: str, effect: RunSubflow, now: int
+    ) -> list[Applied]:
+        """Start the child run of ``effect`` (named by its key), or fail the effect."""
+        parent = store.run_row(run_id)
+        flow = store.flow_by_id(effect.flow_id)
+        error: ErrorInfo | None = None
+        if flow is None:
+            error = ErrorInfo(
+                type="unknown-flow",
+                message=f"no flow {effect.flow_id!r} is registered with the host",
+            )
+        elif store.existing(key) is not None:
+            # A run that is not this parent's child holds the child's id (written
+            # by another process, or before ids were checked): the parent must
+            # not wait for it, nor take it over.
+            other = store.run_row(key)
+            ours = (
+                other.started_by == run_id
+                if effect.detached
+                else (other.parent_run, other.parent_key) == (run_id, key)
+            )
+            if not ours:
+                error = ErrorInfo(
+                    type="run-id-taken",
+                    message=(
+                        f"cannot start the child run {key!r}: a run with that id already"
+                        " exists and is not this run's child"
+                    ),
+                )
+        if error is not None:
+            return [
+                store.apply(run_id, EffectFailed(idempotency_key=key, error=error, at_ms=now), now)
+            ]
+        assert flow is not None
+        if effect.detached:
+            # A root run of its own (its flow's budget, depth 0); the
+            # parent hears only that it started, in this transaction.
+            _, applied = store.start_run(
+                flow,
+                effect.input,
+                key,
+                now,
+                parent.tools,
+                principal=parent.principal,
+                started_by=run_id,
+            )
+            started = EffectSucceeded(idempotency_key=key, output={"run_id": key}, at_ms=now)
+            return [applied, store.apply(run_id, started, now)]
+        store.mark(run_id, key, "dispatched")
+        _, applied = store.start_run(
+            flow,
+            effect.input,
+            key,
+            now,
+            parent.tools,
+            parent_run=run_id,
+            parent_key=key,
+            budget=effect.budget_remaining,
+            depth=effect.depth,
+            principal=parent.principal,
+            priority=parent.priority,
+        )
+        return [applied]
+
+    def _contain(
+        self, store: Store, run_id: str, key: str, kind: str, exc: Exception, now: int
+    ) -> list[Applied]:
+        """What the worker does when starting or applying one run's effect raised:
+        that effect fails (``host-error``, with why), so the run goes on or fails
+        as its flow says; if even that cannot be applied, the effect is parked in
+        the dead letters (``show`` lists it, with why) and its row closed, so no
+        round tries it again. Either way the worker and the other runs go on."""
+        why = f"{type(exc).__name__}: {safe_text(exc, 300)}"
+        log.warning("flowcore: %s %s of run %s failed: %s", kind, key, run_id, why)
+        message = f"the host could not carry out {kind} {key}: {why}"
+        event = EffectFailed(
+            idempotency_key=key, error=ErrorInfo(type="host-error", message=message), at_ms=now
+        )
+        try:
+            with store.savepoint():
+                applied = store.apply(run_id, event, now)
+                if applied.rejected is not None:
+                    raise HostError(applied.rejected)
+                return [applied, *store.take_extra()]
+        except Exception as again:
+            store.take_extra()
+            refused = f"{type(again).__name__}: {safe_text(again, 200)}"
+            note = f"{message}; and failing it was refused ({refused})"
+            log.warning("flowcore: %s %s of run %s is parked: %s", kind, key, run_id, note)
+            try:
+                with store.savepoint():
+                    store.dead_letter(run_id, key, kind, 0, note, now)
+                    store.close(run_id, key)
+            except Exception:  # the database itself: the next round sees the row again
+                store.take_extra()
+            return []
 
     async def _signal_runs(self) -> None:
         """Deliver the ``signal-run`` effects: each in one transaction with its answer
@@ -1701,6 +1895,9 @@ class LocalHost:
                     except _NotPending:
                         store.take_extra()
                         store.close(run_id, key)
+                    except Exception as exc:  # that run's alone: the others go on
+                        store.take_extra()
+                        out.extend(self._contain(store, run_id, key, "signal-run", exc, now))
             return out
 
         self._after(await self._db(delivering))

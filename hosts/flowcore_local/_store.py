@@ -81,6 +81,11 @@ class NoSignalWait(HostError):
     """A keyed signal sent without a run id that no running run waits for."""
 
 
+class NothingToCancel(HostError):
+    """A cancel that would change nothing (the run has settled, or compensates
+    already): refused, and nothing is written."""
+
+
 class Conflict(Exception):
     """A group commit that cannot be written as it was planned (``Store.planned``):
     another connection changed a run the plan read, or the plan had to read rows
@@ -1034,6 +1039,9 @@ class Store:
                     run_id,
                 ),
             )
+            # A schedule's overlap policy asks only about its runs still running:
+            # a settled one is forgotten in the transaction that settles it.
+            self._write("DELETE FROM schedule_runs WHERE run_id = ?", (run_id,))
         else:
             self._buffer_run_row(run_id, entry, now, hot)
         self._cache[run_id] = entry
@@ -1560,6 +1568,18 @@ class Store:
                 (now, *args, limit),
             )
         )
+
+    def busy(self, horizon_ms: int) -> bool:
+        """Whether a running run can go on before ``horizon_ms`` without an answer or
+        a signal: work ready or out (a child run's own rows speak for it, not its
+        parent's ``run-subflow``), a child or signal-run to start, a timer due by then."""
+        row = self.conn.execute(
+            "SELECT 1 FROM outbox o JOIN runs r USING (run_id) WHERE r.status = 'running'"
+            " AND (o.status = 'ready' OR (o.status = 'dispatched' AND o.kind != 'run-subflow')"
+            " OR (o.status = 'timer' AND o.due_ms <= ?)) LIMIT 1",
+            (horizon_ms,),
+        ).fetchone()
+        return row is not None
 
     def next_timer(self) -> int | None:
         scope, args = self._scope()

@@ -23,7 +23,7 @@ from starlette.responses import Response, StreamingResponse
 
 import flowcore
 from flowcore.diagram import build_graph, node_id, to_mermaid
-from flowcore_local import HostError, LocalHost, RunRow
+from flowcore_local import HostError, LocalHost, NothingToCancel, RunRow
 
 from ._flows import FlowFolder
 from ._http import ApiError, Context, Operation, json_response
@@ -174,13 +174,21 @@ class Api:
                 budget=budget,
                 principal=ctx.principal.name,
                 metadata=body.metadata,
+                on_conflict=body.on_conflict,
             )
-        except (HostError, flowcore.InputError, flowcore.SpecError, flowcore.DataError) as exc:
+        except (
+            HostError,
+            flowcore.InputError,
+            flowcore.SpecError,
+            flowcore.DataError,
+            flowcore.RunIdError,
+        ) as exc:
             text = str(exc)
             status = 409 if "already exists" in text else 422
             raise ApiError(status, "cannot-start", text) from None
         row = await self.host.run(run_id)
         location = "/api/runs/" + quote(run_id, safe="")
+        # As a start again with the same options: the existing run's summary, 201.
         return json_response(await self.summarize(row), 201, {"Location": location})
 
     async def show_run(self, ctx: Context) -> Response:
@@ -211,10 +219,18 @@ class Api:
         return json_response(view)
 
     async def cancel_run(self, ctx: Context) -> Response:
+        """A cancel that would change nothing (the run has settled, or compensates
+        already) writes nothing and is 409, as ``flowcore cancel`` exits 1."""
         row = await self.owned(ctx)
-        self.running(row)
         body: CancelBody = ctx.body
-        await self._event(row, self.host.cancel(row.run_id, body.reason))
+        try:
+            await self.host.cancel(row.run_id, body.reason)
+        except NothingToCancel as exc:
+            current = await self.host.run(row.run_id)
+            code = "settled" if current.status != "running" else "nothing-to-cancel"
+            raise ApiError(409, code, str(exc)) from None
+        except HostError as exc:
+            raise ApiError(422, "rejected", str(exc)) from None
         return json_response(await self.summarize(await self.host.run(row.run_id)), 202)
 
     async def _event(self, row: RunRow, call: Any) -> None:
@@ -352,10 +368,14 @@ class Api:
     async def cancel_scheduled(self, ctx: Context) -> Response:
         row = await self.owned(ctx)
         self.running(row)
-        done = await self.host.cancel_scheduled(row.run_id, ctx.param("call_id"))
-        if not done:
+        call_id = ctx.param("call_id")
+        done = await self.host.cancel_scheduled(row.run_id, call_id)
+        if not done:  # nothing was written; `flowcore scheduled cancel` exits 1
+            full = call_id if call_id.startswith(row.run_id + "/") else f"{row.run_id}/{call_id}"
             raise ApiError(
-                409, "not-pending", f"no pending scheduled call {ctx.param('call_id')!r}"
+                409,
+                "not-pending",
+                f"no pending scheduled call {full!r} in run {row.run_id!r}: nothing to cancel",
             )
         return json_response(await self.summarize(await self.host.run(row.run_id)))
 

@@ -71,6 +71,9 @@ class StartBody(_Body):
     run_id: Name | None = None
     # Initial values of the metadata fields the flow declares (checked against them).
     metadata: dict[str, str | int | float | bool] | None = None
+    # When ``runId`` names a run started with another input or spec: refuse it
+    # (409), or answer with that run as it is (200, nothing written).
+    on_conflict: Literal["refuse", "use-existing"] = "refuse"
 
 
 class CancelBody(_Body):

@@ -102,6 +102,8 @@ _QUERY_TIMEOUT = timedelta(seconds=10)
 _UPGRADE_ATTEMPTS = 5
 # How long an update is sent again while its run goes over to a new Temporal run.
 _SWITCH_WAIT_S = 30.0
+# What ``start`` does with a run id taken by a run started with other options.
+ON_CONFLICT = ("refuse", "use-existing")
 
 
 class NoSignalWait(TemporalHostError):
@@ -238,6 +240,7 @@ class TemporalHost:
         dedup_key: str | None = None,
         continue_after_events: int | None = DEFAULT_CONTINUE_AFTER_EVENTS,
         by_hash: bool = False,
+        on_conflict: str = "refuse",
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text); returns its run id.
 
@@ -252,7 +255,12 @@ class TemporalHost:
         workflow. ``flows`` are spec files or directories (or a ready
         ``{flow id: text}`` map) that ``run_subflow`` may name; a path spec's
         own directory is always searched. Starting again with the ``run_id``
-        of an existing run (going or ended) starts nothing and returns it.
+        of an existing run (going or ended) starts nothing and returns it;
+        ``on_conflict`` says what happens when that run was started with
+        another input or spec: ``"refuse"`` (the default: a
+        ``TemporalHostError``) or ``"use-existing"`` (its id is returned,
+        nothing is started). A ``run_id`` (or ``dedup_key``) holding ``/`` or
+        ``#``, which name child runs, is a ``flowcore.RunIdError``.
         The other arguments are checked as the workflow checks them (a bad
         budget or timeout is a ``TemporalHostError``, not a failed workflow).
 
@@ -274,6 +282,13 @@ class TemporalHost:
         ``flowcore temporal worker --specs DIR``); a worker that lacks it fails
         the run's workflow tasks, naming the spec, until one has it.
         """
+        for chosen in (run_id, dedup_key):
+            if chosen is not None:
+                flowcore.check_run_id(chosen)
+        if on_conflict not in ON_CONFLICT:
+            raise TemporalHostError(
+                f"on_conflict must be one of {', '.join(ON_CONFLICT)}, not {on_conflict!r:.60}"
+            )
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
         given = None if metadata is None else dict(metadata)
@@ -309,6 +324,23 @@ class TemporalHost:
             tool_queues={tool: tool_queue(self.task_queue, tool) for tool in self.tool_limits},
             continue_after_events=continue_after_events,
         )
+        if run_id is not None and dedup_key is None:
+            existing = await self._existing_args(rid)
+            if existing is not None:
+                differs = [
+                    what
+                    for what, same in (
+                        ("input", existing.input == input),
+                        ("flow spec", existing.spec_hash == flow.spec_hash),
+                    )
+                    if not same
+                ]
+                if differs and on_conflict == "refuse":
+                    raise TemporalHostError(
+                        f"run {rid!r} already exists with a different {' and '.join(differs)}"
+                        " (on_conflict 'use-existing' returns it instead)"
+                    )
+                return rid  # that run is the answer: nothing is started
         await self._start_workflow(
             args,
             f"flowcore {flow.id}",
@@ -656,9 +688,36 @@ class TemporalHost:
                 await self.cancel(run_id, f"reset: forked as {rid}")
         return rid
 
+    async def _existing_args(self, run_id: str) -> RunArgs | None:
+        """The ``RunArgs`` the run ``run_id`` was first started with (its first
+        Temporal run's), or None when no workflow has that id."""
+
+        async def first_event(execution: str | None) -> Any:
+            handle = self.client.get_workflow_handle(run_id, run_id=execution)
+            async for event in handle.fetch_history_events(page_size=1):
+                return event
+            return None
+
+        try:
+            latest = await first_event(None)
+            origin = (
+                None
+                if latest is None
+                else latest.workflow_execution_started_event_attributes.first_execution_run_id
+            )
+            first = await first_event(origin) if origin else latest
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise self._rpc_error(exc, run_id) from None
+        return self._run_args_from(first, run_id)
+
     def _run_args_of(self, history: WorkflowHistory, run_id: str) -> RunArgs:
         """The ``RunArgs`` run ``run_id`` was started with, from its history."""
-        first = history.events[0] if history.events else None
+        return self._run_args_from(history.events[0] if history.events else None, run_id)
+
+    def _run_args_from(self, first: Any, run_id: str) -> RunArgs:
+        """The ``RunArgs`` of a workflow run whose history begins with ``first``."""
         if first is None or not first.HasField("workflow_execution_started_event_attributes"):
             raise TemporalHostError(f"{run_id} is not a flowcore run")
         started = first.workflow_execution_started_event_attributes

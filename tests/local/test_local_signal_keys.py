@@ -119,13 +119,17 @@ def test_a_crash_while_delivering_delivers_once(
 ) -> None:
     """The worker dies after the signal was applied to the receiver and before
     the sender's answer was written: that transaction never commits, so the
-    next worker delivers it once, and answers it."""
+    next worker delivers it once, and answers it. (The death is a BaseException:
+    an ordinary exception in one run's delivery is contained by the worker.)"""
     db = tmp_path / "crash.db"
     real_apply = Store.apply
 
+    class Died(BaseException):
+        """The process ends here: nothing after it runs."""
+
     def crashing(self: Store, run_id: str, event: Any, now: int) -> Any:
         if run_id == "sender" and isinstance(event, EffectSucceeded):
-            raise RuntimeError("the worker died here")
+            raise Died("the worker died here")
         return real_apply(self, run_id, event, now)
 
     async def first() -> None:
@@ -133,7 +137,7 @@ def test_a_crash_while_delivering_delivers_once(
             await host.start(ORDER, {"order": 1}, "receiver")
             await host.start(SENDER, {"to": "receiver", "amount": 5, "order": 1}, "sender")
             monkeypatch.setattr(Store, "apply", crashing)
-            with pytest.raises(RuntimeError, match="the worker died here"):
+            with pytest.raises(Died, match="the worker died here"):
                 await settle(host, "sender")
             monkeypatch.setattr(Store, "apply", real_apply)
 
@@ -148,3 +152,42 @@ def test_a_crash_while_delivering_delivers_once(
 
     asyncio.run(first())
     asyncio.run(second())
+
+
+def test_an_error_while_delivering_fails_that_sender_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ordinary exception while delivering one run's signal-run does not stop the
+    worker: the delivery is rolled back (the receiver got nothing), the sender's step
+    fails with ``host-error`` saying why, and another run's delivery goes on."""
+    real_apply = Store.apply
+
+    def failing(self: Store, run_id: str, event: Any, now: int) -> Any:
+        if run_id == "sender" and isinstance(event, EffectSucceeded):
+            raise RuntimeError("disk on fire")
+        return real_apply(self, run_id, event, now)
+
+    async def main() -> dict[str, Any]:
+        async with LocalHost(tmp_path / "runs.db") as host:
+            await host.start(ORDER, {"order": 1}, "receiver")
+            await host.start(ORDER, {"order": 2}, "other-receiver")
+            await host.start(SENDER, {"to": "receiver", "amount": 5, "order": 1}, "sender")
+            await host.start(
+                SENDER, {"to": "other-receiver", "amount": 7, "order": 2}, "other-sender"
+            )
+            monkeypatch.setattr(Store, "apply", failing)
+            await settle(host, "sender")
+            await settle(host, "other-sender")
+            monkeypatch.setattr(Store, "apply", real_apply)
+            return {
+                r: await host.run(r)
+                for r in ("sender", "receiver", "other-sender", "other-receiver")
+            } | {"received": received(await host.records("receiver"))}
+
+    got = asyncio.run(main())
+    assert got["sender"].status == "failed"
+    assert got["sender"].error["type"] == "host-error"
+    assert "RuntimeError: disk on fire" in got["sender"].error["message"]
+    assert got["received"] == [] and got["receiver"].status == "running"
+    assert got["other-sender"].status == "completed"
+    assert got["other-receiver"].output == {"amount": 7}

@@ -80,6 +80,18 @@ def ok(*args: str, env: dict[str, str] | None = None) -> str:
     return proc.stdout
 
 
+def nothing(*args: str) -> str:
+    """A cancel or run-now with nothing to do: ``false``, one line on stderr, exit 1."""
+    proc = fc(*args)
+    assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("flowcore: no pending scheduled call ") and line.endswith(
+        ("nothing to cancel", "nothing to run now")
+    ), line
+    return proc.stdout
+
+
 def bad(*args: str) -> str:
     proc = fc(*args)
     assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
@@ -181,20 +193,23 @@ def test_every_scheduled_command_end_to_end(tmp_path: Path) -> None:
     assert rows["r-1/~scheduled-1"]["dueMs"] - rows["r-1/~scheduled-1"]["createdMs"] == 7_200_000
     assert rows["r-1/~scheduled-1"]["outside"] is True
 
-    # cancel: true once, then false; an unknown id is false, not an error
+    # cancel: true once; then there is nothing to cancel (nor for an unknown id):
+    # false, exit 1, and nothing is written to the run's log
     assert ok("scheduled", "cancel", "r-1", "nudge#1", "--db", d) == "true\n"
-    assert ok("scheduled", "cancel", "r-1", "r-1/nudge#1", "--db", d) == "false\n"
-    assert json.loads(ok("scheduled", "cancel", "r-1", "nope#9", "--json", "--db", d)) == {
+    logged = len(ok("events", "r-1", "--json", "--db", d).splitlines())
+    assert nothing("scheduled", "cancel", "r-1", "r-1/nudge#1", "--db", d) == "false\n"
+    assert json.loads(nothing("scheduled", "cancel", "r-1", "nope#9", "--json", "--db", d)) == {
         "runId": "r-1",
         "id": "r-1/nope#9",
         "done": False,
     }
+    assert len(ok("events", "r-1", "--json", "--db", d).splitlines()) == logged
     assert listed(db, "--status", "cancelled").keys() == {"r-1/nudge#1"}
 
     # run-now: both added calls now; a worker runs them (one fails, it never fails the run)
     assert ok("scheduled", "run-now", "r-1", "~scheduled-1", "--db", d) == "true\n"
     assert ok("scheduled", "run-now", "r-1", "~scheduled-2", "--db", d) == "true\n"
-    assert ok("scheduled", "run-now", "r-1", "~scheduled-2", "--db", d) == "false\n"
+    assert nothing("scheduled", "run-now", "r-1", "~scheduled-2", "--db", d) == "false\n"
     worker = subprocess.Popen(
         [sys.executable, "-m", "flowcore_cli", "worker", "--db", d, "--until-idle"],
         stdout=subprocess.PIPE,
@@ -225,7 +240,7 @@ def test_every_scheduled_command_end_to_end(tmp_path: Path) -> None:
     assert listed(db, "--status", "pending") == {}
     assert json.loads(ok("show", "r-1", "--json", "--db", d))["status"] == "completed"
     # the settled run: cancel and run-now answer false, add is refused
-    assert ok("scheduled", "cancel", "r-1", "~scheduled-1", "--db", d) == "false\n"
+    assert nothing("scheduled", "cancel", "r-1", "~scheduled-1", "--db", d) == "false\n"
     assert "has settled" in bad("scheduled", "add", "r-1", "pager", "--db", d)
     # everything is in the log: replay reproduces it
     log = tmp_path / "r-1.ndjson"
@@ -378,8 +393,10 @@ def test_events_follow_shows_every_change(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    # Idle only once the run has settled: its nudge (due in 2 h) is within the horizon.
+    idle = ["--until-idle", "--idle-horizon", "3h"]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "flowcore_cli", "worker", "--db", d, "--until-idle"],
+        [sys.executable, "-m", "flowcore_cli", "worker", "--db", d, *idle],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -159,6 +159,26 @@ def test_allow_all_starts_every_slot(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_a_settled_run_is_forgotten_by_its_schedule_when_it_settles(tmp_path: Path) -> None:
+    """``schedule_runs`` holds a schedule's runs only while they run (specs/local.md §12):
+    the row goes in the transaction that settles the run, not at the next decision."""
+
+    def rows(host: LocalHost) -> list[tuple[str, str]]:
+        return list(host.store.conn.execute("SELECT name, run_id FROM schedule_runs"))
+
+    async def main() -> None:
+        async with scene(tmp_path, every="1h", overlap="allow_all") as s:
+            await s.jump(HOUR)
+            run_id = await s.started("01:00:00")
+            assert rows(s.host) == [("s", run_id)]
+            await s.finish(run_id)
+            assert rows(s.host) == []
+            await s.host.cancel(await s.host.trigger_schedule("s"))
+            assert rows(s.host) == []
+
+    asyncio.run(main())
+
+
 def test_cancel_other_cancels_the_running_run_then_starts(tmp_path: Path) -> None:
     async def main() -> None:
         async with scene(tmp_path, every="1m", overlap="cancel_other") as s:

@@ -382,18 +382,32 @@ def test_a_bad_token_file_is_refused_with_its_place(tmp_path: Path) -> None:
     )
 
 
-def test_a_run_id_with_slashes_and_hashes(served: Served) -> None:
-    """Child runs are named by their parent's key (``r/sub#1``): every route takes such ids."""
-    run_id = "team a/deploy #7/events"
-    path = "/api/runs/" + quote(run_id, safe="")
+def test_a_started_run_may_not_take_a_child_runs_id(served: Served) -> None:
+    """Child runs are named by their parent's key (``r/sub#1``; every route takes such
+    ids: ``test_child_runs_belong_to_the_parents_principal``). A run started here may not
+    take that shape: it could take another principal's child's id before that child starts."""
+    with client(served, "bob") as c:
+        for run_id in ("X2/child#1", "team a/deploy #7/events", "a#b"):
+            body = {"flow": "approve", "input": {"change": "v1"}, "runId": run_id}
+            detail = problem(c.post("/api/runs", json=body), 422)["detail"]
+            assert repr(run_id) in detail and "'/' and '#' are reserved" in detail
+            problem(c.get("/api/runs/" + quote(run_id, safe="")), 404)
+
+
+def test_on_conflict_refuses_or_uses_the_existing_run(served: Served) -> None:
     with client(served, "alice") as c:
-        start(c, run_id)
-        view = wait_for(c, run_id, asking)
-        assert view["run"]["runId"] == run_id
-        assert c.get(path).json()["run"]["runId"] == run_id
-        first = json.loads(c.get(path + "/events").text.splitlines()[0])
-        assert first["runId"] == run_id
-        assert c.post(path + "/cancel", json={}).status_code == 202
+        start(c, "conflict-1", "v1")
+        again = {"flow": "approve", "input": {"change": "v2"}, "runId": "conflict-1"}
+        assert (
+            "already exists with a different input"
+            in (problem(c.post("/api/runs", json=again), 409)["detail"])
+        )
+        r = c.post("/api/runs", json={**again, "onConflict": "use-existing"})
+        assert r.status_code == 201, r.text
+        assert r.json()["runId"] == "conflict-1" and r.json()["status"] == "running"
+        events = c.get("/api/runs/conflict-1/events").text.splitlines()
+        assert json.loads(events[0])["data"]["input"] == {"change": "v1"}
+        problem(c.post("/api/runs", json={**again, "onConflict": "ignore"}), 422)
 
 
 SCHEDULED = """\

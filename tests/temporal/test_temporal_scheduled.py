@@ -102,7 +102,10 @@ def test_scheduled_calls_are_listed_and_managed_from_the_command_and_the_api(
             assert "not declared schedulable" in refused and "'echo'" in refused
             assert "90 minutes" in await bad("add", rid, "echo", "--delay", "90 minutes")
             assert (await run("cancel", rid, "nudge#1")).strip() == "true"
-            assert (await run("cancel", rid, "nudge#1")).strip() == "false"
+            # Nothing to cancel: false, and exit 1 (the HTTP API's 409).
+            nothing = await asyncio.to_thread(cli, "scheduled", "cancel", rid, "nudge#1")
+            assert (nothing.returncode, nothing.stdout.strip()) == (1, "false"), nothing.stderr
+            assert "nothing to cancel" in nothing.stderr
             answer = json.loads(await run("run-now", rid, "~scheduled-1", "--json"))
             assert answer == {"runId": rid, "id": sid, "done": True}
 
