@@ -68,6 +68,7 @@ from ._types import (
     DEFAULT_HEARTBEAT_TIMEOUT_MS,
     DEFAULT_TASK_QUEUE,
     LOG_QUERY,
+    NOT_PENDING_ERROR,
     QUESTIONS_QUERY,
     SCHEDULED_QUERY,
     SCHEDULED_UPDATE,
@@ -177,6 +178,13 @@ def records_from_wire(items: Iterable[Mapping[str, Any]]) -> list[Record]:
         )
         for item in items
     ]
+
+
+class _NotPending(Exception):
+    """A scheduled-call cancel or run-now the workflow refused: not pending."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
 
 
 class TemporalHost:
@@ -565,6 +573,8 @@ class TemporalHost:
                 return await handle.execute_update(name, args=args, rpc_timeout=_QUERY_TIMEOUT)
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
+                if isinstance(cause, ApplicationError) and cause.type == NOT_PENDING_ERROR:
+                    raise _NotPending(str(args[0].get("scheduleId", ""))) from None
                 switching = isinstance(cause, ApplicationError) and cause.type == SWITCHING_ERROR
                 if not switching or loop.time() >= deadline:
                     raise TemporalHostError(_failure_text(cause)) from None
@@ -620,7 +630,10 @@ class TemporalHost:
             flowcore.check_event(flowcore.event_from_wire({**event, "atMs": 0}))
         except flowcore.FlowcoreError as exc:
             raise TemporalHostError(f"refused: {exc}") from None
-        result: dict[str, Any] = await self._update(run_id, SCHEDULED_UPDATE, [event])
+        try:
+            result: dict[str, Any] = await self._update(run_id, SCHEDULED_UPDATE, [event])
+        except _NotPending as exc:
+            return {"id": exc.schedule_id, "done": False}  # nothing was written
         return result
 
     async def cancel(self, run_id: str, reason: str = "") -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "QUESTIONS_QUERY",
     "SCHEDULED_QUERY",
     "SCHEDULED_UPDATE",
+    "NOT_PENDING_ERROR",
     "SWITCHING_ERROR",
     "UPGRADE_UPDATE",
     "STATUS_QUERY",
@@ -85,6 +86,11 @@ replays against the new spec (``flowcore.upgrade``): the new spec's text (or
 ``""`` for a run pinned by hash: the worker's registry has it), its hash, the
 log index the check reached, and the state the replay ended in (zlib, base64).
 Refused (``upgrade-rejected``) unless the run is where the check left it."""
+
+NOT_PENDING_ERROR = "not-pending"
+"""The error type of a scheduled-call cancel or run-now refused by the update's
+validator because the call is not pending: nothing is written to the history,
+and the host answers ``False``."""
 
 SWITCHING_ERROR = "run-switching"
 """The error type of an update refused because the run is going over to a new

@@ -149,6 +149,7 @@ from ._types import (
     ACTIVITY_NAME,
     ANSWER_UPDATE,
     LOG_QUERY,
+    NOT_PENDING_ERROR,
     QUESTIONS_QUERY,
     RUN_STATUS_ACTIVITY,
     SCHEDULED_QUERY,
@@ -943,11 +944,19 @@ class FlowcoreWorkflow:
         if self._state is None:
             return  # checked by the handler once the run has started
         try:
-            flowcore.advance(self._state, checked)  # a probe: advance is pure
+            probe = flowcore.advance(self._state, checked)  # a probe: advance is pure
         except EventRejected as exc:
             raise ApplicationError(
                 str(exc), type="scheduled-rejected", non_retryable=True
             ) from None
+        if probe.scheduled is not None and not probe.scheduled.done:
+            # A cancel or run-now that changes nothing: refused here, before it
+            # is accepted, so nothing is written to the run's history.
+            raise ApplicationError(
+                f"scheduled call {probe.scheduled.id} is not pending",
+                type=NOT_PENDING_ERROR,
+                non_retryable=True,
+            )
 
     # --- queries -------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 import flowcore_temporal as ft
 
@@ -39,7 +40,15 @@ def test_the_scheduled_update_answers_and_refuses(temporal_address: str) -> None
 
             cancel = {"kind": "scheduled-cancel-requested", "scheduleId": f"{rid}/nudge#1"}
             assert await send(cancel) == {"id": f"{rid}/nudge#1", "done": True}
-            assert await send(cancel) == {"id": f"{rid}/nudge#1", "done": False}
+            before = len(await handle.query(ft.LOG_QUERY))
+            # A cancel that changes nothing is refused before it is accepted:
+            # nothing is written, and the host answers False.
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await send(cancel)
+            assert isinstance(refused.value.cause, ApplicationError)
+            assert refused.value.cause.type == ft.NOT_PENDING_ERROR
+            assert await host.cancel_scheduled(rid, "nudge#1") is False
+            assert len(await handle.query(ft.LOG_QUERY)) == before
             add = {"kind": "scheduled-add-requested", "tool": "send_reminder", "delayMs": 3600000}
             assert await send(add) == {"id": f"{rid}/~scheduled-1", "done": True}
             for bad, why in (
