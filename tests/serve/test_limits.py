@@ -239,7 +239,8 @@ START = {"flow": "approve", "input": {"change": "x"}, "runId": "s-1"}
 def test_the_limits_are_refused_when_they_make_no_sense(tmp_path: Path) -> None:
     async def scenario(host: LocalHost, app: Starlette) -> None:
         tokens = Tokens.parse(TOKEN_FILE, "tokens")
-        for bad in ({"body_timeout": 0}, {"max_streams": 0}, {"body_limit": 0}):
+        bads: list[dict[str, Any]] = [{"body_timeout": 0}, {"max_streams": 0}, {"body_limit": 0}]
+        for bad in bads:
             with pytest.raises(ValueError, match="must be"):
                 create_app(host, tokens, **bad)
 

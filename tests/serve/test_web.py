@@ -219,8 +219,8 @@ def test_the_runs_list_updates_live_and_shows_only_the_principals_runs(
         assert alice.get(f"/api/runs/{started}").json()["run"]["principal"] == "alice"
 
         # bob's run: not alice's to see, and answered as a run that does not exist.
-        reply = page.goto(f"{served.url}runs/b-1")
-        assert reply is not None and reply.status == 404
+        missing = page.goto(f"{served.url}runs/b-1")
+        assert missing is not None and missing.status == 404
         expect(page.locator("p.error")).to_have_text("There is no run 'b-1'.", timeout=WAIT_MS)
 
 
