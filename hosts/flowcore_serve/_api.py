@@ -3,9 +3,10 @@
 Every run belongs to the principal that started it (its child runs too);
 to another principal it is an unknown run (404, the same answer as for an id
 no run has, so that no one learns which ids exist); an admin may act on every
-run. The statuses are the ones a client expects: 404 an unknown run or schedule, 409
-a run already settled (or a question no longer open), 422 bad input (an
-answer that is not one of the options lists them), 413 a body too large.
+run. The statuses are the ones a client expects: 404 an unknown run or
+schedule, 409 a run already settled (or a question no longer open), 422 bad
+input (an answer that is not one of the options lists them), 413 a body too
+large, 408 a body too slow, 429 one event stream too many.
 """
 
 from __future__ import annotations
