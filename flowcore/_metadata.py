@@ -150,13 +150,12 @@ class MetadataFilter:
 
     @property
     def number(self) -> int | float | None:
-        """The text read as a number, or None."""
-        if not _NUMBER.match(self.text):
+        """The text read as a number, or None (an integer beyond 64 bits is none:
+        no field holds one, ``value_problem``)."""
+        value = _text_number(self.text)
+        if isinstance(value, int) and not -_INT_LIMIT <= value < _INT_LIMIT:
             return None
-        if re.fullmatch(r"[+-]?[0-9]+", self.text):
-            return int(self.text)
-        value = float(self.text)
-        return value if math.isfinite(value) else None
+        return value
 
     @property
     def boolean(self) -> bool | None:
@@ -199,6 +198,16 @@ class MetadataFilter:
         return f"{self.field}{self.op}{self.text}"
 
 
+def _text_number(text: str) -> int | float | None:
+    """``text`` read as a number (an integer of any size), or None."""
+    if not _NUMBER.match(text):
+        return None
+    if re.fullmatch(r"[+-]?[0-9]+", text):
+        return int(text)
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
 def parse_metadata_filter(text: str) -> MetadataFilter:
     """Read ``field=value`` (or ``!=``, ``<``, ``<=``, ``>``, ``>=``); ``MetadataFilterError`` if
     it is not one, names no valid field, or compares order with something not a number."""
@@ -221,6 +230,11 @@ def parse_metadata_filter(text: str) -> MetadataFilter:
             f"metadata filter {text[:40]!r}...: the value is over {MAX_TEXT} characters"
         )
     out = MetadataFilter(name, typing.cast(Op, op), value)
+    if op not in ("=", "!=") and out.number is None and _text_number(value) is not None:
+        raise MetadataFilterError(
+            f"metadata filter {text!r}: {op} compares with an integer beyond 64 bits"
+            " (from -2**63 to 2**63-1), which no metadata field holds"
+        )
     if op not in ("=", "!=") and out.number is None:
         raise MetadataFilterError(
             f"metadata filter {text!r}: {op} compares numbers, and {value!r} is not one"
@@ -279,7 +293,7 @@ def values_from_text(
         if kind == "boolean":
             value = {"true": True, "false": False}.get(raw, raw)
         elif kind in ("integer", "number"):
-            number = MetadataFilter(name, "=", raw.strip()).number
+            number = _text_number(raw.strip())
             if number is not None and kind == "number" and isinstance(number, float):
                 value = number
             elif number is not None and isinstance(number, int):

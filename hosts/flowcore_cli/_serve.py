@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
+import sys
 from pathlib import Path
 
 import click
@@ -47,6 +48,21 @@ __all__ = ["serve"]
     type=click.IntRange(1024, 1 << 26),
     help="The largest request body, in bytes (413 above it).",
 )
+@click.option(
+    "--body-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    metavar="SECONDS",
+    help="How long a request body may take to arrive (408 after).",
+)
+@click.option(
+    "--max-streams",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Event streams (follow, SSE) one token may hold open at once (429 above).",
+)
 @tool_limit_option
 @durability_option
 @trace_option
@@ -58,6 +74,8 @@ def serve(
     flows: Path | None,
     tokens: str | None,
     max_body: int,
+    body_timeout: float,
+    max_streams: int,
     tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
@@ -67,10 +85,12 @@ def serve(
 
     Runs a worker on the database in the same process, so the runs it starts
     (and every other run of the database) make progress. Prints the address
-    to open once it listens; stops on Ctrl-C or SIGTERM.
+    to open once it listens; stops on Ctrl-C or SIGTERM, once the worker's
+    running handlers have finished. If the worker stops on an error, the
+    server stops too, saying why (exit 1).
     """
     try:
-        from flowcore_serve import TokenError, load_tokens
+        from flowcore_serve import TokenError, WorkerStopped, load_tokens
         from flowcore_serve import serve as run_server
     except ImportError as exc:  # the extra is not installed
         raise CliError(
@@ -105,12 +125,17 @@ def serve(
                 tools=tools,
                 flows=flows,
                 body_limit=max_body,
+                body_timeout=body_timeout,
+                max_streams=max_streams,
                 on_ready=ready,
                 tracing=trace,
                 durability=durability,
                 tool_limits=limits,
             )
         )
+    except WorkerStopped as exc:
+        say(str(exc))
+        sys.exit(1)
     except (NotAFlowcoreDatabase, RegistryError, HostError) as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:

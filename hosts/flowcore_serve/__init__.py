@@ -7,16 +7,19 @@
 Needs the ``serve`` extra (Starlette, uvicorn, sse-starlette, Jinja2).
 """
 
-from ._app import DEFAULT_BODY_LIMIT, create_app
+from ._app import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_STREAMS, create_app
 from ._auth import TOKENS_ENV, Principal, TokenError, Tokens, load_tokens
-from ._server import serve
+from ._server import WorkerStopped, serve
 
 __all__ = [
     "DEFAULT_BODY_LIMIT",
+    "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_MAX_STREAMS",
     "TOKENS_ENV",
     "Principal",
     "TokenError",
     "Tokens",
+    "WorkerStopped",
     "create_app",
     "load_tokens",
     "serve",

@@ -1,19 +1,22 @@
 """The operations of the HTTP API, on one open ``LocalHost``.
 
 Every run belongs to the principal that started it (its child runs too);
-another principal gets 403 on it, an admin may act on every run. The
-statuses are the ones a client expects: 404 an unknown run or schedule, 409
-a run already settled (or a question no longer open), 422 bad input (an
-answer that is not one of the options lists them), 413 a body too large.
+to another principal it is an unknown run (404, the same answer as for an id
+no run has, so that no one learns which ids exist); an admin may act on every
+run. The statuses are the ones a client expects: 404 an unknown run or
+schedule, 409 a run already settled (or a question no longer open), 422 bad
+input (an answer that is not one of the options lists them), 413 a body too
+large, 408 a body too slow, 429 one event stream too many.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import attrs
@@ -69,10 +72,14 @@ def _cursor(row: RunRow) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+# What SQLite's INTEGER holds: a larger number in a cursor is a forged one.
+_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
 def _uncursor(text: str) -> tuple[int, str]:
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        created, run_id = msgspec.json.decode(raw, type=tuple[int, str])
+        created, run_id = msgspec.json.decode(raw, type=tuple[_Int64, str])
     except (binascii.Error, ValueError, msgspec.DecodeError):
         raise ApiError(422, "invalid-cursor", "cursor: not a cursor this server gave") from None
     return created, run_id
@@ -82,6 +89,7 @@ def _uncursor(text: str) -> tuple[int, str]:
 class Api:
     host: LocalHost
     flows: FlowFolder
+    closing: asyncio.Event = attrs.field(factory=asyncio.Event)  # set: the server shuts down
 
     # --- helpers ---------------------------------------------------------------------
 
@@ -108,14 +116,15 @@ class Api:
 
     async def owned(self, ctx: Context) -> RunRow:
         """The run named in the path, if the principal may see it and act on it
-        (what the token's access allows is checked before, per operation)."""
+        (what the token's access allows is checked before, per operation).
+        Another principal's run is refused exactly as an unknown one."""
         run_id = ctx.param("run_id")
         try:
             row = await self.host.run(run_id)
         except HostError:
-            raise ApiError(404, "unknown-run", f"no run {run_id[:200]!r}") from None
-        if not ctx.principal.owns(row.principal):
-            raise ApiError(403, "not-yours", f"run {run_id[:200]!r} belongs to another principal")
+            row = None
+        if row is None or not ctx.principal.owns(row.principal):
+            raise ApiError(404, "unknown-run", f"no run {run_id[:200]!r}")
         return row
 
     @staticmethod
@@ -130,7 +139,7 @@ class Api:
         try:
             filters = flowcore.metadata_filters(q.where)
         except flowcore.MetadataFilterError as exc:
-            raise ApiError(422, "invalid-request", str(exc)) from None
+            raise ApiError(422, "invalid-request", f"where: {exc}") from None
         rows = await self.host.page_runs(
             flow=q.flow,
             status=q.status,
@@ -321,8 +330,29 @@ class Api:
         q: StreamQuery = ctx.query
 
         async def lines() -> AsyncIterator[bytes]:
-            async for record in self.host.events(row.run_id, q.start, follow=True):
-                yield flowcore.encode_record(record)
+            # Each next record is awaited in a task, raced with the server's
+            # shutdown (``closing``), which ends the response at once.
+            records = self.host.events(row.run_id, q.start, follow=True)
+            closing = asyncio.ensure_future(self.closing.wait())
+            following: asyncio.Future[flowcore.Record] | None = None
+            try:
+                while True:
+                    following = asyncio.ensure_future(anext(records))
+                    await asyncio.wait((following, closing), return_when=asyncio.FIRST_COMPLETED)
+                    if not following.done():
+                        return
+                    try:
+                        record = following.result()
+                    except StopAsyncIteration:
+                        return
+                    following = None
+                    yield flowcore.encode_record(record)
+            finally:
+                closing.cancel()
+                if following is not None and not following.done():
+                    following.cancel()  # the records' generator ends in that task
+                elif isinstance(records, AsyncGenerator):
+                    await records.aclose()
 
         return StreamingResponse(lines(), media_type=NDJSON)
 
@@ -492,7 +522,7 @@ class Api:
                 self.show_run,
                 "A run: what it waits for, its budget, output or error, report",
                 reply=RunView,
-                errors=(403, 404),
+                errors=(404,),
             ),
             Operation(
                 "POST",
@@ -532,7 +562,7 @@ class Api:
                 self.events,
                 "The run's log records from an index, as NDJSON",
                 query=StreamQuery,
-                errors=(403, 404),
+                errors=(404,),
                 media_type=NDJSON,
             ),
             Operation(
@@ -541,8 +571,9 @@ class Api:
                 self.ndjson_follow,
                 "The run's log records as NDJSON, following until it settles",
                 query=StreamQuery,
-                errors=(403, 404),
+                errors=(404, 429),
                 media_type=NDJSON,
+                stream=True,
             ),
             Operation(
                 "GET",
@@ -551,8 +582,9 @@ class Api:
                 "The run's log records as Server-Sent Events until it settles"
                 " (resumable with Last-Event-ID)",
                 query=StreamQuery,
-                errors=(403, 404),
+                errors=(404, 429),
                 media_type="text/event-stream",
+                stream=True,
             ),
             Operation(
                 "GET",
@@ -560,7 +592,7 @@ class Api:
                 self.graph,
                 "The run's flow diagram and where it is",
                 reply=Graph,
-                errors=(403, 404),
+                errors=(404,),
             ),
             Operation(
                 "GET",
@@ -568,7 +600,7 @@ class Api:
                 self.scheduled_calls,
                 "The run's scheduled calls",
                 reply=ScheduledCallList,
-                errors=(403, 404),
+                errors=(404,),
             ),
             Operation(
                 "POST",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -20,15 +21,23 @@ from flowcore_local import LocalHost
 from ._api import Api
 from ._auth import Tokens
 from ._flows import FlowFolder
-from ._http import ApiError, RawApiPaths, endpoint, json_response, problem_response
+from ._http import (
+    DEFAULT_BODY_LIMIT,
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_STREAMS,
+    ApiError,
+    Limits,
+    RawApiPaths,
+    endpoint,
+    json_response,
+    problem_response,
+)
 from ._openapi import openapi
 from ._web import web_routes
 
-__all__ = ["DEFAULT_BODY_LIMIT", "create_app"]
+__all__ = ["DEFAULT_BODY_LIMIT", "DEFAULT_BODY_TIMEOUT_S", "DEFAULT_MAX_STREAMS", "create_app"]
 
 log = logging.getLogger("flowcore.serve")
-
-DEFAULT_BODY_LIMIT = 1 << 20  # 1 MiB: a run's input, an answer or a payload fits well under it
 
 
 def _version() -> str:
@@ -54,10 +63,24 @@ def create_app(
     tokens: Tokens,
     flows: str | Path | None = None,
     body_limit: int = DEFAULT_BODY_LIMIT,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    *,
+    closing: asyncio.Event | None = None,
 ) -> Starlette:
     """The app on an open ``host``: every operation of ``Api``, the OpenAPI
-    document and the web view, each request authenticated with ``tokens``."""
-    api = Api(host, FlowFolder(None if flows is None else Path(flows)))
+    document and the web view, each request authenticated with ``tokens``.
+
+    ``body_limit``: the largest request body, in bytes (413 above it);
+    ``body_timeout``: the seconds a request body may take to arrive (408 after);
+    ``max_streams``: the event streams one token may hold open at once (429 above).
+    ``closing``: once set (the server shuts down), the open NDJSON follows end
+    (Server-Sent Events end on uvicorn's shutdown by themselves).
+    """
+    if body_limit < 1 or body_timeout <= 0 or max_streams < 1:
+        raise ValueError("body_limit and max_streams must be at least 1, body_timeout more than 0")
+    limits = Limits(body_limit, body_timeout, max_streams)
+    api = Api(host, FlowFolder(None if flows is None else Path(flows)), closing or asyncio.Event())
     operations = api.operations()
     document = openapi(operations, _version())
 
@@ -67,12 +90,12 @@ def create_app(
     # One route per path, whatever its methods, so that a 405 lists them all.
     by_path: dict[str, dict[str, Endpoint]] = {}
     for op in operations:
-        by_path.setdefault(op.path, {})[op.method] = endpoint(op, tokens, body_limit)
+        by_path.setdefault(op.path, {})[op.method] = endpoint(op, tokens, limits)
     routes: list[BaseRoute] = [
         Route(path, _by_method(methods), methods=list(methods)) for path, methods in by_path.items()
     ]
     routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
-    routes.extend(web_routes(api, tokens))
+    routes.extend(web_routes(api, tokens, body_timeout))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -14,22 +14,29 @@ from http import HTTPStatus
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
+import anyio
 import attrs
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 import flowcore
 
 from ._auth import Principal, Tokens
+from ._auth import _digest as token_digest
 from ._types import Access, Problem
 
 __all__ = [
     "COOKIE",
+    "DEFAULT_BODY_LIMIT",
+    "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_MAX_STREAMS",
     "RawApiPaths",
     "PROBLEM_TYPE",
     "ApiError",
     "Context",
+    "Limits",
     "Operation",
     "endpoint",
     "json_response",
@@ -42,9 +49,58 @@ T = TypeVar("T")
 COOKIE: Final = "flowcore_token"
 PROBLEM_TYPE: Final = "application/problem+json"
 _TITLES: Final = {
-    status: HTTPStatus(status).phrase for status in (400, 401, 403, 404, 409, 413, 415, 422, 500)
+    status: HTTPStatus(status).phrase
+    for status in (400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 500)
 }
 _RANK: Final[dict[Access, int]] = {"read": 0, "write": 1, "admin": 2}
+
+# 1 MiB: a run's input, an answer or a payload fits well under it.
+DEFAULT_BODY_LIMIT: Final = 1 << 20
+# A client on a slow link sends a body of a MiB well within this; a stalled one
+# gives up its connection instead of holding it for ever.
+DEFAULT_BODY_TIMEOUT_S: Final = 30.0
+# Event streams (follow, Server-Sent Events) one token may hold open at once:
+# a few browser tabs and a few programs following runs; each open stream costs
+# the server's one loop a wake-up per commit.
+DEFAULT_MAX_STREAMS: Final = 32
+
+
+@attrs.define
+class Limits:
+    """What one request may take of the server: its body's size and the time to
+    send it, and the event streams one token may hold open at once."""
+
+    body: int = DEFAULT_BODY_LIMIT
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    streams: int = DEFAULT_MAX_STREAMS
+    open: dict[bytes, int] = attrs.field(factory=dict)  # a token's digest -> its open streams
+
+    def take_stream(self, token: bytes) -> Callable[[], None]:
+        """Count one more open stream of the token with digest ``token`` (429 over
+        the limit); returns what gives it back, to call when the stream ends."""
+        held = self.open.get(token, 0)
+        if held >= self.streams:
+            raise ApiError(
+                429,
+                "too-many-streams",
+                f"this token holds {held} open event streams, the most it may (the server's"
+                " stream limit): close one before opening another",
+            )
+        self.open[token] = held + 1
+        given_back = False
+
+        def give_back() -> None:
+            nonlocal given_back
+            if given_back:
+                return
+            given_back = True
+            left = self.open[token] - 1
+            if left:
+                self.open[token] = left
+            else:
+                del self.open[token]
+
+        return give_back
 
 
 class ApiError(Exception):
@@ -112,6 +168,7 @@ class Operation:
     errors: tuple[int, ...] = ()
     media_type: str = "application/json"
     operation_id: str = ""
+    stream: bool = False  # a long response: counts against the token's open streams
 
 
 def same_origin(request: Request) -> bool:
@@ -121,7 +178,8 @@ def same_origin(request: Request) -> bool:
     return origin is not None and host is not None and origin.split("://", 1)[-1] == host
 
 
-def principal_of(request: Request, tokens: Tokens) -> Principal:
+def principal_of(request: Request, tokens: Tokens) -> tuple[Principal, bytes]:
+    """The principal of the request's token, and the token's digest."""
     header = request.headers.get("authorization")
     token: str | None = None
     if header is not None:
@@ -145,10 +203,12 @@ def principal_of(request: Request, tokens: Tokens) -> Principal:
     found = tokens.lookup(token)
     if found is None:
         raise ApiError(401, "unauthorized", "the token is not one this server accepts")
-    return found
+    return found, token_digest(token)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, whole: 413 over ``limit`` bytes, 408 when it has not all
+    arrived ``timeout_s`` seconds after the handler started reading it."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise ApiError(
@@ -158,13 +218,22 @@ async def read_body(request: Request, limit: int) -> bytes:
         )
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(
-                413, "too-large", f"the request body is over the limit of {limit:,} bytes"
-            )
-        chunks.append(chunk)
+    try:
+        with anyio.fail_after(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(
+                        413, "too-large", f"the request body is over the limit of {limit:,} bytes"
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            "body-timeout",
+            f"the request body did not arrive within {timeout_s:g} s"
+            f" ({size:,} bytes came); send it at once",
+        ) from None
     return b"".join(chunks)
 
 
@@ -176,7 +245,8 @@ def typed(value: Any, kind: type[T], where: str, strict: bool = True) -> T:
 
 
 def _body(data: bytes, kind: type[T], content_type: str | None) -> T:
-    if content_type is not None and content_type.split(";")[0].strip() not in (
+    # Media types are case-insensitive (RFC 9110 §8.3.1): APPLICATION/JSON is JSON.
+    if content_type is not None and content_type.split(";")[0].strip().lower() not in (
         "application/json",
         "",
     ):
@@ -203,12 +273,30 @@ def _query(request: Request, kind: type[T]) -> T:
     return typed(raw, kind, "the query string", strict=False)
 
 
+class _Held(Response):
+    """A stream's response that gives back its slot (``Limits.take_stream``) once
+    it has been sent, or its client has gone, whatever ended it."""
+
+    def __init__(self, inner: Response, give_back: Callable[[], None]) -> None:
+        self.inner = inner
+        self.give_back = give_back
+        self.status_code = inner.status_code
+        self.background = None
+        self.raw_headers = inner.raw_headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            self.give_back()
+
+
 def endpoint(
-    op: Operation, tokens: Tokens, body_limit: int
+    op: Operation, tokens: Tokens, limits: Limits
 ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
         try:
-            principal = principal_of(request, tokens)
+            principal, token = principal_of(request, tokens)
             if _RANK[principal.access] < _RANK[op.access]:
                 raise ApiError(
                     403,
@@ -218,14 +306,26 @@ def endpoint(
                 )
             body: Any = None
             if op.body is not None:
-                data = await read_body(request, body_limit)
+                data = await read_body(request, limits.body, limits.body_timeout_s)
                 body = _body(data, op.body, request.headers.get("content-type"))
             query = _query(request, op.query) if op.query is not None else None
             if op.query is None and request.query_params:
                 raise ApiError(422, "invalid-request", "this operation takes no query parameters")
-            return await op.handler(Context(request, principal, body, query))
+            if not op.stream:
+                return await op.handler(Context(request, principal, body, query))
+            give_back = limits.take_stream(token)
+            try:
+                response = await op.handler(Context(request, principal, body, query))
+            except BaseException:
+                give_back()
+                raise
+            return _Held(response, give_back)
         except ApiError as exc:
-            return problem_response(exc, request.url.path)
+            response = problem_response(exc, request.url.path)
+            if exc.status == 408:
+                # The rest of the body may still come: the connection cannot be reused.
+                response.headers["Connection"] = "close"
+            return response
 
     handle.__name__ = op.operation_id or op.handler.__name__
     return handle

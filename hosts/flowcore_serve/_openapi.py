@@ -62,7 +62,7 @@ def _implied(op: Operation) -> set[int]:
     if op.query is not None or "{" in op.path:
         found.add(422)  # a query parameter, or a path segment, that is not valid
     if op.body is not None:
-        found |= {413, 415, 422}
+        found |= {408, 413, 415, 422}
     return found
 
 

@@ -1,9 +1,21 @@
-"""Running the app: uvicorn and the local host's worker in one process."""
+"""Running the app: uvicorn and the local host's worker in one process.
+
+The server and the worker stop together. SIGINT or SIGTERM stops the server
+first (uvicorn ends its open connections), then the worker, which lets its
+running handlers finish and commit their results. A worker that stops on its
+own (an error it could not survive) stops the server too, and ``serve``
+raises ``WorkerStopped``: answering requests while no run can progress would
+hide that nothing happens.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import contextlib
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import uvicorn
@@ -11,10 +23,52 @@ import uvicorn
 from flowcore_handlers import ToolLimit
 from flowcore_local import Durability, LocalHost
 
-from ._app import DEFAULT_BODY_LIMIT, create_app
+from ._app import create_app
 from ._auth import Tokens
+from ._http import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_STREAMS
 
-__all__ = ["serve"]
+__all__ = ["WorkerStopped", "serve"]
+
+# How long the server waits at shutdown for responses still open (the event
+# streams end at once) before it cuts them.
+SHUTDOWN_GRACE_S = 5
+
+
+class WorkerStopped(Exception):
+    """The worker inside ``serve`` stopped while the server was serving (the
+    message names what stopped it; ``__cause__`` is that error)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, with two changes. After a shutdown on SIGINT or SIGTERM,
+    uvicorn raises the signal again for the handler it found, and the default
+    one for SIGTERM ends the process there, before the worker's handlers finish:
+    here the signal stops the server, and ``serve`` goes on to stop the worker.
+    And its shutdown sets ``closing`` first, which ends the open NDJSON follows
+    (``create_app``), since they would hold the shutdown until the runs settle."""
+
+    def __init__(self, config: uvicorn.Config, closing: asyncio.Event) -> None:
+        super().__init__(config)
+        self.closing = closing
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.closing.set()
+        await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        found = {sig: signal.signal(sig, self.handle_exit) for sig in _SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in found.items():
+                signal.signal(sig, handler)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 async def serve(
@@ -26,6 +80,8 @@ async def serve(
     tools: str | None = None,
     flows: str | Path | None = None,
     body_limit: int = DEFAULT_BODY_LIMIT,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+    max_streams: int = DEFAULT_MAX_STREAMS,
     on_ready: Callable[[str, int], None] | None = None,
     tracing: bool = False,
     durability: Durability = "power-loss",
@@ -33,15 +89,29 @@ async def serve(
 ) -> None:
     """Serve the database ``db`` until SIGINT or SIGTERM; ``on_ready(host, port)``
     is called once the socket listens (``port=0`` picks a free one). ``tool_limits``:
-    the worker's limits of tools across runs (``LocalHost``)."""
+    the worker's limits of tools across runs (``LocalHost``); ``body_limit``,
+    ``body_timeout`` and ``max_streams``: as ``create_app``.
+
+    Returns once the server has stopped and the worker's running handlers have
+    finished. Raises ``WorkerStopped`` when the worker stopped first, after
+    stopping the server."""
     async with LocalHost(
         db, tools, tracing=tracing, durability=durability, tool_limits=tool_limits
     ) as local:
-        app = create_app(local, tokens, flows, body_limit)
-        config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+        closing = asyncio.Event()
+        app = create_app(
+            local, tokens, flows, body_limit, body_timeout, max_streams, closing=closing
         )
-        server = uvicorn.Server(config)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
+        server = _Server(config, closing)
         stop = asyncio.Event()
         worker = asyncio.create_task(local.work(stop))
 
@@ -54,10 +124,24 @@ async def serve(
                 bound = server.servers[0].sockets[0].getsockname()
                 on_ready(bound[0], bound[1])
 
+        def worker_done(task: asyncio.Task[None]) -> None:
+            server.should_exit = True  # serving on would answer while no run progresses
+
         announcer = asyncio.create_task(announce())
+        worker.add_done_callback(worker_done)
         try:
             await server.serve()
         finally:
+            worker.remove_done_callback(worker_done)
             announcer.cancel()
+            died = worker.done() and not stop.is_set()
             stop.set()
-            await worker
+            if not died:
+                await worker
+        if died:
+            exc = None if worker.cancelled() else worker.exception()
+            what = "it returned" if exc is None else f"{type(exc).__name__}: {exc}"
+            raise WorkerStopped(
+                f"the worker stopped ({what}); the server stopped too, since no run"
+                " would make progress"
+            ) from exc

@@ -38,6 +38,7 @@ __all__ = [
 
 Access = Literal["read", "write", "admin"]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+INT64_MAX = 2**63 - 1  # what the database's integers hold: a larger index or count is refused
 
 
 class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -126,7 +127,7 @@ class RunsQuery(_Body):
 class StreamQuery(_Body):
     """Where an event stream starts: the index of the first record wanted."""
 
-    start: Annotated[int, msgspec.Meta(ge=0)] = 0
+    start: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
 
 
 # --- replies -----------------------------------------------------------------------

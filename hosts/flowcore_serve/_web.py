@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qs, urlencode
 
+import anyio
 import jinja2
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -59,9 +60,10 @@ def _next_path(text: str | None) -> str:
 
 
 class _Web:
-    def __init__(self, api: Api, tokens: Tokens) -> None:
+    def __init__(self, api: Api, tokens: Tokens, body_timeout: float) -> None:
         self.api = api
         self.tokens = tokens
+        self.body_timeout = body_timeout
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -140,16 +142,11 @@ class _Web:
         try:
             row = await self.api.host.run(run_id)
         except HostError:
+            row = None
+        if row is None or not who.owns(row.principal):
+            # Another principal's run reads as unknown: no one learns which ids exist.
             return self.page(
                 request, "missing.html", 404, principal=who, detail=f"There is no run {run_id!r}."
-            )
-        if not who.owns(row.principal):
-            return self.page(
-                request,
-                "missing.html",
-                403,
-                principal=who,
-                detail=f"Run {run_id!r} belongs to another principal.",
             )
         return self.page(request, "run.html", principal=who, run=row)
 
@@ -157,10 +154,15 @@ class _Web:
         if not same_origin(request):
             return self.login_form(request, "Log in from this server's own page.", 403)
         data = b""
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > LOGIN_BODY_LIMIT:
-                return self.login_form(request, "The form is too large.", 413)
+        with anyio.move_on_after(self.body_timeout) as waited:
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > LOGIN_BODY_LIMIT:
+                    return self.login_form(request, "The form is too large.", 413)
+        if waited.cancelled_caught:
+            response = self.login_form(request, "The form did not arrive in time.", 408)
+            response.headers["Connection"] = "close"
+            return response
         try:
             fields = parse_qs(data.decode("utf-8"), max_num_fields=4)
         except (UnicodeDecodeError, ValueError):
@@ -179,8 +181,8 @@ class _Web:
         return response
 
 
-def web_routes(api: Api, tokens: Tokens) -> list[BaseRoute]:
-    web = _Web(api, tokens)
+def web_routes(api: Api, tokens: Tokens, body_timeout: float) -> list[BaseRoute]:
+    web = _Web(api, tokens, body_timeout)
     return [
         Route("/", web.runs, methods=["GET"]),
         # :path, since a child run's id holds a slash (parent/step#n)

@@ -94,21 +94,50 @@ def test_a_run_belongs_to_the_principal_that_started_it(served: Served) -> None:
         run = start(alice, "owned-1")
         assert run["principal"] == "alice" and run["status"] == "running"
         wait_for(alice, "owned-1", asking)
-        for response in (
-            bob.get("/api/runs/owned-1"),
-            bob.get("/api/runs/owned-1/events"),
-            bob.post("/api/runs/owned-1/answers", json={"key": "decide", "answer": "ship"}),
-            bob.post("/api/runs/owned-1/signals", json={"name": "deployed"}),
-            bob.post("/api/runs/owned-1/cancel", json={}),
-            # Starting a run under another principal's run id does not reach it.
-            bob.post(
-                "/api/runs", json={"flow": "approve", "input": {"change": "v1"}, "runId": "owned-1"}
-            ),
-        ):
-            assert "another principal" in problem(response, 403)["detail"]
+        # Another principal's run answers as a run that does not exist, on every
+        # route that takes a run id: the same 404, the same body.
+        for verb, tail, body in RUN_ROUTES:
+            kwargs: dict[str, Any] = {} if body is None else {"json": body}
+            theirs = bob.request(verb, "/api/runs/owned-1" + tail, **kwargs)
+            unknown = bob.request(verb, "/api/runs/owned-2" + tail, **kwargs)
+            seen = problem(theirs, 404)
+            assert seen == {
+                **problem(unknown, 404),
+                "detail": "no run 'owned-1'",
+                "instance": "/api/runs/owned-1" + tail,
+            }, (verb, tail)
+        document = bob.get("/openapi.json").json()
+        with_id = {
+            (verb.upper(), path.removeprefix("/api/runs/{run_id}").replace("{call_id}", "c-1"))
+            for path, item in document["paths"].items()
+            if "{run_id}" in path
+            for verb in item
+        }
+        assert with_id == {(verb, tail) for verb, tail, _ in RUN_ROUTES}
+        # Starting a run under another principal's run id does not reach it.
+        taken = bob.post(
+            "/api/runs", json={"flow": "approve", "input": {"change": "v1"}, "runId": "owned-1"}
+        )
+        assert "another principal" in problem(taken, 403)["detail"]
         assert "owned-1" not in [r["runId"] for r in bob.get("/api/runs").json()["runs"]]
     with client(served, "admin") as admin:
         assert admin.get("/api/runs/owned-1").json()["run"]["principal"] == "alice"
+
+
+# Every route that takes a run id (method, path after the id, body).
+RUN_ROUTES: list[tuple[str, str, Any]] = [
+    ("GET", "", None),
+    ("POST", "/cancel", {}),
+    ("POST", "/answers", {"key": "decide", "answer": "ship"}),
+    ("POST", "/signals", {"name": "deployed"}),
+    ("GET", "/events", None),
+    ("GET", "/events/follow", None),
+    ("GET", "/events/stream", None),
+    ("GET", "/graph", None),
+    ("GET", "/scheduled", None),
+    ("POST", "/scheduled/c-1/cancel", None),
+    ("POST", "/scheduled/c-1/run-now", None),
+]
 
 
 def test_a_read_only_token_reads_and_changes_nothing(served: Served) -> None:
@@ -337,7 +366,7 @@ def test_openapi_document_is_valid_and_describes_the_replies(served: Served) -> 
         assert answers["requestBody"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/AnswerBody"
         }
-        statuses = {"200", "401", "403", "404", "409", "413", "415", "422"}
+        statuses = {"200", "401", "403", "404", "408", "409", "413", "415", "422"}
         assert set(answers["responses"]) == statuses
 
 
@@ -483,7 +512,7 @@ def test_child_runs_belong_to_the_parents_principal(served: Served) -> None:
         child = wait_for(alice, child_id, asking)
         assert child["run"]["principal"] == "alice" and child["run"]["parent"] == "rel"
         path = "/api/runs/" + quote(child_id, safe="")
-        problem(bob.get(path), 403)
+        assert problem(bob.get(path), 404)["detail"] == f"no run {child_id!r}"
         listed = alice.get("/api/runs", params={"parent": "rel"}).json()["runs"]
         assert [r["runId"] for r in listed] == [child_id]
         assert (

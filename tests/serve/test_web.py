@@ -223,8 +223,10 @@ def test_the_runs_list_updates_live_and_shows_only_the_principals_runs(
         started = page.url.rsplit("/", 1)[-1]
         assert alice.get(f"/api/runs/{started}").json()["run"]["principal"] == "alice"
 
-        page.goto(f"{served.url}runs/b-1")  # bob's run: not alice's to see
-        expect(page.locator("p.error")).to_contain_text("another principal", timeout=WAIT_MS)
+        # bob's run: not alice's to see, and answered as a run that does not exist.
+        missing = page.goto(f"{served.url}runs/b-1")
+        assert missing is not None and missing.status == 404
+        expect(page.locator("p.error")).to_have_text("There is no run 'b-1'.", timeout=WAIT_MS)
 
 
 def test_logging_in(context: BrowserContext, served: Served) -> None:
