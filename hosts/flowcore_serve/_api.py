@@ -170,8 +170,11 @@ class Api:
                 pass
             else:
                 if not ctx.principal.owns(row.principal):
+                    # Taken, as any id is: nothing says whose run holds it.
                     raise ApiError(
-                        403, "not-yours", f"run {body.run_id!r} belongs to another principal"
+                        409,
+                        "cannot-start",
+                        f"run {body.run_id!r} already exists: choose another id",
                     )
         budget = flowcore.budget_from_wire(msgspec.to_builtins(body.budget))
         try:

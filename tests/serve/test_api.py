@@ -118,7 +118,16 @@ def test_a_run_belongs_to_the_principal_that_started_it(served: Served) -> None:
         taken = bob.post(
             "/api/runs", json={"flow": "approve", "input": {"change": "v1"}, "runId": "owned-1"}
         )
-        assert "another principal" in problem(taken, 403)["detail"]
+        refused = problem(taken, 409)
+        assert refused["type"] == "/problems/cannot-start"
+        assert refused["detail"] == "run 'owned-1' already exists: choose another id"
+        # Nor does asking to use the existing run: the same refusal.
+        reuse = bob.post(
+            "/api/runs",
+            json={"flow": "approve", "input": {"change": "v1"}, "runId": "owned-1"}
+            | {"onConflict": "use-existing"},
+        )
+        assert problem(reuse, 409)["detail"] == refused["detail"]
         assert "owned-1" not in [r["runId"] for r in bob.get("/api/runs").json()["runs"]]
     with client(served, "admin") as admin:
         assert admin.get("/api/runs/owned-1").json()["run"]["principal"] == "alice"
