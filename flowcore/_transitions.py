@@ -293,11 +293,14 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
         _late(t, key, entry, "failed")
         t.charge_usage(ev.usage)
         return
-    if entry.kind is PendingKind.CANCELLING:
-        _cancel_ended(t, key, entry, "failed", ev.usage)
-        return
     error = ev.error
     watched = getattr(entry.sent, "heartbeat_timeout_ms", None) is not None
+    if entry.kind is PendingKind.CANCELLING:
+        # Its report row reads as if it had not been cancelled: a heartbeat
+        # timeout of work not safe to repeat leaves its outcome unknown.
+        unknown = watched and error.type == HEARTBEAT_TIMEOUT and not _safe_sent(t, entry)
+        _cancel_ended(t, key, entry, "uncertain" if unknown else "failed", ev.usage)
+        return
     if watched and error.type == HEARTBEAT_TIMEOUT and entry.kind is PendingKind.WORK:
         _heartbeat_timeout(t, key, entry, ev)
         return
@@ -416,6 +419,16 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
     )
     error = err("outcome-unknown", f"{entry.effect} {key} may or may not have happened and {why}")
     _work_done(t, key, entry, (FAIL, error))
+
+
+def _safe_sent(t: Txn, entry: Pending) -> bool:
+    """Whether work, from the effect sent, is safe to repeat (as ``_reissue_class``
+    says of its step): a readonly or idempotent tool, not a team member."""
+    sent = entry.sent
+    if entry.member or not isinstance(sent, CallTool):
+        return False
+    decl = t.flow.tools.get(sent.tool)
+    return decl is not None and decl.exec_class in ("readonly", "idempotent")
 
 
 def _reissue_class(t: Txn, step: Step) -> bool:

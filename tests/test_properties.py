@@ -317,6 +317,49 @@ def _replay(trajectory: Trajectory) -> None:
     signals=[],
     cancel_at=None,
 )
+# A watched team member the run stops waiting for (an attempt timeout) with
+# wait_cancellation_completed, whose end is a heartbeat timeout: its report row
+# is uncertain, as it would be had it not been cancelled.
+@example(
+    spec={
+        "flow": "generated",
+        "tools": {"poke": {}},
+        "steps": [
+            {
+                "id": "s1",
+                "attempt_timeout_ms": 1592,
+                "try": [
+                    {
+                        "id": "s8",
+                        "run_team": {"team": "duo", "prompt": "p"},
+                        "heartbeat_timeout_ms": 2492,
+                        "cancellation": "wait_cancellation_completed",
+                    }
+                ],
+                "catch": [
+                    {
+                        "errors": ["*"],
+                        "steps": [{"id": "s9", "call_tool": {"tool": "poke", "input": {"v": 1}}}],
+                    }
+                ],
+            }
+        ],
+        "teams": {
+            "duo": {
+                "mode": "sequential",
+                "members": [
+                    {"member": "first", "agent": "a1"},
+                    {"member": "second", "agent": "a2"},
+                ],
+            }
+        },
+    },
+    inp={"flag": False, "items": [], "n": 0},
+    injected=[Fault("heartbeat-timeout", "a1", delay_ms=0)],
+    order=[],
+    signals=[],
+    cancel_at=None,
+)
 def test_simulated_runs_with_faults_keep_every_invariant(
     spec: dict[str, Any],
     inp: dict[str, Any],
