@@ -6,6 +6,12 @@ what a host must do after a decision, ``waiting_for`` what a state waits for,
 ``parse_key`` reads an idempotency key back. Hosts that store runs as rows
 use ``flowcore.persist``. The core never
 does I/O, never reads a clock and never draws a random number.
+
+The hosts, the command and the HTTP API use only the names below and the
+public modules (``persist``, ``schedules``, ``diagram``, ``testing``), never a
+private module: what a host needs of a flow is read with ``flow_references``
+and ``spec_warnings``, durations and metadata given as text with
+``parse_duration`` and ``metadata_from_text``.
 """
 
 from ._bound import BudgetBound, Shortfall, Spend, StepBound, Unbounded, budget_bound
@@ -34,6 +40,7 @@ from ._interp import (
 )
 from ._jsontext import JsonTextError, decode_json_text
 from ._keys import RESERVED_RUN_ID_CHARS, KeyInfo, KeyRole, check_run_id, parse_key
+from ._lint import SpecWarning, spec_warnings
 from ._log import (
     LogCorrupt,
     LogRead,
@@ -54,6 +61,7 @@ from ._metadata import (
     metadata_filters,
     parse_metadata_filter,
 )
+from ._metadata import values_from_text as metadata_from_text
 from ._query import (
     OpenWork,
     Question,
@@ -67,10 +75,13 @@ from ._query import (
     usage_figures,
     waiting_for,
 )
+from ._references import FlowReferences, flow_references
 from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
 from ._report import ForkedFrom
+from ._spec import MAX_AMOUNT as MAX_BUDGET_AMOUNT
 from ._spec import Budget, Flow, canonical_spec, parse_flow
 from ._state import ScheduledAnswer, State, decode_state, encode_state
+from ._time import MAX_DURATION_MS, DurationError, parse_duration
 from ._upgrade import Upgrade, UpgradeRefused, upgrade
 from ._wire import (
     UNENCODABLE_OUTPUT,
@@ -117,7 +128,9 @@ from ._wire import (
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
+    "MAX_BUDGET_AMOUNT",
     "MAX_DEPTH",
+    "MAX_DURATION_MS",
     "MAX_EVENT_BYTES",
     "MAX_NAME_CHARS",
     "UNENCODABLE_OUTPUT",
@@ -133,6 +146,7 @@ __all__ = [
     "ContinueAsNew",
     "DataError",
     "Decision",
+    "DurationError",
     "Effect",
     "EffectFailed",
     "EffectOutcomeUnknown",
@@ -144,6 +158,7 @@ __all__ = [
     "RESERVED_RUN_ID_CHARS",
     "check_run_id",
     "Flow",
+    "FlowReferences",
     "FlowcoreError",
     "Fork",
     "ForkError",
@@ -187,6 +202,7 @@ __all__ = [
     "Shortfall",
     "Spend",
     "SpecError",
+    "SpecWarning",
     "State",
     "StepBound",
     "SubflowSettled",
@@ -223,10 +239,13 @@ __all__ = [
     "encode_state",
     "event_from_wire",
     "event_to_wire",
+    "flow_references",
     "fork",
     "fork_point",
     "iter_records",
     "metadata_filters",
+    "metadata_from_text",
+    "parse_duration",
     "parse_flow",
     "parse_key",
     "parse_metadata_filter",
@@ -235,6 +254,7 @@ __all__ = [
     "result_event",
     "scheduled_calls",
     "source_key",
+    "spec_warnings",
     "upgrade",
     "start",
     "continue_run",

@@ -134,6 +134,16 @@ EXPECTED = {
     "upgrade",
     "Upgrade",
     "UpgradeRefused",
+    # what the hosts and the command read without a private module
+    "flow_references",
+    "FlowReferences",
+    "spec_warnings",
+    "SpecWarning",
+    "parse_duration",
+    "DurationError",
+    "MAX_DURATION_MS",
+    "MAX_BUDGET_AMOUNT",
+    "metadata_from_text",
 }
 
 
@@ -168,3 +178,20 @@ def test_incremental_persistence_is_opt_in() -> None:
     for name in ("encode_hot", "state_changes", "restore_state", "advance", "StateChanges"):
         assert hasattr(flowcore.persist, name), name
         assert name not in flowcore.__all__ or name == "advance", name
+
+
+def test_what_the_hosts_read_is_the_cores_own() -> None:
+    # The public names are the core's values, not copies that could drift.
+    from flowcore import _lint, _metadata, _spec, _time
+
+    assert flowcore.MAX_BUDGET_AMOUNT == _spec.MAX_AMOUNT == 10**15
+    assert flowcore.MAX_DURATION_MS == _spec.MAX_MS == _time.MAX_DURATION_MS
+    assert flowcore.parse_duration is _time.parse_duration
+    assert flowcore.DurationError is _time.DurationError
+    assert flowcore.metadata_from_text is _metadata.values_from_text
+    assert flowcore.spec_warnings is _lint.spec_warnings
+    assert flowcore.parse_duration("2h30m") == 9_000_000
+    assert flowcore.metadata_from_text({"n": "integer"}, ["n=3", "m=1"]) == (
+        {"n": 3},
+        ["metadata field 'm' is not declared (the flow declares: n)"],
+    )

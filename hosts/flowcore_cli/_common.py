@@ -243,7 +243,7 @@ def text_value(text: str, what: str, limit: int = MAX_VALUE_BYTES) -> str:
 def duration_value(text: str, option: str, allow_zero: bool = False) -> int:
     """Milliseconds from a duration as people write it (``30d``, ``2h30m``,
     ``PT2H``, or a whole number of milliseconds), or the error naming ``option``."""
-    from flowcore._time import DurationError, parse_duration
+    from flowcore import DurationError, parse_duration
 
     stripped = text.strip()
     try:
@@ -307,10 +307,8 @@ def budget_value(text: str | None, option: str = "--budget") -> dict[str, int] |
 def meta_values(spec: Path | Flow, texts: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """``--meta field=value`` options, each read as the spec's declaration of the field
     says; a field it does not declare or a value of the wrong type exits 2."""
-    from flowcore._metadata import values_from_text
-
     flow = spec if isinstance(spec, Flow) else load_spec(str(spec))
-    values, problems = values_from_text(flow.metadata, texts)
+    values, problems = flowcore.metadata_from_text(flow.metadata, texts)
     if problems:
         for text in problems[:-1]:
             say(f"--meta: {text}")

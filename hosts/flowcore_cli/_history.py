@@ -23,8 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 import flowcore
-from flowcore import Record, Settled, Sleep, TimerFired
-from flowcore._report import ReplayReport
+from flowcore import Record, ReplayReport, Settled, Sleep, TimerFired
 
 from ._common import duration, iso
 from ._errors import say

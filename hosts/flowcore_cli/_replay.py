@@ -34,10 +34,18 @@ from rich.table import Table
 from rich.text import Text
 
 import flowcore
-from flowcore import Flow, FlowcoreError, SpecError, Usage
-from flowcore._log import EVENT_REPORTED, RUN_STARTED, LogCorrupt, detect_format, read_raw_log
-from flowcore._replay import ReplayError, ReplayReport, TrajectoryEntry
-from flowcore._replay import replay as replay_log
+from flowcore import (
+    Flow,
+    FlowcoreError,
+    LogCorrupt,
+    Record,
+    ReplayError,
+    ReplayReport,
+    SpecError,
+    TrajectoryEntry,
+    Usage,
+    iter_records,
+)
 
 from ._common import CliError, load_spec, read_bytes
 from ._progress import Printer
@@ -53,17 +61,19 @@ class _StartedData(msgspec.Struct, rename="camel"):
 
 
 def _log_flow(data: bytes, path: str) -> tuple[str, str]:
-    """The flow id and spec hash a log records (for finding its spec)."""
+    """The flow id and spec hash a log records (for finding its spec).
+
+    Only the first record is read: the replay that follows reads the rest, and
+    says what is wrong with it, as ``PATH: why``."""
     try:
-        log = read_raw_log(data)
+        first = next(iter_records(data), None)
     except LogCorrupt as exc:
         raise CliError(f"{path}: {exc}") from None
-    if not log.records or log.records[0].type != RUN_STARTED:
+    if not isinstance(first, Record) or first.type != "run.started":
         raise CliError(f"{path}: not a flowcore log (it does not begin with run.started)")
-    codec: Any = msgspec.json if detect_format(data) == "json" else msgspec.msgpack
     try:
-        started = codec.decode(bytes(log.records[0].data), type=_StartedData)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        started = msgspec.convert(first.data, type=_StartedData)
+    except msgspec.ValidationError as exc:
         raise CliError(f"{path}: run.started is not valid: {exc}") from None
     return started.flow_id, started.spec_hash
 
@@ -220,16 +230,15 @@ def _shown(text: str, width: int = 80) -> str:
 def _last_decision(data: bytes, last_index: int) -> tuple[int, str] | None:
     """The index and type of the decision record (run.started or event.reported) that
     the log's last replayed record belongs to: the decision the log ends inside."""
+    found = None
     try:
-        records = read_raw_log(data).records
+        for record in iter_records(data):
+            if not isinstance(record, Record) or record.index > last_index:
+                break
+            if record.type in ("run.started", "event.reported"):
+                found = (record.index, record.type)
     except LogCorrupt:  # cannot happen after a replay that read it; say nothing then
         return None
-    found = None
-    for record in records:
-        if record.index > last_index:
-            break
-        if record.type in (RUN_STARTED, EVENT_REPORTED):
-            found = (record.index, record.type)
     return found
 
 
@@ -634,7 +643,7 @@ def replay(
             load_spec(spec_path) if spec_path is not None else _find_spec(log, data, specs_dir, db)
         )
     try:
-        report = replay_log(
+        report = flowcore.replay(
             data,
             flow,
             until=until,

@@ -3,7 +3,7 @@
 Both remove whole run trees (a run with its child runs) from the database,
 every row of them, through ``LocalHost.delete`` and ``LocalHost.prune``
 (``flowcore_local._prune``); ``flowcore worker --retention`` prunes as it
-works (``_local``). Durations are read by ``flowcore._time.parse_duration``,
+works (``_local``). Durations are read by ``flowcore.parse_duration``,
 times come from the host's clock. A run still running is refused unless
 ``--force`` (which cancels it and deletes it once it has settled); bad input
 is one ``flowcore:`` line and exit 2, before anything is deleted.

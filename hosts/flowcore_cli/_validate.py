@@ -8,8 +8,7 @@ from typing import Any
 import click
 
 import flowcore
-from flowcore import SpecError
-from flowcore._lint import spec_warnings
+from flowcore import SpecError, spec_warnings
 
 from ._common import CliError, problem_line, read_bytes
 

@@ -445,21 +445,18 @@ def needed_handlers(flow: flowcore.Flow) -> dict[str, set[str]]:
     declare (the host's ``TEAMS``). Subflows are not followed: they are
     flows of their own.
     """
-    from flowcore._spec import CallToolStep, RunAgentStep, RunTeamStep, ScheduleStep
-
-    needed: dict[str, set[str]] = {"tools": set(), "agents": set(), "teams": set()}
-    for step in flow.by_id.values():
-        body = step.body
-        if isinstance(body, (CallToolStep, ScheduleStep)):
-            needed["tools"].add(body.tool)
-        elif isinstance(body, RunAgentStep):
-            needed["agents"].add(body.agent)
-        elif isinstance(body, RunTeamStep):
-            team = flow.teams.get(body.team)
-            if team is None:
-                needed["teams"].add(body.team)
-            else:
-                needed["agents"].update(member.agent for member in team.members)
+    used = flowcore.flow_references(flow)
+    needed: dict[str, set[str]] = {
+        "tools": set(used.tools),
+        "agents": set(used.agents),
+        "teams": set(),
+    }
+    for name in used.teams:
+        team = flow.teams.get(name)
+        if team is None:
+            needed["teams"].add(name)
+        else:
+            needed["agents"].update(member.agent for member in team.members)
     return needed
 
 

@@ -107,7 +107,7 @@ def check_tool_limits(limits: Mapping[str, ToolLimit] | None) -> dict[str, ToolL
 
 def parse_tool_limits(values: Iterable[str]) -> dict[str, ToolLimit]:
     """``--tool-limit`` values (``TOOL=concurrency:N,rate:K/DURATION``) as ``ToolLimit``s."""
-    from flowcore._time import DurationError, parse_duration
+    from flowcore import DurationError, parse_duration
 
     out: dict[str, ToolLimit] = {}
     for value in values:

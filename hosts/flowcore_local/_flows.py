@@ -10,8 +10,7 @@ reached, as before.
 
 from __future__ import annotations
 
-from flowcore import Flow
-from flowcore._spec import AwaitSignalStep, RunSubflowStep
+from flowcore import Flow, flow_references
 
 from ._store import Store
 
@@ -24,10 +23,9 @@ def reachable_flows(store: Store, flow: Flow) -> list[Flow]:
     todo = [flow]
     while todo:
         current = todo.pop()
-        for step in current.by_id.values():
-            body = step.body
-            if isinstance(body, RunSubflowStep) and body.flow not in found:
-                child = store.flow_by_id(body.flow)
+        for flow_id in flow_references(current).subflows:
+            if flow_id not in found:
+                child = store.flow_by_id(flow_id)
                 if child is not None:
                     found[child.id] = child
                     todo.append(child)
@@ -36,13 +34,7 @@ def reachable_flows(store: Store, flow: Flow) -> list[Flow]:
 
 def declared_signals(flows: list[Flow]) -> set[str]:
     """The signal names the ``await_signal`` steps of ``flows`` wait for."""
-    return {
-        name
-        for flow in flows
-        for step in flow.by_id.values()
-        if isinstance(step.body, AwaitSignalStep)
-        for name in step.body.names
-    }
+    return {name for flow in flows for name in flow_references(flow).signals}
 
 
 def compensation_steps(flow: Flow) -> set[str]:

@@ -48,7 +48,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 import flowcore
+from flowcore import MAX_BUDGET_AMOUNT as MAX_AMOUNT
+from flowcore import MAX_DURATION_MS as MAX_MS
 from flowcore import (
+    MAX_NAME_CHARS,
     CallTool,
     CancelRequested,
     EffectFailed,
@@ -64,8 +67,6 @@ from flowcore import (
     SignalRun,
     TimerFired,
 )
-from flowcore._data import MAX_NAME_CHARS
-from flowcore._spec import MAX_AMOUNT, MAX_MS
 from flowcore_handlers import (
     HandlerError,
     HandlerThreads,
