@@ -310,7 +310,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 # one run, and the column that names it. Deleting a run (``_prune``) removes
 # its rows from every table here, then its ``runs`` row, in one transaction.
 # Every table of the schema is here, is ``runs``, or is in SHARED_TABLES:
-# tests/local/test_delete_prune.py reads the tables from ``sqlite_master`` and
+# tests/local/admin/test_delete_prune.py reads the tables from ``sqlite_master`` and
 # fails on one that is in none of them (a new table must say whose rows it holds).
 RUN_TABLES: Final[dict[str, str]] = {
     "log": "run_id",

@@ -134,23 +134,7 @@ def plan_rewind(store: Store, run_id: str, now: int, *, as_child: bool = False) 
         "settled"
     ]:
         raise _failure(rid, "its last event did not settle it; the log is not one of a failed run")
-    # The effects as emitted, by key (the last emission of each).
-    emitted: dict[str, tuple[int, dict[str, Any]]] = {}
-    comp = compensation_steps(flow)
-    for i, rec in enumerate(records):
-        if rec.type != "effect.emitted" or not isinstance(rec.data, dict):
-            continue
-        key = rec.data.get("idempotencyKey")
-        if not isinstance(key, str):
-            continue
-        emitted[key] = (i, rec.data)
-        info = _parse(key, run_id)
-        if info is not None and info.step in comp:
-            raise _failure(
-                rid,
-                f"compensations ran when it failed (step {info.step!r}, {key}); they undid"
-                " completed steps, which a rewind cannot put back",
-            )
+    emitted = _emitted(records, flow, run_id)
     failing = records[position]
     try:
         event = flowcore.event_from_wire(failing.data)
@@ -214,6 +198,58 @@ def plan_rewind(store: Store, run_id: str, now: int, *, as_child: bool = False) 
                 f"{_what(effect, key)} failed with {how}: it may have run, and it is not"
                 " readonly or idempotent, so running it again could run it twice",
             )
+    state, pending = _reopened(records, position, flow, run_id, key, emitted, now)
+    return Rewind(
+        run_id=run_id,
+        flow=flow,
+        records=records,
+        cut=failing.index,
+        key=key,
+        error=error,
+        state=state,
+        pending=pending,
+        child=child,
+        tools=row.tools,
+    )
+
+
+def _emitted(
+    records: list[Record], flow: Flow, run_id: str
+) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The effects as emitted, by key (the last emission of each); refused where
+    compensations ran."""
+    rid = run_id
+    emitted: dict[str, tuple[int, dict[str, Any]]] = {}
+    comp = compensation_steps(flow)
+    for i, rec in enumerate(records):
+        if rec.type != "effect.emitted" or not isinstance(rec.data, dict):
+            continue
+        key = rec.data.get("idempotencyKey")
+        if not isinstance(key, str):
+            continue
+        emitted[key] = (i, rec.data)
+        info = _parse(key, run_id)
+        if info is not None and info.step in comp:
+            raise _failure(
+                rid,
+                f"compensations ran when it failed (step {info.step!r}, {key}); they undid"
+                " completed steps, which a rewind cannot put back",
+            )
+    return emitted
+
+
+def _reopened(
+    records: list[Record],
+    position: int,
+    flow: Flow,
+    run_id: str,
+    key: str,
+    emitted: dict[str, tuple[int, dict[str, Any]]],
+    now: int,
+) -> tuple[State, list[flowcore.Effect]]:
+    """The state before the failing event (at ``position``) and the effects to
+    open again, in emission order; refused where running them again is unsafe."""
+    rid = run_id
     prefix = records[:position]
     try:
         report = flowcore.replay(prefix, flow)
@@ -260,18 +296,7 @@ def plan_rewind(store: Store, run_id: str, now: int, *, as_child: bool = False) 
         if k not in emitted:
             raise _failure(rid, f"{k} is pending but the log never emitted it")
         pending.append(flowcore.effect_from_wire(emitted[k][1]))
-    return Rewind(
-        run_id=run_id,
-        flow=flow,
-        records=records,
-        cut=failing.index,
-        key=key,
-        error=error,
-        state=state,
-        pending=pending,
-        child=child,
-        tools=row.tools,
-    )
+    return state, pending
 
 
 def _parse(key: str, run_id: str) -> flowcore.KeyInfo | None:

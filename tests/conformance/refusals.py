@@ -40,7 +40,7 @@ UNPLAYABLE: Final[dict[str, str]] = {
     "version-divergent": "a divergent log: nothing for a host to produce",
     "version-upgraded": (
         "an upgraded run's log: recorded with recorded.yaml, then flow.yaml; a host moves a run "
-        "with its own upgrade (LocalHost.upgrade: tests/local/test_local_upgrade.py)"
+        "with its own upgrade (LocalHost.upgrade: tests/local/client/test_local_upgrade.py)"
     ),
 }
 

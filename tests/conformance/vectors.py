@@ -251,7 +251,8 @@ def plan_vector(path: Path) -> Plan:
     if expect.get("upgradedAt") is not None:
         raise Unplayable(
             "an upgraded run's log: recorded with recorded.yaml, then flow.yaml; a host moves"
-            " a run with its own upgrade (LocalHost.upgrade: tests/local/test_local_upgrade.py)"
+            " a run with its own upgrade"
+            " (LocalHost.upgrade: tests/local/client/test_local_upgrade.py)"
         )
     spec_path = path / "recorded.yaml" if (path / "recorded.yaml").exists() else path / "flow.yaml"
     spec = spec_path.read_text()

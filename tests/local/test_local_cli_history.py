@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .client.test_local_recovery_resume import PAY
 from .test_local_cli import DEMO_TOOLS, INCIDENT, fc, ok
-from .test_local_recovery_resume import PAY
 
 WAIT = (
     "flow: wait\nsteps:\n"

@@ -16,8 +16,8 @@ from flowcore import EffectSucceeded
 from flowcore_local import HostError, LocalHost, NoSignalWait
 from flowcore_local._store import Store
 
-from .local_helpers import settle
-from .test_local_cli import bad, ok
+from ..local_helpers import settle
+from ..test_local_cli import bad, ok
 
 ORDER = """
 flow: order

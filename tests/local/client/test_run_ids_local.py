@@ -19,7 +19,7 @@ import flowcore
 from flowcore_handlers import Registry
 from flowcore_local import HostError, LocalHost
 
-from .local_helpers import dispatch_to_ghost, work_until
+from ..local_helpers import dispatch_to_ghost, work_until
 
 KID = """
 flow: kid

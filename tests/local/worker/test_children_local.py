@@ -17,7 +17,7 @@ import flowcore
 from flowcore_handlers import Registry
 from flowcore_local import LocalHost
 
-from .local_helpers import settle, work_until
+from ..local_helpers import settle, work_until
 
 KID = """
 flow: kid

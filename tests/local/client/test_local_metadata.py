@@ -16,8 +16,8 @@ import flowcore
 from flowcore_handlers import Registry
 from flowcore_local import LocalHost
 
-from .local_helpers import work_until
-from .test_local_cli import bad, ok
+from ..local_helpers import work_until
+from ..test_local_cli import bad, ok
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ import pytest
 import flowcore
 from flowcore_local import HostError, LocalHost
 
-from .local_helpers import JOURNALED, dispatch_to_ghost, journal, settle, tools_file
+from ..local_helpers import JOURNALED, dispatch_to_ghost, journal, settle, tools_file
 
 PAY = """
 flow: pay

@@ -29,7 +29,7 @@ from flowcore_handlers import HandlerError, Registry
 from flowcore_local import Deleted, HostError, LocalHost, _prune
 from flowcore_local._db import RUN_TABLES, SHARED_TABLES, connect
 
-from .local_helpers import dispatch_to_ghost, work_until
+from ..local_helpers import dispatch_to_ghost, work_until
 
 DAY = 86_400_000
 T0 = 1_900_000_000_000  # the fake clock's start (2030)

@@ -19,7 +19,7 @@ from flowcore import CallTool
 from flowcore_handlers import Registry
 from flowcore_local import HostError, LocalHost, ToolLimit
 
-from .local_helpers import tools_file
+from ..local_helpers import tools_file
 
 # Calls of ``charge``, several at once in each run.
 FAN = """

@@ -28,7 +28,7 @@ from flowcore_local import LocalHost
 from flowcore_local._db import connect
 from flowcore_local._store import CHECKPOINT_RECORDS, Conflict, Store
 
-from .local_helpers import LOOP
+from ..local_helpers import LOOP
 
 
 def echo(call: CallTool) -> Any:

@@ -15,8 +15,8 @@ import pytest
 import flowcore
 from flowcore_local import HostError, LocalHost
 
-from .local_helpers import JOURNALED, journal, settle, tools_file, work_until
-from .test_local_cli import bad, fc, ok
+from ..local_helpers import JOURNALED, journal, settle, tools_file, work_until
+from ..test_local_cli import bad, fc, ok
 
 V1 = """
 flow: order

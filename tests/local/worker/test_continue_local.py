@@ -225,7 +225,7 @@ def test_a_scheduled_call_not_yet_due_fires_in_the_next_incarnation(tmp_path: Pa
 
 
 def test_the_cli_shows_the_incarnation_and_replays_what_the_log_keeps(tmp_path: Path) -> None:
-    from .test_local_cli import ok
+    from ..test_local_cli import ok
 
     spec = tmp_path / "notes.yaml"
     spec.write_text(SIGNALS)

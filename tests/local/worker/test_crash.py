@@ -23,7 +23,7 @@ import pytest
 import flowcore
 from flowcore_local import DURABILITY
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/local, with the crash tools
 FLOW = HERE / "crash_flow.yaml"
 TOOLS = HERE / "crash_tools.py"
 KILLS = int(os.environ.get("FLOWCORE_CRASH_KILLS", "20"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .test_local_cli import bad, ok
+from ..test_local_cli import bad, ok
 
 SPEC = """\
 flow: report

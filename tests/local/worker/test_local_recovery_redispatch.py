@@ -17,7 +17,7 @@ from typing import Any
 import flowcore
 from flowcore_local import LocalHost
 
-from .local_helpers import JOURNALED, dispatch_to_ghost, journal, settle, tools_file
+from ..local_helpers import JOURNALED, dispatch_to_ghost, journal, settle, tools_file
 
 SPEC = """
 flow: safe

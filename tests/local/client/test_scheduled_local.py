@@ -24,9 +24,9 @@ import pytest
 
 from flowcore_local import HostError, LocalHost, ScheduledRetention
 
-from .local_helpers import tools_file
+from ..local_helpers import tools_file
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/local, with the crash tools
 CRASH_TOOLS = HERE / "crash_tools.py"
 DAY = 24 * 3600 * 1000
 

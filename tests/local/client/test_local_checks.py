@@ -17,7 +17,7 @@ import pytest
 import flowcore
 from flowcore_local import HostError, LocalHost
 
-from .local_helpers import JOURNALED, settle, tools_file
+from ..local_helpers import JOURNALED, settle, tools_file
 
 ECHO_ONLY = """
 def echo(call):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .local_helpers import JOURNALED, journal, tools_file
-from .test_local_cli import bad, fc, ok
+from ..local_helpers import JOURNALED, journal, tools_file
+from ..test_local_cli import bad, fc, ok
 from .test_local_recovery_resume import FIXED, PAY
 
 BROKEN = JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n'

@@ -16,7 +16,7 @@ import pytest
 import flowcore
 from flowcore_local import HostError, LocalHost
 
-from .local_helpers import JOURNALED, dispatch_to_ghost, journal, settle, tools_file, work_until
+from ..local_helpers import JOURNALED, dispatch_to_ghost, journal, settle, tools_file, work_until
 from .test_local_recovery_resume import FIXED, PAY, replays
 
 BROKEN = JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n'

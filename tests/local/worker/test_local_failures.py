@@ -17,7 +17,7 @@ from typing import Any
 import flowcore
 from flowcore_local import LocalHost, RunRow
 
-from .local_helpers import JOURNALED, journal, settle, tools_file
+from ..local_helpers import JOURNALED, journal, settle, tools_file
 
 ONE_CALL = """
 flow: one

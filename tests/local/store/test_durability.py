@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flowcore_cli.main import run as run_in_process
-from flowcore_local import DURABILITY, HostError, LocalHost, _db, _host
+from flowcore_local import DURABILITY, HostError, LocalHost, _base, _db
 from flowcore_local._db import Durability
 
 SYNCHRONOUS = {"power-loss": 2, "process-crash": 1}  # SQLite's FULL and NORMAL
@@ -75,7 +75,7 @@ def test_the_worker_opens_its_database_in_the_mode_it_is_given(
         levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])
         return conn
 
-    monkeypatch.setattr(_host, "connect", connect)
+    monkeypatch.setattr(_base, "connect", connect)
     if env is None:
         monkeypatch.delenv("FLOWCORE_DURABILITY", raising=False)
     else:

@@ -20,8 +20,8 @@ import flowcore
 from flowcore_local import LocalHost
 from flowcore_local._store import Store
 
-from ..hostile_values import BAD, BAD_FLOW, CAUGHT_FLOW, EXECUTIONS, HEALTHY_FLOW, REGISTRY
-from .local_helpers import work_until
+from ...hostile_values import BAD, BAD_FLOW, CAUGHT_FLOW, EXECUTIONS, HEALTHY_FLOW, REGISTRY
+from ..local_helpers import work_until
 
 
 def run_host(db: Path, body: Any) -> Any:

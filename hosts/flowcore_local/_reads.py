@@ -1,0 +1,197 @@
+"""The local host's reads: runs by status, flow, metadata and time, a page at a
+time; one run shown whole; its log from an index (followed until it settles);
+its open questions and what it waits for. Reads write nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+import flowcore
+
+from ._base import HostBase
+from ._store import HostError, RunRow
+
+
+class LocalReads(HostBase):
+    """The reads of the local host's client (see ``LocalClient``)."""
+
+    async def deduplicated(self, dedup_key: str) -> str | None:
+        """The running run started with ``dedup_key`` (``start``), or None."""
+        return await self._db(self.store.deduplicated, dedup_key)
+
+    async def questions(self, run_id: str) -> list[str]:
+        """The keys of the run's open questions, as its state has them now."""
+
+        def reading() -> list[str]:
+            return [q.key for q in flowcore.waiting_for(self.store.state(run_id)).questions]
+
+        return await self._db(reading)
+
+    async def run(self, run_id: str) -> RunRow:
+        return await self._db(self.store.run_row, run_id)
+
+    async def runs(self, status: str | None = None, where: Any = None) -> list[RunRow]:
+        """Runs oldest first, of one ``status`` if given, whose metadata matches ``where``:
+        filter texts (``["customer=acme", "amount>100"]``) or a mapping of field to the
+        value it equals (``flowcore.metadata_filters``; ``MetadataFilterError`` if bad)."""
+        filters = flowcore.metadata_filters(where)
+        return await self._db(self.store.runs, status, filters)
+
+    async def metadata(self, run_id: str) -> dict[str, Any]:
+        """The run's current metadata (field -> value), as the database indexes it."""
+        await self.run(run_id)
+        found = await self._db(self.store.metadata, [run_id])
+        return found.get(run_id, {})
+
+    async def metadata_of(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The current metadata of each of ``run_ids`` (runs without any are left out)."""
+        return await self._db(self.store.metadata, run_ids)
+
+    async def waits(self, run_id: str) -> flowcore.Waits:
+        """What the run waits for now (``flowcore.waiting_for`` of its state)."""
+        return await self._db(lambda: flowcore.waiting_for(self.store.state(run_id)))
+
+    async def page_runs(self, **filters: Any) -> list[RunRow]:
+        """Runs newest first, filtered and paged (``Store.page_runs``)."""
+        return await self._db(lambda: self.store.page_runs(**filters))
+
+    async def children(self, run_id: str) -> list[str]:
+        return await self._db(self.store.children, run_id)
+
+    async def flow(self, run_id: str) -> flowcore.Flow:
+        """The flow the run was started with, as the database stores its spec."""
+        row = await self.run(run_id)
+        return await self._db(self.store.flow_by_hash, row.spec_hash)
+
+    async def flow_by_hash(self, spec_hash: str) -> flowcore.Flow | None:
+        """The stored spec whose ``Flow.spec_hash`` is ``spec_hash`` (a log's
+        ``run.started`` records it), or None if the database holds none."""
+
+        def find() -> flowcore.Flow | None:
+            try:
+                return self.store.flow_by_hash(spec_hash)
+            except HostError:
+                return None
+
+        return await self._db(find)
+
+    async def records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
+        await self.run(run_id)
+        return await self._db(self.store.log_records, run_id, start)
+
+    async def archived(self, run_id: str) -> list[tuple[int, flowcore.Record]]:
+        """The log records resumes moved out of the run's live log: (resume number, record)."""
+        await self.run(run_id)
+        return await self._db(self.store.archived, run_id)
+
+    async def export(self, run_id: str) -> bytes:
+        return flowcore.encode_records(await self.records(run_id))
+
+    async def events(
+        self, run_id: str, start_index: int = 0, follow: bool = False
+    ) -> AsyncIterator[flowcore.Record]:
+        """The run's log records from ``start_index``; with ``follow``, until it settles.
+
+        Following wakes at each commit of this host, and every ``poll_ms`` for
+        what other processes on the database commit.
+        """
+        index = start_index
+        while True:
+            committed = self._committed  # taken before reading: no commit slips between
+            batch = await self.records(run_id, index)
+            for record in batch:
+                yield record
+                index = record.index + 1
+            if not follow:
+                return
+            row = await self.run(run_id)
+            if row.status != "running" and row.next_index <= index:
+                return
+            try:
+                await asyncio.wait_for(committed.wait(), self.poll_ms / 1000)
+            except TimeoutError:
+                pass
+
+    async def idle(self, horizon_ms: int = 0) -> bool:
+        """Whether no run can go on now without an answer, a signal, or a timer due
+        more than ``horizon_ms`` from now: no work is ready or out (with this host
+        or another worker), no child run or signal-run is to start, no timer is due
+        sooner, and this host has no result waiting for its commit. A database
+        with no running run is idle. Schedules' next slots are not looked at."""
+        if self._running or self._queue or self._firing:
+            return False
+        horizon = self.now() + horizon_ms
+        return not await self._db(self.store.busy, horizon)
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> RunRow:
+        """Wait until the run settles (someone must be running a worker)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            row = await self.run(run_id)
+            if row.status != "running":
+                return row
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} has not settled within {timeout} s")
+            await asyncio.sleep(self.poll_ms / 1000)
+
+    async def show(self, run_id: str) -> dict[str, Any]:
+        """Status, pending effects and questions, budget used and left, dead letters,
+        buffered signals, handler failures (with tracebacks) and resumes; for a
+        fork, ``forkedFrom`` ``{runId, index}``."""
+
+        def showing() -> dict[str, Any]:
+            store = self.store
+            row = store.run_row(run_id)
+            state = store.state(run_id)
+            view = flowcore.waiting_for(state)
+            questions = {q.key: q for q in view.questions}
+            signals = {s.key: s.signal for s in view.signals}
+            outbox = store.outbox_rows(run_id)  # in emission order
+            incarnation = store.state(run_id).incarnation
+            info: dict[str, Any] = {
+                "runId": row.run_id,
+                "flowId": row.flow_id,
+                "status": row.status,
+                "parent": row.parent_run,
+                "startedBy": row.started_by,
+                "depth": row.depth,
+                "output": row.output,
+                "error": row.error,
+                "budget": msgspec.to_builtins(flowcore.usage_figures(state)),
+                "pending": [o for o in outbox if o["status"] in ("ready", "dispatched", "timer")],
+                "questions": [
+                    {
+                        "key": q.key,
+                        "question": q.question,
+                        "options": None if q.options is None else list(q.options),
+                    }
+                    for q in (questions[o["key"]] for o in outbox if o["key"] in questions)
+                ],
+                "waitingFor": [signals[o["key"]] for o in outbox if o["key"] in signals],
+                "buffered": [
+                    {"signal": name, "payload": payload}
+                    for name, payloads in view.buffered.items()
+                    for payload in payloads
+                ],
+                "deadLetters": store.dead_letters(run_id),
+                "failures": store.failures(run_id),
+                "resumes": store.resumes(run_id),
+                "tools": row.tools,
+                "children": store.children(run_id),
+                "metadata": dict(state.metadata or {}),
+                "detached": store.detached(run_id),
+            }
+            if incarnation != 1:  # a run that continued as new (language.md §4.18)
+                info["incarnation"] = incarnation
+            forked = store.forked_from(run_id)
+            if forked is not None:  # (only a fork's output has the key)
+                info["forkedFrom"] = forked
+            return info
+
+        return await self._db(showing)
