@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import flowcore
+from flowcore import MAX_DURATION_MS as MAX_MS
 from flowcore import Event
-from flowcore._spec import MAX_MS
 from flowcore_handlers import (
     HandlerThreads,
     Registry,

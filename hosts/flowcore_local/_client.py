@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import flowcore
-from flowcore import CancelRequested, Event, HumanAnswered, SignalReceived
-from flowcore._data import MAX_NAME_CHARS
-from flowcore._spec import MAX_AMOUNT, MAX_MS
+from flowcore import MAX_BUDGET_AMOUNT as MAX_AMOUNT
+from flowcore import MAX_DURATION_MS as MAX_MS
+from flowcore import MAX_NAME_CHARS, CancelRequested, Event, HumanAnswered, SignalReceived
 from flowcore_handlers import RegistryError, missing_handlers, safe_text, tools_module_name
 from flowcore_handlers._limits import LimitError, check_dedup_key, check_priority
 
