@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import flowcore
 import flowcore_handlers as fh
 from flowcore_handlers import Host, HostFailure, HostRefusal
 from flowcore_local import HostError, LocalHost
@@ -128,3 +129,20 @@ def test_a_refusal_is_one_typed_error_that_says_why() -> None:
     # Every error either host raises for a request shares the one base.
     assert issubclass(HostError, HostFailure)
     assert issubclass(TemporalHostError, HostFailure)
+
+
+def _budget(**limits: Any) -> flowcore.Budget:
+    return flowcore.Budget(**limits)
+
+
+def test_a_temporal_start_takes_the_budget_the_contract_gives() -> None:
+    """``start(budget=flowcore.Budget(...))`` on Temporal: translated to the run's wire
+    budget, or refused when it caps what a Temporal run does not count."""
+    from flowcore_temporal._host import _wire_budget
+
+    assert _wire_budget(None) is None
+    assert _wire_budget({"steps": 3}) == {"steps": 3}
+    budget = _budget(steps=3, cost_minor_units=50, wall_clock_ms=1_000)
+    assert _wire_budget(budget) == {"steps": 3, "costMinorUnits": 50, "wallClockMs": 1_000}
+    with pytest.raises(TemporalRefusal, match="cannot start a run with a tokens budget"):
+        _wire_budget(_budget(steps=3, tokens=10))

@@ -62,6 +62,8 @@ def test_the_local_host_through_the_host_contract(tmp_path: Path) -> None:
             }
             with pytest.raises(HostError, match="run cursor 'nope' is not one a page handed out"):
                 await host.find_runs(RunQuery(cursor="nope"))
+            with pytest.raises(HostError, match="at least 1, not 0"):
+                await host.find_runs(RunQuery(limit=0))
 
             # Open questions, what a run waits for, the answer.
             [asked] = await host.open_questions("c-0")
