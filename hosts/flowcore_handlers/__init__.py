@@ -81,17 +81,35 @@ from flowcore import (
     Usage,
 )
 
+from ._host import (
+    Deleted,
+    Host,
+    HostFailure,
+    HostRefusal,
+    RunCommands,
+    RunPage,
+    RunQuery,
+    RunReads,
+    RunSummary,
+    ScheduledCalls,
+    ScheduledCallView,
+    Schedules,
+)
 from ._limits import LimitError, ToolLimit, parse_tool_limits
 from ._threads import HandlerThreads
 
 __all__ = [
     "MAX_ERROR_DETAILS_BYTES",
     "MAX_TRACEBACK_BYTES",
+    "Deleted",
     "DetailsError",
     "Handler",
     "HandlerError",
     "HandlerThreads",
     "HeartbeatError",
+    "Host",
+    "HostFailure",
+    "HostRefusal",
     "Heartbeats",
     "MAX_HEARTBEAT_DETAILS_BYTES",
     "LimitError",
@@ -100,6 +118,14 @@ __all__ = [
     "UNENCODABLE_OUTPUT",
     "Registry",
     "Result",
+    "RunCommands",
+    "RunPage",
+    "RunQuery",
+    "RunReads",
+    "RunSummary",
+    "ScheduledCallView",
+    "ScheduledCalls",
+    "Schedules",
     "ToolLimit",
     "call_handler",
     "cancellation",

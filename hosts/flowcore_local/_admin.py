@@ -264,6 +264,10 @@ class LocalAdmin(HostBase):
 
         return await self._db(listing)
 
+    async def schedule_names(self) -> list[str]:
+        """The schedules' names, in order."""
+        return await self._db(lambda: [row.name for row in _schedules.all_rows(self.store)])
+
     async def schedule(self, name: str, next_slots: int = 5) -> dict[str, Any]:
         """The schedule: its definition, state, next slots and recent actions (oldest first)."""
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import flowcore
+from flowcore_handlers import Deleted
 
 from ._db import FLOW_REFERENCES, RUN_TABLES
 from ._flows import reachable_flows
@@ -69,27 +70,6 @@ class Node:
     status: str
     updated_ms: int
     spec_hash: str
-
-
-@dataclass
-class Deleted:
-    """What a delete or a prune removed (with ``dry_run``: would remove)."""
-
-    roots: list[str] = field(default_factory=list)  # the trees' roots
-    runs: list[str] = field(default_factory=list)  # every run removed, parents first
-    rows: dict[str, int] = field(default_factory=dict)  # rows removed per table
-    cancelled: list[str] = field(default_factory=list)  # runs ``force`` cancelled first
-    dry_run: bool = False
-
-    @property
-    def total_rows(self) -> int:
-        return sum(self.rows.values())
-
-    def add(self, other: Deleted) -> None:
-        self.roots += other.roots
-        self.runs += other.runs
-        for table, n in other.rows.items():
-            self.rows[table] = self.rows.get(table, 0) + n
 
 
 class _Rollback(Exception):

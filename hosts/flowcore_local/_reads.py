@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 import flowcore
+from flowcore_handlers import RunPage, RunQuery, RunSummary
 
 from ._base import HostBase
 from ._store import HostError, RunRow
@@ -32,6 +33,10 @@ class LocalReads(HostBase):
             return [q.key for q in flowcore.waiting_for(self.store.state(run_id)).questions]
 
         return await self._db(reading)
+
+    async def open_questions(self, run_id: str) -> list[flowcore.Question]:
+        """The run's open questions (``waits(run_id).questions``)."""
+        return list((await self.waits(run_id)).questions)
 
     async def run(self, run_id: str) -> RunRow:
         return await self._db(self.store.run_row, run_id)
@@ -60,6 +65,47 @@ class LocalReads(HostBase):
     async def page_runs(self, **filters: Any) -> list[RunRow]:
         """Runs newest first, filtered and paged (``Store.page_runs``)."""
         return await self._db(lambda: self.store.page_runs(**filters))
+
+    async def find_runs(self, query: RunQuery) -> RunPage:
+        """Runs newest first (by start), filtered, one page of ``query.limit`` at a time:
+        the ``Host`` contract's listing (``page_runs``). The cursor is the start time
+        and run id of the page's last run."""
+        before = None
+        if query.cursor is not None:
+            ms, sep, last = query.cursor.partition(":")
+            if not sep or not ms.isdigit():
+                raise HostError(f"run cursor {query.cursor!r} is not one a page handed out")
+            before = (int(ms), last)
+        if query.limit < 1:
+            raise HostError(f"a page of runs holds at least 1, not {query.limit}")
+        filters = flowcore.metadata_filters(query.where)
+
+        def paging() -> tuple[list[RunRow], dict[str, dict[str, Any]]]:
+            rows = self.store.page_runs(
+                flow=query.flow,
+                status=query.status,
+                created_from=query.started_from_ms,
+                created_to=query.started_to_ms,
+                before=before,
+                limit=query.limit + 1,  # one more: is there a next page?
+                metadata=filters,
+            )
+            return rows, self.store.metadata([r.run_id for r in rows[: query.limit]])
+
+        rows, metadata = await self._db(paging)
+        page = [
+            RunSummary(
+                run_id=r.run_id,
+                status=r.status,
+                started_ms=r.created_ms,
+                flow_id=r.flow_id,
+                metadata=metadata.get(r.run_id, {}),
+            )
+            for r in rows[: query.limit]
+        ]
+        last_row = rows[query.limit - 1] if len(rows) > query.limit else None
+        cursor = None if last_row is None else f"{last_row.created_ms}:{last_row.run_id}"
+        return RunPage(runs=page, cursor=cursor)
 
     async def children(self, run_id: str) -> list[str]:
         return await self._db(self.store.children, run_id)

@@ -32,7 +32,7 @@ from flowcore import (
     State,
     persist,
 )
-from flowcore_handlers import ToolLimit
+from flowcore_handlers import HostFailure, ToolLimit
 from flowcore_handlers._limits import DEFAULT_PRIORITY
 
 WORK = ("call-tool", "run-agent", "run-team")
@@ -47,7 +47,7 @@ _json_decode = msgspec.json.decode
 _effect_dec: msgspec.json.Decoder[Effect] = msgspec.json.Decoder(Effect)
 
 
-class HostError(Exception):
+class HostError(HostFailure):
     """A request the host cannot carry out (unknown run, conflicting start, ...)."""
 
 

@@ -13,9 +13,11 @@ worker needed, and the records are the ones the run wrote.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -53,7 +55,15 @@ from temporalio.worker import (
 
 import flowcore
 from flowcore import Flow, HumanAnswered, Record, SignalReceived
-from flowcore_handlers import LimitError, ToolLimit
+from flowcore_handlers import (
+    Deleted,
+    HostRefusal,
+    LimitError,
+    RunPage,
+    RunQuery,
+    RunSummary,
+    ToolLimit,
+)
 from flowcore_handlers._limits import check_dedup_key, check_priority, check_tool_limits
 
 from . import _registry
@@ -76,6 +86,7 @@ from ._types import (
     STATUS_QUERY,
     SWITCHING_ERROR,
     UPGRADE_UPDATE,
+    WAITS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
     RunArgsError,
@@ -91,6 +102,7 @@ from ._workflow import FlowcoreWorkflow
 __all__ = [
     "TemporalHost",
     "TemporalHostError",
+    "TemporalRefusal",
     "TemporalUnavailable",
     "collect_flows",
     "connect",
@@ -113,6 +125,48 @@ class NoSignalWait(TemporalHostError):
 
 class TemporalUnavailable(TemporalHostError):
     """The Temporal server cannot be reached."""
+
+
+class TemporalRefusal(TemporalHostError, HostRefusal):
+    """An operation of the ``flowcore_handlers.Host`` contract Temporal does not do."""
+
+    def __init__(self, operation: str, why: str) -> None:
+        HostRefusal.__init__(self, operation, why, host="Temporal")
+
+
+# The budget limits a run on Temporal takes (``RunArgs.budget``), by ``flowcore.Budget`` field.
+_BUDGET_WIRE = {
+    "steps": "steps",
+    "cost_minor_units": "costMinorUnits",
+    "wall_clock_ms": "wallClockMs",
+}
+# How often ``events(follow=True)`` reads a running run's log again.
+_FOLLOW_POLL_S = 0.5
+
+
+def _wire_budget(budget: Mapping[str, int] | flowcore.Budget | None) -> dict[str, int] | None:
+    """``start``'s budget as ``RunArgs`` carries it; a ``flowcore.Budget`` is translated,
+    refused if it caps what a Temporal run does not count."""
+    if budget is None or not isinstance(budget, flowcore.Budget):
+        return None if budget is None else dict(budget)
+    out: dict[str, int] = {}
+    for name in ("steps", "cost_minor_units", "wall_clock_ms", "tokens", "tool_calls", "turns"):
+        value = getattr(budget, name)
+        if value is None:
+            continue
+        if name not in _BUDGET_WIRE:
+            raise TemporalRefusal(
+                f"start a run with a {name} budget", "it caps only steps, cost and wall clock"
+            )
+        out[_BUDGET_WIRE[name]] = value
+    return out
+
+
+def _status_word(status: WorkflowExecutionStatus | None) -> str:
+    """A Temporal execution status as visibility queries spell it (``TIMED_OUT`` → ``TimedOut``)."""
+    if status is None:
+        return "Unknown"
+    return "".join(part.capitalize() for part in status.name.split("_"))
 
 
 async def connect(
@@ -238,7 +292,7 @@ class TemporalHost:
         *,
         flows: Iterable[str | Path] | Mapping[str, str] = (),
         tools: str | None = None,
-        budget: Mapping[str, int] | None = None,
+        budget: Mapping[str, int] | flowcore.Budget | None = None,
         activity_timeout_ms: int = DEFAULT_ACTIVITY_TIMEOUT_MS,
         heartbeat_timeout_ms: int | None = DEFAULT_HEARTBEAT_TIMEOUT_MS,
         clock_origin_ms: int | None = None,
@@ -320,7 +374,7 @@ class TemporalHost:
             flow_id=flow.id,
             input=input,
             run_id=rid,
-            budget=dict(budget) if budget is not None else None,
+            budget=_wire_budget(budget),
             flows=known,
             tools=tools,
             source_name=source,
@@ -597,10 +651,20 @@ class TemporalHost:
 
     # --- scheduled calls (the ``scheduled`` update and query) -----------------------------
 
-    async def scheduled(self, run_id: str) -> list[flowcore.ScheduledCall]:
-        """The run's scheduled calls, pending and finished, soonest due first."""
+    async def scheduled(
+        self, run_id: str | None = None, tool: str | None = None, status: str | None = None
+    ) -> list[flowcore.ScheduledCall]:
+        """The run's scheduled calls, pending and finished, soonest due first (of
+        ``tool``, in ``status``, when given). Each run keeps its own: without a run
+        id, ``TemporalRefusal``."""
+        if run_id is None:
+            raise TemporalRefusal(
+                "list scheduled calls across runs",
+                "each run's workflow keeps its own; name the run",
+            )
         raw = await self._query(run_id, SCHEDULED_QUERY)
         calls = msgspec.convert(raw, list[flowcore.ScheduledCall])
+        calls = [c for c in calls if tool in (None, c.tool) and status in (None, c.status)]
         return sorted(calls, key=lambda c: (c.due_ms, c.id))
 
     async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool:
@@ -635,6 +699,32 @@ class TemporalHost:
         except _NotPending as exc:
             return {"id": exc.schedule_id, "done": False}  # nothing was written
         return result
+
+    async def resume(self, run_id: str, tools: str | None = None) -> None:
+        """``TemporalRefusal``: Temporal retries a run's work and recovers its workers itself."""
+        raise TemporalRefusal(
+            f"resume run {run_id!r}",
+            "a failed run stays failed (fork it to go on); Temporal recovers a stopped"
+            " worker's runs by itself",
+        )
+
+    async def delete(
+        self, run_id: str, force: bool = False, *, timeout: float | None = None
+    ) -> Deleted:
+        """``TemporalRefusal``: the namespace's retention period removes closed runs."""
+        raise TemporalRefusal(
+            f"delete run {run_id!r}", "the namespace's retention period removes closed runs"
+        )
+
+    async def prune(
+        self,
+        settled_before_ms: int,
+        statuses: Iterable[str] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Deleted:
+        """``TemporalRefusal``: the namespace's retention period removes closed runs."""
+        raise TemporalRefusal("prune runs", "the namespace's retention period removes closed runs")
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
         """Cancel the run: pending work is abandoned, compensations run, it settles cancelled."""
@@ -813,6 +903,79 @@ class TemporalHost:
     async def questions(self, run_id: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await self._query(run_id, QUESTIONS_QUERY)
         return result
+
+    async def waits(self, run_id: str) -> flowcore.Waits:
+        """What the run waits for now (``flowcore.waiting_for``, the ``waits`` query)."""
+        raw = await self._query(run_id, WAITS_QUERY)
+        if raw is None:
+            raise TemporalHostError(f"run {run_id!r} has not started its flow yet: try again")
+        return msgspec.convert(raw, flowcore.Waits)
+
+    async def open_questions(self, run_id: str) -> list[flowcore.Question]:
+        """The run's open questions (``waits(run_id).questions``)."""
+        return list((await self.waits(run_id)).questions)
+
+    async def show(self, run_id: str) -> dict[str, Any]:
+        """What the run is doing (``status``)."""
+        return await self.status(run_id)
+
+    async def find_runs(self, query: RunQuery) -> RunPage:
+        """flowcore runs newest first, one page of ``query.limit`` at a time, through a
+        visibility query (eventually consistent, as ``runs``). A run's flow id is no
+        search attribute: a ``flow`` filter is a ``TemporalRefusal``."""
+        if query.flow is not None:
+            raise TemporalRefusal(
+                "list runs by flow", "a run's flow id is no search attribute; filter by metadata"
+            )
+        if query.limit < 1:
+            raise TemporalHostError(f"a page of runs holds at least 1, not {query.limit}")
+        try:
+            token = None if query.cursor is None else base64.urlsafe_b64decode(query.cursor)
+        except (binascii.Error, ValueError):
+            raise TemporalHostError(
+                f"run cursor {query.cursor!r} is not one a page handed out"
+            ) from None
+        text = visibility_query(
+            flowcore.metadata_filters(query.where),
+            await self._attributes.types(),
+            query.status,
+            started_from_ms=query.started_from_ms,
+            started_to_ms=query.started_to_ms,
+        )
+        listing = self.client.list_workflows(text, page_size=query.limit, next_page_token=token)
+        try:
+            await listing.fetch_next_page()
+        except RPCError as exc:
+            raise TemporalHostError(f"visibility query {text!r} refused: {exc.message}") from None
+        runs = [
+            RunSummary(
+                run_id=execution.id,
+                status=_status_word(execution.status),
+                started_ms=int(execution.start_time.timestamp() * 1000),
+                metadata=metadata_of(execution.typed_search_attributes),
+            )
+            for execution in listing.current_page or ()
+        ]
+        after = listing.next_page_token
+        cursor = base64.urlsafe_b64encode(after).decode() if after else None
+        return RunPage(runs=runs, cursor=cursor)
+
+    async def events(
+        self, run_id: str, start_index: int = 0, follow: bool = False
+    ) -> AsyncIterator[Record]:
+        """The run's log records from ``start_index`` (``log``); with ``follow``, read
+        again every ``_FOLLOW_POLL_S`` until the run's workflow closes."""
+        index = start_index
+        while True:
+            desc = await self._call(self.handle(run_id).describe(), run_id)
+            running = desc.status == WorkflowExecutionStatus.RUNNING
+            for record in await self.log(run_id, live=running):
+                if record.index >= index:
+                    yield record
+                    index = record.index + 1
+            if not (follow and running):
+                return
+            await asyncio.sleep(_FOLLOW_POLL_S)
 
     async def status(self, run_id: str) -> dict[str, Any]:
         """What the run is doing: status, budget, pending work, questions, signals waited for.
@@ -1013,6 +1176,10 @@ class TemporalHost:
                 if action.workflow == WORKFLOW_NAME:
                     names.append(item.id)
         return sorted(names)
+
+    async def schedule_names(self) -> list[str]:
+        """The names of the schedules (``schedules``)."""
+        return await self.schedules()
 
     async def schedule(self, name: str) -> dict[str, Any]:
         """The schedule as Temporal describes it: definition, state, next slots, actions."""

@@ -20,6 +20,7 @@ import msgspec
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 import flowcore
+from flowcore_handlers import HostFailure
 
 __all__ = [
     "TemporalHostError",
@@ -46,6 +47,7 @@ __all__ = [
     "SWITCHING_ERROR",
     "UPGRADE_UPDATE",
     "STATUS_QUERY",
+    "WAITS_QUERY",
     "WORKFLOW_NAME",
     "RunArgs",
     "RunArgsError",
@@ -103,6 +105,8 @@ SCHEDULED_QUERY = "scheduled_calls"
 QUESTIONS_QUERY = "pending_questions"
 LOG_QUERY = "log"
 STATUS_QUERY = "status"
+WAITS_QUERY = "waits"
+"""Query ``waits()``: what the run waits for now (``flowcore.waiting_for``, a wire object)."""
 
 METADATA_PREFIX = "flowcore_"
 """A flow's metadata field ``customer`` is the search attribute ``flowcore_customer``."""
@@ -163,7 +167,7 @@ flight when it is reached can finish well before the limit."""
 """The activity heartbeats while its handler runs; a dead worker is noticed this fast."""
 
 
-class TemporalHostError(Exception):
+class TemporalHostError(HostFailure):
     """Something the user can fix; the message is one line."""
 
 

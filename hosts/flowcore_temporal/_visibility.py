@@ -13,6 +13,7 @@ started, or a field set, a moment ago.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -100,14 +101,25 @@ def _quoted(text: str) -> str:
 
 
 def visibility_query(
-    filters: list[flowcore.MetadataFilter], types: dict[str, str], status: str | None = None
+    filters: list[flowcore.MetadataFilter],
+    types: dict[str, str],
+    status: str | None = None,
+    *,
+    started_from_ms: int | None = None,
+    started_to_ms: int | None = None,
 ) -> str:
     """The visibility query (Temporal's SQL-like list filter) for flowcore runs whose
-    metadata matches every filter; ``MetadataFilterError`` for a filter no run can
-    match this way (a field no search attribute stands for, a value not of its type)."""
+    metadata matches every filter (and that started from ``started_from_ms`` and
+    before ``started_to_ms``, epoch ms, when given); ``MetadataFilterError`` for a
+    filter no run can match this way (a field no search attribute stands for, a
+    value not of its type)."""
     parts = [f"WorkflowType = {_quoted(WORKFLOW_NAME)}"]
     if status is not None:
         parts.append(f"ExecutionStatus = {_quoted(status)}")
+    for op, ms in ((">=", started_from_ms), ("<", started_to_ms)):
+        if ms is not None:
+            at = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+            parts.append(f"StartTime {op} {_quoted(at.replace('+00:00', 'Z'))}")
     for f in filters:
         full = METADATA_PREFIX + f.field
         kind = types.get(full)

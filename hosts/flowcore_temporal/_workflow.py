@@ -158,6 +158,7 @@ from ._types import (
     STATUS_QUERY,
     SWITCHING_ERROR,
     UPGRADE_UPDATE,
+    WAITS_QUERY,
     WORKFLOW_NAME,
     RunArgs,
     RunArgsError,
@@ -963,6 +964,15 @@ class FlowcoreWorkflow:
     @workflow.query(name=QUESTIONS_QUERY)
     def pending_questions(self) -> list[dict[str, Any]]:
         return [] if self._state is None else _questions(flowcore.waiting_for(self._state))
+
+    @workflow.query(name=WAITS_QUERY)
+    def waits(self) -> dict[str, Any] | None:
+        """What the run waits for now (``flowcore.Waits`` as a wire object); None
+        before its first state."""
+        if self._state is None:
+            return None
+        view: dict[str, Any] = msgspec.to_builtins(flowcore.waiting_for(self._state))
+        return view
 
     @workflow.query(name=SCHEDULED_QUERY)
     def scheduled_calls(self) -> list[dict[str, Any]]:

@@ -93,9 +93,10 @@ def test_the_store_is_layered_by_concern() -> None:
 PUBLIC = (
     "add_schedule add_scheduled add_schedules answer archived backfill_schedule cancel"
     " cancel_scheduled children close deduplicated delete delete_schedule events export"
-    " flow flow_by_hash fork idle metadata metadata_of open page_runs pause_schedule prune"
-    " questions records resume resume_schedule run run_scheduled_now runs schedule"
-    " scheduled schedules show signal signal_key start store trigger_schedule"
+    " find_runs flow flow_by_hash fork idle metadata metadata_of open open_questions"
+    " page_runs pause_schedule prune questions records resume resume_schedule run"
+    " run_scheduled_now runs schedule schedule_names scheduled schedules show signal"
+    " signal_key start store trigger_schedule"
     " trim_scheduled upgrade vacuum wait waits work"
 ).split()
 

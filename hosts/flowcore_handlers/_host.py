@@ -1,0 +1,272 @@
+"""The ``Host`` contract: everything a person or program does to runs, on any host.
+
+``Host`` is a ``typing.Protocol`` made of four areas (``RunCommands``,
+``ScheduledCalls``, ``Schedules``, ``RunReads``). ``flowcore_local.LocalHost``
+and ``flowcore_temporal.TemporalHost`` both satisfy it, and mypy checks that
+they do; code written against ``Host`` runs on either. A host that cannot do
+an operation raises ``HostRefusal`` (``.operation``, ``.why``, ``.host``), a
+``HostFailure`` like every error a host raises for a request it cannot carry
+out; specs/hosts.md lists, per operation and host, what is done and what is
+refused and why.
+
+The shared values where the hosts' own answers differ live here too:
+``RunQuery`` / ``RunPage`` / ``RunSummary`` (runs a page at a time) and
+``Deleted`` (what a delete or prune removed). This module holds types only: it
+does no I/O and never imports a host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+import flowcore
+
+__all__ = [
+    "Deleted",
+    "Host",
+    "HostFailure",
+    "HostRefusal",
+    "RunCommands",
+    "RunPage",
+    "RunQuery",
+    "RunReads",
+    "RunSummary",
+    "ScheduledCallView",
+    "ScheduledCalls",
+    "Schedules",
+]
+
+
+class HostFailure(Exception):
+    """A request a host cannot carry out; the message is one line. The base of
+    ``flowcore_local.HostError`` and ``flowcore_temporal.TemporalHostError``."""
+
+
+class HostRefusal(HostFailure):
+    """An operation of the ``Host`` contract this host does not do, and why.
+
+    Each host raises its own subclass (also its own error class), so a caller
+    that catches the host's errors catches its refusals too."""
+
+    def __init__(self, operation: str, why: str, *, host: str) -> None:
+        super().__init__(f"{host} host cannot {operation}: {why}")
+        self.operation = operation
+        self.why = why
+        self.host = host
+
+
+@dataclass
+class Deleted:
+    """What a delete or a prune removed (with ``dry_run``: would remove)."""
+
+    roots: list[str] = field(default_factory=list)  # the trees' roots
+    runs: list[str] = field(default_factory=list)  # every run removed, parents first
+    rows: dict[str, int] = field(default_factory=dict)  # rows removed per table
+    cancelled: list[str] = field(default_factory=list)  # runs ``force`` cancelled first
+    dry_run: bool = False
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+    def add(self, other: Deleted) -> None:
+        self.roots += other.roots
+        self.runs += other.runs
+        for table, n in other.rows.items():
+            self.rows[table] = self.rows.get(table, 0) + n
+
+
+class RunQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Which runs ``Host.find_runs`` lists, newest first, one page at a time.
+
+    ``status`` is the host's status word (local: ``running``, ``completed``...;
+    Temporal: its execution status, ``Running``, ``Completed``...). ``where``:
+    metadata filters as ``flowcore.metadata_filters`` takes them. Times are
+    epoch milliseconds of the run's start, ``started_from`` inclusive and
+    ``started_to`` exclusive. ``cursor``: the ``RunPage.cursor`` of the page
+    before, None for the first."""
+
+    status: str | None = None
+    flow: str | None = None
+    where: list[str] | dict[str, Any] | None = None
+    started_from_ms: int | None = None
+    started_to_ms: int | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One run as ``Host.find_runs`` lists it (``flow_id`` None where the host's
+    listing does not carry it)."""
+
+    run_id: str
+    status: str
+    started_ms: int
+    flow_id: str | None = None
+    metadata: dict[str, Any] = {}
+
+
+class RunPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of runs; ``cursor`` asks for the next one (None: this was the last)."""
+
+    runs: list[RunSummary]
+    cursor: str | None = None
+
+
+class ScheduledCallView(Protocol):
+    """One scheduled call as ``Host.scheduled`` lists it (``flowcore.ScheduledCall``
+    on Temporal, ``flowcore_local.ScheduledRow`` on the local host)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def input(self) -> Any: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def created_ms(self) -> int: ...
+    @property
+    def due_ms(self) -> int: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def finished_ms(self) -> int | None: ...
+    @property
+    def error(self) -> flowcore.ErrorInfo | None: ...
+    @property
+    def outside(self) -> bool: ...
+
+
+class RunCommands(Protocol):
+    """What changes runs: start, signal, answer, cancel, resume, fork, upgrade, delete, prune."""
+
+    async def start(
+        self,
+        spec: str | Path,
+        input: Any = None,
+        run_id: str | None = None,
+        *,
+        tools: str | None = None,
+        flows: Iterable[str | Path] = (),
+        budget: flowcore.Budget | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        dedup_key: str | None = None,
+        on_conflict: str = "refuse",
+    ) -> str: ...
+
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, key: str | None = None
+    ) -> None: ...
+
+    async def signal_key(self, name: str, key: str, payload: Any = None) -> list[str]: ...
+
+    async def answer(self, run_id: str, key: str, answer: Any) -> None: ...
+
+    async def cancel(self, run_id: str, reason: str = "") -> None: ...
+
+    async def resume(self, run_id: str, tools: str | None = None) -> None: ...
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        from_step: str | None = None,
+        new_run_id: str | None = None,
+        tools: str | None = None,
+        cancel_source: bool = False,
+    ) -> str: ...
+
+    async def upgrade(
+        self, run_id: str, spec: str | Path, *, dry_run: bool = False
+    ) -> flowcore.Upgrade: ...
+
+    async def delete(
+        self, run_id: str, force: bool = False, *, timeout: float | None = None
+    ) -> Deleted: ...
+
+    async def prune(
+        self,
+        settled_before_ms: int,
+        statuses: Iterable[str] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Deleted: ...
+
+
+class ScheduledCalls(Protocol):
+    """A run's scheduled calls: list (of one run, or of every run where the host
+    can), add, cancel, run now."""
+
+    async def scheduled(
+        self, run_id: str | None = None, tool: str | None = None, status: str | None = None
+    ) -> Sequence[ScheduledCallView]: ...
+
+    async def add_scheduled(
+        self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0
+    ) -> str: ...
+
+    async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool: ...
+
+    async def run_scheduled_now(self, run_id: str, schedule_id: str) -> bool: ...
+
+
+class Schedules(Protocol):
+    """Schedules that start runs: add, list, show, pause, resume, trigger, backfill, delete.
+
+    ``trigger_schedule`` returns the run it started where the host knows it at
+    once; ``backfill_schedule`` the slots it started where the host lists them."""
+
+    async def add_schedules(self, spec: str | Path, *, tools: str | None = None) -> list[str]: ...
+
+    async def schedule_names(self) -> list[str]: ...
+
+    async def schedule(self, name: str) -> dict[str, Any]: ...
+
+    async def pause_schedule(self, name: str, note: str = "") -> None: ...
+
+    async def resume_schedule(self, name: str, note: str = "") -> None: ...
+
+    async def trigger_schedule(self, name: str) -> str | None: ...
+
+    async def backfill_schedule(
+        self, name: str, start_ms: int, end_ms: int
+    ) -> list[dict[str, Any]] | None: ...
+
+    async def delete_schedule(self, name: str) -> None: ...
+
+
+class RunReads(Protocol):
+    """Reads: runs a page at a time, one run shown, its events, export, questions, waits."""
+
+    async def find_runs(self, query: RunQuery) -> RunPage: ...
+
+    async def show(self, run_id: str) -> dict[str, Any]: ...
+
+    async def metadata(self, run_id: str) -> dict[str, Any]: ...
+
+    async def records(self, run_id: str, start: int = 0) -> list[flowcore.Record]: ...
+
+    def events(
+        self, run_id: str, start_index: int = 0, follow: bool = False
+    ) -> AsyncIterator[flowcore.Record]: ...
+
+    async def export(self, run_id: str) -> bytes: ...
+
+    async def open_questions(self, run_id: str) -> list[flowcore.Question]: ...
+
+    async def waits(self, run_id: str) -> flowcore.Waits: ...
+
+
+class Host(RunCommands, ScheduledCalls, Schedules, RunReads, Protocol):
+    """Everything a person or program does to runs, on whichever host holds them."""
