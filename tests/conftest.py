@@ -51,12 +51,12 @@ if settings().derandomize:
     # loaded depends on the tests run before in the same process, so a derandomized
     # test would draw other examples alone, in the whole suite and on each
     # pytest-xdist worker. Derandomized, it draws from Hypothesis's own constants
-    # only: its examples depend on the test alone.
+    # only: its examples depend on the test alone (tests/test_xdist.py checks it).
     from hypothesis.internal.conjecture import providers as _providers
     from hypothesis.internal.constants_ast import Constants as _Constants
 
     _no_local_constants = _Constants()
-    assert callable(_providers._get_local_constants)  # fails loudly if hypothesis moves it
+    assert callable(_providers._get_local_constants)  # an AttributeError if it moved
     _providers._get_local_constants = lambda: _no_local_constants
 
 
