@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# Hypothesis keeps its example database and caches in ./.hypothesis/ unless told
+# where: the suite's are kept in the temporary directory, so that a run (every
+# pytest-xdist worker and every subprocess, which inherit the variable) writes
+# nothing into the checkout.
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", str(Path(tempfile.gettempdir()) / "flowcore-hypothesis")
+)
 
 settings.register_profile(
     "ci",
@@ -36,6 +45,31 @@ settings.load_profile(
     os.environ.get("FLOWCORE_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
 
+if settings().derandomize:
+    # Hypothesis also draws constants it finds in the source of the local modules
+    # loaded so far (flowcore/, hosts/, a tool file a test loaded): which ones are
+    # loaded depends on the tests run before in the same process, so a derandomized
+    # test would draw other examples alone, in the whole suite and on each
+    # pytest-xdist worker. Derandomized, it draws from Hypothesis's own constants
+    # only: its examples depend on the test alone (tests/test_xdist.py checks it).
+    from hypothesis.internal.conjecture import providers as _providers
+    from hypothesis.internal.constants_ast import Constants as _Constants
+
+    _no_local_constants = _Constants()
+    assert callable(_providers._get_local_constants)  # an AttributeError if it moved
+    _providers._get_local_constants = lambda: _no_local_constants
+
+
+# pytest imports readline in every process it runs in (its capture plugin), and GNU
+# readline exports the terminal's size, 80x24 without a terminal, as COLUMNS and
+# LINES into the process's C environment, behind os.environ's back: a subprocess
+# inherits them, and so does every pytest-xdist worker, whose os.environ then holds
+# them. The CLI's tables follow COLUMNS (rich), so a command's output would depend
+# on how the suite was started. Every process of the suite runs without them; a
+# test that wants a width sets COLUMNS itself.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+    os.unsetenv(_name)
 
 _status = {"code": 0}
 

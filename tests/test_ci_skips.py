@@ -21,13 +21,14 @@ from .conftest import CI_SUITES, ROOT, ci_suite
 SUITES = ["tests/test_ts_host.py", "tests/serve/test_web.py"]
 
 
-def pytest_run(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+def pytest_run(tmp_path: Path, ci: bool, *args: str) -> subprocess.CompletedProcess[str]:
+    # Not the PYTEST_XDIST_* of the worker this may run on: the run is a new one.
+    env = {k: v for k, v in os.environ.items() if k != "CI" and not k.startswith("PYTEST_")}
     env["PATH"] = str(tmp_path)  # an empty directory: no chromium, no node, no npm
     if ci:
         env["CI"] = "true"
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *SUITES],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, *SUITES],
         capture_output=True,
         text=True,
         timeout=300,
@@ -37,8 +38,13 @@ def pytest_run(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_under_ci_a_skipped_browser_or_node_suite_fails_the_run(tmp_path: Path) -> None:
-    done = pytest_run(tmp_path, ci=True)
+# Under pytest-xdist (make unit), the workers skip and the controller, which
+# receives their reports, fails the run and lists the skips.
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_under_ci_a_skipped_browser_or_node_suite_fails_the_run(
+    tmp_path: Path, workers: list[str]
+) -> None:
+    done = pytest_run(tmp_path, True, *workers)
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
     out = done.stdout
     assert "skipped under CI, which installs what they need" in out

@@ -64,7 +64,7 @@ def test_a_question_with_stdin_closed_says_where_to_answer_and_until_when(
             "run",
             "flow.yaml",
             "--db",
-            str(db),
+            "d.db",  # relative, so that the line stays under the cut whatever tmp_path is
             "--run-id",
             "r1",
         ],
