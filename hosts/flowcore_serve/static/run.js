@@ -189,6 +189,16 @@
 
   // The run's figures (flowcore.usage_figures, the API's `budget`) in the words
   // `flowcore show` and `flowcore replay` print them.
+  // Replaces a node's contents only when what they show has changed: a live
+  // update must not re-create a link or a button under the pointer (the click
+  // in progress would be lost).
+  function same(node, data, build) {
+    const key = JSON.stringify(data);
+    if (node.dataset.shown === key) return;
+    node.dataset.shown = key;
+    node.replaceChildren(...build());
+  }
+
   function usageText(view) {
     const b = view.budget || {};
     const left = (key) => (b[`${key}Left`] === null || b[`${key}Left`] === undefined ? "unlimited" : String(b[`${key}Left`]));
@@ -301,15 +311,19 @@
     $("budget").textContent = budgetText(view);
     $("usage").textContent = usageText(view);
     if (run.parent) {
-      $("crumb-parent").replaceChildren(el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent), " / ");
+      same($("crumb-parent"), run.parent, () => [el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent), " / "]);
     }
-    const children = (view.children || []).map((id) => el("li", {}, el("a", { href: `/runs/${encodeURIComponent(id)}` }, id)));
-    $("children").replaceChildren(...(children.length ? [el("h3", {}, "Child runs"), el("ul", {}, ...children)] : []));
+    const childIds = view.children || [];
+    same($("children"), childIds, () => {
+      const children = childIds.map((id) => el("li", {}, el("a", { href: `/runs/${encodeURIComponent(id)}` }, id)));
+      return children.length ? [el("h3", {}, "Child runs"), el("ul", {}, ...children)] : [];
+    });
 
     const questions = view.waits.questions || [];
-    $("questions").replaceChildren(...(questions.length ? questions.map((q) => questionBlock(q, running)) : [el("p", { class: "muted" }, "None open.")]));
+    same($("questions"), [questions, running], () =>
+      questions.length ? questions.map((q) => questionBlock(q, running)) : [el("p", { class: "muted" }, "None open.")]);
     const waiting = running ? waitingItems(view.waits) : [];
-    $("waiting").replaceChildren(...waiting.map((text) => el("li", {}, text)));
+    same($("waiting"), waiting, () => waiting.map((text) => el("li", {}, text)));
     $("waiting-section").hidden = waiting.length === 0;
 
     const result = resultBlock(view);
