@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import click
 from rich.console import Console
@@ -24,6 +24,7 @@ from rich.text import Text
 
 import flowcore
 from flowcore import Record, ReplayReport, Settled, Sleep, TimerFired
+from flowcore_handlers import ScheduledCallView
 
 from ._common import duration, iso
 from ._errors import say
@@ -171,31 +172,7 @@ def work_report(report: ReplayReport) -> Table:
     return table
 
 
-class CallRow(Protocol):
-    """What ``scheduled_table`` reads of a scheduled call: ``flowcore.ScheduledCall``
-    (Temporal's query) and the local host's ``ScheduledRow`` both have it."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def tool(self) -> str: ...
-    @property
-    def input(self) -> Any: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def attempts(self) -> int: ...
-    @property
-    def created_ms(self) -> int: ...
-    @property
-    def due_ms(self) -> int: ...
-    @property
-    def error(self) -> flowcore.ErrorInfo | None: ...
-
-
-def scheduled_table(rows: Iterable[CallRow]) -> Table:
+def scheduled_table(rows: Iterable[ScheduledCallView]) -> Table:
     """Scheduled calls as ``scheduled list`` shows them, one row each."""
     table = Table(header_style="bold")
     for name in ("id", "run", "tool", "status", "attempts", "created (UTC)", "due (UTC)"):

@@ -11,7 +11,7 @@ letters and handler failures are kept here too).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import flowcore
 from flowcore import (
@@ -28,6 +28,8 @@ from flowcore import (
 
 from ._store_base import WORK, Applied, Claimed, _dumps, _effect_dec, _json, _json_decode
 from ._store_runs import RunStore
+
+E = TypeVar("E", bound=RunSubflow | SignalRun)
 
 
 class OutboxStore(RunStore):
@@ -155,30 +157,24 @@ class OutboxStore(RunStore):
         return None if row is None else row[0]
 
     def ready_subflows(self, limit: int = 64) -> list[tuple[str, str, RunSubflow]]:
-        out = []
-        scope, args = self._scope()
-        for run_id, key, blob in self.conn.execute(
-            "SELECT run_id, key, effect FROM outbox WHERE status = 'ready' AND kind = 'run-subflow'"
-            f"{scope} LIMIT ?",
-            (*args, limit),
-        ):
-            effect = _effect_dec.decode(blob)
-            assert isinstance(effect, RunSubflow)
-            out.append((run_id, key, effect))
-        return out
+        return self._ready("run-subflow", RunSubflow, limit)
 
     def ready_signal_runs(self, limit: int = 64) -> list[tuple[str, str, SignalRun]]:
         """The ``signal-run`` effects not delivered yet (read again inside the
         transaction that delivers them: a row there is not delivered)."""
-        out = []
+        return self._ready("signal-run", SignalRun, limit)
+
+    def _ready(self, kind: str, of: type[E], limit: int) -> list[tuple[str, str, E]]:
+        """Up to ``limit`` ready outbox rows of ``kind``: (run id, key, effect)."""
+        out: list[tuple[str, str, E]] = []
         scope, args = self._scope()
         for run_id, key, blob in self.conn.execute(
-            "SELECT run_id, key, effect FROM outbox WHERE status = 'ready' AND kind = 'signal-run'"
-            f"{scope} LIMIT ?",
-            (*args, limit),
+            f"SELECT run_id, key, effect FROM outbox WHERE status = 'ready' AND kind = ?{scope}"
+            " LIMIT ?",
+            (kind, *args, limit),
         ):
             effect = _effect_dec.decode(blob)
-            assert isinstance(effect, SignalRun)
+            assert isinstance(effect, of)
             out.append((run_id, key, effect))
         return out
 
