@@ -1,0 +1,228 @@
+"""The operations that change runs: start, signal, answer, cancel, resume,
+fork, upgrade, delete, prune."""
+
+from __future__ import annotations
+
+import msgspec
+
+import flowcore
+from flowcore_handlers import Deleted, UnknownRun
+
+from ._common import epoch_ms, failures, guard, owned, running, summary_of
+from ._declare import Context, OperationError
+from ._types import (
+    AnswerInput,
+    CancelInput,
+    DeletedView,
+    DeleteInput,
+    ForkInput,
+    PruneInput,
+    ResumeInput,
+    RunSummary,
+    SignalInput,
+    SignalKeyInput,
+    SignalledRuns,
+    StartInput,
+    UpgradeInput,
+    UpgradeView,
+)
+
+__all__ = [
+    "answer",
+    "cancel",
+    "delete",
+    "fork",
+    "prune",
+    "resume",
+    "signal",
+    "signal_key",
+    "start",
+    "summarize",
+    "upgrade",
+]
+
+
+async def summarize(ctx: Context, run_id: str) -> RunSummary:
+    """The run's summary now, in the wire's shape."""
+    found = await guard(ctx.host.summary(run_id))
+    return summary_of(found, ctx.host.now())
+
+
+async def start(ctx: Context, given: StartInput) -> RunSummary:
+    """Start a run; the existing run's summary where ``useExisting`` finds one.
+    An id another principal's run holds is taken, as any id is: nothing says whose."""
+    path = ctx.flows(given.flow)
+    if given.run_id is not None:
+        try:
+            held = await ctx.host.summary(given.run_id)
+        except (UnknownRun, flowcore.RunIdError):
+            held = None
+        except Exception:
+            held = None
+        if held is not None and not ctx.principal.owns(held.principal):
+            raise OperationError(
+                "run-exists", f"run {given.run_id!r} already exists: choose another id"
+            )
+    budget = flowcore.budget_from_wire(msgspec.to_builtins(given.budget))
+    try:
+        with failures("cannot-start"):
+            run_id = await ctx.host.start(
+                path,
+                given.input,
+                given.run_id,
+                flows=ctx.flow_folders,
+                budget=budget,
+                metadata=given.metadata,
+                priority=given.priority,
+                dedup_key=given.dedup_key,
+                on_conflict=given.on_conflict,
+                principal=ctx.principal.name,
+            )
+    except OperationError as exc:
+        if exc.code == "cannot-start" and "already exists" in exc.detail:
+            raise OperationError("run-exists", exc.detail) from None
+        raise
+    return await summarize(ctx, run_id)
+
+
+async def signal(ctx: Context, given: SignalInput) -> RunSummary:
+    found = await owned(ctx, given.run_id)
+    running(found)
+    await _event(
+        ctx, given.run_id, ctx.host.signal(given.run_id, given.name, given.payload, given.key)
+    )
+    return await summarize(ctx, given.run_id)
+
+
+async def signal_key(ctx: Context, given: SignalKeyInput) -> SignalledRuns:
+    runs = await guard(ctx.host.signal_key(given.name, given.key, given.payload))
+    return SignalledRuns(runs=list(runs))
+
+
+async def answer(ctx: Context, given: AnswerInput) -> RunSummary:
+    """Answer an open question named by its key, its key relative to the run, or its
+    step (when that step has one open question)."""
+    found = await owned(ctx, given.run_id)
+    running(found)
+    waits = await guard(ctx.host.waits(given.run_id))
+    prefix = given.run_id + "/"
+    matches = [
+        q for q in waits.questions if given.key in (q.key, q.key.removeprefix(prefix), q.step)
+    ]
+    if not matches:
+        raise OperationError(
+            "no-open-question",
+            f"run {given.run_id!r} has no open question {given.key!r}",
+            open_questions=[q.key.removeprefix(prefix) for q in waits.questions],
+        )
+    if len(matches) > 1:
+        raise OperationError(
+            "ambiguous-question",
+            f"step {given.key!r} has {len(matches)} open questions: give the key of one",
+            open_questions=[q.key.removeprefix(prefix) for q in matches],
+        )
+    question = matches[0]
+    if question.options is not None and given.answer not in question.options:
+        raise OperationError(
+            "not-an-option",
+            f"the answer to {question.key.removeprefix(prefix)!r} must be one of its options",
+            options=list(question.options),
+        )
+    await _event(ctx, given.run_id, ctx.host.answer(given.run_id, question.key, given.answer))
+    return await summarize(ctx, given.run_id)
+
+
+async def _event(ctx: Context, run_id: str, call: object) -> None:
+    """Deliver an event; a run that settled meanwhile is ``settled``, any other
+    refusal ``rejected``."""
+    try:
+        with failures():
+            await call  # type: ignore[misc]
+    except OperationError as exc:
+        if exc.code == "rejected":
+            now = await guard(ctx.host.summary(run_id))
+            if now.status != "running":
+                raise OperationError(
+                    "settled", f"run {run_id!r} has settled ({now.status})"
+                ) from None
+        raise
+
+
+async def cancel(ctx: Context, given: CancelInput) -> RunSummary:
+    """A cancel that would change nothing (the run has settled, or compensates
+    already) writes nothing and is refused."""
+    await owned(ctx, given.run_id)
+    try:
+        with failures():
+            await ctx.host.cancel(given.run_id, given.reason)
+    except OperationError as exc:
+        if exc.code == "nothing-to-cancel":
+            now = await guard(ctx.host.summary(given.run_id))
+            if now.status != "running":
+                raise OperationError("settled", exc.detail) from None
+        raise
+    return await summarize(ctx, given.run_id)
+
+
+async def resume(ctx: Context, given: ResumeInput) -> RunSummary:
+    await owned(ctx, given.run_id)
+    await guard(ctx.host.resume(given.run_id))
+    return await summarize(ctx, given.run_id)
+
+
+async def fork(ctx: Context, given: ForkInput) -> RunSummary:
+    """The new run's summary. The new run belongs to whoever owns the source."""
+    await owned(ctx, given.run_id)
+    if given.new_run_id is not None:
+        try:
+            held = await ctx.host.summary(given.new_run_id)
+        except Exception:
+            held = None
+        if held is not None:
+            raise OperationError(
+                "run-exists", f"run {given.new_run_id!r} already exists: choose another id"
+            )
+    new_run_id = await guard(
+        ctx.host.fork(
+            given.run_id,
+            at=given.at,
+            from_step=given.from_step,
+            new_run_id=given.new_run_id,
+            cancel_source=given.cancel_source,
+        )
+    )
+    return await summarize(ctx, new_run_id)
+
+
+async def upgrade(ctx: Context, given: UpgradeInput) -> UpgradeView:
+    await owned(ctx, given.run_id)
+    path = ctx.flows(given.flow)
+    done = await guard(ctx.host.upgrade(given.run_id, path, dry_run=given.dry_run))
+    detail = msgspec.to_builtins(done)
+    return UpgradeView(
+        run_id=given.run_id,
+        upgraded=not given.dry_run,
+        dry_run=given.dry_run,
+        detail=detail if isinstance(detail, dict) else {"result": detail},
+    )
+
+
+def _deleted(done: Deleted) -> DeletedView:
+    return DeletedView(
+        roots=list(done.roots),
+        runs=list(done.runs),
+        rows=dict(done.rows),
+        cancelled=list(done.cancelled),
+        dry_run=done.dry_run,
+    )
+
+
+async def delete(ctx: Context, given: DeleteInput) -> DeletedView:
+    await owned(ctx, given.run_id)
+    return _deleted(await guard(ctx.host.delete(given.run_id, given.force)))
+
+
+async def prune(ctx: Context, given: PruneInput) -> DeletedView:
+    before = epoch_ms(given.settled_before)
+    assert before is not None
+    return _deleted(await guard(ctx.host.prune(before, given.statuses, dry_run=given.dry_run)))

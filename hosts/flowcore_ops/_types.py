@@ -1,0 +1,412 @@
+"""The inputs and outputs of the catalogue's operations, as msgspec Structs.
+
+Field names are camelCase on the wire, as in flowcore's wire protocol. An
+input refuses fields it does not know. The HTTP API reads them from the path
+(the fields its path names), the query string (GET, DELETE) or the JSON body;
+the command line from its arguments and options. ``/openapi.json`` is built
+from these same types.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from ._declare import Access
+
+__all__ = [
+    "AddScheduledInput",
+    "AddSchedulesInput",
+    "AnswerInput",
+    "BackfillInput",
+    "BudgetBody",
+    "CancelInput",
+    "CallInput",
+    "DeleteInput",
+    "DeletedView",
+    "EventsInput",
+    "ForkInput",
+    "Graph",
+    "FlowList",
+    "FlowSummary",
+    "Nothing",
+    "Problem",
+    "PruneInput",
+    "QuestionList",
+    "QuestionView",
+    "ResumeInput",
+    "RunInput",
+    "RunPage",
+    "RunSummary",
+    "RunView",
+    "RunsQuery",
+    "ScheduleChange",
+    "ScheduleInput",
+    "ScheduleList",
+    "ScheduleNames",
+    "ScheduleView",
+    "ScheduledCallList",
+    "ScheduledInput",
+    "ScheduledView",
+    "SignalInput",
+    "SignalKeyInput",
+    "SignalledRuns",
+    "StartInput",
+    "StreamQuery",
+    "UpgradeInput",
+    "UpgradeView",
+    "Whoami",
+    "INT64_MAX",
+    "RUN_STATUSES",
+]
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Note = Annotated[str, msgspec.Meta(max_length=1000)]
+INT64_MAX = 2**63 - 1  # what the databases' integers hold: a larger index or count is refused
+Index = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+RUN_STATUSES = ("running", "completed", "failed", "cancelled", "terminated", "timed-out")
+RunStatus = Literal["running", "completed", "failed", "cancelled", "terminated", "timed-out"]
+
+
+class _In(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """An operation's input: unknown fields are refused, not ignored."""
+
+
+class _Out(msgspec.Struct, kw_only=True, rename="camel"):
+    """An operation's output."""
+
+
+class Nothing(_In):
+    """No input."""
+
+
+# --- inputs: runs --------------------------------------------------------------------
+
+
+class RunInput(_In):
+    """One run, named by its id."""
+
+    run_id: Name
+
+
+class BudgetBody(_In):
+    """Caps the run below its spec's budget (each field optional)."""
+
+    steps: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    cost_minor_units: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    wall_clock_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    turns: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class StartInput(_In):
+    """Start a run of a flow (on HTTP: a flow id of the server's registry folder;
+    on the command line: a spec file)."""
+
+    flow: Name
+    input: Any = None
+    budget: BudgetBody | None = None
+    run_id: Name | None = None
+    # Initial values of the metadata fields the flow declares (checked against them).
+    metadata: dict[str, str | int | float | bool] | None = None
+    priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] | None = None
+    dedup_key: Name | None = None
+    # When ``runId`` names a run started with another input or spec: refuse it
+    # (409), or answer with that run as it is (nothing written).
+    on_conflict: Literal["refuse", "use-existing"] = "refuse"
+
+
+class CancelInput(_In):
+    run_id: Name
+    reason: Note = ""
+
+
+class AnswerInput(_In):
+    """Answer an open question: ``key`` is its key, relative key or step id."""
+
+    run_id: Name
+    key: Name
+    answer: Any
+
+
+class SignalInput(_In):
+    """A signal; with ``key``, only a wait with that key takes it (buffered until then)."""
+
+    run_id: Name
+    name: Name
+    payload: Any = None
+    key: Name | None = None
+
+
+class SignalKeyInput(_In):
+    """Signal every run that waits for ``name`` with ``key`` now."""
+
+    name: Name
+    key: Name
+    payload: Any = None
+
+
+class ResumeInput(_In):
+    """Retry a failed run from its failed step."""
+
+    run_id: Name
+
+
+class ForkInput(_In):
+    """A new run with the history of ``runId`` up to record ``at`` (or to just before
+    step ``fromStep`` first ran); ``cancelSource`` cancels the source run."""
+
+    run_id: Name
+    at: Index | None = None
+    from_step: Name | None = None
+    new_run_id: Name | None = None
+    cancel_source: bool = False
+
+
+class UpgradeInput(_In):
+    """Move a running run to another version of its flow, once its log replays against it."""
+
+    run_id: Name
+    flow: Name
+    dry_run: bool = False
+
+
+class DeleteInput(_In):
+    """Delete a run and its child runs; ``force`` cancels a running one first."""
+
+    run_id: Name
+    force: bool = False
+
+
+class PruneInput(_In):
+    """Delete the runs that settled before ``settledBefore`` (with their child runs)."""
+
+    settled_before: datetime  # RFC 3339 instant (no zone: UTC)
+    statuses: list[RunStatus] | None = None
+    dry_run: bool = False
+
+
+class RunsQuery(_In):
+    """Filters of the runs list; ``cursor`` is the ``nextCursor`` of the previous page."""
+
+    flow: Name | None = None
+    status: RunStatus | Literal["budget-exhausted"] | None = None
+    parent: Name | None = None
+    created_from: datetime | None = None  # RFC 3339 instant, inclusive (no zone: UTC)
+    created_to: datetime | None = None  # exclusive
+    cursor: str | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+    # Metadata filters, every one of which must hold (``where=amount>100``; repeatable).
+    where: list[str] = []
+
+
+class EventsInput(_In):
+    """A run's log records from index ``start``."""
+
+    run_id: Name
+    start: Index = 0
+
+
+class StreamQuery(_In):
+    """Where an event stream starts: the index of the first record wanted."""
+
+    start: Index = 0
+
+
+# --- inputs: scheduled calls and schedules -----------------------------------------------
+
+
+class ScheduledInput(_In):
+    """The scheduled calls of a run (``runId``), or of every run (admin)."""
+
+    run_id: Name | None = None
+    tool: Name | None = None
+    status: Literal["pending", "running", "done", "failed", "cancelled"] | None = None
+
+
+class AddScheduledInput(_In):
+    """Schedule a call of ``tool`` with ``input`` in ``delayMs`` for a running run."""
+
+    run_id: Name
+    tool: Name
+    input: Any = None
+    delay_ms: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
+
+
+class CallInput(_In):
+    """One scheduled call of a run: its id, or its id relative to the run."""
+
+    run_id: Name
+    call_id: Name
+
+
+class AddSchedulesInput(_In):
+    """Add (or replace) the schedules a flow declares under ``schedules:``."""
+
+    flow: Name
+
+
+class ScheduleInput(_In):
+    name: Name
+
+
+class ScheduleChange(_In):
+    name: Name
+    note: Note = ""
+
+
+class BackfillInput(_In):
+    """Start the runs of the slots in [start, end) (RFC 3339 instants; no zone: UTC)."""
+
+    name: Name
+    start: datetime
+    end: datetime
+
+
+# --- outputs -------------------------------------------------------------------------
+
+
+class RunSummary(_Out):
+    run_id: str
+    flow_id: str | None
+    status: str
+    parent: str | None
+    depth: int
+    principal: str | None
+    created_at: datetime  # RFC 3339, UTC
+    updated_at: datetime | None  # None where the host does not tell
+    duration_ms: int | None  # from start to settlement, or to now while running
+    next_index: int | None  # the index the next log record will have (None: not told)
+    metadata: dict[str, Any]  # the run's metadata fields now (empty: none set)
+
+
+class RunPage(_Out):
+    runs: list[RunSummary]
+    next_cursor: str | None  # None on the last page
+
+
+class RunView(_Out):
+    """One run: its summary, what it waits for (``flowcore.waiting_for``), its budget
+    (``flowcore.usage_figures``: what it used and has left, as ``flowcore show``
+    reports it), and once settled its output or error and the settled report."""
+
+    run: RunSummary
+    waits: dict[str, Any]
+    budget: dict[str, Any]
+    output: Any = None
+    error: Any = None
+    exhausted: str | None = None
+    report: list[dict[str, Any]] | None = None
+    dead_letters: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    children: list[str] = msgspec.field(default_factory=list)
+
+
+class QuestionView(_Out):
+    key: str
+    question: str
+    options: list[str] | None = None
+    step: str | None = None
+
+
+class QuestionList(_Out):
+    questions: list[QuestionView]
+
+
+class SignalledRuns(_Out):
+    """The runs a keyed signal was delivered to."""
+
+    runs: list[str]
+
+
+class UpgradeView(_Out):
+    """What an upgrade did (or with ``dryRun`` would do)."""
+
+    run_id: str
+    upgraded: bool
+    dry_run: bool
+    detail: dict[str, Any]
+
+
+class DeletedView(_Out):
+    """What a delete or prune removed (with ``dryRun``: would remove)."""
+
+    roots: list[str]
+    runs: list[str]
+    rows: dict[str, int]
+    cancelled: list[str]
+    dry_run: bool
+
+
+class Graph(_Out):
+    """The run's flow as Mermaid text (``flowcore graph``) and the nodes it is at now."""
+
+    mermaid: str
+    current: list[str]
+    done: list[str]
+
+
+class ScheduledView(_Out):
+    """One scheduled call."""
+
+    id: str
+    run_id: str
+    tool: str
+    input: Any
+    status: str
+    created_ms: int
+    due_ms: int
+    attempts: int
+    finished_ms: int | None = None
+    error: Any = None
+    outside: bool = False
+
+
+class ScheduledCallList(_Out):
+    calls: list[ScheduledView]
+
+
+class ScheduleNames(_Out):
+    """The schedules a spec added."""
+
+    names: list[str]
+
+
+class ScheduleView(_Out):
+    """A schedule as the host describes it (its state, cadence and next slots)."""
+
+    name: str
+    detail: dict[str, Any]
+
+
+class ScheduleList(_Out):
+    schedules: list[dict[str, Any]]
+
+
+class FlowSummary(_Out):
+    flow_id: str
+    version: int
+    source: str
+
+
+class FlowList(_Out):
+    flows: list[FlowSummary]
+
+
+class Whoami(_Out):
+    principal: str | None
+    access: Access
+
+
+class Problem(_Out, omit_defaults=True):
+    """An error, as ``application/problem+json`` (RFC 9457)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    options: list[str] | None = None  # an answer's allowed options, when it was not one
+    open_questions: list[str] | None = None
