@@ -80,7 +80,7 @@ def test_the_contract_covers_every_area() -> None:
     assert set(_members(Host)) == set()  # Host only combines the areas
     assert {"start", "resume", "delete", "prune", "scheduled", "schedule_names"} <= members
     assert {"find_runs", "show", "events", "export", "open_questions", "waits"} <= members
-    assert len(members) == 30
+    assert len(members) == 31
 
 
 @pytest.mark.parametrize("host", [LocalHost, TemporalHost], ids=["local", "temporal"])
@@ -146,3 +146,40 @@ def test_a_temporal_start_takes_the_budget_the_contract_gives() -> None:
     assert _wire_budget(budget) == {"steps": 3, "costMinorUnits": 50, "wallClockMs": 1_000}
     with pytest.raises(TemporalRefusal, match="cannot start a run with a tokens budget"):
         _wire_budget(_budget(steps=3, tokens=10))
+
+
+def test_each_host_raises_its_own_subclass_of_each_typed_failure() -> None:
+    """A surface maps a failure by its contract type; the host's own error class
+    still catches it, and the message is the host's own, word for word."""
+    import flowcore_local as fl
+    import flowcore_temporal._host as th
+
+    cases = [
+        (fl.LocalUnknownRun("r", "no run 'r' in the database"), fh.UnknownRun, HostError),
+        (fl.LocalRunSettled("r", "failed", "x"), fh.RunSettled, HostError),
+        (fl.NothingToCancel("r", "run 'r' has settled"), fh.NothingToCancel, HostError),
+        (fl.LocalUnknownSchedule("s", "no schedule 's'"), fh.UnknownSchedule, HostError),
+        (th.TemporalUnknownRun("r", "no run 'r' on Temporal"), fh.UnknownRun, TemporalHostError),
+        (th.TemporalRunSettled("r", None, "x"), fh.RunSettled, TemporalHostError),
+        (th.TemporalUnknownSchedule("s", "no schedule"), fh.UnknownSchedule, TemporalHostError),
+        (th._NotPending("r/x#1"), fh.NotPending, TemporalHostError),
+    ]
+    for error, contract, own in cases:
+        assert isinstance(error, contract) and isinstance(error, own), error
+        assert isinstance(error, HostFailure)
+    assert str(cases[0][0]) == "no run 'r' in the database"
+    assert (cases[1][0].run_id, cases[1][0].status) == ("r", "failed")  # type: ignore[attr-defined]
+    assert str(fh.NotPending("r/x#1")) == "scheduled call 'r/x#1' is not pending"
+    assert fh.RUN_STATUSES == (
+        "running",
+        "completed",
+        "failed",
+        "cancelled",
+        "terminated",
+        "timed-out",
+    )
+    assert fh.status_problem("timed-out") is None
+    assert fh.status_problem("Completed") == (
+        "unknown run status 'Completed': one of running, completed, failed, cancelled,"
+        " terminated, timed-out"
+    )

@@ -82,18 +82,25 @@ from flowcore import (
 )
 
 from ._host import (
+    RUN_STATUSES,
     Deleted,
     Host,
     HostFailure,
     HostRefusal,
+    NothingToCancel,
+    NotPending,
     RunCommands,
     RunPage,
     RunQuery,
     RunReads,
+    RunSettled,
     RunSummary,
     ScheduledCalls,
     ScheduledCallView,
     Schedules,
+    UnknownRun,
+    UnknownSchedule,
+    status_problem,
 )
 from ._limits import LimitError, ToolLimit, parse_tool_limits
 from ._threads import HandlerThreads
@@ -113,6 +120,8 @@ __all__ = [
     "Heartbeats",
     "MAX_HEARTBEAT_DETAILS_BYTES",
     "LimitError",
+    "NotPending",
+    "NothingToCancel",
     "OutcomeUnknown",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
@@ -122,11 +131,15 @@ __all__ = [
     "RunPage",
     "RunQuery",
     "RunReads",
+    "RunSettled",
+    "RUN_STATUSES",
     "RunSummary",
     "ScheduledCallView",
     "ScheduledCalls",
     "Schedules",
     "ToolLimit",
+    "UnknownRun",
+    "UnknownSchedule",
     "call_handler",
     "cancellation",
     "cancelled",
@@ -144,6 +157,7 @@ __all__ = [
     "registry_from_module",
     "run_handler",
     "safe_text",
+    "status_problem",
     "waits_for_cancel",
     "tools_module_name",
 ]

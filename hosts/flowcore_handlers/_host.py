@@ -9,10 +9,15 @@ an operation raises ``HostRefusal`` (``.operation``, ``.why``, ``.host``), a
 out; specs/hosts.md lists, per operation and host, what is done and what is
 refused and why.
 
+The typed failures a surface maps without reading messages are here too:
+``UnknownRun``, ``RunSettled``, ``NothingToCancel``, ``UnknownSchedule`` and
+``NotPending``, each a ``HostFailure``; a host raises its own subclass of each
+(also its own error class), with its own message.
+
 The shared values where the hosts' own answers differ live here too:
-``RunQuery`` / ``RunPage`` / ``RunSummary`` (runs a page at a time) and
-``Deleted`` (what a delete or prune removed). This module holds types only: it
-does no I/O and never imports a host.
+``RunQuery`` / ``RunPage`` / ``RunSummary`` (runs a page at a time, in one
+status vocabulary, ``RUN_STATUSES``) and ``Deleted`` (what a delete or prune
+removed). This module holds types only: it does no I/O and never imports a host.
 """
 
 from __future__ import annotations
@@ -27,19 +32,36 @@ import msgspec
 import flowcore
 
 __all__ = [
+    "RUN_STATUSES",
     "Deleted",
     "Host",
     "HostFailure",
     "HostRefusal",
+    "NotPending",
+    "NothingToCancel",
     "RunCommands",
     "RunPage",
     "RunQuery",
     "RunReads",
+    "RunSettled",
     "RunSummary",
     "ScheduledCallView",
     "ScheduledCalls",
     "Schedules",
+    "UnknownRun",
+    "UnknownSchedule",
+    "status_problem",
 ]
+
+RUN_STATUSES = ("running", "completed", "failed", "cancelled", "terminated", "timed-out")
+"""The words of ``RunSummary.status`` and ``RunQuery.status`` on every host."""
+
+
+def status_problem(status: str | None) -> str | None:
+    """What is wrong with ``status`` as a ``RunQuery.status`` (None: nothing)."""
+    if status is None or status in RUN_STATUSES:
+        return None
+    return f"unknown run status {status!r:.60}: one of {', '.join(RUN_STATUSES)}"
 
 
 class HostFailure(Exception):
@@ -58,6 +80,51 @@ class HostRefusal(HostFailure):
         self.operation = operation
         self.why = why
         self.host = host
+
+
+class UnknownRun(HostFailure):
+    """No run has the id ``run_id`` on this host."""
+
+    def __init__(self, run_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"no run {run_id!r}")
+        self.run_id = run_id
+
+
+class RunSettled(HostFailure):
+    """An operation that needs a running run, asked of one that has settled
+    (``status``: its word in ``RUN_STATUSES``, None where the host cannot tell)."""
+
+    def __init__(self, run_id: str, status: str | None, message: str | None = None) -> None:
+        super().__init__(message or f"run {run_id!r} has settled")
+        self.run_id = run_id
+        self.status = status
+
+
+class NothingToCancel(HostFailure):
+    """A cancel that would change nothing (the run has settled, or already
+    compensates): refused, and nothing is written."""
+
+    def __init__(self, run_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"run {run_id!r}: nothing to cancel")
+        self.run_id = run_id
+
+
+class UnknownSchedule(HostFailure):
+    """No schedule is named ``name`` on this host."""
+
+    def __init__(self, name: str, message: str | None = None) -> None:
+        super().__init__(message or f"no schedule {name!r}")
+        self.name = name
+
+
+class NotPending(HostFailure):
+    """A scheduled call that is not pending (unknown, issued or finished). The
+    contract's ``cancel_scheduled`` and ``run_scheduled_now`` answer False for it
+    rather than raise; a host may raise it inside, where a bool cannot travel."""
+
+    def __init__(self, schedule_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"scheduled call {schedule_id!r} is not pending")
+        self.schedule_id = schedule_id
 
 
 @dataclass
@@ -84,8 +151,9 @@ class Deleted:
 class RunQuery(msgspec.Struct, frozen=True, kw_only=True):
     """Which runs ``Host.find_runs`` lists, newest first, one page at a time.
 
-    ``status`` is the host's status word (local: ``running``, ``completed``...;
-    Temporal: its execution status, ``Running``, ``Completed``...). ``where``:
+    ``status``: one of ``RUN_STATUSES`` (another word is a ``HostFailure``
+    naming them). ``principal``: the runs that principal started (child runs
+    inherit their parent's); ``parent``: the child runs of that run. ``where``:
     metadata filters as ``flowcore.metadata_filters`` takes them. Times are
     epoch milliseconds of the run's start, ``started_from`` inclusive and
     ``started_to`` exclusive. ``cursor``: the ``RunPage.cursor`` of the page
@@ -98,17 +166,26 @@ class RunQuery(msgspec.Struct, frozen=True, kw_only=True):
     started_to_ms: int | None = None
     limit: int = 50
     cursor: str | None = None
+    principal: str | None = None
+    parent: str | None = None
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """One run as ``Host.find_runs`` lists it (``flow_id`` None where the host's
-    listing does not carry it)."""
+    """One run as ``Host.find_runs`` lists it and ``Host.summary`` reads it.
+
+    ``status`` is one of ``RUN_STATUSES``; ``principal``: who started it (child
+    runs inherit it), ``parent``: the run that started it as a child run;
+    ``updated_ms``: when it last changed. ``flow_id``, ``principal`` and
+    ``updated_ms`` are None where the host cannot tell them cheaply."""
 
     run_id: str
     status: str
     started_ms: int
     flow_id: str | None = None
     metadata: dict[str, Any] = {}
+    principal: str | None = None
+    parent: str | None = None
+    updated_ms: int | None = None
 
 
 class RunPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -158,6 +235,7 @@ class RunCommands(Protocol):
         tools: str | None = None,
         flows: Iterable[str | Path] = (),
         budget: flowcore.Budget | None = None,
+        principal: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         priority: int | None = None,
         dedup_key: str | None = None,
@@ -247,9 +325,12 @@ class Schedules(Protocol):
 
 
 class RunReads(Protocol):
-    """Reads: runs a page at a time, one run shown, its events, export, questions, waits."""
+    """Reads: runs a page at a time, one run's summary, one run shown, its events,
+    export, questions, waits."""
 
     async def find_runs(self, query: RunQuery) -> RunPage: ...
+
+    async def summary(self, run_id: str) -> RunSummary: ...
 
     async def show(self, run_id: str) -> dict[str, Any]: ...
 

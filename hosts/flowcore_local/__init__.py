@@ -12,7 +12,15 @@ from ._db import DB_ENV, DURABILITY, Durability, NotAFlowcoreDatabase, default_d
 from ._host import LocalHost
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention, ScheduledRow
-from ._store import HostError, NoSignalWait, NothingToCancel, RunRow
+from ._store import (
+    HostError,
+    LocalRunSettled,
+    LocalUnknownRun,
+    LocalUnknownSchedule,
+    NoSignalWait,
+    NothingToCancel,
+    RunRow,
+)
 
 __all__ = [
     "DB_ENV",
@@ -21,6 +29,9 @@ __all__ = [
     "Deleted",
     "HostError",
     "LocalHost",
+    "LocalRunSettled",
+    "LocalUnknownRun",
+    "LocalUnknownSchedule",
     "NoSignalWait",
     "NothingToCancel",
     "NotAFlowcoreDatabase",

@@ -27,7 +27,15 @@ from ._flows import declared_signals, reachable_flows
 from ._reads import LocalReads
 from ._resume import Rewind, plan_rewind
 from ._scheduled import ScheduledRow, list_scheduled
-from ._store import Applied, HostError, NoSignalWait, NothingToCancel, Store
+from ._store import (
+    Applied,
+    HostError,
+    LocalRunSettled,
+    NoSignalWait,
+    NothingToCancel,
+    Store,
+    contract_status,
+)
 
 
 def _checked_budget(budget: Any) -> flowcore.Budget | None:
@@ -373,9 +381,11 @@ class LocalClient(LocalReads):
             with store.tx():  # the write lock: no event of the run commits meanwhile
                 current = store.run_row(run_id)
                 if current.status != "running":
-                    raise HostError(
+                    raise LocalRunSettled(
+                        run_id,
+                        contract_status(current.status),
                         f"cannot move run {run_id!r} to another version: it is {current.status},"
-                        " and only a running run moves"
+                        " and only a running run moves",
                     )
                 records = store.log_records(run_id)
                 made = flowcore.upgrade(records, flow, pinned=current.spec_hash)
@@ -410,9 +420,12 @@ class LocalClient(LocalReads):
         def applying() -> list[Applied]:
             store = self.store
             with store.tx():
-                store.run_row(run_id)
+                row = store.run_row(run_id)
                 applied = store.apply(run_id, event, self.now())
                 if applied.rejected is not None:
+                    if row.status != "running":
+                        status = contract_status(row.status)
+                        raise LocalRunSettled(run_id, status, applied.rejected)
                     raise HostError(applied.rejected)
                 return [applied, *store.take_extra()]
 
@@ -527,7 +540,10 @@ class LocalClient(LocalReads):
             await self._apply_now(run_id, event)
         except HostError as exc:
             listed = ", ".join(open_keys) if open_keys else "none"
-            raise HostError(f"{exc} (open questions of run {run_id!r}: {listed})") from None
+            message = f"{exc} (open questions of run {run_id!r}: {listed})"
+            if isinstance(exc, LocalRunSettled):
+                raise LocalRunSettled(run_id, exc.status, message) from None
+            raise HostError(message) from None
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
         """Cancel the run: pending work is abandoned, compensations run, it settles cancelled.
@@ -538,17 +554,19 @@ class LocalClient(LocalReads):
         """
         row = await self.run(run_id)
         if row.status != "running":
-            raise NothingToCancel(f"run {run_id!r} has settled ({row.status}): nothing to cancel")
+            raise NothingToCancel(
+                run_id, f"run {run_id!r} has settled ({row.status}): nothing to cancel"
+            )
         try:
             await self._apply_now(run_id, flowcore.CancelRequested(reason=reason, at_ms=self.now()))
         except HostError as exc:
             current = await self.run(run_id)
             if current.status != "running":
                 raise NothingToCancel(
-                    f"run {run_id!r} has settled ({current.status}): nothing to cancel"
+                    run_id, f"run {run_id!r} has settled ({current.status}): nothing to cancel"
                 ) from None
             if "compensating" in str(exc):
-                raise NothingToCancel(f"run {run_id!r}: {exc}: nothing to cancel") from None
+                raise NothingToCancel(run_id, f"run {run_id!r}: {exc}: nothing to cancel") from None
             raise
 
     # --- scheduled calls -----------------------------------------------------------
@@ -624,7 +642,11 @@ class LocalClient(LocalReads):
         """
         row = await self.run(run_id)
         if row.status != "running":
-            raise HostError(f"run {run_id!r} has settled ({row.status}): no call can be scheduled")
+            raise LocalRunSettled(
+                run_id,
+                contract_status(row.status),
+                f"run {run_id!r} has settled ({row.status}): no call can be scheduled",
+            )
         if type(delay_ms) is not int or not 0 <= delay_ms <= MAX_MS:
             raise HostError(f"delay must be an integer from 0 to {MAX_MS:,} ms, not {delay_ms!r}")
         event = flowcore.ScheduledAddRequested(

@@ -29,7 +29,7 @@ from flowcore_handlers import Deleted
 
 from ._db import FLOW_REFERENCES, RUN_TABLES
 from ._flows import reachable_flows
-from ._store import HostError, Store
+from ._store import HostError, LocalUnknownRun, Store
 
 __all__ = [
     "PRUNE_BATCH",
@@ -84,7 +84,7 @@ def tree(store: Store, run_id: str) -> list[Node]:
 def _known_tree(store: Store, run_id: str) -> list[Node]:
     nodes = tree(store, run_id)
     if not nodes:
-        raise HostError(f"no run {run_id!r} in the database")
+        raise LocalUnknownRun(run_id, f"no run {run_id!r} in the database")
     parent = nodes[0].parent_run
     if parent is not None:
         row = store.conn.execute("SELECT status FROM runs WHERE run_id = ?", (parent,)).fetchone()

@@ -13,10 +13,10 @@ from typing import Any
 import msgspec
 
 import flowcore
-from flowcore_handlers import RunPage, RunQuery, RunSummary
+from flowcore_handlers import RunPage, RunQuery, RunSummary, status_problem
 
 from ._base import HostBase
-from ._store import HostError, RunRow
+from ._store import HostError, RunRow, contract_status, local_status
 
 
 class LocalReads(HostBase):
@@ -69,7 +69,11 @@ class LocalReads(HostBase):
     async def find_runs(self, query: RunQuery) -> RunPage:
         """Runs newest first (by start), filtered, one page of ``query.limit`` at a time:
         the ``Host`` contract's listing (``page_runs``). The cursor is the start time
-        and run id of the page's last run."""
+        and run id of the page's last run. Statuses are the contract's words
+        (``budget-exhausted`` is ``timed-out``)."""
+        problem = status_problem(query.status)
+        if problem is not None:
+            raise HostError(problem)
         before = None
         if query.cursor is not None:
             ms, sep, last = query.cursor.partition(":")
@@ -83,7 +87,9 @@ class LocalReads(HostBase):
         def paging() -> tuple[list[RunRow], dict[str, dict[str, Any]]]:
             rows = self.store.page_runs(
                 flow=query.flow,
-                status=query.status,
+                status=None if query.status is None else local_status(query.status),
+                parent=query.parent,
+                principal=query.principal,
                 created_from=query.started_from_ms,
                 created_to=query.started_to_ms,
                 before=before,
@@ -93,19 +99,19 @@ class LocalReads(HostBase):
             return rows, self.store.metadata([r.run_id for r in rows[: query.limit]])
 
         rows, metadata = await self._db(paging)
-        page = [
-            RunSummary(
-                run_id=r.run_id,
-                status=r.status,
-                started_ms=r.created_ms,
-                flow_id=r.flow_id,
-                metadata=metadata.get(r.run_id, {}),
-            )
-            for r in rows[: query.limit]
-        ]
+        page = [_summary(r, metadata.get(r.run_id, {})) for r in rows[: query.limit]]
         last_row = rows[query.limit - 1] if len(rows) > query.limit else None
         cursor = None if last_row is None else f"{last_row.created_ms}:{last_row.run_id}"
         return RunPage(runs=page, cursor=cursor)
+
+    async def summary(self, run_id: str) -> RunSummary:
+        """One run as ``find_runs`` lists it (``LocalUnknownRun`` if there is none)."""
+
+        def reading() -> RunSummary:
+            row = self.store.run_row(run_id)
+            return _summary(row, self.store.metadata([run_id]).get(run_id, {}))
+
+        return await self._db(reading)
 
     async def children(self, run_id: str) -> list[str]:
         return await self._db(self.store.children, run_id)
@@ -241,3 +247,16 @@ class LocalReads(HostBase):
             return info
 
         return await self._db(showing)
+
+
+def _summary(row: RunRow, metadata: dict[str, Any]) -> RunSummary:
+    return RunSummary(
+        run_id=row.run_id,
+        status=contract_status(row.status),
+        started_ms=row.created_ms,
+        flow_id=row.flow_id,
+        metadata=metadata,
+        principal=row.principal,
+        parent=row.parent_run,
+        updated_ms=row.updated_ms,
+    )

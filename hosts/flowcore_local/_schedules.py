@@ -49,7 +49,7 @@ from flowcore.schedules import (
     trigger_run_id,
 )
 
-from ._store import Applied, HostError, Store
+from ._store import Applied, HostError, LocalUnknownSchedule, Store
 
 __all__ = ["KEEP_ACTIONS", "ScheduleRow"]
 
@@ -115,7 +115,7 @@ def get(store: Store, name: str) -> ScheduleRow:
         f"SELECT {_COLUMNS} FROM schedules WHERE name = ?", (name,)
     ).fetchone()
     if found is None:
-        raise HostError(f"no schedule {name!r} in the database")
+        raise LocalUnknownSchedule(name, f"no schedule {name!r} in the database")
     return _row(found)
 
 

@@ -28,9 +28,14 @@ from ._store_base import (
     Claimed,
     Conflict,
     HostError,
+    LocalRunSettled,
+    LocalUnknownRun,
+    LocalUnknownSchedule,
     NoSignalWait,
     NothingToCancel,
     RunRow,
+    contract_status,
+    local_status,
 )
 from ._store_rewind import RewindStore
 
@@ -40,10 +45,15 @@ __all__ = [
     "Claimed",
     "Conflict",
     "HostError",
+    "LocalRunSettled",
+    "LocalUnknownRun",
+    "LocalUnknownSchedule",
     "NoSignalWait",
     "NothingToCancel",
     "RunRow",
     "Store",
+    "contract_status",
+    "local_status",
 ]
 
 

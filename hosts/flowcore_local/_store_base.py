@@ -32,7 +32,8 @@ from flowcore import (
     State,
     persist,
 )
-from flowcore_handlers import HostFailure, ToolLimit
+from flowcore_handlers import HostFailure, RunSettled, ToolLimit, UnknownRun, UnknownSchedule
+from flowcore_handlers import NothingToCancel as _NothingToCancel
 from flowcore_handlers._limits import DEFAULT_PRIORITY
 
 WORK = ("call-tool", "run-agent", "run-team")
@@ -55,9 +56,38 @@ class NoSignalWait(HostError):
     """A keyed signal sent without a run id that no running run waits for."""
 
 
-class NothingToCancel(HostError):
+class NothingToCancel(HostError, _NothingToCancel):
     """A cancel that would change nothing (the run has settled, or compensates
     already): refused, and nothing is written."""
+
+
+class LocalUnknownRun(HostError, UnknownRun):
+    """No run has that id in the database."""
+
+
+class LocalRunSettled(HostError, RunSettled):
+    """An operation that needs a running run, asked of one that has settled."""
+
+
+class LocalUnknownSchedule(HostError, UnknownSchedule):
+    """No schedule has that name in the database."""
+
+
+# The local host's status words that are not the contract's (``RUN_STATUSES``):
+# a run that ran out of its budget was stopped by a limit set on it, as a
+# Temporal run that times out is.
+_CONTRACT_STATUS = {"budget-exhausted": "timed-out"}
+_LOCAL_STATUS = {word: local for local, word in _CONTRACT_STATUS.items()}
+
+
+def contract_status(status: str) -> str:
+    """A run's status as the ``Host`` contract spells it (``RUN_STATUSES``)."""
+    return _CONTRACT_STATUS.get(status, status)
+
+
+def local_status(status: str) -> str:
+    """The status the database stores for a ``RUN_STATUSES`` word."""
+    return _LOCAL_STATUS.get(status, status)
 
 
 class Conflict(Exception):

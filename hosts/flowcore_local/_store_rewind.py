@@ -20,6 +20,7 @@ from . import _scheduled as scheduled
 from ._store_base import (
     Applied,
     HostError,
+    LocalUnknownRun,
     RunRow,
     _Cached,
     _dumps,
@@ -254,7 +255,7 @@ class RewindStore(OutboxStore):
             "SELECT next_index, version, tools FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if row is None:
-            raise HostError(f"no run {run_id!r} in the database")
+            raise LocalUnknownRun(run_id, f"no run {run_id!r} in the database")
         end, version, tools = row
         if not records or records[-1].index + 1 != end:  # (read in this transaction)
             raise HostError(f"run {run_id!r}: its log does not end at index {end - 1}")

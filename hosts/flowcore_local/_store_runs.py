@@ -45,6 +45,7 @@ from ._store_base import (
     CHECKPOINT_RECORDS,
     Applied,
     HostError,
+    LocalUnknownRun,
     RunRow,
     _Cached,
     _dumps,
@@ -132,7 +133,7 @@ class RunStore(FlowStore):
             (run_id,),
         ).fetchone()
         if row is None:
-            raise HostError(f"no run {run_id!r} in the database")
+            raise LocalUnknownRun(run_id, f"no run {run_id!r} in the database")
         values = list(row)
         for i in (7, 8, 9):
             values[i] = None if values[i] is None else _json_decode(values[i])
@@ -399,7 +400,7 @@ class RunStore(FlowStore):
         if self._planning:
             self._read.setdefault(run_id, None if row is None else row[5])
         if row is None:
-            raise HostError(f"no run {run_id!r} in the database")
+            raise LocalUnknownRun(run_id, f"no run {run_id!r} in the database")
         next_index, spec_hash, tools, hot, saved_index, version = row
         flow = self.flow_by_hash(spec_hash)
         results = (

@@ -34,6 +34,7 @@ from temporalio.client import (
     ScheduleOverlapPolicy,
     ScheduleUpdate,
     ScheduleUpdateInput,
+    WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -59,10 +60,15 @@ from flowcore_handlers import (
     Deleted,
     HostRefusal,
     LimitError,
+    NotPending,
     RunPage,
     RunQuery,
+    RunSettled,
     RunSummary,
     ToolLimit,
+    UnknownRun,
+    UnknownSchedule,
+    status_problem,
 )
 from flowcore_handlers._limits import check_dedup_key, check_priority, check_tool_limits
 
@@ -96,14 +102,17 @@ from ._types import (
     run_args_from_wire,
     tool_queue,
 )
-from ._visibility import SearchAttributes, metadata_of, visibility_query
+from ._visibility import SearchAttributes, _quoted, metadata_of, visibility_query
 from ._workflow import FlowcoreWorkflow
 
 __all__ = [
     "TemporalHost",
     "TemporalHostError",
     "TemporalRefusal",
+    "TemporalRunSettled",
     "TemporalUnavailable",
+    "TemporalUnknownRun",
+    "TemporalUnknownSchedule",
     "collect_flows",
     "connect",
     "history_to_log",
@@ -134,6 +143,48 @@ class TemporalRefusal(TemporalHostError, HostRefusal):
         HostRefusal.__init__(self, operation, why, host="Temporal")
 
 
+class TemporalUnknownRun(TemporalHostError, UnknownRun):
+    """No workflow has that run id on the namespace."""
+
+
+class TemporalRunSettled(TemporalHostError, RunSettled):
+    """An operation that needs a running run, asked of one whose workflow is closed."""
+
+
+class TemporalUnknownSchedule(TemporalHostError, UnknownSchedule):
+    """No Temporal Schedule has that name on the namespace."""
+
+
+# A Temporal execution status as the ``Host`` contract spells it (``RUN_STATUSES``).
+# A run that continued as new goes on in its next Temporal run, under the same id.
+_CONTRACT_STATUS = {
+    WorkflowExecutionStatus.RUNNING: "running",
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed-out",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "running",
+}
+# A ``RUN_STATUSES`` word as visibility queries spell the execution status.
+_VISIBILITY_STATUS = {
+    "running": "Running",
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Canceled",
+    "terminated": "Terminated",
+    "timed-out": "TimedOut",
+}
+
+
+def _contract_status(status: WorkflowExecutionStatus | None) -> str:
+    return "running" if status is None else _CONTRACT_STATUS.get(status, "running")
+
+
+def _ms(at: datetime | None) -> int | None:
+    return None if at is None else int(at.timestamp() * 1000)
+
+
 # The budget limits a run on Temporal takes (``RunArgs.budget``), by ``flowcore.Budget`` field.
 _BUDGET_WIRE = {
     "steps": "steps",
@@ -160,13 +211,6 @@ def _wire_budget(budget: Mapping[str, int] | flowcore.Budget | None) -> dict[str
             )
         out[_BUDGET_WIRE[name]] = value
     return out
-
-
-def _status_word(status: WorkflowExecutionStatus | None) -> str:
-    """A Temporal execution status as visibility queries spell it (``TIMED_OUT`` → ``TimedOut``)."""
-    if status is None:
-        return "Unknown"
-    return "".join(part.capitalize() for part in status.name.split("_"))
 
 
 async def connect(
@@ -234,11 +278,8 @@ def records_from_wire(items: Iterable[Mapping[str, Any]]) -> list[Record]:
     ]
 
 
-class _NotPending(Exception):
+class _NotPending(TemporalHostError, NotPending):
     """A scheduled-call cancel or run-now the workflow refused: not pending."""
-
-    def __init__(self, schedule_id: str) -> None:
-        self.schedule_id = schedule_id
 
 
 class TemporalHost:
@@ -303,6 +344,7 @@ class TemporalHost:
         continue_after_events: int | None = DEFAULT_CONTINUE_AFTER_EVENTS,
         by_hash: bool = False,
         on_conflict: str = "refuse",
+        principal: str | None = None,
     ) -> str:
         """Start a run of ``spec`` (a path, or spec text); returns its run id.
 
@@ -343,6 +385,9 @@ class TemporalHost:
         take it from their registry of spec versions (``new_worker(specs=...)``,
         ``flowcore temporal worker --specs DIR``); a worker that lacks it fails
         the run's workflow tasks, naming the spec, until one has it.
+
+        ``principal``: who starts the run, kept in its ``RunArgs`` (its child
+        runs inherit it); ``summary`` reads it back.
         """
         for chosen in (run_id, dedup_key):
             if chosen is not None:
@@ -385,6 +430,7 @@ class TemporalHost:
             metadata=given,
             tool_queues={tool: tool_queue(self.task_queue, tool) for tool in self.tool_limits},
             continue_after_events=continue_after_events,
+            principal=principal,
         )
         if run_id is not None and dedup_key is None:
             existing = await self._existing_args(rid)
@@ -514,10 +560,10 @@ class TemporalHost:
     def _rpc_error(self, exc: RPCError, run_id: str) -> TemporalHostError:
         if exc.status == RPCStatusCode.NOT_FOUND:
             if "already completed" in exc.message:
-                return TemporalHostError(
-                    f"run {run_id!r} has already settled (its workflow is closed)"
+                return TemporalRunSettled(
+                    run_id, None, f"run {run_id!r} has already settled (its workflow is closed)"
                 )
-            return TemporalHostError(f"no run {run_id!r} on Temporal")
+            return TemporalUnknownRun(run_id, f"no run {run_id!r} on Temporal")
         if exc.status == RPCStatusCode.UNAVAILABLE:
             return TemporalUnavailable(f"the Temporal server stopped answering: {exc.message}")
         if "no poller" in exc.message or exc.status == RPCStatusCode.DEADLINE_EXCEEDED:
@@ -628,7 +674,7 @@ class TemporalHost:
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
                 if isinstance(cause, ApplicationError) and cause.type == NOT_PENDING_ERROR:
-                    raise _NotPending(str(args[0].get("scheduleId", ""))) from None
+                    raise _NotPending(str(args[0].get("scheduleId", "")), cause.message) from None
                 switching = isinstance(cause, ApplicationError) and cause.type == SWITCHING_ERROR
                 if not switching or loop.time() >= deadline:
                     raise TemporalHostError(_failure_text(cause)) from None
@@ -727,7 +773,10 @@ class TemporalHost:
         raise TemporalRefusal("prune runs", "the namespace's retention period removes closed runs")
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
-        """Cancel the run: pending work is abandoned, compensations run, it settles cancelled."""
+        """Cancel the run: pending work is abandoned, compensations run, it settles cancelled.
+
+        Temporal takes a cancel of a run whose workflow has closed, and it changes
+        nothing: no ``NothingToCancel`` here."""
         await self._call(self.handle(run_id).cancel(reason=reason), run_id)
 
     async def fork(
@@ -863,7 +912,13 @@ class TemporalHost:
         for _ in range(_UPGRADE_ATTEMPTS):
             status = await self.status(run_id)
             if status.get("temporal") != "RUNNING" or "result" in status:
-                raise TemporalHostError(f"run {run_id!r} has already settled: nothing to move")
+                word = status.get("temporal", "")
+                settled = WorkflowExecutionStatus.__members__.get(word)
+                raise TemporalRunSettled(
+                    run_id,
+                    None if settled is None else _contract_status(settled),
+                    f"run {run_id!r} has already settled: nothing to move",
+                )
             by_hash = not self._run_args_of(await self.history(run_id), run_id).spec
             made = flowcore.upgrade(await self.log(run_id), flow, pinned=status.get("specHash"))
             if not made.changed or dry_run:
@@ -922,11 +977,22 @@ class TemporalHost:
     async def find_runs(self, query: RunQuery) -> RunPage:
         """flowcore runs newest first, one page of ``query.limit`` at a time, through a
         visibility query (eventually consistent, as ``runs``). A run's flow id is no
-        search attribute: a ``flow`` filter is a ``TemporalRefusal``."""
+        search attribute: a ``flow`` or ``principal`` filter is a ``TemporalRefusal``.
+        Statuses are the contract's words; a run that continued as new is listed
+        once, as its latest Temporal run (``principal`` None: the listing does not
+        carry it; ``summary`` reads it)."""
         if query.flow is not None:
             raise TemporalRefusal(
                 "list runs by flow", "a run's flow id is no search attribute; filter by metadata"
             )
+        if query.principal is not None:
+            raise TemporalRefusal(
+                "list runs by principal",
+                "a run's principal is in its start arguments, no search attribute",
+            )
+        problem = status_problem(query.status)
+        if problem is not None:
+            raise TemporalHostError(problem)
         if query.limit < 1:
             raise TemporalHostError(f"a page of runs holds at least 1, not {query.limit}")
         try:
@@ -938,27 +1004,34 @@ class TemporalHost:
         text = visibility_query(
             flowcore.metadata_filters(query.where),
             await self._attributes.types(),
-            query.status,
+            None if query.status is None else _VISIBILITY_STATUS[query.status],
             started_from_ms=query.started_from_ms,
             started_to_ms=query.started_to_ms,
         )
+        if query.status is None:
+            text += " AND ExecutionStatus != 'ContinuedAsNew'"
+        if query.parent is not None:
+            text += f" AND ParentWorkflowId = {_quoted(query.parent)}"
         listing = self.client.list_workflows(text, page_size=query.limit, next_page_token=token)
         try:
             await listing.fetch_next_page()
         except RPCError as exc:
             raise TemporalHostError(f"visibility query {text!r} refused: {exc.message}") from None
-        runs = [
-            RunSummary(
-                run_id=execution.id,
-                status=_status_word(execution.status),
-                started_ms=int(execution.start_time.timestamp() * 1000),
-                metadata=metadata_of(execution.typed_search_attributes),
-            )
-            for execution in listing.current_page or ()
-        ]
+        runs = [_summary(execution) for execution in listing.current_page or ()]
         after = listing.next_page_token
         cursor = base64.urlsafe_b64encode(after).decode() if after else None
         return RunPage(runs=runs, cursor=cursor)
+
+    async def summary(self, run_id: str) -> RunSummary:
+        """The run as ``find_runs`` lists it, from its workflow's description (read at
+        once, not through visibility), with its flow id and principal from the
+        arguments it was started with."""
+        desc = await self._call(self.handle(run_id).describe(), run_id)
+        args = await self._existing_args(run_id)
+        if args is None:  # (gone between the two reads)
+            raise TemporalUnknownRun(run_id, f"no run {run_id!r} on Temporal")
+        flow_id = args.flow_id or (flowcore.parse_flow(args.spec).id if args.spec else None)
+        return _summary(desc, flow_id=flow_id, principal=args.principal)
 
     async def events(
         self, run_id: str, start_index: int = 0, follow: bool = False
@@ -1206,7 +1279,7 @@ class TemporalHost:
             return await awaitable
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
-                raise TemporalHostError(f"no schedule {name!r} on Temporal") from None
+                raise TemporalUnknownSchedule(name, f"no schedule {name!r} on Temporal") from None
             raise self._rpc_error(exc, name) from None
 
     async def pause_schedule(self, name: str, note: str = "") -> None:
@@ -1241,6 +1314,22 @@ class TemporalHost:
         """Delete the Temporal Schedule (the runs it started stay)."""
         handle = self.client.get_schedule_handle(name)
         await self._schedule_call(handle.delete(), name)
+
+
+def _summary(
+    execution: WorkflowExecution, *, flow_id: str | None = None, principal: str | None = None
+) -> RunSummary:
+    """A run's ``RunSummary`` from its (latest) Temporal run's execution."""
+    return RunSummary(
+        run_id=execution.id,
+        status=_contract_status(execution.status),
+        started_ms=int(execution.start_time.timestamp() * 1000),
+        flow_id=flow_id,
+        metadata=metadata_of(execution.typed_search_attributes),
+        principal=principal,
+        parent=execution.parent_id,
+        updated_ms=_ms(execution.close_time),
+    )
 
 
 def _full(run_id: str, schedule_id: str) -> str:

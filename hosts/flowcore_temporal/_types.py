@@ -256,6 +256,8 @@ class RunArgs:
     with both, they must agree."""
     flow_id: str | None = None
     """The pinned spec's flow id, to name it when a worker lacks it."""
+    principal: str | None = None
+    """Who started the run (``TemporalHost.start``); its child runs inherit it."""
 
 
 def pack_state(state: flowcore.State) -> str:
@@ -378,6 +380,8 @@ def _problems(args: RunArgs) -> list[str]:
     out.append(("spec_hash", _text_problem(args.spec_hash, optional=True, limit=128)))
     flow_id = _text_problem(args.flow_id, optional=True, limit=flowcore.MAX_NAME_CHARS)
     out.append(("flow_id", flow_id))
+    principal = _text_problem(args.principal, optional=True, limit=flowcore.MAX_NAME_CHARS)
+    out.append(("principal", principal))
     if args.spec == "" and args.spec_hash is None:
         out.append(("spec", "empty, and no spec_hash to find it by"))
     out.extend(_continued_problems(args))

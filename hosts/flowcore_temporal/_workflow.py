@@ -1216,6 +1216,7 @@ class FlowcoreWorkflow:
             clock_started_ms=self._clock_started,
             tool_queues=args.tool_queues,
             continue_after_events=args.continue_after_events,
+            principal=args.principal,
         )
         # A child the run may leave running (abandon, detached) outlives this
         # workflow and is never cancelled with it; one it waits for, or cancels

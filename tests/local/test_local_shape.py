@@ -96,7 +96,7 @@ PUBLIC = (
     " find_runs flow flow_by_hash fork idle metadata metadata_of open open_questions"
     " page_runs pause_schedule prune questions records resume resume_schedule run"
     " run_scheduled_now runs schedule schedule_names scheduled schedules show signal"
-    " signal_key start store trigger_schedule"
+    " signal_key start store summary trigger_schedule"
     " trim_scheduled upgrade vacuum wait waits work"
 ).split()
 

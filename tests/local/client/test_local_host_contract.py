@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 import flowcore
-from flowcore_handlers import Host, Registry, RunQuery
+from flowcore_handlers import (
+    RUN_STATUSES,
+    Host,
+    HostFailure,
+    NothingToCancel,
+    Registry,
+    RunQuery,
+    RunSettled,
+    UnknownRun,
+    UnknownSchedule,
+)
 from flowcore_local import HostError, LocalHost
 
 from ..local_helpers import work_until
@@ -112,5 +122,141 @@ def test_the_local_host_through_the_host_contract(tmp_path: Path) -> None:
             assert deleted.runs == ["c-2"]
             left = await host.find_runs(RunQuery())
             assert sorted(r.run_id for r in left.runs) == ["c-0", "c-1"]
+
+    asyncio.run(main())
+
+
+CHAIN = """
+flow: chain
+tools: {echo: {class: readonly}}
+budget: {steps: 1}
+steps:
+  - {id: a, call_tool: {tool: echo}}
+  - {id: b, call_tool: {tool: echo}}
+"""
+
+PARENT = """
+flow: parent
+steps:
+  - {id: kid, run_subflow: {flow: contract}}
+"""
+
+
+def test_one_status_vocabulary_principals_parents_and_summaries(tmp_path: Path) -> None:
+    """The contract's status words on the local host (``budget-exhausted`` is
+    ``timed-out``), runs by principal and parent, and one run's summary."""
+    (tmp_path / "contract.yaml").write_text(FLOW)
+    (tmp_path / "parent.yaml").write_text(PARENT)
+
+    async def main() -> None:
+        registry = Registry(tools={"echo": lambda call: "ok", "remind": lambda call: "sent"})
+        async with LocalHost(tmp_path / "v.db", registry=registry) as local:
+            host: Host = local
+            spent = await host.start(CHAIN, None, "spent", principal="ana")
+            top = await host.start(
+                tmp_path / "parent.yaml",
+                None,
+                "top",
+                flows=[tmp_path / "contract.yaml"],
+                principal="bob",
+            )
+            kid = "top/kid#1"
+
+            async def settled_and_asking() -> bool:
+                spent_row = await local.run(spent)
+                return spent_row.status != "running" and bool(await local.children(top))
+
+            await work_until(local, settled_and_asking)
+            assert (await local.run(spent)).status == "budget-exhausted"  # the host's own word
+            assert await local.children(top) == [kid]
+
+            summary = await host.summary(spent)
+            assert (summary.run_id, summary.status, summary.flow_id) == (
+                spent,
+                "timed-out",
+                "chain",
+            )
+            assert (summary.principal, summary.parent) == ("ana", None)
+            assert summary.updated_ms is not None and summary.updated_ms >= summary.started_ms
+            child = await host.summary(kid)
+            assert (child.status, child.principal, child.parent) == ("running", "bob", top)
+
+            timed_out = await host.find_runs(RunQuery(status="timed-out"))
+            assert [r.run_id for r in timed_out.runs] == [spent]
+            assert timed_out.runs[0] == summary
+            assert (await host.find_runs(RunQuery(status="terminated"))).runs == []
+            by_bob = await host.find_runs(RunQuery(principal="bob"))
+            assert sorted(r.run_id for r in by_bob.runs) == [top, kid]
+            children = await host.find_runs(RunQuery(parent=top))
+            assert [(r.run_id, r.parent) for r in children.runs] == [(kid, top)]
+            for bad in ("budget-exhausted", "Running"):
+                with pytest.raises(HostFailure) as unknown:
+                    await host.find_runs(RunQuery(status=bad))
+                assert isinstance(unknown.value, HostError)
+                assert str(unknown.value) == (
+                    f"unknown run status {bad!r}: one of running, completed, failed,"
+                    " cancelled, terminated, timed-out"
+                )
+            assert set(RUN_STATUSES) >= {r.status for r in (await host.find_runs(RunQuery())).runs}
+
+    asyncio.run(main())
+
+
+def test_the_typed_failures_of_the_local_host(tmp_path: Path) -> None:
+    """Unknown runs and schedules, settled runs and cancels that change nothing are
+    each one typed ``HostFailure`` (and a ``HostError``) with the message as before."""
+    spec = tmp_path / "contract.yaml"
+    spec.write_text(FLOW)
+
+    async def main() -> None:
+        registry = Registry(tools={"remind": lambda call: "sent"})
+        async with LocalHost(tmp_path / "t.db", registry=registry) as local:
+            host: Host = local
+            for call in (
+                host.summary("ghost"),
+                host.show("ghost"),
+                host.signal("ghost", "go"),
+                host.answer("ghost", "k", 1),
+                host.cancel("ghost"),
+                host.scheduled("ghost"),
+            ):
+                with pytest.raises(UnknownRun) as unknown:
+                    await call
+                assert isinstance(unknown.value, HostError)
+                assert unknown.value.run_id == "ghost"
+                assert str(unknown.value) == "no run 'ghost' in the database"
+            for call in (host.schedule("nope"), host.pause_schedule("nope")):
+                with pytest.raises(UnknownSchedule) as no_schedule:
+                    await call
+                assert isinstance(no_schedule.value, HostError)
+                assert no_schedule.value.name == "nope"
+                assert str(no_schedule.value) == "no schedule 'nope' in the database"
+
+            rid = await host.start(spec, None, "done")
+            await host.cancel(rid, "stop")
+
+            async def cancelled() -> bool:
+                return (await host.summary(rid)).status == "cancelled"
+
+            await work_until(local, cancelled)
+            with pytest.raises(NothingToCancel) as nothing:
+                await host.cancel(rid)
+            assert isinstance(nothing.value, HostError) and nothing.value.run_id == rid
+            assert str(nothing.value) == "run 'done' has settled (cancelled): nothing to cancel"
+            with pytest.raises(RunSettled) as settled:
+                await host.add_scheduled(rid, "remind")
+            assert (settled.value.run_id, settled.value.status) == (rid, "cancelled")
+            assert str(settled.value) == (
+                "run 'done' has settled (cancelled): no call can be scheduled"
+            )
+            with pytest.raises(RunSettled) as answered:
+                await host.answer(rid, "decide", "yes")
+            assert isinstance(answered.value, HostError)
+            assert answered.value.status == "cancelled"
+            assert "(open questions of run 'done': none)" in str(answered.value)
+            with pytest.raises(RunSettled):
+                await host.upgrade(rid, spec)
+            # A pending-only operation still answers with a bool.
+            assert await host.cancel_scheduled(rid, "nothing#1") is False
 
     asyncio.run(main())
