@@ -26,15 +26,9 @@ __all__ = ["epoch_ms", "failures", "guard", "moment", "owned", "running", "summa
 
 T = TypeVar("T")
 
-# flowcore's own refusals of bad input: a spec, an input, a value, a run id.
-_BAD_INPUT = (
-    flowcore.InputError,
-    flowcore.SpecError,
-    flowcore.DataError,
-    flowcore.RunIdError,
-    flowcore.MetadataFilterError,
-    flowcore.DurationError,
-)
+# flowcore's own refusals of what a caller gave (a spec, an input, a value, a
+# run id, a fork point...): every error flowcore raises for bad input.
+_BAD_INPUT = (flowcore.FlowcoreError, flowcore.DurationError, flowcore.JsonTextError)
 
 
 @contextmanager
@@ -56,6 +50,16 @@ def failures(default: str = "rejected") -> Any:
         raise OperationError("nothing-to-cancel", str(exc)) from None
     except HostRefusal as exc:
         raise OperationError("host-refuses", str(exc)) from None
+    except flowcore.UpgradeRefused as exc:
+        if exc.reason != "diverged":
+            code = "settled" if exc.reason == "settled" else default
+            raise OperationError(code, str(exc)) from None
+        divergence = exc.divergence
+        text = str(divergence) if divergence is not None else str(exc)
+        why = text.partition(f" at index {exc.index}:")[0] if divergence is not None else text
+        raise OperationError(
+            "diverged", why, index=exc.index, expected=exc.expected, actual=exc.actual
+        ) from None
     except (HostFailure, *_BAD_INPUT) as exc:
         raise OperationError(default, str(exc)) from None
 

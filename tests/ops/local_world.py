@@ -47,22 +47,23 @@ async def local_world(folder: Path) -> AsyncIterator[tuple[LocalHost, dict[str, 
             await host.start(files[flow], given, run_id, flows=[folder])
 
         async def ready() -> bool:
-            asking = all(
-                [await host.open_questions(r) for r in RUNS if r != "p-fail"]
-            )
+            asking = all([await host.open_questions(r) for r in RUNS if r != "p-fail"])
             return asking and (await host.run("p-fail")).status == "failed"
 
         await work_until(host, ready)
         first = await host.add_scheduled("p-main", "remind", {"to": "bob"}, 3_600_000)
         second = await host.add_scheduled("p-main", "remind", {"to": "cy"}, 3_600_000)
         start, end = past_window()
-        yield host, {
-            "flow": str(files["parity.yaml"]),
-            "flow_v2": str(files["parity-v2.yaml"]),
-            "call_id": first,
-            "call_id_2": second,
-            "past_start": start,
-            "past_end": end,
-            "folder": folder,
-            "made": time.time(),
-        }
+        yield (
+            host,
+            {
+                "flow": str(files["parity.yaml"]),
+                "flow_v2": str(files["parity-v2.yaml"]),
+                "call_id": first,
+                "call_id_2": second,
+                "past_start": start,
+                "past_end": end,
+                "folder": folder,
+                "made": time.time(),
+            },
+        )

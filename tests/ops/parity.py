@@ -37,7 +37,7 @@ FAILING = """
 flow: parity-fail
 tools: {down: {class: idempotent}}
 steps:
-  - {id: call, call_tool: {tool: down, input: 1, retry: {max_attempts: 1}}}
+  - {id: call, call_tool: {tool: down, input: 1}, retry: {max_attempts: 1}}
 """
 
 TOOLS = """
@@ -50,6 +50,9 @@ def remind(call):
 
 def down(call):
     raise HandlerError("down", "the service is down", retryable=False)
+
+
+TOOLS = {"remind": remind, "down": down}
 """
 
 # Runs the world starts (run id -> (flow file, input)), all asking "Ship it?" at first.
@@ -82,7 +85,8 @@ SCENARIOS: dict[str, Scenario] = {
     "follow": Scenario(lambda f: {"runId": "p-answer", "start": 0}),
     "export": Scenario(lambda f: {"runId": "p-main"}, lambda out: b"run.started" in out),
     "questions": Scenario(
-        lambda f: {"runId": "p-main"}, lambda out: [q.question for q in out.questions] == ["Ship it?"]
+        lambda f: {"runId": "p-main"},
+        lambda out: [q.question for q in out.questions] == ["Ship it?"],
     ),
     "waits": Scenario(lambda f: {"runId": "p-main"}, lambda out: len(out["questions"]) == 1),
     "graph": Scenario(lambda f: {"runId": "p-main"}, lambda out: "flowchart" in out.mermaid),
@@ -94,13 +98,21 @@ SCENARIOS: dict[str, Scenario] = {
         lambda f: {"runId": "p-main", "name": "go", "payload": 1, "key": "k-main"},
         lambda out: out.run_id == "p-main",
     ),
-    "signal-key": Scenario(lambda f: {"name": "go", "key": "k-nobody", "payload": 2}),
+    "signal-key": Scenario(
+        lambda f: {"name": "go", "key": "k-answer", "payload": 2},
+        lambda out: out.runs == ["p-answer"],
+    ),
     "answer": Scenario(
         lambda f: {"runId": "p-answer", "key": "decide", "answer": "yes"},
         lambda out: out.run_id == "p-answer",
     ),
     "scheduled.add": Scenario(
-        lambda f: {"runId": "p-main", "tool": "remind", "input": {"to": "ann"}, "delayMs": 3_600_000},
+        lambda f: {
+            "runId": "p-main",
+            "tool": "remind",
+            "input": {"to": "ann"},
+            "delayMs": 3_600_000,
+        },
         lambda out: out.tool == "remind" and out.status == "pending",
     ),
     "scheduled.list": Scenario(lambda f: {"runId": "p-main"}, lambda out: len(out.calls) >= 1),
@@ -117,7 +129,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "schedule.delete": Scenario(lambda f: {"name": "nightly"}),
     "fork": Scenario(
-        lambda f: {"runId": "p-main", "at": 1, "newRunId": "p-fork"},
+        lambda f: {"runId": "p-main", "fromStep": "decide", "newRunId": "p-fork"},
         lambda out: out.run_id == "p-fork",
     ),
     "upgrade": Scenario(lambda f: {"runId": "p-upgrade", "flow": f["flow_v2"], "dryRun": True}),
@@ -150,8 +162,8 @@ ORDER = [
     "scheduled.run-now",
     "scheduled.cancel",
     "signal",
-    "signal-key",
     "answer",
+    "signal-key",
     "follow",
     "schedule.add",
     "schedule.list",
