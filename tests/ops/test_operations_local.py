@@ -44,6 +44,7 @@ def test_every_operation_on_the_local_host(tmp_path: Path) -> None:
                 scenario = SCENARIOS[name]
                 out = await call(ctx, name, scenario.input(facts))
                 assert scenario.expect(out), (name, out)
+                facts.update(scenario.remember(out))
                 output = BY_NAME[name].output
                 if output is not None and name not in ("events", "follow", "export"):
                     msgspec.convert(msgspec.to_builtins(out), output)
