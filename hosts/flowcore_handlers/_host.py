@@ -336,8 +336,10 @@ class RunReads(Protocol):
 
     async def flow(self, run_id: str) -> flowcore.Flow: ...
 
-    # The host's clock, epoch milliseconds: a running run's age is read against it.
-    now: Callable[[], int]
+    @property
+    def now(self) -> Callable[[], int]:
+        """The host's clock, epoch milliseconds: a running run's age is read against it."""
+        ...
 
     async def show(self, run_id: str) -> dict[str, Any]: ...
 

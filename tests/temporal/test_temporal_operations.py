@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 import pytest
+from flowcore_ops import BY_NAME, Context, OperationError, Principal
 
 import flowcore_temporal as ft
-from flowcore_ops import BY_NAME, Context, OperationError, Principal
 
 from ..ops.local_world import past_window, write_files
 from ..ops.parity import ORDER, REFUSED, SCENARIOS, runs
