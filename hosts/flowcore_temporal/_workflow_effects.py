@@ -49,6 +49,7 @@ from flowcore import (
     SubflowSettled,
     TimerFired,
     Usage,
+    persist,
 )
 from flowcore_temporal._payloads import quick_event, work_args
 
@@ -88,7 +89,7 @@ class WorkflowEffects(WorkflowBase):
         """Advance the run by one event; ``EventRejected`` leaves it untouched (and logged)."""
         assert self._state is not None
         try:
-            decision = flowcore.advance(self._state, event)
+            decision = persist.advance(self._state, event)
         except EventRejected as exc:
             self._records.extend(self._recorder.rejected(event, str(exc)))
             raise

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     import msgspec
 
 import flowcore
-from flowcore import Event, EventRejected, HumanAnswered, SignalReceived, State
+from flowcore import Event, EventRejected, HumanAnswered, SignalReceived, State, persist
 from flowcore_temporal import _registry
 
 from ._types import (
@@ -137,7 +137,7 @@ class WorkflowHandlers(WorkflowCarrying):
                 non_retryable=True,
             )
         try:
-            flowcore.advance(state, event)
+            persist.advance(state, event)
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
 
@@ -249,7 +249,7 @@ class WorkflowHandlers(WorkflowCarrying):
         checked = self._scheduled_event(event)
         assert self._state is not None
         try:
-            decision = flowcore.advance(self._state, checked)
+            decision = persist.advance(self._state, checked)
         except EventRejected as exc:
             raise ApplicationError(
                 str(exc), type="scheduled-rejected", non_retryable=True
@@ -283,7 +283,7 @@ class WorkflowHandlers(WorkflowCarrying):
         if self._state is None:
             return  # checked by the handler once the run has started
         try:
-            probe = flowcore.advance(self._state, checked)  # a probe: advance is pure
+            probe = persist.advance(self._state, checked)  # a probe: advance is pure
         except EventRejected as exc:
             raise ApplicationError(
                 str(exc), type="scheduled-rejected", non_retryable=True
