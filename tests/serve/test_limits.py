@@ -21,7 +21,7 @@ import httpx
 import msgspec
 import pytest
 import uvicorn
-from starlette.applications import Starlette
+from litestar import Litestar as Starlette
 
 import flowcore
 from flowcore_cli.main import run
