@@ -27,6 +27,7 @@ checked and typed, and answers; what a token may do is checked before.
 from __future__ import annotations
 
 import inspect
+import operator
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
@@ -34,7 +35,7 @@ from typing import Annotated, Any, Final, Union, get_args, get_origin
 
 import attrs
 import msgspec
-from litestar import Request, Response
+from litestar import HttpMethod, Request, Response
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
@@ -100,7 +101,9 @@ def _unwrap(kind: Any) -> tuple[Any, dict[str, Any]]:
         base, *extras = get_args(kind)
         for extra in extras:
             if isinstance(extra, msgspec.Meta):
-                bounds |= {k: getattr(extra, k) for k in _META_BOUNDS if getattr(extra, k) is not None}
+                bounds |= {
+                    k: getattr(extra, k) for k in _META_BOUNDS if getattr(extra, k) is not None
+                }
         return base, bounds
     if get_origin(kind) in (Union, type(int | None)):
         parts = []
@@ -123,10 +126,17 @@ def _query_parameters(kind: type) -> list[tuple[msgspec.structs.FieldInfo, inspe
         # parameter defaults to None, and None leaves the field to the Struct.
         default: Any = field.default
         if default is msgspec.NODEFAULT:
-            base, default = base | None, None
-        annotation = Annotated[base, QueryParameter(name=name, required=False, **bounds)]
+            base, default = operator.or_(base, None), None
+        # Built at run time from the declaration: a value, not a static type.
+        bound = QueryParameter(name=name, required=False, **bounds)
+        annotation: Any = Annotated[base, bound]
         params.append(
-            (field, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
+            (
+                field,
+                inspect.Parameter(
+                    name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default
+                ),
+            )
         )
     return params
 
@@ -211,7 +221,7 @@ def _handler_for(op: Operation, limits: Limits) -> Callable[..., Awaitable[Respo
             inspect.Parameter(
                 "data",
                 inspect.Parameter.KEYWORD_ONLY,
-                annotation=JSONBody[op.body | None if body_defaults else op.body],  # type: ignore[name-defined]
+                annotation=JSONBody[operator.or_(op.body, None) if body_defaults else op.body],  # type: ignore[misc]
                 **({"default": None} if body_defaults else {}),
             )
         )
@@ -235,7 +245,11 @@ def route_handlers(
     made: list[HTTPRouteHandler] = []
     for op in operations:
         fn = _handler_for(op, limits)
-        names = frozenset(f.encode_name for f in msgspec.structs.fields(op.query)) if op.query else frozenset()
+        names = (
+            frozenset(f.encode_name for f in msgspec.structs.fields(op.query))
+            if op.query
+            else frozenset()
+        )
         common: dict[str, Any] = {
             "guards": [_guard(tokens, op, names)],
             "request_max_body_size": limits.body,
@@ -245,7 +259,7 @@ def route_handlers(
         made.append(
             HTTPRouteHandler(
                 _litestar_path(op.path),
-                http_method=op.method,
+                http_method=HttpMethod(op.method),
                 summary=op.summary,
                 operation_id=op.operation_id or op.handler.__name__,
                 responses=_responses(op),
@@ -265,7 +279,6 @@ def route_handlers(
                 )(fn)
             )
     return made
-
 
 
 # --- the OpenAPI document --------------------------------------------------------------
@@ -308,10 +321,35 @@ class Document(JsonRenderPlugin):
 
 
 def finish(document: dict[str, Any], operations: Sequence[Operation]) -> dict[str, Any]:
+    # The types' schemas are msgspec's own, the ones it decodes by: Litestar's
+    # leave out refused unknown fields, docstrings and bounds of 0, and write
+    # a 64-bit bound as a float.
+    types: list[Any] = [Problem]
+    for op in operations:
+        types += [t for t in (op.body, op.reply, op.query) if t is not None and t not in types]
+    _, own = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
+    document.setdefault("components", {}).setdefault("schemas", {}).update(
+        {name: schema for name, schema in own.items() if name in document["components"]["schemas"]}
+    )
     paths = document.get("paths", {})
     for op in operations:
         item: dict[str, Any] = paths[op.path][op.method.lower()]
         item["x-access"] = op.access
+        if op.query is not None:
+            fields = own[op.query.__name__]["properties"]
+            for param in item.get("parameters", []):
+                if param["in"] == "query" and param["name"] in fields:
+                    param["schema"] = fields[param["name"]]
+        if op.body is not None:
+            item["requestBody"] = {
+                # Not required when every field has a default: no body is the defaults.
+                "required": bool(own[op.body.__name__].get("required")),
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": f"#/components/schemas/{op.body.__name__}"}
+                    }
+                },
+            }
         if 400 not in op.errors:
             # Litestar documents its refusal of a bad value as 400; here it is 422.
             item["responses"].pop("400", None)

@@ -74,7 +74,9 @@ class _Web:
 
     # --- responses ------------------------------------------------------------------
 
-    def page(self, request: AnyRequest, name: str, status: int = 200, **context: object) -> Response[Any]:
+    def page(
+        self, request: AnyRequest, name: str, status: int = 200, **context: object
+    ) -> Response[Any]:
         text = self.templates.get_template(name).render(request=request, **context)
         return Response(text, status_code=status, headers=_HEADERS, media_type="text/html")
 
