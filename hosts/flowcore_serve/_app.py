@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.types import ControllerRouterHandler
 
 from flowcore_local import LocalHost
 
@@ -30,10 +32,16 @@ from ._http import (
     RawApiPaths,
     problem_response,
 )
-from ._routes import Document, route_handlers
+from ._routes import Document, Operation, route_handlers
 from ._web import web_routes
 
-__all__ = ["DEFAULT_BODY_LIMIT", "DEFAULT_BODY_TIMEOUT_S", "DEFAULT_MAX_STREAMS", "create_app"]
+__all__ = [
+    "DEFAULT_BODY_LIMIT",
+    "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_MAX_STREAMS",
+    "create_app",
+    "litestar_app",
+]
 
 log = logging.getLogger("flowcore.serve")
 
@@ -113,9 +121,22 @@ def create_app(
     limits = Limits(body_limit, body_timeout, max_streams)
     api = Api(host, FlowFolder(None if flows is None else Path(flows)), closing or asyncio.Event())
     operations = api.operations()
+    handlers = [*route_handlers(operations, tokens, limits), *web_routes(api, tokens)]
+    return litestar_app(handlers, operations, limits, _version())
+
+
+def litestar_app(
+    handlers: Sequence[ControllerRouterHandler],
+    operations: Sequence[Operation],
+    limits: Limits,
+    version: str,
+) -> RawApiPaths:
+    """The Litestar app of ``handlers`` (``route_handlers(operations, ...)`` and
+    any others): every refusal a problem, bodies read by ``BodyRules`` within
+    ``limits``, and ``/openapi.json`` documenting ``operations``."""
     openapi = OpenAPIConfig(
         title="flowcore",
-        version=_version(),
+        version=version,
         description=DESCRIPTION,
         path="/openapi.json",
         render_plugins=[Document(operations)],
@@ -123,15 +144,15 @@ def create_app(
             security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}
         ),
     )
-    handlers: dict[Any, Any] = {
+    refusals: dict[Any, Any] = {
         ApiError: _refused,
         ValidationException: _invalid,
         HTTPException: _http_error,
         Exception: _internal,
     }
     return RawApiPaths(
-        route_handlers=[*route_handlers(operations, tokens, limits), *web_routes(api, tokens)],
-        exception_handlers=handlers,
+        route_handlers=handlers,
+        exception_handlers=refusals,
         request_class=BodyRules,
         openapi_config=openapi,
         state=State({"limits": limits}),

@@ -81,6 +81,8 @@ class Operation:
 def implied_errors(op: Operation) -> set[int]:
     """The refusals every operation of its shape can give, whatever its handler does."""
     found: set[int] = {401}
+    if op.access != "read":
+        found.add(403)  # a token with less access
     if op.query is not None or "{" in op.path:
         found.add(422)  # a query parameter, or a path segment, that is not valid
     if op.body is not None:
@@ -335,6 +337,11 @@ def finish(document: dict[str, Any], operations: Sequence[Operation]) -> dict[st
     for op in operations:
         item: dict[str, Any] = paths[op.path][op.method.lower()]
         item["x-access"] = op.access
+        # Path parameters first, in the order of the path (Litestar's is a set's).
+        order = re.findall(r"{(\w+)}", op.path)
+        item.get("parameters", []).sort(
+            key=lambda p: (p["in"] != "path", order.index(p["name"]) if p["in"] == "path" else 0)
+        )
         if op.query is not None:
             fields = own[op.query.__name__]["properties"]
             for param in item.get("parameters", []):
