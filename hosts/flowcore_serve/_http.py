@@ -175,10 +175,11 @@ def principal_of(request: Request[Any, Any, Any], tokens: Tokens) -> tuple[Princ
                 )
     if not token:
         raise ApiError(401, "unauthorized", "no token: send 'Authorization: Bearer TOKEN'")
-    found = tokens.lookup(token)
+    digest = token_digest(token)
+    found = tokens.by_digest.get(digest)
     if found is None:
         raise ApiError(401, "unauthorized", "the token is not one this server accepts")
-    return found, token_digest(token)
+    return found, digest
 
 
 class BodyRules(Request[Any, Any, Any]):
