@@ -67,6 +67,7 @@ def _invalid(request: Request[Any, Any, Any], exc: ValidationException) -> Respo
         if not isinstance(item, dict):
             continue
         source = item.get("source")
+        source = getattr(source, "value", source)  # Litestar's ParamType, or "body"
         where = {"body": "the body", "query": "the query string"}.get(str(source), where)
         key = str(item.get("key", ""))
         at = "$" if key in ("", "data") else f"$.{key}"

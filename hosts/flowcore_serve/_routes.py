@@ -199,17 +199,24 @@ def _responses(op: Operation) -> dict[int, ResponseSpec]:
     }
 
 
+async def _no_body(request: Request[Any, Any, Any], kind: type) -> Any:
+    """The body of a request that sent none: every field its default, or 422
+    naming the first field that has none. A body of ``null`` is not an object."""
+    if await request.body():
+        raise ApiError(422, "invalid-request", "the body: Expected `object`, got `null`")
+    try:
+        return msgspec.convert({}, kind)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, "invalid-request", f"the body: {exc}") from None
+
+
 def _handler_for(op: Operation, limits: Limits) -> Callable[..., Awaitable[Response[Any]]]:
     query = _query_parameters(op.query) if op.query is not None else []
-    body_defaults = op.body is not None and not any(
-        f.required for f in msgspec.structs.fields(op.body)
-    )
 
     async def handle(request: Request[Any, Any, Any], **values: Any) -> Response[Any]:
         body = values.get("data")
-        if body is None and body_defaults:
-            assert op.body is not None
-            body = op.body()  # no body: every field its default
+        if body is None and op.body is not None:
+            body = await _no_body(request, op.body)
         typed_query = None
         if op.query is not None:
             given = {f.name: values[p.name] for f, p in query if values[p.name] is not None}
@@ -232,8 +239,9 @@ def _handler_for(op: Operation, limits: Limits) -> Callable[..., Awaitable[Respo
             inspect.Parameter(
                 "data",
                 inspect.Parameter.KEYWORD_ONLY,
-                annotation=JSONBody[operator.or_(op.body, None) if body_defaults else op.body],  # type: ignore[misc]
-                **({"default": None} if body_defaults else {}),
+                # None: no body was sent (``_no_body``).
+                annotation=JSONBody[operator.or_(op.body, None)],  # type: ignore[misc]
+                default=None,
             )
         )
     params += [param for _, param in query]
@@ -289,7 +297,25 @@ def route_handlers(
                     **common,
                 )(fn)
             )
-    return made
+    methods: dict[str, set[str]] = {}
+    for op in operations:
+        methods.setdefault(op.path, set()).update(
+            {op.method, "HEAD"} if op.method == "GET" else {op.method}
+        )
+    # First, so that Litestar makes no OPTIONS handler of its own for the path.
+    return [_options(path, sorted(allowed)) for path, allowed in methods.items()] + made
+
+
+def _options(path: str, allowed: list[str]) -> HTTPRouteHandler:
+    """``OPTIONS``: the methods of the path's operations, as a 405 lists them.
+    (Litestar makes one by itself, from the first handler of a path only.)"""
+
+    async def options() -> Response[None]:
+        return Response(None, status_code=204, headers={"Allow": ", ".join(allowed)})
+
+    return HTTPRouteHandler(
+        _litestar_path(path), http_method=HttpMethod.OPTIONS, include_in_schema=False
+    )(options)
 
 
 # --- the OpenAPI document --------------------------------------------------------------
