@@ -30,7 +30,7 @@ from flowcore.diagram import build_graph, node_id, to_mermaid
 from flowcore_local import HostError, LocalHost, NothingToCancel, RunRow
 
 from ._flows import FlowFolder
-from ._http import ApiError, Context, json_response
+from ._http import ApiError, Context, Encoded, json_response
 from ._routes import Operation
 from ._types import (
     AnswerBody,
@@ -308,7 +308,7 @@ class Api:
         row = await self.owned(ctx)
         q: StreamQuery = ctx.query
         records = await self.host.records(row.run_id, q.start)
-        return Response(flowcore.encode_records(records), media_type=NDJSON)
+        return Encoded(flowcore.encode_records(records), 200, NDJSON)
 
     async def stream(self, ctx: Context) -> Response[Any]:
         """Server-Sent Events: one event per log record (``id`` its index, ``event``
