@@ -260,3 +260,25 @@ def test_the_openapi_document_lists_the_new_refusals(tmp_path: Path) -> None:
         assert "408" in paths["/api/runs"]["post"]["responses"]
 
     on_app(tmp_path, scenario)
+
+
+def test_the_event_streams_end_when_the_server_closes(tmp_path: Path) -> None:
+    """At shutdown (``closing`` set) a follow and a Server-Sent Events stream of a
+    running run end at once; the SSE stream without its ``end`` event, since the
+    run has not settled (a client resumes from the last index it got)."""
+
+    async def main() -> None:
+        closing = asyncio.Event()
+        async with LocalHost(tmp_path / "closing.db") as host:
+            tokens = Tokens.parse(TOKEN_FILE, "tokens")
+            app = create_app(host, tokens, FLOWS, closing=closing)
+            async with asgi(app, "alice") as c:
+                await start(c, "c-1")
+                closing.set()
+                async with asyncio.timeout(60):  # a guard against a hang, never a measure
+                    sse = await c.get("/api/runs/c-1/events/stream")
+                    follow = await c.get("/api/runs/c-1/events/follow")
+                assert sse.status_code == 200 and follow.status_code == 200
+                assert "event: end" not in sse.text
+
+    asyncio.run(main())
