@@ -115,7 +115,16 @@ def test_a_declared_operation_is_routed_typed_and_checked() -> None:
         ("alice", "POST", "/api/items/x/notes", {"json": {"noteText": ""}}, 422, "`$.noteText`"),
         ("alice", "POST", "/api/items/x/notes", {"json": {"note": "x"}}, 422, "`note`"),
         ("alice", "POST", "/api/items/x/notes", {"json": {"noteText": "x" * 300}}, 413, "200"),
-        ("alice", "GET", "/api/items/x/notes?pageSize=11", {}, 422, "`$.pageSize`"),
+        (
+            "alice",
+            "GET",
+            "/api/items/x/notes?pageSize=11",
+            {},
+            422,
+            "the query string: Expected `int` <= 10 - at `$.pageSize`",
+        ),
+        ("alice", "POST", "/api/items/x/notes", {}, 422, "missing required field `noteText`"),
+        ("alice", "POST", "/api/items/x/notes", {"content": b"null"}, 422, "got `null`"),
         ("alice", "GET", "/api/items/x/notes?colour=red", {}, 422, "'colour'"),
         ("alice", "GET", "/api/items/x/notes?pageSize=1&pageSize=2", {}, 422, "twice"),
         ("alice", "DELETE", "/api/items/x/notes", {}, 405, "Method Not Allowed"),
@@ -149,3 +158,13 @@ def test_the_document_comes_from_the_declarations() -> None:
     query = {p["name"]: p["schema"] for p in get["parameters"] if p["in"] == "query"}
     assert query["pageSize"] == {"type": "integer", "minimum": 1, "maximum": 10, "default": 5}
     assert set(get["responses"]) == {"200", "401", "422"}
+
+
+def test_options_and_405_list_the_methods_of_the_paths_operations() -> None:
+    options = call("alice", "OPTIONS", "/api/items/x/notes")
+    assert options.status_code == 204
+    assert options.headers["allow"] == "GET, HEAD, POST"
+    refused = call("alice", "PUT", "/api/items/x/notes")
+    assert refused.status_code == 405
+    assert refused.headers["allow"] == options.headers["allow"]
+    assert call("alice", "HEAD", "/api/items/x/notes").status_code == 200
