@@ -259,8 +259,8 @@ def _handler_for(op: Operation, limits: Limits) -> Callable[..., Awaitable[Respo
 def route_handlers(
     operations: Sequence[Operation], tokens: Tokens, limits: Limits
 ) -> list[HTTPRouteHandler]:
-    """One Litestar handler per operation (and one, not documented, for ``HEAD``
-    of each ``GET``)."""
+    """One Litestar handler per operation, and, not documented, one for ``HEAD``
+    of each ``GET`` and one for ``OPTIONS`` of each path."""
     made: list[HTTPRouteHandler] = []
     for op in operations:
         fn = _handler_for(op, limits)
