@@ -4,7 +4,7 @@
         app = create_app(host, load_tokens(None), flows="flows/")
         # any ASGI server; ``serve`` runs uvicorn and the worker in one process
 
-Needs the ``serve`` extra (Starlette, uvicorn, sse-starlette, Jinja2).
+Needs the ``serve`` extra (Litestar, uvicorn, Jinja2).
 """
 
 from ._app import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_STREAMS, create_app

@@ -21,15 +21,17 @@ from urllib.parse import quote
 
 import attrs
 import msgspec
-from sse_starlette.sse import EventSourceResponse
-from starlette.responses import Response, StreamingResponse
+from litestar import Response
+from litestar.response import ServerSentEvent, Stream
+from litestar.response.sse import ServerSentEventMessage
 
 import flowcore
 from flowcore.diagram import build_graph, node_id, to_mermaid
 from flowcore_local import HostError, LocalHost, NothingToCancel, RunRow
 
 from ._flows import FlowFolder
-from ._http import ApiError, Context, Operation, json_response
+from ._http import ApiError, Context, Encoded, json_response
+from ._routes import Operation
 from ._types import (
     AnswerBody,
     BackfillBody,
@@ -53,6 +55,9 @@ from ._types import (
 __all__ = ["Api"]
 
 NDJSON = "application/x-ndjson"
+# A comment line this often on a quiet Server-Sent Events stream keeps proxies
+# from closing it.
+PING_S = 15.0
 
 
 def _epoch_ms(moment: datetime | None) -> int | None:
@@ -134,7 +139,7 @@ class Api:
 
     # --- runs ------------------------------------------------------------------------
 
-    async def list_runs(self, ctx: Context) -> Response:
+    async def list_runs(self, ctx: Context) -> Response[Any]:
         q: RunsQuery = ctx.query
         try:
             filters = flowcore.metadata_filters(q.where)
@@ -160,7 +165,7 @@ class Api:
         )
         return json_response(page)
 
-    async def start_run(self, ctx: Context) -> Response:
+    async def start_run(self, ctx: Context) -> Response[Any]:
         body: StartBody = ctx.body
         path = self.flows.path_of(body.flow)
         if body.run_id is not None:
@@ -203,7 +208,7 @@ class Api:
         # As a start again with the same options: the existing run's summary, 201.
         return json_response(await self.summarize(row), 201, {"Location": location})
 
-    async def show_run(self, ctx: Context) -> Response:
+    async def show_run(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         shown = await self.host.show(row.run_id)
         waits = await self.host.waits(row.run_id)
@@ -230,7 +235,7 @@ class Api:
                     view.exhausted = record.data.get("exhausted")
         return json_response(view)
 
-    async def cancel_run(self, ctx: Context) -> Response:
+    async def cancel_run(self, ctx: Context) -> Response[Any]:
         """A cancel that would change nothing (the run has settled, or compensates
         already) writes nothing and is 409, as ``flowcore cancel`` exits 1."""
         row = await self.owned(ctx)
@@ -256,7 +261,7 @@ class Api:
                 ) from None
             raise ApiError(422, "rejected", str(exc)) from None
 
-    async def answer(self, ctx: Context) -> Response:
+    async def answer(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         self.running(row)
         body: AnswerBody = ctx.body
@@ -290,7 +295,7 @@ class Api:
         await self._event(row, self.host.answer(row.run_id, question.key, body.answer))
         return json_response(await self.summarize(await self.host.run(row.run_id)))
 
-    async def signal(self, ctx: Context) -> Response:
+    async def signal(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         self.running(row)
         body: SignalBody = ctx.body
@@ -299,13 +304,13 @@ class Api:
 
     # --- the event stream ---------------------------------------------------------------
 
-    async def events(self, ctx: Context) -> Response:
+    async def events(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         q: StreamQuery = ctx.query
         records = await self.host.records(row.run_id, q.start)
-        return Response(flowcore.encode_records(records), media_type=NDJSON)
+        return Encoded(flowcore.encode_records(records), 200, NDJSON)
 
-    async def stream(self, ctx: Context) -> Response:
+    async def stream(self, ctx: Context) -> Response[Any]:
         """Server-Sent Events: one event per log record (``id`` its index, ``event``
         its type, ``data`` the NDJSON envelope), until the run settles."""
         row = await self.owned(ctx)
@@ -317,51 +322,71 @@ class Api:
                 raise ApiError(422, "invalid-request", "Last-Event-ID: not an event index")
             start = max(start, int(last) + 1)
 
-        async def records() -> AsyncIterator[dict[str, Any]]:
-            async for record in self.host.events(row.run_id, start, follow=True):
-                yield {
-                    "id": str(record.index),
-                    "event": record.type,
-                    "data": flowcore.encode_record(record).decode().rstrip("\n"),
-                }
-            yield {"event": "end", "data": "{}"}
+        async def events() -> AsyncIterator[ServerSentEventMessage]:
+            async for record in self.follow(row.run_id, start, PING_S):
+                if record is None:
+                    yield ServerSentEventMessage(comment="ping")
+                    continue
+                yield ServerSentEventMessage(
+                    id=str(record.index),
+                    event=record.type,
+                    data=flowcore.encode_record(record).decode().rstrip("\n"),
+                )
+            if not self.closing.is_set():  # at shutdown it ends without: clients resume
+                yield ServerSentEventMessage(event="end", data="{}")
 
-        return EventSourceResponse(records(), ping=15)
+        return ServerSentEvent(events())
 
-    async def ndjson_follow(self, ctx: Context) -> Response:
+    async def ndjson_follow(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         q: StreamQuery = ctx.query
 
         async def lines() -> AsyncIterator[bytes]:
-            # Each next record is awaited in a task, raced with the server's
-            # shutdown (``closing``), which ends the response at once.
-            records = self.host.events(row.run_id, q.start, follow=True)
-            closing = asyncio.ensure_future(self.closing.wait())
-            following: asyncio.Future[flowcore.Record] | None = None
-            try:
-                while True:
-                    following = asyncio.ensure_future(anext(records))
-                    await asyncio.wait((following, closing), return_when=asyncio.FIRST_COMPLETED)
-                    if not following.done():
-                        return
-                    try:
-                        record = following.result()
-                    except StopAsyncIteration:
-                        return
-                    following = None
+            async for record in self.follow(row.run_id, q.start):
+                if record is not None:
                     yield flowcore.encode_record(record)
-            finally:
-                closing.cancel()
-                if following is not None and not following.done():
-                    following.cancel()  # the records' generator ends in that task
-                elif isinstance(records, AsyncGenerator):
-                    await records.aclose()
 
-        return StreamingResponse(lines(), media_type=NDJSON)
+        return Stream(lines(), media_type=NDJSON)
+
+    async def follow(
+        self, run_id: str, start: int, ping_s: float | None = None
+    ) -> AsyncIterator[flowcore.Record | None]:
+        """The run's records from ``start`` as they are committed, until it settles
+        or the server shuts down (``closing``); ``None`` after each ``ping_s``
+        seconds without one."""
+        # Each next record is awaited in a task, raced with the server's
+        # shutdown (``closing``), which ends the response at once.
+        records = self.host.events(run_id, start, follow=True)
+        closing = asyncio.ensure_future(self.closing.wait())
+        following: asyncio.Future[flowcore.Record] | None = None
+        try:
+            while True:
+                if following is None:
+                    following = asyncio.ensure_future(anext(records))
+                await asyncio.wait(
+                    (following, closing), timeout=ping_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if closing.done():
+                    return
+                if not following.done():
+                    yield None
+                    continue
+                try:
+                    record = following.result()
+                except StopAsyncIteration:
+                    return
+                following = None
+                yield record
+        finally:
+            closing.cancel()
+            if following is not None and not following.done():
+                following.cancel()  # the records' generator ends in that task
+            elif isinstance(records, AsyncGenerator):
+                await records.aclose()
 
     # --- the diagram -------------------------------------------------------------------
 
-    async def graph(self, ctx: Context) -> Response:
+    async def graph(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         flow = await self.host.flow(row.run_id)
         waits = await self.host.waits(row.run_id)
@@ -393,12 +418,12 @@ class Api:
 
     # --- scheduled calls of a run ---------------------------------------------------------
 
-    async def scheduled_calls(self, ctx: Context) -> Response:
+    async def scheduled_calls(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         calls = await self.host.scheduled(row.run_id)
         return json_response(ScheduledCallList(calls=[msgspec.to_builtins(c) for c in calls]))
 
-    async def cancel_scheduled(self, ctx: Context) -> Response:
+    async def cancel_scheduled(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         self.running(row)
         call_id = ctx.param("call_id")
@@ -412,7 +437,7 @@ class Api:
             )
         return json_response(await self.summarize(await self.host.run(row.run_id)))
 
-    async def run_scheduled_now(self, ctx: Context) -> Response:
+    async def run_scheduled_now(self, ctx: Context) -> Response[Any]:
         row = await self.owned(ctx)
         self.running(row)
         done = await self.host.run_scheduled_now(row.run_id, ctx.param("call_id"))
@@ -430,33 +455,33 @@ class Api:
         except HostError:
             raise ApiError(404, "unknown-schedule", f"no schedule {name[:200]!r}") from None
 
-    async def list_schedules(self, ctx: Context) -> Response:
+    async def list_schedules(self, ctx: Context) -> Response[Any]:
         return json_response(ScheduleList(schedules=await self.host.schedules()))
 
-    async def show_schedule(self, ctx: Context) -> Response:
+    async def show_schedule(self, ctx: Context) -> Response[Any]:
         return json_response(await self._schedule(ctx.param("name")))
 
-    async def pause_schedule(self, ctx: Context) -> Response:
+    async def pause_schedule(self, ctx: Context) -> Response[Any]:
         name = ctx.param("name")
         await self._schedule(name)
         body: ScheduleChange = ctx.body
         await self.host.pause_schedule(name, body.note)
         return json_response(await self._schedule(name))
 
-    async def resume_schedule(self, ctx: Context) -> Response:
+    async def resume_schedule(self, ctx: Context) -> Response[Any]:
         name = ctx.param("name")
         await self._schedule(name)
         body: ScheduleChange = ctx.body
         await self.host.resume_schedule(name, body.note)
         return json_response(await self._schedule(name))
 
-    async def trigger_schedule(self, ctx: Context) -> Response:
+    async def trigger_schedule(self, ctx: Context) -> Response[Any]:
         name = ctx.param("name")
         await self._schedule(name)
         run_id = await self.host.trigger_schedule(name)
         return json_response(await self.summarize(await self.host.run(run_id)), 201)
 
-    async def backfill_schedule(self, ctx: Context) -> Response:
+    async def backfill_schedule(self, ctx: Context) -> Response[Any]:
         name = ctx.param("name")
         await self._schedule(name)
         body: BackfillBody = ctx.body
@@ -469,22 +494,22 @@ class Api:
             raise ApiError(422, "cannot-backfill", str(exc)) from None
         return json_response(await self._schedule(name))
 
-    async def delete_schedule(self, ctx: Context) -> Response:
+    async def delete_schedule(self, ctx: Context) -> Response[Any]:
         name = ctx.param("name")
         await self._schedule(name)
         await self.host.delete_schedule(name)
-        return Response(status_code=204)
+        return Response(None, status_code=204)
 
     # --- the rest -------------------------------------------------------------------------
 
-    async def list_flows(self, ctx: Context) -> Response:
+    async def list_flows(self, ctx: Context) -> Response[Any]:
         flows = [
             FlowSummary(flow_id=f.id, version=f.version, source=str(p))
             for f, p in self.flows.flows()
         ]
         return json_response(FlowList(flows=flows))
 
-    async def whoami(self, ctx: Context) -> Response:
+    async def whoami(self, ctx: Context) -> Response[Any]:
         return json_response(Whoami(principal=ctx.principal.name, access=ctx.principal.access))
 
     def operations(self) -> list[Operation]:

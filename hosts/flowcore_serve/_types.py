@@ -1,7 +1,7 @@
 """The bodies the HTTP API reads and writes, as msgspec Structs.
 
 The handlers decode requests into these types and encode their replies from
-them, and ``_openapi`` builds ``/openapi.json`` from the same types: the
+them, and Litestar builds ``/openapi.json`` from the same types: the
 document cannot drift from what the server does. Field names are camelCase
 on the wire, as in flowcore's wire protocol.
 """
