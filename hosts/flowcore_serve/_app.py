@@ -17,7 +17,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ControllerRouterHandler
 
-from flowcore_local import LocalHost
+from flowcore_handlers import Host
 
 from ._api import Api
 from ._auth import Tokens
@@ -100,7 +100,7 @@ def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
 
 
 def create_app(
-    host: LocalHost,
+    host: Host,
     tokens: Tokens,
     flows: str | Path | None = None,
     body_limit: int = DEFAULT_BODY_LIMIT,

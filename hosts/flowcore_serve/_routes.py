@@ -52,7 +52,7 @@ Handler = Callable[[Context], Awaitable[Response[Any]]]
 _RANK: Final[dict[Access, int]] = {"read": 0, "write": 1, "admin": 2}
 PROBLEM_TITLES: Final = {
     status: HTTPStatus(status).phrase
-    for status in (400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 500)
+    for status in (400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 500, 501)
 }
 _PRINCIPAL: Final = "flowcore.principal"  # the request's principal and token, in its state
 # The names Litestar gives a handler's own arguments: no query parameter may take one.
@@ -87,6 +87,8 @@ def implied_errors(op: Operation) -> set[int]:
         found.add(422)  # a query parameter, or a path segment, that is not valid
     if op.body is not None:
         found |= {408, 413, 415, 422}
+    if op.stream:
+        found.add(429)  # one open stream too many for the token
     return found
 
 

@@ -27,7 +27,8 @@ from litestar.response import Redirect
 from litestar.router import Router
 from litestar.static_files import create_static_files_router
 
-from flowcore_local import HostError
+import flowcore
+from flowcore_handlers import HostFailure
 
 from ._api import Api
 from ._auth import Principal, Tokens
@@ -144,8 +145,8 @@ class _Web:
         raw = request.scope.get("raw_path") or request.url.path.encode()
         run_id = unquote(raw.split(b"?", 1)[0].decode("latin-1")).removeprefix("/runs/")
         try:
-            row = await self.api.host.run(run_id)
-        except HostError:
+            row = await self.api.host.summary(run_id)
+        except (HostFailure, flowcore.RunIdError):
             row = None
         if row is None or not who.owns(row.principal):
             # Another principal's run reads as unknown: no one learns which ids exist.
