@@ -111,11 +111,11 @@ def summary_of(found: HostSummary, now_ms: int | None = None) -> RunSummary:
         flow_id=found.flow_id,
         status=found.status,
         parent=found.parent,
-        depth=found.depth,
+        depth=getattr(found, "depth", 0),  # where a host's summary does not tell it
         principal=found.principal,
         created_at=moment(found.started_ms),
         updated_at=None if updated is None else moment(updated),
         duration_ms=None if end is None else max(0, end - found.started_ms),
-        next_index=found.next_index,
+        next_index=getattr(found, "next_index", None),
         metadata=dict(found.metadata),
     )

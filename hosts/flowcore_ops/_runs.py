@@ -178,19 +178,25 @@ async def fork(ctx: Context, given: ForkInput) -> RunSummary:
             held = await ctx.host.summary(given.new_run_id)
         except Exception:
             held = None
-        if held is not None:
+        if held is not None and not ctx.principal.owns(held.principal):
             raise OperationError(
                 "run-exists", f"run {given.new_run_id!r} already exists: choose another id"
             )
-    new_run_id = await guard(
-        ctx.host.fork(
-            given.run_id,
-            at=given.at,
-            from_step=given.from_step,
-            new_run_id=given.new_run_id,
-            cancel_source=given.cancel_source,
+    # The same fork again gives the run it made; the host refuses another under that id.
+    try:
+        new_run_id = await guard(
+            ctx.host.fork(
+                given.run_id,
+                at=given.at,
+                from_step=given.from_step,
+                new_run_id=given.new_run_id,
+                cancel_source=given.cancel_source,
+            )
         )
-    )
+    except OperationError as exc:
+        if exc.code == "rejected" and "already exists" in exc.detail:
+            raise OperationError("run-exists", exc.detail) from None
+        raise
     return await summarize(ctx, new_run_id)
 
 
@@ -198,12 +204,21 @@ async def upgrade(ctx: Context, given: UpgradeInput) -> UpgradeView:
     await owned(ctx, given.run_id)
     path = ctx.flows(given.flow)
     done = await guard(ctx.host.upgrade(given.run_id, path, dry_run=given.dry_run))
-    detail = msgspec.to_builtins(done)
+    # The run's state under the new version is the host's to keep, not a reply's.
+    detail = {
+        "flowId": done.flow_id,
+        "changed": done.changed,
+        "fromSpecHash": done.from_spec_hash,
+        "specHash": done.spec_hash,
+        "version": done.version,
+        "at": done.at,
+        "pending": [flowcore.effect_to_wire(effect) for effect in done.pending],
+    }
     return UpgradeView(
         run_id=given.run_id,
         upgraded=not given.dry_run,
         dry_run=given.dry_run,
-        detail=detail if isinstance(detail, dict) else {"result": detail},
+        detail=detail,
     )
 
 

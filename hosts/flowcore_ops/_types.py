@@ -185,7 +185,7 @@ class PruneInput(_In):
     """Delete the runs that settled before ``settledBefore`` (with their child runs)."""
 
     settled_before: datetime  # RFC 3339 instant (no zone: UTC)
-    statuses: list[RunStatus] | None = None
+    statuses: list[RunStatus | Literal["budget-exhausted"]] | None = None
     dry_run: bool = False
 
 
