@@ -43,7 +43,7 @@ import flowcore
 from flowcore_handlers import Host, RegistryError
 
 from ._common import CliError, checked_name, json_value, problem_line, say
-from ._temporal_session import ADDRESS_ENV, NAMESPACE_ENV, QUEUE_ENV, finish
+from ._temporal_session import ADDRESS_ENV, NAMESPACE_ENV, QUEUE_ENV, finish, specs_option
 
 __all__ = [
     "DB_ENV",
@@ -125,9 +125,15 @@ def _given(ctx: click.Context, name: str) -> bool:
 def host_choice(ctx: click.Context, values: dict[str, Any], temporal: bool) -> HostChoice:
     """The host of the options: Temporal on ``--temporal`` or ``--address``, or
     ``$FLOWCORE_TEMPORAL_ADDRESS`` without ``--db``; else the local database."""
+    if temporal:  # `flowcore temporal ...`: no --db to give
+        return HostChoice(
+            temporal=True,
+            address=values["address"],
+            namespace=values["namespace"],
+            task_queue=values["task_queue"],
+        )
     chosen = (
-        temporal
-        or values["temporal"]
+        values["temporal"]
         or _given(ctx, "address")
         or (bool(os.environ.get(ADDRESS_ENV)) and not _given(ctx, "db"))
     )
@@ -188,6 +194,16 @@ def host_options(temporal: bool) -> list[click.Parameter]:
         ),
     ]
     return found
+
+
+def _specs_option() -> click.Parameter:
+    """``--specs DIR`` of ``flowcore temporal``'s commands (``_temporal_session``)."""
+
+    @specs_option
+    def holder() -> None: ...
+
+    params: list[click.Parameter] = holder.__click_params__  # type: ignore[attr-defined]
+    return params[0]
 
 
 def _no_database(db: Path) -> CliError:
@@ -442,6 +458,8 @@ def build(op: Operation, view: View, temporal: bool = False) -> click.Command:
     params += list(view.options)
     params.append(click.Option(["--json", "as_json"], is_flag=True, help=view.json_help))
     params += host_options(temporal)
+    if temporal:
+        params.append(_specs_option())
 
     def callback(**values: Any) -> int:
         ctx = click.get_current_context()

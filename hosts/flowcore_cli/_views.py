@@ -72,6 +72,22 @@ class _Tuned:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._host, name)
 
+    async def records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
+        """On Temporal, the log from the run's histories (no worker needed), or with
+        ``--live`` from the running workflow."""
+        if not self._values["host_choice"].temporal:
+            return await self._host.records(run_id, start)
+        inner: Any = self._host
+        found: list[flowcore.Record] = await inner.log(run_id, live=self._values.get("live"))
+        return [record for record in found if record.index >= start]
+
+    async def export(self, run_id: str) -> bytes:
+        if not self._values["host_choice"].temporal:
+            return await self._host.export(run_id)
+        inner: Any = self._host
+        data: bytes = await inner.export(run_id, live=bool(self._values.get("live")))
+        return data
+
     async def resume(self, run_id: str, tools: str | None = None) -> None:
         await self._host.resume(run_id, self._values.get("tools") or tools)
 
@@ -109,6 +125,14 @@ class _Tuned:
 def _tuned(host: Host, values: dict[str, Any]) -> Host:
     tuned: Host = _Tuned(host, values)
     return tuned
+
+
+_LIVE = click.Option(
+    ["--live"],
+    is_flag=True,
+    help="Temporal: ask the running workflow (the log query) instead of replaying its"
+    " latest history.",
+)
 
 
 async def _version(host: Host, run_id: str) -> int | None:
@@ -698,6 +722,7 @@ _VIEWS: Final[dict[str, View]] = {
                 ["--no-history"], is_flag=True, help="Only the current state, not the timeline."
             ),
         ),
+        tune=_tuned,
         render=_show,
         document=_show_json,
         json_help="Print JSON on stdout instead (times in epoch ms).",
@@ -706,7 +731,9 @@ _VIEWS: Final[dict[str, View]] = {
         "The log records of RUN: a table, or NDJSON envelopes with --json.",
         options=(
             click.Option(["--follow"], is_flag=True, help="Keep printing until the run settles."),
+            _LIVE,
         ),
+        tune=_tuned,
         names={"start": ("--start-index", "--start")},
         helps={"start": "The index of the first record printed."},
         prepare=_events_prepare,
@@ -718,7 +745,9 @@ _VIEWS: Final[dict[str, View]] = {
         "Write RUN's log (what `flowcore replay` reads).",
         options=(
             click.Option(["-o", "--output"], type=click.Path(dir_okay=False, path_type=Path)),
+            _LIVE,
         ),
+        tune=_tuned,
         render=_export,
     ),
     "questions": View(

@@ -1,7 +1,8 @@
 """Entry point of the ``flowcore`` console script.
 
 Every command lives in this package: ``validate``, ``graph``, ``budget``, ``replay``, the
-local host's (``_local``; ``delete`` and ``prune`` in ``_retention``) and
+local host's own (``_local``: run, worker, runs), the commands of the catalogue's
+operations (``_derive``, on either host) and
 ``flowcore temporal ...`` (``_temporal``). The hosts expose Python APIs only.
 
 Every command returns its exit code: 0 success, 1 a finding (a replay that
