@@ -22,7 +22,7 @@ removed). This module holds types only: it does no I/O and never imports a host.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -186,6 +186,8 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     principal: str | None = None
     parent: str | None = None
     updated_ms: int | None = None
+    depth: int | None = None  # 0 a top-level run, 1 its child...; None: not told
+    next_index: int | None = None  # the index its next log record will have; None: not told
 
 
 class RunPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -331,6 +333,13 @@ class RunReads(Protocol):
     async def find_runs(self, query: RunQuery) -> RunPage: ...
 
     async def summary(self, run_id: str) -> RunSummary: ...
+
+    async def flow(self, run_id: str) -> flowcore.Flow: ...
+
+    @property
+    def now(self) -> Callable[[], int]:
+        """The host's clock, epoch milliseconds: a running run's age is read against it."""
+        ...
 
     async def show(self, run_id: str) -> dict[str, Any]: ...
 

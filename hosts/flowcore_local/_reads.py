@@ -259,4 +259,6 @@ def _summary(row: RunRow, metadata: dict[str, Any]) -> RunSummary:
         principal=row.principal,
         parent=row.parent_run,
         updated_ms=row.updated_ms,
+        depth=row.depth,
+        next_index=row.next_index,
     )

@@ -155,7 +155,7 @@ CATALOGUE: Final[tuple[Operation, ...]] = (
         UpgradeView,
         "admin",
         _runs.upgrade,
-        ("unknown-run", "unknown-flow", "settled", "rejected", "host-refuses"),
+        ("unknown-run", "unknown-flow", "settled", "diverged", "rejected", "host-refuses"),
         (Http("POST", _RUN + "/upgrade", 200, "upgrade_run"),),
         ("upgrade",),
         ("run_id",),

@@ -26,15 +26,9 @@ __all__ = ["epoch_ms", "failures", "guard", "moment", "owned", "running", "summa
 
 T = TypeVar("T")
 
-# flowcore's own refusals of bad input: a spec, an input, a value, a run id.
-_BAD_INPUT = (
-    flowcore.InputError,
-    flowcore.SpecError,
-    flowcore.DataError,
-    flowcore.RunIdError,
-    flowcore.MetadataFilterError,
-    flowcore.DurationError,
-)
+# flowcore's own refusals of what a caller gave (a spec, an input, a value, a
+# run id, a fork point...): every error flowcore raises for bad input.
+_BAD_INPUT = (flowcore.FlowcoreError, flowcore.DurationError, flowcore.JsonTextError)
 
 
 @contextmanager
@@ -56,6 +50,16 @@ def failures(default: str = "rejected") -> Any:
         raise OperationError("nothing-to-cancel", str(exc)) from None
     except HostRefusal as exc:
         raise OperationError("host-refuses", str(exc)) from None
+    except flowcore.UpgradeRefused as exc:
+        if exc.reason != "diverged":
+            code = "settled" if exc.reason == "settled" else default
+            raise OperationError(code, str(exc)) from None
+        divergence = exc.divergence
+        text = str(divergence) if divergence is not None else str(exc)
+        why = text.partition(f" at index {exc.index}:")[0] if divergence is not None else text
+        raise OperationError(
+            "diverged", why, index=exc.index, expected=exc.expected, actual=exc.actual
+        ) from None
     except (HostFailure, *_BAD_INPUT) as exc:
         raise OperationError(default, str(exc)) from None
 
@@ -111,11 +115,11 @@ def summary_of(found: HostSummary, now_ms: int | None = None) -> RunSummary:
         flow_id=found.flow_id,
         status=found.status,
         parent=found.parent,
-        depth=getattr(found, "depth", 0),  # where a host's summary does not tell it
+        depth=found.depth,
         principal=found.principal,
         created_at=moment(found.started_ms),
         updated_at=None if updated is None else moment(updated),
         duration_ms=None if end is None else max(0, end - found.started_ms),
-        next_index=getattr(found, "next_index", None),
+        next_index=found.next_index,
         metadata=dict(found.metadata),
     )

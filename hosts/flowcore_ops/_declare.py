@@ -110,6 +110,7 @@ FAILURES: Final[dict[str, Failure]] = {
     "invalid-request": Failure(422, 2, "a value of the request is not valid"),
     "invalid-cursor": Failure(422, 2, "a cursor this surface did not hand out"),
     "cannot-backfill": Failure(422, 2, "the backfill's window is not valid"),
+    "diverged": Failure(409, 1, "the run's log does not replay against the new version"),
     "host-refuses": Failure(501, 2, "this host does not do this operation (specs/hosts.md)"),
 }
 
@@ -179,7 +180,7 @@ class Operation:
     name: str  # dotted where it belongs to a group: "schedule.pause"
     summary: str
     input: type[Any]  # a msgspec Struct
-    output: type[Any] | None  # a msgspec Struct (None: nothing, HTTP 204 / empty)
+    output: Any  # a msgspec type (None: nothing, HTTP 204 / empty)
     access: Access
     call: Callable[[Context, Any], Awaitable[Any]]
     failures: tuple[str, ...] = ()

@@ -103,8 +103,7 @@ async def show(ctx: Context, given: RunInput) -> RunView:
         # The ``settled`` effect carries the report (left out when no work ran),
         # the ``run.settled`` record after it does not; records about scheduled
         # calls may follow both.
-        next_index = getattr(found, "next_index", None)
-        start = 0 if next_index is None else max(0, next_index - 64)
+        start = 0 if found.next_index is None else max(0, found.next_index - 64)
         for record in await guard(ctx.host.records(given.run_id, start)):
             if not isinstance(record.data, dict):
                 continue

@@ -22,6 +22,7 @@ from ._types import (
     SignalInput,
     SignalKeyInput,
     SignalledRuns,
+    SpecVersion,
     StartInput,
     UpgradeInput,
     UpgradeView,
@@ -201,24 +202,22 @@ async def fork(ctx: Context, given: ForkInput) -> RunSummary:
 
 
 async def upgrade(ctx: Context, given: UpgradeInput) -> UpgradeView:
+    """Move the run to the flow in ``flow`` once its log replays against it. A log
+    that diverges is ``diverged`` (the run stays on its version)."""
     await owned(ctx, given.run_id)
     path = ctx.flows(given.flow)
-    done = await guard(ctx.host.upgrade(given.run_id, path, dry_run=given.dry_run))
-    # The run's state under the new version is the host's to keep, not a reply's.
-    detail = {
-        "flowId": done.flow_id,
-        "changed": done.changed,
-        "fromSpecHash": done.from_spec_hash,
-        "specHash": done.spec_hash,
-        "version": done.version,
-        "at": done.at,
-        "pending": [flowcore.effect_to_wire(effect) for effect in done.pending],
-    }
+    before = await guard(ctx.host.flow(given.run_id))
+    made = await guard(ctx.host.upgrade(given.run_id, path, dry_run=given.dry_run))
     return UpgradeView(
         run_id=given.run_id,
-        upgraded=not given.dry_run,
+        flow_id=made.flow_id,
+        moved=made.changed and not given.dry_run,
+        changed=made.changed,
         dry_run=given.dry_run,
-        detail=detail,
+        from_=SpecVersion(version=before.version, spec_hash=made.from_spec_hash),
+        to=SpecVersion(version=made.version, spec_hash=made.spec_hash),
+        at=made.at,
+        pending=[flowcore.effect_to_wire(e) for e in made.pending],
     )
 
 

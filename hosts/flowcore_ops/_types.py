@@ -57,6 +57,7 @@ __all__ = [
     "StreamQuery",
     "UpgradeInput",
     "UpgradeView",
+    "SpecVersion",
     "Whoami",
     "INT64_MAX",
     "RUN_STATUSES",
@@ -274,7 +275,7 @@ class RunSummary(_Out):
     flow_id: str | None
     status: str
     parent: str | None
-    depth: int
+    depth: int | None  # 0 a top-level run; None where the host does not tell
     principal: str | None
     created_at: datetime  # RFC 3339, UTC
     updated_at: datetime | None  # None where the host does not tell
@@ -321,13 +322,25 @@ class SignalledRuns(_Out):
     runs: list[str]
 
 
+class SpecVersion(_Out):
+    version: int
+    spec_hash: str
+
+
 class UpgradeView(_Out):
-    """What an upgrade did (or with ``dryRun`` would do)."""
+    """What an upgrade did (or with ``dryRun`` would do): ``moved`` the run now is
+    on ``to``; ``changed`` false when it was there already; ``at`` the log index
+    the new version writes first; ``pending`` the effects it waits for (wire form)."""
 
     run_id: str
-    upgraded: bool
+    flow_id: str
+    moved: bool
+    changed: bool
     dry_run: bool
-    detail: dict[str, Any]
+    from_: SpecVersion = msgspec.field(name="from")
+    to: SpecVersion
+    at: int
+    pending: list[dict[str, Any]]
 
 
 class DeletedView(_Out):

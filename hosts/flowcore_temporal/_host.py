@@ -17,6 +17,7 @@ import base64
 import binascii
 import dataclasses
 import secrets
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -1314,6 +1315,22 @@ class TemporalHost:
         """Delete the Temporal Schedule (the runs it started stay)."""
         handle = self.client.get_schedule_handle(name)
         await self._schedule_call(handle.delete(), name)
+
+    async def flow(self, run_id: str) -> flowcore.Flow:
+        """The flow the run was started with: its spec from its start arguments, or
+        (a run pinned by hash) from this process's spec registry."""
+        args = await self._existing_args(run_id)
+        if args is None:
+            raise TemporalUnknownRun(run_id, f"no run {run_id!r} on Temporal")
+        self._check_spec_known(args, run_id)
+        if args.spec:
+            return flowcore.parse_flow(args.spec)
+        assert args.spec_hash is not None
+        return flowcore.parse_flow(_registry.lookup(args.spec_hash, args.flow_id or "?"))
+
+    def now(self) -> int:
+        """This process's clock, epoch milliseconds."""
+        return time.time_ns() // 1_000_000
 
 
 def _summary(

@@ -4,7 +4,6 @@ calls on ``p-main``."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -14,7 +13,7 @@ from typing import Any
 from flowcore_local import LocalHost
 
 from ..local.local_helpers import work_until
-from .parity import FAILING, FLOW, FLOW_V2, RUNS, TOOLS
+from .parity import FAILING, FLOW, FLOW_V2, TOOLS, runs
 
 
 def write_files(folder: Path) -> dict[str, Path]:
@@ -43,26 +42,30 @@ async def local_world(folder: Path) -> AsyncIterator[tuple[LocalHost, dict[str, 
     """The open host and the facts the scenarios' inputs read."""
     files = write_files(folder)
     async with LocalHost(folder / "parity.db", str(files["parity_tools.py"])) as host:
-        for run_id, (flow, given) in RUNS.items():
+        started = runs()
+        for run_id, (flow, given) in started.items():
             await host.start(files[flow], given, run_id, flows=[folder])
 
         async def ready() -> bool:
-            asking = all(
-                [await host.open_questions(r) for r in RUNS if r != "p-fail"]
-            )
+            asking = all([await host.open_questions(r) for r in started if r != "p-fail"])
             return asking and (await host.run("p-fail")).status == "failed"
 
         await work_until(host, ready)
         first = await host.add_scheduled("p-main", "remind", {"to": "bob"}, 3_600_000)
         second = await host.add_scheduled("p-main", "remind", {"to": "cy"}, 3_600_000)
         start, end = past_window()
-        yield host, {
-            "flow": str(files["parity.yaml"]),
-            "flow_v2": str(files["parity-v2.yaml"]),
-            "call_id": first,
-            "call_id_2": second,
-            "past_start": start,
-            "past_end": end,
-            "folder": folder,
-            "made": time.time(),
-        }
+        yield (
+            host,
+            {
+                "flow": str(files["parity.yaml"]),
+                "flow_v2": str(files["parity-v2.yaml"]),
+                "call_id": first,
+                "call_id_2": second,
+                "past_start": start,
+                "past_end": end,
+                "folder": folder,
+                "runs": {name: name for name in [*started, "p-new", "p-fork"]},
+                "prefix": "",
+                "schedule": "nightly",
+            },
+        )

@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import pytest
-
 from flowcore_ops import BY_NAME, CATALOGUE, Context, OperationError, Principal
 
 from .local_world import local_world
@@ -45,6 +44,7 @@ def test_every_operation_on_the_local_host(tmp_path: Path) -> None:
                 scenario = SCENARIOS[name]
                 out = await call(ctx, name, scenario.input(facts))
                 assert scenario.expect(out), (name, out)
+                facts.update(scenario.remember(out))
                 output = BY_NAME[name].output
                 if output is not None and name not in ("events", "follow", "export"):
                     msgspec.convert(msgspec.to_builtins(out), output)
@@ -86,12 +86,16 @@ def test_a_principal_sees_only_its_own_runs(tmp_path: Path) -> None:
 
 def test_failures_come_with_their_declared_codes(tmp_path: Path) -> None:
     async def main() -> None:
-        async with local_world(tmp_path) as (host, facts):
+        async with local_world(tmp_path) as (host, _facts):
             ctx = Context(host, flows=Path)
             cases: list[tuple[str, dict[str, Any], str]] = [
                 ("show", {"runId": "ghost"}, "unknown-run"),
                 ("answer", {"runId": "p-main", "key": "nope", "answer": "yes"}, "no-open-question"),
-                ("answer", {"runId": "p-main", "key": "decide", "answer": "maybe"}, "not-an-option"),
+                (
+                    "answer",
+                    {"runId": "p-main", "key": "decide", "answer": "maybe"},
+                    "not-an-option",
+                ),
                 ("scheduled.cancel", {"runId": "p-main", "callId": "nope"}, "not-pending"),
                 ("schedule.show", {"name": "nope"}, "unknown-schedule"),
                 ("runs", {"where": ["amount>"]}, "invalid-request"),

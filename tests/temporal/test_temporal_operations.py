@@ -1,0 +1,137 @@
+"""Every catalogue operation called directly on the Temporal host (the real dev
+server): each gives its declared output, or the typed refusal specs/hosts.md
+lists for Temporal."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from flowcore_ops import BY_NAME, Context, OperationError, Principal
+
+import flowcore_temporal as ft
+
+from ..ops.local_world import past_window, write_files
+from ..ops.parity import ORDER, REFUSED, SCENARIOS, runs
+from .support import eventually, running_host, unique
+
+
+@asynccontextmanager
+async def temporal_world(
+    address: str, folder: Path
+) -> AsyncIterator[tuple[ft.TemporalHost, dict[str, Any]]]:
+    """A worker on a fresh queue, the world's runs started there and asking (p-fail
+    failed), two scheduled calls on p-main; the facts the scenarios read."""
+    files = write_files(folder)
+    prefix = unique("par") + "-"
+    flow_id = prefix.rstrip("-").replace("-", "_")
+    for name in ("parity.yaml", "parity-v2.yaml"):
+        text = files[name].read_text().replace("flow: parity\n", f"flow: {flow_id}\n")
+        files[name].write_text(text)
+    async with running_host(address, files["parity_tools.py"]) as host:
+        started = {prefix + name: made for name, made in runs(prefix).items()}
+        for run_id, (flow, given) in started.items():
+            await host.start(files[flow], given, run_id)
+
+        async def ready() -> bool:
+            for run_id in started:
+                if run_id.endswith("p-fail"):
+                    if (await host.show(run_id)).get("status") != "failed":
+                        return False
+                elif not await host.open_questions(run_id):
+                    return False
+            return True
+
+        await eventually(ready, "the world's runs asking", timeout=60)
+        main = prefix + "p-main"
+        first = await host.add_scheduled(main, "remind", {"to": "bob"}, 3_600_000)
+        second = await host.add_scheduled(main, "remind", {"to": "cy"}, 3_600_000)
+        start, end = past_window()
+        names = [*runs(), "p-new", "p-fork"]
+        yield (
+            host,
+            {
+                "flow": str(files["parity.yaml"]),
+                "flow_v2": str(files["parity-v2.yaml"]),
+                "call_id": first,
+                "call_id_2": second,
+                "past_start": start,
+                "past_end": end,
+                "folder": folder,
+                "runs": {name: prefix + name for name in names},
+                "prefix": prefix,
+                "schedule": "nightly",
+            },
+        )
+
+
+async def call(ctx: Context, name: str, given: dict[str, Any]) -> Any:
+    op = BY_NAME[name]
+    out = await op.call(ctx, msgspec.convert(given, op.input))
+    if name == "follow":
+        records = []
+        async for record in out:
+            records.append(record)
+            if len(records) == 3:
+                break
+        await out.aclose()
+        return records
+    return out
+
+
+def test_every_operation_on_the_temporal_host(temporal_address: str, tmp_path: Path) -> None:
+    async def main() -> tuple[dict[str, Any], dict[str, str]]:
+        async with temporal_world(temporal_address, tmp_path) as (host, facts):
+            ctx = Context(host, Principal.operator(), flows=Path, flow_folders=(tmp_path,))
+            got: dict[str, Any] = {}
+            refused: dict[str, str] = {}
+            for name in ORDER:
+                scenario = SCENARIOS[name]
+                try:
+                    out = await call(ctx, name, scenario.input(facts))
+                except OperationError as exc:
+                    if exc.code != "host-refuses":
+                        raise
+                    refused[name] = exc.detail
+                    continue
+                assert scenario.expect(out), (name, out)
+                facts.update(scenario.remember(out))
+                output = BY_NAME[name].output
+                if output is not None and name not in ("events", "follow", "export"):
+                    msgspec.convert(msgspec.to_builtins(out), output)
+                got[name] = out
+            return got, refused
+
+    got, refused = asyncio.run(main())
+    assert set(refused) == REFUSED["temporal"], refused
+    for name, detail in refused.items():
+        assert detail.startswith("Temporal host cannot "), (name, detail)
+    assert "show" in got and "schedule.delete" in got
+
+
+@pytest.mark.parametrize("principal", ["alice"])
+def test_another_principals_run_is_unknown_on_temporal(
+    temporal_address: str, tmp_path: Path, principal: str
+) -> None:
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            files = write_files(tmp_path)
+            ctx = Context(host, Principal(principal, "write"), flows=Path)
+            mine = await BY_NAME["start"].call(
+                ctx, BY_NAME["start"].input(flow=str(files["parity.yaml"]), run_id=unique("a"))
+            )
+            assert mine.principal == principal
+            theirs = await host.start(files["parity.yaml"], None, unique("b"), principal="bob")
+            with pytest.raises(OperationError) as refused:
+                await call(ctx, "show", {"runId": theirs})
+            assert (refused.value.code, refused.value.detail) == (
+                "unknown-run",
+                f"no run {theirs!r}",
+            )
+
+    asyncio.run(main())
