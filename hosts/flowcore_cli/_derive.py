@@ -31,6 +31,9 @@ from typing import Any, TypeVar
 
 import click
 import msgspec
+
+import flowcore
+from flowcore_handlers import Host, RegistryError
 from flowcore_ops import (
     CATALOGUE,
     Context,
@@ -38,9 +41,6 @@ from flowcore_ops import (
     OperationError,
     Principal,
 )
-
-import flowcore
-from flowcore_handlers import Host, RegistryError
 
 from ._common import CliError, checked_name, json_value, problem_line, say
 from ._temporal_session import ADDRESS_ENV, NAMESPACE_ENV, QUEUE_ENV, finish, specs_option
@@ -97,7 +97,7 @@ class View:
     tune: Callable[[Host, dict[str, Any]], Host] | None = None
     render: Callable[[Host, Any, dict[str, Any]], Awaitable[int | None]] | None = None
     document: Callable[[Host, Any, dict[str, Any]], Awaitable[int | None]] | None = None
-    fail: Callable[[Exception, dict[str, Any]], int | None] | None = None  # else re-raised
+    fail: Callable[[Exception, dict[str, Any]], int | None] | None = None  # None: as usual
     explain: Callable[[OperationError, dict[str, Any]], str] | None = None  # a failure's line
     json_help: str = "Print the output as JSON on stdout instead."
 
@@ -479,16 +479,19 @@ def build(op: Operation, view: View, temporal: bool = False) -> click.Command:
             )
             try:
                 output = await chosen.call(context, given)
-            except OperationError as exc:
+            except Exception as exc:
+                code = None if view.fail is None else view.fail(exc, values)
+                if code is not None:
+                    return code
+                if not isinstance(exc, OperationError):
+                    raise
                 line = exc.detail if view.explain is None else view.explain(exc, values)
                 if exc.code == "unknown-run" and not choice.temporal:
                     line += " in the database"
+                elif exc.code == "settled":  # as the interpreter words a late event
+                    line = line.replace(" has settled", " has already settled", 1)
                 say(line)
                 raise Exit(view.exits.get(exc.code, exc.failure.exit)) from None
-            except Exception as exc:
-                if view.fail is None or isinstance(exc, OperationError):
-                    raise
-                return view.fail(exc, values)
             values["operation"] = chosen
             if values["as_json"]:
                 show = view.document or default_document

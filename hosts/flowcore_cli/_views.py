@@ -19,11 +19,11 @@ from typing import Any, Final
 
 import click
 import msgspec
-from flowcore_ops import BY_NAME, CATALOGUE, Operation, OperationError
 from rich.text import Text
 
 import flowcore
 from flowcore_handlers import Deleted, Host
+from flowcore_ops import BY_NAME, CATALOGUE, Operation, OperationError
 
 from ._common import CliError, answer_value, duration_value, iso, json_value
 from ._derive import View
@@ -97,7 +97,11 @@ class _Tuned:
 
     async def upgrade(self, run_id: str, spec: str | Path, *, dry_run: bool = False) -> Any:
         self._values["before"] = await _version(self._host, run_id)
-        made = await self._host.upgrade(run_id, spec, dry_run=dry_run)
+        try:
+            made = await self._host.upgrade(run_id, spec, dry_run=dry_run)
+        except flowcore.UpgradeRefused as exc:
+            self._values["refused"] = exc  # the divergence, printed as it always was
+            raise
         self._values["made"] = made
         return made
 
@@ -420,7 +424,7 @@ async def _forked(host: Host, output: Any, values: dict[str, Any]) -> int | None
 def _fork_failed(exc: Exception, values: dict[str, Any]) -> int | None:
     if isinstance(exc, flowcore.ForkError):
         raise CliError(f"cannot fork run {values['run_id']!r}: {exc}") from None
-    raise exc
+    return None
 
 
 def _upgrade_prepare(op: Operation, values: dict[str, Any]) -> tuple[Operation, dict[str, Any]]:
@@ -437,9 +441,10 @@ async def _upgraded(host: Host, output: Any, values: dict[str, Any]) -> int | No
 
 
 def _upgrade_failed(exc: Exception, values: dict[str, Any]) -> int | None:
-    if isinstance(exc, flowcore.UpgradeRefused):
-        return upgrade_refused(values["run_id"], values["new_flow"], exc, values["as_json"])
-    raise exc
+    refused = values.get("refused")
+    if isinstance(refused, flowcore.UpgradeRefused):
+        return upgrade_refused(values["run_id"], values["new_flow"], refused, values["as_json"])
+    return None
 
 
 # --- delete, prune -----------------------------------------------------------------------------
