@@ -333,10 +333,10 @@ def _click_type(info: msgspec.inspect.Type) -> click.ParamType[Any] | None:
         return click.INT
     if isinstance(info, msgspec.inspect.LiteralType):
         return click.Choice([str(v) for v in info.values])
-    if isinstance(info, msgspec.inspect.UnionType) and all(
-        isinstance(t, msgspec.inspect.LiteralType) for t in info.types
-    ):
-        return click.Choice([str(v) for t in info.types for v in t.values])  # type: ignore[attr-defined]
+    if isinstance(info, msgspec.inspect.UnionType):
+        kinds = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+        if all(isinstance(t, msgspec.inspect.LiteralType) for t in kinds):
+            return click.Choice([str(v) for t in kinds for v in t.values])  # type: ignore[attr-defined]
     return None
 
 
@@ -389,6 +389,8 @@ def _params(op: Operation, view: View) -> tuple[list[click.Parameter], dict[str,
                 type=ptype or click.STRING,
                 multiple=many,
                 required=info.required and info.name not in view.optional,
+                default=None if info.default is msgspec.NODEFAULT or many else info.default,
+                show_default=info.default is not msgspec.NODEFAULT and info.default is not None,
                 callback=checked_name if info.name in _NAMES and not many else None,
                 help=help_text or ("" if ptype is not None else "As JSON; @FILE, or - for stdin."),
             )
@@ -468,6 +470,7 @@ def build(op: Operation, view: View, temporal: bool = False) -> click.Command:
         chosen, prepared = (op, values) if view.prepare is None else view.prepare(op, values)
         given = _input(chosen, view, fields, prepared)
         values["host_choice"] = choice
+        values["input"] = given
 
         async def body(host: Host) -> int | None:
             acting = host if view.tune is None else view.tune(host, values)

@@ -1,4 +1,4 @@
-"""The local host's own commands: run, worker, runs, on ``flowcore_local.LocalHost``
+"""The local host's own commands: run and worker, on ``flowcore_local.LocalHost``
 (the commands of the catalogue's operations are built by ``_derive``).
 
 Every failure a user can cause (unknown run, bad JSON, a file that is not a
@@ -16,14 +16,12 @@ import json
 import shlex
 import signal as signals
 import sys
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 import flowcore
@@ -43,26 +41,20 @@ from ._common import (
     CliError,
     budget_value,
     checked_name,
-    duration,
     duration_value,
-    iso,
     json_value,
-    meta_text,
     meta_values,
     problem_line,
     say,
 )
-from ._history import short_json, tables
 from ._options import (
     FROM_FILE,
     input_option,
-    json_option,
     meta_option,
     on_conflict_option,
     spec_argument,
     tool_limit_option,
     tool_limits_value,
-    where_option,
 )
 from ._progress import (
     Item,
@@ -466,150 +458,4 @@ def worker(
     )
 
 
-RUN_STATUSES = ("running", "completed", "failed", "cancelled", "budget-exhausted")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _ended(r: RunRow) -> str:
-    """How long the run took (settled) or has been going (running)."""
-    if r.status == "running":
-        return f"{duration(max(0, _now_ms() - r.created_ms))} so far"
-    return duration(max(0, r.updated_ms - r.created_ms))
-
-
-def _outcome(r: RunRow) -> str:
-    if isinstance(r.error, dict):
-        return error_line(r.error)[:80]
-    return "" if r.output is None else short_json(r.output)
-
-
-@click.command()
-@click.option(
-    "--status",
-    type=click.Choice(RUN_STATUSES),
-    help="Only runs with this status.",
-)
-@click.option("--tree", is_flag=True, help="Show subflows under their parents.")
-@where_option
-@click.option(
-    "--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Runs per page."
-)
-@click.option(
-    "--page", default=1, show_default=True, type=click.IntRange(min=1), help="Which page."
-)
-@json_option
-@db_option
-def runs(
-    status: str | None,
-    tree: bool,
-    where: tuple[flowcore.MetadataFilter, ...],
-    limit: int,
-    page: int,
-    as_json: bool,
-    db: Path,
-) -> None:
-    """List the runs in the database, oldest first, a page at a time.
-
-    Each run shows when it started, how long it took (or has been running),
-    what it waits for now, its output or error, and its metadata.
-    """
-
-    async def body(
-        host: LocalHost,
-    ) -> tuple[int, list[tuple[RunRow, list[str]]], dict[str, dict[str, Any]]]:
-        rows = await host.runs(status, where=list(where))
-        shown = rows[(page - 1) * limit : page * limit]
-        listed = []
-        for r in shown:
-            waits: list[str] = []
-            if r.status == "running":
-                waits = _waits(await host.show(r.run_id))
-            listed.append((r, waits))
-        metadata = await host.metadata_of([r.run_id for r in shown])
-        return len(rows), listed, metadata
-
-    total, listed, metadata = _run(db, body)
-    if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "runId": r.run_id,
-                        "flowId": r.flow_id,
-                        "status": r.status,
-                        "parent": r.parent_run,
-                        "depth": r.depth,
-                        "startedMs": r.created_ms,
-                        "updatedMs": r.updated_ms,
-                        "waitingFor": waits,
-                        "output": r.output,
-                        "error": r.error,
-                        "metadata": metadata.get(r.run_id, {}),
-                    }
-                    for r, waits in listed
-                ]
-            )
-        )
-        return
-    table = Table(header_style="bold")
-    for name in ("run", "flow", "status", "started (UTC)", "took"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("waiting for", overflow="fold")
-    table.add_column("output / error", overflow="ellipsis", no_wrap=True, max_width=40)
-    if metadata:
-        table.add_column("metadata", overflow="fold")
-
-    def add_row(r: RunRow, waits: list[str], run: str) -> None:
-        # Text cells: ids and values are shown as they are, never read as markup.
-        cells = [
-            run,
-            r.flow_id,
-            r.status,
-            iso(r.created_ms, "seconds"),
-            _ended(r),
-            ", ".join(waits),
-            _outcome(r),
-        ]
-        if metadata:
-            cells.append(meta_text(metadata.get(r.run_id, {})))
-        table.add_row(*(Text(cell) for cell in cells))
-
-    if tree:
-        by_parent: dict[str | None, list[tuple[RunRow, list[str]]]] = {}
-        known = {r.run_id for r, _ in listed}
-        for r, waits in listed:
-            parent = r.parent_run if r.parent_run in known else None
-            by_parent.setdefault(parent, []).append((r, waits))
-
-        def add(parent: str | None, depth: int) -> None:
-            for r, waits in by_parent.get(parent, []):
-                add_row(r, waits, "  " * depth + ("└ " if depth else "") + r.run_id)
-                add(r.run_id, depth + 1)
-
-        add(None, 0)
-    else:
-        for r, waits in listed:
-            add_row(r, waits, r.run_id)
-    tables().print(table)
-    pages = max(1, -(-total // limit))
-    if pages > 1 or page > 1:
-        _print(f"page {page} of {pages} ({total} runs; --page N for another)")
-
-
-def _waits(info: dict[str, Any]) -> list[str]:
-    """What a running run waits for, in a few words each (from ``LocalHost.show``)."""
-    waits = [f"question {q['key'].split('/', 1)[-1]}" for q in info["questions"]]
-    waits += [f"signal {name}" for name in info["waitingFor"]]
-    for item in info["pending"]:
-        kind = item["kind"]
-        if kind in ("call-tool", "run-agent", "run-team", "run-subflow", "signal-run"):
-            waits.append(f"{kind} {item['key'].split('/', 1)[-1]}")
-        elif kind == "sleep" and item.get("dueMs") is not None:
-            waits.append(f"timer {iso(item['dueMs'])}")
-    return waits
-
-
-COMMANDS = [run, worker, runs]
+COMMANDS = [run, worker]

@@ -31,6 +31,7 @@ from ._history import event_line, short_json, tables, timeline, work_report
 from ._options import FROM_FILE
 from ._progress import out
 from ._replay import figures_text, report_to_json, usage_text
+from ._runs_view import RUNS_VIEW
 from ._upgrade import upgrade_done, upgrade_refused
 
 __all__ = ["VIEWS", "plural", "rows_text"]
@@ -760,6 +761,7 @@ _VIEWS: Final[dict[str, View]] = {
         render=_questions,
     ),
     "waits": View("What RUN waits for now: work, questions, signals, timers.", render=_waits),
+    "runs": RUNS_VIEW,
 }
 
 # An operation without a view of its own prints its output as JSON.

@@ -1,7 +1,7 @@
 """Entry point of the ``flowcore`` console script.
 
 Every command lives in this package: ``validate``, ``graph``, ``budget``, ``replay``, the
-local host's own (``_local``: run, worker, runs), the commands of the catalogue's
+local host's own (``_local``: run, worker), the commands of the catalogue's
 operations (``_derive``, on either host) and
 ``flowcore temporal ...`` (``_temporal``). The hosts expose Python APIs only.
 
@@ -74,7 +74,7 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Move running RUN to the flow version in --to, once its log replays against it.",
     ),
     "worker": ("_local", "worker", "Resume and process every run in the database until stopped."),
-    "runs": ("_local", "runs", "List the runs in the database, oldest first, a page at a time."),
+    "runs": ("_derive", "runs", "List the runs, oldest first, a page at a time."),
     "show": (
         "_derive",
         "show",
