@@ -21,6 +21,7 @@ command with Temporal chosen.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -88,6 +89,8 @@ class View:
     options: tuple[click.Parameter, ...] = ()
     names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     helps: Mapping[str, str] = field(default_factory=dict)
+    metavars: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # an argument's
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # an option's, as typed
     types: Mapping[str, click.ParamType[Any]] = field(default_factory=dict)  # an option's own type
     optional: frozenset[str] = frozenset()  # input fields a command line may leave out
     raw: frozenset[str] = frozenset()  # Any-typed fields ``prepare`` reads itself
@@ -100,6 +103,7 @@ class View:
     fail: Callable[[Exception, dict[str, Any]], int | None] | None = None  # None: as usual
     explain: Callable[[OperationError, dict[str, Any]], str] | None = None  # a failure's line
     json_help: str = "Print the output as JSON on stdout instead."
+    creates: bool = False  # may create the local database (else it must exist)
 
 
 # --- the host --------------------------------------------------------------------------
@@ -367,10 +371,17 @@ def _params(op: Operation, view: View) -> tuple[list[click.Parameter], dict[str,
         ptype = _click_type(kind)
         required = info.required and name not in view.optional
         callback = checked_name if name in _NAMES else None
+        metavar = view.metavars.get(name, (name.upper(),))[0]
         params.append(
-            click.Argument([name], type=ptype or click.STRING, required=required, callback=callback)
+            click.Argument(
+                [name],
+                type=ptype or click.STRING,
+                required=required,
+                callback=callback,
+                metavar=metavar if metavar != name.upper() else None,
+            )
         )
-        fields[name] = _Field(name, info.encode_name, name.upper(), ptype is None)
+        fields[name] = _Field(name, info.encode_name, metavar, ptype is None)
     for info in struct.fields:
         if info.name in op.arguments or info.name in view.hidden:
             continue
@@ -389,14 +400,18 @@ def _params(op: Operation, view: View) -> tuple[list[click.Parameter], dict[str,
                 type=ptype or click.STRING,
                 multiple=many,
                 required=info.required and info.name not in view.optional,
-                default=None if info.default is msgspec.NODEFAULT or many else info.default,
-                show_default=info.default is not msgspec.NODEFAULT and info.default is not None,
+                default=view.defaults.get(info.name, _default(info, many)),
+                show_default=_default(info, many) is not None or info.name in view.defaults,
                 callback=checked_name if info.name in _NAMES and not many else None,
                 help=help_text or ("" if ptype is not None else "As JSON; @FILE, or - for stdin."),
             )
             fields[info.name] = _Field(info.name, info.encode_name, spellings[0], ptype is None)
         params.append(option)
     return params, fields
+
+
+def _default(info: msgspec.inspect.Field, many: bool) -> Any:
+    return None if info.default is msgspec.NODEFAULT or many else info.default
 
 
 _AT = re.compile(r" - at `\$\.?([A-Za-z0-9_]*)[^`]*`$")
@@ -467,6 +482,8 @@ def build(op: Operation, view: View, temporal: bool = False) -> click.Command:
         ctx = click.get_current_context()
         values.setdefault("temporal", temporal)
         choice = host_choice(ctx, values, temporal)
+        if view.creates:
+            choice = dataclasses.replace(choice, must_exist=False)
         chosen, prepared = (op, values) if view.prepare is None else view.prepare(op, values)
         given = _input(chosen, view, fields, prepared)
         values["host_choice"] = choice
@@ -491,8 +508,8 @@ def build(op: Operation, view: View, temporal: bool = False) -> click.Command:
                 line = exc.detail if view.explain is None else view.explain(exc, values)
                 if exc.code == "unknown-run" and not choice.temporal:
                     line += " in the database"
-                elif exc.code == "settled":  # as the interpreter words a late event
-                    line = line.replace(" has settled", " has already settled", 1)
+                elif exc.code == "settled":
+                    line += "; a run already settled takes no more events"
                 say(line)
                 raise Exit(view.exits.get(exc.code, exc.failure.exit)) from None
             values["operation"] = chosen
@@ -527,9 +544,13 @@ def command(word: str, temporal: bool = False) -> click.Command:
     raise KeyError(word)
 
 
-def group(word: str, temporal: bool = False, help_text: str = "") -> click.Group:
+def group(word: str, temporal: bool = False) -> click.Group:
     """The group ``word`` (``schedule``, ``scheduled``): a command per operation under it."""
-    found = click.Group(word, help=help_text)
+    from ._views import GROUPS
+
+    found = click.Group(
+        word, help=GROUPS[word], context_settings={"help_option_names": ["-h", "--help"]}
+    )
     for op in CATALOGUE:
         if op.command is not None and len(op.command) == 2 and op.command[0] == word:
             found.add_command(build(op, _views()[op.name], temporal))
@@ -548,4 +569,9 @@ def __getattr__(name: str) -> click.Command:
     try:
         return command(name)
     except KeyError:
-        raise AttributeError(name) from None
+        pass
+    from ._views import GROUPS
+
+    if name in GROUPS:
+        return group(name)
+    raise AttributeError(name)

@@ -175,8 +175,10 @@ RUNS_VIEW: Final = View(
     ),
     types={
         "status": click.Choice(
-            ["running", "completed", "failed", "cancelled", "budget-exhausted"]
-            + ["terminated", "timed-out"]  # Temporal's own
+            [
+                *("running", "completed", "failed", "cancelled", "budget-exhausted"),
+                *("terminated", "timed-out"),  # Temporal's own
+            ]
         )
     },
     helps={

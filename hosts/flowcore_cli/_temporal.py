@@ -2,9 +2,9 @@
 ``flowcore_temporal.TemporalHost``.
 
 worker, run and runs are its own; the catalogue's commands (signal, answer,
-cancel, fork, show, export, ...) are ``_derive``'s with Temporal chosen; the
-groups schedule (``_temporal_schedule``) and scheduled (``_temporal_scheduled``).
-How each reaches Temporal is ``_temporal_session``. Every failure a user can
+cancel, fork, show, export, ..., and the group scheduled) are ``_derive``'s with
+Temporal chosen; the group schedule is ``_temporal_schedule``. How each
+reaches Temporal is ``_temporal_session``. Every failure a user can
 cause (a server that cannot be reached, an unknown run, bad JSON, a bad spec,
 a rejected answer) prints one line on stderr and exits 2. JSON options, names
 and answers are read and checked by ``_common`` (shared with the local host's
@@ -44,7 +44,7 @@ from ._common import (
     meta_text,
     meta_values,
 )
-from ._derive import command, words
+from ._derive import command, group, words
 from ._options import (
     FROM_FILE,
     input_option,
@@ -58,7 +58,6 @@ from ._options import (
 )
 from ._progress import Item, RunTree, out, watch
 from ._temporal_schedule import schedule
-from ._temporal_scheduled import scheduled
 from ._temporal_session import connection_options, finish, with_host
 
 if TYPE_CHECKING:
@@ -398,7 +397,7 @@ for _word in words():
     if _word not in GROUP.commands:
         GROUP.add_command(command(_word, temporal=True))
 GROUP.add_command(schedule)
-GROUP.add_command(scheduled)
+GROUP.add_command(group("scheduled", temporal=True))
 
 
 def main() -> None:

@@ -32,9 +32,10 @@ from ._options import FROM_FILE
 from ._progress import out
 from ._replay import figures_text, report_to_json, usage_text
 from ._runs_view import RUNS_VIEW
+from ._scheduled_views import SCHEDULED_HELP, SCHEDULED_VIEWS
 from ._upgrade import upgrade_done, upgrade_refused
 
-__all__ = ["VIEWS", "plural", "rows_text"]
+__all__ = ["GROUPS", "VIEWS", "plural", "rows_text"]
 
 
 def _print(*parts: str | tuple[str, str]) -> None:
@@ -486,13 +487,12 @@ def _prune_prepare(op: Operation, values: dict[str, Any]) -> tuple[Operation, di
         raise CliError("--vacuum and --dry-run go against each other: a dry run changes nothing")
     given = values["settled_before"]
     try:
-        age_ms = flowcore.parse_duration(given)
-    except (flowcore.DurationError, ValueError):
+        age_ms = duration_value(given, "--settled-before", allow_zero=True)
+    except CliError as refused:
         try:
             instant = datetime.fromisoformat(given)
         except ValueError:
-            duration_value(given, "--settled-before", allow_zero=True)  # says what is wrong
-            raise
+            raise refused from None
         instant = instant if instant.tzinfo else instant.replace(tzinfo=UTC)
         values["cutoff"] = int(instant.timestamp() * 1000)
         return op, values
@@ -555,6 +555,7 @@ _VIEWS: Final[dict[str, View]] = {
             ),
         ),
         render=_started,
+        creates=True,
     ),
     "signal": View(
         "Send signal NAME to RUN (buffered if the run does not wait for it yet).\n\n"
@@ -762,7 +763,11 @@ _VIEWS: Final[dict[str, View]] = {
     ),
     "waits": View("What RUN waits for now: work, questions, signals, timers.", render=_waits),
     "runs": RUNS_VIEW,
+    **SCHEDULED_VIEWS,
 }
+
+# The groups of derived commands, and their help.
+GROUPS: Final[Mapping[str, str]] = {"scheduled": SCHEDULED_HELP}
 
 # An operation without a view of its own prints its output as JSON.
 VIEWS: Final[Mapping[str, View]] = {

@@ -134,7 +134,7 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Start runs on a cadence: schedules declared in a spec's `schedules:`.",
     ),
     "scheduled": (
-        "_scheduled",
+        "_derive",
         "scheduled",
         "The scheduled calls of runs: list, cancel, run now, add.",
     ),

@@ -225,7 +225,10 @@ class ScheduledInput(_In):
 
     run_id: Name | None = None
     tool: Name | None = None
-    status: Literal["pending", "running", "done", "failed", "cancelled"] | None = None
+    status: (
+        Literal["pending", "running", "done", "completed", "failed", "cancelled", "uncertain"]
+        | None
+    ) = None
 
 
 class AddScheduledInput(_In):
