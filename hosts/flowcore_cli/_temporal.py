@@ -1,8 +1,9 @@
 """``flowcore temporal ...``: the Temporal host's commands, on
 ``flowcore_temporal.TemporalHost``.
 
-worker, run, signal, answer, cancel, fork, show, export, and the groups schedule
-(``_temporal_schedule``) and scheduled (``_temporal_scheduled``); how each
+worker, run and runs are its own; the catalogue's commands (signal, answer,
+cancel, fork, show, export, ..., and the group scheduled) are ``_derive``'s with
+Temporal chosen; the group schedule is ``_temporal_schedule``. How each
 reaches Temporal is ``_temporal_session``. Every failure a user can
 cause (a server that cannot be reached, an unknown run, bad JSON, a bad spec,
 a rejected answer) prints one line on stderr and exits 2. JSON options, names
@@ -26,7 +27,6 @@ import contextlib
 import json
 import shlex
 import signal as signals
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,41 +37,28 @@ import flowcore
 
 from ._common import (
     CliError,
-    answer_value,
     budget_value,
     checked_name,
     invoke,
     json_value,
-    load_spec,
     meta_text,
     meta_values,
 )
-from ._history import event_line
+from ._derive import command, group, words
 from ._options import (
     FROM_FILE,
-    answer_arguments,
-    fork_options,
     input_option,
     json_option,
     meta_option,
     on_conflict_option,
-    output_option,
-    reason_option,
-    run_id_argument,
-    signal_arguments,
-    signal_target,
     spec_argument,
     tool_limit_option,
     tool_limits_value,
-    upgrade_options,
     where_option,
 )
 from ._progress import Item, RunTree, out, watch
-from ._replay import figures_text
 from ._temporal_schedule import schedule
-from ._temporal_scheduled import scheduled
-from ._temporal_session import connection_options, finish, specs_option, with_host
-from ._upgrade import upgrade_done, upgrade_refused
+from ._temporal_session import connection_options, finish, with_host
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -351,303 +338,6 @@ def run(
     with_host(address, namespace, task_queue, body, after)
 
 
-# --- talking to runs --------------------------------------------------------------------
-
-
-@click.command("signal")
-@signal_arguments
-@connection_options
-def signal_(
-    run_id: str,
-    name: str | None,
-    data: str | None,
-    key: str | None,
-    address: str,
-    task_queue: str,
-    namespace: str,
-) -> None:
-    """Send signal NAME to RUN (buffered if the run does not wait for it yet).
-
-    With only NAME and --key KEY, send it to every running run that waits for
-    NAME with that key (found by the FlowcoreSignalKeys search attribute), and
-    print their ids; none waiting is an error.
-    """
-    run, name = signal_target(run_id, name, key)
-    payload = json_value(data, "--data")
-    if run is not None:
-        with_host(
-            address,
-            namespace,
-            task_queue,
-            lambda h: h.signal(run, name, payload, key),
-            lambda _: 0,
-        )
-        return
-    assert key is not None
-
-    def printed(runs: list[str]) -> int:
-        for got in runs:
-            click.echo(got)
-        return 0
-
-    with_host(address, namespace, task_queue, lambda h: h.signal_key(name, key, payload), printed)
-
-
-@click.command()
-@answer_arguments
-@connection_options
-def answer(
-    run_id: str,
-    key: str,
-    answer: str | None,
-    data: str | None,
-    address: str,
-    task_queue: str,
-    namespace: str,
-) -> None:
-    """Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON).
-
-    A wrong answer is rejected and changes nothing.
-    """
-    value = answer_value(answer, data)
-    with_host(address, namespace, task_queue, lambda h: h.answer(run_id, key, value), lambda _: 0)
-
-
-@click.command()
-@run_id_argument
-@reason_option
-@connection_options
-def cancel(run_id: str, reason: str, address: str, task_queue: str, namespace: str) -> None:
-    """Cancel RUN: pending work is abandoned, compensations run, it settles cancelled."""
-    with_host(address, namespace, task_queue, lambda h: h.cancel(run_id, reason), lambda _: 0)
-
-
-@click.command()
-@run_id_argument
-@fork_options
-@json_option
-@specs_option
-@connection_options
-def fork(
-    run_id: str,
-    at: int | None,
-    from_step: str | None,
-    new_run_id: str | None,
-    tools: str | None,
-    cancel_source: bool,
-    as_json: bool,
-    address: str,
-    task_queue: str,
-    namespace: str,
-) -> None:
-    """Fork RUN as a new run with its history up to a point; print the new run's id.
-
-    As `flowcore fork` (--at INDEX or --from-step ID): the source's log is
-    read from its history, and a new workflow starts with it up to the point
-    and runs on from there; a worker runs it. --cancel-source then cancels
-    RUN if it is still running (a reset).
-    """
-    if (at is None) == (from_step is None):
-        raise CliError("give exactly one of --at INDEX and --from-step STEP_ID")
-
-    async def body(host: TemporalHost) -> dict[str, Any]:
-        try:
-            rid = await host.fork(
-                run_id,
-                at=at,
-                from_step=from_step,
-                new_run_id=new_run_id,
-                tools=tools,
-                cancel_source=cancel_source,
-            )
-        except flowcore.ForkError as exc:
-            raise CliError(f"cannot fork run {run_id!r}: {exc}") from None
-        return {"runId": rid, "forkedFrom": await host.forked_from(rid)}
-
-    def after(info: dict[str, Any]) -> int:
-        click.echo(json.dumps(info) if as_json else info["runId"])
-        return 0
-
-    with_host(address, namespace, task_queue, body, after)
-
-
-@click.command()
-@run_id_argument
-@json_option
-@connection_options
-def show(run_id: str, as_json: bool, address: str, task_queue: str, namespace: str) -> None:
-    """Status, budget, pending work, questions and awaited signals of RUN."""
-
-    def after(info: dict[str, Any]) -> int:
-        if as_json:
-            click.echo(json.dumps(info))
-            return 0
-        version = (
-            f" version {info['version']} (spec {info['specHash'][:12]})"
-            if "version" in info and "specHash" in info
-            else ""
-        )
-        click.echo(
-            f"{info.get('runId')}  flow {info.get('flowId', '?')}{version}  {info.get('status')}"
-            f"  (Temporal: {info.get('temporal')})"
-        )
-        execution = info.get("execution")
-        if execution:
-            click.echo(
-                f"Temporal run {execution} of the run (it continued as new {execution - 1}"
-                f" time{'s' if execution > 2 else ''}); log: {info.get('records', '?')} records"
-            )
-        if info.get("continuing"):
-            click.echo("continuing as new: new work waits for the work out to finish")
-        forked = info.get("forkedFrom")
-        if forked:
-            click.echo(f"forked from {forked['runId']} at index {forked['index']}")
-        budget = info.get("budget")
-        if budget:
-            click.echo(f"budget: {figures_text(budget)}")
-        usage = info.get("usage")
-        if usage:
-            more = "".join(
-                f", {usage[key]} {word}"
-                for key, word in (
-                    ("tokens", "tokens"),
-                    ("toolCalls", "tool calls"),
-                    ("turns", "turns"),
-                )
-                if usage.get(key)
-            )
-            click.echo(f"usage: {usage['steps']} steps, cost {usage['costMinorUnits']}{more}")
-        if info.get("metadata"):
-            click.echo(f"metadata: {meta_text(info['metadata'])}")
-        if info.get("output") is not None:
-            click.echo(f"output: {json.dumps(info['output'])}")
-        if info.get("error"):
-            click.echo(f"error: {json.dumps(info['error'])}")
-        for item in info.get("pending", []):
-            click.echo(f"pending: {item['kind']} {item['key']}")
-        for q in info.get("questions", []):
-            click.echo(f"question: {q['key']}: {q['question']} {q['options'] or ''}")
-        for name in info.get("waitingFor", []):
-            click.echo(f"waiting for signal: {name}")
-        return 0
-
-    with_host(address, namespace, task_queue, lambda h: h.status(run_id), after)
-
-
-@click.command()
-@run_id_argument
-@output_option
-@click.option(
-    "--live",
-    is_flag=True,
-    help="Ask the running workflow (the log query) instead of replaying its latest history.",
-)
-@specs_option
-@connection_options
-def export(
-    run_id: str,
-    output: Path | None,
-    live: bool,
-    address: str,
-    task_queue: str,
-    namespace: str,
-) -> None:
-    """Write RUN's flowcore log as NDJSON (what `flowcore replay` reads)."""
-
-    async def body(host: TemporalHost) -> bytes:
-        return await host.export(run_id, live=live)
-
-    def after(data: bytes) -> int:
-        if output is None:
-            sys.stdout.buffer.write(data)
-        else:
-            output.write_bytes(data)
-        return 0
-
-    with_host(address, namespace, task_queue, body, after)
-
-
-@click.command()
-@run_id_argument
-@upgrade_options
-@specs_option
-@connection_options
-def upgrade(
-    run_id: str,
-    to: Path,
-    dry_run: bool,
-    as_json: bool,
-    address: str,
-    task_queue: str,
-    namespace: str,
-) -> None:
-    """Move running RUN to the flow version in --to, once its log replays against it.
-
-    The run's whole log (from its Temporal histories) is replayed against the
-    new spec: if the new version would have made every recorded decision the
-    same way, the workflow takes the new spec and goes on under it (a run
-    pinned by hash gets the hash: its workers must have that version).
-    Otherwise it stays on its version and the first divergence is printed
-    (index, recorded effect, new spec's effect): exit 1. Exit 2 for an
-    unknown or settled run or an unreadable spec.
-    """
-    flow = load_spec(str(to))
-
-    async def body(host: TemporalHost) -> tuple[int, flowcore.Upgrade] | flowcore.UpgradeRefused:
-        before = (await host.status(run_id)).get("version", flow.version)
-        try:
-            return before, await host.upgrade(run_id, to, dry_run=dry_run)
-        except flowcore.UpgradeRefused as exc:
-            return exc
-
-    def after(found: tuple[int, flowcore.Upgrade] | flowcore.UpgradeRefused) -> int:
-        if isinstance(found, flowcore.UpgradeRefused):
-            return upgrade_refused(run_id, flow, found, as_json)
-        before, made = found
-        return upgrade_done(run_id, before, made, dry_run, as_json)
-
-    with_host(address, namespace, task_queue, body, after)
-
-
-@click.command()
-@run_id_argument
-@click.option("--start-index", default=0, show_default=True, type=click.IntRange(min=0))
-@click.option(
-    "--live",
-    is_flag=True,
-    help="Ask the running workflow (the log query) instead of replaying its latest history.",
-)
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print the raw records as NDJSON envelopes (at in ms)."
-)
-@specs_option
-@connection_options
-def events(
-    run_id: str,
-    start_index: int,
-    live: bool,
-    as_json: bool,
-    address: str,
-    task_queue: str,
-    namespace: str,
-) -> None:
-    """The log records of RUN, across its Temporal runs: a table, or NDJSON with --json."""
-
-    async def body(host: TemporalHost) -> list[flowcore.Record]:
-        return [r for r in await host.log(run_id, live=live) if r.index >= start_index]
-
-    def after(records: list[flowcore.Record]) -> int:
-        for record in records:
-            if as_json:
-                sys.stdout.buffer.write(flowcore.encode_record(record))
-            else:
-                out.print(event_line(record))
-        sys.stdout.flush()
-        return 0
-
-    with_host(address, namespace, task_queue, body, after)
-
-
 @click.command()
 @where_option
 @click.option(
@@ -699,10 +389,15 @@ def GROUP() -> None:
     """Run flows on a Temporal cluster (needs the temporal extra)."""
 
 
-for _command in (worker, run, signal_, answer, cancel, fork, upgrade, show, export, events, runs):
+for _command in (worker, run, runs):
     GROUP.add_command(_command)
+# The catalogue's commands, with Temporal chosen: `flowcore temporal show RUN` is
+# `flowcore show RUN --temporal` (specs/cli.md).
+for _word in words():
+    if _word not in GROUP.commands:
+        GROUP.add_command(command(_word, temporal=True))
 GROUP.add_command(schedule)
-GROUP.add_command(scheduled)
+GROUP.add_command(group("scheduled", temporal=True))
 
 
 def main() -> None:

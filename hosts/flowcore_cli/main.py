@@ -1,7 +1,8 @@
 """Entry point of the ``flowcore`` console script.
 
 Every command lives in this package: ``validate``, ``graph``, ``budget``, ``replay``, the
-local host's (``_local``; ``delete`` and ``prune`` in ``_retention``) and
+local host's own (``_local``: run, worker), the commands of the catalogue's
+operations (``_derive``, on either host) and
 ``flowcore temporal ...`` (``_temporal``). The hosts expose Python APIs only.
 
 Every command returns its exit code: 0 success, 1 a finding (a replay that
@@ -58,51 +59,67 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
     ),
     "run": ("_local", "run", "Start a run of SPEC and process it to the end, showing progress."),
     "resume": (
-        "_local",
+        "_derive",
         "resume",
         "Retry the failed RUN from its failed step, with new handlers if --tools is given.",
     ),
     "fork": (
-        "_local",
+        "_derive",
         "fork",
         "Fork RUN as a new run with its history up to a point; print the new run's id.",
     ),
     "upgrade": (
-        "_local",
+        "_derive",
         "upgrade",
         "Move running RUN to the flow version in --to, once its log replays against it.",
     ),
     "worker": ("_local", "worker", "Resume and process every run in the database until stopped."),
-    "runs": ("_local", "runs", "List the runs in the database, oldest first, a page at a time."),
+    "runs": ("_derive", "runs", "List the runs, oldest first, a page at a time."),
     "show": (
-        "_local",
+        "_derive",
         "show",
         "Show RUN: its state now, a timeline of what happened, and every work effect.",
     ),
     "events": (
-        "_local",
+        "_derive",
         "events",
         "The log records of RUN: a table, or NDJSON envelopes with --json.",
     ),
-    "export": ("_local", "export", "Write RUN's log (what `flowcore replay` reads)."),
+    "export": ("_derive", "export", "Write RUN's log (what `flowcore replay` reads)."),
     "signal": (
-        "_local",
-        "signal_",
+        "_derive",
+        "signal",
         "Send signal NAME to RUN (buffered if the run does not wait for it yet).",
     ),
     "answer": (
-        "_local",
+        "_derive",
         "answer",
         "Answer RUN's question KEY with ANSWER (text, as typed) or --data (JSON).",
     ),
-    "cancel": ("_local", "cancel", "Cancel RUN: pending work is abandoned, compensations run."),
+    "cancel": ("_derive", "cancel", "Cancel RUN: pending work is abandoned, compensations run."),
+    "start": (
+        "_derive",
+        "start",
+        "Start a run of FLOW (a spec file) and print its id; a worker runs it.",
+    ),
+    "signal-key": (
+        "_derive",
+        "signal-key",
+        "Send signal NAME to every running run that waits for it with KEY; print their ids.",
+    ),
+    "questions": (
+        "_derive",
+        "questions",
+        "The open questions of RUN: one line each (key, question, options).",
+    ),
+    "waits": ("_derive", "waits", "What RUN waits for now: work, questions, signals, timers."),
     "delete": (
-        "_retention",
+        "_derive",
         "delete",
         "Delete RUN and its child runs from the database, every row of them.",
     ),
     "prune": (
-        "_retention",
+        "_derive",
         "prune",
         "Delete the runs that settled longer ago than --settled-before, with their child runs.",
     ),
@@ -117,7 +134,7 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Start runs on a cadence: schedules declared in a spec's `schedules:`.",
     ),
     "scheduled": (
-        "_scheduled",
+        "_derive",
         "scheduled",
         "The scheduled calls of runs: list, cancel, run now, add.",
     ),

@@ -179,19 +179,25 @@ async def fork(ctx: Context, given: ForkInput) -> RunSummary:
             held = await ctx.host.summary(given.new_run_id)
         except Exception:
             held = None
-        if held is not None:
+        if held is not None and not ctx.principal.owns(held.principal):
             raise OperationError(
                 "run-exists", f"run {given.new_run_id!r} already exists: choose another id"
             )
-    new_run_id = await guard(
-        ctx.host.fork(
-            given.run_id,
-            at=given.at,
-            from_step=given.from_step,
-            new_run_id=given.new_run_id,
-            cancel_source=given.cancel_source,
+    # The same fork again gives the run it made; the host refuses another under that id.
+    try:
+        new_run_id = await guard(
+            ctx.host.fork(
+                given.run_id,
+                at=given.at,
+                from_step=given.from_step,
+                new_run_id=given.new_run_id,
+                cancel_source=given.cancel_source,
+            )
         )
-    )
+    except OperationError as exc:
+        if exc.code == "rejected" and "already exists" in exc.detail:
+            raise OperationError("run-exists", exc.detail) from None
+        raise
     return await summarize(ctx, new_run_id)
 
 

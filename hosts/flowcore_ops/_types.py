@@ -183,7 +183,7 @@ class PruneInput(_In):
     """Delete the runs that settled before ``settledBefore`` (with their child runs)."""
 
     settled_before: datetime  # RFC 3339 instant (no zone: UTC)
-    statuses: list[RunStatus] | None = None
+    statuses: list[RunStatus | Literal["budget-exhausted"]] | None = None
     dry_run: bool = False
 
 
@@ -222,7 +222,10 @@ class ScheduledInput(_In):
 
     run_id: Name | None = None
     tool: Name | None = None
-    status: Literal["pending", "running", "done", "failed", "cancelled"] | None = None
+    status: (
+        Literal["pending", "running", "done", "completed", "failed", "cancelled", "uncertain"]
+        | None
+    ) = None
 
 
 class AddScheduledInput(_In):
