@@ -1,4 +1,6 @@
-"""``flowcore serve``: the HTTP API and the web view on a local-host database."""
+"""``flowcore serve``: the HTTP API and the web view on a host: a local-host
+database (with its worker in the process) or a Temporal namespace (chosen as
+every command chooses its host, ``_derive.host_choice``)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ from flowcore_handlers import RegistryError
 from flowcore_local import Durability, HostError, NotAFlowcoreDatabase
 
 from ._common import CliError, say
+from ._derive import host_choice, host_options, open_host
 from ._local import db_option, durability_option, trace_option
 from ._options import tool_limit_option, tool_limits_value
+from ._temporal_session import finish
 
 __all__ = ["serve"]
 
 
 @click.command()
+@click.pass_context
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option(
     "--port",
@@ -68,6 +73,7 @@ __all__ = ["serve"]
 @trace_option
 @db_option
 def serve(
+    ctx: click.Context,
     host: str,
     port: int,
     tools: str | None,
@@ -80,6 +86,10 @@ def serve(
     durability: Durability,
     trace: bool,
     db: Path,
+    temporal: bool,
+    address: str,
+    namespace: str,
+    task_queue: str,
 ) -> None:
     """Serve the database over HTTP: the JSON API, its event streams and the web view.
 
@@ -87,8 +97,18 @@ def serve(
     (and every other run of the database) make progress. Prints the address
     to open once it listens; stops on Ctrl-C or SIGTERM, once the worker's
     running handlers have finished. If the worker stops on an error, the
-    server stops too, saying why (exit 1).
+    server stops too, saying why (exit 1). With --temporal (or --address, or
+    $FLOWCORE_TEMPORAL_ADDRESS without --db) it serves a Temporal namespace
+    instead, with no worker: the runs' workers are Temporal workers.
     """
+    values = {
+        "temporal": temporal,
+        "db": db,
+        "address": address,
+        "namespace": namespace,
+        "task_queue": task_queue,
+    }
+    choice = host_choice(ctx, values, temporal=False)
     try:
         from flowcore_serve import TokenError, WorkerStopped, load_tokens
         from flowcore_serve import serve as run_server
@@ -110,10 +130,38 @@ def serve(
                 f"listening on {bound_host}, not loopback: tokens cross the network in clear"
                 " over plain HTTP; put TLS in front (a reverse proxy)"
             )
+        what = f"Temporal namespace {namespace} at {address}" if choice.temporal else str(db)
         if found.generated is not None:
-            click.echo(f"serving {db} at {where} — open {where}?token={found.generated}")
+            click.echo(f"serving {what} at {where} — open {where}?token={found.generated}")
         else:
-            click.echo(f"serving {db} at {where}")
+            click.echo(f"serving {what} at {where}")
+
+    if choice.temporal:
+        from flowcore_serve import serve_host
+
+        async def on_temporal() -> None:
+            async with open_host(choice) as served:
+                await serve_host(
+                    served,
+                    found,
+                    host=host,
+                    port=port,
+                    flows=flows,
+                    body_limit=max_body,
+                    body_timeout=body_timeout,
+                    max_streams=max_streams,
+                    on_ready=ready,
+                )
+
+        code = 0
+        try:
+            asyncio.run(on_temporal())
+        except KeyboardInterrupt:
+            pass
+        except Exception as exc:  # one line, never a traceback; then os._exit
+            say(" ".join(str(exc).split()) or type(exc).__name__)
+            code = 2
+        finish(code)
 
     try:
         asyncio.run(
@@ -144,3 +192,7 @@ def serve(
         raise CliError(str(exc)) from None
     except KeyboardInterrupt:
         pass
+
+
+# --temporal, --address, --namespace, --task-queue: as every command chooses its host.
+serve.params.extend(p for p in host_options(False) if p.name != "db")

@@ -70,10 +70,10 @@ def start_serve(tmp_path: Path, *args: str | Path, env: dict[str, str] | None = 
     """Start ``flowcore serve`` on a free port and wait until it listens."""
     argv = [str(a) for a in args]
     db = tmp_path / "serve.db"
-    if "--db" not in argv:
-        argv = ["--db", str(db), *argv]
-    else:
+    if "--db" in argv:
         db = Path(argv[argv.index("--db") + 1])
+    elif "--temporal" not in argv:  # (a Temporal namespace has no database)
+        argv = ["--db", str(db), *argv]
     if "--port" not in argv:
         argv += ["--port", "0"]
     log = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log"
