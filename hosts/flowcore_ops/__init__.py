@@ -24,7 +24,6 @@ from ._declare import (
 )
 from ._types import (
     INT64_MAX,
-    RUN_STATUSES,
     AddScheduledInput,
     AddSchedulesInput,
     AnswerInput,
@@ -45,6 +44,7 @@ from ._types import (
     RunInput,
     RunPage,
     RunsQuery,
+    RunStatus,
     RunSummary,
     RunView,
     ScheduleChange,
@@ -84,7 +84,7 @@ __all__ = [
     "PruneInput",
     "QuestionList",
     "QuestionView",
-    "RUN_STATUSES",
+    "RunStatus",
     "ResumeInput",
     "RunInput",
     "RunPage",

@@ -57,15 +57,17 @@ __all__ = [
     "SpecVersion",
     "Whoami",
     "INT64_MAX",
-    "RUN_STATUSES",
+    "RunStatus",
 ]
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Note = Annotated[str, msgspec.Meta(max_length=1000)]
 INT64_MAX = 2**63 - 1  # what the databases' integers hold: a larger index or count is refused
 Index = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
-RUN_STATUSES = ("running", "completed", "failed", "cancelled", "terminated", "timed-out")
-RunStatus = Literal["running", "completed", "failed", "cancelled", "terminated", "timed-out"]
+# The contract's status words (``flowcore_handlers.RUN_STATUSES``), as a type.
+RunStatus = Literal[
+    "running", "completed", "failed", "cancelled", "budget-exhausted", "terminated", "timed-out"
+]
 
 
 class _In(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -183,7 +185,7 @@ class PruneInput(_In):
     """Delete the runs that settled before ``settledBefore`` (with their child runs)."""
 
     settled_before: datetime  # RFC 3339 instant (no zone: UTC)
-    statuses: list[RunStatus | Literal["budget-exhausted"]] | None = None
+    statuses: list[RunStatus] | None = None
     dry_run: bool = False
 
 
@@ -191,7 +193,7 @@ class RunsQuery(_In):
     """Filters of the runs list; ``cursor`` is the ``nextCursor`` of the previous page."""
 
     flow: Name | None = None
-    status: RunStatus | Literal["budget-exhausted"] | None = None
+    status: RunStatus | None = None
     parent: Name | None = None
     created_from: datetime | None = None  # RFC 3339 instant, inclusive (no zone: UTC)
     created_to: datetime | None = None  # exclusive

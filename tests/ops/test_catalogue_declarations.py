@@ -81,3 +81,12 @@ def test_specs_operations_lists_the_catalogue() -> None:
     text = (ROOT / "specs" / "operations.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([a-z.-]+)` \| (read|write|admin) \|", text, re.MULTILINE)
     assert rows == [(op.name, op.access) for op in CATALOGUE]
+
+
+def test_the_status_type_has_the_contracts_words() -> None:
+    from typing import get_args
+
+    from flowcore_handlers import RUN_STATUSES
+    from flowcore_ops import RunStatus
+
+    assert get_args(RunStatus) == RUN_STATUSES
