@@ -459,6 +459,21 @@ def _print_report(
     until: int | None,
     db: Path | None = None,
 ) -> None:
+    """What ``flowcore replay`` prints of ``report``, the replay of the log at ``log_path``."""
+    out = _report_console()
+    _print_head(out, report, log_path)
+    if report.trajectory:
+        out.print(trajectory_table(report))
+    _print_usage(out, report)
+    _print_status(out, report)
+    if report.unrecorded:
+        _print_unrecorded(out, report, data, until)
+    _print_verdict(out, report, log_path, spec_path, db)
+
+
+def _report_console() -> Printer:
+    """Where the report is printed: standard output, as wide as a terminal
+    (160 columns in a pipe or a CI log), escaping what it cannot show."""
     if isinstance(sys.stdout, io.TextIOWrapper):
         # Printing must not fail on a terminal that cannot show a character
         # (an ASCII-only locale, say): the log's text, or the table's own "→",
@@ -467,6 +482,11 @@ def _print_report(
     out = Printer(highlight=False)
     if not out.is_terminal and "COLUMNS" not in os.environ:
         out = Printer(highlight=False, width=160)  # a pipe or a CI log: room for the table
+    return out
+
+
+def _print_head(out: Printer, report: ReplayReport, log_path: str) -> None:
+    """The log and run replayed, the run it was forked from, the spec replayed against."""
     span = f"{report.first_index}-{report.last_index}" if report.records else "none"
     spec = escape(report.replayed_spec_hash[:12])
     head = (
@@ -490,8 +510,10 @@ def _print_report(
             f"[yellow]spec {spec} differs from the recorded {_shown(report.spec_hash[:12])}[/]: "
             "replaying against another version of the flow"
         )
-    if report.trajectory:
-        out.print(trajectory_table(report))
+
+
+def _print_usage(out: Printer, report: ReplayReport) -> None:
+    """The reported usage (by member, by child runs) and the ledger."""
     parts = [f"reported usage {usage_text(report.usage)}"]
     if report.usage_by_member:
         members = ", ".join(f"{m} {usage_text(u)}" for m, u in report.usage_by_member.items())
@@ -501,6 +523,10 @@ def _print_report(
     # One line each, never wrapped: the ledger line reads as `flowcore show`'s budget line.
     out.print(escape("; ".join(parts)), soft_wrap=True)
     out.print(escape(f"ledger: {figures_text(figures_json(report.state))}"), soft_wrap=True)
+
+
+def _print_status(out: Printer, report: ReplayReport) -> None:
+    """How the run settled (or that the log ends first), its metadata, a torn last record."""
     settled = report.settled
     if settled is not None:
         line = f"status [bold]{escape(settled.status)}[/]"
@@ -522,30 +548,39 @@ def _print_report(
             f"({report.torn.length} bytes: {_shown(report.torn.reason, 200)}); "
             "the complete records before it were replayed"
         )
-    if report.unrecorded:
-        # A cut (a torn tail, --until, or a clean end replayed with the log's
-        # own spec) inside a decision: its effects were derived but are not in the log.
-        decision = _last_decision(data, report.last_index)
-        inside = (
-            f"the log ends inside the decision of record {decision[0]} ({decision[1]})"
-            if decision is not None
-            else "the log ends inside a decision"
-        )
-        why = (
-            "a torn last record"
-            if report.torn is not None
-            else "--until"
-            if until is not None
-            else "its end: the host writes a decision's records together, so they were lost"
-        )
-        keys = ", ".join(
-            _clip(str(flowcore.effect_to_wire(e).get("idempotencyKey", "settled")), 80)
-            for e in report.unrecorded
-        )
-        out.print(
-            f"[yellow]{inside}[/]: {len(report.unrecorded)} effect(s) the interpreter derives "
-            f"for it are not recorded (unrecorded: the log was cut by {why}): {escape(keys)}"
-        )
+
+
+def _print_unrecorded(out: Printer, report: ReplayReport, data: bytes, until: int | None) -> None:
+    """The effects derived for the decision the log ends inside, which it does not hold."""
+    # A cut (a torn tail, --until, or a clean end replayed with the log's
+    # own spec) inside a decision: its effects were derived but are not in the log.
+    decision = _last_decision(data, report.last_index)
+    inside = (
+        f"the log ends inside the decision of record {decision[0]} ({decision[1]})"
+        if decision is not None
+        else "the log ends inside a decision"
+    )
+    why = (
+        "a torn last record"
+        if report.torn is not None
+        else "--until"
+        if until is not None
+        else "its end: the host writes a decision's records together, so they were lost"
+    )
+    keys = ", ".join(
+        _clip(str(flowcore.effect_to_wire(e).get("idempotencyKey", "settled")), 80)
+        for e in report.unrecorded
+    )
+    out.print(
+        f"[yellow]{inside}[/]: {len(report.unrecorded)} effect(s) the interpreter derives "
+        f"for it are not recorded (unrecorded: the log was cut by {why}): {escape(keys)}"
+    )
+
+
+def _print_verdict(
+    out: Printer, report: ReplayReport, log_path: str, spec_path: str | None, db: Path | None
+) -> None:
+    """Whether the log replays; where it diverged, and how to replay up to there."""
     divergence = report.divergence
     if divergence is None:
         verdict = "every recorded effect was re-derived identically"
