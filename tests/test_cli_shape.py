@@ -23,22 +23,8 @@ PACKAGE = Path(flowcore_cli.__file__).parent
 MAX_MODULE = 800
 MAX_FUNCTION = 120
 
-# Over the limit until the command's per-host modules are reshaped: strict, so
-# the mark goes as soon as the module is under it.
-_RESHAPED_ELSEWHERE = {"_local.py"}
-
-
 def _modules() -> list[object]:
-    return [
-        pytest.param(
-            path,
-            id=path.name,
-            marks=pytest.mark.xfail(strict=True, reason="over 800 lines, being reshaped"),
-        )
-        if path.name in _RESHAPED_ELSEWHERE
-        else pytest.param(path, id=path.name)
-        for path in sorted(PACKAGE.glob("*.py"))
-    ]
+    return [pytest.param(path, id=path.name) for path in sorted(PACKAGE.glob("*.py"))]
 
 
 @pytest.mark.parametrize("path", _modules())

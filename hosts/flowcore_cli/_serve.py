@@ -8,7 +8,9 @@ import asyncio
 import errno
 import ipaddress
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -16,10 +18,13 @@ from flowcore_handlers import RegistryError
 from flowcore_local import Durability, HostError, NotAFlowcoreDatabase
 
 from ._common import CliError, say
-from ._derive import host_choice, host_options, open_host
+from ._derive import HostChoice, host_choice, host_options, open_host
 from ._local import db_option, durability_option, trace_option
 from ._options import tool_limit_option, tool_limits_value
 from ._temporal_session import finish
+
+if TYPE_CHECKING:
+    from flowcore_serve import Tokens
 
 __all__ = ["serve"]
 
@@ -137,31 +142,9 @@ def serve(
             click.echo(f"serving {what} at {where}")
 
     if choice.temporal:
-        from flowcore_serve import serve_host
-
-        async def on_temporal() -> None:
-            async with open_host(choice) as served:
-                await serve_host(
-                    served,
-                    found,
-                    host=host,
-                    port=port,
-                    flows=flows,
-                    body_limit=max_body,
-                    body_timeout=body_timeout,
-                    max_streams=max_streams,
-                    on_ready=ready,
-                )
-
-        code = 0
-        try:
-            asyncio.run(on_temporal())
-        except KeyboardInterrupt:
-            pass
-        except Exception as exc:  # one line, never a traceback; then os._exit
-            say(" ".join(str(exc).split()) or type(exc).__name__)
-            code = 2
-        finish(code)
+        _serve_temporal(
+            choice, found, ready, host, port, flows, max_body, body_timeout, max_streams
+        )
 
     try:
         asyncio.run(
@@ -192,6 +175,46 @@ def serve(
         raise CliError(str(exc)) from None
     except KeyboardInterrupt:
         pass
+
+
+def _serve_temporal(
+    choice: HostChoice,
+    tokens: Tokens,
+    ready: Callable[[str, int], None],
+    host: str,
+    port: int,
+    flows: Path | None,
+    body_limit: int,
+    body_timeout: float,
+    max_streams: int,
+) -> NoReturn:
+    """Serve the Temporal namespace ``choice`` names (no worker: the runs' workers
+    are Temporal's), and end the process as every Temporal command does."""
+    from flowcore_serve import serve_host
+
+    async def main() -> None:
+        async with open_host(choice) as served:
+            await serve_host(
+                served,
+                tokens,
+                host=host,
+                port=port,
+                flows=flows,
+                body_limit=body_limit,
+                body_timeout=body_timeout,
+                max_streams=max_streams,
+                on_ready=ready,
+            )
+
+    code = 0
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # one line, never a traceback; then os._exit
+        say(" ".join(str(exc).split()) or type(exc).__name__)
+        code = 2
+    finish(code)
 
 
 # --temporal, --address, --namespace, --task-queue: as every command chooses its host.
