@@ -5,8 +5,8 @@ times say little. This script extracts ``--base`` (default ``HEAD``) with
 ``git archive`` into a temporary directory and runs the *same* benchmark
 script (the working tree's copy) alternately against the old code and the
 working tree's code, ``--rounds`` times each, in fresh processes. Every line
-a benchmark prints with ``<number> us/<unit>`` (``median`` before it, if the
-benchmark says so) is one figure; the script
+a benchmark prints with ``<number> us/<unit>`` or ``<number> ms`` (``median``
+before it, if the benchmark says so; the first on the line) is one figure; the script
 prints the median of each figure over the rounds, for both trees, and the
 ratio new/old.
 
@@ -37,7 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # A figure: a line's first "<number> us/<what>" (after "median", if the line
 # says it). The label is the text before it, without the run's own readings
 # (throughput, sizes), so that the same figure has the same label every run.
-FIGURE = re.compile(r"^(?P<label>.*?)\s+(?:median\s+)?(?P<value>[\d,.]+)\s*(?P<unit>us/\w+)")
+FIGURE = re.compile(
+    r"^(?P<label>.*?)\s+(?:median\s+)?(?P<value>[\d,.]+)\s*(?P<unit>us/\w+|ms(?:/\w+)?\b)"
+)
 READINGS = re.compile(r"\s[\d,.]+\s*(?:steps/s|MB)\b")
 
 

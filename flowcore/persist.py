@@ -15,7 +15,9 @@ report rows are not read at all, so restoring costs what the run holds now;
 such a state is *partial*: advance it with ``persist.advance``, which asks the
 host for the rows (``load_report``) only on the rare transition that reads
 them (settling the run) and then repeats it. ``flowcore.advance`` refuses a
-partial state with a ``TypeError`` naming this function.
+partial state with a ``TypeError`` naming this function. ``persist.advance``
+of a whole state needs no ``load_report``: it is then ``flowcore.advance``, so
+it is the one entry a host calls whatever it keeps (both hosts do).
 
 This module must never do I/O.
 """
@@ -120,17 +122,28 @@ def restore_state(
     )
 
 
-def advance(state: State, event: Event, load_report: Callable[[], Iterable[ReportRow]]) -> Decision:
+def advance(
+    state: State,
+    event: Event,
+    load_report: Callable[[], Iterable[ReportRow]] | None = None,
+) -> Decision:
     """``flowcore.advance`` for a state ``restore_state`` may have left partial.
 
     ``load_report`` returns the run's report rows, oldest first; it is called
     only when the transition reads them, and the transition is then repeated
-    on the completed state. Raises ``EventRejected`` like ``flowcore.advance``.
+    on the completed state. A whole state never needs them: without
+    ``load_report`` this is ``flowcore.advance``, and a partial state whose
+    transition reads its report is a ``TypeError``. Raises ``EventRejected``
+    like ``flowcore.advance``.
     """
     try:
         return advance_partial(state, event)
     except NeedsReport:
-        pass
+        if load_report is None:
+            raise TypeError(
+                "this state was restored without its report rows and the transition"
+                " reads them: give persist.advance a load_report"
+            ) from None
     return advance_partial(with_report(state, load_report()), event)
 
 

@@ -153,6 +153,7 @@ def test_each_host_raises_its_own_subclass_of_each_typed_failure() -> None:
     still catches it, and the message is the host's own, word for word."""
     import flowcore_local as fl
     import flowcore_temporal._host as th
+    from flowcore_temporal._host_base import _NotPending
 
     cases = [
         (fl.LocalUnknownRun("r", "no run 'r' in the database"), fh.UnknownRun, HostError),
@@ -162,7 +163,7 @@ def test_each_host_raises_its_own_subclass_of_each_typed_failure() -> None:
         (th.TemporalUnknownRun("r", "no run 'r' on Temporal"), fh.UnknownRun, TemporalHostError),
         (th.TemporalRunSettled("r", None, "x"), fh.RunSettled, TemporalHostError),
         (th.TemporalUnknownSchedule("s", "no schedule"), fh.UnknownSchedule, TemporalHostError),
-        (th._NotPending("r/x#1"), fh.NotPending, TemporalHostError),
+        (_NotPending("r/x#1"), fh.NotPending, TemporalHostError),
     ]
     for error, contract, own in cases:
         assert isinstance(error, contract) and isinstance(error, own), error
@@ -175,11 +176,12 @@ def test_each_host_raises_its_own_subclass_of_each_typed_failure() -> None:
         "completed",
         "failed",
         "cancelled",
+        "budget-exhausted",
         "terminated",
         "timed-out",
     )
     assert fh.status_problem("timed-out") is None
     assert fh.status_problem("Completed") == (
         "unknown run status 'Completed': one of running, completed, failed, cancelled,"
-        " terminated, timed-out"
+        " budget-exhausted, terminated, timed-out"
     )

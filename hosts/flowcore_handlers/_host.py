@@ -53,7 +53,15 @@ __all__ = [
     "status_problem",
 ]
 
-RUN_STATUSES = ("running", "completed", "failed", "cancelled", "terminated", "timed-out")
+RUN_STATUSES = (
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "budget-exhausted",
+    "terminated",
+    "timed-out",
+)
 """The words of ``RunSummary.status`` and ``RunQuery.status`` on every host."""
 
 

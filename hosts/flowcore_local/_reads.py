@@ -69,15 +69,14 @@ class LocalReads(HostBase):
     async def find_runs(self, query: RunQuery) -> RunPage:
         """Runs newest first (by start), filtered, one page of ``query.limit`` at a time:
         the ``Host`` contract's listing (``page_runs``). The cursor is the start time
-        and run id of the page's last run. Statuses are the contract's words
-        (``budget-exhausted`` is ``timed-out``)."""
+        and run id of the page's last run."""
         problem = status_problem(query.status)
         if problem is not None:
             raise HostError(problem)
         before = None
         if query.cursor is not None:
             ms, sep, last = query.cursor.partition(":")
-            if not sep or not ms.isdigit():
+            if not sep or not ms.isdigit() or len(ms) > 18:  # (an INTEGER holds 18 digits)
                 raise HostError(f"run cursor {query.cursor!r} is not one a page handed out")
             before = (int(ms), last)
         if query.limit < 1:

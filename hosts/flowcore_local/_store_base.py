@@ -74,9 +74,8 @@ class LocalUnknownSchedule(HostError, UnknownSchedule):
 
 
 # The local host's status words that are not the contract's (``RUN_STATUSES``):
-# a run that ran out of its budget was stopped by a limit set on it, as a
-# Temporal run that times out is.
-_CONTRACT_STATUS = {"budget-exhausted": "timed-out"}
+# none today; the database stores flowcore's own words, which the contract has.
+_CONTRACT_STATUS: dict[str, str] = {}
 _LOCAL_STATUS = {word: local for local, word in _CONTRACT_STATUS.items()}
 
 

@@ -76,7 +76,7 @@ def _rebuild(
         if record.index >= cut:
             break
         if record.type == "event.reported":
-            state = flowcore.advance(state, flowcore.event_from_wire(record.data)).state
+            state = persist.advance(state, flowcore.event_from_wire(record.data)).state
             rows.take(state)
         elif record.type == "run.started" and state.tree.continued is not None:
             # The next incarnation: its rows are all the run stores.

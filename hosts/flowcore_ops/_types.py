@@ -29,10 +29,7 @@ __all__ = [
     "EventsInput",
     "ForkInput",
     "Graph",
-    "FlowList",
-    "FlowSummary",
     "Nothing",
-    "Problem",
     "PruneInput",
     "QuestionList",
     "QuestionView",
@@ -401,28 +398,6 @@ class ScheduleList(_Out):
     schedules: list[dict[str, Any]]
 
 
-class FlowSummary(_Out):
-    flow_id: str
-    version: int
-    source: str
-
-
-class FlowList(_Out):
-    flows: list[FlowSummary]
-
-
 class Whoami(_Out):
     principal: str | None
     access: Access
-
-
-class Problem(_Out, omit_defaults=True):
-    """An error, as ``application/problem+json`` (RFC 9457)."""
-
-    type: str
-    title: str
-    status: int
-    detail: str
-    instance: str | None = None
-    options: list[str] | None = None  # an answer's allowed options, when it was not one
-    open_questions: list[str] | None = None

@@ -1,690 +1,287 @@
-"""The operations of the HTTP API, on one open ``LocalHost``.
+"""The HTTP API: the catalogue's operations (``flowcore_ops.CATALOGUE``) as
+route declarations, on any open ``Host``.
 
-Every run belongs to the principal that started it (its child runs too);
-to another principal it is an unknown run (404, the same answer as for an id
-no run has, so that no one learns which ids exist); an admin may act on every
-run. The statuses are the ones a client expects: 404 an unknown run or
-schedule, 409 a run already settled (or a question no longer open), 422 bad
-input (an answer that is not one of the options lists them), 413 a body too
-large, 408 a body too slow, 429 one event stream too many.
+Each operation's route comes from its declaration: the path names fields of
+its input, the query string (``GET``, ``DELETE``) or the JSON body holds the
+rest, its reply is its output, and each of its failures becomes a problem with
+the failure's status. Nothing here is an operation of its own but the list of
+the registry folder's flows, which only the server has. Streams (NDJSON
+follow, Server-Sent Events) and exports are written here from the records an
+operation hands back.
+
+Every run belongs to the principal that started it (its child runs too); to
+another principal it is an unknown run (404, the same answer as for an id no
+run has), and an admin may act on every run (``flowcore_ops``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-from collections.abc import AsyncGenerator, AsyncIterator
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, Final
 from urllib.parse import quote
 
 import attrs
 import msgspec
-from sse_starlette.sse import EventSourceResponse
-from starlette.responses import Response, StreamingResponse
+from litestar import Response
+from litestar.response import ServerSentEvent, Stream
+from litestar.response.sse import ServerSentEventMessage
 
 import flowcore
-from flowcore.diagram import build_graph, node_id, to_mermaid
-from flowcore_local import HostError, LocalHost, NothingToCancel, RunRow
+from flowcore_handlers import Host
+from flowcore_ops import CATALOGUE, FAILURES, NDJSON, SSE, Http, Operation, OperationError
+from flowcore_ops import Context as OpContext
 
 from ._flows import FlowFolder
-from ._http import ApiError, Context, Operation, json_response
-from ._types import (
-    AnswerBody,
-    BackfillBody,
-    CancelBody,
-    FlowList,
-    FlowSummary,
-    Graph,
-    RunPage,
-    RunsQuery,
-    RunSummary,
-    RunView,
-    ScheduleChange,
-    ScheduledCallList,
-    ScheduleList,
-    SignalBody,
-    StartBody,
-    StreamQuery,
-    Whoami,
-)
+from ._http import ApiError, Context, Encoded, json_response
+from ._routes import Operation as Route
+from ._types import FlowList, FlowSummary
 
-__all__ = ["Api"]
+__all__ = ["Api", "NDJSON"]
 
-NDJSON = "application/x-ndjson"
+# A comment line this often on a quiet Server-Sent Events stream keeps proxies
+# from closing it.
+PING_S = 15.0
+
+# The names the bodies and query strings had before they were derived from the
+# operations' inputs: kept, as clients and /openapi.json name them so.
+_NAMES: Final = {
+    "start": "StartBody",
+    "signal": "SignalBody",
+    "answer": "AnswerBody",
+    "cancel": "CancelBody",
+    "schedule.pause": "ScheduleChange",
+    "schedule.resume": "ScheduleChange",
+    "schedule.backfill": "BackfillBody",
+    "runs": "RunsQuery",
+    "events": "StreamQuery",
+    "follow": "StreamQuery",
+}
 
 
-def _epoch_ms(moment: datetime | None) -> int | None:
-    if moment is None:
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[.\-_]", name))
+
+
+_derived: dict[tuple[type, frozenset[str], str], type] = {}
+
+
+def _part(op: Operation, route: Http) -> type | None:
+    """The input without the fields the path names: the body's type (or the query
+    string's), a Struct of its own named as ``_NAMES`` says; None when the path
+    names every field."""
+    named = frozenset(re.findall(r"{(\w+)}", route.path))
+    if not named:
+        return op.input
+    fields = [f for f in msgspec.structs.fields(op.input) if f.name not in named]
+    if not fields:
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    kind = "Query" if route.method in ("GET", "DELETE") else "Body"
+    name = _NAMES.get(op.name, _camel(op.name) + kind)
+    key = (op.input, named, name)
+    if key not in _derived:
+        made = msgspec.defstruct(
+            name,
+            [
+                (
+                    f.name,
+                    f.type,
+                    msgspec.field(default_factory=f.default_factory)
+                    if f.default_factory is not msgspec.NODEFAULT
+                    else f.default,
+                )
+                if f.default is not msgspec.NODEFAULT or f.default_factory is not msgspec.NODEFAULT
+                else (f.name, f.type)
+                for f in fields
+            ],
+            kw_only=True,
+            forbid_unknown_fields=True,
+            rename="camel",
+            module=__name__,
+        )
+        made.__doc__ = op.input.__doc__
+        _derived[key] = made
+    return _derived[key]
 
 
-def _moment(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms // 1000, tz=UTC) + timedelta(milliseconds=ms % 1000)
-
-
-def _cursor(row: RunRow) -> str:
-    raw = msgspec.json.encode([row.created_ms, row.run_id])
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-# What SQLite's INTEGER holds: a larger number in a cursor is a forged one.
-_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-
-
-def _uncursor(text: str) -> tuple[int, str]:
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        created, run_id = msgspec.json.decode(raw, type=tuple[_Int64, str])
-    except (binascii.Error, ValueError, msgspec.DecodeError):
-        raise ApiError(422, "invalid-cursor", "cursor: not a cursor this server gave") from None
-    return created, run_id
+def _reply(op: Operation) -> type | None:
+    if op.output is None or op.output in (bytes, flowcore.Record) or op.name == "events":
+        return None
+    return op.output  # type: ignore[no-any-return]
 
 
 @attrs.define
 class Api:
-    host: LocalHost
+    host: Host
     flows: FlowFolder
     closing: asyncio.Event = attrs.field(factory=asyncio.Event)  # set: the server shuts down
 
-    # --- helpers ---------------------------------------------------------------------
+    def context(self, ctx: Context) -> OpContext:
+        """The operation's context for a request: this host, the token's principal,
+        flows from the registry folder."""
+        folders = () if self.flows.folder is None else (self.flows.folder,)
+        return OpContext(self.host, ctx.principal, self.flows.path_of, folders)
 
-    async def summarize(self, row: RunRow) -> RunSummary:
-        """``summary`` with the run's metadata read from the database."""
-        found = await self.host.metadata_of([row.run_id])
-        return self.summary(row, found.get(row.run_id, {}))
+    # --- one route of an operation -------------------------------------------------------
 
-    def summary(self, row: RunRow, metadata: dict[str, Any]) -> RunSummary:
-        end = row.updated_ms if row.status != "running" else self.host.now()
-        return RunSummary(
-            run_id=row.run_id,
-            flow_id=row.flow_id,
-            status=row.status,
-            parent=row.parent_run,
-            depth=row.depth,
-            principal=row.principal,
-            created_at=_moment(row.created_ms),
-            updated_at=_moment(row.updated_ms),
-            duration_ms=max(0, end - row.created_ms),
-            next_index=row.next_index,
-            metadata=metadata,
-        )
+    def handler(self, op: Operation, route: Http) -> Callable[[Context], Any]:
+        named = re.findall(r"{(\w+)}", route.path)
+        encode = {f.name: f.encode_name for f in msgspec.structs.fields(op.input)}
 
-    async def owned(self, ctx: Context) -> RunRow:
-        """The run named in the path, if the principal may see it and act on it
-        (what the token's access allows is checked before, per operation).
-        Another principal's run is refused exactly as an unknown one."""
-        run_id = ctx.param("run_id")
-        try:
-            row = await self.host.run(run_id)
-        except HostError:
-            row = None
-        if row is None or not ctx.principal.owns(row.principal):
-            raise ApiError(404, "unknown-run", f"no run {run_id[:200]!r}")
-        return row
-
-    @staticmethod
-    def running(row: RunRow) -> None:
-        if row.status != "running":
-            raise ApiError(409, "settled", f"run {row.run_id!r} has settled ({row.status})")
-
-    # --- runs ------------------------------------------------------------------------
-
-    async def list_runs(self, ctx: Context) -> Response:
-        q: RunsQuery = ctx.query
-        try:
-            filters = flowcore.metadata_filters(q.where)
-        except flowcore.MetadataFilterError as exc:
-            raise ApiError(422, "invalid-request", f"where: {exc}") from None
-        rows = await self.host.page_runs(
-            flow=q.flow,
-            status=q.status,
-            parent=q.parent,
-            created_from=_epoch_ms(q.created_from),
-            created_to=_epoch_ms(q.created_to),
-            principal=None if ctx.principal.admin else ctx.principal.name,
-            before=None if q.cursor is None else _uncursor(q.cursor),
-            limit=q.limit + 1,
-            metadata=filters,
-        )
-        more = len(rows) > q.limit
-        rows = rows[: q.limit]
-        metadata = await self.host.metadata_of([r.run_id for r in rows])
-        page = RunPage(
-            runs=[self.summary(r, metadata.get(r.run_id, {})) for r in rows],
-            next_cursor=_cursor(rows[-1]) if more else None,
-        )
-        return json_response(page)
-
-    async def start_run(self, ctx: Context) -> Response:
-        body: StartBody = ctx.body
-        path = self.flows.path_of(body.flow)
-        if body.run_id is not None:
+        async def handle(ctx: Context) -> Response[Any]:
+            given: dict[str, Any] = {}
+            for part in (ctx.body, ctx.query):
+                if part is not None:
+                    given.update(msgspec.to_builtins(part))
+            for name in named:
+                given[encode[name]] = ctx.param(name)
             try:
-                row = await self.host.run(body.run_id)
-            except HostError:
-                pass
-            else:
-                if not ctx.principal.owns(row.principal):
-                    # Taken, as any id is: nothing says whose run holds it.
-                    raise ApiError(
-                        409,
-                        "cannot-start",
-                        f"run {body.run_id!r} already exists: choose another id",
-                    )
-        budget = flowcore.budget_from_wire(msgspec.to_builtins(body.budget))
-        try:
-            run_id = await self.host.start(
-                path,
-                body.input,
-                body.run_id,
-                flows=[] if self.flows.folder is None else [self.flows.folder],
-                budget=budget,
-                principal=ctx.principal.name,
-                metadata=body.metadata,
-                on_conflict=body.on_conflict,
-            )
-        except (
-            HostError,
-            flowcore.InputError,
-            flowcore.SpecError,
-            flowcore.DataError,
-            flowcore.RunIdError,
-        ) as exc:
-            text = str(exc)
-            status = 409 if "already exists" in text else 422
-            raise ApiError(status, "cannot-start", text) from None
-        row = await self.host.run(run_id)
-        location = "/api/runs/" + quote(run_id, safe="")
-        # As a start again with the same options: the existing run's summary, 201.
-        return json_response(await self.summarize(row), 201, {"Location": location})
+                value = msgspec.convert(given, op.input)
+            except msgspec.ValidationError as exc:
+                raise ApiError(422, "invalid-request", str(exc)) from None
+            if route.stream:
+                return await self.stream(op, route, ctx, value)
+            try:
+                out = await op.call(self.context(ctx), value)
+            except OperationError as exc:
+                raise _problem(exc) from None
+            return self.reply(op, route, out)
 
-    async def show_run(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        shown = await self.host.show(row.run_id)
-        waits = await self.host.waits(row.run_id)
-        view = RunView(
-            run=await self.summarize(row),
-            waits=msgspec.to_builtins(waits),
-            budget=shown["budget"],
-            output=row.output,
-            error=row.error,
-            dead_letters=shown["deadLetters"],
-            children=shown["children"],
-        )
-        if row.status != "running":
-            # The ``settled`` effect carries the report (left out when no work
-            # ran), the ``run.settled`` record after it does not; records about
-            # scheduled calls may follow both.
-            last = await self.host.records(row.run_id, max(0, row.next_index - 64))
-            for record in last:
-                if not isinstance(record.data, dict):
+        handle.__name__ = route.operation_id or op.name.replace(".", "_").replace("-", "_")
+        return handle
+
+    def reply(self, op: Operation, route: Http, out: Any) -> Response[Any]:
+        if route.status == 204:
+            return Response(None, status_code=204)
+        if route.media_type == NDJSON:
+            data = out if isinstance(out, bytes) else flowcore.encode_records(out)
+            return Encoded(data, route.status, NDJSON)
+        headers = None
+        if route.status == 201 and getattr(out, "run_id", None) is not None:
+            headers = {"Location": "/api/runs/" + quote(out.run_id, safe="")}
+        return json_response(out, route.status, headers)
+
+    # --- the event streams ---------------------------------------------------------------
+
+    async def stream(self, op: Operation, route: Http, ctx: Context, value: Any) -> Response[Any]:
+        """NDJSON lines or Server-Sent Events of the records the operation follows,
+        until the run settles or the server shuts down. Server-Sent Events resume
+        after ``Last-Event-ID``: one event per record, ``id`` its index, ``event``
+        its type, ``data`` its NDJSON envelope; the last is ``end``."""
+        if route.media_type == SSE:
+            last = ctx.request.headers.get("last-event-id")
+            if last is not None:
+                if not last.isdigit() or len(last) > 18:
+                    raise ApiError(422, "invalid-request", "Last-Event-ID: not an event index")
+                value = msgspec.structs.replace(value, start=max(value.start, int(last) + 1))
+        try:
+            records = await op.call(self.context(ctx), value)
+        except OperationError as exc:
+            raise _problem(exc) from None
+        if route.media_type != SSE:
+
+            async def lines() -> AsyncIterator[bytes]:
+                async for record in self.follow(records):
+                    if record is not None:
+                        yield flowcore.encode_record(record)
+
+            return Stream(lines(), media_type=NDJSON)
+
+        async def events() -> AsyncIterator[ServerSentEventMessage]:
+            async for record in self.follow(records, PING_S):
+                if record is None:
+                    yield ServerSentEventMessage(comment="ping")
                     continue
-                if record.type == "effect.emitted" and record.data.get("kind") == "settled":
-                    view.report = record.data.get("report", [])
-                elif record.type == "run.settled":
-                    view.exhausted = record.data.get("exhausted")
-        return json_response(view)
+                yield ServerSentEventMessage(
+                    id=str(record.index),
+                    event=record.type,
+                    data=flowcore.encode_record(record).decode().rstrip("\n"),
+                )
+            if not self.closing.is_set():  # at shutdown it ends without: clients resume
+                yield ServerSentEventMessage(event="end", data="{}")
 
-    async def cancel_run(self, ctx: Context) -> Response:
-        """A cancel that would change nothing (the run has settled, or compensates
-        already) writes nothing and is 409, as ``flowcore cancel`` exits 1."""
-        row = await self.owned(ctx)
-        body: CancelBody = ctx.body
+        return ServerSentEvent(events())
+
+    async def follow(
+        self, records: AsyncIterator[flowcore.Record], ping_s: float | None = None
+    ) -> AsyncIterator[flowcore.Record | None]:
+        """``records`` as they come, until they end or the server shuts down
+        (``closing``); ``None`` after each ``ping_s`` seconds without one."""
+        # Each next record is awaited in a task, raced with the server's
+        # shutdown (``closing``), which ends the response at once.
+        closing = asyncio.ensure_future(self.closing.wait())
+        following: asyncio.Future[flowcore.Record] | None = None
         try:
-            await self.host.cancel(row.run_id, body.reason)
-        except NothingToCancel as exc:
-            current = await self.host.run(row.run_id)
-            code = "settled" if current.status != "running" else "nothing-to-cancel"
-            raise ApiError(409, code, str(exc)) from None
-        except HostError as exc:
-            raise ApiError(422, "rejected", str(exc)) from None
-        return json_response(await self.summarize(await self.host.run(row.run_id)), 202)
-
-    async def _event(self, row: RunRow, call: Any) -> None:
-        try:
-            await call
-        except HostError as exc:
-            current = await self.host.run(row.run_id)
-            if current.status != "running":
-                raise ApiError(
-                    409, "settled", f"run {row.run_id!r} has settled ({current.status})"
-                ) from None
-            raise ApiError(422, "rejected", str(exc)) from None
-
-    async def answer(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        self.running(row)
-        body: AnswerBody = ctx.body
-        waits = await self.host.waits(row.run_id)
-        prefix = row.run_id + "/"
-        matches = [
-            q for q in waits.questions if body.key in (q.key, q.key.removeprefix(prefix), q.step)
-        ]
-        if not matches:
-            raise ApiError(
-                409,
-                "no-open-question",
-                f"run {row.run_id!r} has no open question {body.key!r}",
-                open_questions=[q.key.removeprefix(prefix) for q in waits.questions],
-            )
-        if len(matches) > 1:
-            raise ApiError(
-                422,
-                "ambiguous-question",
-                f"step {body.key!r} has {len(matches)} open questions: give the key of one",
-                open_questions=[q.key.removeprefix(prefix) for q in matches],
-            )
-        question = matches[0]
-        if question.options is not None and body.answer not in question.options:
-            raise ApiError(
-                422,
-                "not-an-option",
-                f"the answer to {question.key.removeprefix(prefix)!r} must be one of its options",
-                options=list(question.options),
-            )
-        await self._event(row, self.host.answer(row.run_id, question.key, body.answer))
-        return json_response(await self.summarize(await self.host.run(row.run_id)))
-
-    async def signal(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        self.running(row)
-        body: SignalBody = ctx.body
-        await self._event(row, self.host.signal(row.run_id, body.name, body.payload, body.key))
-        return json_response(await self.summarize(await self.host.run(row.run_id)), 202)
-
-    # --- the event stream ---------------------------------------------------------------
-
-    async def events(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        q: StreamQuery = ctx.query
-        records = await self.host.records(row.run_id, q.start)
-        return Response(flowcore.encode_records(records), media_type=NDJSON)
-
-    async def stream(self, ctx: Context) -> Response:
-        """Server-Sent Events: one event per log record (``id`` its index, ``event``
-        its type, ``data`` the NDJSON envelope), until the run settles."""
-        row = await self.owned(ctx)
-        q: StreamQuery = ctx.query
-        start = q.start
-        last = ctx.request.headers.get("last-event-id")
-        if last is not None:
-            if not last.isdigit() or len(last) > 18:
-                raise ApiError(422, "invalid-request", "Last-Event-ID: not an event index")
-            start = max(start, int(last) + 1)
-
-        async def records() -> AsyncIterator[dict[str, Any]]:
-            async for record in self.host.events(row.run_id, start, follow=True):
-                yield {
-                    "id": str(record.index),
-                    "event": record.type,
-                    "data": flowcore.encode_record(record).decode().rstrip("\n"),
-                }
-            yield {"event": "end", "data": "{}"}
-
-        return EventSourceResponse(records(), ping=15)
-
-    async def ndjson_follow(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        q: StreamQuery = ctx.query
-
-        async def lines() -> AsyncIterator[bytes]:
-            # Each next record is awaited in a task, raced with the server's
-            # shutdown (``closing``), which ends the response at once.
-            records = self.host.events(row.run_id, q.start, follow=True)
-            closing = asyncio.ensure_future(self.closing.wait())
-            following: asyncio.Future[flowcore.Record] | None = None
-            try:
-                while True:
+            while True:
+                if following is None:
                     following = asyncio.ensure_future(anext(records))
-                    await asyncio.wait((following, closing), return_when=asyncio.FIRST_COMPLETED)
-                    if not following.done():
-                        return
-                    try:
-                        record = following.result()
-                    except StopAsyncIteration:
-                        return
-                    following = None
-                    yield flowcore.encode_record(record)
-            finally:
-                closing.cancel()
-                if following is not None and not following.done():
-                    following.cancel()  # the records' generator ends in that task
-                elif isinstance(records, AsyncGenerator):
-                    await records.aclose()
+                await asyncio.wait(
+                    (following, closing), timeout=ping_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if closing.done():
+                    return
+                if not following.done():
+                    yield None
+                    continue
+                try:
+                    record = following.result()
+                except StopAsyncIteration:
+                    return
+                following = None
+                yield record
+        finally:
+            closing.cancel()
+            if following is not None and not following.done():
+                following.cancel()  # the records' generator ends in that task
+            elif isinstance(records, AsyncGenerator):
+                await records.aclose()
 
-        return StreamingResponse(lines(), media_type=NDJSON)
+    # --- what only the server has --------------------------------------------------------
 
-    # --- the diagram -------------------------------------------------------------------
-
-    async def graph(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        flow = await self.host.flow(row.run_id)
-        waits = await self.host.waits(row.run_id)
-        current: set[str] = set()
-        for items in (waits.work, waits.questions, waits.signals, waits.timers):
-            for item in items:
-                if item.step is not None and item.step in flow.by_id:
-                    current.add(node_id(flow.by_id[item.step]))
-        done: set[str] = set()
-        for record in await self.host.records(row.run_id):
-            if record.type != "effect.emitted" or not isinstance(record.data, dict):
-                continue
-            key = record.data.get("idempotencyKey")
-            if not isinstance(key, str):
-                continue
-            try:
-                step = flowcore.parse_key(key, row.run_id).step
-            except ValueError:
-                continue
-            if step is not None and step in flow.by_id:
-                done.add(node_id(flow.by_id[step]))
-        return json_response(
-            Graph(
-                mermaid=to_mermaid(build_graph(flow)),
-                current=sorted(current),
-                done=sorted(done - current),
-            )
-        )
-
-    # --- scheduled calls of a run ---------------------------------------------------------
-
-    async def scheduled_calls(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        calls = await self.host.scheduled(row.run_id)
-        return json_response(ScheduledCallList(calls=[msgspec.to_builtins(c) for c in calls]))
-
-    async def cancel_scheduled(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        self.running(row)
-        call_id = ctx.param("call_id")
-        done = await self.host.cancel_scheduled(row.run_id, call_id)
-        if not done:  # nothing was written; `flowcore scheduled cancel` exits 1
-            full = call_id if call_id.startswith(row.run_id + "/") else f"{row.run_id}/{call_id}"
-            raise ApiError(
-                409,
-                "not-pending",
-                f"no pending scheduled call {full!r} in run {row.run_id!r}: nothing to cancel",
-            )
-        return json_response(await self.summarize(await self.host.run(row.run_id)))
-
-    async def run_scheduled_now(self, ctx: Context) -> Response:
-        row = await self.owned(ctx)
-        self.running(row)
-        done = await self.host.run_scheduled_now(row.run_id, ctx.param("call_id"))
-        if not done:
-            raise ApiError(
-                409, "not-pending", f"no pending scheduled call {ctx.param('call_id')!r}"
-            )
-        return json_response(await self.summarize(await self.host.run(row.run_id)))
-
-    # --- schedules ------------------------------------------------------------------------
-
-    async def _schedule(self, name: str) -> dict[str, Any]:
-        try:
-            return await self.host.schedule(name)
-        except HostError:
-            raise ApiError(404, "unknown-schedule", f"no schedule {name[:200]!r}") from None
-
-    async def list_schedules(self, ctx: Context) -> Response:
-        return json_response(ScheduleList(schedules=await self.host.schedules()))
-
-    async def show_schedule(self, ctx: Context) -> Response:
-        return json_response(await self._schedule(ctx.param("name")))
-
-    async def pause_schedule(self, ctx: Context) -> Response:
-        name = ctx.param("name")
-        await self._schedule(name)
-        body: ScheduleChange = ctx.body
-        await self.host.pause_schedule(name, body.note)
-        return json_response(await self._schedule(name))
-
-    async def resume_schedule(self, ctx: Context) -> Response:
-        name = ctx.param("name")
-        await self._schedule(name)
-        body: ScheduleChange = ctx.body
-        await self.host.resume_schedule(name, body.note)
-        return json_response(await self._schedule(name))
-
-    async def trigger_schedule(self, ctx: Context) -> Response:
-        name = ctx.param("name")
-        await self._schedule(name)
-        run_id = await self.host.trigger_schedule(name)
-        return json_response(await self.summarize(await self.host.run(run_id)), 201)
-
-    async def backfill_schedule(self, ctx: Context) -> Response:
-        name = ctx.param("name")
-        await self._schedule(name)
-        body: BackfillBody = ctx.body
-        start = _epoch_ms(body.start)
-        end = _epoch_ms(body.end)
-        assert start is not None and end is not None
-        try:
-            await self.host.backfill_schedule(name, start, end)
-        except HostError as exc:
-            raise ApiError(422, "cannot-backfill", str(exc)) from None
-        return json_response(await self._schedule(name))
-
-    async def delete_schedule(self, ctx: Context) -> Response:
-        name = ctx.param("name")
-        await self._schedule(name)
-        await self.host.delete_schedule(name)
-        return Response(status_code=204)
-
-    # --- the rest -------------------------------------------------------------------------
-
-    async def list_flows(self, ctx: Context) -> Response:
+    async def list_flows(self, ctx: Context) -> Response[Any]:
         flows = [
             FlowSummary(flow_id=f.id, version=f.version, source=str(p))
             for f, p in self.flows.flows()
         ]
         return json_response(FlowList(flows=flows))
 
-    async def whoami(self, ctx: Context) -> Response:
-        return json_response(Whoami(principal=ctx.principal.name, access=ctx.principal.access))
-
-    def operations(self) -> list[Operation]:
-        run = "/api/runs/{run_id}"
-        sched = "/api/schedules/{name}"
-        return [
-            Operation("GET", "/api/whoami", self.whoami, "Who the token stands for", reply=Whoami),
-            Operation(
+    def operations(self) -> list[Route]:
+        """One route declaration per HTTP route of each catalogue operation, and the
+        registry folder's flows."""
+        routes = [
+            Route(
                 "GET",
                 "/api/flows",
                 self.list_flows,
                 "The flows of the registry folder",
                 reply=FlowList,
-            ),
-            Operation(
-                "GET",
-                "/api/runs",
-                self.list_runs,
-                "List runs, newest first, a page at a time",
-                query=RunsQuery,
-                reply=RunPage,
-                errors=(422,),
-            ),
-            Operation(
-                "POST",
-                "/api/runs",
-                self.start_run,
-                "Start a run of a flow of the registry folder",
-                access="write",
-                body=StartBody,
-                reply=RunSummary,
-                status=201,
-                errors=(403, 409, 413, 422),
-            ),
-            Operation(
-                "GET",
-                run,
-                self.show_run,
-                "A run: what it waits for, its budget, output or error, report",
-                reply=RunView,
-                errors=(404,),
-            ),
-            Operation(
-                "POST",
-                run + "/cancel",
-                self.cancel_run,
-                "Cancel a run",
-                access="write",
-                body=CancelBody,
-                reply=RunSummary,
-                status=202,
-                errors=(403, 404, 409, 413, 422),
-            ),
-            Operation(
-                "POST",
-                run + "/answers",
-                self.answer,
-                "Answer an open question of a run",
-                access="write",
-                body=AnswerBody,
-                reply=RunSummary,
-                errors=(403, 404, 409, 413, 422),
-            ),
-            Operation(
-                "POST",
-                run + "/signals",
-                self.signal,
-                "Send a run a signal",
-                access="write",
-                body=SignalBody,
-                reply=RunSummary,
-                status=202,
-                errors=(403, 404, 409, 413, 422),
-            ),
-            Operation(
-                "GET",
-                run + "/events",
-                self.events,
-                "The run's log records from an index, as NDJSON",
-                query=StreamQuery,
-                errors=(404,),
-                media_type=NDJSON,
-            ),
-            Operation(
-                "GET",
-                run + "/events/follow",
-                self.ndjson_follow,
-                "The run's log records as NDJSON, following until it settles",
-                query=StreamQuery,
-                errors=(404, 429),
-                media_type=NDJSON,
-                stream=True,
-            ),
-            Operation(
-                "GET",
-                run + "/events/stream",
-                self.stream,
-                "The run's log records as Server-Sent Events until it settles"
-                " (resumable with Last-Event-ID)",
-                query=StreamQuery,
-                errors=(404, 429),
-                media_type="text/event-stream",
-                stream=True,
-            ),
-            Operation(
-                "GET",
-                run + "/graph",
-                self.graph,
-                "The run's flow diagram and where it is",
-                reply=Graph,
-                errors=(404,),
-            ),
-            Operation(
-                "GET",
-                run + "/scheduled",
-                self.scheduled_calls,
-                "The run's scheduled calls",
-                reply=ScheduledCallList,
-                errors=(404,),
-            ),
-            Operation(
-                "POST",
-                run + "/scheduled/{call_id}/cancel",
-                self.cancel_scheduled,
-                "Cancel a pending scheduled call",
-                access="write",
-                reply=RunSummary,
-                errors=(403, 404, 409),
-            ),
-            Operation(
-                "POST",
-                run + "/scheduled/{call_id}/run-now",
-                self.run_scheduled_now,
-                "Run a pending scheduled call now",
-                access="write",
-                reply=RunSummary,
-                errors=(403, 404, 409),
-            ),
-            Operation(
-                "GET",
-                "/api/schedules",
-                self.list_schedules,
-                "List the schedules",
-                reply=ScheduleList,
-            ),
-            Operation(
-                "GET",
-                sched,
-                self.show_schedule,
-                "A schedule and its next slots",
-                reply=dict,
-                errors=(404,),
-            ),
-            Operation(
-                "POST",
-                sched + "/pause",
-                self.pause_schedule,
-                "Pause a schedule",
-                access="admin",
-                body=ScheduleChange,
-                reply=dict,
-                errors=(403, 404, 413, 422),
-            ),
-            Operation(
-                "POST",
-                sched + "/resume",
-                self.resume_schedule,
-                "Resume a schedule",
-                access="admin",
-                body=ScheduleChange,
-                reply=dict,
-                errors=(403, 404, 413, 422),
-            ),
-            Operation(
-                "POST",
-                sched + "/trigger",
-                self.trigger_schedule,
-                "Start a run of a schedule now",
-                access="admin",
-                reply=RunSummary,
-                status=201,
-                errors=(403, 404),
-            ),
-            Operation(
-                "POST",
-                sched + "/backfill",
-                self.backfill_schedule,
-                "Start the runs of past slots",
-                access="admin",
-                body=BackfillBody,
-                reply=dict,
-                errors=(403, 404, 413, 422),
-            ),
-            Operation(
-                "DELETE",
-                sched,
-                self.delete_schedule,
-                "Delete a schedule",
-                access="admin",
-                status=204,
-                errors=(403, 404),
-            ),
+            )
         ]
+        for op in CATALOGUE:
+            for route in op.http:
+                part = _part(op, route)
+                query = route.method in ("GET", "DELETE")
+                routes.append(
+                    Route(
+                        route.method,
+                        route.path,
+                        self.handler(op, route),
+                        op.summary,
+                        access=op.access,
+                        body=None if query else part,
+                        query=part if query else None,
+                        reply=_reply(op),
+                        status=route.status,
+                        errors=tuple(sorted({FAILURES[code].status for code in op.failures})),
+                        media_type=route.media_type,
+                        operation_id=route.operation_id or op.name,
+                        stream=route.stream,
+                    )
+                )
+        return routes
+
+
+def _problem(exc: OperationError) -> ApiError:
+    """An operation's failure as the problem the API answers with."""
+    return ApiError(exc.failure.status, exc.type, exc.detail, **exc.extra)

@@ -29,6 +29,8 @@ from typing import Any, Final
 import attrs
 import yaml
 
+from flowcore_ops import Principal
+
 from ._types import Access
 
 __all__ = [
@@ -47,24 +49,6 @@ ACCESS: Final[tuple[Access, ...]] = ("read", "write", "admin")
 
 class TokenError(Exception):
     """The token file or variable is not a valid token list (the message says where)."""
-
-
-@attrs.frozen
-class Principal:
-    name: str
-    access: Access
-
-    @property
-    def admin(self) -> bool:
-        return self.access == "admin"
-
-    @property
-    def writes(self) -> bool:
-        return self.access in ("write", "admin")
-
-    def owns(self, run_principal: str | None) -> bool:
-        """May this principal see and act on a run started by ``run_principal``?"""
-        return self.admin or (run_principal is not None and run_principal == self.name)
 
 
 def _digest(token: str) -> bytes:

@@ -1,31 +1,31 @@
-"""The HTTP plumbing every operation shares: the operation table, problems,
-authentication, reading bodies and query strings into their types.
+"""The HTTP plumbing every operation shares and Litestar does not do as the API
+documents it: tokens and principals, problems (``application/problem+json``),
+the body's time limit and JSON rules, open streams per token, and run ids
+that hold a ``/`` (``RawApiPaths``).
 
-An ``Operation`` names its method, path, access, body type, query type and
-reply type; ``endpoint`` wraps its handler so that every request goes through
-the same steps (authenticate, check access, read and type the body or query,
-call, encode), and ``_openapi`` documents the same table.
+``_routes`` builds the route handlers that use these; Litestar routes,
+decodes and validates the typed bodies and query strings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from http import HTTPStatus
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 from urllib.parse import unquote
 
 import anyio
 import attrs
 import msgspec
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from litestar import Litestar, Request, Response
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.response.base import ASGIResponse
 
 import flowcore
 
 from ._auth import Principal, Tokens
 from ._auth import _digest as token_digest
-from ._types import Access, Problem
+from ._types import Problem
 
 __all__ = [
     "COOKIE",
@@ -35,24 +35,18 @@ __all__ = [
     "RawApiPaths",
     "PROBLEM_TYPE",
     "ApiError",
+    "BodyRules",
     "Context",
+    "Encoded",
+    "Held",
     "Limits",
-    "Operation",
-    "endpoint",
     "json_response",
     "problem_response",
     "same_origin",
 ]
 
-T = TypeVar("T")
-
 COOKIE: Final = "flowcore_token"
 PROBLEM_TYPE: Final = "application/problem+json"
-_TITLES: Final = {
-    status: HTTPStatus(status).phrase
-    for status in (400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 500)
-}
-_RANK: Final[dict[Access, int]] = {"read": 0, "write": 1, "admin": 2}
 
 # 1 MiB: a run's input, an answer or a payload fits well under it.
 DEFAULT_BODY_LIMIT: Final = 1 << 20
@@ -114,7 +108,7 @@ class ApiError(Exception):
         self.extra = extra
 
 
-def problem_response(error: ApiError, instance: str | None = None) -> Response:
+def problem_response(error: ApiError, instance: str | None = None) -> Response[Problem]:
     problem = Problem(
         type=f"/problems/{error.code}",
         title=HTTPStatus(error.status).phrase,
@@ -123,21 +117,43 @@ def problem_response(error: ApiError, instance: str | None = None) -> Response:
         instance=instance,
         **error.extra,
     )
-    headers = {"WWW-Authenticate": 'Bearer realm="flowcore"'} if error.status == 401 else None
-    return Response(
-        msgspec.json.encode(problem), error.status, headers=headers, media_type=PROBLEM_TYPE
-    )
+    headers = {"WWW-Authenticate": 'Bearer realm="flowcore"'} if error.status == 401 else {}
+    if error.status == 408:
+        # The rest of the body may still come: the connection cannot be reused.
+        headers["Connection"] = "close"
+    return Encoded(msgspec.json.encode(problem), error.status, PROBLEM_TYPE, headers)
 
 
-def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(msgspec.json.encode(value), status, headers, media_type="application/json")
+def json_response(
+    value: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response[Any]:
+    return Encoded(msgspec.json.encode(value), status, "application/json", headers)
+
+
+class Encoded(Response[Any]):
+    """A reply encoded with msgspec once, sent as it is. Litestar's ``Response``
+    merges the handler's headers, cookies and encoders again for each reply,
+    which costs more than the reply of a small operation."""
+
+    def __init__(
+        self, body: bytes, status: int, media_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(body, status_code=status, media_type=media_type, headers=headers)
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
+        return ASGIResponse(
+            body=self.content,
+            status_code=self.status_code,
+            media_type=self.media_type,
+            headers=self.headers,
+        )
 
 
 @attrs.frozen
 class Context:
     """What a handler gets: the request, who made it, and its typed body and query."""
 
-    request: Request
+    request: Request[Any, Any, Any]
     principal: Principal
     body: Any
     query: Any
@@ -151,34 +167,14 @@ class Context:
             raise ApiError(422, "invalid-request", f"{name}: not UTF-8 once decoded") from None
 
 
-Handler = Callable[[Context], Awaitable[Response]]
-
-
-@attrs.frozen
-class Operation:
-    method: str
-    path: str  # Starlette's form: /api/runs/{run_id}
-    handler: Handler
-    summary: str
-    access: Access = "read"
-    body: type | None = None
-    query: type | None = None
-    reply: type | None = None  # None: no JSON body (streams document themselves)
-    status: int = 200
-    errors: tuple[int, ...] = ()
-    media_type: str = "application/json"
-    operation_id: str = ""
-    stream: bool = False  # a long response: counts against the token's open streams
-
-
-def same_origin(request: Request) -> bool:
+def same_origin(request: Request[Any, Any, Any]) -> bool:
     """Whether a browser's request comes from this server's own pages (its Origin)."""
     origin = request.headers.get("origin")
     host = request.headers.get("host")
     return origin is not None and host is not None and origin.split("://", 1)[-1] == host
 
 
-def principal_of(request: Request, tokens: Tokens) -> tuple[Principal, bytes]:
+def principal_of(request: Request[Any, Any, Any], tokens: Tokens) -> tuple[Principal, bytes]:
     """The principal of the request's token, and the token's digest."""
     header = request.headers.get("authorization")
     token: str | None = None
@@ -200,148 +196,108 @@ def principal_of(request: Request, tokens: Tokens) -> tuple[Principal, bytes]:
                 )
     if not token:
         raise ApiError(401, "unauthorized", "no token: send 'Authorization: Bearer TOKEN'")
-    found = tokens.lookup(token)
+    digest = token_digest(token)
+    found = tokens.by_digest.get(digest)
     if found is None:
         raise ApiError(401, "unauthorized", "the token is not one this server accepts")
-    return found, token_digest(token)
+    return found, digest
 
 
-async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, whole: 413 over ``limit`` bytes, 408 when it has not all
-    arrived ``timeout_s`` seconds after the handler started reading it."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(
-            413,
-            "too-large",
-            f"the request body is {int(length):,} bytes, over the limit of {limit:,}",
-        )
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        with anyio.fail_after(timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise ApiError(
-                        413, "too-large", f"the request body is over the limit of {limit:,} bytes"
-                    )
-                chunks.append(chunk)
-    except TimeoutError:
-        raise ApiError(
-            408,
-            "body-timeout",
-            f"the request body did not arrive within {timeout_s:g} s"
-            f" ({size:,} bytes came); send it at once",
-        ) from None
-    return b"".join(chunks)
+class BodyRules(Request[Any, Any, Any]):
+    """Litestar's request, reading a body as the API documents it: whole within
+    ``Limits.body_timeout_s`` (408), no larger than ``Limits.body`` (413, which
+    Litestar counts), ``application/json`` (415), and JSON by flowcore's rules
+    (``flowcore.decode_json_text``: no key twice, no integer beyond 64 bits...)."""
+
+    def _limits(self) -> Limits:
+        limits: Limits = self.app.state["limits"]
+        return limits
+
+    async def stream(self) -> AsyncGenerator[bytes, None]:
+        async for chunk in super().stream():
+            self.arrived = getattr(self, "arrived", 0) + len(chunk)
+            yield chunk
+
+    async def body(self) -> bytes:
+        limits = self._limits()
+        try:
+            with anyio.fail_after(limits.body_timeout_s):
+                return await super().body()
+        except RequestEntityTooLarge:
+            length = self.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limits.body:
+                raise ApiError(
+                    413,
+                    "too-large",
+                    f"the request body is {int(length):,} bytes, over the limit of {limits.body:,}",
+                ) from None
+            raise ApiError(
+                413, "too-large", f"the request body is over the limit of {limits.body:,} bytes"
+            ) from None
+        except TimeoutError:
+            raise ApiError(
+                408,
+                "body-timeout",
+                f"the request body did not arrive within {limits.body_timeout_s:g} s"
+                f" ({getattr(self, 'arrived', 0):,} bytes came); send it at once",
+            ) from None
+
+    async def json(self) -> Any:
+        # Media types are case-insensitive (RFC 9110 §8.3.1): APPLICATION/JSON is JSON.
+        media_type = self.headers.get("content-type")
+        if media_type is not None and media_type.split(";")[0].strip().lower() not in (
+            "application/json",
+            "",
+        ):
+            raise ApiError(415, "unsupported-media-type", "send the body as application/json")
+        data = await self.body()
+        if not data.strip():
+            return {}
+        try:
+            return flowcore.decode_json_text(data, "the body")
+        except flowcore.JsonTextError as exc:
+            raise ApiError(422, "invalid-json", str(exc)) from None
 
 
-def typed(value: Any, kind: type[T], where: str, strict: bool = True) -> T:
-    try:
-        return msgspec.convert(value, kind, strict=strict)
-    except msgspec.ValidationError as exc:
-        raise ApiError(422, "invalid-request", f"{where}: {exc}") from None
-
-
-def _body(data: bytes, kind: type[T], content_type: str | None) -> T:
-    # Media types are case-insensitive (RFC 9110 §8.3.1): APPLICATION/JSON is JSON.
-    if content_type is not None and content_type.split(";")[0].strip().lower() not in (
-        "application/json",
-        "",
-    ):
-        raise ApiError(415, "unsupported-media-type", "send the body as application/json")
-    if not data.strip():
-        return typed({}, kind, "the body")
-    try:
-        value = flowcore.decode_json_text(data, "the body")
-    except flowcore.JsonTextError as exc:
-        raise ApiError(422, "invalid-json", str(exc)) from None
-    return typed(value, kind, "the body")
-
-
-def _query(request: Request, kind: type[T]) -> T:
-    raw: dict[str, Any] = {}
-    for name, value in request.query_params.multi_items():
-        if name == "where":  # the one parameter that repeats: each a metadata filter
-            raw.setdefault(name, []).append(value)
-            continue
-        if name in raw:
-            raise ApiError(422, "invalid-request", f"query parameter {name!r} is given twice")
-        raw[name] = value
-    # Not strict: a query string is text, so "20" may be the integer 20.
-    return typed(raw, kind, "the query string", strict=False)
-
-
-class _Held(Response):
+class Held(Response[Any]):
     """A stream's response that gives back its slot (``Limits.take_stream``) once
     it has been sent, or its client has gone, whatever ended it."""
 
-    def __init__(self, inner: Response, give_back: Callable[[], None]) -> None:
+    def __init__(self, inner: Response[Any], give_back: Callable[[], None]) -> None:
+        super().__init__(None, status_code=inner.status_code)
         self.inner = inner
         self.give_back = give_back
-        self.status_code = inner.status_code
-        self.background = None
-        self.raw_headers = inner.raw_headers
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
         try:
-            await self.inner(scope, receive, send)
-        finally:
+            inner = self.inner.to_asgi_response(*args, **kwargs)
+        except BaseException:
             self.give_back()
+            raise
+        give_back = self.give_back
+
+        class Sent(ASGIResponse):
+            def __init__(self) -> None:  # the inner response is the one sent
+                pass
+
+            async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+                try:
+                    await inner(scope, receive, send)
+                finally:
+                    give_back()
+
+        return Sent()
 
 
-def endpoint(
-    op: Operation, tokens: Tokens, limits: Limits
-) -> Callable[[Request], Awaitable[Response]]:
-    async def handle(request: Request) -> Response:
-        try:
-            principal, token = principal_of(request, tokens)
-            if _RANK[principal.access] < _RANK[op.access]:
-                raise ApiError(
-                    403,
-                    "forbidden",
-                    f"this needs {op.access} access; the token of {principal.name!r}"
-                    f" has {principal.access}",
-                )
-            body: Any = None
-            if op.body is not None:
-                data = await read_body(request, limits.body, limits.body_timeout_s)
-                body = _body(data, op.body, request.headers.get("content-type"))
-            query = _query(request, op.query) if op.query is not None else None
-            if op.query is None and request.query_params:
-                raise ApiError(422, "invalid-request", "this operation takes no query parameters")
-            if not op.stream:
-                return await op.handler(Context(request, principal, body, query))
-            give_back = limits.take_stream(token)
-            try:
-                response = await op.handler(Context(request, principal, body, query))
-            except BaseException:
-                give_back()
-                raise
-            return _Held(response, give_back)
-        except ApiError as exc:
-            response = problem_response(exc, request.url.path)
-            if exc.status == 408:
-                # The rest of the body may still come: the connection cannot be reused.
-                response.headers["Connection"] = "close"
-            return response
-
-    handle.__name__ = op.operation_id or op.handler.__name__
-    return handle
-
-
-class RawApiPaths:
-    """Route ``/api/`` requests on the path as sent, still percent-encoded.
+class RawApiPaths(Litestar):
+    """A Litestar app that routes ``/api/`` requests on the path as sent, still
+    percent-encoded.
 
     A run id may hold ``/`` (a child run is named by its parent's key,
     ``r-1/review#1``): sent as ``%2F`` it stays inside its segment, so
     ``/api/runs/a%2Fevents`` is the run ``a/events`` and never the events of
     ``a``. ``Context.param`` decodes the segment.
     """
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -350,4 +306,4 @@ class RawApiPaths:
                 path = raw.split(b"?", 1)[0].decode("latin-1")
                 if path.startswith("/api/"):
                     scope = {**scope, "path": path}
-        await self.app(scope, receive, send)
+        await super().__call__(scope, receive, send)

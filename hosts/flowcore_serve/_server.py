@@ -1,4 +1,5 @@
-"""Running the app: uvicorn and the local host's worker in one process.
+"""Running the app: uvicorn and, on the local host, its worker in one process
+(``serve``); on any host without a worker of its own here (``serve_host``).
 
 The server and the worker stop together. SIGINT or SIGTERM stops the server
 first (uvicorn ends its open connections), then the worker, which lets its
@@ -15,19 +16,19 @@ import contextlib
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 
 import uvicorn
 
-from flowcore_handlers import ToolLimit
+from flowcore_handlers import Host, ToolLimit
 from flowcore_local import Durability, LocalHost
 
 from ._app import create_app
 from ._auth import Tokens
 from ._http import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_STREAMS
 
-__all__ = ["WorkerStopped", "serve"]
+__all__ = ["WorkerStopped", "serve", "serve_host"]
 
 # How long the server waits at shutdown for responses still open (the event
 # streams end at once) before it cuts them.
@@ -98,50 +99,84 @@ async def serve(
     async with LocalHost(
         db, tools, tracing=tracing, durability=durability, tool_limits=tool_limits
     ) as local:
-        closing = asyncio.Event()
-        app = create_app(
-            local, tokens, flows, body_limit, body_timeout, max_streams, closing=closing
-        )
-        config = uvicorn.Config(
-            app,
+        await serve_host(
+            local,
+            tokens,
             host=host,
             port=port,
-            log_level="warning",
-            lifespan="off",
-            access_log=False,
-            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            flows=flows,
+            body_limit=body_limit,
+            body_timeout=body_timeout,
+            max_streams=max_streams,
+            on_ready=on_ready,
+            work=local.work,
         )
-        server = _Server(config, closing)
-        stop = asyncio.Event()
-        worker = asyncio.create_task(local.work(stop))
 
-        async def announce() -> None:
-            while not server.started:
-                if worker.done() or server.should_exit:
-                    return
-                await asyncio.sleep(0.02)
-            if on_ready is not None:
-                bound = server.servers[0].sockets[0].getsockname()
-                on_ready(bound[0], bound[1])
 
-        def worker_done(task: asyncio.Task[None]) -> None:
-            server.should_exit = True  # serving on would answer while no run progresses
+async def serve_host(
+    served: Host,
+    tokens: Tokens,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    flows: str | Path | None = None,
+    body_limit: int = DEFAULT_BODY_LIMIT,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    on_ready: Callable[[str, int], None] | None = None,
+    work: Callable[[asyncio.Event], Awaitable[None]] | None = None,
+) -> None:
+    """Serve the open host ``served`` (any ``Host``: a local database, a Temporal
+    namespace) until SIGINT or SIGTERM, as ``serve`` does. ``work(stop)``: a
+    worker to run beside the server (the local host's loop), stopped with it;
+    None where the runs' workers run elsewhere (Temporal's)."""
+    closing = asyncio.Event()
+    app = create_app(served, tokens, flows, body_limit, body_timeout, max_streams, closing=closing)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
+    server = _Server(config, closing)
+    stop = asyncio.Event()
+    async def working() -> None:
+        if work is None:
+            await stop.wait()
+        else:
+            await work(stop)
 
-        announcer = asyncio.create_task(announce())
-        worker.add_done_callback(worker_done)
-        try:
-            await server.serve()
-        finally:
-            worker.remove_done_callback(worker_done)
-            announcer.cancel()
-            died = worker.done() and not stop.is_set()
-            stop.set()
-            if not died:
-                await worker
-        if died:
-            exc = None if worker.cancelled() else worker.exception()
-            what = "it returned" if exc is None else f"{type(exc).__name__}: {exc}"
-            raise WorkerStopped(
-                f"the worker stopped ({what}); the server stopped too, since no run"
-                " would make progress"
-            ) from exc
+    worker = asyncio.create_task(working())
+
+    async def announce() -> None:
+        while not server.started:
+            if worker.done() or server.should_exit:
+                return
+            await asyncio.sleep(0.02)
+        if on_ready is not None:
+            bound = server.servers[0].sockets[0].getsockname()
+            on_ready(bound[0], bound[1])
+
+    def worker_done(task: asyncio.Task[None]) -> None:
+        server.should_exit = True  # serving on would answer while no run progresses
+
+    announcer = asyncio.create_task(announce())
+    worker.add_done_callback(worker_done)
+    try:
+        await server.serve()
+    finally:
+        worker.remove_done_callback(worker_done)
+        announcer.cancel()
+        died = worker.done() and not stop.is_set()
+        stop.set()
+        if not died:
+            await worker
+    if died:
+        exc = None if worker.cancelled() else worker.exception()
+        what = "it returned" if exc is None else f"{type(exc).__name__}: {exc}"
+        raise WorkerStopped(
+            f"the worker stopped ({what}); the server stopped too, since no run would make progress"
+        ) from exc

@@ -16,22 +16,23 @@ Origin (the login and logout forms here; ``_http`` checks the API's).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
-from urllib.parse import parse_qs, urlencode
+from typing import Any, Final
+from urllib.parse import parse_qs, unquote, urlencode
 
 import anyio
 import jinja2
-from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
+from litestar import Request, Response, get, post
+from litestar.handlers import HTTPRouteHandler
+from litestar.response import Redirect
+from litestar.router import Router
+from litestar.static_files import create_static_files_router
 
-from flowcore_local import HostError
+import flowcore
+from flowcore_handlers import HostFailure
 
 from ._api import Api
 from ._auth import Principal, Tokens
-from ._http import COOKIE, same_origin
+from ._http import COOKIE, Limits, same_origin
 
 __all__ = ["web_routes"]
 
@@ -59,28 +60,30 @@ def _next_path(text: str | None) -> str:
     return text
 
 
+AnyRequest = Request[Any, Any, Any]
+
+
 class _Web:
-    def __init__(self, api: Api, tokens: Tokens, body_timeout: float) -> None:
+    def __init__(self, api: Api, tokens: Tokens) -> None:
         self.api = api
         self.tokens = tokens
-        self.body_timeout = body_timeout
-        env = jinja2.Environment(
+        self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.templates = Jinja2Templates(env=env)
 
     # --- responses ------------------------------------------------------------------
 
-    def page(self, request: Request, name: str, status: int = 200, **context: object) -> Response:
-        response = self.templates.TemplateResponse(request, name, dict(context), status)
-        response.headers.update(_HEADERS)
-        return response
+    def page(
+        self, request: AnyRequest, name: str, status: int = 200, **context: object
+    ) -> Response[Any]:
+        text = self.templates.get_template(name).render(request=request, **context)
+        return Response(text, status_code=status, headers=_HEADERS, media_type="text/html")
 
     def login_form(
-        self, request: Request, error: str | None, status: int, next_path: str = "/"
-    ) -> Response:
+        self, request: AnyRequest, error: str | None, status: int, next_path: str = "/"
+    ) -> Response[Any]:
         response = self.page(
             request, "login.html", status, error=error, next_path=_next_path(next_path)
         )
@@ -88,11 +91,11 @@ class _Web:
             response.headers["WWW-Authenticate"] = 'Bearer realm="flowcore"'
         return response
 
-    def with_cookie(self, request: Request, token: str, to: str) -> Response:
-        response = RedirectResponse(to, 303)
+    def with_cookie(self, request: AnyRequest, token: str, to: str) -> Response[Any]:
+        response = Redirect(to, status_code=303)
         response.set_cookie(
-            COOKIE,
-            token,
+            key=COOKIE,
+            value=token,
             path="/",
             httponly=True,
             samesite="strict",
@@ -101,7 +104,7 @@ class _Web:
         response.headers["Cache-Control"] = "no-store"
         return response
 
-    def principal(self, request: Request) -> Principal | Response:
+    def principal(self, request: AnyRequest) -> Principal | Response[Any]:
         """The cookie's principal, or the response to send instead: the redirect
         that trades ``?token=`` for the cookie, or the login form."""
         here = request.url.path
@@ -128,20 +131,22 @@ class _Web:
 
     # --- pages ----------------------------------------------------------------------
 
-    async def runs(self, request: Request) -> Response:
+    async def runs(self, request: AnyRequest) -> Response[Any]:
         who = self.principal(request)
         if isinstance(who, Response):
             return who
         return self.page(request, "runs.html", principal=who)
 
-    async def run(self, request: Request) -> Response:
+    async def run(self, request: AnyRequest) -> Response[Any]:
         who = self.principal(request)
         if isinstance(who, Response):
             return who
-        run_id = request.path_params["run_id"]
+        # The path as sent, decoded whole: a run id's slashes are its own.
+        raw = request.scope.get("raw_path") or request.url.path.encode()
+        run_id = unquote(raw.split(b"?", 1)[0].decode("latin-1")).removeprefix("/runs/")
         try:
-            row = await self.api.host.run(run_id)
-        except HostError:
+            row = await self.api.host.summary(run_id)
+        except (HostFailure, flowcore.RunIdError):
             row = None
         if row is None or not who.owns(row.principal):
             # Another principal's run reads as unknown: no one learns which ids exist.
@@ -150,11 +155,12 @@ class _Web:
             )
         return self.page(request, "run.html", principal=who, run=row)
 
-    async def login(self, request: Request) -> Response:
+    async def login(self, request: AnyRequest) -> Response[Any]:
         if not same_origin(request):
             return self.login_form(request, "Log in from this server's own page.", 403)
         data = b""
-        with anyio.move_on_after(self.body_timeout) as waited:
+        limits: Limits = request.app.state["limits"]
+        with anyio.move_on_after(limits.body_timeout_s) as waited:
             async for chunk in request.stream():
                 data += chunk
                 if len(data) > LOGIN_BODY_LIMIT:
@@ -173,21 +179,23 @@ class _Web:
             return self.login_form(request, "That token is not one this server accepts.", 401, to)
         return self.with_cookie(request, token, to)
 
-    async def logout(self, request: Request) -> Response:
+    async def logout(self, request: AnyRequest) -> Response[Any]:
         if not same_origin(request):
             return self.login_form(request, "Log out from this server's own page.", 403)
-        response = RedirectResponse("/", 303)
+        response = Redirect("/", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
 
 
-def web_routes(api: Api, tokens: Tokens, body_timeout: float) -> list[BaseRoute]:
-    web = _Web(api, tokens, body_timeout)
+def web_routes(api: Api, tokens: Tokens) -> list[HTTPRouteHandler | Router]:
+    web = _Web(api, tokens)
+    # Pages, not operations: not in the API's document.
+    page: dict[str, Any] = {"include_in_schema": False, "request_max_body_size": None}
     return [
-        Route("/", web.runs, methods=["GET"]),
+        get("/", **page)(web.runs),
         # :path, since a child run's id holds a slash (parent/step#n)
-        Route("/runs/{run_id:path}", web.run, methods=["GET"]),
-        Route("/login", web.login, methods=["POST"]),
-        Route("/logout", web.logout, methods=["POST"]),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        get("/runs/{run_id:path}", **page)(web.run),
+        post("/login", status_code=200, **page)(web.login),
+        post("/logout", status_code=200, **page)(web.logout),
+        create_static_files_router("/static", [HERE / "static"], include_in_schema=False),
     ]

@@ -94,7 +94,11 @@ SCENARIOS: dict[str, Scenario] = {
     "events": Scenario(
         lambda f: {"runId": f["runs"]["p-main"], "start": 0}, lambda out: len(out) > 0
     ),
-    "follow": Scenario(lambda f: {"runId": f["runs"]["p-answer"], "start": 0}),
+    # A settled run's: the follow ends with its last record.
+    "follow": Scenario(
+        lambda f: {"runId": f["runs"]["p-fail"], "start": 0},
+        lambda out: out[-1].type == "run.settled",
+    ),
     "export": Scenario(lambda f: {"runId": f["runs"]["p-main"]}, lambda out: b"run.started" in out),
     "questions": Scenario(
         lambda f: {"runId": f["runs"]["p-main"]},

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from flowcore_ops import CATALOGUE, FAILURES, Operation, OperationError, operation
 
 from flowcore_handlers import Host
+from flowcore_ops import CATALOGUE, FAILURES, Operation, OperationError, operation
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -106,6 +106,11 @@ def test_a_run_belongs_to_the_principal_that_started_it(served: Served) -> None:
                 "detail": "no run 'owned-1'",
                 "instance": "/api/runs/owned-1" + tail,
             }, (verb, tail)
+        for verb, tail, body in ADMIN_RUN_ROUTES:
+            kwargs = {} if body is None else {"json": body}
+            assert "needs admin access" in problem(
+                bob.request(verb, "/api/runs/owned-1" + tail, **kwargs), 403
+            )["detail"]
         document = bob.get("/openapi.json").json()
         with_id = {
             (verb.upper(), path.removeprefix("/api/runs/{run_id}").replace("{call_id}", "c-1"))
@@ -113,7 +118,8 @@ def test_a_run_belongs_to_the_principal_that_started_it(served: Served) -> None:
             if "{run_id}" in path
             for verb in item
         }
-        assert with_id == {(verb, tail) for verb, tail, _ in RUN_ROUTES}
+        routes = RUN_ROUTES + ADMIN_RUN_ROUTES
+        assert with_id == {(verb, tail) for verb, tail, _ in routes}
         # Starting a run under another principal's run id does not reach it.
         taken = bob.post(
             "/api/runs", json={"flow": "approve", "input": {"change": "v1"}, "runId": "owned-1"}
@@ -146,6 +152,17 @@ RUN_ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/scheduled", None),
     ("POST", "/scheduled/c-1/cancel", None),
     ("POST", "/scheduled/c-1/run-now", None),
+    ("POST", "/scheduled", {"tool": "notify"}),
+    ("POST", "/resume", None),
+    ("POST", "/fork", {}),
+    ("GET", "/export", None),
+    ("GET", "/questions", None),
+    ("GET", "/waits", None),
+]
+# The routes with a run id that need admin access: a write token is refused first.
+ADMIN_RUN_ROUTES: list[tuple[str, str, Any]] = [
+    ("DELETE", "", None),
+    ("POST", "/upgrade", {"flow": "approve"}),
 ]
 
 

@@ -15,13 +15,13 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import msgspec
 import pytest
 import uvicorn
-from starlette.applications import Starlette
+from litestar import Litestar
 
 import flowcore
 from flowcore_cli.main import run
@@ -31,7 +31,7 @@ from flowcore_serve import Tokens, create_app
 from .serving import FLOWS
 from .test_api import TOKEN_FILE, TOKENS
 
-Scenario = Callable[[LocalHost, Starlette], Awaitable[None]]
+Scenario = Callable[[LocalHost, Litestar], Awaitable[None]]
 
 
 def on_app(tmp_path: Path, scenario: Scenario, **limits: Any) -> None:
@@ -43,16 +43,16 @@ def on_app(tmp_path: Path, scenario: Scenario, **limits: Any) -> None:
     asyncio.run(main())
 
 
-def asgi(app: Starlette, who: str) -> httpx.AsyncClient:
+def asgi(app: Litestar, who: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app),
+        transport=httpx.ASGITransport(app=cast(Any, app)),
         base_url="http://testserver",
         headers={"Authorization": f"Bearer {TOKENS[who]}"},
     )
 
 
 @contextlib.asynccontextmanager
-async def listening(app: Starlette) -> AsyncIterator[str]:
+async def listening(app: Litestar) -> AsyncIterator[str]:
     """``app`` behind uvicorn on a free loopback port, until the block ends."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
@@ -89,7 +89,7 @@ BEYOND_64_BITS = [str(2**63), str(2**64 - 1), str(10**23)]
 
 
 def test_integers_beyond_64_bits_are_refused_naming_the_parameter(tmp_path: Path) -> None:
-    async def scenario(host: LocalHost, app: Starlette) -> None:
+    async def scenario(host: LocalHost, app: Litestar) -> None:
         async with asgi(app, "alice") as c:
             await start(c, "r-1")
             for big in BEYOND_64_BITS:
@@ -130,7 +130,7 @@ def test_the_command_line_refuses_a_where_beyond_64_bits(
 
 
 def test_media_types_are_case_insensitive(tmp_path: Path) -> None:
-    async def scenario(host: LocalHost, app: Starlette) -> None:
+    async def scenario(host: LocalHost, app: Litestar) -> None:
         async with asgi(app, "alice") as c:
             body = json.dumps({"flow": "approve", "input": {"change": "x"}})
             for media_type in ("APPLICATION/JSON", "Application/Json; charset=UTF-8"):
@@ -167,7 +167,7 @@ def test_a_stalled_body_is_408_and_the_connection_closed(tmp_path: Path) -> None
         b"Content-Length: 100\r\n\r\n" + partial
     )
 
-    async def scenario(host: LocalHost, app: Starlette) -> None:
+    async def scenario(host: LocalHost, app: Litestar) -> None:
         async with listening(app) as base:
             status, rest = await stalled(base, api)
             assert status.startswith(b"HTTP/1.1 408 "), status
@@ -195,7 +195,7 @@ def test_a_stalled_body_is_408_and_the_connection_closed(tmp_path: Path) -> None
 
 
 def test_a_token_holds_at_most_max_streams_open(tmp_path: Path) -> None:
-    async def scenario(host: LocalHost, app: Starlette) -> None:
+    async def scenario(host: LocalHost, app: Litestar) -> None:
         async with (
             listening(app) as base,
             httpx.AsyncClient(base_url=base, timeout=30) as http,
@@ -237,7 +237,7 @@ START = {"flow": "approve", "input": {"change": "x"}, "runId": "s-1"}
 
 
 def test_the_limits_are_refused_when_they_make_no_sense(tmp_path: Path) -> None:
-    async def scenario(host: LocalHost, app: Starlette) -> None:
+    async def scenario(host: LocalHost, app: Litestar) -> None:
         tokens = Tokens.parse(TOKEN_FILE, "tokens")
         bads: list[dict[str, Any]] = [{"body_timeout": 0}, {"max_streams": 0}, {"body_limit": 0}]
         for bad in bads:
@@ -248,7 +248,7 @@ def test_the_limits_are_refused_when_they_make_no_sense(tmp_path: Path) -> None:
 
 
 def test_the_openapi_document_lists_the_new_refusals(tmp_path: Path) -> None:
-    async def scenario(host: LocalHost, app: Starlette) -> None:
+    async def scenario(host: LocalHost, app: Litestar) -> None:
         async with asgi(app, "alice") as c:
             paths = (await c.get("/openapi.json")).json()["paths"]
         run = "/api/runs/{run_id}"
@@ -260,3 +260,25 @@ def test_the_openapi_document_lists_the_new_refusals(tmp_path: Path) -> None:
         assert "408" in paths["/api/runs"]["post"]["responses"]
 
     on_app(tmp_path, scenario)
+
+
+def test_the_event_streams_end_when_the_server_closes(tmp_path: Path) -> None:
+    """At shutdown (``closing`` set) a follow and a Server-Sent Events stream of a
+    running run end at once; the SSE stream without its ``end`` event, since the
+    run has not settled (a client resumes from the last index it got)."""
+
+    async def main() -> None:
+        closing = asyncio.Event()
+        async with LocalHost(tmp_path / "closing.db") as host:
+            tokens = Tokens.parse(TOKEN_FILE, "tokens")
+            app = create_app(host, tokens, FLOWS, closing=closing)
+            async with asgi(app, "alice") as c:
+                await start(c, "c-1")
+                closing.set()
+                async with asyncio.timeout(60):  # a guard against a hang, never a measure
+                    sse = await c.get("/api/runs/c-1/events/stream")
+                    follow = await c.get("/api/runs/c-1/events/follow")
+                assert sse.status_code == 200 and follow.status_code == 200
+                assert "event: end" not in sse.text
+
+    asyncio.run(main())

@@ -1,6 +1,6 @@
-"""Every catalogue operation called directly on the Temporal host (the real dev
-server): each gives its declared output, or the typed refusal specs/hosts.md
-lists for Temporal."""
+"""Every catalogue operation on the Temporal host (the real dev server), called
+directly and over HTTP: each gives its declared output, or the typed refusal
+specs/hosts.md lists for Temporal."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from typing import Any
 
 import msgspec
 import pytest
-from flowcore_ops import BY_NAME, Context, OperationError, Principal
 
+import flowcore
 import flowcore_temporal as ft
+from flowcore_ops import ACCESS, BY_NAME, Context, OperationError, Principal, allows
 
 from ..ops.local_world import past_window, write_files
 from ..ops.parity import ORDER, REFUSED, SCENARIOS, runs
+from ..ops.surfaces import Refused, http_client, over_http
 from .support import eventually, running_host, unique
 
 
@@ -73,14 +75,8 @@ async def temporal_world(
 async def call(ctx: Context, name: str, given: dict[str, Any]) -> Any:
     op = BY_NAME[name]
     out = await op.call(ctx, msgspec.convert(given, op.input))
-    if name == "follow":
-        records = []
-        async for record in out:
-            records.append(record)
-            if len(records) == 3:
-                break
-        await out.aclose()
-        return records
+    if name == "follow":  # (a settled run's: it ends)
+        return [record async for record in out]
     return out
 
 
@@ -135,3 +131,38 @@ def test_another_principals_run_is_unknown_on_temporal(
             )
 
     asyncio.run(main())
+
+
+def test_every_operation_over_http_on_the_temporal_host(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The same scenarios through the HTTP API served on the Temporal host: each
+    output, or the refusal (501 ``host-refuses``); too little access is 403 first."""
+
+    async def main() -> dict[str, str]:
+        async with temporal_world(temporal_address, tmp_path) as (host, facts):
+            flow_id = flowcore.parse_flow(Path(facts["flow"]).read_text()).id
+            facts["flow"] = facts["flow_v2"] = flow_id  # a flow id of the registry folder
+            refused: dict[str, str] = {}
+            async with http_client(host, tmp_path) as client:
+                for name in ORDER:
+                    op = BY_NAME[name]
+                    scenario = SCENARIOS[name]
+                    given = scenario.input(facts)
+                    for held in ACCESS:
+                        if not allows(held, op.access):
+                            with pytest.raises(Refused) as too_little:
+                                await over_http(client, name, given, held)
+                            assert too_little.value.status == 403, (name, held)
+                    try:
+                        out = await over_http(client, name, given)
+                    except Refused as exc:
+                        assert (exc.status, exc.type) == (501, "host-refuses"), (name, exc)
+                        refused[name] = exc.detail
+                        continue
+                    assert scenario.expect(out), (name, out)
+                    facts.update(scenario.remember(out))
+            return refused
+
+    refused = asyncio.run(main())
+    assert set(refused) == REFUSED["temporal"], refused

@@ -143,8 +143,8 @@ steps:
 
 
 def test_one_status_vocabulary_principals_parents_and_summaries(tmp_path: Path) -> None:
-    """The contract's status words on the local host (``budget-exhausted`` is
-    ``timed-out``), runs by principal and parent, and one run's summary."""
+    """The contract's status words on the local host (flowcore's own, with
+    ``budget-exhausted``), runs by principal and parent, and one run's summary."""
     (tmp_path / "contract.yaml").write_text(FLOW)
     (tmp_path / "parent.yaml").write_text(PARENT)
 
@@ -173,7 +173,7 @@ def test_one_status_vocabulary_principals_parents_and_summaries(tmp_path: Path) 
             summary = await host.summary(spent)
             assert (summary.run_id, summary.status, summary.flow_id) == (
                 spent,
-                "timed-out",
+                "budget-exhausted",
                 "chain",
             )
             assert (summary.principal, summary.parent) == ("ana", None)
@@ -181,21 +181,22 @@ def test_one_status_vocabulary_principals_parents_and_summaries(tmp_path: Path) 
             child = await host.summary(kid)
             assert (child.status, child.principal, child.parent) == ("running", "bob", top)
 
-            timed_out = await host.find_runs(RunQuery(status="timed-out"))
-            assert [r.run_id for r in timed_out.runs] == [spent]
-            assert timed_out.runs[0] == summary
+            exhausted = await host.find_runs(RunQuery(status="budget-exhausted"))
+            assert [r.run_id for r in exhausted.runs] == [spent]
+            assert exhausted.runs[0] == summary
+            assert (await host.find_runs(RunQuery(status="timed-out"))).runs == []
             assert (await host.find_runs(RunQuery(status="terminated"))).runs == []
             by_bob = await host.find_runs(RunQuery(principal="bob"))
             assert sorted(r.run_id for r in by_bob.runs) == [top, kid]
             children = await host.find_runs(RunQuery(parent=top))
             assert [(r.run_id, r.parent) for r in children.runs] == [(kid, top)]
-            for bad in ("budget-exhausted", "Running"):
+            for bad in ("exhausted", "Running"):
                 with pytest.raises(HostFailure) as unknown:
                     await host.find_runs(RunQuery(status=bad))
                 assert isinstance(unknown.value, HostError)
                 assert str(unknown.value) == (
                     f"unknown run status {bad!r}: one of running, completed, failed,"
-                    " cancelled, terminated, timed-out"
+                    " cancelled, budget-exhausted, terminated, timed-out"
                 )
             assert set(RUN_STATUSES) >= {r.status for r in (await host.find_runs(RunQuery())).runs}
 
