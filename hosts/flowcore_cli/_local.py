@@ -39,10 +39,8 @@ from flowcore_local import (
 
 from ._common import (
     CliError,
-    budget_value,
     checked_name,
     duration_value,
-    json_value,
     meta_values,
     problem_line,
     say,
@@ -53,6 +51,7 @@ from ._options import (
     meta_option,
     on_conflict_option,
     spec_argument,
+    start_values,
     tool_limit_option,
     tool_limits_value,
 )
@@ -231,13 +230,8 @@ def run(
     a line on stderr gives its status, and nothing is written. A --run-id
     holding / or # (the ids of child runs) is refused.
     """
-    if input_ == "-" and budget == "-":
-        raise CliError("--input and --budget cannot both read standard input (-)")
-    data = json_value(input_, "--input")
-    caps = flowcore.budget_from_wire(budget_value(budget))
-    limits = tool_limits_value(tool_limits)
-    if priority is not None and not 1 <= priority <= 5:
-        raise CliError(f"--priority must be from 1 (first) to 5 (last), not {priority}")
+    data, wire_caps, limits = start_values(input_, budget, priority, tool_limits)
+    caps = flowcore.budget_from_wire(wire_caps)
 
     async def body(host: LocalHost) -> dict[str, Any]:
         # Where the run tree is (a run started again, after a crash): progress goes on from there.

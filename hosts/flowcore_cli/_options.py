@@ -17,7 +17,7 @@ import click
 import flowcore
 from flowcore_handlers import LimitError, ToolLimit, parse_tool_limits
 
-from ._common import CliError, checked_name
+from ._common import CliError, budget_value, checked_name, json_value
 
 __all__ = [
     "fork_options",
@@ -34,6 +34,7 @@ __all__ = [
     "signal_arguments",
     "signal_target",
     "spec_argument",
+    "start_values",
     "where_option",
     "tool_limit_option",
     "tool_limits_value",
@@ -166,6 +167,21 @@ on_conflict_option = click.option(
     " or use that run (its id and status; nothing is written). The same options again"
     " always give that run.",
 )
+
+
+def start_values(
+    input_: str | None, budget: str | None, priority: int | None, tool_limits: tuple[str, ...]
+) -> tuple[Any, dict[str, int] | None, dict[str, ToolLimit]]:
+    """What ``run`` on either host starts with: the input, the budget's caps (wire
+    form) and the tools' limits, each checked (one line and exit 2 if bad)."""
+    if input_ == "-" and budget == "-":
+        raise CliError("--input and --budget cannot both read standard input (-)")
+    data = json_value(input_, "--input")
+    caps = budget_value(budget)
+    limits = tool_limits_value(tool_limits)
+    if priority is not None and not 1 <= priority <= 5:
+        raise CliError(f"--priority must be from 1 (first) to 5 (last), not {priority}")
+    return data, caps, limits
 
 
 def tool_limits_value(values: tuple[str, ...]) -> dict[str, ToolLimit]:
