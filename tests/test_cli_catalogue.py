@@ -146,6 +146,9 @@ def test_json_output_decodes_as_each_operations_output_type(cli: Run, tmp_path: 
     assert deleted.runs == ["r3"] and not deleted.dry_run
     pruned = _decoded("prune", ok("prune", "--settled-before", "0s", "--dry-run", "--json"))
     assert pruned.dry_run
+    # --settled-before also takes an instant
+    before = json.loads(ok("prune", "--settled-before", "2000-01-01T00:00:00Z", "--json"))
+    assert (before["settledBeforeMs"], before["roots"]) == (946_684_800_000, [])
 
 
 def test_bad_values_are_refused_by_the_input_type_naming_the_option(

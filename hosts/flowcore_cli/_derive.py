@@ -265,41 +265,49 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def run_on_host(choice: HostChoice, body: Callable[[Host], Awaitable[int | None]]) -> int:
-    """Open the host, run ``body`` (its exit code), close it. A known error is one
-    line and exit 2; a process that used a Temporal client ends with
-    ``_temporal_session.finish``."""
+def on_host(choice: HostChoice, body: Callable[[Any], Awaitable[T]], **options: Any) -> T:
+    """Open the host (``options``: the local host's), run ``body``, close it. An error
+    a user can cause is a ``CliError``: one line, exit 2."""
 
-    async def main() -> int | None:
-        async with open_host(choice) as host:
+    async def main() -> T:
+        async with open_host(choice, **options) as host:
             return await body(host)
 
+    try:
+        return asyncio.run(main())
+    except flowcore.SpecError as exc:
+        # One line per problem, as `validate` prints them.
+        for problem in exc.problems[:-1]:
+            say(problem_line(problem))
+        raise CliError(problem_line(exc.problems[-1])) from None
+    except flowcore.InputError as exc:
+        head = str(exc).splitlines()[0].rstrip(":")
+        for text in exc.problems[:-1]:
+            say(f"{head}: {text}")
+        raise CliError(f"{head}: {exc.problems[-1]}" if exc.problems else head) from None
+    except BrokenPipeError:
+        raise  # the reader went away: the command ends quietly (_errors.invoke)
+    except OSError as exc:
+        raise CliError(str(exc)) from None
+    except Exception as exc:
+        if isinstance(exc, _host_errors(choice.temporal)):
+            raise CliError(_one_line(exc)) from None
+        raise
+
+
+def run_on_host(choice: HostChoice, body: Callable[[Host], Awaitable[int | None]]) -> int:
+    """``on_host`` for a command: ``body``'s exit code, an ``OperationError`` as one
+    line and its exit code; a process that used a Temporal client ends with
+    ``_temporal_session.finish``."""
     code = 2
     try:
         try:
-            code = asyncio.run(main()) or 0
+            code = on_host(choice, body) or 0
         except Exit as exc:
             code = exc.code
         except OperationError as exc:
             say(exc.detail)
             code = exc.failure.exit
-        except flowcore.SpecError as exc:
-            for problem in exc.problems[:-1]:
-                say(problem_line(problem))
-            raise CliError(problem_line(exc.problems[-1])) from None
-        except flowcore.InputError as exc:
-            head = str(exc).splitlines()[0].rstrip(":")
-            for text in exc.problems[:-1]:
-                say(f"{head}: {text}")
-            raise CliError(f"{head}: {exc.problems[-1]}" if exc.problems else head) from None
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise CliError(str(exc)) from None
-        except Exception as exc:
-            if isinstance(exc, _host_errors(choice.temporal)):
-                raise CliError(_one_line(exc)) from None
-            raise
     except click.ClickException as exc:
         if not choice.temporal:
             raise

@@ -25,34 +25,30 @@ from rich.console import Console
 from rich.text import Text
 
 import flowcore
-from flowcore_handlers import RegistryError
 from flowcore_local import (
     DB_ENV,
     Deleted,
     Durability,
     HostError,
     LocalHost,
-    NotAFlowcoreDatabase,
     RunRow,
     ScheduledRetention,
 )
 
 from ._common import (
-    CliError,
-    budget_value,
     checked_name,
     duration_value,
-    json_value,
     meta_values,
-    problem_line,
     say,
 )
+from ._derive import HostChoice, on_host
 from ._options import (
     FROM_FILE,
     input_option,
     meta_option,
     on_conflict_option,
     spec_argument,
+    start_values,
     tool_limit_option,
     tool_limits_value,
 )
@@ -108,33 +104,8 @@ def _run(
     must_exist: bool = True,
     **options: Any,
 ) -> T:
-    if must_exist and not db.exists():
-        others = sorted(str(f) for f in db.parent.glob("*.db") if f.is_file())[:3]
-        hint = f"; here: {', '.join(others)} (pass --db FILE)" if others else ""
-        raise CliError(f"no database at {db} (start a run first, or pass --db){hint}")
-
-    async def main() -> T:
-        async with LocalHost(db, tools, **options) as host:
-            return await body(host)
-
-    try:
-        return asyncio.run(main())
-    except (HostError, NotAFlowcoreDatabase, RegistryError, flowcore.RunIdError) as exc:
-        raise CliError(str(exc)) from None
-    except flowcore.SpecError as exc:
-        # One line per problem, as `validate` prints them.
-        for problem in exc.problems[:-1]:
-            say(problem_line(problem))
-        raise CliError(problem_line(exc.problems[-1])) from None
-    except flowcore.InputError as exc:
-        head = str(exc).splitlines()[0].rstrip(":")
-        for text in exc.problems[:-1]:
-            say(f"{head}: {text}")
-        raise CliError(f"{head}: {exc.problems[-1]}" if exc.problems else head) from None
-    except BrokenPipeError:
-        raise  # the reader went away: the command ends quietly (_errors.invoke)
-    except OSError as exc:
-        raise CliError(str(exc)) from None
+    choice = HostChoice(temporal=False, db=db, must_exist=must_exist)
+    return on_host(choice, body, tools=tools, **options)
 
 
 def _tree(host: LocalHost) -> RunTree:
@@ -231,13 +202,8 @@ def run(
     a line on stderr gives its status, and nothing is written. A --run-id
     holding / or # (the ids of child runs) is refused.
     """
-    if input_ == "-" and budget == "-":
-        raise CliError("--input and --budget cannot both read standard input (-)")
-    data = json_value(input_, "--input")
-    caps = flowcore.budget_from_wire(budget_value(budget))
-    limits = tool_limits_value(tool_limits)
-    if priority is not None and not 1 <= priority <= 5:
-        raise CliError(f"--priority must be from 1 (first) to 5 (last), not {priority}")
+    data, wire_caps, limits = start_values(input_, budget, priority, tool_limits)
+    caps = flowcore.budget_from_wire(wire_caps)
 
     async def body(host: LocalHost) -> dict[str, Any]:
         # Where the run tree is (a run started again, after a crash): progress goes on from there.

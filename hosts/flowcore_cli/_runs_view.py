@@ -14,6 +14,7 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
+import flowcore
 from flowcore_handlers import Host
 from flowcore_ops import Context, Operation
 
@@ -47,6 +48,13 @@ def _waits(info: dict[str, Any]) -> list[str]:
 
 
 def _prepare(op: Operation, values: dict[str, Any]) -> tuple[Operation, dict[str, Any]]:
+    for text in values["where"]:
+        try:
+            flowcore.parse_metadata_filter(text)
+        except flowcore.MetadataFilterError as exc:
+            raise click.BadParameter(
+                str(exc), click.get_current_context(), param_hint="'--where'"
+            ) from None
     return op, dict(values, limit=_FETCH)
 
 

@@ -37,10 +37,8 @@ import flowcore
 
 from ._common import (
     CliError,
-    budget_value,
     checked_name,
     invoke,
-    json_value,
     meta_text,
     meta_values,
 )
@@ -52,6 +50,7 @@ from ._options import (
     meta_option,
     on_conflict_option,
     spec_argument,
+    start_values,
     tool_limit_option,
     tool_limits_value,
     where_option,
@@ -284,14 +283,8 @@ def run(
     namespace: str,
 ) -> None:
     """Start a run of SPEC on Temporal (a worker runs it) and follow it to the end."""
-    if input_ == "-" and budget == "-":
-        raise CliError("--input and --budget cannot both read standard input (-)")
-    data = json_value(input_, "--input")
-    caps = budget_value(budget)
+    data, caps, limits = start_values(input_, budget, priority, tool_limits)
     metadata = meta_values(spec, meta) if meta else None
-    limits = tool_limits_value(tool_limits)
-    if priority is not None and not 1 <= priority <= 5:
-        raise CliError(f"--priority must be from 1 (first) to 5 (last), not {priority}")
 
     async def body(host: TemporalHost) -> dict[str, Any]:
         host.tool_limits = limits

@@ -285,6 +285,14 @@ def _state(info: dict[str, Any], report: Any, records: list[flowcore.Record]) ->
     _print((info["runId"], "bold"), f"  flow {info.get('flowId')}  ", (info["status"], "bold"))
     if "incarnation" in info:
         _print(f"incarnation {info['incarnation']} (continued as new)")
+    execution = info.get("execution")  # Temporal: the run's Temporal runs
+    if execution:
+        _print(
+            f"Temporal run {execution} of the run (it continued as new {execution - 1}"
+            f" time{'s' if execution > 2 else ''}); log: {info.get('records', '?')} records"
+        )
+    if info.get("continuing"):
+        _print("continuing as new: new work waits for the work out to finish")
     if info.get("budget"):
         _print(f"budget: {figures_text(info['budget'])}")
     none = flowcore.Usage()

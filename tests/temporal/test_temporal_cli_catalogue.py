@@ -99,5 +99,9 @@ def test_the_same_commands_act_on_temporal_chosen_by_the_environment(
             db = str(tmp_path / "none.db")
             proc = await asyncio.to_thread(flowcore, env, "show", run_id, "--db", db)
             assert proc.returncode == 2 and proc.stderr.startswith("flowcore: no database at")
+            # An operation the host does not do: its refusal, one line, exit 2.
+            proc = await asyncio.to_thread(flowcore, env, "prune", "--settled-before", "30d")
+            assert proc.returncode == 2, proc.stderr
+            assert "retention period" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
     asyncio.run(main())
