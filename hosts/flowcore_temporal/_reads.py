@@ -109,7 +109,14 @@ class TemporalReads(TemporalBase):
         return result
 
     async def waits(self, run_id: str) -> flowcore.Waits:
-        """What the run waits for now (``flowcore.waiting_for``, the ``waits`` query)."""
+        """What the run waits for now (``flowcore.waiting_for``, the ``waits`` query).
+        A closed run's is read from its history, as ``status`` reads it: no worker
+        is needed to tell that it waits for nothing."""
+        desc = await self._call(self.handle(run_id).describe(), run_id)
+        if desc.status not in (None, WorkflowExecutionStatus.RUNNING):
+            replayed = flowcore.replay(await self.log(run_id), await self.flow(run_id))
+            if replayed.state is not None:
+                return flowcore.waiting_for(replayed.state)
         raw = await self._query(run_id, WAITS_QUERY)
         if raw is None:
             raise TemporalHostError(f"run {run_id!r} has not started its flow yet: try again")
