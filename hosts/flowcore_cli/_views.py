@@ -764,6 +764,8 @@ _VIEWS: Final[dict[str, View]] = {
         ),
         tune=_tuned,
         render=_export,
+        document=_export,  # the log is NDJSON already: the same bytes
+        json_help="The same: the log is NDJSON already.",
     ),
     "questions": View(
         "The open questions of RUN: one line each (key, question, options).",

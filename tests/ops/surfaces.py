@@ -102,3 +102,60 @@ async def over_http(
 
 def operator(host: Host, flows: Any) -> Context:
     return Context(host, Principal.operator(), flows=flows)
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+# How each command spells its input (wire names) on the command line, where it is
+# not ``--field-name VALUE`` / positional arguments in order: what a person types.
+def _spelled(name: str, given: dict[str, Any]) -> list[str]:
+    import json
+
+    g = dict(given)
+    text = json.dumps
+    if name == "signal":
+        argv = [g["runId"], g["name"], "--data", text(g.get("payload"))]
+        return argv + (["--key", g["key"]] if g.get("key") else [])
+    if name == "signal-key":
+        return [g["name"], g["key"], "--data", text(g.get("payload"))]
+    if name == "answer":
+        return [g["runId"], g["key"], "--data", text(g["answer"])]
+    if name == "upgrade":
+        return [g["runId"], "--to", g["flow"]] + (["--dry-run"] if g.get("dryRun") else [])
+    if name == "scheduled.add":
+        argv = [g["runId"], g["tool"], "--input", text(g.get("input"))]
+        return [*argv, "--delay", f"{g.get('delayMs', 0)}ms"]
+    if name == "prune":
+        argv = ["--settled-before", g["settledBefore"]]
+        return argv + (["--dry-run"] if g.get("dryRun") else [])
+    if name == "fork":
+        argv = [g["runId"], "--run-id", g["newRunId"]]
+        return argv + (
+            ["--from-step", g["fromStep"]] if "fromStep" in g else ["--at", str(g["at"])]
+        )
+    if name == "follow":
+        return [g["runId"], "--follow", "--start-index", str(g.get("start", 0))]
+    if name == "events":
+        return [g["runId"], "--start-index", str(g.get("start", 0))]
+    if name == "scheduled.list":
+        return [g["runId"]]
+    if name == "schedule.add":
+        return ["--spec", g["flow"]]
+    op = BY_NAME[name]
+    fields = {f.encode_name: f.name for f in msgspec.structs.fields(op.input)}
+    argv = [str(g.pop(encode)) for encode, field in fields.items() if field in op.arguments]
+    for encode, value in g.items():
+        option = "--" + fields[encode].replace("_", "-")
+        if value is True:
+            argv.append(option)
+        elif value not in (None, False):
+            argv += [option, value if isinstance(value, str) else text(value)]
+    return argv
+
+
+def command_line(name: str, given: dict[str, Any]) -> list[str]:
+    """The command of an operation's scenario, with ``--json`` (host options apart)."""
+    op = BY_NAME[name]
+    words = list(op.command) if op.command is not None else ["events"]  # follow: events --follow
+    return [*words, *_spelled(name, given), "--json"]
