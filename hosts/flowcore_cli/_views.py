@@ -22,7 +22,7 @@ import msgspec
 from rich.text import Text
 
 import flowcore
-from flowcore_handlers import Deleted, Host
+from flowcore_handlers import Deleted, Host, RunQuery
 from flowcore_ops import BY_NAME, CATALOGUE, Operation, OperationError
 
 from ._common import CliError, answer_value, duration_value, iso, json_value
@@ -110,7 +110,7 @@ class _Tuned:
     async def delete(
         self, run_id: str, force: bool = False, *, timeout: float | None = None
     ) -> Deleted:
-        if force:
+        if force and not self._values["host_choice"].temporal:  # (Temporal deletes none)
             active = await _active(self._host, run_id)
             if active:
                 click.echo(
@@ -142,14 +142,10 @@ _LIVE = click.Option(
 
 
 async def _version(host: Host, run_id: str) -> int | None:
-    flow = getattr(host, "flow", None)
-    if flow is not None:
-        try:
-            found: flowcore.Flow = await flow(run_id)
-            return found.version
-        except Exception:  # the upgrade itself says what is wrong with the run
-            return None
-    return None
+    try:
+        return (await host.flow(run_id)).version
+    except Exception:  # the upgrade itself says what is wrong with the run
+        return None
 
 
 async def _active(host: Host, run_id: str) -> list[str]:
@@ -159,7 +155,8 @@ async def _active(host: Host, run_id: str) -> list[str]:
         current = todo.pop(0)
         if (await host.summary(current)).status == "running":
             found.append(current)
-        todo.extend(await host.children(current))  # type: ignore[attr-defined]
+        page = await host.find_runs(RunQuery(parent=current, limit=500))
+        todo.extend(r.run_id for r in page.runs)
     return found
 
 

@@ -5,6 +5,9 @@ specs/hosts.md lists for Temporal."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +22,7 @@ from flowcore_ops import ACCESS, BY_NAME, Context, OperationError, Principal, al
 
 from ..ops.local_world import past_window, write_files
 from ..ops.parity import ORDER, REFUSED, SCENARIOS, runs
-from ..ops.surfaces import Refused, http_client, over_http
+from ..ops.surfaces import Refused, command_line, http_client, over_http
 from .support import eventually, running_host, unique
 
 
@@ -162,6 +165,53 @@ def test_every_operation_over_http_on_the_temporal_host(
                         continue
                     assert scenario.expect(out), (name, out)
                     facts.update(scenario.remember(out))
+            return refused
+
+    refused = asyncio.run(main())
+    assert set(refused) == REFUSED["temporal"], refused
+
+
+def test_every_operation_on_the_command_line_on_the_temporal_host(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The same scenarios through the command, Temporal chosen by the environment
+    (each command a process of its own; the worker runs in this one): each exits
+    0 with its JSON, or 2 with the host's refusal in one line."""
+    env = {
+        **os.environ,
+        "FLOWCORE_TEMPORAL_ADDRESS": temporal_address,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    env.pop("FLOWCORE_DB", None)
+
+    async def main() -> dict[str, str]:
+        async with temporal_world(temporal_address, tmp_path) as (host, facts):
+            env["FLOWCORE_TEMPORAL_TASK_QUEUE"] = host.task_queue
+            refused: dict[str, str] = {}
+            for name in ORDER:
+                if BY_NAME[name].command is None and name != "follow":
+                    continue  # whoami, graph: HTTP and the console only
+                argv = command_line(name, SCENARIOS[name].input(facts))
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "flowcore_cli",
+                    *argv,
+                    env=env,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                )
+                out, err = await asyncio.wait_for(proc.communicate(), 120)
+                if proc.returncode == 2 and b"Temporal host cannot" in err:
+                    assert len(err.decode().strip().splitlines()) == 1, err
+                    refused[name] = err.decode().strip()
+                    continue
+                assert proc.returncode == 0, (name, argv, err.decode())
+                assert out.strip(), (name, argv)
+                if name == "schedule.add":  # (its document: the schedules added, as shown)
+                    added = json.loads(out)
+                    facts["schedule"] = added[0]["name"] if isinstance(added, list) else added
+
             return refused
 
     refused = asyncio.run(main())
