@@ -107,10 +107,11 @@ def state_text(info: dict[str, Any]) -> str:
     return "active"
 
 
-def _next(info: dict[str, Any]) -> str:
-    """``; next SLOT`` of a schedule that is not paused and has one."""
+def _next(info: dict[str, Any], paused: bool = True) -> str:
+    """``; next SLOT`` of a schedule that has one (``paused``: and is paused; a
+    paused schedule has none on the local host, Temporal's still lists them)."""
     nxt = info.get("nextSlotsMs") or []
-    return f"; next {iso(nxt[0], 'seconds')}" if nxt and not info["paused"] else ""
+    return f"; next {iso(nxt[0], 'seconds')}" if nxt and (paused or not info["paused"]) else ""
 
 
 def schedules_table(found: list[dict[str, Any]]) -> Table:
@@ -207,7 +208,8 @@ async def _listed(host: Host, output: Any, values: dict[str, Any]) -> int | None
 
 
 async def _listed_json(host: Host, output: Any, values: dict[str, Any]) -> int | None:
-    _emit(output.schedules)
+    """The schedules without their recent actions (``show --json`` has them)."""
+    _emit([{k: v for k, v in info.items() if k != "actions"} for info in output.schedules])
     return None
 
 
@@ -272,7 +274,7 @@ def _changed(done: str) -> Any:
     """``schedule NAME paused; next SLOT`` (pause, resume)."""
 
     async def render(host: Host, info: Any, values: dict[str, Any]) -> int | None:
-        _line(f"schedule {values['name']} {done}{_next(info)}")
+        _line(f"schedule {values['name']} {done}{_next(info, paused=False)}")
         return None
 
     return render
