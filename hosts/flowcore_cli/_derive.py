@@ -374,6 +374,8 @@ def _params(op: Operation, view: View) -> tuple[list[click.Parameter], dict[str,
     fields: dict[str, _Field] = {}
     by_name = {f.name: f for f in struct.fields}
     for name in op.arguments:
+        if name in view.names:  # the view spells this argument as an option
+            continue
         info = by_name[name]
         kind, _ = _unwrap(info.type)
         ptype = _click_type(kind)
@@ -391,7 +393,7 @@ def _params(op: Operation, view: View) -> tuple[list[click.Parameter], dict[str,
         )
         fields[name] = _Field(name, info.encode_name, metavar, ptype is None)
     for info in struct.fields:
-        if info.name in op.arguments or info.name in view.hidden:
+        if (info.name in op.arguments and info.name not in view.names) or info.name in view.hidden:
             continue
         kind, _ = _unwrap(info.type)
         spellings = view.names.get(info.name, (_flag(info.name),))

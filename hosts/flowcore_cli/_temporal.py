@@ -2,8 +2,8 @@
 ``flowcore_temporal.TemporalHost``.
 
 worker, run and runs are its own; the catalogue's commands (signal, answer,
-cancel, fork, show, export, ..., and the group scheduled) are ``_derive``'s with
-Temporal chosen; the group schedule is ``_temporal_schedule``. How each
+cancel, fork, show, export, ..., and the groups schedule and scheduled) are
+``_derive``'s with Temporal chosen. How each
 reaches Temporal is ``_temporal_session``. Every failure a user can
 cause (a server that cannot be reached, an unknown run, bad JSON, a bad spec,
 a rejected answer) prints one line on stderr and exits 2. JSON options, names
@@ -56,7 +56,6 @@ from ._options import (
     where_option,
 )
 from ._progress import Item, RunTree, out, watch
-from ._temporal_schedule import schedule
 from ._temporal_session import connection_options, finish, with_host
 
 if TYPE_CHECKING:
@@ -389,7 +388,7 @@ for _command in (worker, run, runs):
 for _word in words():
     if _word not in GROUP.commands:
         GROUP.add_command(command(_word, temporal=True))
-GROUP.add_command(schedule)
+GROUP.add_command(group("schedule", temporal=True))
 GROUP.add_command(group("scheduled", temporal=True))
 
 

@@ -32,6 +32,7 @@ from ._options import FROM_FILE
 from ._progress import out
 from ._replay import figures_text, report_to_json, usage_text
 from ._runs_view import RUNS_VIEW
+from ._schedule_views import SCHEDULE_HELP, SCHEDULE_VIEWS
 from ._scheduled_views import SCHEDULED_HELP, SCHEDULED_VIEWS
 from ._upgrade import upgrade_done, upgrade_refused
 
@@ -771,10 +772,11 @@ _VIEWS: Final[dict[str, View]] = {
     "waits": View("What RUN waits for now: work, questions, signals, timers.", render=_waits),
     "runs": RUNS_VIEW,
     **SCHEDULED_VIEWS,
+    **SCHEDULE_VIEWS,
 }
 
 # The groups of derived commands, and their help.
-GROUPS: Final[Mapping[str, str]] = {"scheduled": SCHEDULED_HELP}
+GROUPS: Final[Mapping[str, str]] = {"schedule": SCHEDULE_HELP, "scheduled": SCHEDULED_HELP}
 
 # An operation without a view of its own prints its output as JSON.
 VIEWS: Final[Mapping[str, View]] = {

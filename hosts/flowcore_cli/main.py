@@ -129,7 +129,7 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "Serve the database over HTTP: the JSON API, its event streams and the web view.",
     ),
     "schedule": (
-        "_schedule",
+        "_derive",
         "schedule",
         "Start runs on a cadence: schedules declared in a spec's `schedules:`.",
     ),
