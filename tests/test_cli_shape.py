@@ -23,6 +23,7 @@ PACKAGE = Path(flowcore_cli.__file__).parent
 MAX_MODULE = 800
 MAX_FUNCTION = 120
 
+
 def _modules() -> list[object]:
     return [pytest.param(path, id=path.name) for path in sorted(PACKAGE.glob("*.py"))]
 

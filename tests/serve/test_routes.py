@@ -31,7 +31,7 @@ class PageQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename
 
 
 class Echo(msgspec.Struct, kw_only=True, rename="camel"):
-    who: str
+    who: str | None
     item: str
     note_text: str | None = None
     page_size: int | None = None
