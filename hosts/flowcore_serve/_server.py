@@ -143,6 +143,7 @@ async def serve_host(
     )
     server = _Server(config, closing)
     stop = asyncio.Event()
+
     async def working() -> None:
         if work is None:
             await stop.wait()

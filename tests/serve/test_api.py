@@ -108,9 +108,10 @@ def test_a_run_belongs_to_the_principal_that_started_it(served: Served) -> None:
             }, (verb, tail)
         for verb, tail, body in ADMIN_RUN_ROUTES:
             kwargs = {} if body is None else {"json": body}
-            assert "needs admin access" in problem(
-                bob.request(verb, "/api/runs/owned-1" + tail, **kwargs), 403
-            )["detail"]
+            assert (
+                "needs admin access"
+                in problem(bob.request(verb, "/api/runs/owned-1" + tail, **kwargs), 403)["detail"]
+            )
         document = bob.get("/openapi.json").json()
         with_id = {
             (verb.upper(), path.removeprefix("/api/runs/{run_id}").replace("{call_id}", "c-1"))
