@@ -70,8 +70,14 @@ async def _listed(host: Host, first: Any, values: dict[str, Any]) -> dict[str, A
         cursor = page.next_cursor
     found.reverse()
     limit, number = values["limit"], values["page"]
-    shown = []
+    shown: list[tuple[RunSummary, list[str], Any, Any]] = []
+    temporal = values["host_choice"].temporal
     for summary in found[(number - 1) * limit : number * limit]:
+        if temporal and summary.status == "running":
+            # What a running Temporal run waits for is a query its worker answers:
+            # a listing does not wait on each run's worker (show RUN asks it).
+            shown.append((summary, [], None, None))
+            continue
         info = await host.show(summary.run_id)
         waits = _waits(info) if summary.status == "running" else []
         shown.append((summary, waits, info.get("output"), info.get("error")))
