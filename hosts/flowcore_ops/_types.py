@@ -43,7 +43,6 @@ __all__ = [
     "ScheduleInput",
     "ScheduleList",
     "ScheduleNames",
-    "ScheduleView",
     "ScheduledCallList",
     "ScheduledInput",
     "ScheduledView",
@@ -387,13 +386,6 @@ class ScheduleNames(_Out):
     """The schedules a spec added."""
 
     names: list[str]
-
-
-class ScheduleView(_Out):
-    """A schedule as the host describes it (its state, cadence and next slots)."""
-
-    name: str
-    detail: dict[str, Any]
 
 
 class ScheduleList(_Out):
