@@ -155,7 +155,7 @@ DECISION = {
     "constructs",
     "persist",
 }
-STORAGE = {"_log", "_replay", "_trajectory", "_report", "_sim", "testing"}
+STORAGE = {"_log", "_replay", "_trajectory", "_report", "_sim", "testing", "_testkit"}
 
 
 def _core_imports(path: Path) -> set[str]:
