@@ -90,6 +90,19 @@ from ._spec_model import (
 
 def _build_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    # The order matters: cattrs resolves a class's field hooks when its
+    # structure function is made, so each step registers what the next uses.
+    _register_scalars(conv)
+    _register_collections(conv)
+    base = _register_settings(conv)
+    _register_checked_decls(conv, base)
+    _register_checked_steps(conv, base)
+    _register_field_maps(conv)
+    return conv
+
+
+def _register_scalars(conv: cattrs.Converter) -> None:
+    """Hooks for the scalars: strings, numbers in range, names, durations, choices, expressions."""
     conv.register_structure_hook(str, _str)
     conv.register_structure_hook(
         bool,
@@ -118,6 +131,10 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook_func(_is_literal, _literal)
     conv.register_structure_hook(Template, _template)
     conv.register_structure_hook(Cond, _cond)
+
+
+def _register_collections(conv: cattrs.Converter) -> None:
+    """Hooks for the lists and maps of a spec (steps, names, tools, teams, agents, branches)."""
 
     def tuple_of(inner: Any, what: str) -> Any:
         def hook(value: Any, _: Any) -> tuple[Any, ...]:
@@ -166,6 +183,10 @@ def _build_converter() -> cattrs.Converter:
     # A tool's schemas are taken as written; _tool_schemas checks them with their place.
     conv.register_structure_hook(dict[str, Any] | None, lambda value, _: value)
     conv.register_structure_hook(ToolDecl, _structure_fn(conv, ToolDecl))
+
+
+def _register_settings(conv: cattrs.Converter) -> dict[type[Any], Any]:
+    """Hooks for the classes taken as written; returns the base hooks the checked ones wrap."""
     plain: tuple[type[Any], ...] = (
         Budget,
         Defaults,
@@ -200,6 +221,11 @@ def _build_converter() -> cattrs.Converter:
             RunSubflowStep,
         )
     }
+    return base
+
+
+def _register_checked_decls(conv: cattrs.Converter, base: dict[type[Any], Any]) -> None:
+    """Hooks that check across fields: teams, ask_human, await_signal, run_subflow, for_each."""
 
     def team_hook(value: Any, _: Any) -> TeamDecl:
         team = cast(TeamDecl, base[TeamDecl](value, TeamDecl))
@@ -278,6 +304,10 @@ def _build_converter() -> cattrs.Converter:
         return each
 
     conv.register_structure_hook(ForEachStep, for_each_hook)
+
+
+def _register_checked_steps(conv: cattrs.Converter, base: dict[type[Any], Any]) -> None:
+    """Hooks that check across fields: parallel, sleep, repeat, signal_run, cancel_scheduled."""
     conv.register_structure_hook(ParallelStep, _mapping_first(conv, ParallelStep))
 
     def sleep_hook(value: Any, _: Any) -> SleepStep:
@@ -351,6 +381,10 @@ def _build_converter() -> cattrs.Converter:
 
     conv.register_structure_hook(CancelScheduledStep, cancel_hook)
 
+
+def _register_field_maps(conv: cattrs.Converter) -> None:
+    """Hooks for set_metadata, metadata, switch and catch clauses, and for a step itself."""
+
     def set_metadata_hook(value: Any, _: Any) -> SetMetadataStep:
         items = _mapping(value, "set_metadata fields")
         out: dict[str, Template] = {}
@@ -407,4 +441,3 @@ def _build_converter() -> cattrs.Converter:
     conv.register_structure_hook(SwitchStep, switch_hook)
     conv.register_structure_hook(CatchClause, _mapping_first(conv, CatchClause))
     conv.register_structure_hook(Step, lambda v, _: _structure_step(conv, v))
-    return conv
