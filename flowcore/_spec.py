@@ -19,6 +19,11 @@ from the YAML node tree (JSON is parsed by the same YAML reader, so JSON
 specs get positions too).
 
 Reading files is I/O: this module parses text, the caller reads the file.
+
+The parts live by concern: the model in ``_spec_model``, the structure hooks in
+``_spec_hooks`` and the converter built from them in ``_spec_converter``, the
+cross-references in ``_spec_refs``, the YAML positions in ``_spec_positions``.
+This module holds ``parse_flow`` and its checks, and re-exports their names.
 """
 
 from __future__ import annotations
