@@ -9,13 +9,14 @@ watch loop) and every name the other modules use is importable from
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 import flowcore_cli
 from flowcore_cli import _progress, _progress_ask, _progress_lines
+
+from .shape import long_functions
 
 PACKAGE = Path(flowcore_cli.__file__).parent
 
@@ -35,13 +36,7 @@ def test_no_module_of_the_command_package_is_over_800_lines(path: Path) -> None:
 
 
 def test_no_function_of_the_command_package_is_over_120_lines() -> None:
-    over: list[str] = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                size = (node.end_lineno or node.lineno) - node.lineno + 1
-                if size > MAX_FUNCTION:
-                    over.append(f"{path.name}:{node.name}: {size} lines")
+    over = [line for path in sorted(PACKAGE.glob("*.py")) for line in long_functions(path)]
     assert over == []
 
 

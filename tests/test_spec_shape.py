@@ -3,10 +3,11 @@ is at most 800 lines and holds no function over 120 lines."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from .shape import long_functions
 
 SPEC_MODULES = sorted((Path(__file__).parent.parent / "flowcore").glob("_spec*.py"))
 MAX_MODULE_LINES = 800
@@ -25,12 +26,5 @@ def test_spec_module_is_at_most_800_lines(path: Path) -> None:
 
 @pytest.mark.parametrize("path", SPEC_MODULES, ids=lambda p: p.name)
 def test_spec_module_has_no_function_over_120_lines(path: Path) -> None:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    long = [
-        f"{node.name} ({node.lineno}): {node.end_lineno - node.lineno + 1} lines"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.end_lineno is not None
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
-    ]
+    long = long_functions(path, MAX_FUNCTION_LINES)
     assert not long, f"{path.name}: {long}"

@@ -22,7 +22,16 @@ from flowcore_handlers import RunSummary as HostSummary
 from ._declare import Context, OperationError
 from ._types import RunSummary
 
-__all__ = ["epoch_ms", "failures", "guard", "moment", "owned", "running", "summary_of"]
+__all__ = [
+    "epoch_ms",
+    "failures",
+    "guard",
+    "moment",
+    "not_anothers",
+    "owned",
+    "running",
+    "summary_of",
+]
 
 T = TypeVar("T")
 
@@ -94,6 +103,18 @@ async def owned(ctx: Context, run_id: str) -> HostSummary:
     if found is None or not ctx.principal.owns(found.principal):
         raise OperationError("unknown-run", f"no run {run_id[:200]!r}")
     return found
+
+
+async def not_anothers(ctx: Context, run_id: str) -> None:
+    """Refuse ``run_id`` for a new run when another principal's run holds it: it is
+    taken, as any id is, and nothing says whose. (An id the principal's own run
+    holds is left to the host: starting or forking again is idempotent.)"""
+    try:
+        held = await ctx.host.summary(run_id)
+    except (HostFailure, flowcore.RunIdError):
+        return
+    if not ctx.principal.owns(held.principal):
+        raise OperationError("run-exists", f"run {run_id!r} already exists: choose another id")
 
 
 def running(found: HostSummary) -> None:

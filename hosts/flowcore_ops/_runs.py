@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 
 import flowcore
-from flowcore_handlers import Deleted, UnknownRun
+from flowcore_handlers import Deleted
 
-from ._common import epoch_ms, failures, guard, owned, running, summary_of
+from ._common import epoch_ms, failures, guard, not_anothers, owned, running, summary_of
 from ._declare import Context, OperationError
 from ._types import (
     AnswerInput,
@@ -54,16 +54,7 @@ async def start(ctx: Context, given: StartInput) -> RunSummary:
     An id another principal's run holds is taken, as any id is: nothing says whose."""
     path = ctx.flows(given.flow)
     if given.run_id is not None:
-        try:
-            held = await ctx.host.summary(given.run_id)
-        except (UnknownRun, flowcore.RunIdError):
-            held = None
-        except Exception:
-            held = None
-        if held is not None and not ctx.principal.owns(held.principal):
-            raise OperationError(
-                "run-exists", f"run {given.run_id!r} already exists: choose another id"
-            )
+        await not_anothers(ctx, given.run_id)
     budget = flowcore.budget_from_wire(msgspec.to_builtins(given.budget))
     try:
         with failures("cannot-start"):
@@ -175,14 +166,7 @@ async def fork(ctx: Context, given: ForkInput) -> RunSummary:
     """The new run's summary. The new run belongs to whoever owns the source."""
     await owned(ctx, given.run_id)
     if given.new_run_id is not None:
-        try:
-            held = await ctx.host.summary(given.new_run_id)
-        except Exception:
-            held = None
-        if held is not None and not ctx.principal.owns(held.principal):
-            raise OperationError(
-                "run-exists", f"run {given.new_run_id!r} already exists: choose another id"
-            )
+        await not_anothers(ctx, given.new_run_id)
     # The same fork again gives the run it made; the host refuses another under that id.
     try:
         new_run_id = await guard(

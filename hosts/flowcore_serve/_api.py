@@ -105,8 +105,9 @@ def _part(op: Operation, route: Http) -> type | None:
     return _derived[key]
 
 
-def _reply(op: Operation) -> type | None:
-    if op.output is None or op.output in (bytes, flowcore.Record) or op.name == "events":
+def _reply(op: Operation, route: Http) -> type | None:
+    """The JSON reply's type (None: the route answers with no JSON: NDJSON, SSE, 204)."""
+    if op.output is None or route.media_type != "application/json":
         return None
     return op.output  # type: ignore[no-any-return]
 
@@ -271,7 +272,7 @@ class Api:
                         access=op.access,
                         body=None if query else part,
                         query=part if query else None,
-                        reply=_reply(op),
+                        reply=_reply(op, route),
                         status=route.status,
                         errors=tuple(sorted({FAILURES[code].status for code in op.failures})),
                         media_type=route.media_type,

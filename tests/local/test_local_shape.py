@@ -10,7 +10,6 @@ hosts`` prints the same measures). The public API is the one it always had.
 
 from __future__ import annotations
 
-import ast
 import inspect
 from pathlib import Path
 
@@ -18,27 +17,13 @@ import flowcore_local
 from flowcore_local import LocalHost
 from flowcore_local._store import Store
 
+from ..shape import over_limits
+
 PACKAGE = Path(flowcore_local.__file__).parent
 
 
 def test_no_module_function_or_class_of_the_local_host_is_over_its_limit() -> None:
-    over: list[str] = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        if (lines := text.count("\n")) > 800:
-            over.append(f"{path.name}: {lines} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                size = (node.end_lineno or node.lineno) - node.lineno + 1
-                if size > 120:
-                    over.append(f"{path.name}:{node.name}: {size} lines")
-            elif isinstance(node, ast.ClassDef):
-                methods = sum(
-                    isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in node.body
-                )
-                if methods > 40:
-                    over.append(f"{path.name}:{node.name}: {methods} methods")
-    assert over == []
+    assert over_limits(sorted(PACKAGE.glob("*.py"))) == []
 
 
 def test_each_role_of_the_local_host_is_its_own_class_and_module() -> None:
