@@ -68,7 +68,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 import flowcore
 import flowcore_temporal as ft
-from flowcore import _interp
+from flowcore.decision import interp as _interp
 from flowcore_handlers import Registry
 from flowcore_temporal import _activities
 from flowcore_temporal._types import DEFAULT_HEARTBEAT_TIMEOUT_MS

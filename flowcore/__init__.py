@@ -14,9 +14,7 @@ and ``spec_warnings``, durations and metadata given as text with
 ``parse_duration`` and ``metadata_from_text``.
 """
 
-from ._bound import BudgetBound, Shortfall, Spend, StepBound, Unbounded, budget_bound
 from ._data import MAX_DEPTH, MAX_EVENT_BYTES, MAX_NAME_CHARS, DataError, check_data
-from ._driver import Plan, plan
 from ._errors import (
     EventRejected,
     FlowcoreError,
@@ -28,8 +26,8 @@ from ._errors import (
     SpecError,
     WireError,
 )
-from ._fork import Fork, ForkError, fork, fork_point, source_key
-from ._interp import (
+from ._jsontext import JsonTextError, decode_json_text
+from .decision.interp import (
     DEFAULT_STEP_BUDGET,
     SEMANTICS,
     Decision,
@@ -38,31 +36,10 @@ from ._interp import (
     continue_run,
     start,
 )
-from ._jsontext import JsonTextError, decode_json_text
-from ._keys import RESERVED_RUN_ID_CHARS, KeyInfo, KeyRole, check_run_id, parse_key
-from ._lint import SpecWarning, spec_warnings
-from ._log import (
-    LogCorrupt,
-    LogRead,
-    Record,
-    Recorder,
-    TornTail,
-    UnknownRecordType,
-    budget_from_wire,
-    budget_to_wire,
-    decode_log,
-    encode_record,
-    encode_records,
-    iter_records,
-)
-from ._metadata import (
-    MetadataFilter,
-    MetadataFilterError,
-    metadata_filters,
-    parse_metadata_filter,
-)
-from ._metadata import values_from_text as metadata_from_text
-from ._query import (
+from .decision.keys import RESERVED_RUN_ID_CHARS, KeyInfo, KeyRole, check_run_id, parse_key
+from .decision.plan import Plan, plan
+from .decision.state import ScheduledAnswer, State, decode_state, encode_state
+from .decision.waiting import (
     OpenWork,
     Question,
     Scheduled,
@@ -75,15 +52,7 @@ from ._query import (
     usage_figures,
     waiting_for,
 )
-from ._references import FlowReferences, flow_references
-from ._replay import ReplayError, ReplayReport, TrajectoryEntry, replay
-from ._report import ForkedFrom
-from ._spec import MAX_AMOUNT as MAX_BUDGET_AMOUNT
-from ._spec import Budget, Flow, canonical_spec, parse_flow
-from ._state import ScheduledAnswer, State, decode_state, encode_state
-from ._time import MAX_DURATION_MS, DurationError, parse_duration
-from ._upgrade import Upgrade, UpgradeRefused, upgrade
-from ._wire import (
+from .decision.wire import (
     UNENCODABLE_OUTPUT,
     AskHuman,
     AwaitSignal,
@@ -125,6 +94,37 @@ from ._wire import (
     event_to_wire,
     result_event,
 )
+from .language.bound import BudgetBound, Shortfall, Spend, StepBound, Unbounded, budget_bound
+from .language.lint import SpecWarning, spec_warnings
+from .language.metadata import (
+    MetadataFilter,
+    MetadataFilterError,
+    metadata_filters,
+    parse_metadata_filter,
+)
+from .language.metadata import values_from_text as metadata_from_text
+from .language.references import FlowReferences, flow_references
+from .language.spec import MAX_AMOUNT as MAX_BUDGET_AMOUNT
+from .language.spec import Budget, Flow, canonical_spec, parse_flow
+from .language.times import MAX_DURATION_MS, DurationError, parse_duration
+from .log.fork import Fork, ForkError, fork, fork_point, source_key
+from .log.records import (
+    LogCorrupt,
+    LogRead,
+    Record,
+    Recorder,
+    TornTail,
+    UnknownRecordType,
+    budget_from_wire,
+    budget_to_wire,
+    decode_log,
+    encode_record,
+    encode_records,
+    iter_records,
+)
+from .log.replay import ReplayError, ReplayReport, TrajectoryEntry, replay
+from .log.report import ForkedFrom
+from .log.upgrade import Upgrade, UpgradeRefused, upgrade
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",

@@ -46,7 +46,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ._explore import (
+from .explore.search import (
     BUILT_IN,
     Exploration,
     Point,
@@ -55,7 +55,28 @@ from ._explore import (
     World,
     explore,
 )
-from ._sim import (
+from .testkit.checks import (
+    check_budget,
+    check_determinism,
+    check_history,
+    check_keys,
+    check_rejections,
+    check_run,
+    check_settlement,
+    check_trajectory,
+    check_work_accounted,
+)
+from .testkit.events import (
+    MOVES,
+    apply,
+    event_of_kind,
+    events_from_moves,
+    hostile_events,
+    pending_events,
+    play,
+)
+from .testkit.generated import generated_world
+from .testkit.simulator import (
     FAULT_KINDS,
     Call,
     Entry,
@@ -77,36 +98,15 @@ from ._sim import (
     drive,
     simulate,
 )
-from ._testkit.checks import (
-    check_budget,
-    check_determinism,
-    check_history,
-    check_keys,
-    check_rejections,
-    check_run,
-    check_settlement,
-    check_trajectory,
-    check_work_accounted,
-)
-from ._testkit.events import (
-    MOVES,
-    apply,
-    event_of_kind,
-    events_from_moves,
-    hostile_events,
-    pending_events,
-    play,
-)
-from ._testkit.vocabulary import AGENTS as AGENTS
-from ._testkit.vocabulary import CHILD_SPEC, EVENT_KINDS, META_FIELDS, SIGNALS, TEAMS, TOOLS
-from ._testkit.vocabulary import ERROR_TYPES as ERROR_TYPES
-from ._testkit.vocabulary import SIGNAL_KEY as SIGNAL_KEY
-from ._testkit.vocabulary import STEP_KINDS as STEP_KINDS
-from ._testkit.world import generated_world
+from .testkit.vocabulary import AGENTS as AGENTS
+from .testkit.vocabulary import CHILD_SPEC, EVENT_KINDS, META_FIELDS, SIGNALS, TEAMS, TOOLS
+from .testkit.vocabulary import ERROR_TYPES as ERROR_TYPES
+from .testkit.vocabulary import SIGNAL_KEY as SIGNAL_KEY
+from .testkit.vocabulary import STEP_KINDS as STEP_KINDS
 
 if TYPE_CHECKING:
-    from ._testkit.machine import FlowMachine
-    from ._testkit.strategies import (
+    from .testkit.machine import FlowMachine
+    from .testkit.strategies import (
         event_streams,
         events_for,
         faults,
@@ -193,7 +193,7 @@ def __getattr__(name: str) -> Any:
     if part is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        module = import_module(f"._testkit.{part}", __package__)
+        module = import_module(f".testkit.{part}", __package__)
     except ModuleNotFoundError as e:
         if e.name is None or e.name.partition(".")[0] != "hypothesis":
             raise

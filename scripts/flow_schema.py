@@ -1,7 +1,7 @@
 """The JSON Schema of a flow spec, derived from the model ``flowcore.parse_flow`` builds.
 
 ``scripts/gen_schemas.py`` writes it to ``specs/schema/flow.json``. The shape
-comes from the attrs classes in ``flowcore._spec``: every declaration, setting
+comes from the attrs classes in ``flowcore.language.spec``: every declaration, setting
 and step body class is walked with ``attrs.fields``, each field becomes a
 property under its spec key (``_WIRE_NAMES``: ``exec_class`` is ``class``),
 required when it has no default, nullable when its type is ``X | None``, with
@@ -10,7 +10,7 @@ its default when that is a JSON value. A field added to the model (say to
 below does not know stops the generator, naming the field.
 
 What the model cannot say is in small tables here, each mirroring the hook of
-``flowcore._spec`` that reads it: the constrained scalars (names, identifiers,
+``flowcore.language.spec`` that reads it: the constrained scalars (names, identifiers,
 durations, templates, conditions), the step's common keys and its one kind
 key, ``switch`` cases, ``try``/``catch``, and the top-level ``schedules``
 (``flowcore.schedules.KEYS``).
@@ -33,10 +33,10 @@ from typing import Any
 
 import attrs
 
-from flowcore import _metadata as flowcore_metadata
-from flowcore import _spec as spec
-from flowcore import schedules as sched
-from flowcore._expr import Cond, Template
+from flowcore.language import metadata as flowcore_metadata
+from flowcore.language import schedules as sched
+from flowcore.language import spec
+from flowcore.language.expr import Cond, Template
 
 __all__ = ["flow_schema"]
 

@@ -54,8 +54,8 @@ from flowcore import (  # noqa: E402
     TimerFired,
     Usage,
 )
-from flowcore._log import LogCorrupt, encode_records  # noqa: E402
-from flowcore._replay import replay  # noqa: E402
+from flowcore.log.records import LogCorrupt, encode_records  # noqa: E402
+from flowcore.log.replay import replay  # noqa: E402
 
 OUT_DIR = ROOT / "specs" / "conformance"
 RUN_ID = "r-1"

@@ -30,7 +30,7 @@ for _path in (ROOT, ROOT / "hosts"):  # run as a plain script, without an instal
         sys.path.insert(0, str(_path))
 
 from flowcore import Effect, Event  # noqa: E402
-from flowcore._log import TypedRecord  # noqa: E402
+from flowcore.log.records import TypedRecord  # noqa: E402
 from flowcore_cli._decide import (  # noqa: E402
     AdvanceRequest,
     Decided,

@@ -182,7 +182,10 @@ def test_incremental_persistence_is_opt_in() -> None:
 
 def test_what_the_hosts_read_is_the_cores_own() -> None:
     # The public names are the core's values, not copies that could drift.
-    from flowcore import _lint, _metadata, _spec, _time
+    from flowcore.language import lint as _lint
+    from flowcore.language import metadata as _metadata
+    from flowcore.language import spec as _spec
+    from flowcore.language import times as _time
 
     assert flowcore.MAX_BUDGET_AMOUNT == _spec.MAX_AMOUNT == 10**15
     assert flowcore.MAX_DURATION_MS == _spec.MAX_MS == _time.MAX_DURATION_MS

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import flowcore
 from flowcore import Budget, budget_bound, parse_flow
-from flowcore._spec import Amount
 from flowcore.diagram import build_graph, to_mermaid
+from flowcore.language.spec import Amount
 from flowcore.testing import (
     AGENTS,
     CHILD_SPEC,

@@ -18,7 +18,7 @@ from flowcore import (
     TimerFired,
     Usage,
 )
-from flowcore._state import PendingKind
+from flowcore.decision.state import PendingKind
 from flowcore.testing import Hang, Simulator
 
 from .test_transitions import check_tables

@@ -21,7 +21,7 @@ from flowcore import (
     TimerFired,
     Usage,
 )
-from flowcore._state import PendingKind
+from flowcore.decision.state import PendingKind
 from flowcore.testing import Simulator
 
 from .test_transitions import check_tables

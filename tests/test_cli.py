@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import flowcore
-from flowcore._log import decode_log, encode_records
+from flowcore.log.records import decode_log, encode_records
 
 REPO = Path(__file__).resolve().parent.parent
 TRIAGE = REPO / "specs" / "examples" / "triage.yaml"

@@ -24,10 +24,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flowcore
+import flowcore.language.spec
 from flowcore import SpecError, parse_flow
-from flowcore._log import encode_records
-from flowcore._state import RepeatProgress, StepFrame
-from flowcore._time import MAX_DURATION_MS, DurationError, next_cron_ms, parse_duration
+from flowcore.decision.state import RepeatProgress, StepFrame
+from flowcore.language.times import MAX_DURATION_MS, DurationError, next_cron_ms, parse_duration
+from flowcore.log.records import encode_records
 from flowcore.testing import Simulator
 from tests.harness import Run
 from tests.test_cli import fc
@@ -205,7 +206,7 @@ def test_a_bad_literal_is_a_spec_problem_with_its_place(
         parse_flow(_spec(field, text), source_name="f.yaml")
     (problem,) = caught.value.problems
     _, path = _FIELDS[field]
-    assert problem.path == flowcore._spec._format_path(path)
+    assert problem.path == flowcore.language.spec._format_path(path)
     assert message in problem.message
     assert (problem.source, problem.line) == ("f.yaml", 4)
     assert problem.column is not None and problem.column > 5
@@ -287,7 +288,7 @@ def _repeat(extra: str) -> str:
 
 def test_a_cron_takes_an_iana_time_zone() -> None:
     body = parse_flow(_repeat("cron: '0 9 * * 1-5', timezone: America/New_York")).steps[0].body
-    assert isinstance(body, flowcore._spec.RepeatStep)
+    assert isinstance(body, flowcore.language.spec.RepeatStep)
     assert (body.cron, body.timezone) == ("0 9 * * 1-5", "America/New_York")
     assert parse_flow(_repeat("cron: '0 9 * * *'")).steps[0].body.timezone is None  # type: ignore[union-attr]
 

@@ -17,10 +17,10 @@ import msgspec
 import pytest
 
 import flowcore
-import flowcore._explore as explore_module
+import flowcore.explore.search as explore_module
 from flowcore import EventRejected, parse_flow, replay
-from flowcore._log import decode_log
-from flowcore._wire import EffectSucceeded, encode_effect
+from flowcore.decision.wire import EffectSucceeded, encode_effect
+from flowcore.log.records import decode_log
 from flowcore.testing import (
     BUILT_IN,
     Fail,
@@ -574,7 +574,7 @@ def _with(**changes: Any) -> dict[str, Any]:
 def test_the_reduction_is_refused_where_an_order_could_matter_later(
     changes: dict[str, Any], why: str
 ) -> None:
-    from flowcore._por import Reducible
+    from flowcore.explore.reduction import Reducible
 
     spec = _with(**changes)
     assert Reducible(parse_flow(spec)).why_not == why

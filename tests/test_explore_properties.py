@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import flowcore
 from flowcore import budget_bound, parse_flow
-from flowcore._wire import encode_effect
+from flowcore.decision.wire import encode_effect
 from flowcore.testing import (
     AGENTS,
     CHILD_SPEC,

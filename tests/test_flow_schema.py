@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from jsonschema import Draft202012Validator
 
 from flowcore import SpecError, parse_flow
-from flowcore import _spec as spec
-from flowcore._spec import _load_text
+from flowcore.language import spec
+from flowcore.language.spec import _load_text
 from flowcore.schedules import KEYS as SCHEDULE_KEYS
 from flowcore.testing import flows
 

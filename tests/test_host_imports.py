@@ -20,12 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 HOSTS = ROOT / "hosts"
 
 # flowcore's public modules: the package itself and these; everything else
-# under flowcore/ (the ``_`` modules, ``constructs``) is the core's own.
+# under flowcore/ (the ``_`` modules and the folders of its parts) is the core's own.
 PUBLIC_MODULES = frozenset(
     {"flowcore", "flowcore.diagram", "flowcore.persist", "flowcore.schedules", "flowcore.testing"}
 )
-# ``from flowcore import constructs`` names a module that is not public either.
-_PRIVATE_SUBS = frozenset({"flowcore.constructs"})
+# ``from flowcore import decision`` names a part that is not public either.
+_PRIVATE_SUBS = frozenset(
+    f"flowcore.{part}" for part in ("decision", "explore", "language", "log", "testkit")
+)
 COMMAND = "flowcore_cli"
 _IMPORTERS = frozenset({"import_module", "__import__"})
 
@@ -71,6 +73,12 @@ def violations(source: str, filename: str, package: str) -> list[str]:
                 for alias in node.names:
                     if _private(alias.name) or f"{node.module}.{alias.name}" in _PRIVATE_SUBS:
                         say(node, f"imports {alias.name} from {node.module}: a private name")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            # ``flowcore.x``: x private, or one of the folders of the core's parts
+            if node.value.id in aliases and (
+                _private(node.attr) or f"flowcore.{node.attr}" in _PRIVATE_SUBS
+            ):
+                say(node, f"uses {ast.unparse(node)}: a private name of flowcore")
         elif isinstance(node, ast.Attribute) and _private(node.attr):
             chain = node.value
             while isinstance(chain, ast.Attribute):
@@ -109,21 +117,21 @@ def test_no_host_uses_a_private_core_name_or_the_command() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "import flowcore._spec",
-        "import flowcore._spec as spec",
-        "from flowcore._time import parse_duration",
+        "import flowcore.language.spec",
+        "import flowcore.language.spec as spec",
+        "from flowcore.language.times import parse_duration",
         "from flowcore import _interp",
         "from flowcore import Flow, _spec",
-        "from flowcore import constructs",
-        "from flowcore.constructs import leaf",
+        "from flowcore import decision",
+        "from flowcore.decision.constructs import leaf",
         "from flowcore.persist import _EMPTY_MAP",
-        "import flowcore\nflowcore._spec.MAX_MS",
+        "import flowcore\nflowcore.language.spec.MAX_MS",
         "import flowcore as fc\nx = fc._log.RUN_STARTED",
         "import flowcore.persist\nflowcore.persist._EMPTY_MAP",
-        "import importlib\nimportlib.import_module('flowcore._replay')",
-        "__import__('flowcore._log')",
-        "def f():\n    from flowcore._metadata import values_from_text",
-        "import typing\nif typing.TYPE_CHECKING:\n    from flowcore._state import Sched",
+        "import importlib\nimportlib.import_module('flowcore.log.replay')",
+        "__import__('flowcore.log.records')",
+        "def f():\n    from flowcore.language.metadata import values_from_text",
+        "import typing\nif typing.TYPE_CHECKING:\n    from flowcore.decision.state import Sched",
         "from flowcore_cli._temporal import main",
         "import flowcore_cli.main",
         "import importlib\nimportlib.import_module('flowcore_cli')",

@@ -15,7 +15,8 @@ from jsonschema import Draft202012Validator
 
 import flowcore
 from flowcore import EffectSucceeded, ErrorInfo, HumanAnswered, Record, Recorder
-from flowcore._log import (
+from flowcore.language.spec import Budget
+from flowcore.log.records import (
     LogCorrupt,
     LogFormat,
     RawReader,
@@ -29,7 +30,6 @@ from flowcore._log import (
     iter_records,
     read_raw_log,
 )
-from flowcore._spec import Budget
 from scripts.gen_schemas import wire_schemas
 
 REPO = Path(__file__).resolve().parent.parent

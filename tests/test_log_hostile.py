@@ -31,8 +31,14 @@ from hypothesis import strategies as st
 
 import flowcore
 from flowcore import EventRejected, FlowcoreError, Record, Recorder, ReplayDivergence
-from flowcore._log import LogCorrupt, LogFormat, UnknownRecordType, decode_log, encode_records
-from flowcore._replay import ReplayReport, replay
+from flowcore.log.records import (
+    LogCorrupt,
+    LogFormat,
+    UnknownRecordType,
+    decode_log,
+    encode_records,
+)
+from flowcore.log.replay import ReplayReport, replay
 from flowcore.testing import Fail, Ok, Responses, Signal, simulate
 
 REPO = Path(__file__).resolve().parent.parent

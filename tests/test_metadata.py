@@ -263,7 +263,7 @@ def test_filters_from_a_mapping_or_texts() -> None:
 
 
 def test_values_from_text_read_each_declared_type() -> None:
-    from flowcore._metadata import values_from_text
+    from flowcore.language.metadata import values_from_text
 
     declared: Any = flowcore.parse_flow(ORDERS).metadata
     values, problems = values_from_text(
@@ -296,7 +296,7 @@ def test_equality_filters_on_a_value_written_as_text_match_it(
     kind: str, value: Any, op: str
 ) -> None:
     """What a value prints as (``meta_text``, ``--meta``) finds it again, on every type."""
-    from flowcore._metadata import value_problem
+    from flowcore.language.metadata import value_problem
 
     if value_problem(kind, value) is not None:  # type: ignore[arg-type]
         return

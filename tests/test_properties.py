@@ -279,7 +279,7 @@ def _replay(trajectory: Trajectory) -> None:
     """Every run's log replays to the same effects and the same final state."""
     replay = getattr(flowcore, "replay", None)
     if replay is None:
-        replay = importlib.import_module("flowcore._replay").replay
+        replay = importlib.import_module("flowcore.log.replay").replay
     for run_id, history in trajectory.histories.items():
         report = replay(trajectory.log_of(run_id), history.flow)
         assert report.ok, f"run {run_id}: {report.divergence}"

@@ -27,8 +27,14 @@ from flowcore import (
     TimerFired,
     Usage,
 )
-from flowcore._log import LogCorrupt, LogFormat, UnknownRecordType, decode_log, encode_records
-from flowcore._replay import ReplayError, ReplayReport, replay
+from flowcore.log.records import (
+    LogCorrupt,
+    LogFormat,
+    UnknownRecordType,
+    decode_log,
+    encode_records,
+)
+from flowcore.log.replay import ReplayError, ReplayReport, replay
 from flowcore.testing import event_streams, flow_inputs, flows
 
 TRIAGE = """

@@ -1,7 +1,7 @@
 """The step results store: recent map plus frozen dicts, and loop scopes that end.
 
 Results live in a small persistent map of recent ones in front of a stack of
-frozen dicts merged like a binary counter (``flowcore._results``). A finished
+frozen dicts merged like a binary counter (``flowcore.decision.results``). A finished
 for_each iteration or repeat fire deletes its results and variables unless a
 recorded compensation will still run in it.
 """
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import flowcore
 from flowcore import persist
-from flowcore._results import GONE, ResultStore
+from flowcore.decision.results import GONE, ResultStore
 from tests.harness import Run
 
 # --- the store alone, against a dict -----------------------------------------------------
@@ -236,7 +236,7 @@ def test_a_very_long_report_is_freed_without_exhausting_the_c_stack() -> None:
     Links are tracked by the garbage collector, whose dealloc trashcan frees
     a long chain iteratively; an untracked (``gc=False``) link crashed here.
     """
-    from flowcore._state import ReportLink, ReportRow
+    from flowcore.decision.state import ReportLink, ReportRow
 
     row = ReportRow("r/k#1", 0, "call-tool", "t", "succeeded")
     link = None
@@ -247,7 +247,7 @@ def test_a_very_long_report_is_freed_without_exhausting_the_c_stack() -> None:
 
 @given(n=st.integers(0, 300), head=st.integers(0, 300))
 def test_report_chunks_keep_every_row_in_order(n: int, head: int) -> None:
-    from flowcore._state import REPORT_CHUNK, ReportRow, add_report_row, iter_report
+    from flowcore.decision.state import REPORT_CHUNK, ReportRow, add_report_row, iter_report
 
     rows = [ReportRow(f"r/k#{i}", i, "call-tool", "t", "succeeded") for i in range(n)]
     link = None

@@ -28,7 +28,7 @@ from flowcore import (
     ScheduledRunNowRequested,
     TimerFired,
 )
-from flowcore._log import encode_records
+from flowcore.log.records import encode_records
 
 SPEC = """
 flow: reminders

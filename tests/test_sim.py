@@ -567,7 +567,9 @@ def test_the_log_is_the_record_format_and_replays() -> None:
     ]
     data = flowcore.encode_records(records)
     assert flowcore.decode_log(data).records == records
-    replay = getattr(flowcore, "replay", None) or importlib.import_module("flowcore._replay").replay
+    replay = (
+        getattr(flowcore, "replay", None) or importlib.import_module("flowcore.log.replay").replay
+    )
     outcome = replay(data, flowcore.parse_flow(TEAM))
     assert outcome.ok and outcome.status == "completed"
 

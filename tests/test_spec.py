@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from flowcore import Flow, InputError, SpecError, parse_flow, start
-from flowcore._expr import Template, compile_cond, compile_template
-from flowcore._spec import (
+from flowcore.language.expr import Template, compile_cond, compile_template
+from flowcore.language.spec import (
     AskHumanStep,
     AwaitSignalStep,
     Budget,

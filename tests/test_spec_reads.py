@@ -564,7 +564,7 @@ def test_no_warning_when_the_call_outlives_the_run_or_something_waits_after_it(
 
 
 def test_the_warning_follows_the_flow_into_nested_lists() -> None:
-    from flowcore._lint import spec_warnings
+    from flowcore.language.lint import spec_warnings
 
     def schedule(sid: str) -> dict[str, Any]:
         return {"id": sid, "schedule": {"tool": "t", "delay_ms": 1000}}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import flowcore
 from flowcore import EventRejected, Settled, persist
-from flowcore._interp import Batch
+from flowcore.decision.interp import Batch
 from flowcore.testing import EVENT_KINDS, apply, event_of_kind, events_for, flow_inputs, flows
 
 

@@ -35,8 +35,8 @@ from flowcore import (
     TimerFired,
     parse_key,
 )
-from flowcore._state import PendingKind, ScheduledAnswer, State
-from flowcore._transitions import ANSWERS, TIMERS, WORK_EFFECTS
+from flowcore.decision.state import PendingKind, ScheduledAnswer, State
+from flowcore.decision.transitions import ANSWERS, TIMERS, WORK_EFFECTS
 from flowcore.testing import events_for
 
 # One flow that waits for every kind of thing: work (a tool, an agent, a
@@ -383,9 +383,9 @@ steps:
 
 def test_a_transaction_carries_every_field_of_the_state() -> None:
     """A field added to ``State`` is carried by every transaction, or this fails."""
-    from flowcore._interp import ABOVE
-    from flowcore._state import Journal
-    from flowcore._txn import RECORDS, Txn
+    from flowcore.decision.interp import ABOVE
+    from flowcore.decision.state import Journal
+    from flowcore.decision.txn import RECORDS, Txn
 
     assert set(State.__struct_fields__) == {*RECORDS, "flow", "run", "journal"}
     assert set(RECORDS) <= set(Txn.__slots__)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from flowcore._errors import WireError
-from flowcore._wire import (
+from flowcore.decision.wire import (
     AskHuman,
     AwaitSignal,
     BudgetRemaining,

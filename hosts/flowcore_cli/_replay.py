@@ -604,7 +604,7 @@ def _print_verdict(
     index = divergence.index
     if divergence.expected is None and index == report.last_index + 1:
         # The log ends inside a decision, replayed with another spec (see
-        # flowcore._replay.fold): a lost record or an effect the new version adds.
+        # flowcore.log.replay.fold): a lost record or an effect the new version adds.
         out.print(
             "the log ends inside a decision, and the new spec derives effects the log does not "
             "hold: a new version that emits more there cannot take this run over (specs/log.md "

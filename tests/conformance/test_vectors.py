@@ -21,8 +21,8 @@ import pytest
 
 import flowcore
 from flowcore import Flow
-from flowcore._log import LogCorrupt, decode_log, encode_records
-from flowcore._replay import ReplayReport, replay
+from flowcore.log.records import LogCorrupt, decode_log, encode_records
+from flowcore.log.replay import ReplayReport, replay
 
 REPO = Path(__file__).resolve().parents[2]
 DIR = REPO / "specs" / "conformance"

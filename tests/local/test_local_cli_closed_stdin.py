@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from flowcore._log import EFFECT_EMITTED
+from flowcore.log.records import EFFECT_EMITTED
 from flowcore_cli._common import iso
 from flowcore_local import LocalHost
 

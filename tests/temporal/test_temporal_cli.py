@@ -28,7 +28,7 @@ pytest.importorskip("temporalio", reason="the Temporal host tests need temporali
 import flowcore
 import flowcore_temporal as ft
 from flowcore import Record
-from flowcore._replay import replay
+from flowcore.log.replay import replay
 
 from .support import DEMO_TOOLS, INCIDENT, TOOLS, die_with_parent, unique
 from .tools import JOURNAL_ENV, journal_lines

@@ -25,7 +25,7 @@ from temporalio.worker import Replayer
 
 import flowcore
 import flowcore_temporal as ft
-from flowcore._replay import replay
+from flowcore.log.replay import replay
 
 from .support import HERE, eventually, running_host, unique, waiting_for
 from .test_temporal_cli import Cli, worker_process

@@ -28,7 +28,7 @@ from temporalio.workflow import NondeterminismError
 import flowcore
 import flowcore_temporal as ft
 from flowcore import Decision
-from flowcore._replay import replay
+from flowcore.log.replay import replay
 from flowcore_local import LocalHost
 
 from .support import (

@@ -1,0 +1,108 @@
+"""The values a transition hands around: a step's outcome, and the errors it makes.
+
+This module must never do I/O, read a clock or draw a random number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+from .wire import BudgetRemaining, Effect, ErrorInfo, Usage
+
+__all__ = [
+    "FAIL",
+    "NO_BUDGET",
+    "NO_USAGE",
+    "OK",
+    "Exhausted",
+    "InvalidDuration",
+    "add_usage",
+    "Outcome",
+    "effect_tag",
+    "err",
+    "error_dict",
+    "error_types",
+    "matches",
+    "unit_fraction",
+]
+
+# Outcome of a step or list: (ok, value) where value is the output on success
+# and an ErrorInfo on failure. A plain tuple: this is the hottest value here.
+Outcome = tuple[bool, Any]
+OK = True
+FAIL = False
+
+NO_BUDGET = BudgetRemaining(steps=0)
+"""The placeholder budget of a run-agent or run-subflow, filled in when it is issued."""
+
+NO_USAGE = Usage()
+"""Usage of nothing: charging it changes no ledger."""
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    """The sum of two usages, field by field."""
+    return Usage(**{f: getattr(a, f) + getattr(b, f) for f in Usage.__struct_fields__})
+
+
+class Exhausted(Exception):
+    """A budget ran out; the transition settles the run ``budget-exhausted``."""
+
+    def __init__(self, limit: str) -> None:
+        self.limit = limit
+
+
+class InvalidDuration(Exception):
+    """A duration decided at run time is not one: the step fails ``invalid-duration``.
+
+    Raised while a step begins (its message names the field and the value);
+    ``Txn.begin`` turns it into the step's failure, which ``try/catch`` can catch."""
+
+
+def err(kind: str, message: str, retryable: bool = False) -> ErrorInfo:
+    return ErrorInfo(type=kind, message=message, retryable=retryable)
+
+
+def error_dict(error: ErrorInfo) -> dict[str, Any]:
+    """An error as expressions see it (``${error}``, ``${steps.a.error}``):
+    ``type``, ``message``, ``retryable``, and ``details``, ``cause`` and
+    ``attempts`` where the error has them."""
+    out: dict[str, Any] = {
+        "type": error.type,
+        "message": error.message,
+        "retryable": error.retryable,
+    }
+    if error.details is not None:
+        out["details"] = error.details
+    if error.cause is not None:
+        out["cause"] = error_dict(error.cause)
+    if error.attempts:
+        out["attempts"] = [error_dict(attempt) for attempt in error.attempts]
+    return out
+
+
+def error_types(error: ErrorInfo) -> Iterator[str]:
+    """The types an error matches in ``catch`` and ``retry`` ``errors``: its own,
+    then its cause's, and so on down the chain."""
+    current: ErrorInfo | None = error
+    while current is not None:
+        yield current.type
+        current = current.cause
+
+
+def matches(names: tuple[str, ...], error: ErrorInfo) -> bool:
+    """Whether ``errors: names`` takes ``error``: ``*``, or a type of its chain."""
+    return "*" in names or any(kind in names for kind in error_types(error))
+
+
+def unit_fraction(key: str) -> float:
+    """A number in [0, 1) derived from a key: jitter that replays agree on."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def effect_tag(effect: Effect) -> str:
+    tag = effect.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag

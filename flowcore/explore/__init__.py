@@ -1,0 +1,5 @@
+"""Exploration, for ``flowcore check``: ``search`` (every ordering of what a
+world may report, breadth-first over distinct states), ``world`` (what a
+world may do), ``reduction`` (when partial-order reduction may answer one
+piece of work first) and ``result`` (``Exploration``, ``Violation``).
+"""

@@ -1,0 +1,1064 @@
+"""Explore every ordering of what a run may be told, up to a bound.
+
+Because a run's state is a value and ``advance`` is pure, every event a host
+could report can be tried from every state. ``explore`` walks the reachable
+states breadth-first, in virtual time:
+
+* **The world** (``World``) says what may happen: the responses each tool,
+  agent, team or child flow may give (the simulator's ``Ok``, ``Fail``,
+  ``Unknown``, ``Hang``, ``HeartbeatTimeout``, or a plain output), the
+  answers people may give, the signals and the cancel that may arrive, and how
+  late a result may come (``late_ms``). At each state every response to every
+  pending piece of work, every answer, every signal not sent yet, the cancel
+  and the earliest timers are tried.
+* **Time** moves only when a timer fires, in due order, or when a signal or
+  cancel arrives that may not come earlier; results arrive at the current
+  time. With ``late_ms`` a result comes at most that long after its effect was
+  emitted, so the clock cannot pass that instant while it is out (unless the
+  work may hang).
+* **Equal states** are found by a digest of the snapshot (``encode_state``,
+  without the record of the last change) and of what the world still may do,
+  so each state is expanded once.
+* **Partial-order reduction**: at a state where the responses to one piece
+  of work commute with every other event that could happen now (both orders
+  lead to the same state, with the same effects), only those responses are
+  tried; the other orders reach the same states. This is sound under the
+  assumption ``specs/testing.md`` states.
+* **Checks** at every transition: the built-in invariants (determinism, unique
+  keys, the budget, settlement, only typed errors, a running run waits for
+  something) and the caller's own predicates over a ``Point``; optionally
+  liveness: every path settles within N events.
+
+A violation comes back as the shortest event sequence that reaches it
+(breadth-first), which ``drive`` replays, as a log that ``flowcore replay``
+replays, and as a readable trajectory.
+
+This module must never do I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+import immutables
+import msgspec
+
+from .._errors import EventRejected
+from ..decision.interp import advance, continue_run, start
+from ..decision.keys import INCARNATION, KeyRole, incarnation_base, parse_key
+from ..decision.state import PendingKind, State, canonical_snapshot, decode_state
+from ..decision.transitions import TIMERS
+from ..decision.waiting import Waits, waiting_for
+from ..decision.wire import (
+    BudgetRemaining,
+    CallTool,
+    CancelRequested,
+    ContinueAsNew,
+    Effect,
+    EffectOutcomeUnknown,
+    Event,
+    HumanAnswered,
+    RunAgent,
+    RunSubflow,
+    RunTeam,
+    Settled,
+    SignalReceived,
+    SignalRun,
+    Sleep,
+    TimerFired,
+    encode_effect,
+)
+from ..language.spec import Budget, Flow
+from ..testkit.checks import same_but_budget
+from ..testkit.simulator import as_flow, drive
+from .reduction import Reducible
+from .result import Exploration, Progress, Stop, Violation
+from .world import World, describe_effect, describe_event, hangs, response_event
+
+__all__ = [
+    "BUILT_IN",
+    "Exploration",
+    "Point",
+    "Progress",
+    "Violation",
+    "World",
+    "explore",
+]
+
+BUILT_IN = (
+    "determinism",
+    "unique-keys",
+    "budget",
+    "settlement",
+    "typed-errors",
+    "waits",
+)
+"""The invariants ``explore`` checks at every transition (``specs/testing.md`` §8)."""
+
+_WORK_KINDS = frozenset(
+    {PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD, PendingKind.CANCELLING}
+)
+_WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow, SignalRun)
+_NO_KEYS: immutables.Map[str, Effect] = immutables.Map()
+
+
+# --- points, violations, the result ---------------------------------------------------------
+
+
+class _Node:
+    """One distinct state: how it was first reached, and what the world may still do."""
+
+    __slots__ = ("depth", "effects", "event", "keys", "parent", "residue", "state")
+
+    def __init__(
+        self,
+        parent: int,
+        event: Event | None,
+        effects: tuple[Effect, ...],
+        depth: int,
+        state: State | None,
+        residue: _Residue,
+        keys: immutables.Map[str, Effect],
+    ) -> None:
+        self.parent = parent
+        self.event = event
+        self.effects = effects
+        self.depth = depth
+        self.state = state
+        self.residue = residue
+        self.keys = keys
+
+
+@attrs.frozen
+class _Residue:
+    """What the world may still do, beside the run's state: the signals not sent
+    yet (a bit each), whether the cancel came, when pending work was emitted."""
+
+    signals: int = 0
+    cancelled: bool = False
+    emitted: tuple[tuple[str, int], ...] = ()
+
+    def digest_bytes(self) -> bytes:
+        return msgspec.msgpack.encode((self.signals, self.cancelled, self.emitted))
+
+
+class Point:
+    """What an invariant looks at: one transition of the run and where it led.
+
+    ``state`` after it, ``before`` (None at the start), the ``event`` (None at
+    the start) and the ``effects`` it emitted; ``waits`` is
+    ``waiting_for(state)``; ``settled`` the ``settled`` effect once the run
+    settled; ``depth`` the number of events since the start. ``path()`` gives
+    every event since the start and ``emitted()`` every effect (both walk back
+    the path: call them where needed).
+    """
+
+    __slots__ = ("_explorer", "_parent", "_waits", "before", "depth", "effects", "event", "state")
+
+    def __init__(
+        self,
+        explorer: _Explorer,
+        parent: int,
+        before: State | None,
+        event: Event | None,
+        effects: tuple[Effect, ...],
+        state: State,
+        depth: int,
+    ) -> None:
+        self._explorer = explorer
+        self._parent = parent
+        self._waits: Waits | None = None
+        self.before = before
+        self.event = event
+        self.effects = effects
+        self.state = state
+        self.depth = depth
+
+    @property
+    def waits(self) -> Waits:
+        if self._waits is None:
+            self._waits = waiting_for(self.state)
+        return self._waits
+
+    @property
+    def settled(self) -> Settled | None:
+        return self.state.settled
+
+    def path(self) -> tuple[Event, ...]:
+        events = self._explorer.events_to(self._parent)
+        return (*events, self.event) if self.event is not None else events
+
+    def emitted(self) -> tuple[Effect, ...]:
+        out = self._explorer.effects_to(self._parent)
+        return (*out, *self.effects)
+
+
+# --- the explorer ---------------------------------------------------------------------------
+
+
+class _Broken(Exception):
+    """A built-in invariant does not hold (internal)."""
+
+    def __init__(self, invariant: str, message: str) -> None:
+        super().__init__(message)
+        self.invariant = invariant
+        self.message = message
+
+
+Invariant: TypeAlias = Callable[[Point], Any]
+
+
+def _name(inv: Invariant) -> str:
+    return str(getattr(inv, "name", None) or getattr(inv, "__name__", None) or repr(inv))
+
+
+class _Move(msgspec.Struct, frozen=True):
+    """One thing the world may do now: ``event``; ``group`` is the key of the
+    work it answers ("" for anything else); ``signal`` the world's signal it
+    sends (-1 for none)."""
+
+    group: str
+    event: Event
+    signal: int = -1
+
+
+_Result: TypeAlias = "tuple[State, tuple[Effect, ...], int] | str | None"
+
+
+class _Transition(msgspec.Struct, frozen=True):
+    """One transition as the checks see it: the state ``before`` (None at the
+    start) and its snapshot, the ``event``, the ``state`` reached and its
+    snapshot, the ``effects`` and how many of them the event itself emitted
+    (``mine``; the rest start the next incarnation)."""
+
+    before: State | None
+    before_data: bytes | None
+    event: Event | None
+    state: State
+    effects: tuple[Effect, ...]
+    mine: int
+    data: bytes
+
+
+class _Explorer:
+    def __init__(
+        self,
+        flow: Flow,
+        input: Any,
+        world: World,
+        start: dict[str, Any],
+        invariants: Sequence[Invariant],
+        *,
+        max_depth: int,
+        max_states: int,
+        max_events: int | None,
+        settles_within: int | None,
+        reduce: bool,
+        dedup: bool,
+        determinism: bool,
+        max_violations: int,
+        progress: Callable[[Progress], None] | None,
+        progress_every: int,
+    ) -> None:
+        self.flow = flow
+        self.input = input
+        self.world = world
+        self.start_args = start
+        self.invariants = tuple(invariants)
+        self.max_depth = max_depth
+        self.max_states = max_states
+        self.max_events = max_events
+        self.settles_within = settles_within
+        self.reduce = reduce
+        self.dedup = dedup
+        self.determinism = determinism
+        self.max_violations = max_violations
+        self.progress = progress
+        self.progress_every = max(1, progress_every)
+        self.nodes: list[_Node] = []
+        self.seen: dict[bytes, int] = {}
+        # With liveness: every transition (from, to, event), for the longest paths.
+        self.edges: list[tuple[int, int, Event]] | None = [] if settles_within is not None else None
+        self.violations: list[Violation] = []
+        self.broken: set[str] = set()
+        self.transitions = self.revisits = self.rejected = self.reduced = 0
+        self.dead_ends = self.cut = self.depth = 0
+        self.settled: dict[str, int] = {}
+        self.max_steps = self.max_cost = 0
+        self.stop: Stop = "exhausted"
+        self.dead: list[int] = []
+        self.next_progress = self.progress_every
+        self.reducible = Reducible(flow) if reduce else None
+        if self.reducible is not None and world.may_report_steps():
+            self.reducible.why_not = "the world reports steps"
+
+    # --- paths --------------------------------------------------------------------------
+
+    def chain(self, index: int) -> list[_Node]:
+        out = []
+        while index >= 0:
+            node = self.nodes[index]
+            out.append(node)
+            index = node.parent
+        out.reverse()
+        return out
+
+    def events_to(self, index: int) -> tuple[Event, ...]:
+        return tuple(n.event for n in self.chain(index) if n.event is not None)
+
+    def effects_to(self, index: int) -> tuple[Effect, ...]:
+        return tuple(e for n in self.chain(index) for e in n.effects)
+
+    def violation(self, invariant: str, message: str, events: tuple[Event, ...]) -> None:
+        if invariant in self.broken:
+            return  # the shortest path to each is enough
+        self.broken.add(invariant)
+        self.violations.append(
+            Violation(invariant, message, events, self.flow, self.input, self.start_args)
+        )
+
+    def done(self) -> bool:
+        return len(self.violations) >= self.max_violations
+
+    # --- transitions --------------------------------------------------------------------
+
+    def step(self, state: State, event: Event) -> tuple[State, tuple[Effect, ...], int]:
+        """``advance``, then every incarnation that starts at once (as ``drive`` does).
+        Returns the state, the effects and how many of them the event itself emitted."""
+        d = advance(state, event)
+        effects = d.effects
+        mine = len(effects)
+        new = d.state
+        while (continued := new.tree.continued) is not None:
+            at = max(event.at_ms, new.now_ms)
+            c = continue_run(self.flow, continued, new.run_id, at, new.run.depth)
+            effects = (*effects, *c.effects)
+            new = c.state
+        return new, effects, mine
+
+    def try_move(self, state: State, move: _Move) -> _Result:
+        """The transition, None when the event is rejected, or the message of an
+        error that is not a typed one."""
+        try:
+            return self.step(state, move.event)
+        except EventRejected:
+            return None
+        except Exception as exc:  # not a typed error: a violation of its own
+            return f"advance raised {type(exc).__name__}: {exc}"
+
+    def residue_after(self, residue: _Residue, move: _Move | None, state: State) -> _Residue:
+        signals, cancelled = residue.signals, residue.cancelled
+        if move is not None:
+            if move.signal >= 0:
+                signals |= 1 << move.signal
+            elif isinstance(move.event, CancelRequested):
+                cancelled = True
+        emitted = residue.emitted
+        if self.world.late_ms is not None:
+            pending = state.waiting.pending
+            known = {k: at for k, at in emitted if k in pending}
+            for key, entry in pending.items():
+                if entry.kind in _WORK_KINDS and key not in known:
+                    known[key] = state.now_ms
+            emitted = tuple(sorted(known.items()))
+        if (signals, cancelled, emitted) == (residue.signals, residue.cancelled, residue.emitted):
+            return residue
+        return _Residue(signals, cancelled, emitted)
+
+    def enabled(self, state: State, residue: _Residue) -> list[_Move]:
+        """Every move the world may make now, in a fixed order."""
+        world = self.world
+        now = state.now_ms
+        out: list[_Move] = []
+        timers: list[tuple[int, str]] = []
+        for key, entry in sorted(state.waiting.pending.items()):
+            kind = entry.kind
+            if kind in TIMERS:
+                sent = entry.sent
+                assert isinstance(sent, Sleep)
+                timers.append((sent.until_ms, key))
+            elif kind in _WORK_KINDS:
+                for r in world.responses(entry):
+                    ev = response_event(key, entry, r, now)
+                    if ev is not None:
+                        out.append(_Move(key, ev))
+            elif kind is PendingKind.QUESTION:
+                step = parse_key(key, state.run_id).step or ""
+                for answer in world.answers(step, getattr(entry.sent, "options", None)):
+                    out.append(
+                        _Move("", HumanAnswered(idempotency_key=key, answer=answer, at_ms=now))
+                    )
+        # The clock may not pass the instant a result must have come by.
+        limit: int | None = None
+        if world.late_ms is not None:
+            for key, at in residue.emitted:
+                out_there = state.waiting.pending.get(key)
+                if out_there is not None and not hangs(world, out_there):
+                    due = at + world.late_ms
+                    limit = due if limit is None else min(limit, due)
+        earliest = min((due for due, _ in timers), default=None)
+
+        def may_come_at(t: int) -> bool:
+            if t <= now:
+                return True
+            if limit is not None and t > limit:
+                return False
+            return earliest is None or t <= earliest
+
+        for i, sig in enumerate(world.signals):
+            if residue.signals & (1 << i):
+                continue
+            at = max(now, sig.at_ms)
+            if may_come_at(at):
+                ev = SignalReceived(signal=sig.name, payload=sig.payload, key=sig.key, at_ms=at)
+                out.append(_Move("", ev, i))
+        if world.cancel_at_ms is not None and not residue.cancelled:
+            at = max(now, world.cancel_at_ms)
+            if may_come_at(at):
+                out.append(_Move("", CancelRequested(reason="cancel", at_ms=at)))
+        if earliest is not None and may_come_at(earliest):
+            at = max(now, earliest)
+            out.extend(
+                _Move("", TimerFired(idempotency_key=key, at_ms=at))
+                for due, key in timers
+                if due == earliest
+            )
+        return out
+
+    # --- checks -------------------------------------------------------------------------
+
+    def check(
+        self, tr: _Transition, keys: immutables.Map[str, Effect]
+    ) -> immutables.Map[str, Effect]:
+        """The built-in invariants over one transition; returns the keys emitted so far."""
+        before, event, state, effects = tr.before, tr.event, tr.state, tr.effects
+        if before is not None and event is not None:
+            if state.now_ms < before.now_ms:
+                raise _Broken(
+                    "settlement", f"the clock went back from {before.now_ms} to {state.now_ms}"
+                )
+            if self.determinism:
+                assert tr.before_data is not None
+                self.check_determinism(tr.before_data, event, effects, tr.data)
+        keys = self.check_keys(event, effects, tr.mine, state, keys)
+        self.check_budget(before, effects, state)
+        settled = state.settled
+        if any(isinstance(e, Settled) for e in effects):
+            # Alone in its decision: the event's own, or the start of an
+            # incarnation the event's continue-as-new began.
+            alone = effects[-1] == settled and (
+                len(effects) == 1 or isinstance(effects[-2], ContinueAsNew)
+            )
+            if not alone:
+                shown = [describe_effect(e) for e in effects]
+                raise _Broken("settlement", f"settled must be alone in its decision: {shown}")
+            assert settled is not None
+            if state.status != settled.status:
+                raise _Broken("settlement", "the state does not record the settled it emitted")
+            self.check_report(state, keys)
+            for late in (
+                CancelRequested(reason="after", at_ms=state.now_ms),
+                SignalReceived(signal="after-settled", at_ms=state.now_ms),
+            ):
+                try:
+                    advance(state, late)
+                except EventRejected:
+                    continue
+                raise _Broken("settlement", f"{describe_event(late)} accepted after settlement")
+        elif settled is not None or state.status != "running":
+            raise _Broken("settlement", f"status {state.status} without a settled effect")
+        else:
+            waiting = state.waiting
+            if not waiting.pending and waiting.queue_head == waiting.queue_tail:
+                raise _Broken("waits", "the run is running but waits for nothing: stuck")
+        return keys
+
+    def check_determinism(
+        self, before_data: bytes, event: Event, effects: tuple[Effect, ...], data: bytes
+    ) -> None:
+        """The same event applied to the state decoded from its snapshot decides
+        the same, byte for byte."""
+        resumed = decode_state(before_data, self.flow)
+        try:
+            state2, effects2, _ = self.step(resumed, event)
+        except EventRejected as exc:
+            raise _Broken(
+                "determinism", f"accepted, but rejected from the state's snapshot: {exc.reason}"
+            ) from None
+        a = [encode_effect(e) for e in effects]
+        b = [encode_effect(e) for e in effects2]
+        if a != b:
+            raise _Broken(
+                "determinism",
+                "the effects differ when resumed from the snapshot:\n  "
+                + "\n  ".join(x.decode() for x in a)
+                + "\nvs\n  "
+                + "\n  ".join(x.decode() for x in b),
+            )
+        if _snapshot(state2) != data:
+            raise _Broken("determinism", "the state differs when resumed from the snapshot")
+
+    def check_keys(
+        self,
+        event: Event | None,
+        effects: tuple[Effect, ...],
+        mine: int,
+        state: State,
+        keys: immutables.Map[str, Effect],
+    ) -> immutables.Map[str, Effect]:
+        """Keys carry the run id and are never emitted twice, but for a safe call
+        re-issued after its unknown outcome and the delay timer of a scheduled
+        call a new incarnation arms again (as ``check_keys``)."""
+        prefix = state.run_id + "/"
+        for i, effect in enumerate(effects):
+            if isinstance(effect, Settled):
+                continue
+            key = effect.idempotency_key
+            if not key.startswith(prefix):
+                raise _Broken("unique-keys", f"key {key!r} does not start with {prefix!r}")
+            first = keys.get(key)
+            if first is not None:
+                reissue = (
+                    i < mine
+                    and isinstance(event, EffectOutcomeUnknown)
+                    and event.idempotency_key == key
+                    and isinstance(effect, CallTool | RunSubflow | SignalRun)
+                    and same_but_budget(effect, first)
+                ) or (
+                    i >= mine  # the first decision of a new incarnation
+                    and isinstance(effect, Sleep)
+                    and effect == first
+                    and parse_key(key, state.run_id).role is KeyRole.SCHEDULE_DELAY
+                )
+                if not reissue:
+                    raise _Broken(
+                        "unique-keys",
+                        f"key {key!r} emitted again as {describe_effect(effect)}; first "
+                        f"as {describe_effect(first)}",
+                    )
+            keys = keys.set(key, effect)
+        return keys
+
+    def check_report(self, state: State, keys: immutables.Map[str, Effect]) -> None:
+        """At settlement nothing is pending and every work effect of the
+        incarnation is in the report."""
+        settled = state.settled
+        assert settled is not None
+        waiting = state.waiting
+        if waiting.pending or waiting.in_flight:
+            raise _Broken(
+                "settlement",
+                f"settled with {len(waiting.pending)} keys pending and "
+                f"{waiting.in_flight} in flight",
+            )
+        report = {r.idempotency_key for r in settled.report}
+        incarnation = state.tree.incarnation
+        base = incarnation_base(state.run_id, incarnation) + "/"
+        later = f"{state.run_id}/{INCARNATION}"
+        for key, effect in keys.items():
+            if not isinstance(effect, _WORK_EFFECTS) or not key.startswith(base):
+                continue
+            if incarnation == 1 and key.startswith(later):
+                continue
+            if key not in report:
+                raise _Broken(
+                    "settlement", f"work {key} ({describe_effect(effect)}) is not in the report"
+                )
+
+    def check_budget(self, before: State | None, effects: tuple[Effect, ...], state: State) -> None:
+        """Never negative, never above the limits unless the run settles
+        budget-exhausted; no work at or after the wall-clock deadline."""
+        led = state.ledger
+        if led.used_steps < 0 or led.used_cost < 0:
+            raise _Broken("budget", f"negative usage: {led}")
+        same = before is not None and before.tree.incarnation == state.tree.incarnation
+        if same:
+            assert before is not None
+            old = before.ledger
+            if (old.steps, old.cost, old.wall_clock_ms) != (led.steps, led.cost, led.wall_clock_ms):
+                raise _Broken("budget", f"the budget's limits changed from {old} to {led}")
+        wall = led.wall_clock_ms
+        deadline = None if wall is None else state.run.started_ms + wall
+        for effect in effects:
+            if not isinstance(effect, _WORK_EFFECTS):
+                continue
+            if same and deadline is not None and state.now_ms >= deadline:
+                raise _Broken(
+                    "budget",
+                    f"{describe_effect(effect)} emitted at {state.now_ms}, at or after the "
+                    f"wall-clock deadline {deadline}",
+                )
+            if isinstance(effect, RunAgent | RunSubflow):
+                br = effect.budget_remaining
+                for name, value, limit in (
+                    ("steps", br.steps, led.steps),
+                    ("cost", br.cost_minor_units, led.cost),
+                ):
+                    if value is not None and value < 0:
+                        raise _Broken("budget", f"negative budgetRemaining {name} in {effect}")
+                    if value is not None and limit is not None and value > limit:
+                        raise _Broken(
+                            "budget", f"budgetRemaining {name} {value} above the limit {limit}"
+                        )
+        settled = state.settled
+        if settled is not None and settled.status == "budget-exhausted":
+            return
+        if led.steps is not None and led.used_steps > led.steps:
+            raise _Broken("budget", f"{led.used_steps} steps used of {led.steps}")
+        if led.cost is not None and led.used_cost > led.cost:
+            raise _Broken("budget", f"cost {led.used_cost} used of {led.cost}")
+
+    def check_user(self, point: Point) -> tuple[str, str] | None:
+        for inv in self.invariants:
+            name = _name(inv)
+            if name in self.broken:
+                continue
+            try:
+                verdict = inv(point)
+            except AssertionError as exc:
+                return name, str(exc) or f"{name} does not hold"
+            except Exception as exc:  # the predicate itself failed: said as a violation
+                return name, f"the invariant raised {type(exc).__name__}: {exc}"
+            if verdict is False:
+                doc = (getattr(inv, "__doc__", None) or "").strip().splitlines()
+                return name, doc[0] if doc else f"{name} does not hold"
+            if isinstance(verdict, str) and verdict:
+                return name, verdict
+        return None
+
+    def checked(
+        self, parent: int, tr: _Transition, keys: immutables.Map[str, Effect], depth: int
+    ) -> immutables.Map[str, Effect]:
+        """Every invariant over one transition (the start's: ``event`` None)."""
+        path: tuple[Event, ...] | None = None
+        event = tr.event
+
+        def to_here() -> tuple[Event, ...]:
+            events = self.events_to(parent)
+            return (*events, event) if event is not None else events
+
+        try:
+            keys = self.check(tr, keys)
+        except _Broken as exc:
+            path = to_here()
+            self.violation(exc.invariant, exc.message, path)
+        if self.invariants:
+            point = Point(self, parent, tr.before, event, tr.effects, tr.state, depth)
+            found = self.check_user(point)
+            if found is not None:
+                self.violation(found[0], found[1], path or to_here())
+        return keys
+
+    # --- the search ---------------------------------------------------------------------
+
+    def run(self) -> Exploration:
+        flow = self.flow
+        d = start(flow, self.input, **self.start_args)
+        state, effects = d.state, d.effects
+        while (continued := state.tree.continued) is not None:
+            c = continue_run(flow, continued, state.run_id, state.now_ms, state.run.depth)
+            state, effects = c.state, (*effects, *c.effects)
+        residue = self.residue_after(_Residue(), None, state)
+        data, digest = _digest(state, residue)
+        start_tr = _Transition(None, None, None, state, effects, len(effects), data)
+        keys = self.checked(-1, start_tr, _NO_KEYS, 0)
+        self.nodes.append(_Node(-1, None, effects, 0, state, residue, keys))
+        self.seen[digest] = 0
+        self.account(state)
+        frontier: deque[tuple[int, bytes]] = deque([(0, data)])
+        while frontier and not self.done():
+            index, data = frontier.popleft()
+            node = self.nodes[index]
+            here = node.state
+            assert here is not None
+            node.state = None  # only the path to it is kept
+            state = here
+            if state.settled is not None:
+                continue
+            if node.depth >= self.max_depth:
+                self.cut += 1
+                self.stop = "max-depth"
+                continue
+            self.depth = max(self.depth, node.depth + 1)
+            self.expand(index, node, state, data, frontier)
+            if self.progress is not None and len(self.nodes) >= self.next_progress:
+                self.next_progress = len(self.nodes) + self.progress_every
+                self.report_progress(len(frontier))
+            if len(self.nodes) >= self.max_states or (
+                self.max_events is not None and self.transitions >= self.max_events
+            ):
+                if frontier:
+                    self.cut += len(frontier)
+                    self.stop = "max-states" if len(self.nodes) >= self.max_states else "max-events"
+                break
+        if self.done():
+            self.stop = "violation"
+        longest = self.liveness() if self.edges is not None else None
+        if self.progress is not None:
+            self.report_progress(0)
+        named = tuple(_name(i) for i in self.invariants)
+        live = ("settles-within",) if self.settles_within is not None else ()
+        return Exploration(
+            states=len(self.nodes),
+            transitions=self.transitions,
+            revisits=self.revisits,
+            rejected=self.rejected,
+            reduced=self.reduced,
+            settled=dict(sorted(self.settled.items())),
+            dead_ends=self.dead_ends,
+            cut=self.cut,
+            depth=self.depth,
+            longest=longest,
+            complete=self.cut == 0 and not self.violations,
+            max_steps=self.max_steps,
+            max_cost=self.max_cost,
+            stop=self.stop,
+            violations=tuple(self.violations),
+            invariants=(*BUILT_IN, *named, *live),
+        )
+
+    def report_progress(self, frontier: int) -> None:
+        assert self.progress is not None
+        self.progress(
+            Progress(
+                states=len(self.nodes),
+                transitions=self.transitions,
+                depth=self.depth,
+                frontier=frontier,
+                violations=len(self.violations),
+            )
+        )
+
+    def account(self, state: State) -> None:
+        led = state.ledger
+        self.max_steps = max(self.max_steps, led.used_steps)
+        self.max_cost = max(self.max_cost, led.used_cost)
+        if state.settled is not None:
+            status = state.settled.status
+            self.settled[status] = self.settled.get(status, 0) + 1
+
+    def expand(
+        self,
+        index: int,
+        node: _Node,
+        state: State,
+        data: bytes,
+        frontier: deque[tuple[int, bytes]],
+    ) -> None:
+        moves = self.enabled(state, node.residue)
+        results: dict[int, _Result] = {}
+        chosen: Sequence[int] = range(len(moves))
+        if self.reduce and len(moves) > 1:
+            chosen = self.reduced_set(node, state, moves, results)
+            self.reduced += len(moves) - len(chosen)
+        moved = False
+        for i in chosen:
+            move = moves[i]
+            result = results[i] if i in results else self.try_move(state, move)
+            if isinstance(result, str):
+                self.violation("typed-errors", result, (*self.events_to(index), move.event))
+                continue
+            if result is None:
+                self.rejected += 1
+                if move.group:  # an answer to work the run waits for must be taken
+                    self.violation(
+                        "waits",
+                        f"the run waits for {move.group} but rejected {describe_event(move.event)}",
+                        (*self.events_to(index), move.event),
+                    )
+                continue
+            moved = True
+            self.transitions += 1
+            self.arrive(index, node, state, data, move, result, frontier)
+            if self.done():
+                return
+        if self.determinism and _snapshot(state) != data:
+            self.violation(
+                "determinism", "advance changed the state it was given", self.events_to(index)
+            )
+        if not moved:
+            self.dead_ends += 1
+            self.dead.append(index)
+
+    def arrive(
+        self,
+        index: int,
+        node: _Node,
+        state: State,
+        data: bytes,
+        move: _Move,
+        result: tuple[State, tuple[Effect, ...], int],
+        frontier: deque[tuple[int, bytes]],
+    ) -> None:
+        new, effects, mine = result
+        event = move.event
+        residue = self.residue_after(node.residue, move, new)
+        new_data, digest = _digest(new, residue)
+        tr = _Transition(state, data, event, new, effects, mine, new_data)
+        keys = self.checked(index, tr, node.keys, node.depth + 1)
+        known = self.seen.get(digest) if self.dedup else None
+        if known is not None:
+            self.revisits += 1
+            if self.edges is not None:
+                self.edges.append((index, known, event))
+            return
+        self.nodes.append(_Node(index, event, effects, node.depth + 1, new, residue, keys))
+        number = len(self.nodes) - 1
+        if self.dedup:
+            self.seen[digest] = number
+        if self.edges is not None:
+            self.edges.append((index, number, event))
+        self.account(new)
+        frontier.append((number, new_data))
+
+    # --- partial-order reduction --------------------------------------------------------
+
+    def reduced_set(
+        self,
+        node: _Node,
+        state: State,
+        moves: list[_Move],
+        results: dict[int, _Result],
+    ) -> Sequence[int]:
+        """The moves to try: the responses to one piece of work, when each of them
+        commutes with every other move possible now; else every move."""
+        groups: dict[str, list[int]] = {}
+        for i, move in enumerate(moves):
+            if move.group:
+                groups.setdefault(move.group, []).append(i)
+        if not groups or (len(groups) == 1 and len(moves) == len(next(iter(groups.values())))):
+            return range(len(moves))
+        pending = state.waiting.pending
+
+        def result(i: int) -> _Result:
+            if i not in results:
+                results[i] = self.try_move(state, moves[i])
+            return results[i]
+
+        assert self.reducible is not None
+        cancel_left = self.world.cancel_at_ms is not None and not node.residue.cancelled
+        for group, members in groups.items():
+            entry = pending[group]
+            if hangs(self.world, entry):
+                continue  # it may never be answered: paths without its answer differ
+            if not self.reducible.may_commit(state, entry, cancel_left):
+                continue
+            others = [i for i in range(len(moves)) if i not in members]
+            if not self.commutes(node.residue, moves, members, others, result):
+                continue
+            # One answer at least must lead somewhere new, or a cycle could put
+            # the other moves off for ever (the reduction's proviso).
+            for i in members:
+                r = result(i)
+                assert isinstance(r, tuple)
+                if (
+                    _digest(r[0], self.residue_after(node.residue, moves[i], r[0]))[1]
+                    not in self.seen
+                ):
+                    return members
+        return range(len(moves))
+
+    def commutes(
+        self,
+        residue: _Residue,
+        moves: list[_Move],
+        members: list[int],
+        others: list[int],
+        result: Callable[[int], _Result],
+    ) -> bool:
+        """Each member and each other move stay possible after one another, and
+        in either order reach the same state with the same effects."""
+        after: dict[int, list[_Move]] = {}  # the moves possible after move i
+
+        def possible_after(i: int, r: tuple[State, tuple[Effect, ...], int]) -> list[_Move]:
+            if i not in after:
+                after[i] = self.enabled(r[0], self.residue_after(residue, moves[i], r[0]))
+            return after[i]
+
+        for i in members:
+            a = result(i)
+            if not isinstance(a, tuple):
+                return False
+            for j in others:
+                b = result(j)
+                if not isinstance(b, tuple):
+                    return False
+                # Accepted is not enough: the world must still make the move (an
+                # answer after a cancel is a late result no world sends).
+                if moves[j] not in possible_after(i, a) or moves[i] not in possible_after(j, b):
+                    return False
+                ab = self.try_move(a[0], moves[j])
+                ba = self.try_move(b[0], moves[i])
+                if not isinstance(ab, tuple) or not isinstance(ba, tuple):
+                    return False
+                r_a = self.residue_after(residue, moves[i], a[0])
+                r_b = self.residue_after(residue, moves[j], b[0])
+                r_ab = self.residue_after(r_a, moves[j], ab[0])
+                r_ba = self.residue_after(r_b, moves[i], ba[0])
+                if _digest(ab[0], r_ab)[1] != _digest(ba[0], r_ba)[1]:
+                    return False
+                one = sorted(encode_effect(e) for e in (*a[1], *ab[1]))
+                two = sorted(encode_effect(e) for e in (*b[1], *ba[1]))
+                if one != two:
+                    return False
+        return True
+
+    # --- liveness -----------------------------------------------------------------------
+
+    def liveness(self) -> int:
+        """The longest path (in events) of the explored graph. Reports a path of
+        ``settles_within`` events that does not settle the run, a dead end, or a
+        cycle."""
+        assert self.edges is not None and self.settles_within is not None
+        n = len(self.nodes)
+        children: list[list[tuple[int, Event]]] = [[] for _ in range(n)]
+        indegree = [0] * n
+        for a, b, event in self.edges:
+            children[a].append((b, event))
+            indegree[b] += 1
+        longest = [0] * n
+        via: list[tuple[int, Event] | None] = [None] * n
+        order = [i for i in range(n) if indegree[i] == 0]
+        head = 0
+        while head < len(order):
+            a = order[head]
+            head += 1
+            for b, event in children[a]:
+                if longest[a] + 1 > longest[b]:
+                    longest[b] = longest[a] + 1
+                    via[b] = (a, event)
+                indegree[b] -= 1
+                if indegree[b] == 0:
+                    order.append(b)
+        if head < n:
+            stuck = next(i for i in range(n) if indegree[i] > 0)
+            self.violation(
+                "settles-within",
+                "the run can go round a cycle of states for ever",
+                self.events_to(stuck),
+            )
+        if self.dead:
+            i = self.dead[0]
+            self.violation(
+                "dead-end",
+                f"nothing the world may do moves the run on: it waits for {self.waiting(i)}",
+                self.events_to(i),
+            )
+        limit = self.settles_within
+        for i in order:
+            if longest[i] >= limit and not self.is_settled(i):
+                events: list[Event] = []
+                at = i
+                while (step := via[at]) is not None:
+                    events.append(step[1])
+                    at = step[0]
+                events.reverse()
+                self.violation(
+                    "settles-within",
+                    f"a path of {limit} events does not settle the run",
+                    tuple(events[:limit]),
+                )
+                break
+        return max(longest, default=0)
+
+    def waiting(self, index: int) -> str:
+        h = drive(self.flow, self.input, self.events_to(index), **self.start_args)
+        waits = waiting_for(h.state)
+        parts = [f"signal {s.signal!r} ({s.key})" for s in waits.signals]
+        parts += [f"work {w.key}" for w in waits.work]
+        parts += [f"question {q.key}" for q in waits.questions]
+        return ", ".join(parts) or "nothing"
+
+    def is_settled(self, index: int) -> bool:
+        return any(isinstance(e, Settled) for e in self.nodes[index].effects)
+
+
+def _snapshot(state: State) -> bytes:
+    """``canonical_snapshot``: the state as it decides, however its report was built."""
+    return canonical_snapshot(state)
+
+
+def _digest(state: State, residue: _Residue) -> tuple[bytes, bytes]:
+    """(``_snapshot``, the digest that identifies the state and the world's residue)."""
+    data = _snapshot(state)
+    h = hashlib.blake2b(data, digest_size=16)
+    h.update(residue.digest_bytes())
+    return data, h.digest()
+
+
+def explore(
+    flow: Flow | str | bytes | Mapping[str, Any],
+    input: Any = None,
+    world: World | None = None,
+    *,
+    invariants: Iterable[Invariant] = (),
+    max_depth: int = 40,
+    max_states: int = 200_000,
+    max_events: int | None = None,
+    settles_within: int | None = None,
+    reduce: bool = True,
+    dedup: bool = True,
+    determinism: bool = True,
+    max_violations: int = 1,
+    progress: Callable[[Progress], None] | None = None,
+    progress_every: int = 1000,
+    run_id: str = "r",
+    now_ms: int = 0,
+    budget: Budget | BudgetRemaining | None = None,
+    depth: int = 0,
+    metadata: Mapping[str, Any] | None = None,
+) -> Exploration:
+    """Explore every ordering of what ``world`` may report to a run of ``flow``.
+
+    Breadth-first over distinct states, up to ``max_depth`` events per path,
+    ``max_states`` distinct states and ``max_events`` transitions in all.
+    Checks the built-in invariants (``BUILT_IN``) and each of ``invariants``
+    (callables taking a ``Point``, returning None or True when it holds,
+    False or a message when it does not, or raising ``AssertionError``) at
+    every transition; with ``settles_within``, also that every path settles
+    within that many events (``max_depth`` is raised to reach it) and that no
+    state is a dead end. Stops after ``max_violations`` violations (the
+    shortest path to each invariant broken). ``reduce``: partial-order
+    reduction; ``dedup``: identify equal states (both on by default; off for
+    comparison); ``determinism``: re-apply every event to the state decoded
+    from its snapshot (about doubles the cost). ``run_id``, ``now_ms``,
+    ``budget``, ``depth`` and ``metadata`` go to ``start``.
+    """
+    f = as_flow(flow)
+    if settles_within is not None:
+        if settles_within < 1:
+            raise ValueError(f"settles_within must be at least 1, got {settles_within}")
+        max_depth = max(max_depth, settles_within)
+    if max_depth < 0:
+        raise ValueError(f"max_depth must be at least 0, got {max_depth}")
+    if max_states < 1:
+        raise ValueError(f"max_states must be at least 1, got {max_states}")
+    if max_violations < 1:
+        raise ValueError(f"max_violations must be at least 1, got {max_violations}")
+    start_args: dict[str, Any] = {"run_id": run_id, "now_ms": now_ms, "depth": depth}
+    if budget is not None:
+        start_args["budget"] = budget
+    if metadata is not None:
+        start_args["metadata"] = dict(metadata)
+    explorer = _Explorer(
+        f,
+        input,
+        world if world is not None else World(),
+        start_args,
+        tuple(invariants),
+        max_depth=max_depth,
+        max_states=max_states,
+        max_events=max_events,
+        settles_within=settles_within,
+        reduce=reduce,
+        dedup=dedup,
+        determinism=determinism,
+        max_violations=max_violations,
+        progress=progress,
+        progress_every=progress_every,
+    )
+    return explorer.run()
