@@ -38,14 +38,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .expr import TemplateError, find_expressions, reads
-from .spec import (
-    _IDENT,
-    _KINDS,
-    _did_you_mean,
-    _own_strings,
-    _step_lists,
-    _strings,
-)
+from .hooks import _did_you_mean, _strings
+from .model import _IDENT, _KINDS
+from .walk import _own_strings, _step_lists
 
 __all__ = ["check_reads"]
 

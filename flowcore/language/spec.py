@@ -103,10 +103,11 @@ from .model import Name as Name
 from .model import OnExhausted as OnExhausted
 from .positions import Positions, _Loader, _locate, _positions
 from .positions import _format_path as _format_path
-from .refs import _all_steps, _cross_check
-from .refs import _own_strings as _own_strings
-from .refs import _step_lists as _step_lists
+from .refs import _cross_check
 from .schedules import Schedule, check_schedule
+from .walk import _all_steps
+from .walk import _own_strings as _own_strings
+from .walk import _step_lists as _step_lists
 
 __all__ = [
     "AgentDecl",
