@@ -22,11 +22,8 @@ NOT_YET = frozenset(
         "decision/interp.py",
         "log/records.py",
         "log/replay.py",
-        "log/trajectory.py",
         "explore/search.py",
         "testkit/simulator.py",
-        "language/diagram.py",
-        "language/schedules.py",
     }
 )
 
