@@ -91,6 +91,8 @@ from ..decision.wire import (
     event_to_wire,
 )
 from ..language.spec import Flow
+from .formats import TOO_DEEP
+from .record_types import why
 from .records import (
     EFFECT_EMITTED,
     EFFECT_REDISPATCHED,
@@ -99,7 +101,6 @@ from .records import (
     RUN_SETTLED,
     RUN_STARTED,
     SCHEDULED_CHANGED,
-    TOO_DEEP,
     EffectRedispatchedData,
     LogCorrupt,
     LogFormat,
@@ -114,7 +115,6 @@ from .records import (
     carried_to_wire,
     scheduled_changed_data,
     settled_record_data,
-    why,
 )
 from .report import (
     ForkedFrom,
