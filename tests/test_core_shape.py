@@ -20,7 +20,6 @@ NOT_YET = frozenset(
     {
         "decision/state.py",
         "decision/interp.py",
-        "log/replay.py",
         "explore/search.py",
         "testkit/simulator.py",
     }

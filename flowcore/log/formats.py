@@ -14,14 +14,7 @@ from typing import TypeVar
 
 import msgspec
 
-from .record_types import (
-    LogCorrupt,
-    LogFormat,
-    LogRead,
-    RawRecord,
-    Record,
-    why,
-)
+from .record_types import LogCorrupt, LogFormat, LogRead, RawRecord, Record, why
 from .report import TornTail
 
 # What decoding a record can raise besides DecodeError/ValidationError: msgspec
