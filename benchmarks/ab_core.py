@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_replay  # type: ignore[import-not-found]
@@ -46,8 +45,7 @@ def setup(pkg: ModuleType, flow_name: str, n: int) -> dict[str, Callable[[], obj
     bench_replay.Recorder = pkg.Recorder
     flow, inp = bench_replay.FLOWS[flow_name](n)
     records, events = bench_replay.record_run(flow, inp)
-    log: Any = importlib.import_module(pkg.__name__ + "._log")
-    data = {fmt: log.encode_records(records, fmt) for fmt in ("json", "msgpack")}
+    data = {fmt: pkg.encode_records(records, fmt) for fmt in ("json", "msgpack")}
 
     def drive() -> None:
         state = pkg.start(flow, inp, run_id="r-bench", now_ms=0).state

@@ -70,7 +70,8 @@ from typing import Any
 import flowcore
 from flowcore import CallTool, EffectSucceeded, Event, Flow, Record, Recorder
 from flowcore.log.records import EFFECT_EMITTED, EVENT_REPORTED, LogFormat, RawReader, read_raw_log
-from flowcore.log.replay import _CODECS, replay
+from flowcore.log.replay import replay
+from flowcore.log.replay_state import _CODECS
 
 
 def sequential_flow(n: int) -> Flow:

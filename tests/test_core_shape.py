@@ -20,13 +20,6 @@ NOT_YET = frozenset(
     {
         "decision/state.py",
         "decision/interp.py",
-        "log/records.py",
-        "log/replay.py",
-        "log/trajectory.py",
-        "explore/search.py",
-        "testkit/simulator.py",
-        "language/diagram.py",
-        "language/schedules.py",
     }
 )
 

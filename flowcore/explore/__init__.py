@@ -1,5 +1,8 @@
 """Exploration, for ``flowcore check``: ``search`` (every ordering of what a
-world may report, breadth-first over distinct states), ``world`` (what a
-world may do), ``reduction`` (when partial-order reduction may answer one
-piece of work first) and ``result`` (``Exploration``, ``Violation``).
+world may report, breadth-first over distinct states), ``graph`` (what the
+search walks: states, moves, transitions, and the ``Point`` invariants see),
+``invariants`` (the built-in invariants, the caller's, and liveness),
+``world`` (what a world may do), ``reduction`` (when partial-order reduction
+may answer one piece of work first) and ``result`` (``Exploration``,
+``Violation``).
 """

@@ -33,48 +33,52 @@ A violation comes back as the shortest event sequence that reaches it
 (breadth-first), which ``drive`` replays, as a log that ``flowcore replay``
 replays, and as a readable trajectory.
 
+This module holds the search; ``graph`` what it walks (states, moves,
+transitions, ``Point``) and ``invariants`` what it checks (the built-in
+invariants, the caller's, liveness).
+
 This module must never do I/O.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
-import attrs
 import immutables
-import msgspec
 
 from .._errors import EventRejected
 from ..decision.interp import advance, continue_run, start
-from ..decision.keys import INCARNATION, KeyRole, incarnation_base, parse_key
-from ..decision.state import PendingKind, State, canonical_snapshot, decode_state
+from ..decision.keys import parse_key
+from ..decision.state import PendingKind, State, decode_state
 from ..decision.transitions import TIMERS
-from ..decision.waiting import Waits, waiting_for
 from ..decision.wire import (
     BudgetRemaining,
-    CallTool,
     CancelRequested,
     ContinueAsNew,
     Effect,
-    EffectOutcomeUnknown,
     Event,
     HumanAnswered,
-    RunAgent,
-    RunSubflow,
-    RunTeam,
     Settled,
     SignalReceived,
-    SignalRun,
     Sleep,
     TimerFired,
     encode_effect,
 )
 from ..language.spec import Budget, Flow
-from ..testkit.checks import same_but_budget
-from ..testkit.simulator import as_flow, drive
+from ..testkit.simulator import as_flow
+from .graph import (
+    Point,
+    _digest,
+    _Move,
+    _Node,
+    _Residue,
+    _Result,
+    _snapshot,
+    _Transition,
+)
+from .invariants import Invariant, _Broken, _Checks, _name
 from .reduction import Reducible
 from .result import Exploration, Progress, Stop, Violation
 from .world import World, describe_effect, describe_event, hangs, response_event
@@ -102,149 +106,15 @@ BUILT_IN = (
 _WORK_KINDS = frozenset(
     {PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CHILD, PendingKind.CANCELLING}
 )
-_WORK_EFFECTS = (CallTool, RunAgent, RunTeam, RunSubflow, SignalRun)
 _NO_KEYS: immutables.Map[str, Effect] = immutables.Map()
-
-
-# --- points, violations, the result ---------------------------------------------------------
-
-
-class _Node:
-    """One distinct state: how it was first reached, and what the world may still do."""
-
-    __slots__ = ("depth", "effects", "event", "keys", "parent", "residue", "state")
-
-    def __init__(
-        self,
-        parent: int,
-        event: Event | None,
-        effects: tuple[Effect, ...],
-        depth: int,
-        state: State | None,
-        residue: _Residue,
-        keys: immutables.Map[str, Effect],
-    ) -> None:
-        self.parent = parent
-        self.event = event
-        self.effects = effects
-        self.depth = depth
-        self.state = state
-        self.residue = residue
-        self.keys = keys
-
-
-@attrs.frozen
-class _Residue:
-    """What the world may still do, beside the run's state: the signals not sent
-    yet (a bit each), whether the cancel came, when pending work was emitted."""
-
-    signals: int = 0
-    cancelled: bool = False
-    emitted: tuple[tuple[str, int], ...] = ()
-
-    def digest_bytes(self) -> bytes:
-        return msgspec.msgpack.encode((self.signals, self.cancelled, self.emitted))
-
-
-class Point:
-    """What an invariant looks at: one transition of the run and where it led.
-
-    ``state`` after it, ``before`` (None at the start), the ``event`` (None at
-    the start) and the ``effects`` it emitted; ``waits`` is
-    ``waiting_for(state)``; ``settled`` the ``settled`` effect once the run
-    settled; ``depth`` the number of events since the start. ``path()`` gives
-    every event since the start and ``emitted()`` every effect (both walk back
-    the path: call them where needed).
-    """
-
-    __slots__ = ("_explorer", "_parent", "_waits", "before", "depth", "effects", "event", "state")
-
-    def __init__(
-        self,
-        explorer: _Explorer,
-        parent: int,
-        before: State | None,
-        event: Event | None,
-        effects: tuple[Effect, ...],
-        state: State,
-        depth: int,
-    ) -> None:
-        self._explorer = explorer
-        self._parent = parent
-        self._waits: Waits | None = None
-        self.before = before
-        self.event = event
-        self.effects = effects
-        self.state = state
-        self.depth = depth
-
-    @property
-    def waits(self) -> Waits:
-        if self._waits is None:
-            self._waits = waiting_for(self.state)
-        return self._waits
-
-    @property
-    def settled(self) -> Settled | None:
-        return self.state.settled
-
-    def path(self) -> tuple[Event, ...]:
-        events = self._explorer.events_to(self._parent)
-        return (*events, self.event) if self.event is not None else events
-
-    def emitted(self) -> tuple[Effect, ...]:
-        out = self._explorer.effects_to(self._parent)
-        return (*out, *self.effects)
 
 
 # --- the explorer ---------------------------------------------------------------------------
 
 
-class _Broken(Exception):
-    """A built-in invariant does not hold (internal)."""
+class _Explorer(_Checks):
+    """One exploration: the search over the graph of distinct states."""
 
-    def __init__(self, invariant: str, message: str) -> None:
-        super().__init__(message)
-        self.invariant = invariant
-        self.message = message
-
-
-Invariant: TypeAlias = Callable[[Point], Any]
-
-
-def _name(inv: Invariant) -> str:
-    return str(getattr(inv, "name", None) or getattr(inv, "__name__", None) or repr(inv))
-
-
-class _Move(msgspec.Struct, frozen=True):
-    """One thing the world may do now: ``event``; ``group`` is the key of the
-    work it answers ("" for anything else); ``signal`` the world's signal it
-    sends (-1 for none)."""
-
-    group: str
-    event: Event
-    signal: int = -1
-
-
-_Result: TypeAlias = "tuple[State, tuple[Effect, ...], int] | str | None"
-
-
-class _Transition(msgspec.Struct, frozen=True):
-    """One transition as the checks see it: the state ``before`` (None at the
-    start) and its snapshot, the ``event``, the ``state`` reached and its
-    snapshot, the ``effects`` and how many of them the event itself emitted
-    (``mine``; the rest start the next incarnation)."""
-
-    before: State | None
-    before_data: bytes | None
-    event: Event | None
-    state: State
-    effects: tuple[Effect, ...]
-    mine: int
-    data: bytes
-
-
-class _Explorer:
     def __init__(
         self,
         flow: Flow,
@@ -295,34 +165,6 @@ class _Explorer:
         self.reducible = Reducible(flow) if reduce else None
         if self.reducible is not None and world.may_report_steps():
             self.reducible.why_not = "the world reports steps"
-
-    # --- paths --------------------------------------------------------------------------
-
-    def chain(self, index: int) -> list[_Node]:
-        out = []
-        while index >= 0:
-            node = self.nodes[index]
-            out.append(node)
-            index = node.parent
-        out.reverse()
-        return out
-
-    def events_to(self, index: int) -> tuple[Event, ...]:
-        return tuple(n.event for n in self.chain(index) if n.event is not None)
-
-    def effects_to(self, index: int) -> tuple[Effect, ...]:
-        return tuple(e for n in self.chain(index) for e in n.effects)
-
-    def violation(self, invariant: str, message: str, events: tuple[Event, ...]) -> None:
-        if invariant in self.broken:
-            return  # the shortest path to each is enough
-        self.broken.add(invariant)
-        self.violations.append(
-            Violation(invariant, message, events, self.flow, self.input, self.start_args)
-        )
-
-    def done(self) -> bool:
-        return len(self.violations) >= self.max_violations
 
     # --- transitions --------------------------------------------------------------------
 
@@ -501,134 +343,6 @@ class _Explorer:
             )
         if _snapshot(state2) != data:
             raise _Broken("determinism", "the state differs when resumed from the snapshot")
-
-    def check_keys(
-        self,
-        event: Event | None,
-        effects: tuple[Effect, ...],
-        mine: int,
-        state: State,
-        keys: immutables.Map[str, Effect],
-    ) -> immutables.Map[str, Effect]:
-        """Keys carry the run id and are never emitted twice, but for a safe call
-        re-issued after its unknown outcome and the delay timer of a scheduled
-        call a new incarnation arms again (as ``check_keys``)."""
-        prefix = state.run_id + "/"
-        for i, effect in enumerate(effects):
-            if isinstance(effect, Settled):
-                continue
-            key = effect.idempotency_key
-            if not key.startswith(prefix):
-                raise _Broken("unique-keys", f"key {key!r} does not start with {prefix!r}")
-            first = keys.get(key)
-            if first is not None:
-                reissue = (
-                    i < mine
-                    and isinstance(event, EffectOutcomeUnknown)
-                    and event.idempotency_key == key
-                    and isinstance(effect, CallTool | RunSubflow | SignalRun)
-                    and same_but_budget(effect, first)
-                ) or (
-                    i >= mine  # the first decision of a new incarnation
-                    and isinstance(effect, Sleep)
-                    and effect == first
-                    and parse_key(key, state.run_id).role is KeyRole.SCHEDULE_DELAY
-                )
-                if not reissue:
-                    raise _Broken(
-                        "unique-keys",
-                        f"key {key!r} emitted again as {describe_effect(effect)}; first "
-                        f"as {describe_effect(first)}",
-                    )
-            keys = keys.set(key, effect)
-        return keys
-
-    def check_report(self, state: State, keys: immutables.Map[str, Effect]) -> None:
-        """At settlement nothing is pending and every work effect of the
-        incarnation is in the report."""
-        settled = state.settled
-        assert settled is not None
-        waiting = state.waiting
-        if waiting.pending or waiting.in_flight:
-            raise _Broken(
-                "settlement",
-                f"settled with {len(waiting.pending)} keys pending and "
-                f"{waiting.in_flight} in flight",
-            )
-        report = {r.idempotency_key for r in settled.report}
-        incarnation = state.tree.incarnation
-        base = incarnation_base(state.run_id, incarnation) + "/"
-        later = f"{state.run_id}/{INCARNATION}"
-        for key, effect in keys.items():
-            if not isinstance(effect, _WORK_EFFECTS) or not key.startswith(base):
-                continue
-            if incarnation == 1 and key.startswith(later):
-                continue
-            if key not in report:
-                raise _Broken(
-                    "settlement", f"work {key} ({describe_effect(effect)}) is not in the report"
-                )
-
-    def check_budget(self, before: State | None, effects: tuple[Effect, ...], state: State) -> None:
-        """Never negative, never above the limits unless the run settles
-        budget-exhausted; no work at or after the wall-clock deadline."""
-        led = state.ledger
-        if led.used_steps < 0 or led.used_cost < 0:
-            raise _Broken("budget", f"negative usage: {led}")
-        same = before is not None and before.tree.incarnation == state.tree.incarnation
-        if same:
-            assert before is not None
-            old = before.ledger
-            if (old.steps, old.cost, old.wall_clock_ms) != (led.steps, led.cost, led.wall_clock_ms):
-                raise _Broken("budget", f"the budget's limits changed from {old} to {led}")
-        wall = led.wall_clock_ms
-        deadline = None if wall is None else state.run.started_ms + wall
-        for effect in effects:
-            if not isinstance(effect, _WORK_EFFECTS):
-                continue
-            if same and deadline is not None and state.now_ms >= deadline:
-                raise _Broken(
-                    "budget",
-                    f"{describe_effect(effect)} emitted at {state.now_ms}, at or after the "
-                    f"wall-clock deadline {deadline}",
-                )
-            if isinstance(effect, RunAgent | RunSubflow):
-                br = effect.budget_remaining
-                for name, value, limit in (
-                    ("steps", br.steps, led.steps),
-                    ("cost", br.cost_minor_units, led.cost),
-                ):
-                    if value is not None and value < 0:
-                        raise _Broken("budget", f"negative budgetRemaining {name} in {effect}")
-                    if value is not None and limit is not None and value > limit:
-                        raise _Broken(
-                            "budget", f"budgetRemaining {name} {value} above the limit {limit}"
-                        )
-        settled = state.settled
-        if settled is not None and settled.status == "budget-exhausted":
-            return
-        if led.steps is not None and led.used_steps > led.steps:
-            raise _Broken("budget", f"{led.used_steps} steps used of {led.steps}")
-        if led.cost is not None and led.used_cost > led.cost:
-            raise _Broken("budget", f"cost {led.used_cost} used of {led.cost}")
-
-    def check_user(self, point: Point) -> tuple[str, str] | None:
-        for inv in self.invariants:
-            name = _name(inv)
-            if name in self.broken:
-                continue
-            try:
-                verdict = inv(point)
-            except AssertionError as exc:
-                return name, str(exc) or f"{name} does not hold"
-            except Exception as exc:  # the predicate itself failed: said as a violation
-                return name, f"the invariant raised {type(exc).__name__}: {exc}"
-            if verdict is False:
-                doc = (getattr(inv, "__doc__", None) or "").strip().splitlines()
-                return name, doc[0] if doc else f"{name} does not hold"
-            if isinstance(verdict, str) and verdict:
-                return name, verdict
-        return None
 
     def checked(
         self, parent: int, tr: _Transition, keys: immutables.Map[str, Effect], depth: int
@@ -906,88 +620,6 @@ class _Explorer:
                 if one != two:
                     return False
         return True
-
-    # --- liveness -----------------------------------------------------------------------
-
-    def liveness(self) -> int:
-        """The longest path (in events) of the explored graph. Reports a path of
-        ``settles_within`` events that does not settle the run, a dead end, or a
-        cycle."""
-        assert self.edges is not None and self.settles_within is not None
-        n = len(self.nodes)
-        children: list[list[tuple[int, Event]]] = [[] for _ in range(n)]
-        indegree = [0] * n
-        for a, b, event in self.edges:
-            children[a].append((b, event))
-            indegree[b] += 1
-        longest = [0] * n
-        via: list[tuple[int, Event] | None] = [None] * n
-        order = [i for i in range(n) if indegree[i] == 0]
-        head = 0
-        while head < len(order):
-            a = order[head]
-            head += 1
-            for b, event in children[a]:
-                if longest[a] + 1 > longest[b]:
-                    longest[b] = longest[a] + 1
-                    via[b] = (a, event)
-                indegree[b] -= 1
-                if indegree[b] == 0:
-                    order.append(b)
-        if head < n:
-            stuck = next(i for i in range(n) if indegree[i] > 0)
-            self.violation(
-                "settles-within",
-                "the run can go round a cycle of states for ever",
-                self.events_to(stuck),
-            )
-        if self.dead:
-            i = self.dead[0]
-            self.violation(
-                "dead-end",
-                f"nothing the world may do moves the run on: it waits for {self.waiting(i)}",
-                self.events_to(i),
-            )
-        limit = self.settles_within
-        for i in order:
-            if longest[i] >= limit and not self.is_settled(i):
-                events: list[Event] = []
-                at = i
-                while (step := via[at]) is not None:
-                    events.append(step[1])
-                    at = step[0]
-                events.reverse()
-                self.violation(
-                    "settles-within",
-                    f"a path of {limit} events does not settle the run",
-                    tuple(events[:limit]),
-                )
-                break
-        return max(longest, default=0)
-
-    def waiting(self, index: int) -> str:
-        h = drive(self.flow, self.input, self.events_to(index), **self.start_args)
-        waits = waiting_for(h.state)
-        parts = [f"signal {s.signal!r} ({s.key})" for s in waits.signals]
-        parts += [f"work {w.key}" for w in waits.work]
-        parts += [f"question {q.key}" for q in waits.questions]
-        return ", ".join(parts) or "nothing"
-
-    def is_settled(self, index: int) -> bool:
-        return any(isinstance(e, Settled) for e in self.nodes[index].effects)
-
-
-def _snapshot(state: State) -> bytes:
-    """``canonical_snapshot``: the state as it decides, however its report was built."""
-    return canonical_snapshot(state)
-
-
-def _digest(state: State, residue: _Residue) -> tuple[bytes, bytes]:
-    """(``_snapshot``, the digest that identifies the state and the world's residue)."""
-    data = _snapshot(state)
-    h = hashlib.blake2b(data, digest_size=16)
-    h.update(residue.digest_bytes())
-    return data, h.digest()
 
 
 def explore(

@@ -156,13 +156,23 @@ class _Builder:
 
     def step(self, step: Step) -> list[_Exit]:
         nid = node_id(step)
-        body = step.body
         notes = []
         if step.retry is not None:
             notes.append(f"retry x{step.retry.max_attempts}")
         if step.timeout_ms is not None:
             notes.append(f"timeout {_ms(step.timeout_ms)}")
         extra = [" · ".join(notes)] if notes else []
+        exits = self.leaf(step, nid, extra)
+        if exits is None:
+            exits = self.holder(step, nid, extra)
+        if step.compensate:
+            self.seq(step.compensate, [_Exit(nid, "compensate", DOTTED)])
+        return exits
+
+    def leaf(self, step: Step, nid: str, extra: list[str]) -> list[_Exit] | None:
+        """The node of a step that holds no steps, and where it goes on; None for
+        a step that holds steps."""
+        body = step.body
         exits: list[_Exit]
         if isinstance(body, CallToolStep):
             decl = self.flow.tools.get(body.tool)
@@ -251,7 +261,15 @@ class _Builder:
             self.g.node(nid, [step.id, "continue_as_new", *extra], "box")
             self.again.append(_Exit(nid, "new incarnation", DASHED))
             exits = []
-        elif isinstance(body, SwitchStep):
+        else:
+            return None
+        return exits
+
+    def holder(self, step: Step, nid: str, extra: list[str]) -> list[_Exit]:
+        """The nodes of a step that holds steps, and where it goes on."""
+        body = step.body
+        exits: list[_Exit]
+        if isinstance(body, SwitchStep):
             self.g.node(nid, [step.id, "switch", *extra], "diamond")
             exits = []
             has_else = False
@@ -306,8 +324,6 @@ class _Builder:
                 exits += self.seq(clause.steps, [_Exit(nid, label, DASHED)])
         else:  # pragma: no cover - the union is closed
             raise AssertionError(f"unknown step kind {step.kind}")
-        if step.compensate:
-            self.seq(step.compensate, [_Exit(nid, "compensate", DOTTED)])
         return exits
 
 

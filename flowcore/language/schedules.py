@@ -202,6 +202,56 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _check_cron(
+    raw: Mapping[Any, Any], problems: list[tuple[tuple[str, ...], str]]
+) -> tuple[str | None, str | None]:
+    """A definition's ``cron`` and ``timezone``, each None when absent or bad (its
+    problem added to ``problems``)."""
+    cron = raw.get("cron")
+    zone = raw.get("timezone")
+    if zone is not None:
+        if not isinstance(zone, str):
+            problems.append((("timezone",), f"expected an IANA time zone name, got {_show(zone)}"))
+            zone = None
+        else:
+            try:
+                check_zone(zone)
+            except DurationError as exc:
+                problems.append((("timezone",), str(exc)))
+                zone = None
+            if cron is None:
+                problems.append((("timezone",), "'timezone' applies to 'cron', and there is none"))
+    if cron is not None:
+        if not isinstance(cron, str):
+            problems.append((("cron",), f"expected a 5-field cron string, got {_show(cron)}"))
+            cron = None
+        else:
+            try:
+                check_cron(cron, zone)
+            except ValueError as exc:
+                problems.append((("cron",), str(exc)))
+                cron = None
+    return cron, zone
+
+
+def _check_input(raw: Mapping[Any, Any], problems: list[tuple[tuple[str, ...], str]]) -> Template:
+    """A definition's ``input`` compiled (an empty template when absent or bad, its
+    problem added to ``problems``)."""
+    template = compile_template(None)
+    if "input" in raw:
+        try:
+            check_data(raw["input"], "$", "input")
+            template = compile_template(raw["input"])
+        except (DataError, TemplateError) as exc:
+            problems.append((("input",), str(exc)))
+        else:
+            if template.refs or template.wholesale:
+                problems.append(
+                    (("input",), "a schedule's input can read only 'schedule' (at, at_ms, name)")
+                )
+    return template
+
+
 def check_schedule(
     name: Any, raw: Any, flow_id: str
 ) -> tuple[Schedule | None, list[tuple[tuple[str, ...], str]]]:
@@ -240,30 +290,7 @@ def check_schedule(
             problems.append(((key,), str(exc)))
             return default
 
-    cron = raw.get("cron")
-    zone = raw.get("timezone")
-    if zone is not None:
-        if not isinstance(zone, str):
-            problems.append((("timezone",), f"expected an IANA time zone name, got {_show(zone)}"))
-            zone = None
-        else:
-            try:
-                check_zone(zone)
-            except DurationError as exc:
-                problems.append((("timezone",), str(exc)))
-                zone = None
-            if cron is None:
-                problems.append((("timezone",), "'timezone' applies to 'cron', and there is none"))
-    if cron is not None:
-        if not isinstance(cron, str):
-            problems.append((("cron",), f"expected a 5-field cron string, got {_show(cron)}"))
-            cron = None
-        else:
-            try:
-                check_cron(cron, zone)
-            except ValueError as exc:
-                problems.append((("cron",), str(exc)))
-                cron = None
+    cron, zone = _check_cron(raw, problems)
     every = duration("every", None, False)
     offset = duration("offset", 0, True) or 0
     if "offset" in raw and "every" not in raw:
@@ -299,18 +326,7 @@ def check_schedule(
     ):
         problems.append((("limit",), f"expected a number of runs from 0 to {MAX_LIMIT:,}"))
         limit = None
-    template = compile_template(None)
-    if "input" in raw:
-        try:
-            check_data(raw["input"], "$", "input")
-            template = compile_template(raw["input"])
-        except (DataError, TemplateError) as exc:
-            problems.append((("input",), str(exc)))
-        else:
-            if template.refs or template.wholesale:
-                problems.append(
-                    (("input",), "a schedule's input can read only 'schedule' (at, at_ms, name)")
-                )
+    template = _check_input(raw, problems)
     if problems:
         return None, problems
     assert isinstance(name, str) and window is not None

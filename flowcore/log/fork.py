@@ -68,6 +68,7 @@ from ..decision.wire import (
     event_from_wire,
 )
 from ..language.spec import Flow
+from .formats import as_records
 from .records import (
     EFFECT_EMITTED,
     EFFECT_REDISPATCHED,
@@ -79,7 +80,6 @@ from .records import (
     Record,
     Recorder,
     RunStartedData,
-    as_records,
     budget_from_wire,
 )
 from .replay import replay

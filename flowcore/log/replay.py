@@ -70,18 +70,17 @@ This module must never do I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from itertools import chain
 from typing import Any
 
 import msgspec
 
-from .._data import MAX_DEPTH, DataError, check_data, format_path, problems, short
-from .._errors import EventRejected, InputError, MetadataError, ReplayDivergence
-from ..decision.interp import SEMANTICS, Batch, advance, start
-from ..decision.state import PendingKind, decode_state
+from .._data import DataError, check_data, short
+from .._errors import EventRejected, ReplayDivergence
+from ..decision.interp import advance
+from ..decision.state import PendingKind
 from ..decision.wire import (
-    ContinueAsNew,
     Effect,
     Event,
     SignalReceived,
@@ -91,6 +90,8 @@ from ..decision.wire import (
     event_to_wire,
 )
 from ..language.spec import Flow
+from .formats import TOO_DEEP
+from .record_types import why
 from .records import (
     EFFECT_EMITTED,
     EFFECT_REDISPATCHED,
@@ -99,76 +100,40 @@ from .records import (
     RUN_SETTLED,
     RUN_STARTED,
     SCHEDULED_CHANGED,
-    TOO_DEEP,
-    EffectRedispatchedData,
     LogCorrupt,
     LogFormat,
     LogRead,
     RawReader,
     RawRecord,
     Record,
-    TornTail,
     UnknownRecordType,
-    budget_from_wire,
-    budget_to_wire,
-    carried_to_wire,
     scheduled_changed_data,
     settled_record_data,
-    why,
+)
+from .replay_start import _Starting
+from .replay_state import (
+    _CODECS,
+    _as_raw,
+    _at_byte,
+    _diverged,
+    _Stop,
+    _without_nulls,
 )
 from .report import (
-    ForkedFrom,
     ReplayError,
     ReplayReport,
     TrajectoryEntry,
     _Rejected,
-    _Started,
 )
-from .trajectory import Trajectory
 
 __all__ = ["ReplayError", "ReplayReport", "TrajectoryEntry", "replay"]
 
 
-class _Codec:
-    """Decoders and the encoder for one byte format of record data."""
-
-    def __init__(self, format: LogFormat) -> None:
-        mod: Any = msgspec.json if format == "json" else msgspec.msgpack
-        self.encode = mod.Encoder().encode
-        self.event = mod.Decoder(Event).decode
-        self.effect = mod.Decoder(Effect).decode
-        self.started = mod.Decoder(_Started).decode
-        self.rejected = mod.Decoder(_Rejected).decode
-        self.redispatched = mod.Decoder(EffectRedispatchedData).decode
-        self.any = mod.Decoder().decode
-        # Whether the reader left bytes of a record's data unread: typed
-        # decoders skip unknown fields without reading them, and the NDJSON
-        # reader checks every byte as UTF-8, the MessagePack reader only the
-        # envelope. For MessagePack, replay then reads in full any data it
-        # did not decode completely and that is not exactly as flowcore
-        # encodes it.
-        self.unread = format == "msgpack"
-
-
-_CODECS = {"json": _Codec("json"), "msgpack": _Codec("msgpack")}
-_json_encode = msgspec.json.Encoder().encode
 _NO_USAGE = Usage()
 _WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow", "signal-run"})
 _REDISPATCHABLE = frozenset({"call-tool", "run-agent", "run-team"})
 _WORK_KINDS = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL, PendingKind.CANCELLING})
 _NO_LIMIT = float("inf")
-# flowcore data nests at most MAX_DEPTH levels; a record wraps it in a few more
-# (a settled effect: report, entry, output). Anything deeper is no flowcore
-# record, and deep enough to break whatever recurses over it (a CLI printing it).
-_MAX_RECORD_DEPTH = MAX_DEPTH + 8
-_MAX_COUNT = 2**63 - 1  # indexes, times, depths and budgets are signed 64-bit counts
-
-
-class _Stop(Exception):
-    """Internal: the first divergence was found."""
-
-    def __init__(self, divergence: ReplayDivergence) -> None:
-        self.divergence = divergence
 
 
 def replay(
@@ -223,104 +188,8 @@ def _no_offset(position: int) -> int | None:
     return None
 
 
-def _as_raw(records: Iterable[Record]) -> Iterator[RawRecord]:
-    """Records built in Python, as the ``RawRecord``s bytes would decode to.
-
-    They were never decoded, so nothing checked them: the envelope is checked
-    here as decoding checks it, and data JSON cannot hold (a lone surrogate,
-    an object that is not data) is corruption, not a ``UnicodeEncodeError``.
-    """
-    for record in records:
-        if not isinstance(record, Record):
-            raise LogCorrupt(f"not a log record: {short(record)}")
-        index, at = record.index, record.at
-        if not _is_count(index):
-            raise LogCorrupt(f"a record's index is not an integer >= 0: {short(index)}")
-        if not isinstance(record.type, str) or not isinstance(record.run_id, str):
-            raise LogCorrupt(f"record {index}: type and runId must be strings", index=index)
-        if not _is_count(at):
-            raise LogCorrupt(
-                f"record {index}: at is not an integer from 0 to 2**63-1: {short(at)}",
-                index=index,
-            )
-        try:
-            data = _json_encode(record.data)
-        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-            # UnicodeEncodeError (a lone surrogate) is a ValueError.
-            raise LogCorrupt(
-                f"record {index}: its data cannot be written as JSON: {why(exc)}", index=index
-            ) from None
-        yield RawRecord(record.type, index, record.run_id, at, msgspec.Raw(data))
-
-
-def _is_count(value: object) -> bool:
-    return type(value) is int and 0 <= value <= _MAX_COUNT
-
-
-def _diverged(index: int, expected: Any, actual: Any, message: str) -> _Stop:
-    """The first divergence, with a message that quotes only short prefixes.
-
-    ``ReplayDivergence`` itself formats the full ``repr`` of what the log
-    records and what the interpreter derives, and a hostile log can record a
-    value megabytes long; ``expected`` and ``actual`` keep the full values.
-    """
-    divergence = ReplayDivergence(index, expected, actual, message)
-    divergence.args = (
-        f"{message} at index {index}: expected {short(expected, 300)}, got {short(actual, 300)}",
-    )
-    return _Stop(divergence)
-
-
-class _Replayer:
+class _Replayer(_Starting):
     """One replay: the fold over the records and the trajectory it collects."""
-
-    def __init__(
-        self,
-        flow: Flow,
-        codec: _Codec,
-        snapshot: bytes | None,
-        until: int | None,
-        offset: Callable[[int], int | None],
-        allow_unknown_types: bool = False,
-    ) -> None:
-        self.offset = offset
-        self.flow = flow
-        self.codec = codec
-        self.until = until
-        self.allow_unknown_types = allow_unknown_types
-        self.torn: TornTail | None = None
-        self.batch: Batch | None = None  # the run's state, events applied in one batch
-        self.run_id: str | None = None
-        self.version = flow.version
-        self.spec_hash = flow.spec_hash
-        self.forked_from: ForkedFrom | None = None
-        self.trajectory = Trajectory()
-        if snapshot is not None:
-            state = decode_state(snapshot, flow)
-            self.batch = Batch(state)
-            self.run_id = state.run_id
-            self.trajectory.started(state.waiting.pending)
-        self.queue: Sequence[Effect] = ()  # the effects of the decision being matched
-        self.qi = 0  # the next of them the log must record
-        # The scheduled.changed data of the decision being matched, the next
-        # of them the log must record, and whether the log records them at
-        # all (None: no decision changed a scheduled call yet).
-        self.changes: list[dict[str, Any]] = []
-        self.ci = 0
-        self.records_changes: bool | None = None
-        # The decision whose effects are being matched: the index of its
-        # run.started or event.reported record, and its at (start's now_ms or
-        # the event's atMs), which its effects and run.settled must carry.
-        # Unknown (-1, None) in a snapshot tail until its first event.
-        self.decision_index = -1
-        self.decision_at: int | None = None
-        self.first_index = -1
-        self.last_index = -1
-        self.n_records = 0
-        self.n_events = 0
-        self.n_rejected = 0
-        self.n_effects = 0
-        self.cut = False
 
     # --- the fold ------------------------------------------------------------------
 
@@ -331,11 +200,6 @@ class _Replayer:
         except _Stop as stop:
             divergence = stop.divergence
         return self.report(divergence)
-
-    def corrupt(self, what: str, index: int, position: int) -> LogCorrupt:
-        """A ``LogCorrupt`` for the record at ``position`` (``what`` follows "record N")."""
-        offset = self.offset(position)
-        return LogCorrupt(f"record {index}{_at_byte(offset)} {what}", offset, index=index)
 
     def fold(self, source: Iterator[RawRecord], reader: RawReader | None) -> None:
         """Read every record in order: check its envelope, then let its kind's method judge it."""
@@ -456,10 +320,6 @@ class _Replayer:
             )
         self.ci = len(self.changes)
 
-    def set_changes(self, changes: list[dict[str, Any]]) -> None:
-        self.changes = changes
-        self.ci = 0
-
     def on_effect(self, rec: RawRecord, position: int) -> None:
         """``effect.emitted``: the next effect the interpreter derived, byte for byte."""
         index = rec.index
@@ -566,15 +426,6 @@ class _Replayer:
             )
         self.trajectory.redispatched(key, data.recovery)
 
-    def incarnation_of(self, rec: RawRecord) -> int:
-        """The incarnation a ``run.started`` record names (1 if it does not decode:
-        ``on_started`` says what is wrong with it)."""
-        try:
-            n = self.codec.started(rec.data).incarnation
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            return 1
-        return n if isinstance(n, int) else 1
-
     def on_started(self, rec: RawRecord, position: int) -> None:
         """``run.started``: the first record, or the start of the incarnation the
         run's last ``continue-as-new`` effect begins."""
@@ -644,38 +495,6 @@ class _Replayer:
                     " not record, which a new version may add",
                 )
 
-    def check_at(
-        self, rec: RawRecord, position: int, decision_at: int | None, decision_index: int
-    ) -> None:
-        """An effect or ``run.settled`` carries the ``at`` of the decision that produced it."""
-        if decision_at is None or rec.at == decision_at:
-            return  # (a snapshot tail that does not begin with an event: nothing to compare)
-        raise self.corrupt(
-            f"has at {rec.at}, but it belongs to the decision of record {decision_index}, "
-            f"whose at is {decision_at}: a decision's effects and run.settled carry its at",
-            rec.index,
-            position,
-        )
-
-    def event(self, rec: RawRecord, position: int, decode: Callable[[msgspec.Raw], Event]) -> Event:
-        """The event an ``event.reported`` record holds, its ``at`` checked."""
-        try:
-            event = decode(rec.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self.corrupt(f"is not a valid event: {why(exc)}", rec.index, position) from None
-        except RecursionError:
-            raise self.corrupt(f"is not a valid event: {TOO_DEEP}", rec.index, position) from None
-        if rec.at != event.at_ms:
-            raise self.corrupt(
-                f"has at {rec.at}, but its event's atMs is {event.at_ms}: "
-                "an event record's at is its event's atMs",
-                rec.index,
-                position,
-            )
-        if self.codec.unread and self.codec.encode(event) != bytes(rec.data):
-            self.decoded(rec, position)  # unknown fields, other encodings: read every byte
-        return event
-
     def unknown(self, rec: RawRecord, position: int) -> None:
         """A record type this reader does not know: refused, or skipped when allowed."""
         index = rec.index
@@ -703,174 +522,7 @@ class _Replayer:
                 "the interpreter emits an effect the log does not record",
             )
 
-    def recorded(self, rec: RawRecord, position: int) -> Any:
-        """A record's data, decoded: a divergence's ``expected``, a ``run.settled``.
-
-        Bytes that do not decode, and values no record a flowcore host writes
-        holds (not flowcore data, or nested deeper than any record), are
-        corruption.
-        """
-        value = self.decoded(rec, position)
-        problem = _not_record_data(value, _MAX_RECORD_DEPTH)
-        if problem is not None:
-            raise self.corrupt(f"holds {problem}: no flowcore record does", rec.index, position)
-        return value
-
-    def decoded(self, rec: RawRecord, position: int) -> Any:
-        """A record's data decoded in full, every byte read (corruption if one does not decode)."""
-        try:
-            value = self.codec.any(rec.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self.corrupt(
-                f"holds data that does not decode: {why(exc)}", rec.index, position
-            ) from None
-        except RecursionError:
-            raise self.corrupt(f"holds data {TOO_DEEP}", rec.index, position) from None
-        return value
-
-    def same_effect(self, rec: RawRecord, position: int, effect: Effect) -> bool:
-        """Compare as values: another writer may order keys or spell defaults differently."""
-        try:
-            recorded = self.codec.effect(rec.data)
-        except msgspec.ValidationError:
-            return False  # data, but not this effect: a divergence
-        except msgspec.DecodeError as exc:  # bytes that are not JSON / MessagePack at all
-            raise self.corrupt(
-                f"holds data that does not decode: {why(exc)}", rec.index, position
-            ) from None
-        except RecursionError:
-            raise self.corrupt(f"holds data {TOO_DEEP}", rec.index, position) from None
-        if recorded != effect:
-            return False
-        if self.codec.unread:
-            self.decoded(rec, position)  # the same effect, but bytes were left unread
-        return True
-
     # --- records ---------------------------------------------------------------------
-
-    def begin(self, index: int, rec: RawRecord, started: _Started) -> None:
-        flow = self.flow
-        if started.flow_id != flow.id:
-            raise ReplayError(
-                f"the log is a run of flow {short(started.flow_id)}, not {flow.id!r}: "
-                "replay it against its own flow (or a newer version of it)"
-            )
-        self.check_started(index, started)
-        if isinstance(started.semantics, int) and started.semantics > SEMANTICS:
-            raise ReplayError(
-                f"the log was recorded by a newer flowcore (decision level"
-                f" {short(started.semantics)}; this one decides up to {SEMANTICS}):"
-                " replay it with that flowcore or a newer one"
-            )
-        self.version = started.version
-        self.spec_hash = started.spec_hash
-        self.forked_from = started.forked_from
-        budget = budget_from_wire(started.budget)
-        continued = None
-        if started.incarnation != 1:
-            continued = ContinueAsNew(
-                input=started.input,
-                incarnation=started.incarnation,
-                idempotency_key="",
-                signals=started.signals,
-                scheduled=started.scheduled,
-                idle_incarnations=started.idle_incarnations,
-            )
-        try:
-            decision = start(
-                flow,
-                started.input,
-                run_id=rec.run_id,
-                now_ms=rec.at,
-                budget=budget,
-                depth=started.depth,
-                semantics=started.semantics,
-                metadata=started.metadata,
-                continued=continued,
-            )
-        except MetadataError as exc:
-            raise _diverged(
-                index,
-                {"metadata": started.metadata},
-                {"rejected": str(exc)},
-                "the flow does not accept the recorded metadata",
-            ) from None
-        except InputError as exc:
-            raise _diverged(
-                index,
-                {"input": started.input},
-                {"rejected": str(exc)},
-                "the flow does not accept the recorded input",
-            ) from None
-        except ValueError as exc:  # a run id or clock start() refuses
-            raise self.corrupt(f"is not a valid run.started: {why(exc)}", index, 0) from None
-        self.batch = Batch(decision.state)
-        self.queue = decision.effects
-        self.qi = 0
-        state = decision.state
-        self.set_changes(
-            [scheduled_changed_data(sid, state.schedules[sid]) for sid in state.journal.scheduled]
-        )
-        self.trajectory.started(decision.state.waiting.pending)
-
-    def check_continued(
-        self, index: int, rec: RawRecord, position: int, started: _Started, effect: ContinueAsNew
-    ) -> None:
-        """A later incarnation's ``run.started`` begins what the effect says."""
-        if rec.run_id != self.run_id:  # (fold checked it already)
-            raise self.corrupt("belongs to another run", index, position)
-        wire = effect_to_wire(effect)
-        expected: dict[str, Any] = {"input": wire.get("input"), "incarnation": effect.incarnation}
-        expected.update(carried_to_wire(effect))
-        expected["budget"] = _limits(budget_to_wire(effect.budget_remaining))
-        recorded: dict[str, Any] = {
-            "input": started.input,
-            "incarnation": started.incarnation,
-            "budget": _limits(started.budget),
-        }
-        recorded.update(
-            carried_to_wire(
-                ContinueAsNew(
-                    incarnation=started.incarnation,
-                    idempotency_key="",
-                    signals=started.signals,
-                    scheduled=started.scheduled,
-                    idle_incarnations=started.idle_incarnations,
-                )
-            )
-        )
-        if _without_nulls(recorded) != _without_nulls(expected):
-            raise _diverged(
-                index,
-                recorded,
-                expected,
-                "the next incarnation's run.started differs from the continue-as-new effect",
-            )
-
-    def check_started(self, index: int, started: _Started) -> None:
-        """What no flowcore host can record: values outside flowcore data (corruption).
-
-        An input the flow's ``input_schema`` refuses is another matter: a
-        newer version may refuse what the recorded one accepted (§9), so
-        ``start`` refusing it is a divergence at index 0.
-        """
-        problem = None
-        if not -_MAX_COUNT - 1 <= started.version <= _MAX_COUNT:
-            problem = f"version {short(started.version)} is not a 64-bit integer"
-        elif not 0 <= started.depth <= _MAX_COUNT:
-            problem = f"depth {short(started.depth)} is not an integer from 0 to 2**63-1"
-        elif started.budget is not None and not all(
-            v is None or 0 <= v <= _MAX_COUNT for v in started.budget.values()
-        ):
-            problem = f"budget {short(started.budget)} holds a limit outside 0 to 2**63-1"
-        else:
-            try:
-                check_data(started.input, "$.input", "run.started")
-                check_data(started.metadata, "$.metadata", "run.started")
-            except DataError as exc:
-                problem = why(exc)
-        if problem is not None:
-            raise self.corrupt(f"is not a valid run.started: {problem}", index, 0)
 
     def apply(self, index: int, position: int, event: Event) -> None:
         batch = self.batch
@@ -980,31 +632,3 @@ class _Replayer:
             state=state,
             forked_from=self.forked_from,
         )
-
-
-def _at_byte(offset: int | None) -> str:
-    return "" if offset is None else f" (byte {offset})"
-
-
-def _limits(budget: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A budget's limits, unset ones left out (None when none is set)."""
-    if budget is None:
-        return None
-    return {k: v for k, v in budget.items() if v is not None} or None
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    return value
-
-
-def _not_record_data(value: Any, limit: int) -> str | None:
-    """What makes ``value`` something no flowcore record holds, or None.
-
-    flowcore's data rule (``_data.problems``), with nesting allowed to
-    ``limit``. The walk is iterative: the value may be nested deeper than
-    Python's recursion limit lets a recursive walk go.
-    """
-    found = next(problems(value, max_depth=limit), None)
-    return None if found is None else f"{found[1]} (at {format_path(found[0])})"

@@ -14,7 +14,7 @@ This module must never do I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, TypeAlias, assert_never
 
 import immutables
 
@@ -55,6 +55,21 @@ __all__ = ["Trajectory"]
 
 _WORK = frozenset({"call-tool", "run-agent", "run-team", "run-subflow", "signal-run"})
 _NONE: immutables.Map[str, Pending] = immutables.Map()
+_Answer: TypeAlias = (
+    EffectSucceeded
+    | EffectFailed
+    | EffectOutcomeUnknown
+    | HumanAnswered
+    | TimerFired
+    | SubflowSettled
+)
+_Request: TypeAlias = (
+    SignalReceived
+    | CancelRequested
+    | ScheduledCancelRequested
+    | ScheduledRunNowRequested
+    | ScheduledAddRequested
+)
 
 
 class Trajectory:
@@ -238,6 +253,21 @@ class Trajectory:
                 answered.ended_at = at
             return
         match event:
+            case (
+                EffectSucceeded()
+                | EffectFailed()
+                | EffectOutcomeUnknown()
+                | HumanAnswered()
+                | TimerFired()
+                | SubflowSettled()
+            ):
+                self.answered(event, effects, late, at)
+            case _:
+                self.requested(index, event, batch, receiver, at)
+
+    def answered(self, event: _Answer, effects: Sequence[Effect], late: bool, at: int) -> None:
+        """The row of the work, question or timer ``event`` answers, ended as it says."""
+        match event:
             case EffectSucceeded():
                 row = self.row(event.idempotency_key, late)
                 if row is not None:
@@ -274,6 +304,25 @@ class Trajectory:
                 if row is not None:
                     row.status = "fired"
                     row.ended_at = at
+            case SubflowSettled():
+                row = self.row(event.idempotency_key, late)
+                if row is not None:
+                    row.status = "succeeded" if event.status == "completed" else "failed"
+                    row.output = event.output
+                    row.ended_at = at
+                    row.note = _join(row.note, f"child {event.status}")
+                    if event.usage is not None:
+                        row.usage = event.usage
+                        self.count_usage(row, event.usage)
+            case _:
+                assert_never(event)
+
+    def requested(
+        self, index: int, event: _Request, batch: Batch, receiver: str | None, at: int
+    ) -> None:
+        """The row of a signal, a cancel or a request about scheduled calls (and of
+        the wait a signal went to)."""
+        match event:
             case SignalReceived():
                 if receiver is not None:
                     row = self.row(receiver, False)
@@ -292,16 +341,6 @@ class Trajectory:
                         at=at,
                     )
                 )
-            case SubflowSettled():
-                row = self.row(event.idempotency_key, late)
-                if row is not None:
-                    row.status = "succeeded" if event.status == "completed" else "failed"
-                    row.output = event.output
-                    row.ended_at = at
-                    row.note = _join(row.note, f"child {event.status}")
-                    if event.usage is not None:
-                        row.usage = event.usage
-                        self.count_usage(row, event.usage)
             case CancelRequested():
                 self.rows.append(
                     TrajectoryEntry(

@@ -47,7 +47,8 @@ from ..decision.state import State
 from ..decision.wire import effect_to_wire
 from ..language.spec import Flow
 from .fork import ForkError, OpenEffect, _pending
-from .records import EFFECT_EMITTED, RUN_SETTLED, RUN_STARTED, LogRead, Record, as_records
+from .formats import as_records
+from .records import EFFECT_EMITTED, RUN_SETTLED, RUN_STARTED, LogRead, Record
 from .replay import replay
 
 __all__ = ["Upgrade", "UpgradeRefused", "upgrade"]
