@@ -10,12 +10,13 @@ Printed per tree: the distributions installed (``name==version``, pip and
 setuptools left out), their number and the size of the environment's
 site-packages; whether the ``flowcore`` command runs (``flowcore --help``, its exit
 code and first line); the libraries each import loads; then, side by side, the
-median over the repeats of the wall time of ``python -c pass`` (the floor),
-``python -c "import flowcore"`` and ``python -c "import flowcore.testing"``,
-each a fresh process, and the import time ``-X importtime`` reports for the
-statement (the cumulative time of every module imported at the top level that
-the interpreter's own start does not import). An import that fails is shown
-with the last line it printed, not timed.
+median over the repeats of the wall time and the CPU time (user + system:
+what the import costs, whatever else holds the cores) of ``python -c pass``
+(the floor), ``python -c "import flowcore"`` and ``python -c "import
+flowcore.testing"``, each a fresh process, and the import time ``-X
+importtime`` reports for the statement (the cumulative time of every module
+imported at the top level that the interpreter's own start does not import).
+An import that fails is shown with the last line it printed, not timed.
 
 The trees' timings alternate, run by run, so that both see the same load on
 the machine; one untimed run of each first leaves the bytecode cache as an
@@ -63,7 +64,8 @@ class Env:
     site_bytes: int = 0
     command: str = ""
     walls: dict[str, list[float]] = field(default_factory=dict)
-    importtimes: dict[str, list[int]] = field(default_factory=dict)
+    cpus: dict[str, list[float]] = field(default_factory=dict)
+    importtimes: dict[str, list[float]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     loads: dict[str, str] = field(default_factory=dict)  # what each import loads besides
     start_modules: set[str] = field(default_factory=set)  # imported by the interpreter's start
@@ -121,47 +123,53 @@ def top_level_us(stderr: str) -> dict[str, int]:
     return found
 
 
+def timed_run(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, float, float, str]:
+    """Exit code, wall seconds, CPU seconds (user + system, from ``wait4``) and stderr."""
+    with tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = code = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        err.seek(0)
+        return code, wall, usage.ru_utime + usage.ru_stime, err.read()
+
+
 def measure(env: Env, label: str) -> None:
-    """One timed run of the case (wall clock), and one under ``-X importtime``."""
+    """One timed run of the case (wall clock and CPU), and one under ``-X importtime``."""
     code, module = CASES[label]
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    t0 = time.perf_counter()
-    done = run([env.python, "-c", code], env=clean, cwd=env.root)
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        env.failures[label] = lines[-1] if lines else f"exit {done.returncode}"
+    exit_code, wall, cpu, stderr = timed_run([env.python, "-c", code], clean, env.root)
+    if exit_code != 0:
+        lines = stderr.strip().splitlines()
+        env.failures[label] = lines[-1] if lines else f"exit {exit_code}"
         return
     env.walls.setdefault(label, []).append(wall)
+    env.cpus.setdefault(label, []).append(cpu)
     timed = run([env.python, "-X", "importtime", "-c", code], env=clean, cwd=env.root)
     top = top_level_us(timed.stderr)
     if module is None:
         env.start_modules = set(top)
     else:  # what the statement imports: the top-level imports the interpreter's start does not
         us = sum(v for k, v in top.items() if k not in env.start_modules)
-        env.importtimes.setdefault(label, []).append(us)
+        env.importtimes.setdefault(label, []).append(us / 1e6)
 
 
 def table(envs: list[Env]) -> None:
-    width = max(24, *(len(e.tree.name) + 2 for e in envs))
-    print(f"{'median of the runs':<28}" + "".join(f"{e.tree.name:>{width}}" for e in envs))
+    width = max(16, *(len(e.tree.name) + 2 for e in envs))
+    print(f"{'median of the runs, ms':<36}" + "".join(f"{e.tree.name:>{width}}" for e in envs))
     for label, (_, module) in CASES.items():
-        cells = []
-        for e in envs:
-            if label in e.failures:
-                cells.append("fails")
-            else:
-                cells.append(f"{statistics.median(e.walls[label]) * 1000:.0f} ms wall")
-        print(f"{label:<28}" + "".join(f"{c:>{width}}" for c in cells))
-        if module is None:
-            continue
-        cells = [
-            f"{statistics.median(e.importtimes[label]) / 1000:.0f} ms importtime"
-            if e.importtimes.get(label)
-            else "-"
-            for e in envs
-        ]
-        print(f"{'':<28}" + "".join(f"{c:>{width}}" for c in cells))
+        for what in ("wall", "CPU", "importtime"):
+            if what == "importtime" and module is None:
+                continue
+            cells = []
+            for e in envs:
+                figures = {"wall": e.walls, "CPU": e.cpus, "importtime": e.importtimes}[what]
+                if label in e.failures or not figures.get(label):
+                    cells.append("fails" if label in e.failures else "-")
+                else:
+                    cells.append(f"{statistics.median(figures[label]) * 1000:.0f}")
+            print(f"{label + ', ' + what:<36}" + "".join(f"{c:>{width}}" for c in cells))
 
 
 def main() -> None:
@@ -192,6 +200,7 @@ def main() -> None:
             for label in CASES:
                 measure(env, label)
             env.walls.clear()
+            env.cpus.clear()
             env.importtimes.clear()
         for _ in range(args.repeats):
             for label in CASES:
