@@ -31,7 +31,7 @@ from flowcore.testing import (
     simulate,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
 
 HEAD = """
 flow: f

@@ -36,7 +36,7 @@ from flowcore.testing import (
     explore,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "specs" / "examples"
 
 BROKEN_SAGA = """

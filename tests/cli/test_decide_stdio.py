@@ -27,7 +27,7 @@ from jsonschema import Draft202012Validator
 import flowcore
 from flowcore_cli._decide import ERROR_TYPES, STATE_FORMAT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "specs" / "conformance"
 FLOWCORE = Path(sys.executable).parent / "flowcore"
 REPLIES = Draft202012Validator(

@@ -30,8 +30,8 @@ from flowcore.decision.state import RepeatProgress, StepFrame
 from flowcore.language.times import MAX_DURATION_MS, DurationError, next_cron_ms, parse_duration
 from flowcore.log.records import encode_records
 from flowcore.testing import Simulator
+from tests.cli.test_cli import fc
 from tests.harness import Run
-from tests.test_cli import fc
 
 # --- parse_duration ---------------------------------------------------------------------
 

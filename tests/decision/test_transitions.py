@@ -132,8 +132,8 @@ def test_one_flow_waits_for_every_pending_kind() -> None:
     d = flowcore.start(flow, run_id="r")
     kinds = {e.kind for e in d.state.waiting.pending.values()}
     # A backoff and a scheduled call come later, a child waited for after its
-    # step (tests/test_children.py) and a call being cancelled that a step waits
-    # for (tests/test_cancellation.py); everything else is there now.
+    # step (tests/decision/test_children.py) and a call being cancelled that a step waits
+    # for (tests/decision/test_cancellation.py); everything else is there now.
     later = {
         PendingKind.BACKOFF,
         PendingKind.SCHEDULED_CALL,

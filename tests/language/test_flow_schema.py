@@ -5,7 +5,7 @@ validate; structurally invalid specs must be refused by both the schema and
 ``parse_flow``. Problems only ``parse_flow`` can see (duplicate ids, unknown
 references, expressions that do not compile...) are listed apart: a schema
 cannot check them, and its description says so. That the committed file is
-the generated one is checked in ``tests/test_wire.py`` with the other schemas.
+the generated one is checked in ``tests/decision/test_wire.py`` with the other schemas.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from flowcore.language.spec import _load_text
 from flowcore.schedules import KEYS as SCHEDULE_KEYS
 from flowcore.testing import flows
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA: dict[str, Any] = json.loads((REPO / "specs" / "schema" / "flow.json").read_text("utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA)
 BAD_SPECS = REPO / "tests" / "bad_specs"
@@ -292,7 +292,7 @@ def test_structural_problems_are_refused_by_both(what: str, data: dict[str, Any]
     assert _errors(data), f"the schema accepts a spec with {what}"
 
 
-# The bad-spec corpus (tests/test_spec_errors.py): the files whose problems a
+# The bad-spec corpus (tests/language/test_spec_errors.py): the files whose problems a
 # schema can see must be refused by it; the others hold problems only
 # parse_flow can find, out of scope for a schema.
 SEMANTIC = {

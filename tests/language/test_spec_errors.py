@@ -20,7 +20,7 @@ import yaml
 
 from flowcore import FlowcoreError, Problem, SpecError, parse_flow
 
-BAD_SPECS = Path(__file__).parent / "bad_specs"
+BAD_SPECS = Path(__file__).resolve().parent.parent / "bad_specs"
 EXPECTED_FILE = BAD_SPECS / "expected.json"
 EXPECTED: dict[str, list[dict[str, Any]]] = json.loads(EXPECTED_FILE.read_text(encoding="utf-8"))
 MIN_CORPUS = 45

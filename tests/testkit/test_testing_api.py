@@ -46,7 +46,7 @@ from flowcore.testing import (
     flows,
 )
 
-DOC = Path(__file__).resolve().parent.parent / "specs" / "testing.md"
+DOC = Path(__file__).resolve().parents[2] / "specs" / "testing.md"
 FIND = settings(
     max_examples=20_000,
     database=None,

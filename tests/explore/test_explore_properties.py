@@ -38,9 +38,9 @@ from flowcore.testing import (
     flows,
 )
 
-from .test_budget_bound import AGENT_USAGE, declared
+from ..language.test_budget_bound import AGENT_USAGE, declared
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "specs" / "examples"
 
 GENERATED = World(

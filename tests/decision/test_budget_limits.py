@@ -168,7 +168,7 @@ def test_what_failed_work_spent_is_charged() -> None:
 def test_replay_sums_usage_by_member_and_by_child_run() -> None:
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "specs" / "conformance"
+    root = Path(__file__).resolve().parents[2] / "specs" / "conformance"
     child = root / "subflow-completed"
     flow = flowcore.parse_flow((child / "flow.yaml").read_text())
     report = flowcore.replay(flowcore.decode_log((child / "log.ndjson").read_bytes()).records, flow)

@@ -9,7 +9,7 @@ import pytest
 import flowcore
 from flowcore.diagram import build_graph, to_dot, to_mermaid
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FLOWS = [
     *sorted((REPO / "specs" / "conformance").glob("*/flow.yaml")),
     REPO / "specs" / "examples" / "triage.yaml",

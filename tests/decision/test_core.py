@@ -23,7 +23,7 @@ from flowcore import (
 )
 from tests.harness import Run
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "specs" / "schema"
+SCHEMAS = Path(__file__).resolve().parents[2] / "specs" / "schema"
 
 TRIAGE = """
 flow: triage
@@ -562,7 +562,7 @@ def test_events_from_hosts_validate_and_apply() -> None:
 
 def test_a_format_1_snapshot_is_refused_naming_its_format() -> None:
     """Snapshot bytes written by flowcore 0.1 before the state was reshaped (format 1)."""
-    here = Path(__file__).parent / "fixtures"
+    here = Path(__file__).resolve().parent.parent / "fixtures"
     flow = flowcore.parse_flow((here / "snapshot_flow.yaml").read_text(encoding="utf-8"))
     old = (here / "snapshot-format-1.msgpack").read_bytes()
     with pytest.raises(flowcore.SnapshotMismatch, match=r"run 'r-1' is in format 1; .*format 2"):

@@ -2,7 +2,7 @@
 
 The strategies are module-level functions so other tests can reuse them::
 
-    from tests.test_wire import effects, events
+    from tests.decision.test_wire import effects, events
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from flowcore.decision.wire import (
 )
 from scripts.gen_schemas import SCHEMA_BASE_URI, all_schemas, render_schema, wire_schemas
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO / "specs" / "schema"
 REGENERATE = "run `python scripts/gen_schemas.py` and commit the result"
 

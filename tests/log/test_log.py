@@ -32,7 +32,7 @@ from flowcore.log.records import (
 )
 from scripts.gen_schemas import wire_schemas
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONFORMANCE = REPO / "specs" / "conformance"
 
 SPEC = """

@@ -12,7 +12,7 @@ from typing import Any
 import flowcore
 from flowcore_local import LocalHost
 
-from .local.local_helpers import JOURNALED, journal, settle, tools_file
+from ..local.local_helpers import JOURNALED, journal, settle, tools_file
 from .test_cli import REPO, fc
 
 REFUND = """

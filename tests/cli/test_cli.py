@@ -20,7 +20,7 @@ import pytest
 import flowcore
 from flowcore.log.records import decode_log, encode_records
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TRIAGE = REPO / "specs" / "examples" / "triage.yaml"
 VECTORS = REPO / "specs" / "conformance"
 BAD_SPECS = REPO / "tests" / "bad_specs"

@@ -341,7 +341,7 @@ output: "${ {b: steps.b.output, c: steps.c.output} }"
 def _vector(name: str) -> tuple[list[Record], flowcore.Flow]:
     from pathlib import Path
 
-    d = Path(__file__).parent.parent / "specs" / "conformance" / name
+    d = Path(__file__).parents[2] / "specs" / "conformance" / name
     log = flowcore.decode_log((d / "log.ndjson").read_bytes())
     return list(log.records), flowcore.parse_flow((d / "flow.yaml").read_text())
 

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .test_explore import FIXED_SAGA
+from ..explore.test_explore import FIXED_SAGA
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 WORLD = """
 from flowcore.testing import Fail, Ok, Unknown, World

@@ -45,7 +45,7 @@ from flowcore.testing import (
     simulate,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
 
 
 def keys(t: Trajectory, kind: str) -> list[str]:

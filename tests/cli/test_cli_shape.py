@@ -16,7 +16,7 @@ import pytest
 import flowcore_cli
 from flowcore_cli import _progress, _progress_ask, _progress_lines
 
-from .shape import long_functions
+from ..shape import long_functions
 
 PACKAGE = Path(flowcore_cli.__file__).parent
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ..explore.test_explore import BROKEN_SAGA, FIXED_SAGA
 from .test_cli import bad, fc
 from .test_cli_interactive import Terminal
-from .test_explore import BROKEN_SAGA, FIXED_SAGA
 
 CHECKS = '''
 from flowcore.testing import Fail, Ok, Unknown, World

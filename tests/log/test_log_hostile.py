@@ -41,7 +41,7 @@ from flowcore.log.records import (
 from flowcore.log.replay import ReplayReport, replay
 from flowcore.testing import Fail, Ok, Responses, Signal, simulate
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "specs" / "examples"
 INCIDENT = EXAMPLES / "incident.yaml"
 

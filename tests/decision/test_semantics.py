@@ -12,7 +12,7 @@ import flowcore
 from flowcore import EffectFailed, ErrorInfo
 from tests.harness import Run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 EAGER = """
 flow: eager
