@@ -5,7 +5,7 @@ Usage: ``python scripts/gen_schemas.py`` from anywhere writes them to
 log records from its log types, the requests and replies of ``flowcore
 decide --stdio`` from the types that command decodes and encodes (all msgspec
 types), and a flow spec's from the attrs model ``flowcore.parse_flow`` builds
-(``scripts/flow_schema.py``); ``tests/test_wire.py`` fails when the committed
+(``scripts/flow_schema.py``); ``tests/decision/test_wire.py`` fails when the committed
 copies go stale. Each schema
 is a standalone draft 2020-12 document: its ``$defs`` hold every struct it
 references, so hosts in other languages can validate against one file.

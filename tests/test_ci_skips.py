@@ -97,7 +97,7 @@ def test_elsewhere_the_skips_pass_and_say_why(tmp_path: Path) -> None:
             (str(ROOT / "tests/conformance/test_hosts.py"), 90, "Skipped: temporal: refused"),
             None,
         ),
-        ("tests/test_cli_interactive.py::test_x", ("x.py", 1, "needs a pty"), None),
+        ("tests/cli/test_cli_interactive.py::test_x", ("x.py", 1, "needs a pty"), None),
     ],
 )
 def test_the_suites_are_told_by_where_the_test_or_the_skip_is(

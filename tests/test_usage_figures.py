@@ -26,7 +26,7 @@ from flowcore_handlers import HandlerError, Registry, Result
 from flowcore_local import LocalHost
 from flowcore_serve import Tokens, create_app
 
-from .test_cli import fc
+from .cli.test_cli import fc
 
 FLOW = """
 flow: spend

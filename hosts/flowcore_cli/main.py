@@ -14,7 +14,7 @@ traceback (``_errors.invoke``).
 A command's module is imported only when that command runs: ``flowcore
 --help`` and ``--version`` load neither the interpreter nor a host. The group's
 help lists each command with the short help written in ``COMMANDS`` below;
-tests/test_cli.py checks it is the command's own.
+tests/cli/test_cli.py checks it is the command's own.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ UNPLAYABLE: Final[dict[str, str]] = {
     "diverge-settled-edited": "a divergent log: nothing for a host to produce",
     "fork": (
         "a fork's log: a host makes one from its source run's log (LocalHost.fork, "
-        "TemporalHost.fork, Simulator.fork; tests/test_fork.py and the hosts' fork tests)"
+        "TemporalHost.fork, Simulator.fork; tests/log/test_fork.py and the hosts' fork tests)"
     ),
     "log-ends-inside-decision": (
         "a cut log (it ends inside a decision): the run it records is incomplete"

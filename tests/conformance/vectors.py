@@ -268,7 +268,7 @@ def plan_vector(path: Path) -> Plan:
     if isinstance(started, dict) and "forkedFrom" in started:
         raise Unplayable(
             "a fork's log: a host makes one from its source run's log (LocalHost.fork,"
-            " TemporalHost.fork, Simulator.fork; tests/test_fork.py and the hosts' fork tests)"
+            " TemporalHost.fork, Simulator.fork; tests/log/test_fork.py and the hosts' fork tests)"
         )
     run_id, origin = records[0].run_id, records[0].at
     events = [r.data for r in records if r.type == "event.reported"]

@@ -33,7 +33,7 @@ from flowcore import (
 )
 from flowcore_temporal._activities import _result
 from flowcore_temporal._payloads import quick_event, work_args
-from tests.test_wire import error_infos, json_values, usages
+from tests.decision.test_wire import error_infos, json_values, usages
 
 CONVERTER = DataConverter.default.payload_converter
 
