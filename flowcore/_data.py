@@ -132,7 +132,7 @@ def text_ok(text: str) -> bool:
 # a set becomes text or a list). Anything else (a tuple, which is data but
 # decodes as a list, or a value that failed) goes to the walk in ``problems``,
 # which decides and names the path. Both must agree on what is data: the
-# property tests in tests/test_hostile_events.py hold them to it.
+# property tests in tests/decision/test_hostile_events.py hold them to it.
 
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _probe_errors = (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError)

@@ -174,7 +174,7 @@ class TxnRecords:
         A transition checks everything before it writes anything
         (``transitions``), so a rejection changes no record: only the clock,
         which ``transitions.apply`` moves first, and the scratch of the
-        decision (``next_decision``) need saving. tests/test_state_machine.py
+        decision (``next_decision``) need saving. tests/decision/test_state_machine.py
         rejects every kind of event in generated runs and compares.
         """
         return _get_saved(self)
