@@ -25,8 +25,7 @@ from ..language.spec import Budget, Flow
 from . import constructs, keys
 from . import ending as _ending
 from . import transitions as _transitions
-from .constructs.continue_as_new import ContinueRequested
-from .outcome import Exhausted, err
+from .outcome import err
 from .results import ResultStore
 from .state import (
     Decision,
@@ -203,26 +202,23 @@ def start(
         metadata=dict(metadata) if metadata else None,
     )
     t = Txn(state, ABOVE)
-    try:
-        if depth > flow.limits.max_subflow_depth:
-            limit = flow.limits.max_subflow_depth
-            error = err("depth-exceeded", f"run at depth {depth} exceeds max_subflow_depth {limit}")
-            _ending.settle(t, "failed", None, error, None)
-        else:
-            if wall is not None:
-                t.timer(keys.deadline_key(t.key_run), now_ms + wall, PendingKind.DEADLINE, "")
-            if continued is not None:
-                _carry(t, continued)
-            t.starting = len(continued.signals) if continued is not None else 0
-            t.idle = continued.idle_incarnations if continued is not None else 0
-            out = t.start_list("", None, "", "", "", ListKind.FLOW)
-            if out is not None:
-                _ending.root_done(t, None, out)
+    if depth > flow.limits.max_subflow_depth:
+        limit = flow.limits.max_subflow_depth
+        error = err("depth-exceeded", f"run at depth {depth} exceeds max_subflow_depth {limit}")
+        _ending.settle(t, "failed", None, error, None)
+    else:
+        if wall is not None:
+            t.timer(keys.deadline_key(t.key_run), now_ms + wall, PendingKind.DEADLINE, "")
+        if continued is not None:
+            _carry(t, continued)
+        t.starting = len(continued.signals) if continued is not None else 0
+        t.idle = continued.idle_incarnations if continued is not None else 0
+        out = t.start_list("", None, "", "", "", ListKind.FLOW)
+        if out is not None:
+            _ending.root_done(t, None, out)
+        if t.halt is None:
             t.drain_queue()
-    except Exhausted as exc:
-        _ending.exhaust(t, exc.limit)
-    except ContinueRequested as cont:  # at once, before it waited for anything
-        _ending.continue_as_new(t, cont.key, cont.input, cont.idle)
+        _ending.halted(t)  # a budget ran out, or the run continues as new at once
     return Decision(t.freeze(), tuple(t.effects))
 
 

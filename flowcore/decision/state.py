@@ -50,6 +50,7 @@ from .wire import (
     ContinueAsNew,
     Effect,
     ErrorInfo,
+    ExhaustedLimit,
     RunAgent,
     RunSubflow,
     RunTeam,
@@ -429,15 +430,16 @@ class Ledger(_S, frozen=True, gc=False, array_like=True):
             turns=_left(self.turns, self.used_turns),
         )
 
-    def over(self) -> str | None:
+    def over(self) -> ExhaustedLimit | None:
         """The limit used beyond what it allows, if one is (``exhausted``'s words)."""
-        for limit, used, name in (
+        checks: tuple[tuple[int | None, int, ExhaustedLimit], ...] = (
             (self.steps, self.used_steps, "steps"),
             (self.cost, self.used_cost, "cost"),
             (self.tokens, self.used_tokens, "tokens"),
             (self.tool_calls, self.used_tool_calls, "tool-calls"),
             (self.turns, self.used_turns, "turns"),
-        ):
+        )
+        for limit, used, name in checks:
             if limit is not None and used > limit:
                 return name
         return None

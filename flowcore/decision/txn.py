@@ -137,6 +137,8 @@ class Txn(TxnWaits):
         while i < n:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
             if out is None:
+                if self.halt is not None:
+                    return None
                 if self.frames.get(frame.id) is not frame:
                     self.put_frame(frame)
                 return None

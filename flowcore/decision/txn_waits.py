@@ -17,14 +17,15 @@ import msgspec
 
 from ..language.spec import Budget
 from . import keys
+from .halt import Exhausted
 from .outcome import (
     NO_USAGE,
-    Exhausted,
     effect_tag,
 )
 from .state import (
     Held,
     How,
+    Ledger,
     Pending,
     PendingKind,
     ReportRow,
@@ -42,6 +43,7 @@ from .wire import (
     CallTool,
     CancellationType,
     Effect,
+    ExhaustedLimit,
     RunAgent,
     RunSubflow,
     RunTeam,
@@ -69,6 +71,8 @@ class TxnWaits(TxnRecords):
         return self.ledger.remaining(self.run.started_ms, self.now_ms)
 
     def charge_usage(self, usage: Usage | None) -> None:
+        """Add ``usage`` to what is spent; spent beyond a limit, the transition stops
+        (``Exhausted``: the caller checks ``halt``)."""
         if usage is None or usage == NO_USAGE:
             return
         led = self.ledger
@@ -86,7 +90,7 @@ class TxnWaits(TxnRecords):
         self.ledger = led
         over = led.over()
         if over is not None:
-            raise Exhausted(over)
+            self.stop(Exhausted(over))
 
     def release_reserve(self, reserve: Budget) -> None:
         """Add ``reserve`` back to the limits the main work ran within (``on_budget_exhausted``);
@@ -111,9 +115,10 @@ class TxnWaits(TxnRecords):
             self.timer(keys.reserve_deadline_key(self.key_run), due, PendingKind.DEADLINE, "")
 
     def check_clock(self) -> None:
+        """Past the wall-clock budget, the transition stops (the caller checks ``halt``)."""
         wall = self.ledger.wall_clock_ms
         if wall is not None and self.now_ms >= self.run.started_ms + wall:
-            raise Exhausted("wall-clock")
+            self.stop(Exhausted("wall-clock"))
 
     # --- waiting --------------------------------------------------------------------
 
@@ -288,23 +293,16 @@ class TxnWaits(TxnRecords):
         target: str,
         tag: str = "",
     ) -> None:
+        """Emit work now, or stop the transition (``Exhausted``: the caller checks
+        ``halt``) if the budget has no room for it."""
         # Report rows are written when work stops being pending (answered or
         # abandoned); pending work is reported from ``pending`` at settlement.
         led = self.ledger
-        if led.steps is not None and led.used_steps + 1 > led.steps:
-            raise Exhausted("steps")
-        if led.cost is not None and led.used_cost >= led.cost:
-            raise Exhausted("cost")
-        calls = 0
-        if isinstance(effect, CallTool):
-            calls = 1  # a tool call; an agent's own ones come in its usage
-            if led.tool_calls is not None and led.used_tool_calls + 1 > led.tool_calls:
-                raise Exhausted("tool-calls")
-        elif not isinstance(effect, (RunSubflow, SignalRun)):  # an agent or a team: turn, tokens
-            if led.turns is not None and led.used_turns >= led.turns:
-                raise Exhausted("turns")
-            if led.tokens is not None and led.used_tokens >= led.tokens:
-                raise Exhausted("tokens")
+        over = _no_room(led, effect)
+        if over is not None:
+            self.stop(Exhausted(over))
+            return
+        calls = 1 if isinstance(effect, CallTool) else 0  # an agent's own come in its usage
         self.ledger = _replace(
             led, used_steps=led.used_steps + 1, used_tool_calls=led.used_tool_calls + calls
         )
@@ -354,6 +352,8 @@ class TxnWaits(TxnRecords):
                 )
                 continue
             self.issue(held.frame, held.effect, held.member, held.seq, held.target)
+            if self.halt is not None:
+                return
 
     def still_wanted(self, held: Held) -> bool:
         key = held.effect.idempotency_key
@@ -441,6 +441,23 @@ class TxnWaits(TxnRecords):
             if entry.kind not in _OUTLIVE_THE_STEPS:
                 self.drop_key(key, "")  # the run waits for calls being cancelled
         self.frames = _EMPTY
+
+
+def _no_room(led: Ledger, effect: Effect) -> ExhaustedLimit | None:
+    """The limit that leaves no room to issue ``effect``, if one does."""
+    if led.steps is not None and led.used_steps + 1 > led.steps:
+        return "steps"
+    if led.cost is not None and led.used_cost >= led.cost:
+        return "cost"
+    if isinstance(effect, CallTool):  # a tool call; an agent's own ones come in its usage
+        if led.tool_calls is not None and led.used_tool_calls + 1 > led.tool_calls:
+            return "tool-calls"
+    elif not isinstance(effect, (RunSubflow, SignalRun)):  # an agent or a team: turn, tokens
+        if led.turns is not None and led.used_turns >= led.turns:
+            return "turns"
+        if led.tokens is not None and led.used_tokens >= led.tokens:
+            return "tokens"
+    return None
 
 
 _WIRE_CANCELLATION: dict[str, CancellationType] = {
