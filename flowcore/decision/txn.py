@@ -5,7 +5,8 @@ replaces a record whenever it changes one; ``freeze`` builds the next
 ``State`` from them. The input state is never touched: a rejected event drops
 the scratch copy. It is three layers, one module each:
 
-- ``txn_records.TxnRecords``: the records, ``freeze``, and reading
+- ``txn_records.TxnRecords``: the records, ``freeze``, the halt that
+  stops a transition (``stop``, ``take_halt``; see ``halt``), and reading
   (``step_of``, ``resolver``, ``scope_of``, ``duration``), frames
   (``set_frame``, ``put_frame``) and results (``record``, ``end_scope``,
   ``take_results``);
