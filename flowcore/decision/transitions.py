@@ -191,7 +191,8 @@ def apply(t: Txn, event: Event) -> None:
     w = t.waiting
     if t.halt is None and t.settled is None and w.queue_head < w.queue_tail:
         t.drain_queue()
-    _ending.halted(t)
+    if t.halt is not None:
+        _ending.halted(t)
 
 
 def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:

@@ -25,7 +25,6 @@ from .outcome import (
 from .state import (
     Held,
     How,
-    Ledger,
     Pending,
     PendingKind,
     ReportRow,
@@ -43,7 +42,6 @@ from .wire import (
     CallTool,
     CancellationType,
     Effect,
-    ExhaustedLimit,
     RunAgent,
     RunSubflow,
     RunTeam,
@@ -298,11 +296,25 @@ class TxnWaits(TxnRecords):
         # Report rows are written when work stops being pending (answered or
         # abandoned); pending work is reported from ``pending`` at settlement.
         led = self.ledger
-        over = _no_room(led, effect)
-        if over is not None:
-            self.stop(Exhausted(over))
+        if led.steps is not None and led.used_steps + 1 > led.steps:
+            self.stop(Exhausted("steps"))
             return
-        calls = 1 if isinstance(effect, CallTool) else 0  # an agent's own come in its usage
+        if led.cost is not None and led.used_cost >= led.cost:
+            self.stop(Exhausted("cost"))
+            return
+        calls = 0
+        if isinstance(effect, CallTool):
+            calls = 1  # a tool call; an agent's own ones come in its usage
+            if led.tool_calls is not None and led.used_tool_calls + 1 > led.tool_calls:
+                self.stop(Exhausted("tool-calls"))
+                return
+        elif not isinstance(effect, (RunSubflow, SignalRun)):  # an agent or a team: turn, tokens
+            if led.turns is not None and led.used_turns >= led.turns:
+                self.stop(Exhausted("turns"))
+                return
+            if led.tokens is not None and led.used_tokens >= led.tokens:
+                self.stop(Exhausted("tokens"))
+                return
         self.ledger = _replace(
             led, used_steps=led.used_steps + 1, used_tool_calls=led.used_tool_calls + calls
         )
@@ -441,23 +453,6 @@ class TxnWaits(TxnRecords):
             if entry.kind not in _OUTLIVE_THE_STEPS:
                 self.drop_key(key, "")  # the run waits for calls being cancelled
         self.frames = _EMPTY
-
-
-def _no_room(led: Ledger, effect: Effect) -> ExhaustedLimit | None:
-    """The limit that leaves no room to issue ``effect``, if one does."""
-    if led.steps is not None and led.used_steps + 1 > led.steps:
-        return "steps"
-    if led.cost is not None and led.used_cost >= led.cost:
-        return "cost"
-    if isinstance(effect, CallTool):  # a tool call; an agent's own ones come in its usage
-        if led.tool_calls is not None and led.used_tool_calls + 1 > led.tool_calls:
-            return "tool-calls"
-    elif not isinstance(effect, (RunSubflow, SignalRun)):  # an agent or a team: turn, tokens
-        if led.turns is not None and led.used_turns >= led.turns:
-            return "turns"
-        if led.tokens is not None and led.used_tokens >= led.tokens:
-            return "tokens"
-    return None
 
 
 _WIRE_CANCELLATION: dict[str, CancellationType] = {
