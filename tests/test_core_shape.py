@@ -15,13 +15,6 @@ MAX_ENTRIES = 20
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 120
 MODULES = sorted(CORE.rglob("*.py"))
-# Being split (issue 37): each entry leaves this list when its module is.
-NOT_YET = frozenset(
-    {
-        "decision/state.py",
-        "decision/interp.py",
-    }
-)
 
 
 def _name(path: Path) -> str:
@@ -40,15 +33,11 @@ def test_the_spec_is_split_by_concern() -> None:
 
 @pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_module_is_at_most_800_lines(path: Path) -> None:
-    if _name(path) in NOT_YET:
-        pytest.skip("being split")
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_MODULE_LINES, f"{_name(path)} has {lines} lines"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_name)
 def test_module_has_no_function_over_120_lines(path: Path) -> None:
-    if _name(path) in NOT_YET:
-        pytest.skip("being split")
     long = long_functions(path, MAX_FUNCTION_LINES)
     assert not long, f"{_name(path)}: {long}"

@@ -6,8 +6,10 @@ calls not yet due are cancelled, and outliving scheduled calls are waited
 for; then the run settles. Settling builds the report of every work effect
 of the run and replaces the decision's effects with the one ``settled``
 effect: work emitted earlier in the same decision never reaches the host
-and is reported as not-started. A budget that runs out settles the run at
-once (``exhaust``).
+and is reported as not-started. A transition that stops (``halt``) is
+handled by ``halted``: a budget that runs out settles the run at once
+(``exhaust``), a ``continue_as_new`` step ends the incarnation
+(``continue_as_new``).
 
 This module must never do I/O, read a clock or draw a random number.
 """
@@ -15,7 +17,7 @@ This module must never do I/O, read a clock or draw a random number.
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import immutables
 import msgspec
@@ -24,7 +26,8 @@ from .._data import MAX_EVENT_BYTES, json_size
 from ..language.expr import TemplateError
 from . import keys
 from .constructs import compensation, schedule
-from .outcome import Exhausted, effect_tag, err
+from .halt import ContinueRequested, Exhausted
+from .outcome import effect_tag, err
 from .state import (
     Ending,
     Frame,
@@ -47,6 +50,7 @@ __all__ = [
     "NeedsReport",
     "continue_as_new",
     "exhaust",
+    "halted",
     "maybe_finish",
     "root_done",
     "settle",
@@ -136,6 +140,23 @@ def maybe_finish(t: Txn) -> None:
     settle(t, ending.status, ending.output, ending.error, None)
 
 
+def halted(t: Txn) -> None:
+    """The transition stopped (``Txn.stop``): handle its halt, if it has one.
+
+    Called where a transition began (``interp.start``, ``transitions.apply``),
+    once the work that stopped has returned all the way up."""
+    halt = t.take_halt()
+    match halt:
+        case None:
+            return
+        case Exhausted():
+            exhaust(t, halt.limit)
+        case ContinueRequested():  # at once, before anything else of the transition
+            continue_as_new(t, halt.key, halt.input, halt.idle)
+        case _:
+            assert_never(halt)
+
+
 def exhaust(t: Txn, limit: str) -> None:
     """A limit was reached: settle ``budget-exhausted`` at once, or first run the
     flow's ``on_budget_exhausted`` steps within the reserve (once)."""
@@ -146,14 +167,18 @@ def exhaust(t: Txn, limit: str) -> None:
         return
     t.tree = msgspec.structs.replace(t.tree, exhausted=limit)
     t.release_reserve(final.reserve)
-    try:
-        out = t.start_list(keys.FINAL_LIST, None, "", "", "", ListKind.FINAL)
-        if out is not None:
-            final_done(t, out)
+    out = t.start_list(keys.FINAL_LIST, None, "", "", "", ListKind.FINAL)
+    if out is not None:
+        final_done(t, out)
+    if t.halt is None:
         t.drain_queue()
-    except Exhausted as exc:  # the reserve was not enough: settle now
+    again = t.take_halt()
+    if again is not None:  # the reserve was not enough: settle now
+        # The final steps cannot continue as new (``continue-refused``): only a
+        # budget stops them.
+        assert isinstance(again, Exhausted)
         t.abandon_all()
-        settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[exc.limit]), limit)
+        settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[again.limit]), limit)
 
 
 def final_done(t: Txn, out: Any) -> None:

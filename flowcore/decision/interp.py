@@ -25,8 +25,7 @@ from ..language.spec import Budget, Flow
 from . import constructs, keys
 from . import ending as _ending
 from . import transitions as _transitions
-from .constructs.continue_as_new import ContinueRequested
-from .outcome import Exhausted, err
+from .outcome import err
 from .results import ResultStore
 from .state import (
     Decision,
@@ -103,6 +102,38 @@ def _less(limit: int | None, reserve: int | None) -> int | None:
     return max(0, limit - reserve)
 
 
+def _ledger(flow: Flow, budget: Budget | BudgetRemaining | None) -> Ledger:
+    """The budget a run starts with: the spec's own, capped by ``budget`` (a
+    parent's remainder, a caller's limits), the default step budget when
+    neither sets one, less the reserve of ``on_budget_exhausted`` (which the
+    main work never sees)."""
+    own = flow.budget
+    steps: int | None = own.steps
+    cost: int | None = own.cost_minor_units
+    wall: int | None = own.wall_clock_ms
+    tokens: int | None = own.tokens
+    tool_calls: int | None = own.tool_calls
+    turns: int | None = own.turns
+    if budget is not None:
+        steps = _tighter(steps, budget.steps)
+        cost = _tighter(cost, budget.cost_minor_units)
+        wall = _tighter(wall, budget.wall_clock_ms)
+        tokens = _tighter(tokens, budget.tokens)
+        tool_calls = _tighter(tool_calls, budget.tool_calls)
+        turns = _tighter(turns, budget.turns)
+    if steps is None:
+        steps = DEFAULT_STEP_BUDGET
+    if flow.on_exhausted is not None:  # the main work runs within what the reserve leaves
+        keep = flow.on_exhausted.reserve
+        steps = _less(steps, keep.steps)
+        cost = _less(cost, keep.cost_minor_units)
+        wall = _less(wall, keep.wall_clock_ms)
+        tokens = _less(tokens, keep.tokens)
+        tool_calls = _less(tool_calls, keep.tool_calls)
+        turns = _less(turns, keep.turns)
+    return Ledger(steps, cost, wall, tokens=tokens, tool_calls=tool_calls, turns=turns)
+
+
 def start(
     flow: Flow,
     input: Any = None,
@@ -165,35 +196,13 @@ def start(
         if problems:
             raise MetadataError(flow.id, problems)
         metadata = {k: v for k, v in metadata.items() if v is not None} or None
-    own = flow.budget
-    steps: int | None = own.steps
-    cost: int | None = own.cost_minor_units
-    wall: int | None = own.wall_clock_ms
-    tokens: int | None = own.tokens
-    tool_calls: int | None = own.tool_calls
-    turns: int | None = own.turns
-    if budget is not None:
-        steps = _tighter(steps, budget.steps)
-        cost = _tighter(cost, budget.cost_minor_units)
-        wall = _tighter(wall, budget.wall_clock_ms)
-        tokens = _tighter(tokens, budget.tokens)
-        tool_calls = _tighter(tool_calls, budget.tool_calls)
-        turns = _tighter(turns, budget.turns)
-    if steps is None:
-        steps = DEFAULT_STEP_BUDGET
-    if flow.on_exhausted is not None:  # the main work runs within what the reserve leaves
-        keep = flow.on_exhausted.reserve
-        steps = _less(steps, keep.steps)
-        cost = _less(cost, keep.cost_minor_units)
-        wall = _less(wall, keep.wall_clock_ms)
-        tokens = _less(tokens, keep.tokens)
-        tool_calls = _less(tool_calls, keep.tool_calls)
-        turns = _less(turns, keep.turns)
+    ledger = _ledger(flow, budget)
+    wall = ledger.wall_clock_ms
     state = State(
         flow=flow,
         run=Run(run_id, depth, input, now_ms, semantics),
         now_ms=now_ms,
-        ledger=Ledger(steps, cost, wall, tokens=tokens, tool_calls=tool_calls, turns=turns),
+        ledger=ledger,
         tree=Tree(envs=immutables.Map({"": Env(parent=None, scope="")}), incarnation=incarnation),
         waiting=Waiting(),
         results=ResultStore(),
@@ -203,26 +212,23 @@ def start(
         metadata=dict(metadata) if metadata else None,
     )
     t = Txn(state, ABOVE)
-    try:
-        if depth > flow.limits.max_subflow_depth:
-            limit = flow.limits.max_subflow_depth
-            error = err("depth-exceeded", f"run at depth {depth} exceeds max_subflow_depth {limit}")
-            _ending.settle(t, "failed", None, error, None)
-        else:
-            if wall is not None:
-                t.timer(keys.deadline_key(t.key_run), now_ms + wall, PendingKind.DEADLINE, "")
-            if continued is not None:
-                _carry(t, continued)
-            t.starting = len(continued.signals) if continued is not None else 0
-            t.idle = continued.idle_incarnations if continued is not None else 0
-            out = t.start_list("", None, "", "", "", ListKind.FLOW)
-            if out is not None:
-                _ending.root_done(t, None, out)
+    if depth > flow.limits.max_subflow_depth:
+        limit = flow.limits.max_subflow_depth
+        error = err("depth-exceeded", f"run at depth {depth} exceeds max_subflow_depth {limit}")
+        _ending.settle(t, "failed", None, error, None)
+    else:
+        if wall is not None:
+            t.timer(keys.deadline_key(t.key_run), now_ms + wall, PendingKind.DEADLINE, "")
+        if continued is not None:
+            _carry(t, continued)
+        t.starting = len(continued.signals) if continued is not None else 0
+        t.idle = continued.idle_incarnations if continued is not None else 0
+        out = t.start_list("", None, "", "", "", ListKind.FLOW)
+        if out is not None:
+            _ending.root_done(t, None, out)
+        if t.halt is None:
             t.drain_queue()
-    except Exhausted as exc:
-        _ending.exhaust(t, exc.limit)
-    except ContinueRequested as cont:  # at once, before it waited for anything
-        _ending.continue_as_new(t, cont.key, cont.input, cont.idle)
+        _ending.halted(t)  # a budget ran out, or the run continues as new at once
     return Decision(t.freeze(), tuple(t.effects))
 
 

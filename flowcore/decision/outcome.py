@@ -16,7 +16,6 @@ __all__ = [
     "NO_BUDGET",
     "NO_USAGE",
     "OK",
-    "Exhausted",
     "InvalidDuration",
     "add_usage",
     "Outcome",
@@ -44,13 +43,6 @@ NO_USAGE = Usage()
 def add_usage(a: Usage, b: Usage) -> Usage:
     """The sum of two usages, field by field."""
     return Usage(**{f: getattr(a, f) + getattr(b, f) for f in Usage.__struct_fields__})
-
-
-class Exhausted(Exception):
-    """A budget ran out; the transition settles the run ``budget-exhausted``."""
-
-    def __init__(self, limit: str) -> None:
-        self.limit = limit
 
 
 class InvalidDuration(Exception):

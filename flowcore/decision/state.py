@@ -9,7 +9,8 @@ A ``State`` is a handful of records, each owning one concern:
 - ``waiting``: every key the run waits for (``Pending``, by kind), keys it
   stopped waiting for (``Resolution``), buffered signals, held work;
 - ``results``: step results (``results.ResultStore``);
-- ``report``: how every work effect ended, as a persistent list;
+- ``report``: how every work effect ended, as a persistent list of chunks
+  (its rows and links are ``report_rows``'s, named here too);
 - ``schedules``: detached scheduled calls.
 
 A transaction copies these references, replaces the records it changes and
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import operator
 import typing
-from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any, Literal, TypeAlias
 
@@ -43,6 +43,14 @@ import msgspec
 
 from .._errors import SnapshotMismatch, WireError
 from ..language.spec import Flow
+from .report_rows import (
+    REPORT_CHUNK,
+    ReportLink,
+    ReportRow,
+    add_report_row,
+    iter_report,
+    oldest_first,
+)
 from .results import ResultStore
 from .wire import (
     BudgetRemaining,
@@ -50,6 +58,7 @@ from .wire import (
     ContinueAsNew,
     Effect,
     ErrorInfo,
+    ExhaustedLimit,
     RunAgent,
     RunSubflow,
     RunTeam,
@@ -58,6 +67,7 @@ from .wire import (
 )
 
 __all__ = [
+    "REPORT_CHUNK",
     "SNAPSHOT_FORMAT",
     "Closing",
     "CompLink",
@@ -168,16 +178,6 @@ def parent_close(entry: Pending) -> str:
     if not isinstance(sent, RunSubflow):
         return "abandon" if getattr(sent, "cancellation", "") == "abandon" else "cancel"
     return "abandon" if sent.detached else sent.parent_close
-
-
-class ReportRow(_S, frozen=True, gc=False, array_like=True):
-    """A work effect that is no longer pending, and how it ended."""
-
-    key: str
-    seq: int
-    effect: str
-    target: str
-    status: str
 
 
 class How(StrEnum):
@@ -429,15 +429,16 @@ class Ledger(_S, frozen=True, gc=False, array_like=True):
             turns=_left(self.turns, self.used_turns),
         )
 
-    def over(self) -> str | None:
+    def over(self) -> ExhaustedLimit | None:
         """The limit used beyond what it allows, if one is (``exhausted``'s words)."""
-        for limit, used, name in (
+        checks: tuple[tuple[int | None, int, ExhaustedLimit], ...] = (
             (self.steps, self.used_steps, "steps"),
             (self.cost, self.used_cost, "cost"),
             (self.tokens, self.used_tokens, "tokens"),
             (self.tool_calls, self.used_tool_calls, "tool-calls"),
             (self.turns, self.used_turns, "turns"),
-        ):
+        )
+        for limit, used, name in checks:
             if limit is not None and used > limit:
                 return name
         return None
@@ -479,51 +480,6 @@ class Sched(_S, frozen=True, gc=False, array_like=True):
     finished_ms: int | None = None
     error: ErrorInfo | None = None
     outside: bool = False
-
-
-class ReportLink(_S, frozen=True, array_like=True):
-    """The report as a persistent list of chunks, newest chunk first.
-
-    A chunk holds up to ``REPORT_CHUNK`` rows, oldest first; adding a row
-    copies the head chunk's tuple (a few pointers) or starts a new
-    chunk. A long run thus holds one link per chunk, not per work effect,
-    and the garbage collector's full passes have that much less to walk.
-
-    A later row for the same key (a late result for abandoned work) overrides
-    an earlier one when the report is folded at settlement.
-    """
-
-    rows: tuple[ReportRow, ...]
-    rest: ReportLink | None = None
-
-
-REPORT_CHUNK = 16  # 64 costs 0.31 us per row added, 16 costs 0.19
-
-
-def add_report_row(head: ReportLink | None, row: ReportRow) -> ReportLink:
-    """The report with one more row."""
-    if head is None or len(head.rows) >= REPORT_CHUNK:
-        return ReportLink((row,), head)
-    return ReportLink((*head.rows, row), head.rest)
-
-
-def iter_report(link: ReportLink | None) -> Iterator[ReportRow]:
-    """The report's rows, newest first (iteratively: the list can be long)."""
-    while link is not None:
-        yield from reversed(link.rows)
-        link = link.rest
-
-
-def oldest_first(link: ReportLink | None) -> list[ReportRow]:
-    """The report's rows, oldest first."""
-    chunks: list[tuple[ReportRow, ...]] = []
-    while link is not None:
-        chunks.append(link.rows)
-        link = link.rest
-    rows: list[ReportRow] = []
-    for chunk in reversed(chunks):
-        rows.extend(chunk)
-    return rows
 
 
 class Journal(_S, frozen=True, gc=False, array_like=True):

@@ -49,8 +49,8 @@ from ..language.defaults import DEFAULT_UNKNOWN_REISSUES
 from ..language.spec import CallToolStep, RunSubflowStep, SignalRunStep, Step, duration_text
 from . import ending as _ending
 from .constructs import leaf, repeat, schedule, team
-from .constructs.continue_as_new import ContinueRequested
-from .outcome import FAIL, OK, Exhausted, Outcome, err
+from .halt import Exhausted
+from .outcome import FAIL, OK, Outcome, err
 from .state import Ending, How, Pending, PendingKind, ReportRow, Resolution, StepFrame
 from .txn import Txn
 from .wire import (
@@ -155,43 +155,44 @@ def describe(kind: PendingKind, effect: str = "") -> str:
 
 
 def apply(t: Txn, event: Event) -> None:
-    """Apply one event (the body of ``advance``)."""
+    """Apply one event (the body of ``advance``).
+
+    A handler that stops the transition (``Txn.stop``: a budget ran out, the
+    run continues as new) returns at once; its halt is handled here, last."""
     if event.at_ms > t.now_ms:
         t.now_ms = event.at_ms
-    try:
-        match event:
-            case EffectSucceeded():
-                _succeeded(t, event)
-            case EffectFailed():
-                _failed(t, event)
-            case EffectOutcomeUnknown():
-                _unknown(t, event)
-            case HumanAnswered():
-                _answered(t, event)
-            case TimerFired():
-                _timer(t, event)
-            case SignalReceived():
-                _signal(t, event)
-            case SubflowSettled():
-                _subflow(t, event)
-            case CancelRequested():
-                _cancel(t, event)
-            case ScheduledCancelRequested():
-                schedule.cancel_outside(t, event.schedule_id)
+    match event:
+        case EffectSucceeded():
+            _succeeded(t, event)
+        case EffectFailed():
+            _failed(t, event)
+        case EffectOutcomeUnknown():
+            _unknown(t, event)
+        case HumanAnswered():
+            _answered(t, event)
+        case TimerFired():
+            _timer(t, event)
+        case SignalReceived():
+            _signal(t, event)
+        case SubflowSettled():
+            _subflow(t, event)
+        case CancelRequested():
+            _cancel(t, event)
+        case ScheduledCancelRequested():
+            schedule.cancel_outside(t, event.schedule_id)
+            if t.halt is None:
                 _ending.maybe_finish(t)  # it may have been the last outliving call
-            case ScheduledRunNowRequested():
-                schedule.run_now(t, event.schedule_id)
-            case ScheduledAddRequested():
-                schedule.add_outside(t, event)
-            case _:
-                assert_never(event)
-        w = t.waiting
-        if t.settled is None and w.queue_head < w.queue_tail:
-            t.drain_queue()
-    except Exhausted as exc:
-        _ending.exhaust(t, exc.limit)
-    except ContinueRequested as cont:
-        _ending.continue_as_new(t, cont.key, cont.input, cont.idle)
+        case ScheduledRunNowRequested():
+            schedule.run_now(t, event.schedule_id)
+        case ScheduledAddRequested():
+            schedule.add_outside(t, event)
+        case _:
+            assert_never(event)
+    w = t.waiting
+    if t.halt is None and t.settled is None and w.queue_head < w.queue_tail:
+        t.drain_queue()
+    if t.halt is not None:
+        _ending.halted(t)
 
 
 def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
@@ -261,7 +262,11 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
     t.work_answered(key, entry, "succeeded")
     if ev.usage is not None:
         _charge_keeping(t, entry, ev.usage, ev.output)
+        if t.halt is not None:
+            return
     t.check_clock()
+    if t.halt is not None:
+        return
     sent = entry.sent
     if isinstance(sent, CallTool):
         invalid = leaf.tool_output_error(t, sent.tool, ev.output)
@@ -274,15 +279,17 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
 def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) -> None:
     """Charge ``usage``; when that exhausts the budget of a flow with
     ``on_budget_exhausted``, the work's step first keeps its output as its result,
-    so that the final steps can read what the last work found."""
-    try:
-        t.charge_usage(usage)
-    except Exhausted:
-        if t.flow.on_exhausted is not None and entry.kind is PendingKind.WORK and not entry.member:
-            frame = t.frames.get(entry.frame)
-            if isinstance(frame, StepFrame):
-                t.finish_step(frame.id, (OK, output), frame)  # recorded, not handed on
-        raise
+    so that the final steps can read what the last work found (then the
+    transition stops: the caller checks ``halt``)."""
+    t.charge_usage(usage)
+    halt = t.take_halt()
+    if halt is None:
+        return
+    if t.flow.on_exhausted is not None and entry.kind is PendingKind.WORK and not entry.member:
+        frame = t.frames.get(entry.frame)
+        if isinstance(frame, StepFrame):
+            t.finish_step(frame.id, (OK, output), frame)  # recorded, not handed on
+    t.stop(halt)
 
 
 def _failed(t: Txn, ev: EffectFailed) -> None:
@@ -306,7 +313,11 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
     t.work_answered(key, entry, "failed")
     if ev.usage is not None:
         t.charge_usage(ev.usage)
+        if t.halt is not None:
+            return
     t.check_clock()
+    if t.halt is not None:
+        return
     if entry.kind is PendingKind.CHILD:
         _ending.maybe_finish(t)
         return
@@ -321,8 +332,10 @@ def _cancel_ended(t: Txn, key: str, entry: Pending, status: str, usage: Usage | 
     that waited for it goes on (language.md §6)."""
     t.work_answered(key, entry, status)
     t.charge_usage(usage)
-    t.check_clock()
-    t.cancellation_ended(key, entry)
+    if t.halt is None:
+        t.check_clock()
+    if t.halt is None:
+        t.cancellation_ended(key, entry)
 
 
 HEARTBEAT_TIMEOUT: Final = "heartbeat-timeout"
@@ -348,7 +361,11 @@ def _heartbeat_timeout(t: Txn, key: str, entry: Pending, ev: EffectFailed) -> No
     t.work_answered(key, entry, "failed" if safe else "uncertain")
     if ev.usage is not None:
         t.charge_usage(ev.usage)
+        if t.halt is not None:
+            return
     t.check_clock()
+    if t.halt is not None:
+        return
     if safe:
         error = msgspec.structs.replace(timeout, retryable=True)
     else:
@@ -367,7 +384,10 @@ def _subflow(t: Txn, ev: SubflowSettled) -> None:
         return
     t.work_answered(key, entry, "succeeded" if ok else "failed")
     _charge_keeping(t, entry, ev.usage, ev.output if ok else None)
-    t.check_clock()
+    if t.halt is None:
+        t.check_clock()
+    if t.halt is not None:
+        return
     if entry.kind is PendingKind.CHILD:  # its outcome no longer matters, only that it ended
         _ending.maybe_finish(t)
         return
@@ -390,6 +410,8 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
         _cancel_ended(t, key, entry, "uncertain", None)
         return
     t.check_clock()
+    if t.halt is not None:
+        return
     if entry.kind is PendingKind.CHILD:  # nobody waits for its result: it ended, unknown how
         t.work_answered(key, entry, "uncertain")
         _ending.maybe_finish(t)
@@ -473,6 +495,8 @@ def _answered(t: Txn, ev: HumanAnswered) -> None:
 
 def _signal(t: Txn, ev: SignalReceived) -> None:
     t.check_clock()
+    if t.halt is not None:
+        return
     w = t.waiting
     slot = leaf.signal_slot(ev.signal, ev.key)
     waiters = w.waiters if ev.key is None else w.keyed_waiters
@@ -501,10 +525,13 @@ def _timer(t: Txn, ev: TimerFired) -> None:
         _late(t, key, entry)
         return
     t.check_clock()
+    if t.halt is not None:
+        return
     t.stop_waiting(key)
     kind = entry.kind
     if kind is PendingKind.DEADLINE:
-        raise Exhausted("wall-clock")
+        t.stop(Exhausted("wall-clock"))
+        return
     if kind is PendingKind.SCHEDULE_DELAY:
         schedule.delay_over(t, entry.frame)
         return
@@ -557,12 +584,16 @@ def _cancel(t: Txn, ev: CancelRequested) -> None:
     if t.tree.ending is not None and not t.frames:
         # Only outliving scheduled calls are left: cancel them and settle.
         t.check_clock()
+        if t.halt is not None:
+            return
         schedule.cancel_pending(t, everything=True)
         _ending.settle(t, "cancelled", None, error, None)
         return
     if t.tree.ending is not None:
         raise EventRejected("the run is already compensating; it settles when they finish")
     t.check_clock()
+    if t.halt is not None:
+        return
     t.abandon_all()
     schedule.cancel_pending(t, everything=True)
     _ending.wind_down(t, Ending("cancelled", None, error))

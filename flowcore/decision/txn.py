@@ -5,7 +5,8 @@ replaces a record whenever it changes one; ``freeze`` builds the next
 ``State`` from them. The input state is never touched: a rejected event drops
 the scratch copy. It is three layers, one module each:
 
-- ``txn_records.TxnRecords``: the records, ``freeze``, and reading
+- ``txn_records.TxnRecords``: the records, ``freeze``, the halt that
+  stops a transition (``stop``, ``take_halt``; see ``halt``), and reading
   (``step_of``, ``resolver``, ``scope_of``, ``duration``), frames
   (``set_frame``, ``put_frame``) and results (``record``, ``end_scope``,
   ``take_results``);
@@ -137,6 +138,8 @@ class Txn(TxnWaits):
         while i < n:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
             if out is None:
+                if self.halt is not None:
+                    return None
                 if self.frames.get(frame.id) is not frame:
                     self.put_frame(frame)
                 return None

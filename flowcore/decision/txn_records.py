@@ -23,6 +23,7 @@ from ..language.expr import TemplateError
 from ..language.spec import Duration, Flow, Step
 from ..language.times import DurationError, parse_duration
 from . import keys
+from .halt import Halt
 from .outcome import (
     InvalidDuration,
 )
@@ -95,6 +96,7 @@ class TxnRecords:
         "envs",
         "flow",
         "frames",
+        "halt",
         "idle",
         "in_flight",
         "key_run",
@@ -167,6 +169,22 @@ class TxnRecords:
         # In ``start``: the incarnations in a row before this one that continued
         # without waiting for anything (``ContinueAsNew.idle_incarnations``).
         self.idle = 0
+        # What stopped this transition (``stop``) until it is handled; None
+        # while it runs.
+        self.halt: Halt | None = None
+
+    def stop(self, halt: Halt) -> None:
+        """Stop the transition: ``halt`` is handled where it began (``ending.halted``).
+
+        The caller returns at once, and so does every caller on the way back:
+        each checks ``halt`` after a call that may stop and does nothing more."""
+        self.halt = halt
+
+    def take_halt(self) -> Halt | None:
+        """The halt to handle, if the transition stopped; the transaction runs on."""
+        halt = self.halt
+        self.halt = None
+        return halt
 
     def checkpoint(self) -> tuple[Any, ...]:
         """What a rejected event must leave as it was (``rollback`` returns to it).

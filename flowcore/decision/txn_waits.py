@@ -17,9 +17,9 @@ import msgspec
 
 from ..language.spec import Budget
 from . import keys
+from .halt import Exhausted
 from .outcome import (
     NO_USAGE,
-    Exhausted,
     effect_tag,
 )
 from .state import (
@@ -69,6 +69,8 @@ class TxnWaits(TxnRecords):
         return self.ledger.remaining(self.run.started_ms, self.now_ms)
 
     def charge_usage(self, usage: Usage | None) -> None:
+        """Add ``usage`` to what is spent; spent beyond a limit, the transition stops
+        (``Exhausted``: the caller checks ``halt``)."""
         if usage is None or usage == NO_USAGE:
             return
         led = self.ledger
@@ -86,7 +88,7 @@ class TxnWaits(TxnRecords):
         self.ledger = led
         over = led.over()
         if over is not None:
-            raise Exhausted(over)
+            self.stop(Exhausted(over))
 
     def release_reserve(self, reserve: Budget) -> None:
         """Add ``reserve`` back to the limits the main work ran within (``on_budget_exhausted``);
@@ -111,9 +113,10 @@ class TxnWaits(TxnRecords):
             self.timer(keys.reserve_deadline_key(self.key_run), due, PendingKind.DEADLINE, "")
 
     def check_clock(self) -> None:
+        """Past the wall-clock budget, the transition stops (the caller checks ``halt``)."""
         wall = self.ledger.wall_clock_ms
         if wall is not None and self.now_ms >= self.run.started_ms + wall:
-            raise Exhausted("wall-clock")
+            self.stop(Exhausted("wall-clock"))
 
     # --- waiting --------------------------------------------------------------------
 
@@ -288,23 +291,30 @@ class TxnWaits(TxnRecords):
         target: str,
         tag: str = "",
     ) -> None:
+        """Emit work now, or stop the transition (``Exhausted``: the caller checks
+        ``halt``) if the budget has no room for it."""
         # Report rows are written when work stops being pending (answered or
         # abandoned); pending work is reported from ``pending`` at settlement.
         led = self.ledger
         if led.steps is not None and led.used_steps + 1 > led.steps:
-            raise Exhausted("steps")
+            self.stop(Exhausted("steps"))
+            return
         if led.cost is not None and led.used_cost >= led.cost:
-            raise Exhausted("cost")
+            self.stop(Exhausted("cost"))
+            return
         calls = 0
         if isinstance(effect, CallTool):
             calls = 1  # a tool call; an agent's own ones come in its usage
             if led.tool_calls is not None and led.used_tool_calls + 1 > led.tool_calls:
-                raise Exhausted("tool-calls")
+                self.stop(Exhausted("tool-calls"))
+                return
         elif not isinstance(effect, (RunSubflow, SignalRun)):  # an agent or a team: turn, tokens
             if led.turns is not None and led.used_turns >= led.turns:
-                raise Exhausted("turns")
+                self.stop(Exhausted("turns"))
+                return
             if led.tokens is not None and led.used_tokens >= led.tokens:
-                raise Exhausted("tokens")
+                self.stop(Exhausted("tokens"))
+                return
         self.ledger = _replace(
             led, used_steps=led.used_steps + 1, used_tool_calls=led.used_tool_calls + calls
         )
@@ -354,6 +364,8 @@ class TxnWaits(TxnRecords):
                 )
                 continue
             self.issue(held.frame, held.effect, held.member, held.seq, held.target)
+            if self.halt is not None:
+                return
 
     def still_wanted(self, held: Held) -> bool:
         key = held.effect.idempotency_key

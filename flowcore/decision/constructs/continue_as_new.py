@@ -4,9 +4,9 @@ The step evaluates its input (the run's input when it names none) and ends
 the run's incarnation: ``ending.continue_as_new`` builds the
 ``continue-as-new`` effect, which carries the buffered signals and the
 scheduled calls not yet due into the next incarnation, and the host starts
-that one with ``flowcore.continue_run``. The step unwinds the whole
-transition (``ContinueRequested``, caught where ``Exhausted`` is), so no
-sibling branch starts after it.
+that one with ``flowcore.continue_run``. The step stops the whole
+transition (``Txn.stop`` with a ``halt.ContinueRequested``, handled where an
+``Exhausted`` is: ``ending.halted``), so no sibling branch starts after it.
 
 A run that is winding down (compensations, ``on_budget_exhausted``'s steps)
 cannot continue: the step fails ``continue-refused``. An incarnation that
@@ -23,10 +23,11 @@ step itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..._data import MAX_EVENT_BYTES, DataError, check_data, json_size
 from ...language.spec import ContinueAsNewStep
+from ..halt import ContinueRequested
 from ..outcome import FAIL, err
 
 if TYPE_CHECKING:
@@ -34,19 +35,12 @@ if TYPE_CHECKING:
     from ..state import StepFrame
     from ..txn import Txn
 
-__all__ = ["ContinueRequested", "begin"]
+__all__ = ["begin"]
 
 
-class ContinueRequested(Exception):
-    """A ``continue_as_new`` step ran: the transition ends the incarnation."""
-
-    def __init__(self, key: str, input: Any, idle: int = 0) -> None:
-        self.key = key
-        self.input = input
-        self.idle = idle  # idle incarnations in a row, this one included
-
-
-def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
+def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome | None:
+    """Fail the step ``continue-refused`` or ``invalid-input``, or stop the
+    transition: the run continues as new (None: nothing is handed up)."""
     step = frame.step
     if t.tree.ending is not None or t.tree.exhausted is not None:
         why = "compensating" if t.tree.ending is not None else "running its budget's final steps"
@@ -95,4 +89,5 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome:
         problems = input_problems(t.flow.input_schema, value)
         if problems:
             return (FAIL, err("invalid-input", f"step {step!r}: {'; '.join(problems)}"))
-    raise ContinueRequested(t.key(frame), value, idle)
+    t.stop(ContinueRequested(t.key(frame), value, idle))
+    return None

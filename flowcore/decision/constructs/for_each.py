@@ -76,6 +76,8 @@ def _fill(
             out = child_done(t, frame, step, body, i, res, refill=False)
             if out is not None:
                 return out
+        elif t.halt is not None:
+            return None
         current = t.frames.get(frame.id)
         if not isinstance(current, StepFrame):
             return None

@@ -262,6 +262,8 @@ def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
     assert isinstance(body, AskHumanStep)
     check_answer(t, key, frame.step, answer)
     t.check_clock()
+    if t.halt is not None:
+        return
     # Answered, signalled and fired keys are not remembered: a repeat is
     # rejected as "no such effect is pending". Only keys whose late answer
     # must still be accepted (abandoned) are kept, so the state does not

@@ -64,6 +64,8 @@ def _fill(t: Txn, fid: str, step: Step, body: ParallelStep) -> Outcome | None:
             out = child_done(t, t.frame(fid), body, name, res, refill=False)
             if out is not None:
                 return out
+        elif t.halt is not None:
+            return None
 
 
 def child_done(
@@ -101,7 +103,7 @@ def child_done(
     )
     if refill and prog.waiting:
         res = _fill(t, frame.id, t.step_of(frame), body)
-        if res is not None:
+        if res is not None or t.halt is not None:
             return res
         current = t.frames.get(frame.id)
         if not isinstance(current, StepFrame):

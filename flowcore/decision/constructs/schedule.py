@@ -203,6 +203,8 @@ def cancel_outside(t: Txn, sid: str) -> None:
     done = sched is not None and sched.status is SchedStatus.PENDING
     if sched is not None and done:
         t.check_clock()
+        if t.halt is not None:
+            return
         _cancel(t, sid, sched)
     t.answer = ScheduledAnswer(id=sid, done=done)
 
@@ -213,8 +215,12 @@ def run_now(t: Txn, sid: str) -> None:
     done = sched is not None and sched.status is SchedStatus.PENDING
     if sched is not None and done:
         t.check_clock()
+        if t.halt is not None:
+            return
         t.drop_key(keys.delay_key(sid))
         _issue(t, sid, _replace(sched, due_ms=t.now_ms))
+        if t.halt is not None:
+            return
     t.answer = ScheduledAnswer(id=sid, done=done)
 
 
@@ -238,6 +244,8 @@ def add_outside(t: Txn, ev: ScheduledAddRequested) -> None:
     if invalid is not None:
         raise EventRejected(invalid.message)
     t.check_clock()
+    if t.halt is not None:
+        return
     n = t.scheduled_added + 1
     sid = keys.outside_schedule_id(t.key_run, n)
     due = t.now_ms + ev.delay_ms

@@ -43,6 +43,8 @@ def begin(t: Txn, frame: StepFrame, body: RunTeamStep) -> Outcome | None:
     if team.mode == "parallel":
         for i in range(len(team.members)):
             frame = _emit_member(t, frame, body, i)
+            if t.halt is not None:
+                return None
     else:
         _emit_member(t, frame, body, 0)
     return None
