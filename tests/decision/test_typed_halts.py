@@ -22,7 +22,7 @@ from flowcore.decision.halt import ContinueRequested, Exhausted, Halt
 from flowcore.decision.txn_records import TxnRecords
 from flowcore.log.replay import replay
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "flowcore"
 VECTORS = ROOT / "specs" / "conformance"
 HALTS = {"Exhausted", "ContinueRequested"}
