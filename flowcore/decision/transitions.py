@@ -50,7 +50,7 @@ from ..language.spec import CallToolStep, RunSubflowStep, SignalRunStep, Step, d
 from . import ending as _ending
 from .constructs import leaf, repeat, schedule, team
 from .constructs.continue_as_new import ContinueRequested
-from .outcome import FAIL, OK, Exhausted, Outcome, err
+from .outcome import Exhausted, Failed, Ok, Outcome, err
 from .state import Ending, How, Pending, PendingKind, ReportRow, Resolution, StepFrame
 from .txn import Txn
 from .wire import (
@@ -266,9 +266,9 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
     if isinstance(sent, CallTool):
         invalid = leaf.tool_output_error(t, sent.tool, ev.output)
         if invalid is not None:  # the call ran; what it gave cannot be used
-            _work_done(t, key, entry, (FAIL, invalid))
+            _work_done(t, key, entry, Failed(invalid))
             return
-    _work_done(t, key, entry, (OK, ev.output))
+    _work_done(t, key, entry, Ok(ev.output))
 
 
 def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) -> None:
@@ -281,7 +281,7 @@ def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) ->
         if t.flow.on_exhausted is not None and entry.kind is PendingKind.WORK and not entry.member:
             frame = t.frames.get(entry.frame)
             if isinstance(frame, StepFrame):
-                t.finish_step(frame.id, (OK, output), frame)  # recorded, not handed on
+                t.finish_step(frame.id, Ok(output), frame)  # recorded, not handed on
         raise
 
 
@@ -310,7 +310,7 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
     if entry.kind is PendingKind.CHILD:
         _ending.maybe_finish(t)
         return
-    _work_done(t, key, entry, (FAIL, error))
+    _work_done(t, key, entry, Failed(error))
 
 
 def _cancel_ended(t: Txn, key: str, entry: Pending, status: str, usage: Usage | None) -> None:
@@ -354,7 +354,7 @@ def _heartbeat_timeout(t: Txn, key: str, entry: Pending, ev: EffectFailed) -> No
     else:
         message = f"{entry.effect} {key} may or may not have happened: it stopped heartbeating"
         error = msgspec.structs.replace(err("outcome-unknown", message), cause=timeout)
-    _work_done(t, key, entry, (FAIL, error))
+    _work_done(t, key, entry, Failed(error))
 
 
 def _subflow(t: Txn, ev: SubflowSettled) -> None:
@@ -372,12 +372,12 @@ def _subflow(t: Txn, ev: SubflowSettled) -> None:
         _ending.maybe_finish(t)
         return
     if ok:
-        _work_done(t, key, entry, (OK, ev.output))
+        _work_done(t, key, entry, Ok(ev.output))
     else:
         error = err(f"subflow-{ev.status}", f"subflow {key} settled {ev.status}")
         if ev.error is not None:
             error = msgspec.structs.replace(error, cause=ev.error)
-        _work_done(t, key, entry, (FAIL, error))
+        _work_done(t, key, entry, Failed(error))
 
 
 def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
@@ -398,7 +398,7 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
         t.work_answered(key, entry, "uncertain")
         error = schedule.call_unknown(t, entry)
         if error is not None:
-            _work_done(t, key, entry, (FAIL, error))
+            _work_done(t, key, entry, Failed(error))
         return
     frame = t.frame(entry.frame)
     step = t.step_of(frame)
@@ -417,7 +417,7 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
         else "is not safe to repeat"
     )
     error = err("outcome-unknown", f"{entry.effect} {key} may or may not have happened and {why}")
-    _work_done(t, key, entry, (FAIL, error))
+    _work_done(t, key, entry, Failed(error))
 
 
 def _safe_sent(t: Txn, entry: Pending) -> bool:
@@ -448,7 +448,7 @@ def _may_reissue(t: Txn, step: Step, entry: Pending, frame: StepFrame) -> bool:
 
 def _work_done(t: Txn, key: str, entry: Pending, out: Outcome) -> None:
     if entry.kind is PendingKind.SCHEDULED_CALL:
-        schedule.call_done(t, entry.frame, out[0], None if out[0] else out[1])
+        schedule.call_done(t, entry.frame, out)
         _ending.maybe_finish(t)
         return
     frame = t.frame(entry.frame)
@@ -520,7 +520,7 @@ def _timer(t: Txn, ev: TimerFired) -> None:
             assert step.timeout_ms is not None
             after = duration_text(step.timeout_ms)
             error = err("timeout", f"step {step.id!r} timed out after {after}")
-            t.step_ended(frame.id, (FAIL, error))
+            t.step_ended(frame.id, Failed(error))
         case PendingKind.ATTEMPT_TIMEOUT:
             # This attempt's work stops; the step's retry may begin another.
             t.abandon_children(frame.id)
@@ -528,7 +528,7 @@ def _timer(t: Txn, ev: TimerFired) -> None:
             assert step.attempt_timeout_ms is not None
             after = duration_text(step.attempt_timeout_ms)
             message = f"attempt {frame.attempt} of step {step.id!r} timed out after {after}"
-            t.step_ended(frame.id, (FAIL, err("timeout", message, retryable=True)))
+            t.step_ended(frame.id, Failed(err("timeout", message, retryable=True)))
         case PendingKind.BACKOFF:
             t.retry_now(frame)
         case PendingKind.TICK:
