@@ -51,6 +51,7 @@ __all__ = [
     "ErrorInfo",
     "Event",
     "HumanAnswered",
+    "KeyEvent",
     "ReportEntry",
     "RunAgent",
     "RunSubflow",
@@ -74,6 +75,7 @@ __all__ = [
     "encode_effect",
     "encode_event",
     "event_from_wire",
+    "event_key",
     "event_to_wire",
     "result_event",
 ]
@@ -440,6 +442,25 @@ Event: TypeAlias = (
     | ScheduledAddRequested
 )
 
+KeyEvent: TypeAlias = (
+    EffectSucceeded
+    | EffectFailed
+    | EffectOutcomeUnknown
+    | HumanAnswered
+    | TimerFired
+    | SubflowSettled
+)
+"""The events that answer an idempotency key (``idempotency_key``): work's result,
+a question's answer, a timer, a child run's settlement. Narrow an event with
+``isinstance(event, KeyEvent)`` (or ``match``) to read its key; the others name
+a signal, a schedule id, a tool, or nothing."""
+
+
+def event_key(event: object) -> str | None:
+    """The idempotency key ``event`` answers; ``None`` for an event that names none."""
+    return event.idempotency_key if isinstance(event, KeyEvent) else None
+
+
 # --- codecs ------------------------------------------------------------------
 
 Format: TypeAlias = Literal["json", "msgpack"]
@@ -640,8 +661,7 @@ def _plain_usage(usage: object) -> bool:
 
 
 def _short_names(event: Event) -> bool:
-    key = getattr(event, "idempotency_key", "")
-    if len(key) > MAX_NAME_CHARS:
+    if isinstance(event, KeyEvent) and len(event.idempotency_key) > MAX_NAME_CHARS:
         return False
     if isinstance(event, SignalReceived):
         return len(event.signal) <= MAX_NAME_CHARS and len(event.key or "") <= MAX_NAME_CHARS

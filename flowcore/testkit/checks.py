@@ -23,6 +23,7 @@ from ..decision.wire import (
     EffectOutcomeUnknown,
     EffectSucceeded,
     Event,
+    KeyEvent,
     ReportEntry,
     RunAgent,
     RunSubflow,
@@ -293,8 +294,8 @@ def check_work_accounted(
         # An answer at or after the wall-clock deadline settles the run
         # budget-exhausted, and the report still records how the work ended
         # (language.md, decisions): no exception here.
-        if turn.rejected is None and ev is not None:
-            key = getattr(ev, "idempotency_key", None)
+        if turn.rejected is None and isinstance(ev, KeyEvent):
+            key = ev.idempotency_key
             if key in emitted:
                 if isinstance(ev, EffectSucceeded):
                     status[key] = "succeeded"
