@@ -56,17 +56,22 @@ from .txn import Txn
 from .wire import (
     CallTool,
     CancelRequested,
+    Effect,
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
     ErrorInfo,
     Event,
     HumanAnswered,
+    KeyEvent,
+    RunAgent,
     RunSubflow,
+    RunTeam,
     ScheduledAddRequested,
     ScheduledCancelRequested,
     ScheduledRunNowRequested,
     SignalReceived,
+    SignalRun,
     SubflowSettled,
     TimerFired,
     Usage,
@@ -105,34 +110,36 @@ _WORK: Final = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
 # any answer says it has ended.
 _ENDS: Final = _WORK | {PendingKind.CANCELLING}
 
-ANSWERS: Final[dict[str, frozenset[PendingKind]]] = {
-    "effect-succeeded": _ENDS,
+ANSWERS: Final[dict[type[Event], frozenset[PendingKind]]] = {
+    EffectSucceeded: _ENDS,
     # A child a run waits for after its step (parent_close: wait) ends as work does.
-    "effect-failed": _ENDS | {PendingKind.CHILD},
-    "effect-outcome-unknown": _ENDS | {PendingKind.CHILD},
-    "subflow-settled": frozenset({PendingKind.WORK, PendingKind.CHILD}),
-    "human-answered": frozenset({PendingKind.QUESTION}),
-    "timer-fired": TIMERS,
+    EffectFailed: _ENDS | {PendingKind.CHILD},
+    EffectOutcomeUnknown: _ENDS | {PendingKind.CHILD},
+    SubflowSettled: frozenset({PendingKind.WORK, PendingKind.CHILD}),
+    HumanAnswered: frozenset({PendingKind.QUESTION}),
+    TimerFired: TIMERS,
     # These name no key: a signal goes to the first step waiting for it by
     # name (or is buffered), a cancel to the whole run.
-    "signal-received": frozenset({PendingKind.SIGNAL}),
-    "cancel-requested": frozenset(),
+    SignalReceived: frozenset({PendingKind.SIGNAL}),
+    CancelRequested: frozenset(),
     # These name a schedule id, not a pending key: an id that is not pending
     # is answered (``Decision.scheduled``), not rejected; an add names a tool.
-    "scheduled-cancel-requested": frozenset(),
-    "scheduled-run-now-requested": frozenset(),
-    "scheduled-add-requested": frozenset(),
+    ScheduledCancelRequested: frozenset(),
+    ScheduledRunNowRequested: frozenset(),
+    ScheduledAddRequested: frozenset(),
 }
-"""Event kind -> the pending kinds it may answer. Any other pairing is rejected."""
+"""Event class -> the pending kinds it may answer. Any other pairing is rejected."""
 
-_ALL_WORK: Final = frozenset({"run-agent", "run-team", "call-tool", "run-subflow", "signal-run"})
-WORK_EFFECTS: Final[dict[str, frozenset[str]]] = {
-    "effect-succeeded": _ALL_WORK - {"run-subflow"},  # a child run answers with subflow-settled
-    "effect-failed": _ALL_WORK,  # the host could not start the child
-    "effect-outcome-unknown": _ALL_WORK,
-    "subflow-settled": frozenset({"run-subflow"}),
+_ALL_WORK: Final[frozenset[type[Effect]]] = frozenset(
+    {RunAgent, RunTeam, CallTool, RunSubflow, SignalRun}
+)
+WORK_EFFECTS: Final[dict[type[KeyEvent], frozenset[type[Effect]]]] = {
+    EffectSucceeded: _ALL_WORK - {RunSubflow},  # a child run answers with subflow-settled
+    EffectFailed: _ALL_WORK,  # the host could not start the child
+    EffectOutcomeUnknown: _ALL_WORK,
+    SubflowSettled: frozenset({RunSubflow}),
 }
-"""Event kind -> the pending work effects it may answer (by wire kind)."""
+"""Event class -> the work effects (classes) pending ``work`` it may answer."""
 
 _DESCRIBE: Final = {
     PendingKind.SCHEDULED_CALL: "scheduled call-tool",
@@ -194,36 +201,38 @@ def apply(t: Txn, event: Event) -> None:
         _ending.continue_as_new(t, cont.key, cont.input, cont.idle)
 
 
-def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
-    """What a ``kind`` event for ``key`` answers: the pending entry, or for a late
-    answer the resolution of the abandoned key (now marked late).
+def _take(t: Txn, key: str, answer: type[KeyEvent]) -> Pending | Resolution:
+    """What an ``answer`` event for ``key`` answers: the pending entry, or for a
+    late answer the resolution of the abandoned key (now marked late).
 
     Raises ``EventRejected`` when the tables say the event cannot answer it.
     """
-    accepts = ANSWERS[kind]
+    accepts = ANSWERS[answer]
     entry = t.pending.get(key)
     if entry is not None:
         if entry.kind not in accepts:
             what = describe(entry.kind, entry.effect)
-            raise EventRejected(f"{kind} cannot answer {what} {key}", key)
+            raise EventRejected(f"{_kind(answer)} cannot answer {what} {key}", key)
         sent = entry.sent
         if isinstance(sent, RunSubflow) and sent.detached:
             # A detached child is a root run of its own: the host says it started it.
-            if kind == "subflow-settled":
+            if answer is SubflowSettled:
                 raise EventRejected(
                     f"a detached subflow answers with effect-succeeded once started, "
                     f"its settlement is not reported: {key}",
                     key,
                 )
             return entry
-        if entry.kind is PendingKind.WORK and entry.effect not in WORK_EFFECTS[kind]:
-            if kind == "effect-succeeded":
+        if entry.kind is PendingKind.WORK and type(sent) not in WORK_EFFECTS[answer]:
+            kind = _kind(answer)
+            if answer is EffectSucceeded:
                 raise EventRejected(
                     f"a subflow answers with subflow-settled, not effect-succeeded: {key}", key
                 )
             raise EventRejected(f"{kind} cannot answer {entry.effect} {key}", key)
         return entry
     how = t.waiting.resolved.get(key)
+    kind = _kind(answer)
     if how is None:
         # Answered keys are not remembered one by one (that would cost a
         # second map update per event): unknown and duplicate read the same.
@@ -240,6 +249,13 @@ def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
     return how
 
 
+def _kind(answer: type[KeyEvent]) -> str:
+    """The wire kind of an event class, for what a rejection says."""
+    tag = answer.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
 def _late(t: Txn, key: str, how: Resolution, status: str | None = None) -> None:
     """Accept a late answer once; for work, the report shows how it really ended."""
     t.resolve(key, Resolution(How.LATE))
@@ -250,7 +266,7 @@ def _late(t: Txn, key: str, how: Resolution, status: str | None = None) -> None:
 
 def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "effect-succeeded")
+    entry = _take(t, key, EffectSucceeded)
     if isinstance(entry, Resolution):
         _late(t, key, entry, "succeeded")
         t.charge_usage(ev.usage)
@@ -287,7 +303,7 @@ def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) ->
 
 def _failed(t: Txn, ev: EffectFailed) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "effect-failed")
+    entry = _take(t, key, EffectFailed)
     if isinstance(entry, Resolution):
         _late(t, key, entry, "failed")
         t.charge_usage(ev.usage)
@@ -360,7 +376,7 @@ def _heartbeat_timeout(t: Txn, key: str, entry: Pending, ev: EffectFailed) -> No
 def _subflow(t: Txn, ev: SubflowSettled) -> None:
     key = ev.idempotency_key
     ok = ev.status == "completed"
-    entry = _take(t, key, "subflow-settled")
+    entry = _take(t, key, SubflowSettled)
     if isinstance(entry, Resolution):
         _late(t, key, entry, "succeeded" if ok else "failed")
         t.charge_usage(ev.usage)
@@ -382,7 +398,7 @@ def _subflow(t: Txn, ev: SubflowSettled) -> None:
 
 def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "effect-outcome-unknown")
+    entry = _take(t, key, EffectOutcomeUnknown)
     if isinstance(entry, Resolution):
         _late(t, key, entry)  # the row stands: its outcome is still unknown
         return
@@ -462,7 +478,7 @@ def _work_done(t: Txn, key: str, entry: Pending, out: Outcome) -> None:
 
 def _answered(t: Txn, ev: HumanAnswered) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "human-answered")
+    entry = _take(t, key, HumanAnswered)
     if isinstance(entry, Resolution):
         if entry.step:
             leaf.check_answer(t, key, entry.step, ev.answer)
@@ -496,7 +512,7 @@ def _signal(t: Txn, ev: SignalReceived) -> None:
 
 def _timer(t: Txn, ev: TimerFired) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "timer-fired")
+    entry = _take(t, key, TimerFired)
     if isinstance(entry, Resolution):
         _late(t, key, entry)
         return
