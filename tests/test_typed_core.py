@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 import flowcore
-from flowcore.decision.interp import ABOVE
+from flowcore.decision.interp import ABOVE, event_key
 from flowcore.decision.outcome import Failed, Ok
 from flowcore.decision.state import StepFrame
 from flowcore.decision.transitions import ANSWERS, WORK_EFFECTS
 from flowcore.decision.txn import Txn
-from flowcore.decision.wire import EVENT_TYPES, Effect, KeyEvent, event_key
+from flowcore.decision.wire import EVENT_TYPES, Effect, KeyEvent
 
 CORE = Path(flowcore.__file__).parent
 MODULES = sorted(CORE.rglob("*.py"))

@@ -45,7 +45,7 @@ from .state import (
     Waiting,
 )
 from .txn import Txn
-from .wire import BudgetRemaining, ContinueAsNew, Effect, Event, Settled, check_event, event_key
+from .wire import BudgetRemaining, ContinueAsNew, Effect, Event, KeyEvent, Settled, check_event
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
@@ -320,6 +320,11 @@ def _carry(t: Txn, continued: ContinueAsNew) -> None:
         )
         t.set_sched(call.id, sched)
         t.timer(keys.delay_key(call.id), call.due_ms, PendingKind.SCHEDULE_DELAY, call.id)
+
+
+def event_key(event: object) -> str | None:
+    """The idempotency key ``event`` answers; ``None`` for an event that names none."""
+    return event.idempotency_key if isinstance(event, KeyEvent) else None
 
 
 def _checked(event: object) -> None:

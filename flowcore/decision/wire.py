@@ -18,7 +18,7 @@ This module must never do I/O.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal, TypeAlias, assert_never
+from typing import Annotated, Any, Final, Literal, TypeAlias, assert_never, get_args
 
 import msgspec
 
@@ -75,7 +75,6 @@ __all__ = [
     "encode_effect",
     "encode_event",
     "event_from_wire",
-    "event_key",
     "event_to_wire",
     "result_event",
 ]
@@ -450,16 +449,8 @@ KeyEvent: TypeAlias = (
     | TimerFired
     | SubflowSettled
 )
-"""The events that answer an idempotency key (``idempotency_key``): work's result,
-a question's answer, a timer, a child run's settlement. Narrow an event with
-``isinstance(event, KeyEvent)`` (or ``match``) to read its key; the others name
-a signal, a schedule id, a tool, or nothing."""
-
-
-def event_key(event: object) -> str | None:
-    """The idempotency key ``event`` answers; ``None`` for an event that names none."""
-    return event.idempotency_key if isinstance(event, KeyEvent) else None
-
+"""The events that answer an idempotency key: narrow with ``isinstance(event, KeyEvent)``
+to read it. The others name a signal, a schedule id, a tool, or nothing."""
 
 # --- codecs ------------------------------------------------------------------
 
@@ -524,19 +515,7 @@ def event_from_wire(data: Any) -> Event:
     return event
 
 
-EVENT_TYPES = (  # every event class, for isinstance
-    EffectSucceeded,
-    EffectFailed,
-    EffectOutcomeUnknown,
-    HumanAnswered,
-    TimerFired,
-    SignalReceived,
-    SubflowSettled,
-    CancelRequested,
-    ScheduledCancelRequested,
-    ScheduledRunNowRequested,
-    ScheduledAddRequested,
-)
+EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(Event)  # every event class
 _STATUSES = frozenset(("completed", "failed", "cancelled", "budget-exhausted"))
 
 
@@ -618,7 +597,7 @@ def check_event(event: object) -> Event:
         assert isinstance(event, TimerFired)
         if _plain(event.idempotency_key, event.at_ms):
             return event
-    if isinstance(event, EVENT_TYPES):
+    if isinstance(event, Event):
         # The quick check (``_data``): the event encodes, decodes through the
         # validating decoder to an equal event, fits, and names are short.
         data = quick_json(event, _event_json)
@@ -676,7 +655,7 @@ def _short_names(event: Event) -> bool:
 
 def _check_fields(event: object) -> Event:
     """``check_event`` field by field: what is wrong, and where (or the event, if nothing)."""
-    if not isinstance(event, EVENT_TYPES):
+    if not isinstance(event, Event):
         hint = (
             "; to apply a wire dict, pass flowcore.event_from_wire(d)"
             if isinstance(event, dict)

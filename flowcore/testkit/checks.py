@@ -13,7 +13,6 @@ from ..decision.keys import KeyRole, deadline_key, incarnation_base, parse_key
 from ..decision.state import State, decode_state, encode_state
 from ..decision.waiting import waiting_for
 from ..decision.wire import (
-    EVENT_TYPES,
     AskHuman,
     AwaitSignal,
     BudgetRemaining,
@@ -65,7 +64,7 @@ def _history(
 def _show(value: Effect | Event | None) -> str:
     if value is None:
         return "start"
-    if isinstance(value, EVENT_TYPES):
+    if isinstance(value, Event):
         text = msgspec.json.encode(event_to_wire(value)).decode()
     else:
         text = encode_effect(value).decode()
