@@ -83,7 +83,7 @@ def root_done(t: Txn, child: Frame | None, out: Outcome) -> None:
     if kind is ListKind.FINAL:
         final_done(t, out)
         return
-    if isinstance(out, Failed):
+    if type(out) is Failed:
         t.abandon_all()
         wind_down(t, Ending("failed", None, out.error))
         return

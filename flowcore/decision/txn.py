@@ -140,7 +140,7 @@ class Txn(TxnWaits):
                 if self.frames.get(frame.id) is not frame:
                     self.put_frame(frame)
                 return None
-            if not isinstance(out, Ok):
+            if type(out) is not Ok:
                 self.drop_frame(frame.id)
                 return out
             last = out.value
@@ -207,7 +207,7 @@ class Txn(TxnWaits):
             if frame.attempt_timer in self.pending:
                 self.drop_key(frame.attempt_timer)
             frame = self.set_frame(frame, attempt_timer=None)
-        if isinstance(out, Failed) and self.should_retry(step, frame, out.error):
+        if type(out) is Failed and self.should_retry(step, frame, out.error):
             self.abandon_children(fid)
             frame = self.frame(fid)
             if frame.cancelling:  # the next attempt begins once they have ended
@@ -244,7 +244,7 @@ class Txn(TxnWaits):
         if frame.timer is not None:
             self.drop_key(frame.timer)
         self.drop_frame(fid)
-        if isinstance(out, Ok):
+        if type(out) is Ok:
             record: dict[str, Any] = {"status": "succeeded", "output": out.value}
             if isinstance(step.body, AskHumanStep):  # a question's result also keeps the answer
                 record["answer"] = out.value
@@ -337,7 +337,7 @@ class Txn(TxnWaits):
             if frame is None:
                 return  # the parent was abandoned meanwhile
             if isinstance(frame, SeqFrame):
-                if isinstance(out, Ok):
+                if type(out) is Ok:
                     if index < 0:
                         assert isinstance(child, StepFrame)
                         index = self.flow.by_id[child.step].index

@@ -98,7 +98,7 @@ def child_done(
     frame_now = t.frame(frame.id)
     prog = frame_now.progress
     assert isinstance(prog, ForEachProgress)
-    if isinstance(out, Failed):
+    if type(out) is Failed:
         frames = t.frames
         for j in range(prog.next):
             if j != index and keys.iteration_list(frame.id, j) in frames:

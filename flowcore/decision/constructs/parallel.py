@@ -86,7 +86,7 @@ def child_done(
     outcomes = {n: ended[n] for n in body.branches if n in ended}
     running = tuple(n for n in prog.running if n != name)
     decided: Outcome | None = None
-    if isinstance(out, Ok):
+    if type(out) is Ok:
         if mode == "race" or mode == "any":
             decided = Ok({name: out.value})
     elif mode == "race" or mode == "all":

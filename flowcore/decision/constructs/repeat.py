@@ -91,7 +91,7 @@ def child_done(t: Txn, frame: StepFrame, body: RepeatStep, out: Outcome) -> Outc
     frame_now = t.frame(frame.id)
     prog = frame_now.progress
     assert isinstance(prog, RepeatProgress)
-    if isinstance(out, Failed):
+    if type(out) is Failed:
         return out
     fire = prog.fires
     prefix = keys.child_prefix(frame_now.prefix, frame_now.step, frame_now.attempt)

@@ -71,7 +71,7 @@ def member_done(t: Txn, frame: StepFrame, entry: Pending, key: str, out: Outcome
     prog = frame.progress
     assert isinstance(prog, TeamProgress)
     running = tuple(k for k in prog.running if k != key)
-    if isinstance(out, Failed):
+    if type(out) is Failed:
         for other in running:
             t.drop_key(other)
         # Re-read: members' calls being cancelled may now be waited for by it.

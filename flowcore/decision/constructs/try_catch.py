@@ -30,7 +30,7 @@ def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
 def child_done(t: Txn, frame: StepFrame, step: Step, body: TryStep, out: Outcome) -> Outcome | None:
     prog = frame.progress
     assert isinstance(prog, TryProgress)
-    if isinstance(out, Ok) or prog.phase == "catch":
+    if type(out) is Ok or prog.phase == "catch":
         return out
     error = out.error
     for i, clause in enumerate(body.catch):
