@@ -228,7 +228,10 @@ class Trajectory:
         """
         self.pending = batch.pending
         at = event.at_ms
-        key = event.idempotency_key if isinstance(event, KeyEvent) else ""
+        if type(event) is EffectSucceeded:  # the commonest: an exact check is the cheapest
+            key = event.idempotency_key
+        else:
+            key = event.idempotency_key if isinstance(event, KeyEvent) else ""
         late = batch.was_late(key) if key else False
         if type(event) is EffectSucceeded and not late and event.usage is None:
             pos = self.where.get(key)  # the commonest: work answered
