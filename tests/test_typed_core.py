@@ -1,7 +1,7 @@
 """The core's values are typed: outcomes, the events that answer a key, the tables.
 
-A step's outcome is ``Ok(value)`` or ``Failed(error)``, read with ``match`` or
-``isinstance``, never as a ``(bool, value)`` pair; the events that answer an
+A step's outcome is ``Ok(value)`` or ``Failed(error)``, read with ``match`` or by
+its type, never as a ``(bool, value)`` pair; the events that answer an
 idempotency key are one union (``KeyEvent``) whose key is read after
 narrowing, never with ``getattr``; the transition tables are keyed by event
 class.
