@@ -109,7 +109,9 @@ def _tag(cls: type[Any]) -> str:
     return tag
 
 
-_CLASS = {_tag(cls): cls for cls in ANSWERS}  # the tables are keyed by event class
+# The tables are keyed by event class; these read them by wire kind.
+_CLASS = {_tag(cls): cls for cls in ANSWERS}
+_WORK = {_tag(cls): {_tag(e) for e in effects} for cls, effects in WORK_EFFECTS.items()}
 
 
 def _allowed(kind: str, kind_of_pending: PendingKind, effect: str) -> bool:
@@ -117,7 +119,7 @@ def _allowed(kind: str, kind_of_pending: PendingKind, effect: str) -> bool:
         return False
     if kind_of_pending is not PendingKind.WORK:
         return True
-    return effect in {_tag(cls) for cls in WORK_EFFECTS[_CLASS[kind]]}
+    return effect in _WORK[kind]
 
 
 def check_tables(state: State) -> set[tuple[str, PendingKind]]:
