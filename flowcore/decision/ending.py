@@ -27,7 +27,7 @@ from ..language.expr import TemplateError
 from . import keys
 from .constructs import compensation, schedule
 from .halt import ContinueRequested, Exhausted
-from .outcome import effect_tag, err
+from .outcome import Failed, Ok, Outcome, effect_tag, err
 from .state import (
     Ending,
     Frame,
@@ -77,7 +77,7 @@ class NeedsReport(Exception):
     """Settling a state restored without its report rows (``flowcore.persist``)."""
 
 
-def root_done(t: Txn, child: Frame | None, out: Any) -> None:
+def root_done(t: Txn, child: Frame | None, out: Outcome) -> None:
     """A list without a parent ended: the flow's own steps, a compensation, or the
     steps run within the reserve after the budget ran out."""
     kind = getattr(child, "list", None)
@@ -87,9 +87,9 @@ def root_done(t: Txn, child: Frame | None, out: Any) -> None:
     if kind is ListKind.FINAL:
         final_done(t, out)
         return
-    if not out[0]:
+    if type(out) is Failed:
         t.abandon_all()
-        wind_down(t, Ending("failed", None, out[1]))
+        wind_down(t, Ending("failed", None, out.error))
         return
     output = None
     if t.flow.output is not None:
@@ -181,19 +181,24 @@ def exhaust(t: Txn, limit: str) -> None:
         settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[again.limit]), limit)
 
 
-def final_done(t: Txn, out: Any) -> None:
+def final_done(t: Txn, out: Outcome) -> None:
     """``on_budget_exhausted``'s steps ended: settle ``budget-exhausted`` with their output."""
     limit = t.tree.exhausted
     final = t.flow.on_exhausted
     assert limit is not None and final is not None
     t.abandon_all()
     error = err("budget-exhausted", _EXHAUSTED[limit])
-    if not out[0]:
-        failed: ErrorInfo = out[1]
-        message = f"{_EXHAUSTED[limit]}; its final steps failed ({failed.type}: {failed.message})"
-        settle(t, "budget-exhausted", None, err("budget-exhausted", message), limit)
-        return
-    output = out[1]
+    match out:
+        case Ok():
+            output = out.value
+        case Failed():
+            failed = out.error
+            why = f"{failed.type}: {failed.message}"
+            message = f"{_EXHAUSTED[limit]}; its final steps failed ({why})"
+            settle(t, "budget-exhausted", None, err("budget-exhausted", message), limit)
+            return
+        case _:
+            assert_never(out)
     if final.output is not None:
         try:
             output = final.output.evaluate(t.resolver(""))

@@ -44,7 +44,7 @@ from .state import (
     Waiting,
 )
 from .txn import Txn
-from .wire import BudgetRemaining, ContinueAsNew, Effect, Event, Settled, check_event
+from .wire import BudgetRemaining, ContinueAsNew, Effect, Event, KeyEvent, Settled, check_event
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
@@ -328,11 +328,16 @@ def _carry(t: Txn, continued: ContinueAsNew) -> None:
         t.timer(keys.delay_key(call.id), call.due_ms, PendingKind.SCHEDULE_DELAY, call.id)
 
 
+def event_key(event: object) -> str | None:
+    """The idempotency key ``event`` answers; ``None`` for an event that names none."""
+    return event.idempotency_key if isinstance(event, KeyEvent) else None
+
+
 def _checked(event: object) -> None:
     try:
         check_event(event)
     except DataError as exc:
-        key = getattr(event, "idempotency_key", None)
+        key = event_key(event)
         if not isinstance(key, str) or len(key) > MAX_NAME_CHARS or not text_ok(key):
             key = None  # the key itself may be what is wrong
         raise EventRejected(str(exc), key) from None
@@ -383,11 +388,9 @@ def advance_partial(state: State, event: Event) -> Decision:
 def _decide(state: State, event: Event, whole: bool) -> Decision:
     _checked(event)
     if state.settled is not None:
-        _settled_reject(state, getattr(event, "idempotency_key", None))
+        _settled_reject(state, event_key(event))
     if state.tree.continued is not None:
-        _continued_reject(
-            state.run_id, state.tree.continued, getattr(event, "idempotency_key", None)
-        )
+        _continued_reject(state.run_id, state.tree.continued, event_key(event))
     if whole:
         _complete(state)
     t = Txn(state, ABOVE)
@@ -419,9 +422,9 @@ class Batch:
         _checked(event)
         t = self.t
         if t.settled is not None:
-            _settled_reject(self.state(), getattr(event, "idempotency_key", None))
+            _settled_reject(self.state(), event_key(event))
         if t.tree.continued is not None:
-            _continued_reject(t.run_id, t.tree.continued, getattr(event, "idempotency_key", None))
+            _continued_reject(t.run_id, t.tree.continued, event_key(event))
         saved = t.checkpoint()
         t.next_decision()
         try:

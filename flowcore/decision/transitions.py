@@ -50,23 +50,28 @@ from ..language.spec import CallToolStep, RunSubflowStep, SignalRunStep, Step, d
 from . import ending as _ending
 from .constructs import leaf, repeat, schedule, team
 from .halt import Exhausted
-from .outcome import FAIL, OK, Outcome, err
+from .outcome import Failed, Ok, Outcome, err
 from .state import Ending, How, Pending, PendingKind, ReportRow, Resolution, StepFrame
 from .txn import Txn
 from .wire import (
     CallTool,
     CancelRequested,
+    Effect,
     EffectFailed,
     EffectOutcomeUnknown,
     EffectSucceeded,
     ErrorInfo,
     Event,
     HumanAnswered,
+    KeyEvent,
+    RunAgent,
     RunSubflow,
+    RunTeam,
     ScheduledAddRequested,
     ScheduledCancelRequested,
     ScheduledRunNowRequested,
     SignalReceived,
+    SignalRun,
     SubflowSettled,
     TimerFired,
     Usage,
@@ -105,34 +110,36 @@ _WORK: Final = frozenset({PendingKind.WORK, PendingKind.SCHEDULED_CALL})
 # any answer says it has ended.
 _ENDS: Final = _WORK | {PendingKind.CANCELLING}
 
-ANSWERS: Final[dict[str, frozenset[PendingKind]]] = {
-    "effect-succeeded": _ENDS,
+ANSWERS: Final[dict[type[Event], frozenset[PendingKind]]] = {
+    EffectSucceeded: _ENDS,
     # A child a run waits for after its step (parent_close: wait) ends as work does.
-    "effect-failed": _ENDS | {PendingKind.CHILD},
-    "effect-outcome-unknown": _ENDS | {PendingKind.CHILD},
-    "subflow-settled": frozenset({PendingKind.WORK, PendingKind.CHILD}),
-    "human-answered": frozenset({PendingKind.QUESTION}),
-    "timer-fired": TIMERS,
+    EffectFailed: _ENDS | {PendingKind.CHILD},
+    EffectOutcomeUnknown: _ENDS | {PendingKind.CHILD},
+    SubflowSettled: frozenset({PendingKind.WORK, PendingKind.CHILD}),
+    HumanAnswered: frozenset({PendingKind.QUESTION}),
+    TimerFired: TIMERS,
     # These name no key: a signal goes to the first step waiting for it by
     # name (or is buffered), a cancel to the whole run.
-    "signal-received": frozenset({PendingKind.SIGNAL}),
-    "cancel-requested": frozenset(),
+    SignalReceived: frozenset({PendingKind.SIGNAL}),
+    CancelRequested: frozenset(),
     # These name a schedule id, not a pending key: an id that is not pending
     # is answered (``Decision.scheduled``), not rejected; an add names a tool.
-    "scheduled-cancel-requested": frozenset(),
-    "scheduled-run-now-requested": frozenset(),
-    "scheduled-add-requested": frozenset(),
+    ScheduledCancelRequested: frozenset(),
+    ScheduledRunNowRequested: frozenset(),
+    ScheduledAddRequested: frozenset(),
 }
-"""Event kind -> the pending kinds it may answer. Any other pairing is rejected."""
+"""Event class -> the pending kinds it may answer. Any other pairing is rejected."""
 
-_ALL_WORK: Final = frozenset({"run-agent", "run-team", "call-tool", "run-subflow", "signal-run"})
-WORK_EFFECTS: Final[dict[str, frozenset[str]]] = {
-    "effect-succeeded": _ALL_WORK - {"run-subflow"},  # a child run answers with subflow-settled
-    "effect-failed": _ALL_WORK,  # the host could not start the child
-    "effect-outcome-unknown": _ALL_WORK,
-    "subflow-settled": frozenset({"run-subflow"}),
+_ALL_WORK: Final[frozenset[type[Effect]]] = frozenset(
+    {RunAgent, RunTeam, CallTool, RunSubflow, SignalRun}
+)
+WORK_EFFECTS: Final[dict[type[KeyEvent], frozenset[type[Effect]]]] = {
+    EffectSucceeded: _ALL_WORK - {RunSubflow},  # a child run answers with subflow-settled
+    EffectFailed: _ALL_WORK,  # the host could not start the child
+    EffectOutcomeUnknown: _ALL_WORK,
+    SubflowSettled: frozenset({RunSubflow}),
 }
-"""Event kind -> the pending work effects it may answer (by wire kind)."""
+"""Event class -> the work effects (classes) pending ``work`` it may answer."""
 
 _DESCRIBE: Final = {
     PendingKind.SCHEDULED_CALL: "scheduled call-tool",
@@ -195,36 +202,38 @@ def apply(t: Txn, event: Event) -> None:
         _ending.halted(t)
 
 
-def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
-    """What a ``kind`` event for ``key`` answers: the pending entry, or for a late
-    answer the resolution of the abandoned key (now marked late).
+def _take(t: Txn, key: str, answer: type[KeyEvent]) -> Pending | Resolution:
+    """What an ``answer`` event for ``key`` answers: the pending entry, or for a
+    late answer the resolution of the abandoned key (now marked late).
 
     Raises ``EventRejected`` when the tables say the event cannot answer it.
     """
-    accepts = ANSWERS[kind]
+    accepts = ANSWERS[answer]
     entry = t.pending.get(key)
     if entry is not None:
         if entry.kind not in accepts:
             what = describe(entry.kind, entry.effect)
-            raise EventRejected(f"{kind} cannot answer {what} {key}", key)
+            raise EventRejected(f"{_kind(answer)} cannot answer {what} {key}", key)
         sent = entry.sent
         if isinstance(sent, RunSubflow) and sent.detached:
             # A detached child is a root run of its own: the host says it started it.
-            if kind == "subflow-settled":
+            if answer is SubflowSettled:
                 raise EventRejected(
                     f"a detached subflow answers with effect-succeeded once started, "
                     f"its settlement is not reported: {key}",
                     key,
                 )
             return entry
-        if entry.kind is PendingKind.WORK and entry.effect not in WORK_EFFECTS[kind]:
-            if kind == "effect-succeeded":
+        if entry.kind is PendingKind.WORK and type(sent) not in WORK_EFFECTS[answer]:
+            kind = _kind(answer)
+            if answer is EffectSucceeded:
                 raise EventRejected(
                     f"a subflow answers with subflow-settled, not effect-succeeded: {key}", key
                 )
             raise EventRejected(f"{kind} cannot answer {entry.effect} {key}", key)
         return entry
     how = t.waiting.resolved.get(key)
+    kind = _kind(answer)
     if how is None:
         # Answered keys are not remembered one by one (that would cost a
         # second map update per event): unknown and duplicate read the same.
@@ -241,6 +250,13 @@ def _take(t: Txn, key: str, kind: str) -> Pending | Resolution:
     return how
 
 
+def _kind(answer: type[KeyEvent]) -> str:
+    """The wire kind of an event class, for what a rejection says."""
+    tag = answer.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
 def _late(t: Txn, key: str, how: Resolution, status: str | None = None) -> None:
     """Accept a late answer once; for work, the report shows how it really ended."""
     t.resolve(key, Resolution(How.LATE))
@@ -251,7 +267,7 @@ def _late(t: Txn, key: str, how: Resolution, status: str | None = None) -> None:
 
 def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "effect-succeeded")
+    entry = _take(t, key, EffectSucceeded)
     if isinstance(entry, Resolution):
         _late(t, key, entry, "succeeded")
         t.charge_usage(ev.usage)
@@ -271,9 +287,9 @@ def _succeeded(t: Txn, ev: EffectSucceeded) -> None:
     if isinstance(sent, CallTool):
         invalid = leaf.tool_output_error(t, sent.tool, ev.output)
         if invalid is not None:  # the call ran; what it gave cannot be used
-            _work_done(t, key, entry, (FAIL, invalid))
+            _work_done(t, key, entry, Failed(invalid))
             return
-    _work_done(t, key, entry, (OK, ev.output))
+    _work_done(t, key, entry, Ok(ev.output))
 
 
 def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) -> None:
@@ -288,13 +304,13 @@ def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) ->
     if t.flow.on_exhausted is not None and entry.kind is PendingKind.WORK and not entry.member:
         frame = t.frames.get(entry.frame)
         if isinstance(frame, StepFrame):
-            t.finish_step(frame.id, (OK, output), frame)  # recorded, not handed on
+            t.finish_step(frame.id, Ok(output), frame)  # recorded, not handed on
     t.stop(halt)
 
 
 def _failed(t: Txn, ev: EffectFailed) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "effect-failed")
+    entry = _take(t, key, EffectFailed)
     if isinstance(entry, Resolution):
         _late(t, key, entry, "failed")
         t.charge_usage(ev.usage)
@@ -321,7 +337,7 @@ def _failed(t: Txn, ev: EffectFailed) -> None:
     if entry.kind is PendingKind.CHILD:
         _ending.maybe_finish(t)
         return
-    _work_done(t, key, entry, (FAIL, error))
+    _work_done(t, key, entry, Failed(error))
 
 
 def _cancel_ended(t: Txn, key: str, entry: Pending, status: str, usage: Usage | None) -> None:
@@ -371,13 +387,13 @@ def _heartbeat_timeout(t: Txn, key: str, entry: Pending, ev: EffectFailed) -> No
     else:
         message = f"{entry.effect} {key} may or may not have happened: it stopped heartbeating"
         error = msgspec.structs.replace(err("outcome-unknown", message), cause=timeout)
-    _work_done(t, key, entry, (FAIL, error))
+    _work_done(t, key, entry, Failed(error))
 
 
 def _subflow(t: Txn, ev: SubflowSettled) -> None:
     key = ev.idempotency_key
     ok = ev.status == "completed"
-    entry = _take(t, key, "subflow-settled")
+    entry = _take(t, key, SubflowSettled)
     if isinstance(entry, Resolution):
         _late(t, key, entry, "succeeded" if ok else "failed")
         t.charge_usage(ev.usage)
@@ -392,17 +408,17 @@ def _subflow(t: Txn, ev: SubflowSettled) -> None:
         _ending.maybe_finish(t)
         return
     if ok:
-        _work_done(t, key, entry, (OK, ev.output))
+        _work_done(t, key, entry, Ok(ev.output))
     else:
         error = err(f"subflow-{ev.status}", f"subflow {key} settled {ev.status}")
         if ev.error is not None:
             error = msgspec.structs.replace(error, cause=ev.error)
-        _work_done(t, key, entry, (FAIL, error))
+        _work_done(t, key, entry, Failed(error))
 
 
 def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "effect-outcome-unknown")
+    entry = _take(t, key, EffectOutcomeUnknown)
     if isinstance(entry, Resolution):
         _late(t, key, entry)  # the row stands: its outcome is still unknown
         return
@@ -420,7 +436,7 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
         t.work_answered(key, entry, "uncertain")
         error = schedule.call_unknown(t, entry)
         if error is not None:
-            _work_done(t, key, entry, (FAIL, error))
+            _work_done(t, key, entry, Failed(error))
         return
     frame = t.frame(entry.frame)
     step = t.step_of(frame)
@@ -439,7 +455,7 @@ def _unknown(t: Txn, ev: EffectOutcomeUnknown) -> None:
         else "is not safe to repeat"
     )
     error = err("outcome-unknown", f"{entry.effect} {key} may or may not have happened and {why}")
-    _work_done(t, key, entry, (FAIL, error))
+    _work_done(t, key, entry, Failed(error))
 
 
 def _safe_sent(t: Txn, entry: Pending) -> bool:
@@ -470,7 +486,7 @@ def _may_reissue(t: Txn, step: Step, entry: Pending, frame: StepFrame) -> bool:
 
 def _work_done(t: Txn, key: str, entry: Pending, out: Outcome) -> None:
     if entry.kind is PendingKind.SCHEDULED_CALL:
-        schedule.call_done(t, entry.frame, out[0], None if out[0] else out[1])
+        schedule.call_done(t, entry.frame, out)
         _ending.maybe_finish(t)
         return
     frame = t.frame(entry.frame)
@@ -484,7 +500,7 @@ def _work_done(t: Txn, key: str, entry: Pending, out: Outcome) -> None:
 
 def _answered(t: Txn, ev: HumanAnswered) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "human-answered")
+    entry = _take(t, key, HumanAnswered)
     if isinstance(entry, Resolution):
         if entry.step:
             leaf.check_answer(t, key, entry.step, ev.answer)
@@ -520,7 +536,7 @@ def _signal(t: Txn, ev: SignalReceived) -> None:
 
 def _timer(t: Txn, ev: TimerFired) -> None:
     key = ev.idempotency_key
-    entry = _take(t, key, "timer-fired")
+    entry = _take(t, key, TimerFired)
     if isinstance(entry, Resolution):
         _late(t, key, entry)
         return
@@ -547,7 +563,7 @@ def _timer(t: Txn, ev: TimerFired) -> None:
             assert step.timeout_ms is not None
             after = duration_text(step.timeout_ms)
             error = err("timeout", f"step {step.id!r} timed out after {after}")
-            t.step_ended(frame.id, (FAIL, error))
+            t.step_ended(frame.id, Failed(error))
         case PendingKind.ATTEMPT_TIMEOUT:
             # This attempt's work stops; the step's retry may begin another.
             t.abandon_children(frame.id)
@@ -555,7 +571,7 @@ def _timer(t: Txn, ev: TimerFired) -> None:
             assert step.attempt_timeout_ms is not None
             after = duration_text(step.attempt_timeout_ms)
             message = f"attempt {frame.attempt} of step {step.id!r} timed out after {after}"
-            t.step_ended(frame.id, (FAIL, err("timeout", message, retryable=True)))
+            t.step_ended(frame.id, Failed(err("timeout", message, retryable=True)))
         case PendingKind.BACKOFF:
             t.retry_now(frame)
         case PendingKind.TICK:

@@ -31,7 +31,7 @@ This module must never do I/O, read a clock or draw a random number.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 import msgspec
 
@@ -39,9 +39,9 @@ from ..language.expr import TemplateError
 from ..language.spec import AskHumanStep, Step
 from . import keys
 from .outcome import (
-    FAIL,
-    OK,
+    Failed,
     InvalidDuration,
+    Ok,
     Outcome,
     err,
     error_dict,
@@ -143,13 +143,13 @@ class Txn(TxnWaits):
                 if self.frames.get(frame.id) is not frame:
                     self.put_frame(frame)
                 return None
-            if not out[0]:
+            if type(out) is not Ok:
                 self.drop_frame(frame.id)
                 return out
-            last = out[1]
+            last = out.value
             i += 1
         self.drop_frame(frame.id)
-        return (OK, last)
+        return Ok(last)
 
     def start_step(self, step: Step, parent: str, env: str, prefix: str) -> Outcome | None:
         fid = prefix + step.id
@@ -159,7 +159,7 @@ class Txn(TxnWaits):
                 timeout = self.duration(frame, step.timeout_ms, "timeout_ms", zero=False)
             except InvalidDuration as exc:
                 self.put_frame(frame)
-                return self.finish_step(fid, (FAIL, _invalid(step, exc)), frame, step)
+                return self.finish_step(fid, Failed(_invalid(step, exc)), frame, step)
             timer = keys.step_timeout_key(self.key_run, fid)
             self.timer(timer, self.now_ms + timeout, PendingKind.STEP_TIMEOUT, fid)
             frame = _replace(frame, timer=timer)
@@ -182,9 +182,9 @@ class Txn(TxnWaits):
                 self.put_frame(frame)
             out = self.above.begin(self, frame, step)
         except InvalidDuration as exc:
-            out = (FAIL, _invalid(step, exc))
+            out = Failed(_invalid(step, exc))
         except TemplateError as exc:
-            out = (FAIL, err("expression-error", f"step {step.id!r}: {exc}"))
+            out = Failed(err("expression-error", f"step {step.id!r}: {exc}"))
         if out is None:
             return None
         if frame.id not in self.frames:
@@ -210,7 +210,7 @@ class Txn(TxnWaits):
             if frame.attempt_timer in self.pending:
                 self.drop_key(frame.attempt_timer)
             frame = self.set_frame(frame, attempt_timer=None)
-        if not out[0] and self.should_retry(step, frame, out[1]):
+        if type(out) is Failed and self.should_retry(step, frame, out.error):
             self.abandon_children(fid)
             frame = self.frame(fid)
             if frame.cancelling:  # the next attempt begins once they have ended
@@ -227,7 +227,7 @@ class Txn(TxnWaits):
                 delay *= 1.0 - retry.jitter * unit_fraction(key)
             failures = frame.failures
             if self.semantics >= 2:
-                failures = (*failures, _replace(out[1], attempts=()))
+                failures = (*failures, _replace(out.error, attempts=()))
             if int(delay) == 0 and self.semantics >= 2:  # the next attempt begins now
                 frame = self.set_frame(
                     frame,
@@ -247,17 +247,17 @@ class Txn(TxnWaits):
         if frame.timer is not None:
             self.drop_key(frame.timer)
         self.drop_frame(fid)
-        if not out[0] and frame.failures:  # a retried step failed: say how each attempt did
-            last = _replace(out[1], attempts=())
-            out = (FAIL, _replace(out[1], attempts=(*frame.failures, last)))
-        if out[0]:
-            record: dict[str, Any] = {"status": "succeeded", "output": out[1]}
+        if type(out) is Ok:
+            record: dict[str, Any] = {"status": "succeeded", "output": out.value}
             if isinstance(step.body, AskHumanStep):  # a question's result also keeps the answer
-                record["answer"] = out[1]
+                record["answer"] = out.value
             if step.compensate:
                 self.push_compensation(step, frame)
         else:
-            record = {"status": "failed", "output": None, "error": error_dict(out[1])}
+            if frame.failures:  # a retried step failed: say how each attempt did
+                last = _replace(out.error, attempts=())
+                out = Failed(_replace(out.error, attempts=(*frame.failures, last)))
+            record = {"status": "failed", "output": None, "error": error_dict(out.error)}
         name = self.envs[frame.env].scope + step.id
         # Only the children of a retried composite have a frame id other than
         # their result's name; they may write it a second time.
@@ -268,7 +268,13 @@ class Txn(TxnWaits):
         """``frame`` ends with ``out`` once the work it waits to see cancelled has
         ended (``cancellation_ended``); the first outcome decided stands."""
         if frame.closing is None:
-            closing = Closing(True, out[1]) if out[0] else Closing(False, error=out[1])
+            match out:
+                case Ok():
+                    closing = Closing(True, out.value)
+                case Failed():
+                    closing = Closing(False, error=out.error)
+                case _:
+                    assert_never(out)
             self.set_frame(frame, closing=closing)
 
     def cancellation_ended(self, key: str, entry: Pending) -> None:
@@ -284,9 +290,11 @@ class Txn(TxnWaits):
         if frame.cancelling or closing is None:
             return
         frame = self.set_frame(frame, closing=None)
-        self.step_ended(
-            waiter, (OK, closing.output) if closing.ok else (FAIL, closing.error), frame
-        )
+        if closing.ok:
+            self.step_ended(waiter, Ok(closing.output), frame)
+        else:
+            assert closing.error is not None
+            self.step_ended(waiter, Failed(closing.error), frame)
 
     def should_retry(self, step: Step, frame: StepFrame, error: ErrorInfo) -> bool:
         retry = step.retry
@@ -332,11 +340,11 @@ class Txn(TxnWaits):
             if frame is None:
                 return  # the parent was abandoned meanwhile
             if isinstance(frame, SeqFrame):
-                if out[0]:
+                if type(out) is Ok:
                     if index < 0:
                         assert isinstance(child, StepFrame)
                         index = self.flow.by_id[child.step].index
-                    res = self.run_seq(frame, self.step_list(frame), index + 1, out[1])
+                    res = self.run_seq(frame, self.step_list(frame), index + 1, out.value)
                 else:
                     self.drop_frame(frame.id)
                     res = out

@@ -45,6 +45,7 @@ from .wire import (
     RunAgent,
     RunSubflow,
     RunTeam,
+    Settled,
     SignalRun,
     Sleep,
     Usage,
@@ -220,7 +221,7 @@ class TxnWaits(TxnRecords):
 
     def take_back(self, key: str) -> bool:
         for i, effect in enumerate(self.effects):
-            if getattr(effect, "idempotency_key", None) == key:
+            if not isinstance(effect, Settled) and effect.idempotency_key == key:
                 del self.effects[i]
                 return True
         return False

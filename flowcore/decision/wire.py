@@ -18,7 +18,7 @@ This module must never do I/O.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal, TypeAlias, assert_never
+from typing import Annotated, Any, Final, Literal, TypeAlias, assert_never, get_args
 
 import msgspec
 
@@ -51,6 +51,7 @@ __all__ = [
     "ErrorInfo",
     "Event",
     "HumanAnswered",
+    "KeyEvent",
     "ReportEntry",
     "RunAgent",
     "RunSubflow",
@@ -440,6 +441,17 @@ Event: TypeAlias = (
     | ScheduledAddRequested
 )
 
+KeyEvent: TypeAlias = (
+    EffectSucceeded
+    | EffectFailed
+    | EffectOutcomeUnknown
+    | HumanAnswered
+    | TimerFired
+    | SubflowSettled
+)
+"""The events that answer an idempotency key: narrow with ``isinstance(event, KeyEvent)``
+to read it. The others name a signal, a schedule id, a tool, or nothing."""
+
 # --- codecs ------------------------------------------------------------------
 
 Format: TypeAlias = Literal["json", "msgpack"]
@@ -503,19 +515,7 @@ def event_from_wire(data: Any) -> Event:
     return event
 
 
-EVENT_TYPES = (  # every event class, for isinstance
-    EffectSucceeded,
-    EffectFailed,
-    EffectOutcomeUnknown,
-    HumanAnswered,
-    TimerFired,
-    SignalReceived,
-    SubflowSettled,
-    CancelRequested,
-    ScheduledCancelRequested,
-    ScheduledRunNowRequested,
-    ScheduledAddRequested,
-)
+EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(Event)  # every event class
 _STATUSES = frozenset(("completed", "failed", "cancelled", "budget-exhausted"))
 
 
@@ -597,7 +597,7 @@ def check_event(event: object) -> Event:
         assert isinstance(event, TimerFired)
         if _plain(event.idempotency_key, event.at_ms):
             return event
-    if isinstance(event, EVENT_TYPES):
+    if isinstance(event, Event):
         # The quick check (``_data``): the event encodes, decodes through the
         # validating decoder to an equal event, fits, and names are short.
         data = quick_json(event, _event_json)
@@ -640,8 +640,7 @@ def _plain_usage(usage: object) -> bool:
 
 
 def _short_names(event: Event) -> bool:
-    key = getattr(event, "idempotency_key", "")
-    if len(key) > MAX_NAME_CHARS:
+    if isinstance(event, KeyEvent) and len(event.idempotency_key) > MAX_NAME_CHARS:
         return False
     if isinstance(event, SignalReceived):
         return len(event.signal) <= MAX_NAME_CHARS and len(event.key or "") <= MAX_NAME_CHARS
@@ -656,7 +655,7 @@ def _short_names(event: Event) -> bool:
 
 def _check_fields(event: object) -> Event:
     """``check_event`` field by field: what is wrong, and where (or the event, if nothing)."""
-    if not isinstance(event, EVENT_TYPES):
+    if not isinstance(event, Event):
         hint = (
             "; to apply a wire dict, pass flowcore.event_from_wire(d)"
             if isinstance(event, dict)

@@ -32,6 +32,7 @@ from ..decision.wire import (
     EffectSucceeded,
     Event,
     HumanAnswered,
+    KeyEvent,
     RunAgent,
     RunSubflow,
     RunTeam,
@@ -92,7 +93,7 @@ class Trajectory:
             TrajectoryEntry(
                 index=index,
                 kind="event-rejected",
-                key=getattr(event, "idempotency_key", ""),
+                key=event.idempotency_key if isinstance(event, KeyEvent) else "",
                 target=_tag(event),
                 input=shown,
                 status="rejected",
@@ -242,7 +243,10 @@ class Trajectory:
         """
         self.pending = batch.pending
         at = event.at_ms
-        key = getattr(event, "idempotency_key", "")
+        if type(event) is EffectSucceeded:  # the commonest: an exact check is the cheapest
+            key = event.idempotency_key
+        else:
+            key = event.idempotency_key if isinstance(event, KeyEvent) else ""
         late = batch.was_late(key) if key else False
         if type(event) is EffectSucceeded and not late and event.usage is None:
             pos = self.where.get(key)  # the commonest: work answered
@@ -290,7 +294,9 @@ class Trajectory:
                 row = self.row(event.idempotency_key, late)
                 if row is not None and not late:
                     key = row.key
-                    if not any(getattr(e, "idempotency_key", None) == key for e in effects):
+                    if not any(
+                        not isinstance(e, Settled) and e.idempotency_key == key for e in effects
+                    ):
                         row.status = "uncertain"  # not re-issued under the same key
                         row.ended_at = at
             case HumanAnswered():

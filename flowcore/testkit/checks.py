@@ -13,7 +13,6 @@ from ..decision.keys import KeyRole, deadline_key, incarnation_base, parse_key
 from ..decision.state import State, decode_state, encode_state
 from ..decision.waiting import waiting_for
 from ..decision.wire import (
-    EVENT_TYPES,
     AskHuman,
     AwaitSignal,
     BudgetRemaining,
@@ -23,6 +22,7 @@ from ..decision.wire import (
     EffectOutcomeUnknown,
     EffectSucceeded,
     Event,
+    KeyEvent,
     ReportEntry,
     RunAgent,
     RunSubflow,
@@ -64,7 +64,7 @@ def _history(
 def _show(value: Effect | Event | None) -> str:
     if value is None:
         return "start"
-    if isinstance(value, EVENT_TYPES):
+    if isinstance(value, Event):
         text = msgspec.json.encode(event_to_wire(value)).decode()
     else:
         text = encode_effect(value).decode()
@@ -293,8 +293,8 @@ def check_work_accounted(
         # An answer at or after the wall-clock deadline settles the run
         # budget-exhausted, and the report still records how the work ended
         # (language.md, decisions): no exception here.
-        if turn.rejected is None and ev is not None:
-            key = getattr(ev, "idempotency_key", None)
+        if turn.rejected is None and isinstance(ev, KeyEvent):
+            key = ev.idempotency_key
             if key in emitted:
                 if isinstance(ev, EffectSucceeded):
                     status[key] = "succeeded"

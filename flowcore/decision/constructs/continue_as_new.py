@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from ..._data import MAX_EVENT_BYTES, DataError, check_data, json_size
 from ...language.spec import ContinueAsNewStep
 from ..halt import ContinueRequested
-from ..outcome import FAIL, err
+from ..outcome import Failed, err
 
 if TYPE_CHECKING:
     from ..outcome import Outcome
@@ -44,7 +44,7 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome | None:
     step = frame.step
     if t.tree.ending is not None or t.tree.exhausted is not None:
         why = "compensating" if t.tree.ending is not None else "running its budget's final steps"
-        return (FAIL, err("continue-refused", f"step {step!r}: the run is {why}"))
+        return Failed(err("continue-refused", f"step {step!r}: the run is {why}"))
     idle = 0
     w = t.waiting
     buffered = sum(map(len, w.signals.values()))
@@ -59,7 +59,7 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome | None:
                 f"step {step!r}: the incarnation has waited for nothing and taken no signal"
                 " since it began, so the next would continue at once, for ever"
             )
-            return (FAIL, err("continue-refused", message))
+            return Failed(err("continue-refused", message))
         idle = t.idle + 1
         bound = t.flow.limits.max_idle_incarnations
         if idle > bound:
@@ -70,7 +70,7 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome | None:
                 f" either: limits.max_idle_incarnations is {bound}; raise it if the run"
                 " ends after more of them"
             )
-            return (FAIL, err("continue-refused", message))
+            return Failed(err("continue-refused", message))
     if body.input is None:
         value = t.run.input
     else:
@@ -78,16 +78,16 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome | None:
     try:
         check_data(value, "$", "input")
     except DataError as exc:
-        return (FAIL, err("invalid-input", f"step {step!r}: {exc}"))
+        return Failed(err("invalid-input", f"step {step!r}: {exc}"))
     size = json_size(value)
     if size > MAX_EVENT_BYTES:
         message = f"step {step!r}: the input is {size:,} bytes as JSON, over {MAX_EVENT_BYTES:,}"
-        return (FAIL, err("invalid-input", message))
+        return Failed(err("invalid-input", message))
     if t.flow.input_schema is not None:
         from ...language.validate import input_problems
 
         problems = input_problems(t.flow.input_schema, value)
         if problems:
-            return (FAIL, err("invalid-input", f"step {step!r}: {'; '.join(problems)}"))
+            return Failed(err("invalid-input", f"step {step!r}: {'; '.join(problems)}"))
     t.stop(ContinueRequested(t.key(frame), value, idle))
     return None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..._data import MAX_NAME_CHARS, short
 from ...language.spec import FailStep
-from ..outcome import FAIL, err
+from ..outcome import Failed, err
 from ..wire import ErrorInfo
 from .leaf import as_text
 
@@ -29,8 +29,8 @@ def begin(t: Txn, frame: StepFrame, body: FailStep) -> Outcome:
     kind = body.type.evaluate(resolve)
     if not isinstance(kind, str) or not kind or len(kind) > MAX_NAME_CHARS:
         why = f"fail.type must be a non-empty text of at most {MAX_NAME_CHARS} characters"
-        return (FAIL, err("expression-error", f"step {frame.step!r}: {why}, got {short(kind)}"))
+        return Failed(err("expression-error", f"step {frame.step!r}: {why}, got {short(kind)}"))
     message = as_text(body.message.evaluate(resolve))
     details = None if body.details is None else body.details.evaluate(resolve)
     error = ErrorInfo(type=kind, message=message, retryable=body.retryable, details=details)
-    return (FAIL, error)
+    return Failed(error)

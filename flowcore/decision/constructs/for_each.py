@@ -19,7 +19,7 @@ import msgspec
 from ..._data import short_json
 from ...language.spec import ForEachStep, Step
 from .. import keys
-from ..outcome import FAIL, OK, err
+from ..outcome import Failed, Ok, err
 from ..state import Env, ForEachProgress, ListKind, StepFrame
 
 if TYPE_CHECKING:
@@ -33,12 +33,12 @@ def begin(t: Txn, frame: StepFrame, step: Step, body: ForEachStep) -> Outcome | 
     items = body.items.evaluate(t.resolver(frame.env, frame.attempt))
     if not isinstance(items, list):
         message = f"for_each {step.id!r}: items is not a list: {short_json(items)}"
-        return (FAIL, err("expression-error", message))
+        return Failed(err("expression-error", message))
     if body.max_items is not None and len(items) > body.max_items:
         message = f"for_each {step.id!r}: {len(items)} items, over max_items {body.max_items}"
-        return (FAIL, err("too-many-items", message))
+        return Failed(err("too-many-items", message))
     if not items:
-        return (OK, [])
+        return Ok([])
     frame = t.set_frame(frame, progress=ForEachProgress(items=tuple(items)))
     return _fill(t, frame, step, body)
 
@@ -100,7 +100,7 @@ def child_done(
     frame_now = t.frame(frame.id)
     prog = frame_now.progress
     assert isinstance(prog, ForEachProgress)
-    if not out[0]:
+    if type(out) is Failed:
         frames = t.frames
         for j in range(prog.next):
             if j != index and keys.iteration_list(frame.id, j) in frames:
@@ -109,12 +109,12 @@ def child_done(
     prefix = keys.child_prefix(frame_now.prefix, step.id, frame_now.attempt)
     scope = keys.loop_scope(prefix, step.id, index)
     t.end_scope(scope, step)
-    t.record(keys.loop_output(scope), {"output": out[1]})
+    t.record(keys.loop_output(scope), {"output": out.value})
     prog = msgspec.structs.replace(prog, running=prog.running - 1, done=prog.done + 1)
     if refill and prog.done < len(prog.items):
         return _fill(t, frame_now, step, body, prog)  # stores prog
     t.set_frame(frame_now, progress=prog)
     if prog.done == len(prog.items):
         names = [keys.loop_output(keys.loop_scope(prefix, step.id, i)) for i in range(prog.done)]
-        return (OK, [record["output"] for record in t.take_results(names)])
+        return Ok([record["output"] for record in t.take_results(names)])
     return None

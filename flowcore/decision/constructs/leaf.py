@@ -27,7 +27,7 @@ from ...language.spec import (
 )
 from ...language.validate import value_problem
 from .. import keys
-from ..outcome import FAIL, NO_BUDGET, OK, err
+from ..outcome import NO_BUDGET, Failed, Ok, err
 from ..state import Pending, PendingKind, SignalsProgress, StepFrame
 from ..wire import AskHuman, AwaitSignal, CallTool, ErrorInfo, RunAgent, SignalRun
 
@@ -69,7 +69,7 @@ def begin_call_tool(t: Txn, frame: StepFrame, body: CallToolStep) -> Outcome | N
     )
     invalid = tool_input_error(t, body.tool, value)
     if invalid is not None:
-        return (FAIL, invalid)  # the tool is never called with it
+        return Failed(invalid)  # the tool is never called with it
     effect = CallTool(tool=body.tool, input=value, idempotency_key=key)
     t.emit_work(frame.id, effect, body.tool, tag="call-tool")
     return None
@@ -147,7 +147,7 @@ def begin_sleep(t: Txn, frame: StepFrame, body: SleepStep) -> Outcome | None:
         assert body.until is not None
         until = _instant(body.until.evaluate(t.resolver(frame.env, frame.attempt)))
     if until <= t.now_ms:
-        return (OK, None)
+        return Ok(None)
     key = t.key(frame)
     t.set_frame(frame, key=key)
     t.timer(key, until, PendingKind.SLEEP, frame.id)
@@ -163,16 +163,16 @@ def begin_await_signal(t: Txn, frame: StepFrame, body: AwaitSignalStep) -> Outco
         wanted = as_text(body.key.evaluate(t.resolver(frame.env, frame.attempt)))
         if not wanted or len(wanted) > MAX_NAME_CHARS:
             why = f"await_signal.key must be 1 to {MAX_NAME_CHARS} characters, got {short(wanted)}"
-            return (FAIL, err("invalid-signal-key", why))
+            return Failed(err("invalid-signal-key", why))
     names = body.names
     received: tuple[Any, ...] = ()
     while (found := _buffered(t, frame, body, wanted)) is not None:  # taken at once, no effect
         name, payload = found
         if not body.collects:
-            return (OK, payload if body.signals is None else _taken(name, payload))
+            return Ok(payload if body.signals is None else _taken(name, payload))
         received = (*received, _taken(name, payload))
         if _complete(t, frame, body, received):
-            return (OK, list(received))
+            return Ok(list(received))
     key = t.key(frame)
     progress = SignalsProgress(received=received) if body.collects else None
     t.set_frame(frame, key=key, progress=progress)
@@ -271,7 +271,7 @@ def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
     t.stop_waiting(key)
     if body.timeout_ms is not None:
         t.drop_key(keys.wait_timeout_key(key))
-    t.step_ended(frame.id, (OK, answer), t.set_frame(frame, key=None))
+    t.step_ended(frame.id, Ok(answer), t.set_frame(frame, key=None))
 
 
 def takes(t: Txn, frame: StepFrame, body: AwaitSignalStep, payload: Any) -> bool:
@@ -314,7 +314,7 @@ def signalled(t: Txn, signal: str, payload: Any, sent_key: str | None = None) ->
     t.unwait(key)
     if body.timeout_ms is not None:
         t.drop_key(keys.wait_timeout_key(key))
-    t.step_ended(frame.id, (OK, output), t.set_frame(frame, key=None, progress=None))
+    t.step_ended(frame.id, Ok(output), t.set_frame(frame, key=None, progress=None))
     return True
 
 
@@ -329,10 +329,10 @@ def begin_signal_run(t: Txn, frame: StepFrame, body: SignalRunStep) -> Outcome |
     for what, text in (("run", run_id), ("key", sent_key)):
         if text is not None and not (0 < len(text) <= MAX_NAME_CHARS):
             why = f"signal_run.{what} must be 1 to {MAX_NAME_CHARS} characters, got {short(text)}"
-            return (FAIL, err(f"invalid-signal-{what}", why))
+            return Failed(err(f"invalid-signal-{what}", why))
     if not signal.strip() or len(signal) > MAX_NAME_CHARS:
         why = f"signal_run.signal must be 1 to {MAX_NAME_CHARS} characters, got {short(signal)}"
-        return (FAIL, err("invalid-signal-name", why))
+        return Failed(err("invalid-signal-name", why))
     key = t.key(frame)
     t.set_frame(frame, key=key)
     effect = SignalRun(
@@ -347,7 +347,7 @@ def begin_signal_run(t: Txn, frame: StepFrame, body: SignalRunStep) -> Outcome |
 
 
 def slept(t: Txn, frame: StepFrame) -> None:
-    t.step_ended(frame.id, (OK, None), t.set_frame(frame, key=None))
+    t.step_ended(frame.id, Ok(None), t.set_frame(frame, key=None))
 
 
 def question_timed_out(t: Txn, frame: StepFrame) -> None:
@@ -356,11 +356,11 @@ def question_timed_out(t: Txn, frame: StepFrame) -> None:
     t.drop_key(frame.key)
     current = t.set_frame(frame, key=None)
     if body.default is not None:
-        t.step_ended(frame.id, (OK, body.default), current)
+        t.step_ended(frame.id, Ok(body.default), current)
     else:
         assert body.timeout_ms is not None
         error = err("timeout", f"no answer to {frame.key} within {duration_text(body.timeout_ms)}")
-        t.step_ended(frame.id, (FAIL, error), current)
+        t.step_ended(frame.id, Failed(error), current)
 
 
 def signal_timed_out(t: Txn, frame: StepFrame) -> None:
@@ -380,7 +380,7 @@ def signal_timed_out(t: Txn, frame: StepFrame) -> None:
             message=f"{body.count or 'enough'} signal(s) {names} not received within {within}",
             details={"received": taken},
         )
-    t.step_ended(frame.id, (FAIL, error), current)
+    t.step_ended(frame.id, Failed(error), current)
 
 
 # --- values -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...language.metadata import value_problem
 from ...language.spec import SetMetadataStep
-from ..outcome import FAIL, OK, err
+from ..outcome import Failed, Ok, err
 
 if TYPE_CHECKING:
     from ..outcome import Outcome
@@ -32,7 +32,7 @@ def begin(t: Txn, frame: StepFrame, body: SetMetadataStep) -> Outcome:
         problem = value_problem(kind, value)
         if problem is not None:
             why = f"set_metadata.{name} ({kind}) {problem}"
-            return (FAIL, err("expression-error", f"step {frame.step!r}: {why}"))
+            return Failed(err("expression-error", f"step {frame.step!r}: {why}"))
         values[name] = value
     current = dict(t.metadata or {})
     for name, value in values.items():
@@ -42,4 +42,4 @@ def begin(t: Txn, frame: StepFrame, body: SetMetadataStep) -> Outcome:
             current[name] = value
     if current != (t.metadata or {}):
         t.metadata = current or None
-    return (OK, values)
+    return Ok(values)

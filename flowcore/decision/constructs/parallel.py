@@ -8,13 +8,13 @@ still running when the step is decided are abandoned.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import msgspec
 
 from ...language.spec import ParallelStep, Step
 from .. import keys
-from ..outcome import FAIL, OK, err, error_dict
+from ..outcome import Failed, Ok, err, error_dict
 from ..state import ListKind, ParallelProgress, StepFrame
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ __all__ = ["begin", "child_done"]
 def begin(t: Txn, frame: StepFrame, step: Step, body: ParallelStep) -> Outcome | None:
     names = tuple(body.branches)
     if not names:
-        return (OK, {})
+        return Ok({})
     t.set_frame(frame, progress=ParallelProgress(waiting=names))
     return _fill(t, frame.id, step, body)
 
@@ -75,22 +75,23 @@ def child_done(
     prog = frame.progress
     assert isinstance(prog, ParallelProgress)
     mode = body.mode
-    record: dict[str, Any] = (
-        {"status": "succeeded", "output": out[1]}
-        if out[0]
-        else {"status": "failed", "error": error_dict(out[1])}
-    )
+    match out:
+        case Ok():
+            record: dict[str, Any] = {"status": "succeeded", "output": out.value}
+        case Failed():
+            record = {"status": "failed", "error": error_dict(out.error)}
+        case _:
+            assert_never(out)
     # In the branches' order, not the order they ended in: a state is the same
     # however its branches' answers interleaved (the output reads them by name).
     ended = {**prog.outcomes, name: record}
     outcomes = {n: ended[n] for n in body.branches if n in ended}
     running = tuple(n for n in prog.running if n != name)
     decided: Outcome | None = None
-    if mode == "race":
-        decided = (OK, {name: out[1]}) if out[0] else out
-    elif mode == "any" and out[0]:
-        decided = (OK, {name: out[1]})
-    elif mode == "all" and not out[0]:
+    if type(out) is Ok:
+        if mode == "race" or mode == "any":
+            decided = Ok({name: out.value})
+    elif mode == "race" or mode == "all":
         decided = out
     if decided is not None:
         for other in running:
@@ -119,8 +120,8 @@ def child_done(
         return None
     # Every branch has ended.
     if mode == "all":
-        return (OK, {n: outcomes[n]["output"] for n in body.branches})
+        return Ok({n: outcomes[n]["output"] for n in body.branches})
     if mode == "all_settled":
-        return (OK, {n: outcomes[n] for n in body.branches})
+        return Ok({n: outcomes[n] for n in body.branches})
     failures = "; ".join(f"{n}: {outcomes[n]['error']['type']}" for n in body.branches)
-    return (FAIL, err("all-branches-failed", f"every branch failed ({failures})"))
+    return Failed(err("all-branches-failed", f"every branch failed ({failures})"))

@@ -22,7 +22,7 @@ from ...language.expr import TemplateError
 from ...language.spec import RepeatStep
 from ...language.times import next_cron_ms
 from .. import keys
-from ..outcome import FAIL, OK, err
+from ..outcome import Failed, err
 from ..state import Env, ListKind, PendingKind, RepeatProgress, StepFrame
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def child_done(t: Txn, frame: StepFrame, body: RepeatStep, out: Outcome) -> Outc
     frame_now = t.frame(frame.id)
     prog = frame_now.progress
     assert isinstance(prog, RepeatProgress)
-    if not out[0]:
+    if type(out) is Failed:
         return out
     fire = prog.fires
     prefix = keys.child_prefix(frame_now.prefix, frame_now.step, frame_now.attempt)
@@ -101,13 +101,13 @@ def child_done(t: Txn, frame: StepFrame, body: RepeatStep, out: Outcome) -> Outc
         try:
             done = body.until.test(t.resolver(scope, frame_now.attempt))
         except TemplateError as exc:
-            return (FAIL, err("expression-error", f"repeat {frame_now.step!r} until: {exc}"))
+            return Failed(err("expression-error", f"repeat {frame_now.step!r} until: {exc}"))
     # The fire's scope is finished with, unless a compensation recorded
     # during the fire will need it later.
     if t.comp_depth() == prog.comp_depth:
         t.end_scope(scope, t.step_of(frame_now), uncompensated=True)
-    t.set_frame(frame_now, progress=msgspec.structs.replace(prog, last=out[1]))
+    t.set_frame(frame_now, progress=msgspec.structs.replace(prog, last=out.value))
     if done:
-        return (OK, out[1])
+        return out
     _arm(t, frame_now.id, body, fire + 1, prog.due_ms)
     return None

@@ -25,7 +25,7 @@ decision's journal names it and hosts log it (``scheduled.changed``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import msgspec
 
@@ -33,7 +33,7 @@ from ..._errors import EventRejected
 from ...language.defaults import SCHEDULED_ATTEMPTS
 from ...language.spec import MAX_MS, CancelScheduledStep, ScheduleStep
 from .. import keys
-from ..outcome import FAIL, OK
+from ..outcome import Failed, Ok
 from ..state import Pending, PendingKind, Sched, SchedStatus, ScheduledAnswer, StepFrame
 from ..wire import CallTool, ErrorInfo, ScheduledAddRequested
 from .leaf import tool_input_error
@@ -70,7 +70,7 @@ def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
     due = t.now_ms + delay
     invalid = tool_input_error(t, body.tool, value)
     if invalid is not None and t.semantics < 3:
-        return (FAIL, invalid)  # before level 3: the step fails, nothing is scheduled
+        return Failed(invalid)  # before level 3: the step fails, nothing is scheduled
     if invalid is not None:
         # Bad arguments fail that call and nothing else: it is recorded failed
         # with the schema's error, never issued, and the step goes on.
@@ -85,22 +85,22 @@ def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
             error=invalid,
         )
         t.set_sched(sid, sched)
-        return (OK, sid)
+        return Ok(sid)
     sched = Sched(
         SchedStatus.PENDING, body.tool, value, body.outlive_run, created_ms=t.now_ms, due_ms=due
     )
     t.set_sched(sid, sched)
     t.timer(keys.delay_key(sid), due, PendingKind.SCHEDULE_DELAY, sid)
-    return (OK, sid)
+    return Ok(sid)
 
 
 def begin_cancel(t: Txn, frame: StepFrame, body: CancelScheduledStep) -> Outcome | None:
     sid = body.id.evaluate(t.resolver(frame.env, frame.attempt))
     sched = t.schedules.get(sid) if isinstance(sid, str) else None
     if sched is None or sched.status is not SchedStatus.PENDING:
-        return (OK, False)
+        return Ok(False)
     _cancel(t, sid, sched)
-    return (OK, True)
+    return Ok(True)
 
 
 def _cancel(t: Txn, sid: str, sched: Sched) -> None:
@@ -119,16 +119,20 @@ def delay_over(t: Txn, sid: str) -> None:
     _issue(t, sid, t.schedules[sid])
 
 
-def call_done(t: Txn, sid: str, ok: bool, error: ErrorInfo | None) -> None:
+def call_done(t: Txn, sid: str, out: Outcome) -> None:
     """The scheduled call ended: only its status changes."""
     sched = t.schedules[sid]
-    if ok:
-        status = SchedStatus.SUCCEEDED
-    elif error is not None and error.type == "outcome-unknown":
-        status = SchedStatus.UNCERTAIN
-    else:
-        status = SchedStatus.FAILED
-    done = _replace(sched, status=status, finished_ms=t.now_ms, error=None if ok else error)
+    error: ErrorInfo | None = None
+    match out:
+        case Ok():
+            status = SchedStatus.SUCCEEDED
+        case Failed():
+            error = out.error
+            unknown = error.type == "outcome-unknown"
+            status = SchedStatus.UNCERTAIN if unknown else SchedStatus.FAILED
+        case _:
+            assert_never(out)
+    done = _replace(sched, status=status, finished_ms=t.now_ms, error=error)
     t.set_sched(sid, done)
 
 

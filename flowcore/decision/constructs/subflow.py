@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ...language.spec import RunSubflowStep
-from ..outcome import FAIL, NO_BUDGET, err
+from ..outcome import NO_BUDGET, Failed, err
 from ..state import StepFrame
 from ..wire import RunSubflow
 
@@ -37,7 +37,7 @@ def begin(t: Txn, frame: StepFrame, body: RunSubflowStep) -> Outcome | None:
     limit = t.flow.limits.max_subflow_depth
     if depth > limit:
         message = f"subflow {body.flow!r} at depth {depth} exceeds max_subflow_depth {limit}"
-        return (FAIL, err("depth-exceeded", message))
+        return Failed(err("depth-exceeded", message))
     key = t.key(frame)
     t.set_frame(frame, key=key)
     effect = RunSubflow(

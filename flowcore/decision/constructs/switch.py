@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ...language.spec import Step, SwitchStep
 from .. import keys
-from ..outcome import OK
+from ..outcome import Ok
 from ..state import ListKind, StepFrame
 
 if TYPE_CHECKING:
@@ -25,4 +25,4 @@ def begin(t: Txn, frame: StepFrame, step: Step, body: SwitchStep) -> Outcome | N
             return t.start_list(
                 keys.case_list(frame.id, i), frame.id, frame.env, prefix, step.id, ListKind.CASE, i
             )
-    return (OK, None)
+    return Ok(None)

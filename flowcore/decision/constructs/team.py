@@ -16,7 +16,7 @@ import msgspec
 from ...language.expr import TemplateError
 from ...language.spec import RunTeamStep
 from .. import keys
-from ..outcome import FAIL, OK, err
+from ..outcome import Failed, Ok, err
 from ..state import Pending, StepFrame, TeamProgress
 from ..wire import RunTeam
 from .leaf import as_text, run_agent
@@ -73,23 +73,23 @@ def member_done(t: Txn, frame: StepFrame, entry: Pending, key: str, out: Outcome
     prog = frame.progress
     assert isinstance(prog, TeamProgress)
     running = tuple(k for k in prog.running if k != key)
-    if not out[0]:
+    if type(out) is Failed:
         for other in running:
             t.drop_key(other)
         # Re-read: members' calls being cancelled may now be waited for by it.
         t.set_frame(t.frame(frame.id), progress=msgspec.structs.replace(prog, running=()))
         return out
     # In the members' order, however their answers interleaved (as the output).
-    ended = {**prog.outputs, entry.member: out[1]}
+    ended = {**prog.outputs, entry.member: out.value}
     outputs = {m.member: ended[m.member] for m in team.members if m.member in ended}
     frame = t.set_frame(
         frame, progress=msgspec.structs.replace(prog, running=running, outputs=outputs)
     )
     if len(outputs) == len(team.members):
-        return (OK, {m.member: outputs[m.member] for m in team.members})
+        return Ok({m.member: outputs[m.member] for m in team.members})
     if team.mode == "sequential" and not running:
         try:
             _emit_member(t, frame, body, prog.next)
         except TemplateError as exc:
-            return (FAIL, err("expression-error", f"team {body.team!r}: {exc}"))
+            return Failed(err("expression-error", f"team {body.team!r}: {exc}"))
     return None

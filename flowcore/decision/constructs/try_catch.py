@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ...language.spec import Step, TryStep
 from .. import keys
-from ..outcome import error_dict, matches
+from ..outcome import Ok, error_dict, matches
 from ..state import Env, ListKind, StepFrame, TryProgress
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ def begin(t: Txn, frame: StepFrame, step: Step) -> Outcome | None:
 def child_done(t: Txn, frame: StepFrame, step: Step, body: TryStep, out: Outcome) -> Outcome | None:
     prog = frame.progress
     assert isinstance(prog, TryProgress)
-    if out[0] or prog.phase == "catch":
+    if type(out) is Ok or prog.phase == "catch":
         return out
-    error = out[1]
+    error = out.error
     for i, clause in enumerate(body.catch):
         if matches(clause.errors, error):
             env_id = keys.catch_env(frame.id)
