@@ -298,9 +298,10 @@ def _charge_keeping(t: Txn, entry: Pending, usage: Usage | None, output: Any) ->
     so that the final steps can read what the last work found (then the
     transition stops: the caller checks ``halt``)."""
     t.charge_usage(usage)
-    halt = t.take_halt()
-    if halt is None:
+    if t.halt is None:
         return
+    halt = t.take_halt()
+    assert halt is not None
     if t.flow.on_exhausted is not None and entry.kind is PendingKind.WORK and not entry.member:
         frame = t.frames.get(entry.frame)
         if isinstance(frame, StepFrame):
