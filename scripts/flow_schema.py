@@ -228,8 +228,9 @@ _DESCRIPTIONS: dict[str, str] = {
     "Step": "A step: an `id`, exactly one kind key holding the kind's settings, and "
     "optional common fields (§3). Any other key is an error.",
     "ToolDecl": "A declared tool (§2 tools): its execution class, whether a call to it "
-    "may be scheduled from outside the run, and the JSON Schemas its input and output "
-    "must meet. Empty or null: an uncertain tool.",
+    "may be scheduled from outside the run, the JSON Schemas its input and output "
+    "must meet, and whether a person approves each call first. Empty or null: an "
+    "uncertain tool.",
     "TeamDecl": "A declared agent team (§2 teams): its members, in order, run one after "
     "another or all at once.",
     "TeamMember": "A member of a declared team: its name, the agent that plays it, and "
@@ -370,6 +371,8 @@ class _Builder:
             members = [a for a in args if a is not type(None)]
             if set(members) == {spec.Ms, spec.DurationExpr}:
                 inner = _ref("Duration")
+            elif set(members) == {bool, Cond}:  # a tool's needs_approval
+                inner = {"anyOf": [dict(_PLAIN[bool]), _ref("Condition")]}
             elif len(members) == 1:
                 inner = self.type_schema(members[0], where)
             else:

@@ -9,6 +9,7 @@ The grammar, for a run ``r-1``::
     key    = run "/" path "#" attempt            a step's effect (or a schedule's id)
            | run "/" path "#" attempt "/timeout" a question's or signal wait's timeout
            | run "/" path "#" attempt "/backoff" the pause before the next attempt
+           | run "/" path "#" attempt "/approval" the question before a call needing approval
            | run "/" path "/" member "#" attempt a declared team member's run-agent
            | run "/" path "/timeout"             a step's timeout timer
            | run "/" scope "tick"                a repeat's tick timer
@@ -49,6 +50,7 @@ __all__ = [
     "DEADLINE",
     "KeyInfo",
     "KeyRole",
+    "approval_key",
     "backoff_key",
     "branch_list",
     "call_key",
@@ -153,6 +155,12 @@ def backoff_key(key: str) -> str:
     return f"{key}/backoff"
 
 
+def approval_key(key: str) -> str:
+    """The question asked before the call ``key`` of a tool that needs approval:
+    ``r-1/refund#1/approval``."""
+    return f"{key}/approval"
+
+
 def tick_key(run_id: str, scope: str) -> str:
     """A repeat's timer for the fire whose scope is ``scope``: ``r-1/poll[3]/tick``."""
     return f"{run_id}/{scope}tick"
@@ -248,6 +256,7 @@ class KeyRole(StrEnum):
     ATTEMPT_TIMEOUT = "attempt-timeout"  # one attempt's attempt_timeout_ms
     WAIT_TIMEOUT = "wait-timeout"  # a question's or a signal wait's timeout
     BACKOFF = "backoff"
+    APPROVAL = "approval"  # the question before a call of a tool that needs approval
     TICK = "tick"
     DEADLINE = "deadline"
     SCHEDULE_DELAY = "schedule-delay"
@@ -272,7 +281,7 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SCOPE = rf"{_NAME}(?:\[\d+\]|#\d+)/"
 _KEY = re.compile(
     rf"(?P<path>(?:{_SCOPE})*(?P<step>{_NAME}))"
-    rf"(?:#(?P<attempt>\d+)(?P<suffix>/timeout|/attempt-timeout|/backoff|/delay|/call)?"
+    rf"(?:#(?P<attempt>\d+)(?P<suffix>/timeout|/attempt-timeout|/backoff|/approval|/delay|/call)?"
     rf"|/(?P<member>{_NAME})#(?P<mattempt>\d+)"
     rf"|/(?P<timeout>timeout)"
     rf"|\[(?P<fire>\d+)\]/(?P<tick>tick))\Z"
@@ -285,6 +294,7 @@ _SUFFIX_ROLE = {
     "/timeout": KeyRole.WAIT_TIMEOUT,
     "/attempt-timeout": KeyRole.ATTEMPT_TIMEOUT,
     "/backoff": KeyRole.BACKOFF,
+    "/approval": KeyRole.APPROVAL,
     "/delay": KeyRole.SCHEDULE_DELAY,
     "/call": KeyRole.SCHEDULE_CALL,
 }

@@ -74,6 +74,7 @@ __all__ = [
     "Decision",
     "Ending",
     "Env",
+    "ApprovalProgress",
     "ForEachProgress",
     "Frame",
     "Held",
@@ -294,6 +295,13 @@ class SignalsProgress(_S, frozen=True, gc=False, tag="signals"):
     received: tuple[Any, ...] = ()
 
 
+class ApprovalProgress(_S, frozen=True, gc=False, tag="approval"):
+    """A call waiting for a person's approval: the input the question showed,
+    which is the input issued once approved."""
+
+    input: Any = None
+
+
 Progress: TypeAlias = (
     ParallelProgress
     | ForEachProgress
@@ -301,6 +309,7 @@ Progress: TypeAlias = (
     | TeamProgress
     | TryProgress
     | SignalsProgress
+    | ApprovalProgress
 )
 
 

@@ -131,6 +131,19 @@ def _register_scalars(conv: cattrs.Converter) -> None:
     conv.register_structure_hook_func(_is_literal, _literal)
     conv.register_structure_hook(Template, _template)
     conv.register_structure_hook(Cond, _cond)
+    _register_generic(conv, bool | Cond, _approval)
+
+
+def _approval(value: Any, _: Any) -> bool | Cond:
+    """A tool's ``needs_approval``: true or false, or a condition on the call's input."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise _Msg(
+            "expected true, false or a condition on the call's input"
+            f' (like "input.amount > `100`"), got {_describe(value)}'
+        )
+    return _cond(value, Cond)
 
 
 def _register_collections(conv: cattrs.Converter) -> None:

@@ -93,6 +93,9 @@ class ToolDecl:
     input_schema: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
     max_usage: MaxUsage | None = None  # the most usage one call reports
+    # Whether a person approves each call first: always, never, or when the
+    # condition holds over the call's evaluated input (bound as ``input``).
+    needs_approval: bool | Cond = False
 
 
 @attrs.frozen

@@ -74,7 +74,7 @@ def test_description_says_what_the_schema_does_not_check() -> None:
 
 def test_tools_list_their_input_and_output_schemas() -> None:
     tool = SCHEMA["$defs"]["ToolDecl"]
-    keys = {"class", "schedulable", "input_schema", "output_schema", "max_usage"}
+    keys = {"class", "schedulable", "input_schema", "output_schema", "max_usage", "needs_approval"}
     assert keys == set(tool["properties"])
     for key in ("input_schema", "output_schema"):
         assert {"$ref": "#/$defs/JsonSchema"} in tool["properties"][key]["anyOf"]

@@ -28,7 +28,7 @@ from ...language.spec import (
 from ...language.validate import value_problem
 from .. import keys
 from ..outcome import NO_BUDGET, Failed, Ok, err
-from ..state import Pending, PendingKind, SignalsProgress, StepFrame
+from ..state import ApprovalProgress, Pending, PendingKind, SignalsProgress, StepFrame
 from ..wire import AskHuman, AwaitSignal, CallTool, ErrorInfo, RunAgent, SignalRun
 
 if TYPE_CHECKING:
@@ -37,7 +37,10 @@ if TYPE_CHECKING:
     from ..txn import Resolver, Txn
 
 __all__ = [
+    "APPROVAL_OPTIONS",
     "answered",
+    "approval_answered",
+    "approval_question",
     "as_text",
     "begin_ask_human",
     "begin_await_signal",
@@ -70,9 +73,63 @@ def begin_call_tool(t: Txn, frame: StepFrame, body: CallToolStep) -> Outcome | N
     invalid = tool_input_error(t, body.tool, value)
     if invalid is not None:
         return Failed(invalid)  # the tool is never called with it
-    effect = CallTool(tool=body.tool, input=value, idempotency_key=key)
-    t.emit_work(frame.id, effect, body.tool, tag="call-tool")
+    if _needs_approval(t, frame, body.tool, value):
+        ask = keys.approval_key(key)
+        t.set_frame(frame, key=ask, progress=ApprovalProgress(input=value))
+        question = AskHuman(
+            question=approval_question(body.tool, value),
+            options=APPROVAL_OPTIONS,
+            idempotency_key=ask,
+        )
+        t.wait_for(ask, PendingKind.QUESTION, frame.id, question)
+        return None
+    _issue_call(t, frame, body.tool, value, key)
     return None
+
+
+def _issue_call(t: Txn, frame: StepFrame, tool: str, value: Any, key: str) -> None:
+    effect = CallTool(tool=tool, input=value, idempotency_key=key)
+    t.emit_work(frame.id, effect, tool, tag="call-tool")
+
+
+APPROVAL_OPTIONS = ("approve", "deny")
+"""The answers to the question asked before a call of a tool that needs approval."""
+
+
+def approval_question(tool: str, value: Any) -> str:
+    """The question asked before a call of ``tool`` with ``value``: it shows the input."""
+    return f"approve the call of tool {tool!r} with input {as_text(value)}?"
+
+
+def _needs_approval(t: Txn, frame: StepFrame, tool: str, value: Any) -> bool:
+    """Whether the call of ``tool`` with ``value`` waits for a person's approval
+    first: as declared, or as its condition over the input (``input``) says."""
+    decl = t.flow.tools.get(tool)
+    needs = False if decl is None else decl.needs_approval
+    if isinstance(needs, bool):
+        return needs
+    try:
+        return needs.test(t.resolver(frame.env, frame.attempt, {"input": value}))
+    except TemplateError as exc:
+        raise TemplateError(f"needs_approval of tool {tool!r}: {exc}") from None
+
+
+def approval_answered(t: Txn, frame: StepFrame, body: CallToolStep, answer: Any) -> None:
+    """A person answered the approval asked before the call of ``body``: approved,
+    the call is issued under the step's own key; denied, the step fails with
+    ``approval-denied`` (the tool is never called)."""
+    progress = frame.progress
+    assert isinstance(progress, ApprovalProgress)
+    value = progress.input  # what the person was shown
+    if answer == "approve":
+        key = t.key(frame)
+        _issue_call(t, t.set_frame(frame, key=key, progress=None), body.tool, value, key)
+        return
+    error = err("approval-denied", f"the call of tool {body.tool!r} was not approved")
+    error = msgspec.structs.replace(
+        error, details={"tool": body.tool, "input": value, "answer": answer}
+    )
+    t.step_ended(frame.id, Failed(error), t.set_frame(frame, key=None, progress=None))
 
 
 def tool_input_error(t: Txn, tool: str, value: Any) -> ErrorInfo | None:
@@ -248,18 +305,19 @@ def _complete(t: Txn, frame: StepFrame, body: AwaitSignalStep, received: tuple[A
 
 def check_answer(t: Txn, key: str, step_id: str, answer: Any) -> None:
     body = t.flow.by_id[step_id].body
-    assert isinstance(body, AskHumanStep)
-    if body.options is not None and (not isinstance(answer, str) or answer not in body.options):
-        raise EventRejected(
-            f"answer {short(answer)} is not one of {list(body.options)} for {key}", key
-        )
+    if isinstance(body, CallToolStep):  # the approval before the call
+        options: tuple[str, ...] | None = APPROVAL_OPTIONS
+    else:
+        assert isinstance(body, AskHumanStep)
+        options = body.options
+    if options is not None and (not isinstance(answer, str) or answer not in options):
+        raise EventRejected(f"answer {short(answer)} is not one of {list(options)} for {key}", key)
 
 
 def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
     """A human answered the question ``key``."""
     frame = t.frame(entry.frame)
     body = t.step_of(frame).body
-    assert isinstance(body, AskHumanStep)
     check_answer(t, key, frame.step, answer)
     t.check_clock()
     if t.halt is not None:
@@ -269,6 +327,10 @@ def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
     # must still be accepted (abandoned) are kept, so the state does not
     # grow with every timer of a long-running run.
     t.stop_waiting(key)
+    if isinstance(body, CallToolStep):
+        approval_answered(t, frame, body, answer)
+        return
+    assert isinstance(body, AskHumanStep)
     if body.timeout_ms is not None:
         t.drop_key(keys.wait_timeout_key(key))
     t.step_ended(frame.id, Ok(answer), t.set_frame(frame, key=None))
