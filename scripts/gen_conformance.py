@@ -1699,6 +1699,73 @@ def _tool_schemas(d: Driver) -> None:
     d.ok("named#1", {"nom": "ada"})
 
 
+APPROVAL = """
+flow: approval
+tools:
+  refund: {class: idempotent, needs_approval: "input.amount > `100`"}
+steps:
+  - id: small
+    call_tool: {tool: refund, input: {amount: 20}}
+  - id: large
+    call_tool: {tool: refund, input: {amount: "${input.amount}"}}
+output: "${steps.large.output}"
+"""
+
+
+@case(
+    "approval-approved",
+    "A tool that needs approval when its input says so: a small refund is called at once; "
+    "before the large one an ask-human (key .../large#1/approval) shows its input, and once "
+    "approved the call is issued under the step's own key.",
+    APPROVAL,
+    input={"amount": 250},
+)
+def _approval_approved(d: Driver) -> None:
+    d.ok("small#1", "refunded 20")
+    d.answer("large#1/approval", "approve")
+    d.ok("large#1", "refunded 250")
+
+
+@case(
+    "approval-denied",
+    "A call denied approval: the step fails with approval-denied (details: tool, input, "
+    "answer), the tool is never called, and the run fails.",
+    APPROVAL,
+    input={"amount": 250},
+)
+def _approval_denied(d: Driver) -> None:
+    d.ok("small#1", "refunded 20")
+    d.answer("large#1/approval", "deny")
+
+
+@case(
+    "approval-denied-caught",
+    "A denied approval caught: catch takes approval-denied and its steps run with the "
+    "error's details.",
+    """
+flow: approval-caught
+tools:
+  refund: {class: idempotent, needs_approval: true}
+  notify: {class: idempotent}
+steps:
+  - id: guard
+    try:
+      - id: pay
+        call_tool: {tool: refund, input: {amount: "${input.amount}"}}
+    catch:
+      - errors: [approval-denied]
+        steps:
+          - id: tell
+            call_tool: {tool: notify, input: "${error.details}"}
+output: "${steps.guard.output}"
+""",
+    input={"amount": 250},
+)
+def _approval_denied_caught(d: Driver) -> None:
+    d.answer("pay#1/approval", "deny")
+    d.ok("tell#1", "told")
+
+
 @case(
     "repeat-cron-timezone",
     "repeat on a cron read in a time zone (Europe/Paris): 02:30 does not exist on the night "
