@@ -8,6 +8,7 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
 
 from flowcore_handlers import ToolLimit
 
+from ._authorize import Authorize, Unauthorized
 from ._db import DB_ENV, DURABILITY, Durability, NotAFlowcoreDatabase, default_db_path
 from ._host import LocalHost
 from ._prune import Deleted
@@ -23,6 +24,7 @@ from ._store import (
 )
 
 __all__ = [
+    "Authorize",
     "DB_ENV",
     "DURABILITY",
     "Durability",
@@ -39,5 +41,6 @@ __all__ = [
     "ScheduledRetention",
     "ScheduledRow",
     "ToolLimit",
+    "Unauthorized",
     "default_db_path",
 ]

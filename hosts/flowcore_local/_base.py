@@ -34,6 +34,7 @@ from flowcore_handlers import (
 from flowcore_handlers._limits import LimitError, ToolLimit, check_tool_limits
 from flowcore_handlers._tracing import TracingError, tracer_for
 
+from ._authorize import Authorize
 from ._db import DURABILITY, Durability, connect, default_db_path
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention
@@ -120,6 +121,7 @@ class HostBase:
         retention_ms: int | None = None,
         tracing: bool | TracerProvider = False,
         tool_limits: Mapping[str, ToolLimit] | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self.db_path = Path(db) if db is not None else default_db_path()
         self.tools = tools_module_name(tools)
@@ -186,6 +188,8 @@ class HostBase:
         self._on_records: Callable[[list[flowcore.Record]], Any] | None = None
         # How long finished scheduled calls stay listed (``trim_scheduled``).
         self.scheduled_retention = scheduled_retention or ScheduledRetention()
+        # Asked before each handler runs (``_authorize``, specs/local.md); None: all allowed.
+        self.authorize = authorize
         # OpenTelemetry spans (``_tracing``, specs/tracing.md); None: off, and free.
         self._tracing: LocalTracing | None = _local_tracing(tracing, self)
 

@@ -43,6 +43,7 @@ from flowcore_handlers import (
     waits_for_cancel,
 )
 
+from ._authorize import refusal, refused_event
 from ._base import HostBase, log
 from ._store import Applied, Claimed, Conflict, HostError
 
@@ -141,6 +142,11 @@ class Execution(HostBase):
                     await self._submit(claimed.run_id, cancelled_event(claimed.effect, self.now()))
                 return
             async with self._sem:
+                refused = await self._refused(claimed)
+                if refused is not None:  # nothing is run
+                    failed, self._failures[ident] = refused
+                    await self._submit(claimed.run_id, failed)
+                    return
                 try:
                     registry = self._registry(claimed.tools)
                 except RegistryError as exc:  # the step fails now, not after a lease expires
@@ -197,6 +203,18 @@ class Execution(HostBase):
             again = self._reissued.pop(ident, None)
             if again is not None:
                 self._spawn(again)
+
+    async def _refused(self, claimed: Claimed) -> tuple[Event, str | None] | None:
+        """The ``unauthorized`` failure of ``claimed`` (and the traceback of a hook
+        that raised) when the ``authorize`` hook refuses the run's principal it."""
+        if self.authorize is None:
+            return None
+        principal = self.store.run_row(claimed.run_id).principal
+        refused = await refusal(self.authorize, principal, claimed.effect)
+        if refused is None:
+            return None
+        reason, traceback = refused
+        return refused_event(claimed.effect, principal, reason, self.now()), traceback
 
     async def _watched(
         self, registry: Registry, effect: CallTool | RunAgent | RunTeam, cancel: threading.Event

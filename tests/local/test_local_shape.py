@@ -119,4 +119,5 @@ def test_the_public_api_of_the_local_host_is_kept() -> None:
         "retention_ms",
         "tracing",
         "tool_limits",
+        "authorize",
     ]
