@@ -13,6 +13,7 @@ import pytest
 
 import flowcore
 from flowcore import EffectSucceeded, EventRejected, HumanAnswered, TimerFired
+from flowcore.testing import explore
 
 TOOLS = """\
 tools:
@@ -151,3 +152,25 @@ def test_a_state_waiting_for_approval_is_saved_and_restored() -> None:
     assert wire(answer(restored, "r/pay#1/approval", "approve")) == wire(
         answer(asked.state, "r/pay#1/approval", "approve")
     )
+
+
+def test_every_ordering_of_approve_and_deny_keeps_the_invariants() -> None:
+    spec = (
+        "flow: f\n" + TOOLS + "steps:\n"
+        "  - id: guard\n"
+        "    try:\n"
+        "      - {id: pay, timeout_ms: 5000, call_tool: {tool: refund, input: {amount: 5}}}\n"
+        "    catch:\n"
+        "      - errors: [approval-denied]\n"
+        "        steps: [{id: tell, call_tool: {tool: free, input: '${error.details}'}}]\n"
+    )
+    found = explore(spec, None, settles_within=12)
+    assert found.complete and found.violations == ()
+    assert found.settled["completed"] >= 2  # approved and paid; denied and caught
+
+
+def test_the_question_costs_nothing_in_the_worst_case_budget() -> None:
+    spec = "flow: f\n" + TOOLS + "steps:\n" + STEP
+    asking = flowcore.budget_bound(flowcore.parse_flow(spec))
+    plain = flowcore.budget_bound(flowcore.parse_flow(spec.replace("needs_approval: true", "")))
+    assert asking == plain and asking.steps is not None
