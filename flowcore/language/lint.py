@@ -1,10 +1,11 @@
 """Warnings about a valid flow: what it does that its author may not mean.
 
 A warning never refuses a flow (``parse_flow`` accepted it); ``flowcore
-validate`` prints them. Today there is one kind: a ``schedule`` step whose
-call the run may cancel before it is due, because the run can settle first
-(it has no ``outlive_run: true`` and nothing that waits comes after it): a
-reminder at the end of a flow is cancelled as the run completes.
+validate`` prints them. Two kinds: a ``schedule`` step whose call the run may
+cancel before it is due, because the run can settle first (it has no
+``outlive_run: true`` and nothing that waits comes after it): a reminder at
+the end of a flow is cancelled as the run completes; and a ``schedule`` step
+of a tool declared ``needs_approval``, whose call is issued without asking.
 
 This module never does I/O.
 """
@@ -66,17 +67,27 @@ def _waits(step: Step) -> bool:
 def spec_warnings(flow: Flow) -> list[SpecWarning]:
     """The warnings of a parsed flow, in the order of its steps."""
     out: list[SpecWarning] = []
-    _walk(flow.steps, False, out)
+    asks = frozenset(name for name, decl in flow.tools.items() if decl.needs_approval)
+    _walk(flow.steps, False, out, asks)
     if flow.on_exhausted is not None:
-        _walk(flow.on_exhausted.steps, False, out)
+        _walk(flow.on_exhausted.steps, False, out, asks)
     return out
 
 
-def _walk(steps: tuple[Step, ...], waited: bool, out: list[SpecWarning]) -> None:
-    """``waited``: something that waits may run after this list ends."""
+def _walk(
+    steps: tuple[Step, ...], waited: bool, out: list[SpecWarning], asks: frozenset[str]
+) -> None:
+    """``waited``: something that waits may run after this list ends; ``asks``:
+    the tools declared ``needs_approval``."""
     for i, step in enumerate(steps):
         later = waited or any(_waits(s) for s in steps[i + 1 :])
         body = step.body
+        if isinstance(body, ScheduleStep) and body.tool in asks:
+            message = (
+                f"schedule step {step.id!r}: tool {body.tool!r} needs approval, but a"
+                " scheduled call is issued without asking; call it with call_tool to ask"
+            )
+            out.append(SpecWarning(step.id, step.path, message))
         if isinstance(body, ScheduleStep) and not body.outlive_run and not later:
             message = (
                 f"schedule step {step.id!r}: the run may settle before its call to"
@@ -85,19 +96,19 @@ def _walk(steps: tuple[Step, ...], waited: bool, out: list[SpecWarning]) -> None
             )
             out.append(SpecWarning(step.id, step.path, message))
         if isinstance(body, RepeatStep):
-            _walk(body.steps, True, out)  # the repeat waits between its fires
+            _walk(body.steps, True, out, asks)  # the repeat waits between its fires
         elif isinstance(body, ForEachStep):
             # a later iteration may wait after this one
-            _walk(body.steps, later or any(_waits(s) for s in body.steps), out)
+            _walk(body.steps, later or any(_waits(s) for s in body.steps), out, asks)
         elif isinstance(body, ParallelStep):
             for name, branch in body.branches.items():
                 others = (s for n, b in body.branches.items() if n != name for s in b)
-                _walk(branch, later or any(_waits(s) for s in others), out)
+                _walk(branch, later or any(_waits(s) for s in others), out, asks)
         elif isinstance(body, TryStep):
             handlers = any(_waits(s) for clause in body.catch for s in clause.steps)
-            _walk(body.steps, later or handlers, out)
+            _walk(body.steps, later or handlers, out, asks)
             for clause in body.catch:
-                _walk(clause.steps, later, out)
+                _walk(clause.steps, later, out, asks)
         else:
             for case in _inner(step):  # a switch: one case runs
-                _walk(case, later, out)
+                _walk(case, later, out, asks)

@@ -174,3 +174,19 @@ def test_the_question_costs_nothing_in_the_worst_case_budget() -> None:
     asking = flowcore.budget_bound(flowcore.parse_flow(spec))
     plain = flowcore.budget_bound(flowcore.parse_flow(spec.replace("needs_approval: true", "")))
     assert asking == plain and asking.steps is not None
+
+
+def test_a_schedule_step_of_a_tool_needing_approval_is_warned_about() -> None:
+    flow = flowcore.parse_flow(
+        "flow: f\n" + TOOLS + "steps:\n"
+        "  - {id: later, schedule: {tool: refund, delay_ms: 1000, outlive_run: true}}\n"
+        "  - {id: now, schedule: {tool: free, delay_ms: 1000, outlive_run: true}}\n"
+    )
+    assert flowcore.spec_warnings(flow) == [
+        flowcore.SpecWarning(
+            "later",
+            "steps[0]",
+            "schedule step 'later': tool 'refund' needs approval, but a scheduled call is"
+            " issued without asking; call it with call_tool to ask",
+        )
+    ]
