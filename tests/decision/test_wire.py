@@ -550,7 +550,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "cancel-requested": ("kind", "reason?", "atMs"),
     "scheduled-cancel-requested": ("kind", "scheduleId", "atMs"),
     "scheduled-run-now-requested": ("kind", "scheduleId", "atMs"),
-    "scheduled-add-requested": ("kind", "tool", "input?", "delayMs?", "atMs"),
+    "scheduled-add-requested": ("kind", "tool", "input?", "delayMs?", "atMs", "request?"),
 }
 
 VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
