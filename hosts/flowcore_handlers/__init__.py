@@ -81,6 +81,15 @@ from flowcore import (
     Usage,
 )
 
+from ._context import (
+    ContextError,
+    ContextHost,
+    ContextSource,
+    HandlerContext,
+    NoHandlerContext,
+    context,
+    context_var,
+)
 from ._host import (
     RUN_STATUSES,
     Deleted,
@@ -107,6 +116,12 @@ from ._threads import HandlerThreads
 
 __all__ = [
     "MAX_ERROR_DETAILS_BYTES",
+    "ContextError",
+    "ContextHost",
+    "ContextSource",
+    "HandlerContext",
+    "NoHandlerContext",
+    "context",
     "MAX_TRACEBACK_BYTES",
     "Deleted",
     "DetailsError",
@@ -603,6 +618,7 @@ async def run_handler(
     executor: Executor | HandlerThreads | None = None,
     cancel: threading.Event | None = None,
     heartbeats: Heartbeats | None = None,
+    context: ContextSource | None = None,
 ) -> tuple[Outcome, BaseException | None]:
     """Run the effect's handler: the event that reports it, and the exception it raised.
 
@@ -614,8 +630,15 @@ async def run_handler(
     one on the loop. ``cancel``: the event the host sets to ask the handler to
     stop (``cancelled()`` inside it); a host that does also cancels the task
     awaiting this, which stops an ``async`` handler at its next ``await``.
-    ``heartbeats``: where the handler's ``heartbeat`` calls go.
+    ``heartbeats``: where the handler's ``heartbeat`` calls go. ``context``:
+    what ``context()`` gives inside the handler.
     """
+    if context is not None:
+        context_token = context_var.set(context)
+        try:
+            return await run_handler(registry, effect, now_ms, executor, cancel, heartbeats)
+        finally:
+            context_var.reset(context_token)
     if heartbeats is not None:
         beats_token = _BEATS.set(heartbeats)
         try:
@@ -694,7 +717,8 @@ async def call_handler(
     executor: Executor | HandlerThreads | None = None,
     cancel: threading.Event | None = None,
     heartbeats: Heartbeats | None = None,
+    context: ContextSource | None = None,
 ) -> Outcome:
     """Run the effect's handler and report how it went (``run_handler`` without the exception)."""
-    event, _ = await run_handler(registry, effect, now_ms, executor, cancel, heartbeats)
+    event, _ = await run_handler(registry, effect, now_ms, executor, cancel, heartbeats, context)
     return event
