@@ -420,12 +420,8 @@ class ScheduledRunNowRequested(
 
 class ScheduledAddRequested(_Event, tag="scheduled-add-requested", frozen=True, kw_only=True):
     """Schedule a call from outside the run: only to a tool declared ``schedulable``.
-
-    ``request``: the asker's own name for this request (a handler's is its
-    effect's idempotency key and the call's order in it, ``<key>#1``): the call
-    gets an id derived from it, and a second request under the same name adds
-    nothing and answers the first call's id. The log keeps it: it says who asked.
-    """
+    ``request`` (who asked, e.g. a handler's ``<key>#1``): the id derives from it;
+    the same request again adds nothing and answers that id."""
 
     tool: str
     input: Any = None
