@@ -39,6 +39,18 @@ most ``MAX_HEARTBEAT_DETAILS_BYTES``; bad ones raise ``HeartbeatError`` in
 the handler). The next attempt reads them with ``heartbeat_details()`` (also
 the effect's ``heartbeat_details``) and resumes from there.
 
+**Context.** ``context()`` inside a handler gives its ``HandlerContext``
+(``_context``): the run id and root run id, the idempotency key, the step
+and its attempt, the tool's execution class, the run's principal, the flow
+id and version, the remaining budget and the step's deadline (``None``
+where the host does not know one), ``heartbeat``/``cancelled``/
+``cancellation`` as above, and what a handler asks of its run: ``schedule``
+a call (its id; the same when the handler runs again with the same key, so
+nothing is scheduled twice), ``cancel_scheduled``, ``scheduled``, ``signal``
+a run (its own included), each with an ``async`` twin (``aschedule``, ...).
+Outside a handler it raises ``NoHandlerContext``. The local host sets it
+(specs/local.md §4.1); the simulator hands the same facts in ``Call.place``.
+
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
 resolves the same from any working directory); ``missing_handlers`` lists
