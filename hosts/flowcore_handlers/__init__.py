@@ -49,7 +49,9 @@ a call (its id; the same when the handler runs again with the same key, so
 nothing is scheduled twice), ``cancel_scheduled``, ``scheduled``, ``signal``
 a run (its own included), each with an ``async`` twin (``aschedule``, ...).
 Outside a handler it raises ``NoHandlerContext``. The local host sets it
-(specs/local.md §4.1); the simulator hands the same facts in ``Call.place``.
+whole (specs/local.md §4.1); Temporal the run, key, step and attempt, the
+rest ``None`` (specs/temporal.md); the simulator hands the same facts in
+``Call.place``.
 
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
