@@ -292,6 +292,7 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
             input=json_values(),
             delay_ms=non_neg_ints(),
             at_ms=non_neg_ints(),
+            request=st.none() | texts(),
         ),
     }
 
