@@ -229,3 +229,51 @@ async def _a_handler_run_again_with_its_key_schedules_nothing_twice(tmp_path: Pa
     ]
     assert sorted(a["id"] for a in added) == sorted(ids)
     assert json.loads(json.dumps(row.output))  # plain JSON data
+
+
+CHILD_TOOLS = """
+from flowcore_handlers import context
+
+
+def where(call):
+    ctx = context()
+    return {{"run": ctx.run_id, "root": ctx.root_run_id, "principal": ctx.principal,
+             "flow": ctx.flow_id}}
+
+
+TOOLS = {{"where": where}}
+"""
+
+PARENT = """
+flow: parent
+steps:
+  - id: sub
+    run_subflow: {flow: child}
+output: "${steps.sub.output}"
+"""
+
+CHILD = """
+flow: child
+tools: {where: {class: readonly}}
+steps:
+  - id: w
+    call_tool: {tool: where}
+output: "${steps.w.output}"
+"""
+
+
+def test_a_child_runs_handler_knows_its_root_and_inherited_principal(tmp_path: Path) -> None:
+    asyncio.run(_child_runs_handler(tmp_path))
+
+
+async def _child_runs_handler(tmp_path: Path) -> None:
+    tools = tools_file(tmp_path, "child_tools", CHILD_TOOLS)
+    child = tmp_path / "child.yaml"
+    child.write_text(CHILD)
+    async with LocalHost(tmp_path / "child.db", str(tools)) as host:
+        run_id = await host.start(PARENT, {}, "top", flows=[str(child)], principal="bo")
+        row = await settle(host, run_id)
+    assert row.status == "completed", row.error
+    out = row.output
+    assert out["run"] != "top" and out["run"].startswith("top/")
+    assert (out["root"], out["principal"], out["flow"]) == ("top", "bo", "child")
