@@ -175,8 +175,15 @@ def plan(call):
     if len(open({journal!r}).read().split()) == 1:
         raise OutcomeUnknown("the connection broke after the work was done")
     gone = ctx.cancel_scheduled(ids[1])
+    refused = []
+    for tool, when in (("plan", {{}}), ("nudge", {{"delay_ms": -1}}),
+                       ("nudge", {{"delay_ms": 1, "at_ms": 2}})):
+        try:
+            ctx.schedule(tool, **when)
+        except Exception as exc:
+            refused.append(type(exc).__name__ + ": " + str(exc))
     return {{"ids": ids, "gone": gone, "again": ctx.cancel_scheduled(ids[1]),
-             "listed": [(c.id, c.status) for c in ctx.scheduled()]}}
+             "listed": [(c.id, c.status) for c in ctx.scheduled()], "refused": refused}}
 
 
 def nudge(call):
@@ -215,6 +222,13 @@ async def _a_handler_run_again_with_its_key_schedules_nothing_twice(tmp_path: Pa
     ids = row.output["ids"]
     assert len(set(ids)) == 2
     assert (row.output["gone"], row.output["again"]) == (True, False)
+    # Bad requests are typed errors in the handler, naming what is wrong.
+    assert row.output["refused"] == [
+        "HostError: tool 'plan' is not declared schedulable in flow 'rerun':"
+        " the schedulable tools are 'nudge'",
+        "ContextError: schedule: delay_ms must be an integer >= 0, not -1",
+        "ContextError: schedule: give delay_ms or at_ms, not both",
+    ]
     assert sorted(row.output["listed"]) == sorted([[ids[0], "pending"], [ids[1], "cancelled"]])
     # A settled run cancels its pending calls; there were only ever two.
     assert sorted(c.id for c in calls) == sorted(ids)
