@@ -48,9 +48,11 @@ from .decision.waiting import (
     Timer,
     UsageFigures,
     Waits,
+    WorkPlace,
     scheduled_calls,
     usage_figures,
     waiting_for,
+    work_place,
 )
 from .decision.wire import (
     UNENCODABLE_OUTPUT,
@@ -217,6 +219,7 @@ __all__ = [
     "Usage",
     "UsageFigures",
     "Waits",
+    "WorkPlace",
     "WireError",
     "advance",
     "budget_bound",
@@ -260,4 +263,5 @@ __all__ = [
     "continue_run",
     "usage_figures",
     "waiting_for",
+    "work_place",
 ]

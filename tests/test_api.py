@@ -74,6 +74,8 @@ EXPECTED = {
     "Timer",
     "Waits",
     "waiting_for",
+    "WorkPlace",
+    "work_place",
     "UsageFigures",
     "usage_figures",
     "KeyInfo",

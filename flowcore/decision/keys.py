@@ -16,6 +16,7 @@ The grammar, for a run ``r-1``::
            | run "/$deadline"                    the wall-clock deadline
            | run "/$deadline-reserve"            the deadline of the reserve's steps
            | run "/~scheduled-" n                a call scheduled from outside the run
+           | run "/~scheduled-r" hex20           one scheduled under a request (its SHA-256)
            | schedule "/delay" | schedule "/call"   a scheduled call's timer and call
     run    = run-id | run-id "/@" n              n: the incarnation, from 2 (continue_as_new)
     path   = { scope } step
@@ -39,6 +40,7 @@ their owner and list as typed fields.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from enum import StrEnum
 
@@ -193,6 +195,14 @@ def outside_schedule_id(run_id: str, n: int) -> str:
     return f"{run_id}/{OUTSIDE_SCHEDULE}{n}"
 
 
+def requested_schedule_id(run_id: str, request: str) -> str:
+    """The id of the call scheduled from outside under the asker's ``request``
+    (``ScheduledAddRequested.request``): the same request always names the same
+    call, so asking again adds nothing (SHA-256 of the request, never ``hash``)."""
+    digest = hashlib.sha256(request.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{run_id}/{OUTSIDE_SCHEDULE}r{digest[:20]}"
+
+
 def call_key(schedule: str) -> str:
     """A scheduled call's call-tool effect."""
     return f"{schedule}/call"
@@ -288,7 +298,7 @@ _KEY = re.compile(
 )
 _INCARNATION = re.compile(r"@(?P<n>[2-9]|[1-9][0-9]+)/")
 _LOOP = re.compile(r"\[(\d+)\]")
-_OUTSIDE = re.compile(r"~scheduled-(?P<n>[1-9][0-9]*)(?P<suffix>/delay|/call)?\Z")
+_OUTSIDE = re.compile(r"~scheduled-(?P<n>[1-9][0-9]*|r[0-9a-f]{20})(?P<suffix>/delay|/call)?\Z")
 _SUFFIX_ROLE = {
     None: KeyRole.EFFECT,
     "/timeout": KeyRole.WAIT_TIMEOUT,

@@ -48,10 +48,12 @@ __all__ = [
     "Timer",
     "UsageFigures",
     "Waits",
+    "WorkPlace",
     "scheduled_calls",
     "scheduled_status",
     "usage_figures",
     "waiting_for",
+    "work_place",
 ]
 
 
@@ -380,3 +382,56 @@ def _default(state: State, step: str) -> str | None:
     found = state.flow.by_id.get(step)
     body = found.body if found is not None else None
     return body.default if isinstance(body, AskHumanStep) else None
+
+
+class WorkPlace(_View, frozen=True, kw_only=True):
+    """Where a piece of work the run waits for stands, for its handler's context.
+
+    ``step``: the step that issued it (None for a scheduled call); ``attempt``:
+    that step's attempt (1, 2 after a retry, ...); ``exec_class``: the declared
+    execution class of a ``call-tool``'s tool (None for other work);
+    ``deadline_ms``: when the step's timeout or its attempt's timeout fires,
+    the earlier (None: neither is set); ``budget``: what is left of the run's
+    budget at the state's time.
+    """
+
+    key: str
+    step: str | None = None
+    attempt: int | None = None
+    exec_class: str | None = None
+    deadline_ms: int | None = None
+    budget: BudgetRemaining
+
+
+def work_place(state: State, key: str) -> WorkPlace | None:
+    """Where the work of idempotency key ``key`` stands in ``state`` (None: the
+    run does not wait for it, e.g. it has settled or moved on)."""
+    pending = state.waiting.pending
+    entry = pending.get(key)
+    if entry is None:
+        return None
+    step: str | None = None
+    attempt: int | None = None
+    deadline: int | None = None
+    frame = state.tree.frames.get(entry.frame)
+    if isinstance(frame, StepFrame):
+        step, attempt = frame.step, frame.attempt
+        for timer in (frame.timer, frame.attempt_timer):
+            due = pending.get(timer) if timer is not None else None
+            if due is not None and isinstance(due.sent, Sleep):
+                at = due.sent.until_ms
+                deadline = at if deadline is None else min(deadline, at)
+    exec_class: str | None = None
+    tool = getattr(entry.sent, "tool", None)
+    if entry.effect == "call-tool" and isinstance(tool, str):
+        decl = state.flow.tools.get(tool)
+        exec_class = decl.exec_class if decl is not None else "uncertain"
+    budget = state.ledger.remaining(state.run.started_ms, state.now_ms)
+    return WorkPlace(
+        key=key,
+        step=step,
+        attempt=attempt,
+        exec_class=exec_class,
+        deadline_ms=deadline,
+        budget=budget,
+    )

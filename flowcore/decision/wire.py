@@ -419,12 +419,15 @@ class ScheduledRunNowRequested(
 
 
 class ScheduledAddRequested(_Event, tag="scheduled-add-requested", frozen=True, kw_only=True):
-    """Schedule a call from outside the run: only to a tool declared ``schedulable``."""
+    """Schedule a call from outside the run: only to a tool declared ``schedulable``.
+    ``request`` (who asked, e.g. a handler's ``<key>#1``): the id derives from it;
+    the same request again adds nothing and answers that id."""
 
     tool: str
     input: Any = None
     delay_ms: NonNegInt = 0
     at_ms: NonNegInt
+    request: str | None = None
 
 
 Event: TypeAlias = (

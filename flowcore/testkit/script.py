@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from .._errors import FlowcoreError
+from ..decision.waiting import WorkPlace
 from ..decision.wire import AskHuman, Effect, Usage
 from ..language.spec import Flow
 
@@ -117,7 +118,9 @@ class Call:
     question, as a JSON host would see it (a fresh copy). ``target`` is the
     tool, agent, team or flow id, or the step id for a human. ``n`` counts
     the calls of ``target`` in the simulation, from 1 (retries and re-issues
-    count).
+    count). ``place``: where the work stands in its run (step, attempt,
+    execution class, deadline, remaining budget; ``flowcore.work_place``), the
+    fields a host's handler reads from ``flowcore_handlers.context()``.
     """
 
     effect: Effect
@@ -127,6 +130,7 @@ class Call:
     input: Any
     n: int
     now_ms: int
+    place: WorkPlace | None = None
 
     @property
     def kind(self) -> str:

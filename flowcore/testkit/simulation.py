@@ -21,7 +21,7 @@ from ..decision.outcome import NO_USAGE, effect_tag
 from ..decision.plan import plan
 from ..decision.state import State
 from ..decision.transitions import HEARTBEAT_TIMEOUT
-from ..decision.waiting import waiting_for
+from ..decision.waiting import waiting_for, work_place
 from ..decision.wire import (
     AskHuman,
     AwaitSignal,
@@ -395,9 +395,9 @@ class _Simulation:
                     f"no {what} {target!r} in the script (for {effect.idempotency_key}); "
                     f"script it with {what}s={{{target!r}: ...}} or pass default="
                 )
-            call = Call(
-                effect, slot.run_id, effect.idempotency_key, target, _copy(payload), n, self.now
-            )
+            key = effect.idempotency_key
+            place = work_place(slot.history.state, key)
+            call = Call(effect, slot.run_id, key, target, _copy(payload), n, self.now, place)
             response = self.respond(handler, call)
             if fault is not None and fault.kind == "unknown":
                 response = Unknown()

@@ -39,6 +39,20 @@ most ``MAX_HEARTBEAT_DETAILS_BYTES``; bad ones raise ``HeartbeatError`` in
 the handler). The next attempt reads them with ``heartbeat_details()`` (also
 the effect's ``heartbeat_details``) and resumes from there.
 
+**Context.** ``context()`` inside a handler gives its ``HandlerContext``
+(``_context``): the run id and root run id, the idempotency key, the step
+and its attempt, the tool's execution class, the run's principal, the flow
+id and version, the remaining budget and the step's deadline (``None``
+where the host does not know one), ``heartbeat``/``cancelled``/
+``cancellation`` as above, and what a handler asks of its run: ``schedule``
+a call (its id; the same when the handler runs again with the same key, so
+nothing is scheduled twice), ``cancel_scheduled``, ``scheduled``, ``signal``
+a run (its own included), each with an ``async`` twin (``aschedule``, ...).
+Outside a handler it raises ``NoHandlerContext``. The local host sets it
+whole (specs/local.md §4.1); Temporal the run, key, step and attempt, the
+rest ``None`` (specs/temporal.md); the simulator hands the same facts in
+``Call.place``.
+
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
 resolves the same from any working directory); ``missing_handlers`` lists
@@ -81,6 +95,15 @@ from flowcore import (
     Usage,
 )
 
+from ._context import (
+    ContextError,
+    ContextHost,
+    ContextSource,
+    HandlerContext,
+    NoHandlerContext,
+    context,
+    context_var,
+)
 from ._host import (
     RUN_STATUSES,
     Deleted,
@@ -107,6 +130,12 @@ from ._threads import HandlerThreads
 
 __all__ = [
     "MAX_ERROR_DETAILS_BYTES",
+    "ContextError",
+    "ContextHost",
+    "ContextSource",
+    "HandlerContext",
+    "NoHandlerContext",
+    "context",
     "MAX_TRACEBACK_BYTES",
     "Deleted",
     "DetailsError",
@@ -603,6 +632,7 @@ async def run_handler(
     executor: Executor | HandlerThreads | None = None,
     cancel: threading.Event | None = None,
     heartbeats: Heartbeats | None = None,
+    context: ContextSource | None = None,
 ) -> tuple[Outcome, BaseException | None]:
     """Run the effect's handler: the event that reports it, and the exception it raised.
 
@@ -614,8 +644,15 @@ async def run_handler(
     one on the loop. ``cancel``: the event the host sets to ask the handler to
     stop (``cancelled()`` inside it); a host that does also cancels the task
     awaiting this, which stops an ``async`` handler at its next ``await``.
-    ``heartbeats``: where the handler's ``heartbeat`` calls go.
+    ``heartbeats``: where the handler's ``heartbeat`` calls go. ``context``:
+    what ``context()`` gives inside the handler.
     """
+    if context is not None:
+        context_token = context_var.set(context)
+        try:
+            return await run_handler(registry, effect, now_ms, executor, cancel, heartbeats)
+        finally:
+            context_var.reset(context_token)
     if heartbeats is not None:
         beats_token = _BEATS.set(heartbeats)
         try:
@@ -694,7 +731,8 @@ async def call_handler(
     executor: Executor | HandlerThreads | None = None,
     cancel: threading.Event | None = None,
     heartbeats: Heartbeats | None = None,
+    context: ContextSource | None = None,
 ) -> Outcome:
     """Run the effect's handler and report how it went (``run_handler`` without the exception)."""
-    event, _ = await run_handler(registry, effect, now_ms, executor, cancel, heartbeats)
+    event, _ = await run_handler(registry, effect, now_ms, executor, cancel, heartbeats, context)
     return event

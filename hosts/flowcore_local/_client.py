@@ -633,12 +633,21 @@ class LocalClient(LocalReads):
         return await self._scheduled_event(run_id, sid, event)
 
     async def add_scheduled(
-        self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0
+        self,
+        run_id: str,
+        tool: str,
+        input: Any = None,
+        delay_ms: int = 0,
+        *,
+        request: str | None = None,
     ) -> str:
         """Schedule a call to a tool the run's flow declares ``schedulable``; its id.
 
         Refused (``HostError`` naming the schedulable tools) for any other tool,
-        and for a run that has settled or is ending.
+        and for a run that has settled or is ending. ``request``: the asker's
+        name for this request (a handler's context gives ``<key>#<n>``), kept
+        in the log: the id derives from it, and the same request again
+        schedules nothing and answers the same id.
         """
         row = await self.run(run_id)
         if row.status != "running":
@@ -650,7 +659,7 @@ class LocalClient(LocalReads):
         if type(delay_ms) is not int or not 0 <= delay_ms <= MAX_MS:
             raise HostError(f"delay must be an integer from 0 to {MAX_MS:,} ms, not {delay_ms!r}")
         event = flowcore.ScheduledAddRequested(
-            tool=tool, input=input, delay_ms=delay_ms, at_ms=self.now()
+            tool=tool, input=input, delay_ms=delay_ms, at_ms=self.now(), request=request
         )
         applied = await self._apply_now(run_id, event)
         assert applied.scheduled is not None

@@ -15,8 +15,9 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
+import flowcore
 from flowcore import (
     CallTool,
     EffectFailed,
@@ -30,6 +31,9 @@ from flowcore import (
     SignalRun,
 )
 from flowcore_handlers import (
+    ContextHost,
+    ContextSource,
+    HandlerContext,
     HandlerError,
     Heartbeats,
     Registry,
@@ -157,12 +161,22 @@ class Execution(HostBase):
                 else:
                     if inspect.iscoroutinefunction(registry.handler_for(claimed.effect)):
                         self._on_loop.add(ident)
+                    context = ContextSource(
+                        lambda: self._handler_context(claimed), asyncio.get_running_loop()
+                    )
                     if getattr(claimed.effect, "heartbeat_timeout_ms", None) is None:
                         event, raised = await run_handler(
-                            registry, claimed.effect, self.now, self._threads, cancel
+                            registry,
+                            claimed.effect,
+                            self.now,
+                            self._threads,
+                            cancel,
+                            context=context,
                         )
                     else:
-                        event, raised = await self._watched(registry, claimed.effect, cancel)
+                        event, raised = await self._watched(
+                            registry, claimed.effect, cancel, context
+                        )
                     if isinstance(event, EffectFailed):
                         self._failures[ident] = None if raised is None else format_traceback(raised)
                     elif isinstance(event, EffectOutcomeUnknown):
@@ -217,7 +231,11 @@ class Execution(HostBase):
         return refused_event(claimed.effect, principal, reason, self.now()), traceback
 
     async def _watched(
-        self, registry: Registry, effect: CallTool | RunAgent | RunTeam, cancel: threading.Event
+        self,
+        registry: Registry,
+        effect: CallTool | RunAgent | RunTeam,
+        cancel: threading.Event,
+        context: ContextSource | None = None,
     ) -> tuple[Event, BaseException | None]:
         """Run a handler that must heartbeat within the effect's heartbeat timeout
         (from its start, then from its last heartbeat). One that goes quiet is
@@ -232,7 +250,7 @@ class Execution(HostBase):
 
         beats = Heartbeats(effect.heartbeat_details, on_beat)
         call = asyncio.ensure_future(
-            run_handler(registry, effect, self.now, self._threads, cancel, beats)
+            run_handler(registry, effect, self.now, self._threads, cancel, beats, context)
         )
         assert effect.heartbeat_timeout_ms is not None
         limit = effect.heartbeat_timeout_ms / 1000
@@ -253,6 +271,40 @@ class Execution(HostBase):
                 cancel.set()
                 call.cancel()
         return heartbeat_timeout_event(effect, beats.details, self.now()), None
+
+    def _handler_context(self, claimed: Claimed) -> HandlerContext:
+        """The context of ``claimed``'s handler (``flowcore_handlers.context()``), read
+        on the loop's thread when the handler first asks: the run's row (its root,
+        principal, flow) and where its work stands in the run's state (step,
+        attempt, class, deadline, budget). A run gone meanwhile gives its ids alone."""
+        store = self.store
+        run_id, key = claimed.run_id, claimed.key
+        # The host is one object of its roles: the client's operations are its own.
+        host, loop = cast(ContextHost, self), asyncio.get_running_loop()
+        try:
+            row = store.run_row(run_id)
+            root = row
+            while root.parent_run is not None:
+                root = store.run_row(root.parent_run)
+            place = flowcore.work_place(store.state(run_id), key)
+        except HostError:
+            return HandlerContext(run_id=run_id, idempotency_key=key, host=host, loop=loop)
+        budget = getattr(claimed.effect, "budget_remaining", None)
+        return HandlerContext(
+            run_id=run_id,
+            idempotency_key=key,
+            root_run_id=root.run_id,
+            step=None if place is None else place.step,
+            attempt=None if place is None else place.attempt,
+            execution_class=None if place is None else place.exec_class,
+            principal=row.principal,
+            flow_id=row.flow_id,
+            flow_version=row.spec_hash,
+            budget_remaining=budget or (None if place is None else place.budget),
+            deadline_ms=None if place is None else place.deadline_ms,
+            host=host,
+            loop=loop,
+        )
 
     def _cannot_load(self, claimed: Claimed, exc: RegistryError) -> None:
         """Say once per tools module that this worker cannot load it (the runs fail with why)."""

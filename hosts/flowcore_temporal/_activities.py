@@ -44,6 +44,8 @@ from flowcore import (
     RunTeam,
 )
 from flowcore_handlers import (
+    ContextSource,
+    HandlerContext,
     Heartbeats,
     Registry,
     RegistryError,
@@ -103,9 +105,12 @@ class FlowcoreActivities:
             )
             return _result(failed)
         cancel = threading.Event()
+        context = _context(effect, activity.info().workflow_id)
         if effect.heartbeat_timeout_ms is not None:
-            return _result(await _watched(registry, effect, cancel))
-        call = asyncio.ensure_future(call_handler(registry, effect, _wall_ms, cancel=cancel))
+            return _result(await _watched(registry, effect, cancel, context))
+        call = asyncio.ensure_future(
+            call_handler(registry, effect, _wall_ms, cancel=cancel, context=context)
+        )
         beat = activity.info().heartbeat_timeout
         try:
             if beat:
@@ -134,8 +139,38 @@ class FlowcoreActivities:
         return None if described.status is None else described.status.name
 
 
+def _context(effect: CallTool | RunAgent | RunTeam, run_id: str | None) -> ContextSource:
+    """A handler's context on Temporal (``flowcore_handlers.context()``): what the
+    activity knows without the run's state. The run is the activity's workflow;
+    the step and its attempt are read from the effect's key (``flowcore.parse_key``),
+    the budget is an agent's effect's own. The root run, the tool's execution
+    class, the principal, the flow and its version and the deadline are not
+    known here: ``None``. Nothing can be asked of the run (``ContextError``)."""
+
+    def read() -> HandlerContext:
+        key = effect.idempotency_key
+        info: flowcore.KeyInfo | None = None
+        if run_id is not None:
+            try:
+                info = flowcore.parse_key(key, run_id)
+            except ValueError:
+                pass
+        return HandlerContext(
+            run_id=run_id,
+            idempotency_key=key,
+            step=None if info is None else info.step,
+            attempt=None if info is None else info.attempt,
+            budget_remaining=getattr(effect, "budget_remaining", None),
+        )
+
+    return ContextSource(read)
+
+
 async def _watched(
-    registry: Registry, effect: CallTool | RunAgent | RunTeam, cancel: threading.Event
+    registry: Registry,
+    effect: CallTool | RunAgent | RunTeam,
+    cancel: threading.Event,
+    context: ContextSource | None = None,
 ) -> EffectSucceeded | EffectFailed | EffectOutcomeUnknown:
     """Run a handler whose step has a heartbeat timeout (the activity's own, set
     by the workflow): the activity heartbeats only when the handler does, with
@@ -149,7 +184,7 @@ async def _watched(
 
     beats = Heartbeats(effect.heartbeat_details, on_beat)
     call = asyncio.ensure_future(
-        call_handler(registry, effect, _wall_ms, cancel=cancel, heartbeats=beats)
+        call_handler(registry, effect, _wall_ms, cancel=cancel, heartbeats=beats, context=context)
     )
     try:
         while not call.done():

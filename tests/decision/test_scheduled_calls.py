@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 import flowcore
@@ -145,6 +146,32 @@ def test_add_from_outside_only_for_schedulable_tools_with_counted_ids() -> None:
     d = flowcore.advance(again, ScheduledAddRequested(tool="pager", at_ms=40))
     assert d.scheduled is not None and d.scheduled.id == "r/~scheduled-3"
     assert flowcore.parse_key("r/~scheduled-3/call", "r").role is flowcore.KeyRole.SCHEDULE_CALL
+
+
+def test_add_under_a_request_adds_once_and_replays() -> None:
+    run = Run()
+    ask = ScheduledAddRequested(tool="pager", input={"p": 1}, delay_ms=50, at_ms=10, request="k#1")
+    d = run.send(ask)
+    sid = d.scheduled.id if d.scheduled is not None else ""
+    assert sid.startswith("r/~scheduled-r") and d.scheduled == ScheduledAnswer(id=sid, done=True)
+    assert flowcore.parse_key(sid, "r").role is flowcore.KeyRole.OUTSIDE_SCHEDULE
+    assert flowcore.parse_key(sid + "/call", "r").role is flowcore.KeyRole.SCHEDULE_CALL
+    # The same request again (a handler run again with the same key): nothing added.
+    d = run.send(msgspec.structs.replace(ask, at_ms=20, input={"p": 2}))
+    assert d.scheduled == ScheduledAnswer(id=sid, done=False)
+    assert d.effects == () and d.state.journal.scheduled == ()
+    assert [c.id for c in flowcore.scheduled_calls(run.state) if c.outside] == [sid]
+    assert run.calls()[sid].input == {"p": 1}
+    # Another request gets another id; the numbered ones are not used up.
+    d = run.send(msgspec.structs.replace(ask, at_ms=30, request="k#2"))
+    assert d.scheduled is not None and d.scheduled.id not in (sid, "r/~scheduled-1")
+    d = run.send(ScheduledAddRequested(tool="pager", at_ms=40))
+    assert d.scheduled is not None and d.scheduled.id == "r/~scheduled-1"
+    # The log says who asked, and replays.
+    reported = [r.data for r in run.records if r.type == "event.reported"]
+    assert [e.get("request") for e in reported] == ["k#1", "k#1", "k#2", None]
+    report = flowcore.replay(encode_records(run.records), run.flow)
+    assert report.divergence is None and report.state == run.state
 
 
 def test_add_is_refused_while_the_run_ends_and_after_it_settled() -> None:

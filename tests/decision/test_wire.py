@@ -292,6 +292,7 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
             input=json_values(),
             delay_ms=non_neg_ints(),
             at_ms=non_neg_ints(),
+            request=st.none() | texts(),
         ),
     }
 
@@ -550,7 +551,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "cancel-requested": ("kind", "reason?", "atMs"),
     "scheduled-cancel-requested": ("kind", "scheduleId", "atMs"),
     "scheduled-run-now-requested": ("kind", "scheduleId", "atMs"),
-    "scheduled-add-requested": ("kind", "tool", "input?", "delayMs?", "atMs"),
+    "scheduled-add-requested": ("kind", "tool", "input?", "delayMs?", "atMs", "request?"),
 }
 
 VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {

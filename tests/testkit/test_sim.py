@@ -685,3 +685,34 @@ def test_events_the_simulator_reports_are_well_formed_wire_events() -> None:
     for ev in t.events():
         assert flowcore.event_from_wire(flowcore.event_to_wire(ev)) == ev
         assert isinstance(ev, (EffectSucceeded, EffectFailed, TimerFired, HumanAnswered))
+
+
+def test_a_handler_call_says_where_its_work_stands_as_a_host_context_does() -> None:
+    spec = """
+flow: place
+budget: {steps: 9, cost_minor_units: 70}
+tools: {t: {class: idempotent}}
+steps:
+  - id: a
+    call_tool: {tool: t}
+    retry: {max_attempts: 2, initial_interval_ms: 10}
+    timeout_ms: 5000
+output: "${steps.a.output}"
+"""
+    seen: list[Any] = []
+
+    def t(call: Any) -> Any:
+        seen.append(call.place)
+        return Fail("busy", retryable=True) if call.n == 1 else Ok("ok")
+
+    assert Simulator(tools={"t": t}).run(spec, now_ms=100).output == "ok"
+    first, second = seen
+    assert (first.key, first.step, first.attempt, first.exec_class) == (
+        "run/a#1",
+        "a",
+        1,
+        "idempotent",
+    )
+    assert (second.key, second.attempt, second.deadline_ms) == ("run/a#2", 2, 5100)
+    assert first.deadline_ms == 5100 and second.budget.cost_minor_units == 70
+    assert (first.budget.steps, second.budget.steps) == (8, 7)

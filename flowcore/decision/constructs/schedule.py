@@ -13,7 +13,9 @@ From outside the run (events, not steps): ``scheduled-cancel-requested``
 cancels a pending call and ``scheduled-run-now-requested`` issues one now,
 both answering whether the call was still pending (``Decision.scheduled``);
 ``scheduled-add-requested`` schedules a call to a tool the flow declares
-``schedulable``, under an id numbered by the state (``<run>/~scheduled-1``).
+``schedulable``, under an id numbered by the state (``<run>/~scheduled-1``),
+or, for one with a ``request``, derived from it (``<run>/~scheduled-r<hex>``):
+the same request again adds nothing and answers that id.
 
 A call whose outcome is unknown (its host died while it ran) is issued
 again under the same key when its tool is readonly or idempotent, up to
@@ -250,10 +252,16 @@ def add_outside(t: Txn, ev: ScheduledAddRequested) -> None:
     t.check_clock()
     if t.halt is not None:
         return
-    n = t.scheduled_added + 1
-    sid = keys.outside_schedule_id(t.key_run, n)
+    if ev.request is not None:
+        sid = keys.requested_schedule_id(t.key_run, ev.request)
+        if sid in t.schedules:  # asked before: nothing is added twice
+            t.answer = ScheduledAnswer(id=sid, done=False)
+            return
+    else:
+        n = t.scheduled_added + 1
+        sid = keys.outside_schedule_id(t.key_run, n)
+        t.scheduled_added = n
     due = t.now_ms + ev.delay_ms
-    t.scheduled_added = n
     sched = Sched(
         SchedStatus.PENDING, ev.tool, ev.input, created_ms=t.now_ms, due_ms=due, outside=True
     )

@@ -310,6 +310,7 @@ export type FlowEvent =
       readonly input?: JsonValue;
       readonly delayMs?: number;
       readonly atMs: number;
+      readonly request?: string;
     };
 
 export type EventKind = FlowEvent["kind"];
