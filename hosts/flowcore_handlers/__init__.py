@@ -39,6 +39,12 @@ most ``MAX_HEARTBEAT_DETAILS_BYTES``; bad ones raise ``HeartbeatError`` in
 the handler). The next attempt reads them with ``heartbeat_details()`` (also
 the effect's ``heartbeat_details``) and resumes from there.
 
+**Progress.** A handler calls ``publish(data)`` (a text chunk or JSON data, at
+most ``MAX_PROGRESS_ITEM_BYTES``; bad ones, or a call outside a handler, raise
+``ProgressError``) to add to its run's progress stream, which clients follow
+from an index (specs/local.md, "Progress streams"). The decision function
+never reads it.
+
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
 resolves the same from any working directory); ``missing_handlers`` lists
@@ -103,6 +109,13 @@ from ._host import (
     status_problem,
 )
 from ._limits import LimitError, ToolLimit, parse_tool_limits
+from ._progress import (
+    MAX_PROGRESS_ITEM_BYTES,
+    ProgressError,
+    ProgressSink,
+    publish,
+    publishing,
+)
 from ._threads import HandlerThreads
 
 __all__ = [
@@ -119,10 +132,13 @@ __all__ = [
     "HostRefusal",
     "Heartbeats",
     "MAX_HEARTBEAT_DETAILS_BYTES",
+    "MAX_PROGRESS_ITEM_BYTES",
     "LimitError",
     "NotPending",
     "NothingToCancel",
     "OutcomeUnknown",
+    "ProgressError",
+    "ProgressSink",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
     "Registry",
@@ -154,6 +170,8 @@ __all__ = [
     "needed_handlers",
     "outcome_event",
     "parse_tool_limits",
+    "publish",
+    "publishing",
     "registry_from_module",
     "run_handler",
     "safe_text",

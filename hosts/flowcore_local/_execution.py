@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import flowcore
 from flowcore import (
     CallTool,
     EffectFailed,
@@ -38,6 +39,7 @@ from flowcore_handlers import (
     format_traceback,
     heartbeat_timeout_event,
     outcome_event,
+    publishing,
     run_handler,
     safe_text,
     waits_for_cancel,
@@ -45,6 +47,7 @@ from flowcore_handlers import (
 
 from ._base import HostBase, log
 from ._store import Applied, Claimed, Conflict, HostError
+from ._store_progress import Published, add_progress
 
 
 class Execution(HostBase):
@@ -151,12 +154,13 @@ class Execution(HostBase):
                 else:
                     if inspect.iscoroutinefunction(registry.handler_for(claimed.effect)):
                         self._on_loop.add(ident)
-                    if getattr(claimed.effect, "heartbeat_timeout_ms", None) is None:
-                        event, raised = await run_handler(
-                            registry, claimed.effect, self.now, self._threads, cancel
-                        )
-                    else:
-                        event, raised = await self._watched(registry, claimed.effect, cancel)
+                    with publishing(self._sink(claimed)):
+                        if getattr(claimed.effect, "heartbeat_timeout_ms", None) is None:
+                            event, raised = await run_handler(
+                                registry, claimed.effect, self.now, self._threads, cancel
+                            )
+                        else:
+                            event, raised = await self._watched(registry, claimed.effect, cancel)
                     if isinstance(event, EffectFailed):
                         self._failures[ident] = None if raised is None else format_traceback(raised)
                     elif isinstance(event, EffectOutcomeUnknown):
@@ -197,6 +201,41 @@ class Execution(HostBase):
             again = self._reissued.pop(ident, None)
             if again is not None:
                 self._spawn(again)
+
+    def _sink(self, claimed: Claimed) -> Callable[[bytes], None]:
+        """Where the progress the claimed work's handler publishes goes: the next
+        group commit (from the handler's thread, or from the loop)."""
+        loop = asyncio.get_running_loop()
+        try:
+            step = flowcore.parse_key(claimed.key, claimed.run_id).step
+        except ValueError:
+            step = None
+
+        def sink(data: bytes) -> None:
+            item = Published(claimed.run_id, claimed.key, step, self.now(), data)
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                self._publish(item)
+            else:
+                loop.call_soon_threadsafe(self._publish, item)
+
+        return sink
+
+    def _publish(self, item: Published) -> None:
+        self._published.append(item)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop())
+        assert self._queue_event is not None
+        self._queue_event.set()
+
+    def _commit_progress(self, published: list[Published]) -> None:
+        """The published items, in their own transaction before the batch's events:
+        a handler's items are stored no later than its result."""
+        with self.store.tx():
+            add_progress(self.store.conn, published, self.progress_cap)
 
     async def _watched(
         self, registry: Registry, effect: CallTool | RunAgent | RunTeam, cancel: threading.Event
@@ -346,11 +385,25 @@ class Execution(HostBase):
         while True:
             await self._queue_event.wait()
             self._queue_event.clear()
-            if not self._queue:
+            if not self._queue and not self._published:
                 continue
             batch, self._queue = self._queue, []
+            published, self._published = self._published, []
             now = self.now()
 
+            if published:
+                try:
+                    await self._db(self._commit_progress, published)
+                except Exception as exc:  # the items are lost, as in a crash; the events go on
+                    log.warning(
+                        "flowcore: %d progress items were not committed (%s: %s)",
+                        len(published),
+                        type(exc).__name__,
+                        safe_text(exc, 200),
+                    )
+                if not batch:
+                    self._after([])  # wakes the followers
+                    continue
             try:
                 results = await self._db(self._commit, batch, now)
             except Exception as exc:  # the whole batch rolled back: fail every waiter
