@@ -32,7 +32,9 @@ async def _lines(host: Host, output: Any, values: dict[str, Any]) -> int | None:
         data = record.data if isinstance(record.data, dict) else {}
         if record.type == "progress.dropped":
             first, count = data.get("from"), data.get("count")
-            out.print(Text(f"{record.index}: ({count} items from {first} dropped)", style="dim"))
+            items = "item" if count == 1 else "items"
+            text = f"{record.index}: ({count} {items} from {first} dropped by the run's cap)"
+            out.print(Text(text, style="dim"))
             continue
         item = data.get("data")
         text = item if isinstance(item, str) else msgspec.json.encode(item).decode()

@@ -7,6 +7,7 @@ A real SQLite file and real handlers, sync and ``async``."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import flowcore
 import flowcore_handlers
 from flowcore import CallTool
 from flowcore_handlers import ProgressError, Registry
+from flowcore_cli.main import run
 from flowcore_local import LocalHost
 from flowcore_local._store_progress import ProgressCap
 
@@ -229,3 +231,32 @@ def test_bad_items_and_calls_outside_a_handler_raise_progress_error(tmp_path: Pa
     assert len(seen) == 2
     assert seen[0].startswith("progress item cannot be stored:")
     assert "bytes as JSON; at most 65,536 are kept" in seen[1]
+
+
+def test_the_command_prints_the_items_and_the_gap(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "cli.db"
+
+    async def main() -> None:
+        async with LocalHost(db, registry=REGISTRY) as host:
+            host.progress_cap = ProgressCap(items=3, bytes=1_000_000)
+            rid = await host.start(_writes(3), None, "r")
+            await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
+
+    asyncio.run(main())
+    capfd.readouterr()
+    assert run(["progress", "r", "--db", str(db)]) == 0
+    assert capfd.readouterr().out.splitlines() == [
+        "0: (1 item from 0 dropped by the run's cap)",
+        "1 a: chunk 1",
+        "2 a: chunk 2",
+        '3 a: {"done":true,"of":3}',
+    ]
+    assert run(["progress", "r", "--db", str(db), "--from", "3", "--follow", "--json"]) == 0
+    lines = [json.loads(x) for x in capfd.readouterr().out.splitlines()]
+    assert [(x["type"], x["index"], x["data"]["data"]) for x in lines] == [
+        ("progress", 3, {"done": True, "of": 3})
+    ]
+    assert run(["progress", "ghost", "--db", str(db)]) == 2
+    assert "no run 'ghost'" in capfd.readouterr().err
