@@ -21,6 +21,7 @@ from ._store import (
     NothingToCancel,
     RunRow,
 )
+from ._store_progress import MAX_PROGRESS_BYTES, MAX_PROGRESS_ITEMS, ProgressCap
 
 __all__ = [
     "DB_ENV",
@@ -32,9 +33,12 @@ __all__ = [
     "LocalRunSettled",
     "LocalUnknownRun",
     "LocalUnknownSchedule",
+    "MAX_PROGRESS_BYTES",
+    "MAX_PROGRESS_ITEMS",
     "NoSignalWait",
     "NothingToCancel",
     "NotAFlowcoreDatabase",
+    "ProgressCap",
     "RunRow",
     "ScheduledRetention",
     "ScheduledRow",

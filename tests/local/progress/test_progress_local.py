@@ -17,10 +17,9 @@ import pytest
 import flowcore
 import flowcore_handlers
 from flowcore import CallTool
-from flowcore_handlers import ProgressError, Registry
 from flowcore_cli.main import run
-from flowcore_local import LocalHost
-from flowcore_local._store_progress import ProgressCap
+from flowcore_handlers import ProgressError, Registry
+from flowcore_local import LocalHost, ProgressCap
 
 TWO = """
 flow: two
