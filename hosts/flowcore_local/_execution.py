@@ -401,8 +401,9 @@ class Execution(HostBase):
                         type(exc).__name__,
                         safe_text(exc, 200),
                     )
-                if not batch:
-                    self._after([])  # wakes the followers
+                if not batch:  # tell the followers (``progress(follow=True)``)
+                    self._committed.set()
+                    self._committed = asyncio.Event()
                     continue
             try:
                 results = await self._db(self._commit, batch, now)
