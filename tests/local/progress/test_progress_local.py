@@ -20,6 +20,7 @@ from flowcore import CallTool
 from flowcore_cli.main import run
 from flowcore_handlers import ProgressError, Registry
 from flowcore_local import LocalHost, ProgressCap
+from flowcore_local._db import SCHEMA_VERSION, connect
 
 TWO = """
 flow: two
@@ -259,3 +260,17 @@ def test_the_command_prints_the_items_and_the_gap(
     ]
     assert run(["progress", "ghost", "--db", str(db)]) == 2
     assert "no run 'ghost'" in capfd.readouterr().err
+
+
+def test_a_database_of_the_schema_before_gets_the_progress_table_empty(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    conn = connect(db)
+    conn.execute("DROP TABLE progress")  # as schema 9 was
+    conn.execute("PRAGMA user_version = 9")
+    conn.close()
+    conn = connect(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+        assert conn.execute("SELECT COUNT(*) FROM progress").fetchone()[0] == 0
+    finally:
+        conn.close()
