@@ -306,7 +306,9 @@ MIGRATIONS: list[list[str]] = [
     # 10: each run's progress stream (``flowcore_handlers.publish``): ``idx``
     # counts from 0 per run and goes on counting when the oldest items are
     # dropped for the run's cap; ``key`` and ``step`` the work that published,
-    # ``size`` the bytes of ``data`` (its JSON). Never read by the decision.
+    # ``size`` the bytes of ``data`` (its JSON), ``before`` the bytes of the
+    # run's items before it (dropped or not): the byte cap is one indexed
+    # delete, never a sum. Never read by the decision.
     [
         """CREATE TABLE progress (
             run_id TEXT NOT NULL,
@@ -315,9 +317,11 @@ MIGRATIONS: list[list[str]] = [
             step TEXT,
             at INTEGER NOT NULL,
             size INTEGER NOT NULL,
+            before INTEGER NOT NULL,
             data TEXT NOT NULL,
             PRIMARY KEY (run_id, idx)
         ) WITHOUT ROWID""",
+        "CREATE INDEX progress_by_bytes ON progress (run_id, before)",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

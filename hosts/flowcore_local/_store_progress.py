@@ -46,10 +46,17 @@ DROPPED: Final = "progress.dropped"
 @dataclass(frozen=True)
 class ProgressCap:
     """How much of its progress stream a run keeps: its newest ``items`` items,
-    within ``bytes`` bytes of data."""
+    within ``bytes`` bytes of data (the newest item is kept even if it alone is
+    over). Each must be a positive integer (``ValueError`` naming it)."""
 
     items: int = MAX_PROGRESS_ITEMS
     bytes: int = MAX_PROGRESS_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("items", "bytes"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"ProgressCap.{name} must be a positive integer, not {value!r}")
 
 
 @dataclass(frozen=True)
@@ -66,37 +73,46 @@ class Published:
 def add_progress(conn: sqlite3.Connection, items: list[Published], cap: ProgressCap) -> None:
     """Write ``items`` (in a transaction the caller holds), each at its run's next
     index, then drop each run's oldest items past ``cap``. An item of a run that
-    is gone (deleted meanwhile) is dropped."""
-    touched: dict[str, int] = {}
+    is gone (deleted meanwhile) is dropped. Each step reads or deletes by an
+    index: no run's items are scanned."""
+    last: dict[str, tuple[int, int]] = {}  # run -> (its last index, its bytes so far)
     for item in items:
-        nxt = touched.get(item.run_id)
-        if nxt is None:
-            row = conn.execute(
-                "SELECT (SELECT MAX(idx) FROM progress WHERE run_id = ?),"
-                " EXISTS (SELECT 1 FROM runs WHERE run_id = ?)",
-                (item.run_id, item.run_id),
-            ).fetchone()
-            assert row is not None
-            if not row[1]:
+        at = last.get(item.run_id)
+        if at is None:
+            if not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (item.run_id,)).fetchone():
                 continue
-            nxt = 0 if row[0] is None else int(row[0]) + 1
+            row = conn.execute(
+                "SELECT idx, before + size FROM progress WHERE run_id = ?"
+                " ORDER BY idx DESC LIMIT 1",
+                (item.run_id,),
+            ).fetchone()
+            at = (-1, 0) if row is None else (int(row[0]), int(row[1]))
+        index, before = at[0] + 1, at[1]
         conn.execute(
-            "INSERT INTO progress (run_id, idx, key, step, at, size, data)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (item.run_id, nxt, item.key, item.step, item.at_ms, len(item.data), item.data.decode()),
+            "INSERT INTO progress (run_id, idx, key, step, at, size, before, data)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                item.run_id,
+                index,
+                item.key,
+                item.step,
+                item.at_ms,
+                len(item.data),
+                before,
+                item.data.decode(),
+            ),
         )
-        touched[item.run_id] = nxt + 1
-    for run_id in touched:
-        # The newest item past the cap, counting back from the newest: it and
-        # every older one go.
-        row = conn.execute(
-            "SELECT idx FROM (SELECT idx, ROW_NUMBER() OVER w AS n, SUM(size) OVER w AS total"
-            " FROM progress WHERE run_id = ? WINDOW w AS (ORDER BY idx DESC))"
-            " WHERE n > ? OR total > ? ORDER BY idx DESC LIMIT 1",
-            (run_id, cap.items, cap.bytes),
-        ).fetchone()
-        if row is not None:
-            conn.execute("DELETE FROM progress WHERE run_id = ? AND idx <= ?", (run_id, row[0]))
+        last[item.run_id] = (index, before + len(item.data))
+    for run_id, (index, total) in last.items():
+        # Kept: the newest ``cap.items`` items, of which those that end within
+        # ``cap.bytes`` of the newest's end (an item over the cap alone is kept).
+        conn.execute(
+            "DELETE FROM progress WHERE run_id = ? AND idx <= ?", (run_id, index - cap.items)
+        )
+        conn.execute(
+            "DELETE FROM progress WHERE run_id = ? AND before < ? AND idx < ?",
+            (run_id, total - cap.bytes, index),
+        )
 
 
 def progress_records(

@@ -159,6 +159,13 @@ def test_the_byte_cap_keeps_the_newest_items_within_it(tmp_path: Path) -> None:
     ]
 
 
+def test_a_cap_must_be_positive() -> None:
+    with pytest.raises(ValueError, match=r"ProgressCap.items must be a positive integer, not 0"):
+        ProgressCap(items=0)
+    with pytest.raises(ValueError, match=r"ProgressCap.bytes must be a positive integer"):
+        ProgressCap(bytes=-1)
+
+
 def test_progress_is_deleted_with_the_run_and_the_log_does_not_hold_it(tmp_path: Path) -> None:
     async def main() -> tuple[list[str], int]:
         async with LocalHost(tmp_path / "d.db", registry=REGISTRY) as host:
