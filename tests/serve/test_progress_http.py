@@ -130,6 +130,11 @@ def test_a_progress_stream_followed_dropped_and_resumed_over_http(tmp_path: Path
             (None, "end"),
         ]
         assert json.loads(events[0]["data"])["data"]["data"] == "chunk 4"
+        # The document names the three routes; the SSE one takes Last-Event-ID.
+        paths = c.get("/openapi.json").json()["paths"]
+        stream = paths["/api/runs/{run_id}/progress/stream"]["get"]
+        assert "Last-Event-ID" in [p["name"] for p in stream["parameters"]]
+        assert {"/api/runs/{run_id}/progress", "/api/runs/{run_id}/progress/follow"} <= set(paths)
         # Unknown runs and bad indexes are refused with a problem, not a stream.
         assert c.get("/api/runs/ghost/progress/follow").status_code == 404
         assert c.get("/api/runs/c-1/progress?start=-1").status_code == 422
