@@ -43,7 +43,8 @@ the effect's ``heartbeat_details``) and resumes from there.
 most ``MAX_PROGRESS_ITEM_BYTES``; bad ones, or a call outside a handler, raise
 ``ProgressError``) to add to its run's progress stream, which clients follow
 from an index (specs/local.md, "Progress streams"). The decision function
-never reads it.
+never reads it. On a host that keeps no progress streams (Temporal, for now)
+items are checked and dropped.
 
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
@@ -87,6 +88,7 @@ from flowcore import (
     Usage,
 )
 
+from . import _progress
 from ._host import (
     RUN_STATUSES,
     Deleted,
@@ -632,8 +634,12 @@ async def run_handler(
     one on the loop. ``cancel``: the event the host sets to ask the handler to
     stop (``cancelled()`` inside it); a host that does also cancels the task
     awaiting this, which stops an ``async`` handler at its next ``await``.
-    ``heartbeats``: where the handler's ``heartbeat`` calls go.
+    ``heartbeats``: where the handler's ``heartbeat`` calls go. A handler run
+    without a progress sink (``publishing``) publishes into ``discard``.
     """
+    if _progress.sink() is None:
+        with publishing(_progress.discard):
+            return await run_handler(registry, effect, now_ms, executor, cancel, heartbeats)
     if heartbeats is not None:
         beats_token = _BEATS.set(heartbeats)
         try:

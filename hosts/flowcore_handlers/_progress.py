@@ -10,7 +10,10 @@ same with or without it.
 
 ``publish`` checks the item where it is made: anything that is not flowcore
 data, or over ``MAX_PROGRESS_ITEM_BYTES`` as JSON, raises ``ProgressError``
-in the handler; so does a call outside a handler (no host gave a sink).
+in the handler; so does a call outside a handler. A handler run by a host
+that keeps no progress streams (``run_handler`` without a sink: Temporal, for
+now) publishes into ``discard``: items are checked, then dropped, so the same
+tools module runs on every host.
 ``publish`` does not wait for the item to be stored: the host writes items
 in batches (the local host with its group commit).
 """
@@ -26,7 +29,15 @@ import msgspec
 
 import flowcore
 
-__all__ = ["MAX_PROGRESS_ITEM_BYTES", "ProgressError", "ProgressSink", "publish", "publishing"]
+__all__ = [
+    "MAX_PROGRESS_ITEM_BYTES",
+    "ProgressError",
+    "ProgressSink",
+    "discard",
+    "publish",
+    "publishing",
+    "sink",
+]
 
 MAX_PROGRESS_ITEM_BYTES = 64 * 1024
 """A progress item is JSON data of at most this many bytes."""
@@ -76,6 +87,15 @@ def publish(data: Any) -> None:
             f" at most {MAX_PROGRESS_ITEM_BYTES:,} are kept"
         )
     sink(encoded)
+
+
+def discard(data: bytes) -> None:
+    """The sink of a host that keeps no progress streams: items are dropped."""
+
+
+def sink() -> ProgressSink | None:
+    """The sink ``publish`` uses here (None: outside a handler)."""
+    return _SINK.get()
 
 
 @contextmanager

@@ -281,3 +281,21 @@ def test_a_database_of_the_schema_before_gets_the_progress_table_empty(tmp_path:
         assert conn.execute("SELECT COUNT(*) FROM progress").fetchone()[0] == 0
     finally:
         conn.close()
+
+
+def test_a_handler_run_without_a_progress_sink_publishes_into_nothing() -> None:
+    # As a host that keeps no progress streams runs it (Temporal, for now): the
+    # item is checked, then dropped; the handler goes on.
+    def tool(call: CallTool) -> Any:
+        flowcore_handlers.publish("dropped")
+        try:
+            flowcore_handlers.publish({1: 2})
+        except ProgressError:
+            return "checked"
+        return "unchecked"
+
+    effect = CallTool(tool="t", input=None, idempotency_key="r/a#1")
+    registry = Registry(tools={"t": tool})
+    event = asyncio.run(flowcore_handlers.call_handler(registry, effect, lambda: 0))
+    assert isinstance(event, flowcore.EffectSucceeded)
+    assert event.output == "checked"
