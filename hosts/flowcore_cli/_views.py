@@ -34,6 +34,7 @@ from ._replay import figures_text, report_to_json, usage_text
 from ._runs_view import RUNS_VIEW
 from ._schedule_views import SCHEDULE_HELP, SCHEDULE_VIEWS
 from ._scheduled_views import SCHEDULED_HELP, SCHEDULED_VIEWS
+from ._stream_views import STREAM_VIEWS
 from ._upgrade import upgrade_done, upgrade_refused
 
 __all__ = ["GROUPS", "VIEWS", "plural", "rows_text"]
@@ -772,6 +773,7 @@ _VIEWS: Final[dict[str, View]] = {
     "waits": View("What RUN waits for now: work, questions, signals, timers.", render=_waits),
     "runs": RUNS_VIEW,
     **SCHEDULED_VIEWS,
+    **STREAM_VIEWS,
     **SCHEDULE_VIEWS,
 }
 

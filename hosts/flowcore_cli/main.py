@@ -86,6 +86,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "The log records of RUN: a table, or NDJSON envelopes with --json.",
     ),
     "export": ("_derive", "export", "Write RUN's log (what `flowcore replay` reads)."),
+    "progress": (
+        "_derive",
+        "progress",
+        "What RUN's handlers published (its progress stream), from an index; --follow it.",
+    ),
     "signal": (
         "_derive",
         "signal",

@@ -53,6 +53,13 @@ whole (specs/local.md §4.1); Temporal the run, key, step and attempt, the
 rest ``None`` (specs/temporal.md); the simulator hands the same facts in
 ``Call.place``.
 
+**Progress.** A handler calls ``publish(data)`` (a text chunk or JSON data, at
+most ``MAX_PROGRESS_ITEM_BYTES``; bad ones, or a call outside a handler, raise
+``ProgressError``) to add to its run's progress stream, which clients follow
+from an index (specs/local.md, "Progress streams"). The decision function
+never reads it. On a host that keeps no progress streams (Temporal, for now)
+items are checked and dropped.
+
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
 resolves the same from any working directory); ``missing_handlers`` lists
@@ -95,6 +102,7 @@ from flowcore import (
     Usage,
 )
 
+from . import _progress
 from ._context import (
     ContextError,
     ContextHost,
@@ -126,6 +134,13 @@ from ._host import (
     status_problem,
 )
 from ._limits import LimitError, ToolLimit, parse_tool_limits
+from ._progress import (
+    MAX_PROGRESS_ITEM_BYTES,
+    ProgressError,
+    ProgressSink,
+    publish,
+    publishing,
+)
 from ._threads import HandlerThreads
 
 __all__ = [
@@ -148,10 +163,13 @@ __all__ = [
     "HostRefusal",
     "Heartbeats",
     "MAX_HEARTBEAT_DETAILS_BYTES",
+    "MAX_PROGRESS_ITEM_BYTES",
     "LimitError",
     "NotPending",
     "NothingToCancel",
     "OutcomeUnknown",
+    "ProgressError",
+    "ProgressSink",
     "RegistryError",
     "UNENCODABLE_OUTPUT",
     "Registry",
@@ -183,6 +201,8 @@ __all__ = [
     "needed_handlers",
     "outcome_event",
     "parse_tool_limits",
+    "publish",
+    "publishing",
     "registry_from_module",
     "run_handler",
     "safe_text",
@@ -645,8 +665,14 @@ async def run_handler(
     stop (``cancelled()`` inside it); a host that does also cancels the task
     awaiting this, which stops an ``async`` handler at its next ``await``.
     ``heartbeats``: where the handler's ``heartbeat`` calls go. ``context``:
-    what ``context()`` gives inside the handler.
+    what ``context()`` gives inside the handler. A handler run without a
+    progress sink (``publishing``) publishes into ``discard``.
     """
+    if _progress.sink() is None:
+        with publishing(_progress.discard):
+            return await run_handler(
+                registry, effect, now_ms, executor, cancel, heartbeats, context
+            )
     if context is not None:
         context_token = context_var.set(context)
         try:

@@ -361,6 +361,17 @@ class RunReads(Protocol):
 
     async def export(self, run_id: str) -> bytes: ...
 
+    async def progress_records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
+        """The run's progress stream from index ``start``: ``progress`` envelopes
+        (``{key, step, data}``), after a ``progress.dropped`` one (``{from, count}``)
+        when items from ``start`` on were dropped. ``HostRefusal`` where the host
+        keeps none."""
+        ...
+
+    def progress(
+        self, run_id: str, start: int = 0, follow: bool = False
+    ) -> AsyncIterator[flowcore.Record]: ...
+
     async def open_questions(self, run_id: str) -> list[flowcore.Question]: ...
 
     async def waits(self, run_id: str) -> flowcore.Waits: ...

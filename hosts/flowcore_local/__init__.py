@@ -22,6 +22,7 @@ from ._store import (
     NothingToCancel,
     RunRow,
 )
+from ._store_progress import MAX_PROGRESS_BYTES, MAX_PROGRESS_ITEMS, ProgressCap
 
 __all__ = [
     "Authorize",
@@ -34,9 +35,12 @@ __all__ = [
     "LocalRunSettled",
     "LocalUnknownRun",
     "LocalUnknownSchedule",
+    "MAX_PROGRESS_BYTES",
+    "MAX_PROGRESS_ITEMS",
     "NoSignalWait",
     "NothingToCancel",
     "NotAFlowcoreDatabase",
+    "ProgressCap",
     "RunRow",
     "ScheduledRetention",
     "ScheduledRow",

@@ -39,6 +39,7 @@ from ._db import DURABILITY, Durability, connect, default_db_path
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention
 from ._store import Applied, Claimed, HostError, RunRow, Store
+from ._store_progress import ProgressCap, Published
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -160,6 +161,10 @@ class HostBase:
         self._reissued: dict[tuple[str, str], Claimed | None] = {}
         self._firing: set[tuple[str, str]] = set()
         self._queue: list[tuple[str, Event, asyncio.Future[Applied]]] = []
+        # Progress items handlers published, for the next group commit, and how
+        # much of its progress stream each run keeps (``_store_progress``).
+        self._published: list[Published] = []
+        self.progress_cap = ProgressCap()
         self._queue_event: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
         self._committed = asyncio.Event()  # set (and replaced) after each commit

@@ -303,6 +303,26 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX tool_starts_by_tool ON tool_starts (tool, at_ms)",
     ],
+    # 10: each run's progress stream (``flowcore_handlers.publish``): ``idx``
+    # counts from 0 per run and goes on counting when the oldest items are
+    # dropped for the run's cap; ``key`` and ``step`` the work that published,
+    # ``size`` the bytes of ``data`` (its JSON), ``before`` the bytes of the
+    # run's items before it (dropped or not): the byte cap is one indexed
+    # delete, never a sum. Never read by the decision.
+    [
+        """CREATE TABLE progress (
+            run_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            key TEXT NOT NULL,
+            step TEXT,
+            at INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            before INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, idx)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX progress_by_bytes ON progress (run_id, before)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -325,6 +345,7 @@ RUN_TABLES: Final[dict[str, str]] = {
     "schedule_runs": "run_id",  # a schedule's runs still running when last looked at
     "scheduled_calls": "run_id",  # the run's scheduled calls (the projection of its state)
     "run_metadata": "run_id",  # the run's metadata (the projection of its state)
+    "progress": "run_id",  # the run's progress stream (what its handlers published)
 }
 # Tables whose rows belong to no one run: the stored specs (a spec is removed
 # with the last run that refers to it, see FLOW_REFERENCES), the workers, and

@@ -42,6 +42,7 @@ from flowcore_handlers import (
     format_traceback,
     heartbeat_timeout_event,
     outcome_event,
+    publishing,
     run_handler,
     safe_text,
     waits_for_cancel,
@@ -50,6 +51,7 @@ from flowcore_handlers import (
 from ._authorize import refusal, refused_event
 from ._base import HostBase, log
 from ._store import Applied, Claimed, Conflict, HostError
+from ._store_progress import Published, add_progress
 
 
 class Execution(HostBase):
@@ -164,19 +166,20 @@ class Execution(HostBase):
                     context = ContextSource(
                         lambda: self._handler_context(claimed), asyncio.get_running_loop()
                     )
-                    if getattr(claimed.effect, "heartbeat_timeout_ms", None) is None:
-                        event, raised = await run_handler(
-                            registry,
-                            claimed.effect,
-                            self.now,
-                            self._threads,
-                            cancel,
-                            context=context,
-                        )
-                    else:
-                        event, raised = await self._watched(
-                            registry, claimed.effect, cancel, context
-                        )
+                    with publishing(self._sink(claimed)):
+                        if getattr(claimed.effect, "heartbeat_timeout_ms", None) is None:
+                            event, raised = await run_handler(
+                                registry,
+                                claimed.effect,
+                                self.now,
+                                self._threads,
+                                cancel,
+                                context=context,
+                            )
+                        else:
+                            event, raised = await self._watched(
+                                registry, claimed.effect, cancel, context
+                            )
                     if isinstance(event, EffectFailed):
                         self._failures[ident] = None if raised is None else format_traceback(raised)
                     elif isinstance(event, EffectOutcomeUnknown):
@@ -229,6 +232,41 @@ class Execution(HostBase):
             return None
         reason, traceback = refused
         return refused_event(claimed.effect, principal, reason, self.now()), traceback
+
+    def _sink(self, claimed: Claimed) -> Callable[[bytes], None]:
+        """Where the progress the claimed work's handler publishes goes: the next
+        group commit (from the handler's thread, or from the loop)."""
+        loop = asyncio.get_running_loop()
+        try:
+            step = flowcore.parse_key(claimed.key, claimed.run_id).step
+        except ValueError:
+            step = None
+
+        def sink(data: bytes) -> None:
+            item = Published(claimed.run_id, claimed.key, step, self.now(), data)
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                self._publish(item)
+            else:
+                loop.call_soon_threadsafe(self._publish, item)
+
+        return sink
+
+    def _publish(self, item: Published) -> None:
+        self._published.append(item)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop())
+        assert self._queue_event is not None
+        self._queue_event.set()
+
+    def _commit_progress(self, published: list[Published]) -> None:
+        """The published items, in their own transaction before the batch's events:
+        a handler's items are stored no later than its result."""
+        with self.store.tx():
+            add_progress(self.store.conn, published, self.progress_cap)
 
     async def _watched(
         self,
@@ -416,11 +454,26 @@ class Execution(HostBase):
         while True:
             await self._queue_event.wait()
             self._queue_event.clear()
-            if not self._queue:
+            if not self._queue and not self._published:
                 continue
             batch, self._queue = self._queue, []
+            published, self._published = self._published, []
             now = self.now()
 
+            if published:
+                try:
+                    await self._db(self._commit_progress, published)
+                except Exception as exc:  # the items are lost, as in a crash; the events go on
+                    log.warning(
+                        "flowcore: %d progress items were not committed (%s: %s)",
+                        len(published),
+                        type(exc).__name__,
+                        safe_text(exc, 200),
+                    )
+                if not batch:  # tell the followers (``progress(follow=True)``)
+                    self._committed.set()
+                    self._committed = asyncio.Event()
+                    continue
             try:
                 results = await self._db(self._commit, batch, now)
             except Exception as exc:  # the whole batch rolled back: fail every waiter

@@ -17,6 +17,7 @@ from flowcore_handlers import RunPage, RunQuery, RunSummary, status_problem
 
 from ._base import HostBase
 from ._store import HostError, RunRow, contract_status, local_status
+from ._store_progress import progress_records
 
 
 class LocalReads(HostBase):
@@ -164,6 +165,38 @@ class LocalReads(HostBase):
             row = await self.run(run_id)
             if row.status != "running" and row.next_index <= index:
                 return
+            try:
+                await asyncio.wait_for(committed.wait(), self.poll_ms / 1000)
+            except TimeoutError:
+                pass
+
+    async def progress_records(self, run_id: str, start: int = 0) -> list[flowcore.Record]:
+        """The run's progress stream from index ``start`` (at most 1000 items), as
+        envelopes: ``progress`` items ``{key, step, data}``, and a ``progress.dropped``
+        ``{from, count}`` first when items from ``start`` on were dropped for the
+        run's cap (its index the last one dropped)."""
+        await self.run(run_id)
+        return await self._db(progress_records, self.store.conn, run_id, start)
+
+    async def progress(
+        self, run_id: str, start: int = 0, follow: bool = False
+    ) -> AsyncIterator[flowcore.Record]:
+        """The run's progress stream from index ``start`` (``progress_records``); with
+        ``follow``, live: new items as they are committed, ending once the run has
+        settled and every item is read. Resume after a disconnect from the last
+        index seen plus one."""
+        index = start
+        while True:
+            committed = self._committed  # taken before reading: no commit slips between
+            row = await self.run(run_id)
+            batch = await self.progress_records(run_id, index)
+            for record in batch:
+                yield record
+                index = record.index + 1
+            if len(batch) >= 1000:
+                continue
+            if not follow or row.status != "running":
+                return  # read after the run settled: nothing more comes
             try:
                 await asyncio.wait_for(committed.wait(), self.poll_ms / 1000)
             except TimeoutError:

@@ -28,6 +28,7 @@ from ._types import (
     ForkInput,
     Graph,
     Nothing,
+    ProgressInput,
     PruneInput,
     QuestionList,
     ResumeInput,
@@ -232,6 +233,33 @@ CATALOGUE: Final[tuple[Operation, ...]] = (
             Http("GET", _RUN + "/events/stream", 200, "stream", SSE, stream=True),
         ),
         None,  # the command line's `events RUN --follow`
+        ("run_id",),
+    ),
+    Operation(
+        "progress",
+        "The run's progress stream from an index: what its handlers published",
+        ProgressInput,
+        list[flowcore.Record],
+        "read",
+        _reads.progress,
+        ("unknown-run", "host-refuses"),
+        (Http("GET", _RUN + "/progress", 200, "progress", NDJSON),),
+        ("progress",),
+        ("run_id",),
+    ),
+    Operation(
+        "progress-follow",
+        "The run's progress stream from an index, following until the run settles",
+        ProgressInput,
+        flowcore.Record,
+        "read",
+        _reads.progress_follow,
+        ("unknown-run", "host-refuses"),
+        (
+            Http("GET", _RUN + "/progress/follow", 200, "ndjson_progress", NDJSON, stream=True),
+            Http("GET", _RUN + "/progress/stream", 200, "progress_stream", SSE, stream=True),
+        ),
+        None,  # the command line's `progress RUN --follow`
         ("run_id",),
     ),
     Operation(

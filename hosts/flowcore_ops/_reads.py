@@ -21,6 +21,7 @@ from ._types import (
     EventsInput,
     Graph,
     Nothing,
+    ProgressInput,
     QuestionList,
     QuestionView,
     RunInput,
@@ -35,6 +36,8 @@ __all__ = [
     "export",
     "follow",
     "graph",
+    "progress",
+    "progress_follow",
     "questions",
     "runs",
     "show",
@@ -124,6 +127,19 @@ async def follow(ctx: Context, given: EventsInput) -> AsyncIterator[flowcore.Rec
     """The run's log records from index ``start``, following until it settles."""
     await owned(ctx, given.run_id)
     return ctx.host.events(given.run_id, given.start, follow=True)
+
+
+async def progress(ctx: Context, given: ProgressInput) -> list[flowcore.Record]:
+    """The run's progress stream from index ``start``: what its handlers published."""
+    await owned(ctx, given.run_id)
+    return await guard(ctx.host.progress_records(given.run_id, given.start))
+
+
+async def progress_follow(ctx: Context, given: ProgressInput) -> AsyncIterator[flowcore.Record]:
+    """The run's progress stream from index ``start``, following until the run settles."""
+    await owned(ctx, given.run_id)
+    await guard(ctx.host.progress_records(given.run_id, given.start))  # a host that refuses
+    return ctx.host.progress(given.run_id, given.start, follow=True)
 
 
 async def export(ctx: Context, given: RunInput) -> bytes:

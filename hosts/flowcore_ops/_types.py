@@ -30,6 +30,7 @@ __all__ = [
     "ForkInput",
     "Graph",
     "Nothing",
+    "ProgressInput",
     "PruneInput",
     "QuestionList",
     "QuestionView",
@@ -204,6 +205,13 @@ class RunsQuery(_In):
 
 class EventsInput(_In):
     """A run's log records from index ``start``."""
+
+    run_id: Name
+    start: Index = 0
+
+
+class ProgressInput(_In):
+    """A run's progress stream from index ``start`` (the first item wanted)."""
 
     run_id: Name
     start: Index = 0

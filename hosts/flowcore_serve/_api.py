@@ -57,6 +57,8 @@ _NAMES: Final = {
     "runs": "RunsQuery",
     "events": "StreamQuery",
     "follow": "StreamQuery",
+    "progress": "ProgressQuery",
+    "progress-follow": "ProgressQuery",
 }
 
 

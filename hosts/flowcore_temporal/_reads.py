@@ -307,6 +307,19 @@ class TemporalReads(TemporalBase):
         """The run's log as NDJSON (what ``flowcore replay`` reads), from its histories."""
         return flowcore.encode_records(await self.log(run_id, live=live))
 
+    async def progress_records(self, run_id: str, start: int = 0) -> list[Record]:
+        """Progress streams are not yet on Temporal: a ``TemporalRefusal``."""
+        raise TemporalRefusal(
+            "read a run's progress stream", "progress streams are not yet on Temporal"
+        )
+
+    async def progress(
+        self, run_id: str, start: int = 0, follow: bool = False
+    ) -> AsyncIterator[Record]:
+        """Progress streams are not yet on Temporal: a ``TemporalRefusal``."""
+        for record in await self.progress_records(run_id, start):
+            yield record
+
 
 def _summary(
     execution: WorkflowExecution, *, flow_id: str | None = None, principal: str | None = None

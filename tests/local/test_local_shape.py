@@ -34,6 +34,7 @@ def test_each_role_of_the_local_host_is_its_own_class_and_module() -> None:
         "add_scheduled": "_client",
         "show": "_reads",
         "events": "_reads",
+        "progress": "_reads",
         "work": "_worker",
         "_recover": "_worker",
         "_execute": "_execution",
@@ -79,7 +80,8 @@ PUBLIC = (
     "add_schedule add_scheduled add_schedules answer archived backfill_schedule cancel"
     " cancel_scheduled children close deduplicated delete delete_schedule events export"
     " find_runs flow flow_by_hash fork idle metadata metadata_of open open_questions"
-    " page_runs pause_schedule prune questions records resume resume_schedule run"
+    " page_runs pause_schedule progress progress_records prune questions records resume"
+    " resume_schedule run"
     " run_scheduled_now runs schedule schedule_names scheduled schedules show signal"
     " signal_key start store summary trigger_schedule"
     " trim_scheduled upgrade vacuum wait waits work"

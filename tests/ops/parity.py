@@ -41,7 +41,7 @@ steps:
 """
 
 TOOLS = """
-from flowcore_handlers import HandlerError
+from flowcore_handlers import HandlerError, publish
 
 
 def remind(call):
@@ -49,6 +49,7 @@ def remind(call):
 
 
 def down(call):
+    publish("calling the service")  # the run's progress stream
     raise HandlerError("down", "the service is down", retryable=False)
 
 
@@ -100,6 +101,15 @@ SCENARIOS: dict[str, Scenario] = {
         lambda out: out[-1].type == "run.settled",
     ),
     "export": Scenario(lambda f: {"runId": f["runs"]["p-main"]}, lambda out: b"run.started" in out),
+    # What p-fail's handler published (on a host that keeps progress streams).
+    "progress": Scenario(
+        lambda f: {"runId": f["runs"]["p-fail"], "start": 0},
+        lambda out: [r.data["data"] for r in out] == ["calling the service"],
+    ),
+    "progress-follow": Scenario(
+        lambda f: {"runId": f["runs"]["p-fail"], "start": 0},
+        lambda out: [(r.index, r.data["step"]) for r in out] == [(0, "call")],
+    ),
     "questions": Scenario(
         lambda f: {"runId": f["runs"]["p-main"]},
         lambda out: [q.question for q in out.questions] == ["Ship it?"],
@@ -199,6 +209,8 @@ ORDER = [
     "show",
     "events",
     "export",
+    "progress",
+    "progress-follow",
     "questions",
     "waits",
     "graph",
@@ -230,5 +242,5 @@ ORDER = [
 # Per host: the operations it refuses (``host-refuses``), as specs/hosts.md lists them.
 REFUSED: dict[str, set[str]] = {
     "local": set(),
-    "temporal": {"prune", "delete", "resume"},
+    "temporal": {"prune", "delete", "resume", "progress", "progress-follow"},
 }

@@ -48,7 +48,7 @@ async def direct(ctx: Context, name: str, given: dict[str, Any]) -> Any:
         out = await op.call(ctx, msgspec.convert(given, op.input))
     except OperationError as exc:
         raise Refused(exc.type, exc.failure.status, exc.detail) from None
-    if name == "follow":
+    if name in ("follow", "progress-follow"):
         return [record async for record in out]
     return out
 
@@ -138,6 +138,10 @@ def _spelled(name: str, given: dict[str, Any]) -> list[str]:
         return [g["runId"], "--follow", "--start-index", str(g.get("start", 0))]
     if name == "events":
         return [g["runId"], "--start-index", str(g.get("start", 0))]
+    if name == "progress":
+        return [g["runId"], "--from", str(g.get("start", 0))]
+    if name == "progress-follow":
+        return [g["runId"], "--follow", "--from", str(g.get("start", 0))]
     if name == "scheduled.list":
         return [g["runId"]]
     if name == "schedule.add":
@@ -157,5 +161,8 @@ def _spelled(name: str, given: dict[str, Any]) -> list[str]:
 def command_line(name: str, given: dict[str, Any]) -> list[str]:
     """The command of an operation's scenario, with ``--json`` (host options apart)."""
     op = BY_NAME[name]
-    words = list(op.command) if op.command is not None else ["events"]  # follow: events --follow
+    # follow: events --follow; progress-follow: progress --follow
+    words = list(op.command) if op.command is not None else [name.removesuffix("-follow")]
+    if name == "follow":
+        words = ["events"]
     return [*words, *_spelled(name, given), "--json"]

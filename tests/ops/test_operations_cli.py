@@ -33,7 +33,10 @@ def test_every_operation_on_the_command_line_on_the_local_host(
             return facts  # the database stays, closed, for the commands
 
     facts = asyncio.run(world())
-    assert {n for n in ORDER if BY_NAME[n].command is None} == NO_COMMAND | {"follow"}
+    assert {n for n in ORDER if BY_NAME[n].command is None} == NO_COMMAND | {
+        "follow",
+        "progress-follow",
+    }
     db = str(tmp_path / "parity.db")
     printed: dict[str, str] = {}
     for name in ORDER:
@@ -46,6 +49,10 @@ def test_every_operation_on_the_command_line_on_the_local_host(
         out, err = capfd.readouterr()
         assert code == 0, (name, argv, err)
         printed[name] = out
+        if name in ("progress", "progress-follow"):
+            lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+            assert [x["data"]["data"] for x in lines] == ["calling the service"], (name, out)
+            continue
         if name in ("events", "follow", "export"):
             lines = [json.loads(line) for line in out.splitlines() if line.strip()]
             assert lines and lines[0]["type"] == "run.started", (name, out[:200])

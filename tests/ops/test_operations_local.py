@@ -25,7 +25,7 @@ def test_the_scenarios_cover_the_catalogue() -> None:
 async def call(ctx: Context, name: str, given: dict[str, Any]) -> Any:
     op = BY_NAME[name]
     out = await op.call(ctx, msgspec.convert(given, op.input))
-    if name == "follow":  # (a settled run's: it ends)
+    if name in ("follow", "progress-follow"):  # (a settled run's: it ends)
         return [record async for record in out]
     return out
 
@@ -41,7 +41,13 @@ def test_every_operation_on_the_local_host(tmp_path: Path) -> None:
                 assert scenario.expect(out), (name, out)
                 facts.update(scenario.remember(out))
                 output = BY_NAME[name].output
-                if output is not None and name not in ("events", "follow", "export"):
+                if output is not None and name not in (
+                    "events",
+                    "follow",
+                    "export",
+                    "progress",
+                    "progress-follow",
+                ):
                     msgspec.convert(msgspec.to_builtins(out), output)
                 got[name] = out
             return got

@@ -104,7 +104,8 @@ EXPORTS = (
 PUBLIC = (
     "add_scheduled add_schedules answer backfill_schedule cancel cancel_scheduled"
     " child_run_id connect delete delete_schedule events export find_runs flow fork forked_from"
-    " handle histories history log metadata now open_questions pause_schedule prune questions"
+    " handle histories history log metadata now open_questions pause_schedule progress"
+    " progress_records prune questions"
     " records result resume resume_schedule run_scheduled_now runs schedule schedule_names"
     " scheduled schedules show signal signal_key start status summary trigger_schedule"
     " upgrade waits"

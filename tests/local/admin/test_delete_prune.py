@@ -25,7 +25,7 @@ import pytest
 
 import flowcore
 from flowcore import CallTool
-from flowcore_handlers import HandlerError, Registry
+from flowcore_handlers import HandlerError, Registry, publish
 from flowcore_local import Deleted, HostError, LocalHost, _prune
 from flowcore_local._db import RUN_TABLES, SHARED_TABLES, connect
 
@@ -40,6 +40,7 @@ FLAKY = {"fail": True}
 
 def echo(call: CallTool) -> Any:
     CALLS.append(call.idempotency_key)
+    publish({"echoing": call.input})  # a progress row
     return {"echo": call.input}
 
 
