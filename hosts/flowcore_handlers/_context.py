@@ -145,8 +145,11 @@ class HandlerContext:
 
         return cancellation()
 
-    # Progress a handler publishes is ``flowcore_handlers``' own function; a
-    # ``publish`` method here delegates to it, as ``heartbeat`` does above.
+    def publish(self, data: Any) -> None:
+        """``flowcore_handlers.publish``: add ``data`` to the run's progress stream."""
+        from ._progress import publish
+
+        publish(data)
 
     # --- what a handler asks of its run ------------------------------------------------
 

@@ -299,3 +299,25 @@ def test_a_handler_run_without_a_progress_sink_publishes_into_nothing() -> None:
     event = asyncio.run(flowcore_handlers.call_handler(registry, effect, lambda: 0))
     assert isinstance(event, flowcore.EffectSucceeded)
     assert event.output == "checked"
+
+
+def test_a_handler_publishes_through_its_context(tmp_path: Path) -> None:
+    """``context().publish`` adds to the same stream as ``flowcore_handlers.publish``."""
+
+    def through_context(call: CallTool) -> Any:
+        ctx = flowcore_handlers.context()
+        ctx.publish(f"from {ctx.step} attempt {ctx.attempt}")
+        flowcore_handlers.publish({"plain": True})
+        return "ok"
+
+    async def main() -> list[flowcore.Record]:
+        registry = Registry(tools={"write": through_context})
+        async with LocalHost(tmp_path / "c.db", registry=registry) as host:
+            rid = await host.start(_writes(1), None, "r")
+            await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
+            return [r async for r in host.progress(rid, follow=True)]
+
+    assert _items(asyncio.run(main())) == [
+        (0, "progress", {"key": "r/a#1", "step": "a", "data": "from a attempt 1"}),
+        (1, "progress", {"key": "r/a#1", "step": "a", "data": {"plain": True}}),
+    ]
