@@ -103,6 +103,7 @@ from flowcore import (
 )
 
 from . import _progress
+from ._checked import MAX_MESSAGE_CHARS, checked_json, safe_text
 from ._context import (
     ContextError,
     ContextHost,
@@ -276,16 +277,9 @@ def heartbeat(details: Any = None) -> None:
     details flowcore cannot keep. Outside a handler, or for work without a
     heartbeat timeout, it only checks the details."""
     if details is not None:
-        try:
-            flowcore.check_data(details, "$", "heartbeat details")
-            data = msgspec.json.encode(details)
-        except (flowcore.DataError, TypeError, ValueError) as exc:
-            raise HeartbeatError(f"heartbeat details cannot be stored: {safe_text(exc)}") from None
-        if len(data) > MAX_HEARTBEAT_DETAILS_BYTES:
-            raise HeartbeatError(
-                f"heartbeat details are {len(data):,} bytes as JSON;"
-                f" at most {MAX_HEARTBEAT_DETAILS_BYTES:,} are kept"
-            )
+        data = checked_json(
+            details, "heartbeat details", MAX_HEARTBEAT_DETAILS_BYTES, HeartbeatError
+        )
         details = msgspec.json.decode(data)  # as they are now: the handler may change its own
     beats = _BEATS.get()
     if beats is not None:
@@ -574,22 +568,6 @@ def missing_handlers(registry: Registry, flows: Iterable[flowcore.Flow]) -> list
             label += f" (flow {', '.join(dict.fromkeys(where))})"
         out.append(label)
     return out
-
-
-MAX_MESSAGE_CHARS = 4096
-"""An error message from a handler is cut to this many characters."""
-
-
-def safe_text(value: Any, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """Any object's text as flowcore data: cut to ``limit`` characters, surrogates escaped."""
-    try:
-        text = value if isinstance(value, str) else str(value)
-    except Exception:  # an exception's __str__ may itself raise
-        text = f"<unprintable {type(value).__name__}>"
-    if len(text) > limit:
-        text = f"{text[:limit]}… ({len(text):,} characters)"
-    # A lone surrogate cannot be stored; keep it visible as an escape.
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _error_of(exc: BaseException) -> ErrorInfo:

@@ -25,9 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import msgspec
-
-import flowcore
+from ._checked import checked_json
 
 __all__ = [
     "MAX_PROGRESS_ITEM_BYTES",
@@ -57,14 +55,6 @@ _SINK: contextvars.ContextVar[ProgressSink | None] = contextvars.ContextVar(
 )
 
 
-def _safe(value: Any) -> str:
-    try:
-        text = str(value)
-    except Exception:  # a hostile __str__
-        text = f"<unprintable {type(value).__name__}>"
-    return text[:500].encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def publish(data: Any) -> None:
     """Inside a handler: add ``data`` (a text chunk, or JSON data) to the run's
     progress stream. Returns once the host has it, before it is stored.
@@ -76,17 +66,7 @@ def publish(data: Any) -> None:
         raise ProgressError(
             "publish() is called outside a handler: only work a host runs has a progress stream"
         )
-    try:
-        flowcore.check_data(data, "$", "progress item")
-        encoded = msgspec.json.encode(data)
-    except (flowcore.DataError, TypeError, ValueError) as exc:
-        raise ProgressError(f"progress item cannot be stored: {_safe(exc)}") from None
-    if len(encoded) > MAX_PROGRESS_ITEM_BYTES:
-        raise ProgressError(
-            f"progress item is {len(encoded):,} bytes as JSON;"
-            f" at most {MAX_PROGRESS_ITEM_BYTES:,} are kept"
-        )
-    sink(encoded)
+    sink(checked_json(data, "progress item", MAX_PROGRESS_ITEM_BYTES, ProgressError))
 
 
 def discard(data: bytes) -> None:
