@@ -139,3 +139,10 @@ class Run:
 
     def cancel(self, reason: str = "stop", at: int | None = None) -> tuple[Effect, ...]:
         return self.send(CancelRequested(reason=reason, at_ms=self.tick(at)))
+
+
+# Example flows (specs/examples) whose static budget bound is unbounded by
+# design: a handler schedules calls of a ``schedulable`` tool while the run
+# runs, which the spec alone cannot count (``budget_bound`` says so, naming the
+# tool). Every other example is bounded and its budget covers the worst case.
+SCHEDULES_AT_RUN_TIME = frozenset({"remind_me"})
