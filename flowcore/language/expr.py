@@ -383,6 +383,10 @@ class _Expr:
             result = self._parsed.search(context, options=_OPTIONS)
         except jmes_errors.JMESPathError as exc:
             raise TemplateError(f"{self.source!r}: {exc}") from None
+        except TypeError as exc:
+            # jmespath orders a string and a number with Python's ``<``, which
+            # raises: the expression fails as any other of a wrong type does.
+            raise TemplateError(f"{self.source!r}: {exc}") from None
         # JMESPath's functions make new numbers (sum, floor, to_number): the
         # result of a search over data is not always data.
         try:

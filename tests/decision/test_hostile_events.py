@@ -209,6 +209,31 @@ steps:
     assert "not a JSON number" in settled.error.message
 
 
+@pytest.mark.parametrize("op", [">", ">=", "<", "<="])
+def test_ordering_a_string_and_a_number_fails_its_step_and_a_catch_takes_it(op: str) -> None:
+    """jmespath orders a string and a number with Python's ``<``, which raises;
+    the step fails ``expression-error`` (a ``catch`` takes it), the core never raises.
+    (Other values that are not numbers order to null, as the JMESPath spec says.)"""
+    spec = """
+flow: order
+tools: {t: {}}
+steps:
+  - id: guard
+    try:
+      - id: pick
+        switch:
+          - if: "input.x OP `1`"
+            steps: [{id: big, call_tool: {tool: t}}]
+    catch:
+      - errors: [expression-error]
+        steps: [{id: told, call_tool: {tool: t, input: "${error.message}"}}]
+"""
+    flow = flowcore.parse_flow(spec.replace("OP", op))
+    [call] = flowcore.start(flow, {"x": "abc"}, run_id="r").effects
+    assert isinstance(call, flowcore.CallTool) and call.idempotency_key == "r/told#1"
+    assert f"input.x {op} `1`" in call.input and "not supported between" in call.input
+
+
 def test_an_output_over_the_event_limit_fails_the_run_not_its_parent() -> None:
     flow = flowcore.parse_flow(
         """
