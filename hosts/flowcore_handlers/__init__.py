@@ -103,6 +103,7 @@ from flowcore import (
 )
 
 from . import _progress
+from ._authorize import Authorize, Unauthorized, refusal, refused_event
 from ._checked import MAX_MESSAGE_CHARS, checked_json, safe_text
 from ._context import (
     ContextError,
@@ -146,6 +147,10 @@ from ._threads import HandlerThreads
 
 __all__ = [
     "MAX_ERROR_DETAILS_BYTES",
+    "Authorize",
+    "Unauthorized",
+    "refusal",
+    "refused_event",
     "ContextError",
     "ContextHost",
     "ContextSource",

@@ -308,12 +308,23 @@ class TemporalClient(TemporalReads):
         return done
 
     async def add_scheduled(
-        self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0
+        self,
+        run_id: str,
+        tool: str,
+        input: Any = None,
+        delay_ms: int = 0,
+        *,
+        request: str | None = None,
     ) -> str:
-        """Schedule a call to a tool the flow declares schedulable; returns its id."""
+        """Schedule a call to a tool the flow declares schedulable; returns its id.
+        ``request``: the asker's name for this request (a handler's context gives
+        ``<key>#<n>``), kept in the log: the id derives from it, and the same
+        request again schedules nothing and answers the same id."""
         event = {"kind": "scheduled-add-requested", "tool": tool, "delayMs": delay_ms}
         if input is not None:
             event["input"] = input
+        if request is not None:
+            event["request"] = request
         sid: str = (await self._scheduled_update(run_id, event))["id"]
         return sid
 

@@ -6,7 +6,7 @@ default converter would try each of its encodings in turn on the way out and
 build a dict on the way in, which flowcore then checks and converts again.
 
 - ``work_args``: the activity's arguments (the effect's wire dict, the tools
-  module) as the payloads the default converter makes of them, byte for byte
+  module, the work's context) as the payloads the default converter makes of them, byte for byte
   (``tests/temporal/test_temporal_payloads.py`` compares them).
 - ``quick_event``: a ``json/plain`` result read straight into its event by
   flowcore's decoder and checked; None for anything else or anything wrong,
@@ -40,14 +40,22 @@ __all__ = ["quick_event", "work_args"]
 _WORK_EVENTS = (EffectSucceeded, EffectFailed, EffectOutcomeUnknown)
 
 
-def work_args(effect: CallTool | RunAgent | RunTeam, tools: str | None) -> list[RawValue]:
+def work_args(
+    effect: CallTool | RunAgent | RunTeam, tools: str | None, context: dict[str, Any]
+) -> list[RawValue]:
     """The activity's arguments as the payloads Temporal's default converter
-    makes of them, made here at once."""
-    text = json.dumps(flowcore.effect_to_wire(effect), separators=(",", ":"), sort_keys=True)
-    wire = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=text.encode()))
+    makes of them, made here at once: the effect, the tools module, and what
+    the run knows of the work for its handler's context (``work_context``)."""
+    wire = RawValue(_json_payload(flowcore.effect_to_wire(effect)))
+    facts = RawValue(_json_payload(context))
     if tools is None:
-        return [wire, RawValue(Payload(metadata={"encoding": b"binary/null"}))]
-    return [wire, RawValue(workflow.payload_converter().to_payload(tools))]
+        return [wire, RawValue(Payload(metadata={"encoding": b"binary/null"})), facts]
+    return [wire, RawValue(workflow.payload_converter().to_payload(tools)), facts]
+
+
+def _json_payload(data: dict[str, Any]) -> Payload:
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    return Payload(metadata={"encoding": b"json/plain"}, data=text.encode())
 
 
 def quick_event(raw: Any) -> Event | None:

@@ -52,6 +52,7 @@ from ._host_base import (
 )
 from ._types import (
     LOG_QUERY,
+    PROGRESS_QUERY,
     QUESTIONS_QUERY,
     STATUS_QUERY,
     WAITS_QUERY,
@@ -308,17 +309,31 @@ class TemporalReads(TemporalBase):
         return flowcore.encode_records(await self.log(run_id, live=live))
 
     async def progress_records(self, run_id: str, start: int = 0) -> list[Record]:
-        """Progress streams are not yet on Temporal: a ``TemporalRefusal``."""
-        raise TemporalRefusal(
-            "read a run's progress stream", "progress streams are not yet on Temporal"
-        )
+        """The run's progress stream from index ``start``: ``progress`` envelopes
+        (``{key, step, data}``), after a ``progress.dropped`` one (``{from,
+        count}``) when items from ``start`` on were dropped. Read from the run's
+        workflow (the ``progress`` query; a closed run's needs a worker, which
+        replays it)."""
+        if type(start) is not int or start < 0:
+            raise TemporalHostError(f"start must be an integer >= 0, not {start!r}")
+        return records_from_wire(await self._query(run_id, PROGRESS_QUERY, start))
 
     async def progress(
         self, run_id: str, start: int = 0, follow: bool = False
     ) -> AsyncIterator[Record]:
-        """Progress streams are not yet on Temporal: a ``TemporalRefusal``."""
-        for record in await self.progress_records(run_id, start):
-            yield record
+        """The run's progress stream from index ``start`` (``progress_records``);
+        with ``follow``, read again every ``_FOLLOW_POLL_S`` until the run's
+        workflow has closed and every item is read."""
+        index = start
+        while True:
+            desc = await self._call(self.handle(run_id).describe(), run_id)
+            running = desc.status == WorkflowExecutionStatus.RUNNING
+            for record in await self.progress_records(run_id, index):
+                yield record
+                index = record.index + 1
+            if not (follow and running):
+                return
+            await asyncio.sleep(_FOLLOW_POLL_S)
 
 
 def _summary(

@@ -39,6 +39,10 @@ __all__ = [
     "MIN_CONTINUE_AFTER_EVENTS",
     "DEFAULT_TASK_QUEUE",
     "LOG_QUERY",
+    "PROGRESS_BYTES",
+    "PROGRESS_ITEMS",
+    "PROGRESS_QUERY",
+    "PROGRESS_SIGNAL",
     "MAX_TIMEOUT_MS",
     "QUESTIONS_QUERY",
     "SCHEDULED_QUERY",
@@ -61,8 +65,10 @@ WORKFLOW_NAME = "flowcore"
 """The Temporal workflow type that runs every flowcore flow."""
 
 ACTIVITY_NAME = "flowcore_work"
-"""The one activity type, ``flowcore_work(effect, tools)``: a call-tool, run-agent or
-run-team effect in wire form, and the tools module (``None``: the worker's)."""
+"""The one activity type, ``flowcore_work(effect, tools, context)``: a call-tool,
+run-agent or run-team effect in wire form, the tools module (``None``: the
+worker's), and what the run knows of the work for its handler's context
+(``work_context``; absent from an activity an older workflow scheduled)."""
 
 RUN_STATUS_ACTIVITY = "flowcore_run_status"
 """Activity ``flowcore_run_status(run_id)``: the Temporal status of that run's workflow
@@ -107,6 +113,22 @@ LOG_QUERY = "log"
 STATUS_QUERY = "status"
 WAITS_QUERY = "waits"
 """Query ``waits()``: what the run waits for now (``flowcore.waiting_for``, a wire object)."""
+
+PROGRESS_SIGNAL = "flowcore.progress"
+"""Signal ``flowcore.progress({key, step, items})`` the work activity sends its own
+workflow: the progress items its handler published (``items``: ``[at, json]``
+pairs, each item's JSON as text), kept by the workflow in a bounded buffer.
+The name is reserved: a flow's own signal of this name is taken for it."""
+
+PROGRESS_QUERY = "progress"
+"""Query ``progress(start)``: the run's progress items from index ``start``, as
+log envelopes (``progress``; a ``progress.dropped`` gap first when items from
+``start`` were dropped)."""
+
+PROGRESS_ITEMS: Final = 1_000
+"""A run on Temporal keeps at most this many progress items (its newest)."""
+PROGRESS_BYTES: Final = 1024 * 1024
+"""A run on Temporal keeps at most this many bytes of progress data (its newest items)."""
 
 METADATA_PREFIX = "flowcore_"
 """A flow's metadata field ``customer`` is the search attribute ``flowcore_customer``."""
@@ -258,6 +280,12 @@ class RunArgs:
     """The pinned spec's flow id, to name it when a worker lacks it."""
     principal: str | None = None
     """Who started the run (``TemporalHost.start``); its child runs inherit it."""
+    root_run_id: str | None = None
+    """The run at the top of this run's tree of child runs, set on a child run
+    (a handler's ``context().root_run_id``); None on a root run (itself)."""
+    progress_next: int = 0
+    """The index the run's next progress item takes: a run carried into a new
+    Temporal run goes on counting (``PROGRESS_SIGNAL``)."""
 
 
 def pack_state(state: flowcore.State) -> str:
@@ -382,6 +410,9 @@ def _problems(args: RunArgs) -> list[str]:
     out.append(("flow_id", flow_id))
     principal = _text_problem(args.principal, optional=True, limit=flowcore.MAX_NAME_CHARS)
     out.append(("principal", principal))
+    root = _text_problem(args.root_run_id, optional=True, limit=flowcore.MAX_NAME_CHARS)
+    out.append(("root_run_id", root))
+    out.append(("progress_next", _int_problem(args.progress_next, 0, _MAX_INT)))
     if args.spec == "" and args.spec_hash is None:
         out.append(("spec", "empty, and no spec_hash to find it by"))
     out.extend(_continued_problems(args))

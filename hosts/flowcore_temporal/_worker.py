@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from flowcore_handlers import Registry, ToolLimit
+from flowcore_handlers import Authorize, Registry, ToolLimit
 from flowcore_handlers._limits import check_tool_limits
 
 from . import _registry
@@ -106,6 +106,7 @@ def new_worker(
     tracing: bool | TracerProvider = False,
     specs: str | Path | SpecRegistry | None = None,
     sandboxed: bool = False,
+    authorize: Authorize | None = None,
     **options: Any,
 ) -> Worker:
     """A worker that runs the ``flowcore`` workflow and the ``flowcore_work`` activity.
@@ -122,6 +123,9 @@ def new_worker(
     ``specs``: a folder of spec files (every version side by side) or a
     ``SpecRegistry``, installed for the process (``_registry.install``) so
     that workflow code finds a run's pinned spec by hash (``_registry.lookup``).
+    ``authorize``: ``fn(principal, effect)``, asked before each handler runs
+    with the run's principal (``flowcore_handlers.Authorize``); a refusal fails
+    the effect with ``unauthorized`` and the handler never runs.
     """
     if specs is not None:
         _registry.install(specs if isinstance(specs, SpecRegistry) else SpecRegistry(specs))
@@ -129,7 +133,7 @@ def new_worker(
         from ._tracing import worker_interceptors
 
         interceptors = [*interceptors, *worker_interceptors(tracing, client, "new_worker")]
-    activities = FlowcoreActivities(tools, registry=registry)
+    activities = FlowcoreActivities(tools, registry=registry, authorize=authorize)
     # flowcore's workflow is the only workflow code a worker runs, pure by
     # construction and tested under the full sandbox: the sandbox would only
     # re-import its module for every run and wrap every activation.
@@ -155,6 +159,7 @@ def tool_workers(
     tools: str | None = None,
     registry: Registry | None = None,
     max_concurrent_activities: int = 100,
+    authorize: Authorize | None = None,
     **options: Any,
 ) -> list[Worker]:
     """One activity worker per limited tool, on the tool's own task queue.
@@ -165,10 +170,11 @@ def tool_workers(
     the server applies to every worker of the queue; its ``concurrency``
     becomes the worker's ``max_concurrent_activities``, which holds for this
     worker alone: run one such worker per tool for a limit across the cluster.
-    Run them beside ``new_worker`` (``async with`` each).
+    Run them beside ``new_worker`` (``async with`` each), with the same
+    ``authorize`` hook.
     """
     limits = check_tool_limits(tool_limits)
-    activities = FlowcoreActivities(tools, registry=registry)
+    activities = FlowcoreActivities(tools, registry=registry, authorize=authorize)
     workers = []
     for tool, limit in limits.items():
         per_second = None if limit.rate is None else limit.rate * 1000 / limit.per_ms

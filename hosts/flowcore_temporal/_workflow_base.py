@@ -14,6 +14,7 @@ read the system clock or draw a random number.
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import TYPE_CHECKING, Any, Final
 
 from temporalio import workflow
@@ -212,6 +213,13 @@ class WorkflowBase:
         self._draining = False
         self._switching = False
         self._may_switch = True  # False once a switch proved impossible here
+        # The run's progress stream (PROGRESS_SIGNAL): its newest items, each
+        # (index, at, key, step, data, size), their total size, the next index.
+        self._progress: collections.deque[tuple[int, int, str, str | None, Any, int]] = (
+            collections.deque()
+        )
+        self._progress_bytes = 0
+        self._progress_next = args.progress_next
 
     @property
     def records(self) -> list[Record]:

@@ -140,6 +140,7 @@ class WorkflowCarrying(WorkflowEffects):
             clock_origin_ms=origin,
             clock_started_ms=started,
             execution=args.execution + 1,
+            progress_next=self._progress_next,  # its progress indexes go on counting
             **changes,
         )
 

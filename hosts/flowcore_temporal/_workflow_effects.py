@@ -209,7 +209,7 @@ class WorkflowEffects(WorkflowBase):
             # failed to decode would fail the workflow task, for ever.
             raw = await workflow.execute_activity(
                 ACTIVITY_NAME,
-                args=work_args(effect, args.tools),
+                args=work_args(effect, args.tools, self._work_context(effect)),
                 result_type=RawValue,
                 activity_id=key if issued == 1 else f"{key}~{issued}",
                 start_to_close_timeout=timedelta(milliseconds=args.activity_timeout_ms),
@@ -248,6 +248,37 @@ class WorkflowEffects(WorkflowBase):
                 self._report(_cancelled_event(effect, self._now()))
             raise
         self._report(_work_event(key, raw, self._now()))
+
+    def _root_run_id(self) -> str | None:
+        """The run at the top of this run's tree: its own id for a root run, the
+        one its start arguments name for a child (None for a child started
+        before they named it)."""
+        if self._args.root_run_id is not None:
+            return self._args.root_run_id
+        return self._run_id if workflow.info().parent is None else None
+
+    def _work_context(self, effect: CallTool | RunAgent | RunTeam) -> dict[str, Any]:
+        """What the run knows of ``effect``'s work for its handler's context
+        (``flowcore_handlers.context()``), sent with the activity so the handler
+        needs no round trip: the root run, the principal, the flow and its
+        version, and where the work stands (``flowcore.work_place``: step,
+        attempt, class, deadline, the run's remaining budget). Unknown: left out."""
+        state = self._state
+        facts: dict[str, Any] = {
+            "rootRunId": self._root_run_id(),
+            "principal": self._args.principal,
+        }
+        if state is not None:
+            facts["flowId"] = state.flow.id
+            facts["flowVersion"] = state.flow.spec_hash
+            place = flowcore.work_place(state, effect.idempotency_key)
+            if place is not None:
+                facts["step"] = place.step
+                facts["attempt"] = place.attempt
+                facts["executionClass"] = place.exec_class
+                facts["deadlineMs"] = place.deadline_ms
+                facts["budgetRemaining"] = msgspec.to_builtins(place.budget)
+        return {name: value for name, value in facts.items() if value is not None}
 
     async def _timer(self, effect: Sleep) -> None:
         delay = self._real_delay(effect.until_ms)
@@ -292,6 +323,8 @@ class WorkflowEffects(WorkflowBase):
             tool_queues=args.tool_queues,
             continue_after_events=args.continue_after_events,
             principal=args.principal,
+            # A detached child is a root run of its own.
+            root_run_id=key if detached else self._root_run_id(),
         )
         # A child the run may leave running (abandon, detached) outlives this
         # workflow and is never cancelled with it; one it waits for, or cancels

@@ -20,13 +20,17 @@ with workflow.unsafe.imports_passed_through():
     import msgspec
 
 import flowcore
-from flowcore import Event, EventRejected, HumanAnswered, SignalReceived, State, persist
+from flowcore import Event, EventRejected, HumanAnswered, Record, SignalReceived, State, persist
 from flowcore_temporal import _registry
 
 from ._types import (
     ANSWER_UPDATE,
     LOG_QUERY,
     NOT_PENDING_ERROR,
+    PROGRESS_BYTES,
+    PROGRESS_ITEMS,
+    PROGRESS_QUERY,
+    PROGRESS_SIGNAL,
     QUESTIONS_QUERY,
     SCHEDULED_QUERY,
     SCHEDULED_UPDATE,
@@ -78,6 +82,27 @@ class WorkflowHandlers(WorkflowCarrying):
             self._carry_signal(event)
         else:
             self._offer(event)
+
+    @workflow.signal(name=PROGRESS_SIGNAL)
+    def _on_progress(self, batch: RawValue) -> None:
+        """Items a handler published (the work activity sends them): kept in the
+        run's bounded progress buffer, never applied to the run. A batch that is
+        not one is dropped whole, and said so, as a refused signal is."""
+        try:
+            items = _progress_batch(_decode(batch, "the progress batch"))
+        except _Refused as exc:
+            self._refuse_signal(PROGRESS_SIGNAL, str(exc), self._now())
+            return
+        kept = self._progress
+        for item in items:
+            kept.append((self._progress_next, *item))
+            self._progress_next += 1
+            self._progress_bytes += item[-1]
+        # The newest PROGRESS_ITEMS within PROGRESS_BYTES (the newest kept even alone over).
+        while len(kept) > PROGRESS_ITEMS or (
+            len(kept) > 1 and self._progress_bytes > PROGRESS_BYTES
+        ):
+            self._progress_bytes -= kept.popleft()[-1]
 
     def _refuse_signal(self, name: str, reason: str, now: int) -> None:
         shown = clip(name, 200)
@@ -288,7 +313,8 @@ class WorkflowHandlers(WorkflowCarrying):
             raise ApplicationError(
                 str(exc), type="scheduled-rejected", non_retryable=True
             ) from None
-        if probe.scheduled is not None and not probe.scheduled.done:
+        repeated = isinstance(checked, flowcore.ScheduledAddRequested)  # (answers its id)
+        if probe.scheduled is not None and not probe.scheduled.done and not repeated:
             # A cancel or run-now that changes nothing: refused here, before it
             # is accepted, so nothing is written to the run's history.
             raise ApplicationError(
@@ -331,6 +357,23 @@ class WorkflowHandlers(WorkflowCarrying):
         out: list[dict[str, Any]] = msgspec.to_builtins(self._records[max(0, start - first) :])
         return out
 
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self, start: int = 0) -> list[dict[str, Any]]:
+        """The run's progress items from index ``start``, as log envelopes
+        (``progress``: ``{key, step, data}``); when items from ``start`` on were
+        dropped, a ``progress.dropped`` envelope (``{from, count}``) first."""
+        found = [item for item in self._progress if item[0] >= start]
+        out: list[Record] = []
+        if found and found[0][0] > start:
+            first, at = found[0][0], found[0][1]
+            gap = {"from": start, "count": first - start}
+            out.append(Record("progress.dropped", first - 1, self._run_id, at, gap))
+        for index, at, key, step, data, _ in found:
+            item = {"key": key, "step": step, "data": data}
+            out.append(Record("progress", index, self._run_id, at, item))
+        wire: list[dict[str, Any]] = msgspec.to_builtins(out)
+        return wire
+
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> dict[str, Any]:
         state = self._state
@@ -366,3 +409,29 @@ class WorkflowHandlers(WorkflowCarrying):
         if self._settled is not None:
             out["result"] = self._result()
         return out
+
+
+def _progress_batch(data: Any) -> list[tuple[int, str, str | None, Any, int]]:
+    """The items of a ``PROGRESS_SIGNAL`` batch, each (at, key, step, data, size);
+    else ``_Refused`` saying what is wrong."""
+    if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+        raise _Refused("a progress batch is an object with a list of items")
+    key, step = data.get("key"), data.get("step")
+    if not isinstance(key, str) or not (step is None or isinstance(step, str)):
+        raise _Refused("a progress batch names its work's key and step as text")
+    out = []
+    for item in data["items"]:
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and type(item[0]) is int
+            and isinstance(item[1], str)
+        ):
+            raise _Refused("a progress item is [at, JSON text]")
+        try:
+            value = msgspec.json.decode(item[1])
+            flowcore.check_data(value)
+        except (msgspec.DecodeError, flowcore.DataError) as exc:
+            raise _Refused(f"a progress item is not flowcore data: {clip(str(exc), 200)}") from None
+        out.append((item[0], key, step, value, len(item[1].encode())))
+    return out

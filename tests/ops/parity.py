@@ -242,5 +242,5 @@ ORDER = [
 # Per host: the operations it refuses (``host-refuses``), as specs/hosts.md lists them.
 REFUSED: dict[str, set[str]] = {
     "local": set(),
-    "temporal": {"prune", "delete", "resume", "progress", "progress-follow"},
+    "temporal": {"prune", "delete", "resume"},
 }

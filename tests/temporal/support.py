@@ -48,12 +48,13 @@ async def running_host(
     *,
     registry: Registry | None = None,
     sandbox: str = "off",
+    authorize: Any = None,
 ) -> AsyncIterator[ft.TemporalHost]:
     """A worker on a fresh task queue, and a host that starts runs there.
 
     ``sandbox``: ``off`` (the workers' default), ``passthrough`` (Temporal's
     sandbox, flowcore passed through) or ``reimport`` (flowcore imported
-    again in the sandbox, under its eyes)."""
+    again in the sandbox, under its eyes). ``authorize``: the worker's hook."""
     client = await ft.connect(address)
     queue = unique("q")
     options: dict[str, Any] = {}
@@ -64,6 +65,7 @@ async def running_host(
         task_queue=queue,
         tools=str(tools) if tools is not None else None,
         registry=registry,
+        authorize=authorize,
         **options,
     )
     async with worker:

@@ -505,7 +505,7 @@ def test_hostile_start_arguments_fail_the_workflow_at_once(
 
 
 @activity.defn(name=ft.ACTIVITY_NAME)
-async def foreign_work(wire: dict[str, Any], tools: str | None = None) -> Any:
+async def foreign_work(wire: dict[str, Any], tools: str | None = None, context: Any = None) -> Any:
     """Not flowcore's activity: answers each effect with the garbage its input names."""
     key = wire["idempotencyKey"]
     succeeded = {"kind": "effect-succeeded", "idempotencyKey": key, "atMs": 0}

@@ -78,7 +78,7 @@ async def temporal_world(
 async def call(ctx: Context, name: str, given: dict[str, Any]) -> Any:
     op = BY_NAME[name]
     out = await op.call(ctx, msgspec.convert(given, op.input))
-    if name == "follow":  # (a settled run's: it ends)
+    if name in ("follow", "progress-follow"):  # (a settled run's: it ends)
         return [record async for record in out]
     return out
 
@@ -101,7 +101,13 @@ def test_every_operation_on_the_temporal_host(temporal_address: str, tmp_path: P
                 assert scenario.expect(out), (name, out)
                 facts.update(scenario.remember(out))
                 output = BY_NAME[name].output
-                if output is not None and name not in ("events", "follow", "export"):
+                if output is not None and name not in (
+                    "events",
+                    "follow",
+                    "export",
+                    "progress",
+                    "progress-follow",
+                ):
                     msgspec.convert(msgspec.to_builtins(out), output)
                 got[name] = out
             return got, refused

@@ -52,8 +52,10 @@ def test_the_argument_payloads_are_those_of_temporals_converter(
             heartbeat_details=value,
         ),
     ):
-        made = [raw.payload for raw in work_args(effect, None)]
-        assert made == CONVERTER.to_payloads([flowcore.effect_to_wire(effect), None])
+        context = {"principal": tool, "step": key, "attempt": 2, "budgetRemaining": {"steps": 7}}
+        made = [raw.payload for raw in work_args(effect, None, context)]
+        wire = flowcore.effect_to_wire(effect)
+        assert made == CONVERTER.to_payloads([wire, None, context])
 
 
 def work_events() -> st.SearchStrategy[Any]:

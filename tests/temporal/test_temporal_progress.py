@@ -1,38 +1,121 @@
-"""Progress streams are not yet on Temporal: the host refuses to read one with a
-``HostRefusal`` saying so, which the catalogue's operations give as
-``host-refuses`` (with a server, tests/temporal/test_temporal_operations.py).
-No Temporal server is needed here: the refusal comes before any call to one."""
+"""Progress streams on Temporal (specs/temporal.md, "Progress streams"): the work
+activity sends what its handler publishes to the run's workflow as signals,
+the workflow keeps the newest items in a bounded buffer, and the host reads
+them by a query, following by polling it. The buffer's cap and its
+``progress.dropped`` gap are checked on the workflow's handlers alone (no
+server); a handler's three items, followed from index 0 and read from index
+2, on a real dev server."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+from typing import Any
 
 import pytest
 
 pytest.importorskip("temporalio")
 
-from flowcore_handlers import HostRefusal
-from flowcore_temporal import TemporalHost
+import flowcore
+from flowcore import CallTool
+from flowcore_handlers import Registry, publish
+from flowcore_temporal import _workflow_handlers
+from flowcore_temporal._types import RunArgs
+from flowcore_temporal._workflow import FlowcoreWorkflow
+
+from .support import running_host, unique, waiting_for
+
+SPEC = """
+flow: talk
+tools: {talk: {class: readonly}}
+steps:
+  - {id: talk, call_tool: {tool: talk}}
+  - {id: done, await_signal: {signal: done}}
+output: "${steps.talk.output}"
+"""
 
 
-def test_reading_a_progress_stream_on_temporal_is_refused_not_yet() -> None:
-    host = object.__new__(TemporalHost)  # no client: nothing may reach a server
+def test_a_handlers_items_followed_from_0_and_read_from_2(temporal_address: str) -> None:
+    def talk(call: CallTool) -> str:
+        publish("one")
+        publish({"n": 2})
+        publish("three")
+        return "said"
 
-    async def main() -> list[str]:
-        said = []
-        with pytest.raises(HostRefusal) as once:
-            await host.progress_records("r", 0)
-        said.append(str(once.value))
-        with pytest.raises(HostRefusal) as followed:
-            [r async for r in host.progress("r", 0, follow=True)]
-        said.append(str(followed.value))
-        return said
+    async def main() -> tuple[str, list[flowcore.Record], list[flowcore.Record]]:
+        async with running_host(
+            temporal_address, None, registry=Registry(tools={"talk": talk})
+        ) as host:
+            rid = await host.start(SPEC, None, unique("talk"))
+            followed: list[flowcore.Record] = []
 
-    assert (
-        asyncio.run(main())
-        == [
-            "Temporal host cannot read a run's progress stream:"
-            " progress streams are not yet on Temporal"
-        ]
-        * 2
-    )
+            async def follow() -> None:
+                async for record in host.progress(rid, 0, follow=True):
+                    followed.append(record)
+
+            follower = asyncio.create_task(follow())
+            await waiting_for(host, rid, "done")  # the items came before the result
+            await host.signal(rid, "done")
+            assert (await host.result(rid))["status"] == "completed"
+            await asyncio.wait_for(follower, timeout=60)  # it ends once the run has closed
+            return rid, followed, await host.progress_records(rid, 2)
+
+    rid, followed, from_two = asyncio.run(main())
+    key = f"{rid}/talk#1"
+    assert [(r.type, r.index, r.run_id, r.data) for r in followed] == [
+        ("progress", 0, rid, {"key": key, "step": "talk", "data": "one"}),
+        ("progress", 1, rid, {"key": key, "step": "talk", "data": {"n": 2}}),
+        ("progress", 2, rid, {"key": key, "step": "talk", "data": "three"}),
+    ]
+    assert from_two == followed[2:]
+
+
+def _workflow(progress_next: int = 0) -> Any:
+    """The workflow's progress handlers on their own (no Temporal worker needed)."""
+    wf: Any = object.__new__(FlowcoreWorkflow)
+    wf._run_id = "r"
+    wf._progress = collections.deque()
+    wf._progress_bytes = 0
+    wf._progress_next = progress_next
+    return wf
+
+
+def _batch(*items: tuple[int, str]) -> dict[str, Any]:
+    return {"key": "r/s#1", "step": "s", "items": [list(i) for i in items]}
+
+
+def test_the_buffer_keeps_the_newest_and_says_what_was_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_workflow_handlers, "PROGRESS_ITEMS", 3)
+    monkeypatch.setattr(_workflow_handlers, "PROGRESS_BYTES", 12)
+    wf = _workflow()
+    wf._on_progress(_batch((1, '"a"'), (2, '"b"')))
+    wf._on_progress(_batch((3, '"c"'), (4, '"d"')))  # over 3 items: index 0 goes
+    assert [(r["type"], r["index"], r["data"]) for r in wf.progress(0)] == [
+        ("progress.dropped", 0, {"from": 0, "count": 1}),
+        ("progress", 1, {"key": "r/s#1", "step": "s", "data": "b"}),
+        ("progress", 2, {"key": "r/s#1", "step": "s", "data": "c"}),
+        ("progress", 3, {"key": "r/s#1", "step": "s", "data": "d"}),
+    ]
+    assert [r["index"] for r in wf.progress(2)] == [2, 3]  # nothing dropped from 2 on
+    # Over 12 bytes: the oldest go, the newest is kept even alone over.
+    wf._on_progress(_batch((5, '"' + "x" * 20 + '"')))
+    assert [(r["type"], r["index"], r["data"]) for r in wf.progress(1)] == [
+        ("progress.dropped", 3, {"from": 1, "count": 3}),
+        ("progress", 4, {"key": "r/s#1", "step": "s", "data": "x" * 20}),
+    ]
+    assert wf.progress(5) == []
+
+
+def test_a_run_carried_over_goes_on_counting() -> None:
+    wf = _workflow(progress_next=7)
+    wf._args = RunArgs(spec="flow: f", run_id="r", progress_next=7)
+    wf._on_progress(_batch((1, "1"), (2, "2")))
+    # Indexes 0-6 were the Temporal run before's: a reader from 0 is told they are gone.
+    assert [(r["type"], r["index"]) for r in wf.progress(0)] == [
+        ("progress.dropped", 6),
+        ("progress", 7),
+        ("progress", 8),
+    ]
+    assert wf._next_args().progress_next == 9
