@@ -48,17 +48,20 @@ where the host does not know one), ``heartbeat``/``cancelled``/
 a call (its id; the same when the handler runs again with the same key, so
 nothing is scheduled twice), ``cancel_scheduled``, ``scheduled``, ``signal``
 a run (its own included), each with an ``async`` twin (``aschedule``, ...).
-Outside a handler it raises ``NoHandlerContext``. The local host sets it
-whole (specs/local.md §4.1); Temporal the run, key, step and attempt, the
-rest ``None`` (specs/temporal.md); the simulator hands the same facts in
-``Call.place``.
+Outside a handler it raises ``NoHandlerContext``. The local host and
+Temporal set it whole (specs/local.md §4.1, specs/temporal.md); the
+simulator hands the same facts in ``Call.place``.
 
 **Progress.** A handler calls ``publish(data)`` (a text chunk or JSON data, at
 most ``MAX_PROGRESS_ITEM_BYTES``; bad ones, or a call outside a handler, raise
 ``ProgressError``) to add to its run's progress stream, which clients follow
 from an index (specs/local.md, "Progress streams"). The decision function
-never reads it. On a host that keeps no progress streams (Temporal, for now)
-items are checked and dropped.
+never reads it. Run without a host's sink (``run_handler`` alone), items
+are checked and dropped.
+
+**Authorization.** ``Authorize``, ``Unauthorized``, ``refusal`` and
+``refused_event``: the hook a host asks before a handler runs, on every host
+(``_authorize``).
 
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it

@@ -10,12 +10,12 @@ same with or without it.
 
 ``publish`` checks the item where it is made: anything that is not flowcore
 data, or over ``MAX_PROGRESS_ITEM_BYTES`` as JSON, raises ``ProgressError``
-in the handler; so does a call outside a handler. A handler run by a host
-that keeps no progress streams (``run_handler`` without a sink: Temporal, for
-now) publishes into ``discard``: items are checked, then dropped, so the same
-tools module runs on every host.
+in the handler; so does a call outside a handler. A handler run without a
+host's sink (``run_handler`` alone) publishes into ``discard``: items are
+checked, then dropped.
 ``publish`` does not wait for the item to be stored: the host writes items
-in batches (the local host with its group commit).
+in batches (the local host with its group commit, Temporal's work activity
+in signals to the run's workflow).
 """
 
 from __future__ import annotations
