@@ -302,7 +302,8 @@ class _Progress:
     ``_PROGRESS_EVERY_S``, in batches of up to ``_PROGRESS_BATCH_BYTES``, so a
     handler that publishes token by token costs its run's history a few events
     a second, not one per token. ``close`` sends the rest before the activity
-    returns its result. Progress is not the run's outcome: a signal that cannot
+    returns its result; what a handler still running then publishes (abandoned
+    work) is dropped. Progress is not the run's outcome: a signal that cannot
     be sent (the run has closed) drops its batch, saying so in the worker's log.
     """
 
@@ -315,10 +316,13 @@ class _Progress:
         self._lock = threading.Lock()
         self._wake = asyncio.Event()
         self._closed = asyncio.Event()
+        self._ended = False
         self._task: asyncio.Task[None] | None = None
 
     def sink(self, data: bytes) -> None:
         with self._lock:
+            if self._ended:  # a handler still running after its activity ended
+                return
             self._items.append((_wall_ms(), data.decode()))
         try:
             on_loop = asyncio.get_running_loop() is self._loop
@@ -365,11 +369,13 @@ class _Progress:
                 )
 
     async def close(self) -> None:
-        """Send what is left, and wait for it."""
+        """Send what is left, and wait for it; what comes after is dropped."""
         self._closed.set()
         self._wake.set()
         if self._task is not None:
             await asyncio.wait({self._task})
+        with self._lock:
+            self._ended = True
         await self._send()
 
 

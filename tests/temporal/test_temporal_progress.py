@@ -119,3 +119,34 @@ def test_a_run_carried_over_goes_on_counting() -> None:
         ("progress", 8),
     ]
     assert wf._next_args().progress_next == 9
+
+
+def test_the_activity_sends_items_in_batches_and_all_before_its_result() -> None:
+    from flowcore_temporal._activities import _PROGRESS_BATCH_BYTES, _Progress
+
+    sent: list[dict[str, Any]] = []
+
+    class Handle:
+        async def signal(self, name: str, body: dict[str, Any]) -> None:
+            assert name == "flowcore.progress"
+            sent.append(body)
+
+    big = '"' + "x" * (_PROGRESS_BATCH_BYTES // 2) + '"'
+
+    async def main() -> None:
+        progress = _Progress(Handle(), "r/s#1", "s")  # type: ignore[arg-type]
+        progress.sink(b'"a"')  # on the loop
+        await asyncio.to_thread(progress.sink, big.encode())  # from a handler's thread
+        for _ in range(2):
+            progress.sink(big.encode())
+        await progress.close()
+        progress.sink(b'"late"')  # after the activity's end: dropped
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    items = [text for body in sent for _, text in body["items"]]
+    assert items == ['"a"', big, big, big]
+    assert all(body["key"] == "r/s#1" and body["step"] == "s" for body in sent)
+    for body in sent:  # each batch within the cap (a single item may be alone over)
+        sizes = [len(text) for _, text in body["items"]]
+        assert len(sizes) == 1 or sum(sizes) <= _PROGRESS_BATCH_BYTES
