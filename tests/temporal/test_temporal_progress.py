@@ -3,8 +3,8 @@ activity sends what its handler publishes to the run's workflow as signals,
 the workflow keeps the newest items in a bounded buffer, and the host reads
 them by a query, following by polling it. The buffer's cap and its
 ``progress.dropped`` gap are checked on the workflow's handlers alone (no
-server); a handler's three items, followed from index 0 and read from index
-2, on a real dev server."""
+server); a handler's three items, followed from index 0 and from index 2,
+on a real dev server."""
 
 from __future__ import annotations
 
@@ -42,32 +42,31 @@ def test_a_handlers_items_followed_from_0_and_read_from_2(temporal_address: str)
         publish("three")
         return "said"
 
-    async def main() -> tuple[str, list[flowcore.Record], list[flowcore.Record]]:
+    async def main() -> tuple[str, list[list[flowcore.Record]], list[flowcore.Record]]:
         async with running_host(
             temporal_address, None, registry=Registry(tools={"talk": talk})
         ) as host:
             rid = await host.start(SPEC, None, unique("talk"))
-            followed: list[flowcore.Record] = []
 
-            async def follow() -> None:
-                async for record in host.progress(rid, 0, follow=True):
-                    followed.append(record)
+            async def follow(start: int) -> list[flowcore.Record]:
+                return [record async for record in host.progress(rid, start, follow=True)]
 
-            follower = asyncio.create_task(follow())
+            followers = [asyncio.create_task(follow(start)) for start in (0, 2)]
             await waiting_for(host, rid, "done")  # the items came before the result
             await host.signal(rid, "done")
             assert (await host.result(rid))["status"] == "completed"
-            await asyncio.wait_for(follower, timeout=60)  # it ends once the run has closed
+            # Each follower ends once the run has closed and it has read every item.
+            followed = await asyncio.wait_for(asyncio.gather(*followers), timeout=60)
             return rid, followed, await host.progress_records(rid, 2)
 
-    rid, followed, from_two = asyncio.run(main())
+    rid, (from_zero, followed_from_two), read_from_two = asyncio.run(main())
     key = f"{rid}/talk#1"
-    assert [(r.type, r.index, r.run_id, r.data) for r in followed] == [
+    assert [(r.type, r.index, r.run_id, r.data) for r in from_zero] == [
         ("progress", 0, rid, {"key": key, "step": "talk", "data": "one"}),
         ("progress", 1, rid, {"key": key, "step": "talk", "data": {"n": 2}}),
         ("progress", 2, rid, {"key": key, "step": "talk", "data": "three"}),
     ]
-    assert from_two == followed[2:]
+    assert followed_from_two == read_from_two == from_zero[2:]
 
 
 def _workflow(progress_next: int = 0) -> Any:
