@@ -317,7 +317,9 @@ class Schedules(Protocol):
     ``trigger_schedule`` returns the run it started where the host knows it at
     once; ``backfill_schedule`` the slots it started where the host lists them."""
 
-    async def add_schedules(self, spec: str | Path, *, tools: str | None = None) -> list[str]: ...
+    async def add_schedules(
+        self, spec: str | Path, *, tools: str | None = None, owner: str | None = None
+    ) -> list[str]: ...
 
     async def schedule_names(self) -> list[str]: ...
 

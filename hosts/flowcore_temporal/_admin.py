@@ -58,12 +58,15 @@ class TemporalAdmin(TemporalBase):
         *,
         flows: Iterable[str | Path] | Mapping[str, str] = (),
         tools: str | None = None,
+        owner: str | None = None,
     ) -> list[str]:
         """Create a Temporal Schedule for each schedule ``spec`` declares (or update it).
 
         The mapping is ``flowcore_temporal._schedules.to_temporal``. A schedule
         that exists gets the new spec, policies and action; Temporal keeps its
         state (paused, note, remaining actions) and its recent actions.
+        ``owner``: the principal of every run it starts (in the action's
+        ``RunArgs.principal``, as a started run's; None: no one's).
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
@@ -72,7 +75,7 @@ class TemporalAdmin(TemporalBase):
         known = self._known_flows(spec, flows, flow.id, text)
         await self._check_attributes(flow, known)  # the runs it starts upsert them
         for schedule in flow.schedules.values():
-            args = RunArgs(spec=text, flows=known, tools=tools, source_name=source)
+            args = RunArgs(spec=text, flows=known, tools=tools, source_name=source, principal=owner)
             target = to_temporal(schedule, args, self.task_queue)
             try:
                 check_run_args(args)

@@ -46,11 +46,38 @@ TOOLS = {"pay_back": pay_back}
 """
 
 
+T0 = 1_796_083_200_000  # 2026-12-01T00:00:00Z
+HOUR = 3_600_000
+
+HOURLY = """\
+flow: hourly
+steps:
+  - {id: hold, await_signal: {signal: done}}
+output: "${input}"
+schedules:
+  tick: {every: 1h, overlap: allow_all, input: "${schedule.at}"}
+"""
+
+
+class Clock:
+    """The host's clock: the test moves it (no test waits for real time)."""
+
+    def __init__(self) -> None:
+        self.at = T0
+
+    def __call__(self) -> int:
+        return self.at
+
+
 @asynccontextmanager
-async def served(folder: Path) -> AsyncIterator[tuple[LocalHost, dict[str, httpx.AsyncClient]]]:
+async def served(
+    folder: Path, clock: Clock | None = None
+) -> AsyncIterator[tuple[LocalHost, dict[str, httpx.AsyncClient]]]:
     (folder / "refund.yaml").write_text(REFUND)
+    (folder / "hourly.yaml").write_text(HOURLY)
     (folder / "refund_tools.py").write_text(TOOLS)
-    async with LocalHost(folder / "app.db", str(folder / "refund_tools.py")) as host:
+    tools = str(folder / "refund_tools.py")
+    async with LocalHost(folder / "app.db", tools, clock=clock, poll_ms=10) as host:
         app = create_app(host, Tokens.parse(TOKENS, "tokens"), folder)
         transport = httpx.ASGITransport(app=app)
         clients = {
@@ -106,3 +133,56 @@ def test_a_denied_approval_names_the_principal_who_answered(tmp_path: Path) -> N
     # The log replays: the principal is part of the event the decision read.
     assert by_operator["details"] == {"tool": "pay_back", "input": {"amount": 5}, "answer": "deny"}
     assert flowcore.event_from_wire(reported).principal == "alice"  # type: ignore[union-attr]
+
+
+def test_the_runs_a_schedule_starts_belong_to_its_owner(tmp_path: Path) -> None:
+    clock = Clock()
+
+    async def main() -> dict[str, Any]:
+        async with served(tmp_path, clock) as (host, http):
+            ops, alice, bob = http["ops"], http["alice"], http["bob"]
+            # An admin adds the schedule for alice; a write token may not add one.
+            refused = await alice.post("/api/schedules", json={"flow": "hourly"})
+            assert refused.status_code == 403, refused.text
+            added = await ops.post("/api/schedules", json={"flow": "hourly", "owner": "alice"})
+            assert added.status_code == 201, added.text
+            assert (await ops.get("/api/schedules/tick")).json()["owner"] == "alice"
+            # A slot the worker fires, a trigger and a backfill: each run is alice's.
+            stop = asyncio.Event()
+            worker = asyncio.create_task(host.work(stop))
+            clock.at += HOUR
+            deadline = asyncio.get_running_loop().time() + 60
+            while not await host.runs():
+                assert asyncio.get_running_loop().time() < deadline, "the slot never started"
+                await asyncio.sleep(0.01)
+            stop.set()
+            await asyncio.wait_for(worker, 60)
+            triggered = await ops.post("/api/schedules/tick/trigger")
+            assert triggered.status_code == 201, triggered.text
+            filled = await ops.post(
+                "/api/schedules/tick/backfill",
+                json={"start": "2026-11-30T22:00:00Z", "end": "2026-11-30T23:00:00Z"},
+            )
+            assert filled.status_code == 200, filled.text
+            listed: dict[str, Any] = {}
+            for who, client in http.items():
+                runs = (await client.get("/api/runs", params={"flow": "hourly"})).json()["runs"]
+                listed[who] = sorted((r["runId"], r["principal"]) for r in runs)
+            listed["bob sees"] = (await bob.get("/api/runs/tick@2026-12-01T01:00:00Z")).status_code
+            # Added again without an owner, by the operator: its next runs are no one's.
+            await host.add_schedules(tmp_path / "hourly.yaml")
+            listed["after"] = (await host.schedule("tick"))["owner"]
+            return listed
+
+    listed = asyncio.run(main())
+    started = [
+        ("tick@2026-11-30T22:00:00Z", "alice"),
+        ("tick@2026-11-30T23:00:00Z", "alice"),
+        ("tick@2026-12-01T01:00:00Z", "alice"),
+        ("tick@trigger-1", "alice"),
+    ]
+    assert listed["alice"] == started
+    assert listed["ops"] == started  # an admin sees every run
+    assert listed["bob"] == []
+    assert listed["bob sees"] == 404
+    assert listed["after"] is None
