@@ -140,6 +140,7 @@ from ._progress import (
     ProgressError,
     ProgressSink,
     publish,
+    publishes,
     publishing,
 )
 from ._threads import HandlerThreads
@@ -203,6 +204,7 @@ __all__ = [
     "outcome_event",
     "parse_tool_limits",
     "publish",
+    "publishes",
     "publishing",
     "registry_from_module",
     "run_handler",
