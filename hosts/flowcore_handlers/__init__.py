@@ -58,7 +58,7 @@ most ``MAX_PROGRESS_ITEM_BYTES``; bad ones, or a call outside a handler, raise
 ``ProgressError``) to add to its run's progress stream, which clients follow
 from an index (specs/local.md, "Progress streams"). The decision function
 never reads it. On a host that keeps no progress streams (Temporal, for now)
-items are checked and dropped.
+items are checked and dropped; ``publishes()`` tells a handler which it is.
 
 ``load_registry`` imports a module by dotted name or from a ``.py`` path
 (``tools_module_name`` says which, and makes a path absolute so that it
