@@ -364,14 +364,10 @@ class EffectOutcomeUnknown(_Event, tag="effect-outcome-unknown", frozen=True, kw
 
 
 class HumanAnswered(_Event, tag="human-answered", frozen=True, kw_only=True):
-    """A person answered the question ``idempotency_key``. ``principal``: who
-    answered, when the host knows it (the answering token's principal over
-    HTTP); a denied approval names it in its error's details."""
-
     idempotency_key: str
     answer: Any
     at_ms: NonNegInt
-    principal: str | None = None
+    principal: str | None = None  # who answered, if the host knows (a denial's details say)
 
 
 class TimerFired(_Event, tag="timer-fired", frozen=True, kw_only=True):
