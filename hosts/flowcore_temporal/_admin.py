@@ -111,24 +111,31 @@ class TemporalAdmin(TemporalBase):
         return await self.schedules()
 
     async def schedule(self, name: str) -> dict[str, Any]:
-        """The schedule as Temporal describes it: definition, state, next slots, actions."""
+        """The schedule as Temporal describes it: definition, state, next slots, actions,
+        and its owner (the principal of the runs it starts)."""
         handle = self.client.get_schedule_handle(name)
         description = await self._schedule_call(handle.describe(), name)
-        return describe(name, description, await self._definition(name, description))
+        definition, owner = await self._definition(name, description)
+        return describe(name, description, definition) | {"owner": owner}
 
-    async def _definition(self, name: str, description: Any) -> dict[str, Any] | None:
+    async def _definition(
+        self, name: str, description: Any
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """The flowcore definition the schedule was made from, read back from its action's
-        ``RunArgs`` (Temporal keeps a cron only as calendars); None if it is not there."""
+        ``RunArgs`` (Temporal keeps a cron only as calendars), and its owner (``RunArgs.
+        principal``); None where it is not there."""
         action = description.schedule.action
         if not isinstance(action, ScheduleActionStartWorkflow) or not action.args:
-            return None
+            return None, None
         try:
             [raw] = await self.client.data_converter.decode(list(action.args[:1]), [dict])
+            owner = raw.get("principal")
             flow = flowcore.parse_flow(raw["spec"], source_name=str(raw.get("source_name")))
             found = flow.schedules.get(raw.get("schedule") or name)
         except Exception:  # someone else's schedule, or one made by hand
-            return None
-        return None if found is None else found.definition()
+            return None, None
+        owner = owner if isinstance(owner, str) else None
+        return (None if found is None else found.definition()), owner
 
     async def _schedule_call(self, awaitable: Any, name: str) -> Any:
         try:

@@ -74,6 +74,7 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
         expected = slots_after(flow.schedules[f"{name}-nightly"], now, 3)
         assert nightly["nextSlotsMs"][:3] == expected
         assert nightly["definition"]["overlap"] == "skip" and not nightly["paused"]
+        assert nightly["owner"] == "alice"
         assert nightly["definition"]["cron"] == "0 7 * * *"
         assert nightly["definition"]["timezone"] == "Europe/Paris"
         quarter = await host.schedule(f"{name}-quarter")
