@@ -507,7 +507,7 @@ def _answered(t: Txn, ev: HumanAnswered) -> None:
             leaf.check_answer(t, key, entry.step, ev.answer)
         _late(t, key, entry)
         return
-    leaf.answered(t, key, entry, ev.answer)
+    leaf.answered(t, key, entry, ev.answer, ev.principal)
 
 
 def _signal(t: Txn, ev: SignalReceived) -> None:

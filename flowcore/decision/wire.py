@@ -367,6 +367,7 @@ class HumanAnswered(_Event, tag="human-answered", frozen=True, kw_only=True):
     idempotency_key: str
     answer: Any
     at_ms: NonNegInt
+    principal: str | None = None  # who answered, if the host knows (a denial's details say)
 
 
 class TimerFired(_Event, tag="timer-fired", frozen=True, kw_only=True):

@@ -7,7 +7,10 @@ remaining budget becomes ``UsageLimits`` (and a timeout), and a
 run's dependencies, so the agent's own tools can deduplicate their side
 effects by the idempotency key. The run's output becomes JSON data, its
 usage the ``Result``'s usage (``usage_of``), and pydantic-ai's failures
-``HandlerError``s with types a flow can catch (``agent_error``).
+``HandlerError``s with types a flow can catch (``agent_error``). Run by a host
+that keeps progress streams, the run's model requests are streamed and what
+the agent says and does is published to the flowcore run's progress stream
+as it happens (``_stream``); nothing else about the run changes.
 
 It never touches the host: it is an ordinary handler in a tools module's
 ``AGENTS`` mapping, so the same module serves the local and Temporal hosts.
@@ -38,14 +41,17 @@ from pydantic_ai.exceptions import (
     UserError,
 )
 from pydantic_ai.models import Model
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 import flowcore
 from flowcore import BudgetRemaining, RunAgent
-from flowcore_handlers import UNENCODABLE_OUTPUT, HandlerError, Result, safe_text
+from flowcore_handlers import UNENCODABLE_OUTPUT, HandlerError, Result, publishes, safe_text
 
 from ._prices import PriceError, Prices, token_allowance, usage_of
+from ._stream import publishing_events
 
 __all__ = [
     "AGENT_CONFIG",
@@ -224,6 +230,15 @@ def _model_name(agent: AbstractAgent[Any, Any]) -> str | None:
     return None
 
 
+def _streams(agent: AbstractAgent[Any, Any]) -> bool:
+    """Whether the agent's model can stream its requests: all can but pydantic-ai's
+    ``FunctionModel`` given no ``stream_function`` (a test's scripted model)."""
+    model = getattr(agent, "model", None)
+    while isinstance(model, WrapperModel):
+        model = model.wrapped
+    return not (isinstance(model, FunctionModel) and model.stream_function is None)
+
+
 def pydantic_agent(
     agent: AbstractAgent[Any, Any],
     *,
@@ -232,6 +247,7 @@ def pydantic_agent(
     model_name: str | None = None,
     usage_limits: UsageLimits | None = None,
     model_settings: ModelSettings | None = None,
+    progress: bool = True,
 ) -> Callable[[RunAgent], Any]:
     """A handler for a tools module's ``AGENTS`` that runs ``agent`` for each effect.
 
@@ -241,7 +257,11 @@ def pydantic_agent(
     ``no-price`` before anything is spent. ``deps``: builds the agent's
     dependencies from the ``FlowcoreDeps`` (default: the ``FlowcoreDeps``
     itself). ``usage_limits``: limits of your own, tightened by the budget
-    (``limits_for``). ``model_settings``: passed to every run.
+    (``limits_for``). ``model_settings``: passed to every run. ``progress``:
+    publish the model's text as it streams and each tool call and result to
+    the run's progress stream (``_stream``), when the host keeps one
+    (``flowcore_handlers.publishes``) and the model can stream; False: never
+    (each request is then made without streaming).
 
     The handler returns ``Result(output, usage)``: the agent's output as JSON
     data (``pydantic_core.to_jsonable_python``: models, dataclasses, dates)
@@ -274,6 +294,10 @@ def pydantic_agent(
         fc = FlowcoreDeps.of(effect)
         timeout = None if budget.wall_clock_ms is None else budget.wall_clock_ms / 1000
         spent = RunUsage()  # pydantic-ai adds to it as it goes: known even when the run fails
+        # None: the agent's own handler, if any (pydantic-ai's default), as before.
+        events = None
+        if progress and publishes() and _streams(agent):
+            events = publishing_events(getattr(agent, "event_stream_handler", None))
         try:
             result = await agent.run(
                 effect.prompt,
@@ -283,6 +307,7 @@ def pydantic_agent(
                 usage=spent,
                 model_settings=model_settings,
                 timeout=timeout,
+                event_stream_handler=events,
                 metadata={
                     "flowcore_key": effect.idempotency_key,
                     "flowcore_agent": effect.agent_id,

@@ -145,8 +145,10 @@ class _Tuned:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._host, name)
 
-    async def add_schedules(self, spec: str | Path, *, tools: str | None = None) -> list[str]:
-        options: dict[str, Any] = {"tools": self._values.get("tools") or tools}
+    async def add_schedules(
+        self, spec: str | Path, *, tools: str | None = None, owner: str | None = None
+    ) -> list[str]:
+        options: dict[str, Any] = {"tools": self._values.get("tools") or tools, "owner": owner}
         flows = self._values.get("flows") or ()
         if flows:
             if not self._values["host_choice"].temporal:
@@ -252,6 +254,8 @@ async def _shown(host: Host, info: Any, values: dict[str, Any]) -> int | None:
     d = info["definition"]
     if "input" in d:
         _line(f"  input       {short_json(d['input'])}")
+    if info.get("owner") is not None:
+        _line(f"  owner       {info['owner']} (the runs it starts are theirs)")
     if info["running"]:
         _line(f"  running     {', '.join(info['running'])}")
     if info.get("bufferedMs") is not None:
@@ -338,7 +342,10 @@ SCHEDULE_VIEWS: Final[dict[str, View]] = {
         ),
         names={"flow": ("--spec",)},
         types={"flow": click.Path(exists=True, dir_okay=False)},
-        helps={"flow": "The spec whose `schedules:` to register (again: their new definition)."},
+        helps={
+            "flow": "The spec whose `schedules:` to register (again: their new definition).",
+            "owner": "The principal the runs they start belong to (default: none, the admins').",
+        },
         tune=_tuned,
         render=_added,
         document=_added_json,

@@ -57,7 +57,7 @@ most ``MAX_PROGRESS_ITEM_BYTES``; bad ones, or a call outside a handler, raise
 ``ProgressError``) to add to its run's progress stream, which clients follow
 from an index (specs/local.md, "Progress streams"). The decision function
 never reads it. Run without a host's sink (``run_handler`` alone), items
-are checked and dropped.
+are checked and dropped; ``publishes()`` tells a handler which it is.
 
 **Authorization.** ``Authorize``, ``Unauthorized``, ``refusal`` and
 ``refused_event``: the hook a host asks before a handler runs, on every host
@@ -144,6 +144,7 @@ from ._progress import (
     ProgressError,
     ProgressSink,
     publish,
+    publishes,
     publishing,
 )
 from ._threads import HandlerThreads
@@ -211,6 +212,7 @@ __all__ = [
     "outcome_event",
     "parse_tool_limits",
     "publish",
+    "publishes",
     "publishing",
     "registry_from_module",
     "run_handler",

@@ -33,6 +33,7 @@ __all__ = [
     "ProgressSink",
     "discard",
     "publish",
+    "publishes",
     "publishing",
     "sink",
 ]
@@ -71,6 +72,15 @@ def publish(data: Any) -> None:
 
 def discard(data: bytes) -> None:
     """The sink of a host that keeps no progress streams: items are dropped."""
+
+
+def publishes() -> bool:
+    """Whether ``publish`` here keeps its items: inside a handler that a host with
+    progress streams runs (not outside a handler, nor into ``discard``). A handler
+    whose progress costs something to make (an agent streaming its model's
+    requests to publish their text) asks first."""
+    found = _SINK.get()
+    return found is not None and found is not discard
 
 
 def sink() -> ProgressSink | None:

@@ -190,15 +190,18 @@ class LocalAdmin(HostBase):
 
     # --- schedules ---------------------------------------------------------------------
 
-    async def add_schedules(self, spec: str | Path, *, tools: str | None = None) -> list[str]:
+    async def add_schedules(
+        self, spec: str | Path, *, tools: str | None = None, owner: str | None = None
+    ) -> list[str]:
         """Register the schedules ``spec`` declares (its ``schedules:``); returns their names.
 
         A schedule already in the database gets the new definition and keeps
         its history (progress, runs, recent actions); see ``add_schedule``.
-        Refused with ``HostError`` when the spec declares none.
+        ``owner``: the principal every run the schedules start belongs to (None:
+        no one's, the admins'). Refused with ``HostError`` when the spec declares none.
         """
         text, source = _spec_source(spec)
-        return await self._put_schedules(text, source, None, tools)
+        return await self._put_schedules(text, source, None, tools, owner)
 
     async def add_schedule(
         self,
@@ -207,8 +210,10 @@ class LocalAdmin(HostBase):
         definition: Mapping[str, Any],
         *,
         tools: str | None = None,
+        owner: str | None = None,
     ) -> str:
-        """Add (or redefine) the schedule ``name`` starting runs of ``spec``'s flow.
+        """Add (or redefine) the schedule ``name`` starting runs of ``spec``'s flow
+        (runs that belong to ``owner``, as with ``add_schedules``).
 
         ``definition`` has the keys of a spec's ``schedules:`` entry (``cron``,
         ``timezone``, ``every``, ``offset``, ``input``, ``overlap``,
@@ -218,7 +223,7 @@ class LocalAdmin(HostBase):
         and ``limit`` change only where the definition changes them.
         """
         text, source = _spec_source(spec)
-        names = await self._put_schedules(text, source, (name, definition), tools)
+        names = await self._put_schedules(text, source, (name, definition), tools, owner)
         return names[0]
 
     async def _put_schedules(
@@ -227,6 +232,7 @@ class LocalAdmin(HostBase):
         source: str,
         one: tuple[str, Mapping[str, Any]] | None,
         tools: str | None,
+        owner: str | None = None,
     ) -> list[str]:
         tools = tools_module_name(tools) or self.tools
         registry = self._checkable(tools)
@@ -250,7 +256,7 @@ class LocalAdmin(HostBase):
                             f"cannot add schedule {names}: {self._lacks(tools, missing)}"
                         )
                 for schedule in found:
-                    _schedules.put(store, schedule, flow, tools, one is None, now)
+                    _schedules.put(store, schedule, flow, tools, one is None, now, owner)
                 return [s.name for s in found]
 
         return await self._db(putting)

@@ -492,8 +492,12 @@ class LocalClient(LocalReads):
         self._after(applied)
         return runs
 
-    async def answer(self, run_id: str, key: str, answer: Any) -> None:
-        """Answer an open question of the run.
+    async def answer(
+        self, run_id: str, key: str, answer: Any, principal: str | None = None
+    ) -> None:
+        """Answer an open question of the run (``principal``: who answers, when
+        known; the ``human-answered`` event records it, and a denied approval's
+        error names it).
 
         ``key`` is the question's key (``r-1/decide#1``), the key relative to
         the run (``decide#1``), or a step id (``decide``) with exactly one open
@@ -523,7 +527,9 @@ class LocalClient(LocalReads):
 
         found, open_keys = await self._db(resolving)
         if found is not None:
-            event = HumanAnswered(idempotency_key=found, answer=answer, at_ms=self.now())
+            event = HumanAnswered(
+                idempotency_key=found, answer=answer, at_ms=self.now(), principal=principal
+            )
             await self._apply_now(run_id, event)
             return
         try:
@@ -536,7 +542,9 @@ class LocalClient(LocalReads):
             except ValueError:
                 target = key
         try:
-            event = HumanAnswered(idempotency_key=target, answer=answer, at_ms=self.now())
+            event = HumanAnswered(
+                idempotency_key=target, answer=answer, at_ms=self.now(), principal=principal
+            )
             await self._apply_now(run_id, event)
         except HostError as exc:
             listed = ", ".join(open_keys) if open_keys else "none"

@@ -323,6 +323,11 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX progress_by_bytes ON progress (run_id, before)",
     ],
+    # 11: a schedule's owner: the principal of whoever added it (NULL: none, the
+    # admins'), which every run the schedule starts belongs to (``runs.principal``)
+    [
+        "ALTER TABLE schedules ADD COLUMN owner TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

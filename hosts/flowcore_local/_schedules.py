@@ -77,17 +77,18 @@ class ScheduleRow:
     next_ms: int | None
     created_ms: int
     updated_ms: int
+    owner: str | None = None  # the principal its runs belong to (None: the admins')
 
 
 _COLUMNS = (
     "name, flow_id, spec_hash, definition, declared, tools, paused, note, considered_ms,"
-    " buffered_ms, remaining, triggers, next_ms, created_ms, updated_ms"
+    " buffered_ms, remaining, triggers, next_ms, created_ms, updated_ms, owner"
 )
 
 
 def _row(values: tuple[Any, ...]) -> ScheduleRow:
     (name, flow_id, spec_hash, definition, declared, tools, paused, note) = values[:8]
-    considered, buffered, remaining, triggers, next_ms, created, updated = values[8:]
+    considered, buffered, remaining, triggers, next_ms, created, updated, owner = values[8:]
     try:
         schedule = parse_schedule(name, _decode(definition), flow_id)
     except (ScheduleError, msgspec.DecodeError) as exc:
@@ -107,6 +108,7 @@ def _row(values: tuple[Any, ...]) -> ScheduleRow:
         next_ms,
         created,
         updated,
+        owner,
     )
 
 
@@ -131,10 +133,18 @@ def checked(name: str, definition: Mapping[str, Any], flow_id: str) -> Schedule:
 
 
 def put(
-    store: Store, schedule: Schedule, flow: Flow, tools: str | None, declared: bool, now: int
+    store: Store,
+    schedule: Schedule,
+    flow: Flow,
+    tools: str | None,
+    declared: bool,
+    now: int,
+    owner: str | None = None,
 ) -> bool:
     """Add the schedule, or replace the definition of the one with its name.
 
+    ``owner``: the principal the runs it starts belong to (None: no one's, the
+    admins'); a replaced schedule takes the owner of its new definition.
     A replaced schedule keeps its progress, buffered slot, runs and actions.
     Its ``paused``/``note`` and ``limit`` follow the new definition only where
     the definition changed them (a schedule paused by hand stays paused when
@@ -149,7 +159,7 @@ def put(
         progress = Progress(now, None, schedule.limit)
         store.conn.execute(
             f"INSERT INTO schedules ({_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
             (
                 schedule.name,
                 flow.id,
@@ -165,6 +175,7 @@ def put(
                 next_due_ms(schedule, progress),
                 now,
                 now,
+                owner,
             ),
         )
         return True
@@ -176,7 +187,7 @@ def put(
         remaining = schedule.limit
     store.conn.execute(
         "UPDATE schedules SET flow_id = ?, spec_hash = ?, definition = ?, declared = ?, tools = ?,"
-        " paused = ?, note = ?, remaining = ?, updated_ms = ? WHERE name = ?",
+        " paused = ?, note = ?, remaining = ?, updated_ms = ?, owner = ? WHERE name = ?",
         (
             flow.id,
             flow.spec_hash,
@@ -187,6 +198,7 @@ def put(
             note,
             remaining,
             now,
+            owner,
             schedule.name,
         ),
     )
@@ -285,7 +297,9 @@ def _start(
     try:
         with store.savepoint():
             flow = store.flow_by_hash(row.spec_hash)
-            created, applied = store.start_run(flow, start.input, start.run_id, now, row.tools)
+            created, applied = store.start_run(
+                flow, start.input, start.run_id, now, row.tools, principal=row.owner
+            )
             out.append(applied)
             out.extend(store.take_extra())
     except (HostError, flowcore.InputError, flowcore.FlowcoreError, ValueError) as exc:
@@ -390,7 +404,9 @@ def trigger_now(store: Store, name: str, now: int) -> tuple[str, list[Applied]]:
     if isinstance(action, Skip):
         raise HostError(f"cannot trigger schedule {name!r}: {action.why}")
     flow = store.flow_by_hash(row.spec_hash)
-    created, applied = store.start_run(flow, action.input, action.run_id, now, row.tools)
+    created, applied = store.start_run(
+        flow, action.input, action.run_id, now, row.tools, principal=row.owner
+    )
     if not created:
         raise HostError(f"cannot trigger schedule {name!r}: run {action.run_id!r} exists already")
     store.conn.execute(
@@ -460,6 +476,7 @@ def describe(store: Store, row: ScheduleRow, count: int = 5) -> dict[str, Any]:
         "specHash": row.spec_hash,
         "declared": row.declared,
         "tools": row.tools,
+        "owner": row.owner,
         "definition": row.schedule.definition() | {"paused": row.paused, "note": row.note},
         "paused": row.paused,
         "note": row.note,

@@ -120,7 +120,8 @@ async def answer(ctx: Context, given: AnswerInput) -> RunSummary:
             f"the answer to {question.key.removeprefix(prefix)!r} must be one of its options",
             options=list(question.options),
         )
-    await _event(ctx, given.run_id, ctx.host.answer(given.run_id, question.key, given.answer))
+    answering = ctx.host.answer(given.run_id, question.key, given.answer, ctx.principal.name)
+    await _event(ctx, given.run_id, answering)
     return await summarize(ctx, given.run_id)
 
 

@@ -121,7 +121,8 @@ async def _schedule(ctx: Context, name: str) -> dict[str, Any]:
 
 async def add_schedules(ctx: Context, given: AddSchedulesInput) -> ScheduleNames:
     path = ctx.flows(given.flow)
-    return ScheduleNames(names=list(await guard(ctx.host.add_schedules(path))))
+    owner = ctx.principal.name if given.owner is None else given.owner
+    return ScheduleNames(names=list(await guard(ctx.host.add_schedules(path, owner=owner))))
 
 
 async def list_schedules(ctx: Context, given: object) -> ScheduleList:

@@ -254,9 +254,12 @@ class CallInput(_In):
 
 
 class AddSchedulesInput(_In):
-    """Add (or replace) the schedules a flow declares under ``schedules:``."""
+    """Add (or replace) the schedules a flow declares under ``schedules:``.
+    ``owner``: the principal the runs they start belong to; default, the one who
+    adds them (at the command line: no one, so the runs are the admins')."""
 
     flow: Name
+    owner: Name | None = None
 
 
 class ScheduleInput(_In):

@@ -10,8 +10,8 @@ environment variable holds one YAML (or JSON) document::
 
 ``read`` may list and look at its principal's runs; ``write`` may also start,
 cancel, answer and signal them; ``admin`` may do all of that on every run
-(runs started outside the server, by the command line or a schedule, have no
-principal and are the admins') and change schedules. With neither a file nor
+(runs started outside the server, by the command line or a schedule without an
+owner, have no principal and are the admins') and change schedules. With neither a file nor
 the variable, the server makes one admin token for the session and prints the
 address that carries it.
 

@@ -58,12 +58,15 @@ class TemporalAdmin(TemporalBase):
         *,
         flows: Iterable[str | Path] | Mapping[str, str] = (),
         tools: str | None = None,
+        owner: str | None = None,
     ) -> list[str]:
         """Create a Temporal Schedule for each schedule ``spec`` declares (or update it).
 
         The mapping is ``flowcore_temporal._schedules.to_temporal``. A schedule
         that exists gets the new spec, policies and action; Temporal keeps its
         state (paused, note, remaining actions) and its recent actions.
+        ``owner``: the principal of every run it starts (in the action's
+        ``RunArgs.principal``, as a started run's; None: no one's).
         """
         text, source = self._spec_text(spec)
         flow = flowcore.parse_flow(text, source_name=source)
@@ -72,7 +75,7 @@ class TemporalAdmin(TemporalBase):
         known = self._known_flows(spec, flows, flow.id, text)
         await self._check_attributes(flow, known)  # the runs it starts upsert them
         for schedule in flow.schedules.values():
-            args = RunArgs(spec=text, flows=known, tools=tools, source_name=source)
+            args = RunArgs(spec=text, flows=known, tools=tools, source_name=source, principal=owner)
             target = to_temporal(schedule, args, self.task_queue)
             try:
                 check_run_args(args)
@@ -108,24 +111,31 @@ class TemporalAdmin(TemporalBase):
         return await self.schedules()
 
     async def schedule(self, name: str) -> dict[str, Any]:
-        """The schedule as Temporal describes it: definition, state, next slots, actions."""
+        """The schedule as Temporal describes it: definition, state, next slots, actions,
+        and its owner (the principal of the runs it starts)."""
         handle = self.client.get_schedule_handle(name)
         description = await self._schedule_call(handle.describe(), name)
-        return describe(name, description, await self._definition(name, description))
+        definition, owner = await self._definition(name, description)
+        return describe(name, description, definition) | {"owner": owner}
 
-    async def _definition(self, name: str, description: Any) -> dict[str, Any] | None:
+    async def _definition(
+        self, name: str, description: Any
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """The flowcore definition the schedule was made from, read back from its action's
-        ``RunArgs`` (Temporal keeps a cron only as calendars); None if it is not there."""
+        ``RunArgs`` (Temporal keeps a cron only as calendars), and its owner (``RunArgs.
+        principal``); None where it is not there."""
         action = description.schedule.action
         if not isinstance(action, ScheduleActionStartWorkflow) or not action.args:
-            return None
+            return None, None
         try:
             [raw] = await self.client.data_converter.decode(list(action.args[:1]), [dict])
+            owner = raw.get("principal")
             flow = flowcore.parse_flow(raw["spec"], source_name=str(raw.get("source_name")))
             found = flow.schedules.get(raw.get("schedule") or name)
         except Exception:  # someone else's schedule, or one made by hand
-            return None
-        return None if found is None else found.definition()
+            return None, None
+        owner = owner if isinstance(owner, str) else None
+        return (None if found is None else found.definition()), owner
 
     async def _schedule_call(self, awaitable: Any, name: str) -> Any:
         try:

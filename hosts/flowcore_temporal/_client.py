@@ -266,8 +266,12 @@ class TemporalClient(TemporalReads):
             await self._call(self.handle(run_id).signal(name, args=[payload, key]), run_id)
         return found
 
-    async def answer(self, run_id: str, key: str, answer: Any) -> None:
-        """Answer question ``key``; a wrong answer raises and changes nothing."""
+    async def answer(
+        self, run_id: str, key: str, answer: Any, principal: str | None = None
+    ) -> None:
+        """Answer question ``key``; a wrong answer raises and changes nothing.
+        ``principal`` is not carried to the workflow (its update takes the key
+        and the answer), so a denied approval's error does not name who denied it."""
         # The update's validator refuses a bad answer too; checking here first
         # also covers what Temporal's converter could not even send (an
         # integer too long for JSON, a set).

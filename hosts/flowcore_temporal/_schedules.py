@@ -10,7 +10,9 @@ Temporal appends the slot: the run id is ``<name>-<slot in RFC 3339 UTC>``
 (``nightly-2026-12-02T06:00:00Z``), one per slot, which Temporal refuses to
 start twice. The input template travels in ``RunArgs.input`` with
 ``RunArgs.schedule`` set; the workflow evaluates it when the run starts, with
-``schedule.at`` read from the run's ``TemporalScheduledStartTime``.
+``schedule.at`` read from the run's ``TemporalScheduledStartTime``. The
+schedule's owner travels in ``RunArgs.principal``: every run it starts (each
+slot, a trigger, a backfill) has it, as a run started with it would.
 
 What differs from the local host is said in ``specs/temporal.md``
 ("Schedules"): chiefly, Temporal's jitter is random, not derived.

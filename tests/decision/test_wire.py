@@ -536,7 +536,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "effect-succeeded": ("kind", "idempotencyKey", "output?", "usage?", "atMs"),
     "effect-failed": ("kind", "idempotencyKey", "error", "usage?", "atMs"),  # usage: an addition
     "effect-outcome-unknown": ("kind", "idempotencyKey", "atMs"),
-    "human-answered": ("kind", "idempotencyKey", "answer", "atMs"),
+    # principal on human-answered: an addition (who answered, when the host knows)
+    "human-answered": ("kind", "idempotencyKey", "answer", "atMs", "principal?"),
     "timer-fired": ("kind", "idempotencyKey", "atMs"),
     "signal-received": ("kind", "signal", "payload?", "atMs", "key?"),
     "subflow-settled": (

@@ -56,7 +56,7 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
 
     async def main() -> None:
         async with running_host(temporal_address) as host:
-            added = await host.add_schedules(spec)
+            added = await host.add_schedules(spec, owner="alice")
             assert added == [name, f"{name}-nightly", f"{name}-quarter"]
             try:
                 await check(host)
@@ -74,6 +74,7 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
         expected = slots_after(flow.schedules[f"{name}-nightly"], now, 3)
         assert nightly["nextSlotsMs"][:3] == expected
         assert nightly["definition"]["overlap"] == "skip" and not nightly["paused"]
+        assert nightly["owner"] == "alice"
         assert nightly["definition"]["cron"] == "0 7 * * *"
         assert nightly["definition"]["timezone"] == "Europe/Paris"
         quarter = await host.schedule(f"{name}-quarter")
@@ -101,6 +102,8 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
         result = await host.result(action["runId"])
         assert result["status"] == "completed"
         assert result["output"] == {"at": slot, "name": name}
+        # It is the schedule's owner's run, as every run the schedule starts.
+        assert (await host.summary(action["runId"])).principal == "alice"
 
         # Backfill: the slots of a past range, each with the slot's id.
         start = (action["slotMs"] // 2000) * 2000 - 60_000
@@ -109,6 +112,7 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
             run_id = f"{name}-{iso_ms(at)}"
             done = await eventually(_result(host, run_id), f"backfilled run {run_id}", 60)
             assert done["output"] == {"at": iso_ms(at), "name": name}
+            assert (await host.summary(run_id)).principal == "alice"
 
         # Pause, resume, trigger (a run now, paused or not), delete.
         await host.pause_schedule(name, "quiet")
@@ -123,6 +127,7 @@ def test_schedules_run_on_temporal(temporal_address: str, tmp_path: Path) -> Non
         assert done["runId"] == f"{name}-quarter-{iso_ms(done['slotMs'] // 1000 * 1000)}"
         result = await host.result(done["runId"])
         assert result["status"] == "completed"
+        assert (await host.summary(done["runId"])).principal == "alice"
         await host.resume_schedule(name)
         assert not (await host.schedule(name))["paused"]
         await host.delete_schedule(name)

@@ -114,10 +114,13 @@ def _needs_approval(t: Txn, frame: StepFrame, tool: str, value: Any) -> bool:
         raise TemplateError(f"needs_approval of tool {tool!r}: {exc}") from None
 
 
-def approval_answered(t: Txn, frame: StepFrame, body: CallToolStep, answer: Any) -> None:
+def approval_answered(
+    t: Txn, frame: StepFrame, body: CallToolStep, answer: Any, principal: str | None = None
+) -> None:
     """A person answered the approval asked before the call of ``body``: approved,
     the call is issued under the step's own key; denied, the step fails with
-    ``approval-denied`` (the tool is never called)."""
+    ``approval-denied`` (the tool is never called), its details naming the
+    ``principal`` who answered when the host said who it was."""
     progress = frame.progress
     assert isinstance(progress, ApprovalProgress)
     value = progress.input  # what the person was shown
@@ -126,9 +129,10 @@ def approval_answered(t: Txn, frame: StepFrame, body: CallToolStep, answer: Any)
         _issue_call(t, t.set_frame(frame, key=key, progress=None), body.tool, value, key)
         return
     error = err("approval-denied", f"the call of tool {body.tool!r} was not approved")
-    error = msgspec.structs.replace(
-        error, details={"tool": body.tool, "input": value, "answer": answer}
-    )
+    details = {"tool": body.tool, "input": value, "answer": answer}
+    if principal is not None:
+        details["principal"] = principal
+    error = msgspec.structs.replace(error, details=details)
     t.step_ended(frame.id, Failed(error), t.set_frame(frame, key=None, progress=None))
 
 
@@ -314,8 +318,8 @@ def check_answer(t: Txn, key: str, step_id: str, answer: Any) -> None:
         raise EventRejected(f"answer {short(answer)} is not one of {list(options)} for {key}", key)
 
 
-def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
-    """A human answered the question ``key``."""
+def answered(t: Txn, key: str, entry: Pending, answer: Any, principal: str | None = None) -> None:
+    """A human (``principal``, when the host knows who) answered the question ``key``."""
     frame = t.frame(entry.frame)
     body = t.step_of(frame).body
     check_answer(t, key, frame.step, answer)
@@ -328,7 +332,7 @@ def answered(t: Txn, key: str, entry: Pending, answer: Any) -> None:
     # grow with every timer of a long-running run.
     t.stop_waiting(key)
     if isinstance(body, CallToolStep):
-        approval_answered(t, frame, body, answer)
+        approval_answered(t, frame, body, answer, principal)
         return
     assert isinstance(body, AskHumanStep)
     if body.timeout_ms is not None:

@@ -1,7 +1,9 @@
 // The run page: the diagram (Mermaid, from GET /api/runs/{id}/graph, with the
 // run's position marked), the timeline (the Server-Sent Events stream, one
-// row per log record), and the run's state and actions (GET /api/runs/{id};
-// answers, signals and cancel POST to the API). New records refresh the state.
+// row per log record), the run's state and actions (GET /api/runs/{id};
+// answers, signals and cancel POST to the API), and what its handlers publish
+// (the progress stream, shown under the step that published it). New records
+// refresh the state.
 "use strict";
 
 (() => {
@@ -166,6 +168,120 @@
     };
   }
 
+  // --- the progress stream -----------------------------------------------------------
+  //
+  // What the run's handlers publish, from GET .../progress/stream: one block per
+  // piece of work (its key), headed by its step, marked while the step runs. In a
+  // block, consecutive text chunks are joined; a structured item is one compact
+  // line. Bounded: a block keeps its last PROGRESS_PARTS parts and PROGRESS_CHARS
+  // characters of text, the page its last PROGRESS_BLOCKS blocks.
+
+  const PROGRESS_PARTS = 200;
+  const PROGRESS_CHARS = 20000;
+  const PROGRESS_BLOCKS = 20;
+  let progressIndex = -1;
+  let runningKeys = new Set();
+  const blocks = new Map(); // key -> {node, body}
+
+  function progressBlock(key, step) {
+    let block = blocks.get(key);
+    if (block) return block;
+    const body = el("div", { class: "progress-body" });
+    const node = el(
+      "div",
+      { class: "progress", "data-key": key, "data-step": step || "", "data-running": runningKeys.has(key) ? "yes" : "no" },
+      el("h3", {}, step || short(key), " ", el("span", { class: "muted small" }, short(key))),
+      body,
+    );
+    block = { node, body };
+    blocks.set(key, block);
+    $("progress").append(node);
+    while (blocks.size > PROGRESS_BLOCKS) {
+      const [oldest] = blocks.keys();
+      blocks.get(oldest).node.remove();
+      blocks.delete(oldest);
+    }
+    $("progress-section").hidden = false;
+    return block;
+  }
+
+  function eventLine(data) {
+    if (data && typeof data === "object" && !Array.isArray(data) && typeof data.kind === "string") {
+      const { kind, ...rest } = data;
+      const name = typeof rest.tool === "string" ? rest.tool : null;
+      if (name !== null) delete rest.tool;
+      return el("p", { class: "progress-event", "data-kind": kind },
+        el("b", {}, kind), name === null ? "" : ` ${name}`, ` ${clip(json(rest), 200)}`);
+    }
+    return el("p", { class: "progress-event" }, clip(json(data), 200));
+  }
+
+  function addProgress(envelope) {
+    if (typeof envelope.index !== "number" || envelope.index <= progressIndex) return;
+    progressIndex = envelope.index;
+    if (envelope.type === "progress.dropped") {
+      const gap = $("progress-dropped");
+      const d = envelope.data || {};
+      gap.textContent = `${d.count} earlier item(s) were dropped (indexes ${d.from} to ${envelope.index}): the run keeps its newest.`;
+      gap.hidden = false;
+      $("progress-section").hidden = false;
+      return;
+    }
+    const d = envelope.data || {};
+    const block = progressBlock(String(d.key), d.step);
+    const last = block.body.lastElementChild;
+    if (typeof d.data === "string") {
+      if (last && last.tagName === "PRE") {
+        last.textContent += d.data;
+      } else {
+        block.body.append(el("pre", { class: "progress-text" }, d.data));
+      }
+    } else {
+      block.body.append(eventLine(d.data));
+    }
+    while (block.body.childElementCount > PROGRESS_PARTS) block.body.firstElementChild.remove();
+    // At most PROGRESS_CHARS characters of text: the oldest go first.
+    const texts = [...block.body.querySelectorAll("pre.progress-text")];
+    let over = texts.reduce((n, node) => n + node.textContent.length, 0) - PROGRESS_CHARS;
+    for (const node of texts) {
+      if (over <= 0) break;
+      const text = node.textContent;
+      if (text.length <= over + 1) {
+        node.remove();
+        over -= text.length;
+      } else {
+        node.textContent = "…" + text.slice(over + 1);
+        over = 0;
+      }
+    }
+  }
+
+  function markRunning(keys) {
+    runningKeys = new Set(keys);
+    for (const [key, block] of blocks) block.node.dataset.running = runningKeys.has(key) ? "yes" : "no";
+  }
+
+  // After a dropped connection the page opens the stream again itself, from the
+  // index after the last item it has (the server also honours Last-Event-ID),
+  // waiting longer after each failure in a row; it stops at the stream's `end`.
+  let progressFailures = 0;
+  function followProgress() {
+    const source = new EventSource(`${base}/progress/stream?start=${progressIndex + 1}`);
+    const take = (event) => { progressFailures = 0; addProgress(JSON.parse(event.data)); };
+    source.addEventListener("progress", take);
+    source.addEventListener("progress.dropped", take);
+    source.addEventListener("end", () => source.close());
+    source.onerror = () => {
+      source.close();
+      progressFailures += 1;
+      if (progressFailures > 8) {
+        notice("The live progress stream stopped: reload the page.");
+        return;
+      }
+      setTimeout(followProgress, Math.min(250 * 2 ** (progressFailures - 1), 10000));
+    };
+  }
+
   // --- the state ---------------------------------------------------------------------
 
   let pending = null;
@@ -322,6 +438,7 @@
     const questions = view.waits.questions || [];
     same($("questions"), [questions, running], () =>
       questions.length ? questions.map((q) => questionBlock(q, running)) : [el("p", { class: "muted" }, "None open.")]);
+    markRunning(running ? (view.waits.work || []).map((w) => w.key) : []);
     const waiting = running ? waitingItems(view.waits) : [];
     same($("waiting"), waiting, () => waiting.map((text) => el("li", {}, text)));
     $("waiting-section").hidden = waiting.length === 0;
@@ -376,4 +493,5 @@
 
   refreshView().then(refreshGraph).catch(refused);
   follow();
+  followProgress();
 })();

@@ -281,6 +281,8 @@ export type FlowEvent =
       readonly idempotencyKey: string;
       readonly answer: JsonValue;
       readonly atMs: number;
+      /** Addition: who answered, when the host knows it. */
+      readonly principal?: string;
     }
   | { readonly kind: "timer-fired"; readonly idempotencyKey: string; readonly atMs: number }
   | {

@@ -399,3 +399,36 @@ def test_a_schedule_that_cannot_be_decided_stops_neither_the_worker_nor_the_othe
 
     asyncio.run(main())
     assert "schedule broken cannot be decided (HostError" in caplog.text
+
+
+def test_a_schedule_has_an_owner_whose_runs_it_starts_and_old_ones_have_none(
+    tmp_path: Path,
+) -> None:
+    from flowcore_local._db import connect
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(FLOW)
+    db = tmp_path / "s.db"
+
+    async def add() -> None:
+        async with LocalHost(db, clock=Clock()) as host:
+            await host.add_schedule(spec, "mine", {"every": "1h"}, owner="alice")
+            await host.add_schedule(spec, "old", {"every": "1h"}, owner="alice")
+            assert (await host.schedule("mine"))["owner"] == "alice"
+            run_id = await host.trigger_schedule("mine")
+            assert (await host.run(run_id)).principal == "alice"
+
+    asyncio.run(add())
+    # A database of schema 10 had no owners: its schedules become no one's.
+    conn = connect(db)
+    conn.execute("ALTER TABLE schedules DROP COLUMN owner")
+    conn.execute("PRAGMA user_version = 10")
+    conn.close()
+
+    async def reopened() -> None:
+        async with LocalHost(db, clock=Clock()) as host:
+            assert (await host.schedule("old"))["owner"] is None
+            run_id = await host.trigger_schedule("old")
+            assert (await host.run(run_id)).principal is None
+
+    asyncio.run(reopened())
