@@ -270,16 +270,19 @@ class TemporalClient(TemporalReads):
         self, run_id: str, key: str, answer: Any, principal: str | None = None
     ) -> None:
         """Answer question ``key``; a wrong answer raises and changes nothing.
-        ``principal`` is not carried to the workflow (its update takes the key
-        and the answer), so a denied approval's error does not name who denied it."""
+        ``principal``: who answers, carried into the run's ``human-answered``
+        (a denied approval's error names them)."""
         # The update's validator refuses a bad answer too; checking here first
         # also covers what Temporal's converter could not even send (an
         # integer too long for JSON, a set).
         try:
-            flowcore.check_event(HumanAnswered(idempotency_key=key, answer=answer, at_ms=0))
+            flowcore.check_event(
+                HumanAnswered(idempotency_key=key, answer=answer, at_ms=0, principal=principal)
+            )
         except flowcore.DataError as exc:
             raise TemporalHostError(f"answer refused: {exc}") from None
-        await self._update(run_id, ANSWER_UPDATE, [key, answer])
+        args = [key, answer] if principal is None else [key, answer, principal]
+        await self._update(run_id, ANSWER_UPDATE, args)
 
     # --- scheduled calls (the ``scheduled`` update and query) -----------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
@@ -51,6 +52,10 @@ from ._workflow_base import (
     _Refused,
 )
 from ._workflow_carry import WorkflowCarrying
+
+# What a client that sends no principal leaves in ``answer``'s third argument
+# (a RawValue, so that Temporal decodes a sent one raw, as the key and answer).
+_NO_ONE = RawValue(Payload())
 
 
 class WorkflowHandlers(WorkflowCarrying):
@@ -118,25 +123,34 @@ class WorkflowHandlers(WorkflowCarrying):
     # update with nothing but "Failed decoding arguments".
 
     @workflow.update(name=ANSWER_UPDATE)
-    def answer(self, key: RawValue, answer: RawValue) -> dict[str, Any]:
-        """Answer the question ``key``; the validator has checked it applies."""
-        event = self._answer_event(key, answer)
+    def answer(
+        self, key: RawValue, answer: RawValue, principal: RawValue = _NO_ONE
+    ) -> dict[str, Any]:
+        """Answer the question ``key``; the validator has checked it applies.
+        ``principal``: who answered (a denied approval's error names them); a
+        client that sends two arguments answers as no one."""
+        event = self._answer_event(key, answer, principal)
         try:
             self._apply(event)
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
         return {"key": event.idempotency_key, "answer": event.answer}
 
-    def _answer_event(self, key: Any, answer: Any) -> HumanAnswered:
+    def _answer_event(self, key: Any, answer: Any, principal: Any = _NO_ONE) -> HumanAnswered:
         """The answer as a checked event, or an ``answer-rejected`` error saying why not."""
         try:
             key = _decode(key, "the key")
             answer = _decode(answer, "the answer")
+            who = None if principal is _NO_ONE else _decode(principal, "the principal")
             if not isinstance(key, str):
                 raise _Refused(
                     f"the key must be a string (a question's key), got {type(key).__name__}"
                 )
-            event = HumanAnswered(idempotency_key=key, answer=answer, at_ms=self._now())
+            if who is not None and not isinstance(who, str):
+                raise _Refused(f"the principal must be a string, got {type(who).__name__}")
+            event = HumanAnswered(
+                idempotency_key=key, answer=answer, at_ms=self._now(), principal=who
+            )
             flowcore.check_event(event)
             return event
         except (_Refused, flowcore.DataError) as exc:
@@ -145,11 +159,11 @@ class WorkflowHandlers(WorkflowCarrying):
             ) from None
 
     @answer.validator
-    def _check_answer(self, key: RawValue, answer: RawValue) -> None:
+    def _check_answer(self, key: RawValue, answer: RawValue, principal: RawValue = _NO_ONE) -> None:
         # Ask the interpreter itself (advance is pure; the result is dropped),
         # so the rule is exactly the one that would apply: pending key, an
         # answer among the options, a run that has not settled.
-        event = self._answer_event(key, answer)
+        event = self._answer_event(key, answer, principal)
         self._refuse_while_switching()
         asked = event.idempotency_key
         state = self._state

@@ -132,3 +132,68 @@ def test_a_refused_effect_fails_and_the_log_says_who_was_refused_what(
             },
         )
     ]
+
+
+REFUND = """
+flow: refund
+tools: {pay_back: {class: idempotent, needs_approval: true}}
+steps:
+  - {id: pay, call_tool: {tool: pay_back, input: {amount: "${input.amount}"}}}
+"""
+
+
+def test_a_denied_approval_names_the_principal_who_answered(temporal_address: str) -> None:
+    def pay_back(call: CallTool) -> str:
+        raise AssertionError("a denied call is never made")
+
+    async def settled(host: Any, rid: str) -> dict[str, Any]:
+        status = await asyncio.wait_for(host.status(rid), timeout=60)
+        while status["status"] == "running":
+            await asyncio.sleep(0.05)
+            status = await host.status(rid)
+        return dict(status)
+
+    async def waiting(host: Any, rid: str) -> None:
+        for _ in range(1200):
+            if await host.open_questions(rid):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the approval was never asked")
+
+    async def main() -> tuple[str, dict[str, Any], dict[str, Any], list[flowcore.Record]]:
+        async with running_host(
+            temporal_address, None, registry=Registry(tools={"pay_back": pay_back})
+        ) as host:
+            by_alice = await host.start(REFUND, {"amount": 250}, unique("refund"))
+            by_no_one = await host.start(REFUND, {"amount": 5}, unique("refund"))
+            for rid in (by_alice, by_no_one):
+                await waiting(host, rid)
+            await host.answer(by_alice, f"{by_alice}/pay#1/approval", "deny", principal="alice")
+            await host.answer(by_no_one, f"{by_no_one}/pay#1/approval", "deny")
+            return (
+                by_alice,
+                await settled(host, by_alice),
+                await settled(host, by_no_one),
+                await host.log(by_alice),
+            )
+
+    rid, alice, no_one, records = asyncio.run(main())
+    assert alice["status"] == no_one["status"] == "failed"
+    assert alice["error"]["type"] == "approval-denied"
+    assert alice["error"]["details"] == {
+        "tool": "pay_back",
+        "input": {"amount": 250},
+        "answer": "deny",
+        "principal": "alice",
+    }
+    assert no_one["error"]["details"] == {
+        "tool": "pay_back",
+        "input": {"amount": 5},
+        "answer": "deny",
+    }
+    (answered,) = [
+        r.data for r in records if r.type == "event.reported" and r.data["kind"] == "human-answered"
+    ]
+    assert (
+        answered["principal"] == "alice" and answered["idempotencyKey"] == f"{rid}/pay#1/approval"
+    )
