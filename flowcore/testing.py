@@ -7,7 +7,12 @@ them):
   ``Unknown``, ``Hang``, ``HeartbeatTimeout``, ``Responses``; ``Fault``,
   ``Signal``): a
   synchronous host with a virtual clock that runs a flow, its subflows and a
-  scripted world to the end and returns a ``Trajectory``.
+  scripted world to the end and returns a ``Trajectory``. A handler is given
+  a ``Call``, through which it asks its run what a host's handler asks through
+  its context (schedule a call, cancel one, list them, signal a run, publish
+  progress; ``CallError`` when that cannot be done); the trajectory keeps each
+  run's published items (``ProgressItem``: index, key of the work, step, time,
+  data) in ``progress``.
 * **Strategies**: ``flows()`` generates valid specs that use every construct
   of the language; ``event_streams(flow, input)`` generates what a host may
   report to a run, hostile reports included (duplicates, unknown keys, wrong
@@ -79,12 +84,14 @@ from .testkit.generated import generated_world
 from .testkit.simulator import (
     FAULT_KINDS,
     Call,
+    CallError,
     Entry,
     Fail,
     Fault,
     Hang,
     HeartbeatTimeout,
     Ok,
+    ProgressItem,
     Responses,
     RunHistory,
     Signal,
@@ -126,6 +133,7 @@ __all__ = [
     "TEAMS",
     "TOOLS",
     "Call",
+    "CallError",
     "Entry",
     "Exploration",
     "Fail",
@@ -136,6 +144,7 @@ __all__ = [
     "Ok",
     "Point",
     "Progress",
+    "ProgressItem",
     "Responses",
     "RunHistory",
     "Signal",

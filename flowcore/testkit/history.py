@@ -1,7 +1,8 @@
 """What a simulation leaves: one run's history (``RunHistory``, its ``Turn``s
 and its log), ``drive`` (a run fed a fixed list of events), and the
 ``Trajectory`` of a simulation (every effect and event in order, the logs,
-usage, the final status). ``simulator`` describes the simulator.
+usage, the final status, the progress its handlers published). ``simulator``
+describes the simulator.
 
 This module must never do I/O, read a clock or draw a random number.
 """
@@ -16,7 +17,7 @@ import msgspec
 
 from .._errors import EventRejected
 from ..decision.interp import Decision, advance, continue_run, start
-from ..decision.state import State, encode_state
+from ..decision.state import ScheduledAnswer, State, encode_state
 from ..decision.wire import (
     BudgetRemaining,
     Effect,
@@ -40,6 +41,8 @@ class Turn(msgspec.Struct, frozen=True):
     is the unchanged state. In paranoid mode ``before`` is the snapshot of the
     state the event was given to and ``input_after`` the snapshot of that same
     state object after ``advance`` returned or raised: they must be equal.
+    ``scheduled``: what a scheduled-call event from outside answered
+    (``Decision.scheduled``).
     """
 
     event: Event | None
@@ -48,6 +51,7 @@ class Turn(msgspec.Struct, frozen=True):
     rejected: str | None = None
     before: bytes | None = None
     input_after: bytes | None = None
+    scheduled: ScheduledAnswer | None = None
 
 
 @attrs.define
@@ -74,11 +78,13 @@ class RunHistory:
     def effects(self) -> list[Effect]:
         return [e for t in self.turns for e in t.effects]
 
-    def record(self, event: Event, paranoid: bool = False) -> Turn:
+    def record(self, event: Event, paranoid: bool = False, keep_rejected: bool = True) -> Turn:
         """Report ``event`` to the run's current state and append the turn.
 
         When the run continues as new, the next incarnation starts at once, as
         every host starts it: a turn without an event follows (``continued``).
+        ``keep_rejected=False``: a rejected event's turn is returned, not kept
+        (a request a host refuses leaves nothing in the run).
         """
         state = self.state
         before = encode_state(state) if paranoid else None
@@ -89,7 +95,9 @@ class RunHistory:
             turn = Turn(event, (), state, exc.reason, before, after)
         else:
             after = encode_state(state) if paranoid else None
-            turn = Turn(event, d.effects, d.state, None, before, after)
+            turn = Turn(event, d.effects, d.state, None, before, after, d.scheduled)
+        if turn.rejected is not None and not keep_rejected:
+            return turn
         self.turns.append(turn)
         if turn.rejected is None:
             self.continued(event.at_ms)
@@ -213,6 +221,22 @@ class UsageReport:
     by_agent: Mapping[str, UsageLine]
 
 
+@attrs.frozen
+class ProgressItem:
+    """One item a handler published to its run's progress stream (``Call.publish``).
+
+    ``index`` counts the run's items from 0, in the order they were published;
+    ``key`` is the work's idempotency key, ``step`` its step (None for a
+    scheduled call), ``at_ms`` the virtual time, ``data`` a fresh copy.
+    """
+
+    index: int
+    key: str
+    step: str | None
+    at_ms: int
+    data: Any
+
+
 Stop: TypeAlias = Literal["settled", "idle", "max-events", "horizon"]
 
 
@@ -224,7 +248,8 @@ class Trajectory:
     see ``stop`` for why the simulation ended: ``idle`` means nothing more
     was due, e.g. a signal nobody sends). ``entries`` lists every effect and
     event of every run in order; ``log`` holds every run's log records, in
-    the order they were written; ``histories`` each run's turns.
+    the order they were written; ``histories`` each run's turns;
+    ``progress`` each run's published items, in order (``progress_of``).
     """
 
     run_id: str
@@ -236,6 +261,7 @@ class Trajectory:
     log: tuple[Record, ...]
     usage: UsageReport
     histories: Mapping[str, RunHistory]
+    progress: Mapping[str, tuple[ProgressItem, ...]] = attrs.field(factory=dict)
 
     @property
     def output(self) -> Any:
@@ -284,6 +310,10 @@ class Trajectory:
         """One run's log records (the root's by default)."""
         rid = self.run_id if run_id is None else run_id
         return tuple(r for r in self.log if r.run_id == rid)
+
+    def progress_of(self, run_id: str | None = None) -> tuple[ProgressItem, ...]:
+        """One run's progress stream (the root's by default), oldest first."""
+        return self.progress.get(self.run_id if run_id is None else run_id, ())
 
     def describe(self) -> str:
         """Every entry, one per line: for assertion messages."""

@@ -1,6 +1,7 @@
 """What a simulation's script is made of: the responses a handler gives
 (``Ok``, ``Fail``, ``Unknown``, ``Hang``, ``HeartbeatTimeout``, or canned
-``Responses``), the ``Call`` it is given, the faults that change how one
+``Responses``), the ``Call`` it is given (and what it may ask of its run
+through it, refused with ``CallError``), the faults that change how one
 target's calls are answered (``Fault``), the signals scheduled at virtual
 times (``Signal``), and ``SimulationError`` when the script does not say how
 to go on. ``simulator`` describes the simulator.
@@ -11,12 +12,12 @@ This module must never do I/O, read a clock or draw a random number.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
 
 from .._errors import FlowcoreError
-from ..decision.waiting import WorkPlace
+from ..decision.waiting import ScheduledCall, WorkPlace
 from ..decision.wire import AskHuman, Effect, Usage
 from ..language.spec import Flow
 
@@ -25,6 +26,13 @@ Spec: TypeAlias = "Flow | str | bytes | Mapping[str, Any]"
 
 class SimulationError(FlowcoreError):
     """The script does not say how to go on (a test set-up mistake, not a flow bug)."""
+
+
+class CallError(FlowcoreError):
+    """What a handler asked of its run through its ``Call`` cannot be done: bad
+    arguments, data flowcore cannot keep, or a request its run refuses (the
+    message says which, as a host's context says it). Raised in the handler;
+    one it lets through fails its work, as any exception does."""
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -110,6 +118,42 @@ class Responses:
         return self.items[min(n, len(self.items)) - 1]
 
 
+class CallWorld(Protocol):
+    """What a simulation offers the handlers it calls: their requests to its runs
+    (``Call``'s methods check their arguments, then ask this)."""
+
+    def schedule(
+        self,
+        call: Call,
+        tool: str,
+        input: Any,
+        delay_ms: int,
+        request: str,
+        fields: Mapping[str, Any],
+    ) -> str: ...
+
+    def cancel_scheduled(self, call: Call, schedule_id: str) -> bool: ...
+
+    def scheduled(self, call: Call) -> tuple[ScheduledCall, ...]: ...
+
+    def signal(self, call: Call, run_id: str, name: str, payload: Any) -> None: ...
+
+    def publish(self, call: Call, data: Any) -> None: ...
+
+
+class _Order:
+    """The order of one call's ``schedule`` requests: ``<key>#1``, ``<key>#2``..."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def next(self) -> int:
+        self.n += 1
+        return self.n
+
+
 @attrs.frozen
 class Call:
     """What a handler is asked: one effect, with where and when it happens.
@@ -121,6 +165,13 @@ class Call:
     count). ``place``: where the work stands in its run (step, attempt,
     execution class, deadline, remaining budget; ``flowcore.work_place``), the
     fields a host's handler reads from ``flowcore_handlers.context()``.
+
+    A tool's, agent's or team's handler asks its run through the call what a
+    host's handler asks through its context: ``schedule``,
+    ``cancel_scheduled``, ``scheduled``, ``signal`` and ``publish``. Each is
+    done at once, at ``now_ms``, before the handler's own result (which comes
+    later in virtual time); a refusal raises ``CallError``. A human's call
+    (``world`` None) can do none of them.
     """
 
     effect: Effect
@@ -131,6 +182,8 @@ class Call:
     n: int
     now_ms: int
     place: WorkPlace | None = None
+    world: CallWorld | None = attrs.field(default=None, kw_only=True, repr=False, eq=False)
+    _order: _Order = attrs.field(factory=_Order, init=False, repr=False, eq=False)
 
     @property
     def kind(self) -> str:
@@ -141,6 +194,77 @@ class Call:
     @property
     def options(self) -> tuple[str, ...] | None:
         return self.effect.options if isinstance(self.effect, AskHuman) else None
+
+    # --- what a handler asks of its run ---------------------------------------------------
+
+    def schedule(
+        self,
+        tool: str,
+        input: Any = None,
+        *,
+        delay_ms: int | None = None,
+        at_ms: int | None = None,
+        **fields: Any,
+    ) -> str:
+        """Schedule a call to ``tool`` (declared ``schedulable`` by the run's flow)
+        with ``input``, after ``delay_ms`` or at ``at_ms`` (virtual epoch ms; one
+        in the past is due now), neither: now; ``fields`` go to the
+        ``scheduled-add-requested`` event as they are (its other fields). Returns
+        the scheduled call's id: the one a host gives, derived from the request
+        ``<key>#<n>`` (this call's ``n``-th ``schedule``), so the same call
+        issued again under its key gets the same ids and schedules nothing twice.
+        """
+        world = self._world("schedule")
+        if not isinstance(tool, str):
+            raise CallError(f"schedule: the tool is a name (str), not {tool!r}")
+        if delay_ms is not None and at_ms is not None:
+            raise CallError("schedule: give delay_ms or at_ms, not both")
+        for name, value in (("delay_ms", delay_ms), ("at_ms", at_ms)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise CallError(f"schedule: {name} must be an integer >= 0, not {value!r}")
+        delay = delay_ms or 0
+        if at_ms is not None:
+            delay = max(0, at_ms - self.now_ms)
+        request = f"{self.key}#{self._order.next()}"
+        return world.schedule(self, tool, input, delay, request, fields)
+
+    def cancel_scheduled(self, schedule_id: str) -> bool:
+        """Cancel a pending scheduled call of this run (its id, or the id without
+        the ``<run>/`` prefix): True if it was pending; else False, and nothing is
+        recorded."""
+        world = self._world("cancel_scheduled")
+        if not isinstance(schedule_id, str):
+            raise CallError(f"cancel_scheduled: a schedule id is a str, not {schedule_id!r}")
+        return world.cancel_scheduled(self, schedule_id)
+
+    def scheduled(self) -> tuple[ScheduledCall, ...]:
+        """This run's scheduled calls as they stand now, pending and finished,
+        oldest due first (``flowcore.scheduled_calls``)."""
+        return self._world("scheduled").scheduled(self)
+
+    def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` to run ``run_id`` of the simulation, this call's own
+        ``run_id`` included (a name its flow or subflows wait for, as a host
+        checks)."""
+        world = self._world("signal")
+        for what, value in (("run id", run_id), ("signal name", name)):
+            if not isinstance(value, str):
+                raise CallError(f"signal: the {what} is a str, not {value!r}")
+        world.signal(self, run_id, name, payload)
+
+    def publish(self, data: Any) -> None:
+        """Add ``data`` (a text chunk or JSON data) to the run's progress stream,
+        which the ``Trajectory`` keeps (``progress``); data flowcore cannot keep
+        (not flowcore data, over 64 KiB as JSON) raises ``CallError``."""
+        self._world("publish").publish(self, data)
+
+    def _world(self, what: str) -> CallWorld:
+        if self.world is None:
+            raise CallError(
+                f"{what}: only a tool's, agent's or team's handler can ask its run"
+                f" (not the {self.kind} {self.key})"
+            )
+        return self.world
 
 
 FaultKind: TypeAlias = Literal[

@@ -50,6 +50,7 @@ from ..decision.wire import (
 from ..language.spec import Budget, Flow
 from ..log.fork import Fork
 from ..log.records import Record, Recorder, budget_from_wire
+from .asking import Asking
 from .history import Entry, RunHistory, Stop, Trajectory, Turn, UsageLine, UsageReport
 from .script import (
     Call,
@@ -138,6 +139,7 @@ class _Simulation:
         # Work of cancellation wait-cancellation-completed that never answers
         # (Hang), by (run, key): cancelled, it reports that it stopped.
         self.hung: dict[tuple[str, str], CallTool | RunAgent | RunTeam] = {}
+        self.asking = Asking(self)  # what handlers ask of their runs through their Call
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -223,6 +225,7 @@ class _Simulation:
                 by_agent={k: UsageLine(*v) for k, v in sorted(self.by_agent.items())},
             ),
             histories={rid: slot.history for rid, slot in self.runs.items()},
+            progress={rid: tuple(items) for rid, items in self.asking.progress.items()},
         )
 
     def push(self, at: int, run_id: str, event: Event, reorder: bool = False) -> None:
@@ -295,21 +298,27 @@ class _Simulation:
         self.execute(slot, Decision(forked.state, forked.pending))
         return slot
 
-    def deliver(self, slot: _Slot, event: Event) -> None:
+    def deliver(self, slot: _Slot, event: Event, asked: bool = False) -> Turn:
+        """Report ``event`` to the run and carry its decision out. ``asked``: a
+        handler's request, of which a rejected one leaves nothing (its turn is
+        returned for ``Asking`` to refuse)."""
+        turn = slot.history.record(event, self.sim.paranoid, keep_rejected=not asked)
+        if turn.rejected is not None and asked:
+            return turn
         self.count += 1
-        turn = slot.history.record(event, self.sim.paranoid)
         if turn.rejected is not None:
             self.entries.append(
                 Entry(event.at_ms, slot.run_id, "rejected", event=event, reason=turn.rejected)
             )
             self.log.extend(slot.recorder.rejected(event, turn.rejected))
-            return
+            return turn
         self.entries.append(Entry(event.at_ms, slot.run_id, "event", event=event))
         decision = Decision(turn.state, turn.effects)
         self.log.extend(slot.recorder.applied(event, decision))
         if isinstance(event, (EffectSucceeded, EffectFailed)):
             self.charge_agent(event)
         self.execute(slot, decision)
+        return turn
 
     def execute(self, slot: _Slot, decision: Decision) -> None:
         todo = plan(decision)
@@ -397,7 +406,17 @@ class _Simulation:
                 )
             key = effect.idempotency_key
             place = work_place(slot.history.state, key)
-            call = Call(effect, slot.run_id, key, target, _copy(payload), n, self.now, place)
+            call = Call(
+                effect,
+                slot.run_id,
+                key,
+                target,
+                _copy(payload),
+                n,
+                self.now,
+                place,
+                world=self.asking,
+            )
             response = self.respond(handler, call)
             if fault is not None and fault.kind == "unknown":
                 response = Unknown()

@@ -39,6 +39,15 @@ after the next delivery (out of order). When several events are due at the
 same virtual instant, ``order`` may pick which goes first (hypothesis draws
 it); otherwise they go in arrival order.
 
+A handler asks its run through its ``Call`` what a host's handler asks
+through its context (``asking``): it schedules a call, cancels one, lists
+them, signals a run (its own included) and publishes progress. Each request
+is reported to its run at once, at the handler's virtual time, before the
+handler's own result (due later): on a host too the request is applied while
+the handler runs. A scheduled call's request is ``<key>#<n>``, so a re-issued
+call under the same key schedules nothing twice. Published items are kept per
+run in the trajectory (``progress``); they are not events of the run.
+
 Every run's log is recorded with ``Recorder``, so the records are exactly the
 event log format; the result is a ``Trajectory``: every effect and event in
 order, the log, usage (total and per agent member), final status.
@@ -59,11 +68,21 @@ from ..decision.wire import BudgetRemaining, Event
 from ..language.spec import Budget, Flow
 from ..log.fork import fork
 from ..log.records import Record
-from .history import Entry, RunHistory, Trajectory, Turn, UsageLine, UsageReport, drive
+from .history import (
+    Entry,
+    ProgressItem,
+    RunHistory,
+    Trajectory,
+    Turn,
+    UsageLine,
+    UsageReport,
+    drive,
+)
 from .history import as_flow as as_flow
 from .script import (
     FAULT_KINDS,
     Call,
+    CallError,
     Fail,
     Fault,
     Hang,
@@ -80,12 +99,14 @@ from .simulation import _Simulation
 __all__ = [
     "FAULT_KINDS",
     "Call",
+    "CallError",
     "Entry",
     "Fail",
     "Fault",
     "Hang",
     "HeartbeatTimeout",
     "Ok",
+    "ProgressItem",
     "Responses",
     "RunHistory",
     "Signal",
