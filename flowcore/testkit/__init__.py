@@ -2,7 +2,8 @@
 
 ``simulator`` (``Simulator``, ``simulate``; with ``script``: responses,
 calls, faults, signals; ``history``: run histories, ``drive``, the
-``Trajectory``; and ``simulation``: the driving loop in virtual time),
+``Trajectory``; ``simulation``: the driving loop in virtual time; and
+``asking``: what a handler asks of its run through its ``Call``),
 ``vocabulary`` (what generated flows use), ``events`` (single events for a
 state, and a host that makes up its reports), ``generated`` (a simulator
 every generated flow runs in) and ``checks`` (the invariants) need only the
