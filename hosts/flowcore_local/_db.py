@@ -323,6 +323,12 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX progress_by_bytes ON progress (run_id, before)",
     ],
+    # 11: a scheduled call's recurrence and replays (``scheduled_calls.recurrence``,
+    # JSON: everyMs, cron, timezone, count, untilMs, fires, replays; NULL for a
+    # single call never replayed).
+    [
+        "ALTER TABLE scheduled_calls ADD COLUMN recurrence TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -273,11 +273,12 @@ def test_a_database_of_the_schema_before_gets_the_progress_table_empty(tmp_path:
     db = tmp_path / "old.db"
     conn = connect(db)
     conn.execute("DROP TABLE progress")  # as schema 9 was
+    conn.execute("ALTER TABLE scheduled_calls DROP COLUMN recurrence")
     conn.execute("PRAGMA user_version = 9")
     conn.close()
     conn = connect(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
         assert conn.execute("SELECT COUNT(*) FROM progress").fetchone()[0] == 0
     finally:
         conn.close()
