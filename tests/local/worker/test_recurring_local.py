@@ -10,6 +10,8 @@ once, and a call still pending is refused with the reason.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from flowcore_local import HostError, LocalHost
 from flowcore_local._db import SCHEMA_VERSION, connect
 from flowcore_local._scheduled import list_scheduled
 
+from ..client.test_scheduled_local import bad, listed, ok, started
 from ..local_helpers import settle, tools_file, work_until
 
 REMINDERS = """
@@ -177,3 +180,25 @@ def test_a_database_of_the_schema_before_gets_the_recurrence_column(tmp_path: Pa
     finally:
         conn.close()
     assert (row.id, row.every_ms, row.fires, row.replays) == ("r/~scheduled-1", None, 0, 0)
+
+
+def test_recurring_add_and_replay_on_the_command_line(tmp_path: Path) -> None:
+    db, _ = started(tmp_path)
+    d = str(db)
+    added = json.loads(
+        ok("scheduled", "add", "r-1", "pager", "--every", "1h", "--count", "2", "--json", "--db", d)
+    )
+    row = listed(db)[added["id"]]
+    assert (row["everyMs"], row["count"], row["fires"], row["status"]) == (
+        3_600_000,
+        2,
+        0,
+        "pending",
+    )
+    assert row["dueMs"] - row["createdMs"] == 3_600_000  # one period in
+    table = ok("scheduled", "list", "r-1", "--db", d, env={**os.environ, "COLUMNS": "250"})
+    assert "pending (every 1 h 00 min, fired 0/2)" in table
+    assert "--every" in bad("scheduled", "add", "r-1", "pager", "--every", "soon", "--db", d)
+    assert "cron: " in bad("scheduled", "add", "r-1", "pager", "--cron", "0 25 * * *", "--db", d)
+    refused = bad("scheduled", "replay", "r-1", "nudge#1", "--db", d)
+    assert "is still pending: only a succeeded, failed or uncertain call is replayed" in refused
