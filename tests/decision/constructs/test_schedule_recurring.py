@@ -308,3 +308,13 @@ def test_firing_and_replay_keys_read_back(key: str, role: KeyRole, firing: int |
 def test_other_numbered_suffixes_are_not_keys(key: str) -> None:
     with pytest.raises(ValueError, match="not a flowcore key"):
         parse_key(key)
+
+
+def test_the_diagram_shows_the_recurrence() -> None:
+    from flowcore.diagram import build_graph, to_mermaid
+
+    flow = flowcore.parse_flow(STEP % 'cron: "0 9 * * *", timezone: Europe/Paris, count: 3')
+    text = to_mermaid(build_graph(flow))
+    assert "cron 0 9 * * * Europe/Paris<br/>3 times at most" in text
+    flow = flowcore.parse_flow(STEP % "every_ms: 60000")
+    assert "schedule remind in 0ms<br/>every 1m" in to_mermaid(build_graph(flow))
