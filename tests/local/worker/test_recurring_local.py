@@ -13,9 +13,11 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from flowcore_handlers import ContextError, HandlerContext
 from flowcore_local import HostError, LocalHost
 from flowcore_local._db import SCHEMA_VERSION, connect
 from flowcore_local._scheduled import list_scheduled
@@ -202,3 +204,47 @@ def test_recurring_add_and_replay_on_the_command_line(tmp_path: Path) -> None:
     assert "cron: " in bad("scheduled", "add", "r-1", "pager", "--cron", "0 25 * * *", "--db", d)
     refused = bad("scheduled", "replay", "r-1", "nudge#1", "--db", d)
     assert "is still pending: only a succeeded, failed or uncertain call is replayed" in refused
+
+
+class _Recording:
+    """A ContextHost that records what ``add_scheduled`` is given."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+
+    def now(self) -> int:
+        return 1_000
+
+    async def add_scheduled(self, run_id: str, tool: str, *args: Any, **named: Any) -> str:
+        self.asked.append({"args": (run_id, tool, *args), **named})
+        return f"{run_id}/~scheduled-r0"
+
+
+def test_the_context_hands_the_recurrence_to_its_host_only_when_given() -> None:
+    async def main() -> list[dict[str, Any]]:
+        host = _Recording()
+        ctx = HandlerContext(run_id="r", idempotency_key="r/a#1", host=host)  # type: ignore[arg-type]
+        await ctx.aschedule("t", 1, delay_ms=5)
+        await ctx.aschedule("t", 2, cron="0 9 * * *", timezone="Europe/Paris", count=2)
+        await ctx.aschedule("t", 3, every_ms=60_000, until_ms=9_000)
+        for wrong, why in (
+            ({"every_ms": -1}, "every_ms must be an integer >= 0, not -1"),
+            ({"count": "2"}, "count must be an integer >= 0, not '2'"),
+            ({"cron": 5}, "cron must be text, not 5"),
+        ):
+            with pytest.raises(ContextError, match=why):
+                await ctx.aschedule("t", **wrong)
+        return host.asked
+
+    asked = asyncio.run(main())
+    assert asked == [
+        {"args": ("r", "t", 1, 5), "request": "r/a#1#1"},
+        {
+            "args": ("r", "t", 2, 0),
+            "request": "r/a#1#2",
+            "cron": "0 9 * * *",
+            "timezone": "Europe/Paris",
+            "count": 2,
+        },
+        {"args": ("r", "t", 3, 0), "request": "r/a#1#3", "every_ms": 60_000, "until_ms": 9_000},
+    ]
