@@ -21,6 +21,7 @@ from flowcore_handlers import ContextError, HandlerContext
 from flowcore_local import HostError, LocalHost
 from flowcore_local._db import SCHEMA_VERSION, connect
 from flowcore_local._scheduled import list_scheduled
+from flowcore_local._worker import _scheduled_call
 
 from ..client.test_scheduled_local import bad, listed, ok, started
 from ..local_helpers import settle, tools_file, work_until
@@ -248,3 +249,21 @@ def test_the_context_hands_the_recurrence_to_its_host_only_when_given() -> None:
         },
         {"args": ("r", "t", 3, 0), "request": "r/a#1#3", "every_ms": 60_000, "until_ms": 9_000},
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "scheduled"),
+    [
+        ("r/~scheduled-1/call", True),
+        ("r/~scheduled-1/call-2", True),
+        ("r/nudge#1/replay-1", True),
+        ("r/nudge#1", False),
+        ("r/nudge#1/delay-2", False),
+    ],
+)
+def test_firings_and_replays_go_back_to_the_interpreter_after_a_crash(
+    key: str, scheduled: bool
+) -> None:
+    # A scheduled call's worker that dies is reported unknown, never re-dispatched
+    # by the host: each firing and each replay as the first call is.
+    assert _scheduled_call("r", key) is scheduled
