@@ -325,10 +325,11 @@ def call_done(t: Txn, sid: str, out: Outcome) -> None:
         case _:
             assert_never(out)
     if sched.recur is not None and not sched.replays and not sched.stopping:
-        # The run ending stops a recurring call that does not outlive it.
-        due = (
-            None if t.tree.ending is not None and not sched.outlive else _next_due(sched, t.now_ms)
-        )
+        # The run ending stops a recurring call that does not outlive it, and
+        # a cancelled run stops every one (it waits for nothing).
+        ending = t.tree.ending
+        stops = ending is not None and (not sched.outlive or ending.status == "cancelled")
+        due = None if stops else _next_due(sched, t.now_ms)
         if due is not None:
             t.set_sched(sid, _replace(sched, status=SchedStatus.PENDING, due_ms=due, error=error))
             t.timer(keys.delay_key(sid, sched.fires + 1), due, PendingKind.SCHEDULE_DELAY, sid)

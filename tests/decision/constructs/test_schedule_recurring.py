@@ -318,3 +318,50 @@ def test_the_diagram_shows_the_recurrence() -> None:
     assert "cron 0 9 * * * Europe/Paris<br/>3 times at most" in text
     flow = flowcore.parse_flow(STEP % "every_ms: 60000")
     assert "schedule remind in 0ms<br/>every 1m" in to_mermaid(build_graph(flow))
+
+
+OUTLIVING = """
+flow: t
+tools: {remind: {class: idempotent}, slow: {}}
+steps:
+  - id: nudge
+    schedule: {tool: remind, every_ms: 1000, outlive_run: true}
+  - id: work
+    call_tool: {tool: slow}
+"""
+
+
+def test_an_outliving_recurring_call_keeps_the_run_until_cancelled() -> None:
+    r = Run(OUTLIVING)
+    r.fire("r/nudge#1/delay")
+    r.ok("r/work#1", at=1100)  # the steps end; the run waits for its outliving call
+    r.ok("r/nudge#1/call", at=1200)
+    assert r.wire() == [sleep("r/nudge#1/delay-2", 2000)] and r.settled is None
+    r.fire("r/nudge#1/delay-2")
+    r.cancel(at=2100)  # its firing is out: it is not waited for, and fires no more
+    assert r.settled is not None and r.settled.status == "cancelled"
+    assert _call(r, "r/nudge#1").status == "uncertain"
+
+
+def test_a_recurring_call_out_when_the_run_is_cancelled_fires_no_more() -> None:
+    spec = """
+flow: t
+tools: {remind: {class: idempotent}, slow: {}, undo: {}}
+steps:
+  - id: nudge
+    schedule: {tool: remind, every_ms: 1000, outlive_run: true}
+  - id: work
+    call_tool: {tool: slow}
+    compensate: [{id: back, call_tool: {tool: undo}}]
+  - id: wait
+    await_signal: {signal: done}
+"""
+    r = Run(spec)
+    r.fire("r/nudge#1/delay")
+    r.ok("r/work#1", at=1050)
+    r.cancel(at=1100)  # the run compensates, cancelled: it waits for no outliving call
+    assert r.keys() == ["r/back#1"]
+    r.ok("r/nudge#1/call", at=1200)
+    assert r.keys() == [] and _call(r, "r/nudge#1").status == "completed"
+    r.ok("r/back#1", at=1300)
+    assert r.settled is not None and r.settled.status == "cancelled"
