@@ -365,3 +365,20 @@ steps:
     assert r.keys() == [] and _call(r, "r/nudge#1").status == "completed"
     r.ok("r/back#1", at=1300)
     assert r.settled is not None and r.settled.status == "cancelled"
+
+
+def test_the_simulator_plays_every_firing_on_its_virtual_clock() -> None:
+    from flowcore.testing import simulate
+
+    flow = flowcore.parse_flow(
+        STEP.replace("  - id: wait\n    await_signal: {signal: done}\n", "")
+        % "every_ms: 60000, count: 3, outlive_run: true"
+    )
+    traj = simulate(flow, None, default=lambda call: "sent")
+    assert traj.status == "completed"
+    report = {r.idempotency_key: r.status for r in traj.state.settled.report}  # type: ignore[union-attr]
+    assert report == {
+        "run/nudge#1/call": "succeeded",
+        "run/nudge#1/call-2": "succeeded",
+        "run/nudge#1/call-3": "succeeded",
+    }
