@@ -382,3 +382,18 @@ def test_the_simulator_plays_every_firing_on_its_virtual_clock() -> None:
         "run/nudge#1/call-2": "succeeded",
         "run/nudge#1/call-3": "succeeded",
     }
+
+
+@pytest.mark.parametrize(
+    ("until", "message"),
+    [
+        (5, "schedule: until_ms: 5 is before the first firing, due at 1800000"),
+        ("soon", "schedule.until_ms gave 'soon': expected epoch milliseconds"),
+    ],
+)
+def test_a_bad_until_fails_that_call_alone(until: Any, message: str) -> None:
+    r = Run(STEP % 'every_ms: 30m, until_ms: "${input.until}"', {"until": until})
+    call_ = _call(r, "r/nudge#1")
+    assert (call_.status, call_.error and call_.error.type) == ("failed", "invalid-input")
+    assert call_.error is not None and message in call_.error.message
+    assert r.keys() == ["r/wait#1"]  # nothing armed; the run goes on
