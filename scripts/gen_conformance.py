@@ -48,6 +48,7 @@ from flowcore import (  # noqa: E402
     Recorder,
     ScheduledAddRequested,
     ScheduledCancelRequested,
+    ScheduledReplayRequested,
     ScheduledRunNowRequested,
     SignalReceived,
     SubflowSettled,
@@ -258,8 +259,19 @@ class Driver:
         *,
         at: int | None = None,
         reject: bool = False,
+        **recurrence: Any,
     ) -> None:
-        event = ScheduledAddRequested(tool=tool, input=input, delay_ms=delay_ms, at_ms=self._at(at))
+        event = ScheduledAddRequested(
+            tool=tool, input=input, delay_ms=delay_ms, at_ms=self._at(at), **recurrence
+        )
+        self.send(event, reject)
+
+    def replay_scheduled(
+        self, sid: str, *, request: str | None = None, at: int | None = None, reject: bool = False
+    ) -> None:
+        event = ScheduledReplayRequested(
+            schedule_id=self.key(sid), at_ms=self._at(at), request=request
+        )
         self.send(event, reject)
 
 
@@ -1128,6 +1140,75 @@ def _scheduled_add(d: Driver) -> None:
     d.add_scheduled("send_reminder", {"to": "bo"}, 2000)
     d.fire("~scheduled-1/delay")
     d.fail("~scheduled-1/call", "smtp-down")
+    d.signal("done")
+
+
+@case(
+    "schedule-recurring",
+    "schedule with every_ms and count: each firing issues the call under its own keys "
+    "(/delay, /call, then /delay-2, /call-2...); the next firing is the first slot after the "
+    "last due time that is not before the call's end (slots passed while it was out are "
+    "skipped); after count firings the call ends with its last firing's status.",
+    """
+flow: recurring
+tools: {send_reminder: {class: idempotent}}
+steps:
+  - id: nudge
+    schedule: {tool: send_reminder, input: {to: ana}, every_ms: 1000, count: 3, outlive_run: true}
+output: "${steps.nudge.output}"
+""",
+)
+def _schedule_recurring(d: Driver) -> None:
+    d.fire("nudge#1/delay")
+    d.ok("nudge#1/call", "sent", at=2500)  # out past the slot at 2000: it is skipped
+    d.fire("nudge#1/delay-2")
+    d.fail("nudge#1/call-2", "smtp-down")  # a failed firing does not stop the others
+    d.fire("nudge#1/delay-3")
+    d.ok("nudge#1/call-3", "sent")
+
+
+@case(
+    "scheduled-recurring-from-outside",
+    "scheduled-add-requested with a cron in a time zone and until_ms: firings follow the "
+    "cron; a cancel while a firing is out lets that call finish and ends the call cancelled.",
+    MANAGED,
+    input={"who": "ana"},
+)
+def _scheduled_recurring(d: Driver) -> None:
+    d.cancel_scheduled("nudge#1")
+    d.add_scheduled(
+        "send_reminder", {"to": "bo"}, cron="0 9 * * *", timezone="nowhere/Zone", reject=True
+    )
+    d.add_scheduled(
+        "send_reminder",
+        {"to": "bo"},
+        cron="0 9 * * *",
+        timezone="Europe/Paris",
+        until_ms=10 * 86_400_000,
+    )
+    d.fire("~scheduled-1/delay")
+    d.ok("~scheduled-1/call", "sent")
+    d.fire("~scheduled-1/delay-2")
+    d.cancel_scheduled("~scheduled-1")
+    d.ok("~scheduled-1/call-2", "sent")
+    d.signal("done")
+
+
+@case(
+    "scheduled-replay",
+    "scheduled-replay-requested issues a finished scheduled call again, same tool and input, "
+    "under <id>/replay-<n>; the same request again replays nothing; a call still pending is "
+    "refused.",
+    MANAGED,
+    input={"who": "ana"},
+)
+def _scheduled_replay(d: Driver) -> None:
+    d.replay_scheduled("nudge#1", request="q-0", reject=True)  # still pending
+    d.run_now("nudge#1")
+    d.fail("nudge#1/call", "smtp-down")
+    d.replay_scheduled("nudge#1", request="q-1")
+    d.replay_scheduled("nudge#1", request="q-1")  # the same request: nothing more
+    d.ok("nudge#1/replay-1", {"sent": True})
     d.signal("done")
 
 

@@ -67,6 +67,7 @@ EXPECTED = {
     "ScheduledAnswer",
     "ScheduledCall",
     "ScheduledCancelRequested",
+    "ScheduledReplayRequested",
     "ScheduledRunNowRequested",
     "scheduled_calls",
     "source_key",

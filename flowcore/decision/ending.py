@@ -261,6 +261,7 @@ def continue_as_new(t: Txn, key: str, input: Any, idle: int = 0) -> None:
             due_ms=sched.due_ms,
             outlive=sched.outlive,
             outside=sched.outside,
+            **schedule.carried_recurrence(sched),
         )
         for sid, sched in sorted(t.schedules.items())
         if sched.status is SchedStatus.PENDING

@@ -25,6 +25,7 @@ from ..language.spec import Budget, Flow
 from . import constructs, keys
 from . import ending as _ending
 from . import transitions as _transitions
+from .constructs import schedule
 from .outcome import err
 from .results import ResultStore
 from .state import (
@@ -323,9 +324,12 @@ def _carry(t: Txn, continued: ContinueAsNew) -> None:
             created_ms=call.created_ms,
             due_ms=call.due_ms,
             outside=call.outside,
+            recur=schedule.recurrence_of(call),
+            fires=call.fires,
         )
         t.set_sched(call.id, sched)
-        t.timer(keys.delay_key(call.id), call.due_ms, PendingKind.SCHEDULE_DELAY, call.id)
+        delay = keys.delay_key(call.id, call.fires + 1)
+        t.timer(delay, call.due_ms, PendingKind.SCHEDULE_DELAY, call.id)
 
 
 def event_key(event: object) -> str | None:

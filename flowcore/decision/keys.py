@@ -18,6 +18,8 @@ The grammar, for a run ``r-1``::
            | run "/~scheduled-" n                a call scheduled from outside the run
            | run "/~scheduled-r" hex20           one scheduled under a request (its SHA-256)
            | schedule "/delay" | schedule "/call"   a scheduled call's timer and call
+           | schedule "/delay-" n | schedule "/call-" n   firing n (from 2) of a recurring call
+           | schedule "/replay-" n                a finished call's n-th replay
     run    = run-id | run-id "/@" n              n: the incarnation, from 2 (continue_as_new)
     path   = { scope } step
     scope  = step "[" index "]/"                 one loop iteration or fire
@@ -75,6 +77,7 @@ __all__ = [
     "member_key",
     "outside_schedule_id",
     "parse_key",
+    "replay_key",
     "step_key",
     "step_timeout_key",
     "tick_key",
@@ -182,9 +185,9 @@ FINAL_LIST = "!exhausted:"
 """The frame id of the list of ``on_budget_exhausted`` steps."""
 
 
-def delay_key(schedule: str) -> str:
-    """A scheduled call's delay timer."""
-    return f"{schedule}/delay"
+def delay_key(schedule: str, firing: int = 1) -> str:
+    """A scheduled call's delay timer; a recurring call's ``firing`` from 2 gets its own."""
+    return f"{schedule}/delay" if firing <= 1 else f"{schedule}/delay-{firing}"
 
 
 OUTSIDE_SCHEDULE = "~scheduled-"
@@ -203,9 +206,14 @@ def requested_schedule_id(run_id: str, request: str) -> str:
     return f"{run_id}/{OUTSIDE_SCHEDULE}r{digest[:20]}"
 
 
-def call_key(schedule: str) -> str:
-    """A scheduled call's call-tool effect."""
-    return f"{schedule}/call"
+def call_key(schedule: str, firing: int = 1) -> str:
+    """A scheduled call's call-tool effect; a recurring call's ``firing`` from 2 gets its own."""
+    return f"{schedule}/call" if firing <= 1 else f"{schedule}/call-{firing}"
+
+
+def replay_key(schedule: str, replay: int) -> str:
+    """The call-tool of the ``replay``-th replay of a finished scheduled call."""
+    return f"{schedule}/replay-{replay}"
 
 
 # --- frame ids and scopes -----------------------------------------------------------
@@ -271,6 +279,7 @@ class KeyRole(StrEnum):
     DEADLINE = "deadline"
     SCHEDULE_DELAY = "schedule-delay"
     SCHEDULE_CALL = "schedule-call"
+    SCHEDULE_REPLAY = "schedule-replay"  # a finished scheduled call's replay
     OUTSIDE_SCHEDULE = "outside-schedule"  # the id of a call scheduled from outside
 
 
@@ -285,20 +294,25 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int | None  # the attempt; None for a step timeout, a tick, the deadline
     member: str | None = None
     incarnation: int = 1  # the run's incarnation the key belongs to (``continue_as_new``)
+    firing: int | None = None  # a recurring call's firing (from 2), or a replay's number
 
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SCOPE = rf"{_NAME}(?:\[\d+\]|#\d+)/"
 _KEY = re.compile(
     rf"(?P<path>(?:{_SCOPE})*(?P<step>{_NAME}))"
-    rf"(?:#(?P<attempt>\d+)(?P<suffix>/timeout|/attempt-timeout|/backoff|/approval|/delay|/call)?"
+    rf"(?:#(?P<attempt>\d+)(?P<suffix>/timeout|/attempt-timeout|/backoff|/approval|/delay|/call"
+    rf"|/replay)?(?:-(?P<firing>[1-9][0-9]*))?"
     rf"|/(?P<member>{_NAME})#(?P<mattempt>\d+)"
     rf"|/(?P<timeout>timeout)"
     rf"|\[(?P<fire>\d+)\]/(?P<tick>tick))\Z"
 )
 _INCARNATION = re.compile(r"@(?P<n>[2-9]|[1-9][0-9]+)/")
 _LOOP = re.compile(r"\[(\d+)\]")
-_OUTSIDE = re.compile(r"~scheduled-(?P<n>[1-9][0-9]*|r[0-9a-f]{20})(?P<suffix>/delay|/call)?\Z")
+_OUTSIDE = re.compile(
+    r"~scheduled-(?P<n>[1-9][0-9]*|r[0-9a-f]{20})"
+    r"(?P<suffix>/delay|/call|/replay)?(?:-(?P<firing>[1-9][0-9]*))?\Z"
+)
 _SUFFIX_ROLE = {
     None: KeyRole.EFFECT,
     "/timeout": KeyRole.WAIT_TIMEOUT,
@@ -307,6 +321,7 @@ _SUFFIX_ROLE = {
     "/approval": KeyRole.APPROVAL,
     "/delay": KeyRole.SCHEDULE_DELAY,
     "/call": KeyRole.SCHEDULE_CALL,
+    "/replay": KeyRole.SCHEDULE_REPLAY,
 }
 
 
@@ -343,18 +358,21 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
     outside = _OUTSIDE.match(rest)
     if outside is not None:
         suffix = outside["suffix"]
+        firing = _firing(key, suffix, outside["firing"])
         return KeyInfo(
             run_id=run_id,
             role=KeyRole.OUTSIDE_SCHEDULE if suffix is None else _SUFFIX_ROLE[suffix],
             step=None,
-            path=rest if suffix is None else rest[: -len(suffix)],
+            path=rest[: outside.start("suffix")] if suffix is not None else rest,
             loops=(),
             attempt=None,
             incarnation=incarnation,
+            firing=firing,
         )
     m = _KEY.match(rest)
     if m is None:
         raise ValueError(f"not a flowcore key: {key[:200]!r}")
+    firing = _firing(key, m["suffix"], m["firing"])
     path = m["path"]
     loops = tuple(int(i) for i in _LOOP.findall(path))
     if m["member"] is not None:
@@ -375,4 +393,18 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
         attempt=attempt,
         member=member,
         incarnation=incarnation,
+        firing=firing,
     )
+
+
+def _firing(key: str, suffix: str | None, number: str | None) -> int | None:
+    """The firing of a scheduled call's delay or call (from 2) or a replay's number (from 1)."""
+    if suffix == "/replay":
+        if number is None:
+            raise ValueError(f"not a flowcore key: {key[:200]!r} names a replay without its number")
+        return int(number)
+    if number is None:
+        return None
+    if suffix not in ("/delay", "/call") or int(number) < 2:
+        raise ValueError(f"not a flowcore key: {key[:200]!r}")
+    return int(number)

@@ -90,6 +90,7 @@ __all__ = [
     "ReportRow",
     "Resolution",
     "Run",
+    "Recurrence",
     "Sched",
     "SchedStatus",
     "ScheduledAnswer",
@@ -466,6 +467,18 @@ class SchedStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class Recurrence(_S, frozen=True, gc=False, array_like=True):
+    """When a recurring scheduled call fires again: every ``every_ms``, or at
+    each point of ``cron`` read in ``timezone`` (UTC when None); it ends after
+    ``count`` firings or when its next firing would be after ``until_ms``."""
+
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: int | None = None
+    until_ms: int | None = None
+
+
 class Sched(_S, frozen=True, gc=False, array_like=True):
     """A detached scheduled call, and what a person needs to know about it.
 
@@ -489,6 +502,15 @@ class Sched(_S, frozen=True, gc=False, array_like=True):
     finished_ms: int | None = None
     error: ErrorInfo | None = None
     outside: bool = False
+    # A recurring call: its recurrence, the firings issued so far, and whether
+    # it was cancelled while a firing was out (no firing follows that one).
+    recur: Recurrence | None = None
+    fires: int = 0
+    stopping: bool = False
+    # Replays of a finished call: how many were issued, and the requests that
+    # asked for them (the same request again replays nothing).
+    replays: int = 0
+    replay_requests: tuple[str, ...] = ()
 
 
 class Journal(_S, frozen=True, gc=False, array_like=True):

@@ -69,6 +69,7 @@ from .wire import (
     RunTeam,
     ScheduledAddRequested,
     ScheduledCancelRequested,
+    ScheduledReplayRequested,
     ScheduledRunNowRequested,
     SignalReceived,
     SignalRun,
@@ -127,6 +128,7 @@ ANSWERS: Final[dict[type[Event], frozenset[PendingKind]]] = {
     ScheduledCancelRequested: frozenset(),
     ScheduledRunNowRequested: frozenset(),
     ScheduledAddRequested: frozenset(),
+    ScheduledReplayRequested: frozenset(),
 }
 """Event class -> the pending kinds it may answer. Any other pairing is rejected."""
 
@@ -193,6 +195,8 @@ def apply(t: Txn, event: Event) -> None:
             schedule.run_now(t, event.schedule_id)
         case ScheduledAddRequested():
             schedule.add_outside(t, event)
+        case ScheduledReplayRequested():
+            schedule.replay(t, event)
         case _:
             assert_never(event)
     w = t.waiting

@@ -133,6 +133,29 @@ class ScheduledCall(_View, frozen=True):
     error: ErrorInfo | None
     outlive_run: bool
     outside: bool  # added from outside the run (scheduled-add-requested), not by a step
+    # A recurring call: its recurrence (``due_ms`` is then its next firing
+    # while pending) and its firings so far; ``replays``: replays of a finished call.
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: int | None = None
+    until_ms: int | None = None
+    fires: int = 0
+    replays: int = 0
+
+
+def _recurrence(sched: Sched) -> dict[str, Any]:
+    recur = sched.recur
+    out: dict[str, Any] = {"fires": sched.fires, "replays": sched.replays}
+    if recur is not None:
+        out.update(
+            every_ms=recur.every_ms,
+            cron=recur.cron,
+            timezone=recur.timezone,
+            count=recur.count,
+            until_ms=recur.until_ms,
+        )
+    return out
 
 
 def scheduled_calls(state: State, ids: Iterable[str] | None = None) -> tuple[ScheduledCall, ...]:
@@ -159,6 +182,7 @@ def _call(run_id: str, sid: str, sched: Sched) -> ScheduledCall:
         finished_ms=sched.finished_ms,
         error=sched.error,
         outlive_run=sched.outlive,
+        **_recurrence(sched),
         outside=sched.outside,
     )
 

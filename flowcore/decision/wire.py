@@ -18,7 +18,7 @@ This module must never do I/O.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal, TypeAlias, assert_never, get_args
+from typing import Annotated, Any, Final, Literal, TypeAlias, get_args
 
 import msgspec
 
@@ -57,6 +57,7 @@ __all__ = [
     "RunSubflow",
     "RunTeam",
     "ScheduledAddRequested",
+    "ScheduledReplayRequested",
     "ScheduledCancelRequested",
     "ScheduledRunNowRequested",
     "Settled",
@@ -286,6 +287,13 @@ class CarriedCall(_Value, frozen=True, kw_only=True):
     due_ms: NonNegInt = 0
     outlive: bool = False
     outside: bool = False
+    # A recurring call: its recurrence and the firings so far.
+    every_ms: NonNegInt | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: NonNegInt | None = None
+    until_ms: NonNegInt | None = None
+    fires: NonNegInt = 0
 
 
 class ContinueAsNew(_Effect, tag="continue-as-new", frozen=True, kw_only=True):
@@ -422,11 +430,31 @@ class ScheduledRunNowRequested(
 class ScheduledAddRequested(_Event, tag="scheduled-add-requested", frozen=True, kw_only=True):
     """Schedule a call from outside the run: only to a tool declared ``schedulable``.
     ``request`` (who asked, e.g. a handler's ``<key>#1``): the id derives from it;
-    the same request again adds nothing and answers that id."""
+    the same request again adds nothing and answers that id.
+
+    A recurring call gives ``every_ms`` or ``cron`` (with ``timezone``, an
+    IANA name, UTC when absent), and may end after ``count`` firings or once
+    its next firing would come after ``until_ms`` (epoch ms)."""
 
     tool: str
     input: Any = None
     delay_ms: NonNegInt = 0
+    at_ms: NonNegInt
+    request: str | None = None
+    every_ms: NonNegInt | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: NonNegInt | None = None
+    until_ms: NonNegInt | None = None
+
+
+class ScheduledReplayRequested(_Event, tag="scheduled-replay-requested", frozen=True, kw_only=True):
+    """Issue a finished scheduled call again (same tool, same input) as a new
+    attempt under its own key (``<id>/replay-<n>``). Rejected for an unknown id
+    or a call still pending or out. ``request``: the same request again
+    replays nothing and answers as the first did."""
+
+    schedule_id: str
     at_ms: NonNegInt
     request: str | None = None
 
@@ -443,6 +471,7 @@ Event: TypeAlias = (
     | ScheduledCancelRequested
     | ScheduledRunNowRequested
     | ScheduledAddRequested
+    | ScheduledReplayRequested
 )
 
 KeyEvent: TypeAlias = (
@@ -643,79 +672,6 @@ def _plain_usage(usage: object) -> bool:
     return True
 
 
-def _short_names(event: Event) -> bool:
-    if isinstance(event, KeyEvent) and len(event.idempotency_key) > MAX_NAME_CHARS:
-        return False
-    if isinstance(event, SignalReceived):
-        return len(event.signal) <= MAX_NAME_CHARS and len(event.key or "") <= MAX_NAME_CHARS
-    if isinstance(event, (ScheduledCancelRequested, ScheduledRunNowRequested)):
-        return len(event.schedule_id) <= MAX_NAME_CHARS
-    if isinstance(event, ScheduledAddRequested):
-        return len(event.tool) <= MAX_NAME_CHARS
-    if isinstance(event, EffectFailed):
-        return len(event.error.type) <= MAX_NAME_CHARS
-    return True
-
-
-def _check_fields(event: object) -> Event:
-    """``check_event`` field by field: what is wrong, and where (or the event, if nothing)."""
-    if not isinstance(event, Event):
-        hint = (
-            "; to apply a wire dict, pass flowcore.event_from_wire(d)"
-            if isinstance(event, dict)
-            else ""
-        )
-        raise DataError(
-            "$",
-            f"expected a flowcore event (EffectSucceeded, HumanAnswered, ...),"
-            f" got {type(event).__name__}{hint}",
-            "invalid event",
-        )
-    what = "invalid event"
-    _check_count(event.at_ms, "$.atMs")
-    match event:
-        case EffectSucceeded():
-            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
-            check_data(event.output, "$.output", what)
-            _check_usage(event.usage)
-        case EffectFailed():
-            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
-            _check_error(event.error, "$.error")
-            _check_usage(event.usage)
-        case EffectOutcomeUnknown() | TimerFired():
-            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
-        case HumanAnswered():
-            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
-            check_data(event.answer, "$.answer", what)
-        case SignalReceived():
-            check_text(event.signal, "$.signal", what, MAX_NAME_CHARS)
-            if event.key is not None:
-                check_text(event.key, "$.key", what, MAX_NAME_CHARS)
-            check_data(event.payload, "$.payload", what)
-        case SubflowSettled():
-            check_text(event.idempotency_key, "$.idempotencyKey", what, MAX_NAME_CHARS)
-            if event.status not in _STATUSES:
-                raise DataError(
-                    "$.status", f"{short(event.status)} is not one of {sorted(_STATUSES)}", what
-                )
-            check_data(event.output, "$.output", what)
-            _check_usage(event.usage)
-            if event.error is not None:
-                _check_error(event.error, "$.error")
-        case CancelRequested():
-            check_text(event.reason, "$.reason", what)
-        case ScheduledCancelRequested() | ScheduledRunNowRequested():
-            check_text(event.schedule_id, "$.scheduleId", what, MAX_NAME_CHARS)
-        case ScheduledAddRequested():
-            check_text(event.tool, "$.tool", what, MAX_NAME_CHARS)
-            check_data(event.input, "$.input", what)
-            _check_count(event.delay_ms, "$.delayMs")
-        case _:
-            assert_never(event)
-    _check_size(event)
-    return event
-
-
 def effect_from_wire(data: Any) -> Effect:
     """Validate a wire dict into an effect; raises ``WireError`` naming the bad field."""
     if not isinstance(data, dict):
@@ -798,3 +754,8 @@ def result_event(
         error = ErrorInfo(type=UNENCODABLE_OUTPUT, message=message)
         return EffectFailed(idempotency_key=idempotency_key, error=error, at_ms=at_ms)
     return event
+
+
+# The field-by-field checks live beside this module (it would be too long);
+# imported last, as they read the types above.
+from .wire_fields import _check_fields, _short_names  # noqa: E402

@@ -303,6 +303,8 @@ class _Walk:
             safe = self.safe(body.tool)
             issues = SCHEDULED_ATTEMPTS if safe else 1
             call = self.call(body.tool, step, here).times(issues)
+            if body.every_ms is not None or body.cron is not None:  # once per firing
+                call = self.loop(call, body.count, here, f"schedule {step.id!r} has no count")
             self.scheduled.append((step, call))
             why = "its call when the delay fires: " + (
                 f"{issues} issues (a {self.flow.tools[body.tool].exec_class} tool is re-issued"
@@ -310,6 +312,11 @@ class _Walk:
                 if safe
                 else "1 issue"
             )
+            if body.every_ms is not None or body.cron is not None:
+                firings = "any number of" if body.count is None else str(body.count)
+                why = (
+                    f"{firings} firings, each {why.removeprefix('its call when the delay fires: ')}"
+                )
             return self.say(call, f"{why}; per issue 1 step, 1 tool call + {self.what(body.tool)}")
         if isinstance(body, SwitchStep):
             most = ZERO

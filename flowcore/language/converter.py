@@ -212,7 +212,6 @@ def _register_settings(conv: cattrs.Converter) -> dict[type[Any], Any]:
         RunTeamStep,
         CallToolStep,
         AskHumanStep,
-        ScheduleStep,
         FailStep,
         ContinueAsNewStep,
         MaxUsage,
@@ -230,6 +229,7 @@ def _register_settings(conv: cattrs.Converter) -> dict[type[Any], Any]:
             ForEachStep,
             SleepStep,
             RepeatStep,
+            ScheduleStep,
             CancelScheduledStep,
             RunSubflowStep,
         )
@@ -363,6 +363,44 @@ def _register_checked_steps(conv: cattrs.Converter, base: dict[type[Any], Any]) 
         return step
 
     conv.register_structure_hook(RepeatStep, repeat_hook)
+
+    def schedule_hook(value: Any, _: Any) -> ScheduleStep:
+        raw = _mapping(value, "schedule settings")
+        errors: list[Exception] = []
+        cron = raw.get("cron")
+        if isinstance(cron, str):  # else the structure below says so
+            try:
+                _cron(cron)
+            except _Msg as exc:
+                errors.append(_note_attr(exc, "cron"))
+        if isinstance(raw.get("timezone"), str):
+            try:
+                _timezone(raw["timezone"])
+            except _Msg as exc:
+                errors.append(_note_attr(exc, "timezone"))
+            if cron is None:
+                message = "timezone applies to a cron: use it with 'cron'"
+                errors.append(_note_attr(_Msg(message), "timezone"))
+        if cron is not None and raw.get("every_ms") is not None:
+            message = "give one of 'every_ms' or 'cron', not both"
+            errors.append(_note_attr(_Msg(message), "cron"))
+        if cron is None and raw.get("every_ms") is None:
+            for name in ("count", "until_ms"):
+                if raw.get(name) is not None:
+                    message = f"{name} applies to a recurring call: give 'every_ms' or 'cron'"
+                    errors.append(_note_attr(_Msg(message), name))
+        try:
+            step = cast(ScheduleStep, base[ScheduleStep](raw, ScheduleStep))
+        except ClassValidationError as exc:
+            errors.extend(exc.exceptions)
+            step = None
+        if step is not None and step.every_ms == 0:
+            errors.append(_note_attr(_Msg("every_ms must be positive"), "every_ms"))
+        _gather("schedule", errors, ScheduleStep)
+        assert step is not None
+        return step
+
+    conv.register_structure_hook(ScheduleStep, schedule_hook)
 
     signal_run = _mapping_first(conv, SignalRunStep)
 

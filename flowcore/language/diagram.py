@@ -238,6 +238,14 @@ class _Builder:
             exits = [_Exit(nid)]
         elif isinstance(body, ScheduleStep):
             lines = [step.id, f"schedule {body.tool} in {_ms(body.delay_ms)}"]
+            if body.every_ms is not None:
+                lines.append(f"every {_ms(body.every_ms)}")
+            elif body.cron is not None:
+                lines.append(
+                    f"cron {_clip(body.cron)}" + (f" {body.timezone}" if body.timezone else "")
+                )
+            if body.count is not None:
+                lines.append(f"{body.count} times at most")
             if body.outlive_run:
                 lines.append("outlives the run")
             self.g.node(nid, [*lines, *extra], "subroutine")

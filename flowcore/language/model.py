@@ -287,9 +287,17 @@ class RepeatStep:
 @attrs.frozen
 class ScheduleStep:
     tool: Name
-    delay_ms: Duration
+    delay_ms: Duration = Ms(0)
     input: Template = attrs.field(factory=lambda: compile_template(None))
     outlive_run: bool = False
+    # A recurring call: every ``every_ms`` or at each ``cron`` point (in
+    # ``timezone``, UTC when None), ``count`` firings at most, none after
+    # ``until_ms`` (a template giving epoch milliseconds).
+    every_ms: Duration | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: Count | None = None
+    until_ms: Template | None = None
 
 
 @attrs.frozen

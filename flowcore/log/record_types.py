@@ -143,6 +143,8 @@ class ScheduledChangedData(
     attempts: NonNegInt = 0
     due_ms: NonNegInt = 0
     error: ErrorInfo | None = None
+    fires: NonNegInt = 0  # a recurring call's firings so far
+    replays: NonNegInt = 0  # replays of a finished call so far
 
 
 def scheduled_changed_data(sid: str, sched: Sched) -> dict[str, Any]:
@@ -161,6 +163,10 @@ def scheduled_changed_data(sid: str, sched: Sched) -> dict[str, Any]:
         if sched.error.retryable:
             error["retryable"] = True
         data["error"] = error
+    if sched.fires:
+        data["fires"] = sched.fires
+    if sched.replays:
+        data["replays"] = sched.replays
     return data
 
 

@@ -38,6 +38,7 @@ from ..decision.wire import (
     RunTeam,
     ScheduledAddRequested,
     ScheduledCancelRequested,
+    ScheduledReplayRequested,
     ScheduledRunNowRequested,
     Settled,
     SignalReceived,
@@ -70,6 +71,7 @@ _Request: TypeAlias = (
     | ScheduledCancelRequested
     | ScheduledRunNowRequested
     | ScheduledAddRequested
+    | ScheduledReplayRequested
 )
 
 
@@ -385,6 +387,16 @@ class Trajectory:
                         status="scheduled",
                         at=at,
                         note=f"delay {event.delay_ms} ms",
+                    )
+                )
+            case ScheduledReplayRequested():
+                self.rows.append(
+                    TrajectoryEntry(
+                        index=index,
+                        kind="scheduled-replay-requested",
+                        key=event.schedule_id,
+                        status="replayed",
+                        at=at,
                     )
                 )
             case _:

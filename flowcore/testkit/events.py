@@ -26,6 +26,7 @@ from ..decision.wire import (
     RunTeam,
     ScheduledAddRequested,
     ScheduledCancelRequested,
+    ScheduledReplayRequested,
     ScheduledRunNowRequested,
     SignalReceived,
     SignalRun,
@@ -98,6 +99,8 @@ def pending_events(state: State) -> list[Event]:
         if sched.status == "pending":
             out.append(ScheduledCancelRequested(schedule_id=sid, at_ms=at))
             out.append(ScheduledRunNowRequested(schedule_id=sid, at_ms=at))
+        elif sched.status in ("succeeded", "failed", "uncertain"):
+            out.append(ScheduledReplayRequested(schedule_id=sid, at_ms=at))
     for tool, decl in sorted(state.flow.tools.items()):
         if decl.schedulable:
             out.append(ScheduledAddRequested(tool=tool, input={"k": tool}, delay_ms=50, at_ms=at))
@@ -158,15 +161,25 @@ def event_of_kind(kind: str, state: State, choice: int) -> Event:
         return SubflowSettled(idempotency_key=key, status=status, at_ms=at)  # type: ignore[arg-type]
     if kind == "cancel-requested":
         return CancelRequested(reason="because", at_ms=at)
-    if kind in ("scheduled-cancel-requested", "scheduled-run-now-requested"):
+    if kind in (
+        "scheduled-cancel-requested",
+        "scheduled-run-now-requested",
+        "scheduled-replay-requested",
+    ):
         ids = [*sorted(state.schedules), f"{state.run_id}/~scheduled-99"]
         sid = ids[choice % len(ids)]
         if kind == "scheduled-cancel-requested":
             return ScheduledCancelRequested(schedule_id=sid, at_ms=at)
+        if kind == "scheduled-replay-requested":
+            return ScheduledReplayRequested(schedule_id=sid, at_ms=at, request=f"q{choice % 2}")
         return ScheduledRunNowRequested(schedule_id=sid, at_ms=at)
     if kind == "scheduled-add-requested":
         tools = [*sorted(state.flow.tools), "nowhere"]
         tool = tools[choice % len(tools)]
+        if choice % 3 == 2:  # a recurring call
+            return ScheduledAddRequested(
+                tool=tool, input=choice, every_ms=100 * choice, count=2, at_ms=at
+            )
         return ScheduledAddRequested(tool=tool, input=choice, delay_ms=100 * choice, at_ms=at)
     raise ValueError(f"unknown event kind {kind!r}")
 

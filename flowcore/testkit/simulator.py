@@ -143,7 +143,8 @@ class Simulator:
     ``signals`` are sent at their virtual times, ``cancel_at_ms`` requests
     cancellation of the root run. ``events`` are other events from outside the
     root run (``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
-    ``scheduled-add-requested``), each delivered at its ``at_ms``. ``subflows``
+    ``scheduled-add-requested``, ``scheduled-replay-requested``), each delivered
+    at its ``at_ms``. ``subflows``
     is the registry of flows that ``run-subflow`` may start (a mapping by id,
     or flows). ``latency_ms`` is how long every answer takes unless the
     response says otherwise.

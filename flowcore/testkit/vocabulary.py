@@ -60,6 +60,7 @@ EVENT_KINDS = (
     "scheduled-cancel-requested",
     "scheduled-run-now-requested",
     "scheduled-add-requested",
+    "scheduled-replay-requested",
 )
 
 STEP_KINDS = (

@@ -189,7 +189,7 @@ def scheduled_table(rows: Iterable[ScheduledCallView]) -> Table:
             r.id[len(prefix) :] if r.id.startswith(prefix) else r.id,
             r.run_id,
             r.tool,
-            r.status,
+            r.status + _recurrence(r),
             str(r.attempts),
             iso(r.created_ms, "seconds"),
             iso(r.due_ms, "seconds"),
@@ -198,6 +198,21 @@ def scheduled_table(rows: Iterable[ScheduledCallView]) -> Table:
         )
         table.add_row(*(Text(cell) for cell in cells))
     return table
+
+
+def _recurrence(r: ScheduledCallView) -> str:
+    """`` (every 1 h 00 min, fired 2/3)``, `` (cron 0 9 * * * Europe/Paris, fired 1)``,
+    `` (replayed 1)``: what a recurring or replayed call adds to its status."""
+    parts = []
+    if r.every_ms is not None:
+        parts.append(f"every {duration(r.every_ms)}")
+    elif r.cron is not None:
+        parts.append(f"cron {r.cron}" + (f" {r.timezone}" if r.timezone else ""))
+    if parts:
+        parts[0] += f", fired {r.fires}" + ("" if r.count is None else f"/{r.count}")
+    if r.replays:
+        parts.append(f"replayed {r.replays}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def scheduled_answer(done: bool, sid: str, run_id: str, as_json: bool, verb: str = "cancel") -> int:

@@ -33,6 +33,7 @@ from flowcore import (
     RunTeam,
     ScheduledAddRequested,
     ScheduledCancelRequested,
+    ScheduledReplayRequested,
     ScheduledRunNowRequested,
     Settled,
     SignalReceived,
@@ -245,6 +246,8 @@ def describe(item: Item, run_id: str) -> Text | None:
             return line(("◷", "cyan"), f" run-now of scheduled {sid} requested")
         case ScheduledAddRequested(tool=tool, delay_ms=delay):
             return line(("◷", "cyan"), f" scheduled call to {tool} requested, in {duration(delay)}")
+        case ScheduledReplayRequested(schedule_id=sid):
+            return line(("◷", "cyan"), f" replay of scheduled {sid} requested")
         case TimerFired(idempotency_key=key) if not key.endswith("$deadline"):
             return line((f"⏲ {key}", "dim"))
     return None  # a sleep, a deadline's timer

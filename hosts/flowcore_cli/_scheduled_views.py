@@ -46,6 +46,13 @@ class _Row(msgspec.Struct, kw_only=True):
     error: flowcore.ErrorInfo | None = None
     finished_ms: int | None = None
     outside: bool = False
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: int | None = None
+    until_ms: int | None = None
+    fires: int = 0
+    replays: int = 0
 
 
 async def _listed(host: Host, output: Any, values: dict[str, Any]) -> int | None:
@@ -64,6 +71,13 @@ async def _listed(host: Host, output: Any, values: dict[str, Any]) -> int | None
             due_ms=c.due_ms,
             attempts=c.attempts,
             error=None if c.error is None else msgspec.convert(c.error, flowcore.ErrorInfo),
+            every_ms=c.every_ms,
+            cron=c.cron,
+            timezone=c.timezone,
+            count=c.count,
+            until_ms=c.until_ms,
+            fires=c.fires,
+            replays=c.replays,
         )
         for c in output.calls
     ]
@@ -110,7 +124,10 @@ def _list_prepare(op: Operation, values: dict[str, Any]) -> tuple[Operation, dic
 def _add_prepare(op: Operation, values: dict[str, Any]) -> tuple[Operation, dict[str, Any]]:
     delay = duration_value(values["delay_ms"], "--delay", allow_zero=True)
     values["delay"] = delay
-    return op, dict(values, delay_ms=delay)
+    every = values.get("every_ms")
+    if every is not None:
+        every = duration_value(every, "--every", allow_zero=False)
+    return op, dict(values, delay_ms=delay, every_ms=every)
 
 
 async def _added(host: Host, output: Any, values: dict[str, Any]) -> int | None:
@@ -169,17 +186,33 @@ SCHEDULED_VIEWS: Final[dict[str, View]] = {
     "scheduled.add": View(
         "Schedule a call to TOOL in RUN, after --delay; prints its id.\n\n"
         "Only tools the run's flow declares `schedulable: true` under `tools:` are"
-        " accepted; the error lists them.",
-        names={"delay_ms": ("--delay",)},
-        types={"delay_ms": click.STRING},
+        " accepted; the error lists them. With --every or --cron the call recurs:"
+        " its first firing is one period after the delay, a slot that comes while"
+        " a firing is still out is skipped, and it ends after --count firings or"
+        " once the next would be after --until-ms.",
+        names={"delay_ms": ("--delay",), "every_ms": ("--every",)},
+        types={"delay_ms": click.STRING, "every_ms": click.STRING},
         defaults={"delay_ms": "0s"},
         helps={
             "input": "The call's input, as JSON (inline, @FILE or -).",
             "delay_ms": "When it fires: 90s, 2h30m, PT2H, or ms.",
+            "every_ms": "Recur every this long: 30m, 1d, PT1H, or ms.",
+            "cron": "Recur at each point of this 5-field cron.",
+            "timezone": "The IANA time zone the cron is read in (default UTC).",
+            "count": "Fire at most this many times.",
+            "until_ms": "Fire no more after this instant (epoch ms).",
         },
         prepare=_add_prepare,
         render=_added,
         document=_added,
         json_help="Print {runId, id, delayMs} as JSON.",
+    ),
+    "scheduled.replay": View(
+        "Replay RUN's finished scheduled call ID: issue it again, same tool and"
+        " input, as a new attempt.\n\n"
+        "Only a completed, failed or uncertain call is replayed; the error says why"
+        " not. With --request, sending the same request again replays nothing.",
+        metavars=_CALL,
+        helps={"request": "Your name for this request: a retry with it replays once."},
     ),
 }

@@ -67,6 +67,11 @@ class ContextHost(Protocol):
         delay_ms: int = 0,
         *,
         request: str | None = None,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        count: int | None = None,
+        until_ms: int | None = None,
     ) -> str: ...
 
     async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool: ...
@@ -154,30 +159,86 @@ class HandlerContext:
     # --- what a handler asks of its run ------------------------------------------------
 
     def schedule(
-        self, tool: str, input: Any = None, *, delay_ms: int | None = None, at_ms: int | None = None
+        self,
+        tool: str,
+        input: Any = None,
+        *,
+        delay_ms: int | None = None,
+        at_ms: int | None = None,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        count: int | None = None,
+        until_ms: int | None = None,
     ) -> str:
         """Schedule a call to ``tool`` (declared ``schedulable`` by the run's flow)
         with ``input``, after ``delay_ms`` or at ``at_ms`` (epoch ms; one in the
         past is due now), neither: now. Returns the scheduled call's id, the
         same when the handler runs again with the same key (nothing is
-        scheduled twice). A sync call: from an ``async`` handler, ``aschedule``."""
-        return self._sync(self.aschedule(tool, input, delay_ms=delay_ms, at_ms=at_ms))
+        scheduled twice). A recurring call gives ``every_ms`` or ``cron`` (in
+        ``timezone``, an IANA name, UTC by default; the first firing is one
+        period after the delay), and may stop after ``count`` firings or once
+        the next would come after ``until_ms`` (epoch ms). A sync call: from an
+        ``async`` handler, ``aschedule``."""
+        return self._sync(
+            self.aschedule(
+                tool,
+                input,
+                delay_ms=delay_ms,
+                at_ms=at_ms,
+                every_ms=every_ms,
+                cron=cron,
+                timezone=timezone,
+                count=count,
+                until_ms=until_ms,
+            )
+        )
 
     async def aschedule(
-        self, tool: str, input: Any = None, *, delay_ms: int | None = None, at_ms: int | None = None
+        self,
+        tool: str,
+        input: Any = None,
+        *,
+        delay_ms: int | None = None,
+        at_ms: int | None = None,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        count: int | None = None,
+        until_ms: int | None = None,
     ) -> str:
         """``schedule`` for an ``async`` handler."""
         host, run_id = self._host("schedule")
         if delay_ms is not None and at_ms is not None:
             raise ContextError("schedule: give delay_ms or at_ms, not both")
-        for name, value in (("delay_ms", delay_ms), ("at_ms", at_ms)):
+        for name, value in (
+            ("delay_ms", delay_ms),
+            ("at_ms", at_ms),
+            ("every_ms", every_ms),
+            ("count", count),
+            ("until_ms", until_ms),
+        ):
             if value is not None and (type(value) is not int or value < 0):
                 raise ContextError(f"schedule: {name} must be an integer >= 0, not {value!r}")
+        for name, text in (("cron", cron), ("timezone", timezone)):
+            if text is not None and not isinstance(text, str):
+                raise ContextError(f"schedule: {name} must be text, not {text!r}")
         delay = delay_ms or 0
         if at_ms is not None:
             delay = max(0, at_ms - host.now())
         request = f"{self.idempotency_key}#{self._order.next()}"
-        return await host.add_scheduled(run_id, tool, input, delay, request=request)
+        recurrence: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("every_ms", every_ms),
+                ("cron", cron),
+                ("timezone", timezone),
+                ("count", count),
+                ("until_ms", until_ms),
+            )
+            if value is not None
+        }
+        return await host.add_scheduled(run_id, tool, input, delay, request=request, **recurrence)
 
     def cancel_scheduled(self, schedule_id: str) -> bool:
         """Cancel a pending scheduled call of this run: True if it was pending."""

@@ -231,6 +231,22 @@ class ScheduledCallView(Protocol):
     def error(self) -> flowcore.ErrorInfo | None: ...
     @property
     def outside(self) -> bool: ...
+    # A recurring call: its recurrence (``due_ms`` is its next firing while pending)
+    # and its firings so far; ``replays``: replays of a finished call.
+    @property
+    def every_ms(self) -> int | None: ...
+    @property
+    def cron(self) -> str | None: ...
+    @property
+    def timezone(self) -> str | None: ...
+    @property
+    def count(self) -> int | None: ...
+    @property
+    def until_ms(self) -> int | None: ...
+    @property
+    def fires(self) -> int: ...
+    @property
+    def replays(self) -> int: ...
 
 
 class RunCommands(Protocol):
@@ -296,19 +312,36 @@ class RunCommands(Protocol):
 
 class ScheduledCalls(Protocol):
     """A run's scheduled calls: list (of one run, or of every run where the host
-    can), add, cancel, run now."""
+    can), add (once, or recurring: ``every_ms`` or ``cron`` in ``timezone``, at
+    most ``count`` firings, none after ``until_ms``), cancel, run now, and replay
+    a finished one (refused, with the reason, for an unknown id or a call still
+    pending or out; the same ``request`` again replays nothing)."""
 
     async def scheduled(
         self, run_id: str | None = None, tool: str | None = None, status: str | None = None
     ) -> Sequence[ScheduledCallView]: ...
 
     async def add_scheduled(
-        self, run_id: str, tool: str, input: Any = None, delay_ms: int = 0
+        self,
+        run_id: str,
+        tool: str,
+        input: Any = None,
+        delay_ms: int = 0,
+        *,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        count: int | None = None,
+        until_ms: int | None = None,
     ) -> str: ...
 
     async def cancel_scheduled(self, run_id: str, schedule_id: str) -> bool: ...
 
     async def run_scheduled_now(self, run_id: str, schedule_id: str) -> bool: ...
+
+    async def replay_scheduled(
+        self, run_id: str, schedule_id: str, *, request: str | None = None
+    ) -> None: ...
 
 
 class Schedules(Protocol):

@@ -58,6 +58,20 @@ def _checked_budget(budget: Any) -> flowcore.Budget | None:
     return budget
 
 
+def _may_change(call: flowcore.ScheduledCall, event: Event) -> bool:
+    """Whether a cancel or run-now can change ``call``: a pending one, or (cancel)
+    a recurring one whose firing is out, which then has no firing after it."""
+    if call.status == "pending":
+        return True
+    recurring = call.every_ms is not None or call.cron is not None
+    return (
+        isinstance(event, flowcore.ScheduledCancelRequested)
+        and call.status == "running"
+        and recurring
+        and not call.replays
+    )
+
+
 def _relative(key: str, run_id: str) -> str:
     """A key as the run names it (``decide#1`` for ``r-1/decide#1``), read with ``parse_key``."""
     try:
@@ -611,7 +625,7 @@ class LocalClient(LocalReads):
                 if row.status != "running":
                     return []  # a settled run has no pending call
                 calls = flowcore.scheduled_calls(store.state(run_id), [sid])
-                if not calls or calls[0].status != "pending":
+                if not calls or not _may_change(calls[0], event):
                     return []  # unknown, issued or finished: nothing to do, nothing logged
                 applied = store.apply(run_id, event, self.now())
                 if applied.rejected is not None:
@@ -648,6 +662,11 @@ class LocalClient(LocalReads):
         delay_ms: int = 0,
         *,
         request: str | None = None,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        count: int | None = None,
+        until_ms: int | None = None,
     ) -> str:
         """Schedule a call to a tool the run's flow declares ``schedulable``; its id.
 
@@ -655,7 +674,9 @@ class LocalClient(LocalReads):
         and for a run that has settled or is ending. ``request``: the asker's
         name for this request (a handler's context gives ``<key>#<n>``), kept
         in the log: the id derives from it, and the same request again
-        schedules nothing and answers the same id.
+        schedules nothing and answers the same id. A recurring call gives
+        ``every_ms`` or ``cron`` (in ``timezone``), at most ``count`` firings,
+        none after ``until_ms``; a bad recurrence is refused naming the field.
         """
         row = await self.run(run_id)
         if row.status != "running":
@@ -666,9 +687,51 @@ class LocalClient(LocalReads):
             )
         if type(delay_ms) is not int or not 0 <= delay_ms <= MAX_MS:
             raise HostError(f"delay must be an integer from 0 to {MAX_MS:,} ms, not {delay_ms!r}")
+        for name, value in (("every_ms", every_ms), ("count", count), ("until_ms", until_ms)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise HostError(f"{name} must be an integer >= 0, not {value!r}")
         event = flowcore.ScheduledAddRequested(
-            tool=tool, input=input, delay_ms=delay_ms, at_ms=self.now(), request=request
+            tool=tool,
+            input=input,
+            delay_ms=delay_ms,
+            at_ms=self.now(),
+            request=request,
+            every_ms=every_ms,
+            cron=cron,
+            timezone=timezone,
+            count=count,
+            until_ms=until_ms,
         )
+        try:
+            flowcore.check_event(event)
+        except flowcore.FlowcoreError as exc:
+            raise HostError(str(exc)) from None
         applied = await self._apply_now(run_id, event)
         assert applied.scheduled is not None
         return applied.scheduled.id
+
+    async def replay_scheduled(
+        self, run_id: str, schedule_id: str, *, request: str | None = None
+    ) -> None:
+        """Issue a finished scheduled call again (same tool and input) as a new attempt.
+
+        Refused (``HostError`` with the reason) for an unknown id, a call still
+        pending or out, or a settled run. ``request``: the same request again
+        replays nothing (a retried HTTP call replays once).
+        """
+        row = await self.run(run_id)
+        if row.status != "running":
+            raise LocalRunSettled(
+                run_id,
+                contract_status(row.status),
+                f"run {run_id!r} has settled ({row.status}): no call can be replayed",
+            )
+        sid = self._schedule_id(run_id, schedule_id)
+        event = flowcore.ScheduledReplayRequested(
+            schedule_id=sid, at_ms=self.now(), request=request
+        )
+        try:
+            flowcore.check_event(event)
+        except flowcore.FlowcoreError as exc:
+            raise HostError(str(exc)) from None
+        await self._apply_now(run_id, event)

@@ -328,6 +328,12 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE schedules ADD COLUMN owner TEXT",
     ],
+    # 12: a scheduled call's recurrence and replays (``scheduled_calls.recurrence``,
+    # JSON: everyMs, cron, timezone, count, untilMs, fires, replays; NULL for a
+    # single call never replayed).
+    [
+        "ALTER TABLE scheduled_calls ADD COLUMN recurrence TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -73,12 +73,45 @@ class ScheduledRow(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     finished_ms: int | None
     error: flowcore.ErrorInfo | None
     outside: bool
+    # A recurring call (``due_ms`` is its next firing while pending) and replays.
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: int | None = None
+    until_ms: int | None = None
+    fires: int = 0
+    replays: int = 0
 
+
+class _Recurrence(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """The ``recurrence`` column: what a recurring or replayed call adds to its row."""
+
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: int | None = None
+    until_ms: int | None = None
+    fires: int = 0
+    replays: int = 0
+
+
+_RECURRENCE = tuple(_Recurrence.__struct_fields__)
 
 UPSERT = (
     "INSERT OR REPLACE INTO scheduled_calls (run_id, id, tool, input, status, created_ms,"
-    " due_ms, attempts, finished_ms, error, outside) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " due_ms, attempts, finished_ms, error, outside, recurrence)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+_decode_recurrence = msgspec.json.Decoder(_Recurrence).decode
+
+
+def _recurrence(call: flowcore.ScheduledCall) -> str | None:
+    fields = {name: getattr(call, name) for name in _RECURRENCE}
+    if not any(value for value in fields.values()):
+        return None
+    return _encode(_Recurrence(**fields)).decode()
 
 
 def _rows(state: State, ids: Iterable[str] | None) -> list[tuple[Any, ...]]:
@@ -95,6 +128,7 @@ def _rows(state: State, ids: Iterable[str] | None) -> list[tuple[Any, ...]]:
             call.finished_ms,
             None if call.error is None else _encode(call.error).decode(),
             int(call.outside),
+            _recurrence(call),
         )
         for call in flowcore.scheduled_calls(state, ids)
     ]
@@ -127,7 +161,7 @@ def list_scheduled(
             args.append(value)
     query = (
         "SELECT run_id, id, tool, input, status, created_ms, due_ms, attempts, finished_ms,"
-        " error, outside FROM scheduled_calls"
+        " error, outside, recurrence FROM scheduled_calls"
     )
     if where:
         query += " WHERE " + " AND ".join(where)
@@ -145,7 +179,9 @@ def list_scheduled(
         finished,
         error,
         outside,
+        recurrence,
     ) in conn.execute(query, args):
+        recur = _Recurrence() if recurrence is None else _decode_recurrence(recurrence)
         out.append(
             ScheduledRow(
                 id=sid,
@@ -161,6 +197,7 @@ def list_scheduled(
                 if error is None
                 else msgspec.json.decode(error, type=flowcore.ErrorInfo),
                 outside=bool(outside),
+                **{name: getattr(recur, name) for name in _RECURRENCE},
             )
         )
     return out

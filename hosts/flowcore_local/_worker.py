@@ -54,9 +54,10 @@ def _scheduled_call(run_id: str, key: str) -> bool:
     state and log, not only in this host's outbox.
     """
     try:
-        return flowcore.parse_key(key, run_id).role is flowcore.KeyRole.SCHEDULE_CALL
+        role = flowcore.parse_key(key, run_id).role
     except ValueError:
         return False
+    return role in (flowcore.KeyRole.SCHEDULE_CALL, flowcore.KeyRole.SCHEDULE_REPLAY)
 
 
 class _NotPending(Exception):

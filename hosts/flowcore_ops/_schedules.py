@@ -17,6 +17,7 @@ from ._types import (
     AddSchedulesInput,
     BackfillInput,
     CallInput,
+    ReplayScheduledInput,
     RunSummary,
     ScheduleChange,
     ScheduledCallList,
@@ -35,6 +36,7 @@ __all__ = [
     "delete_schedule",
     "list_schedules",
     "pause_schedule",
+    "replay_scheduled",
     "resume_schedule",
     "run_scheduled_now",
     "scheduled",
@@ -56,6 +58,13 @@ def _view(call: ScheduledCallView) -> ScheduledView:
         finished_ms=call.finished_ms,
         error=None if call.error is None else msgspec.to_builtins(call.error),
         outside=call.outside,
+        every_ms=call.every_ms,
+        cron=call.cron,
+        timezone=call.timezone,
+        count=call.count,
+        until_ms=call.until_ms,
+        fires=call.fires,
+        replays=call.replays,
     )
 
 
@@ -75,12 +84,36 @@ async def scheduled(ctx: Context, given: ScheduledInput) -> ScheduledCallList:
 async def add_scheduled(ctx: Context, given: AddScheduledInput) -> ScheduledView:
     running(await owned(ctx, given.run_id))
     call_id = await guard(
-        ctx.host.add_scheduled(given.run_id, given.tool, given.input, given.delay_ms)
+        ctx.host.add_scheduled(
+            given.run_id,
+            given.tool,
+            given.input,
+            given.delay_ms,
+            every_ms=given.every_ms,
+            cron=given.cron,
+            timezone=given.timezone,
+            count=given.count,
+            until_ms=given.until_ms,
+        )
     )
-    for call in await guard(ctx.host.scheduled(given.run_id)):
+    return await _listed(ctx, given.run_id, call_id, "added")
+
+
+async def _listed(ctx: Context, run_id: str, call_id: str, done: str) -> ScheduledView:
+    for call in await guard(ctx.host.scheduled(run_id)):
         if call.id == call_id:
             return _view(call)
-    raise OperationError("rejected", f"scheduled call {call_id!r} was added but is not listed")
+    raise OperationError("rejected", f"scheduled call {call_id!r} was {done} but is not listed")
+
+
+async def replay_scheduled(ctx: Context, given: ReplayScheduledInput) -> ScheduledView:
+    """A finished call (succeeded, failed or uncertain) issued again, same tool and
+    input, as a new attempt; refused for an unknown id or a call still pending or
+    out. The same ``request`` again replays nothing (a retried request replays once)."""
+    running(await owned(ctx, given.run_id))
+    call_id = _full(given.run_id, given.call_id)
+    await guard(ctx.host.replay_scheduled(given.run_id, call_id, request=given.request))
+    return await _listed(ctx, given.run_id, call_id, "replayed")
 
 
 def _full(run_id: str, call_id: str) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "PruneInput",
     "QuestionList",
     "QuestionView",
+    "ReplayScheduledInput",
     "ResumeInput",
     "RunInput",
     "RunPage",
@@ -238,12 +239,30 @@ class ScheduledInput(_In):
 
 
 class AddScheduledInput(_In):
-    """Schedule a call of ``tool`` with ``input`` in ``delayMs`` for a running run."""
+    """Schedule a call of ``tool`` with ``input`` in ``delayMs`` for a running run;
+    a recurring one every ``everyMs`` or at each point of ``cron`` (read in
+    ``timezone``, an IANA name, UTC by default), at most ``count`` times, never
+    after ``untilMs`` (epoch ms)."""
 
     run_id: Name
     tool: Name
     input: Any = None
     delay_ms: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
+    every_ms: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] | None = None
+    cron: Name | None = None
+    timezone: Name | None = None
+    count: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] | None = None
+    until_ms: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] | None = None
+
+
+class ReplayScheduledInput(_In):
+    """Replay a finished scheduled call of a run (its id, or its id relative to the
+    run); ``request``: the caller's name for this request, so that sending it
+    again (a retry) replays once."""
+
+    run_id: Name
+    call_id: Name
+    request: Name | None = None
 
 
 class CallInput(_In):
@@ -387,6 +406,13 @@ class ScheduledView(_Out):
     finished_ms: int | None = None
     error: Any = None
     outside: bool = False
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    count: int | None = None
+    until_ms: int | None = None
+    fires: int = 0  # a recurring call's firings so far; its next is due at dueMs
+    replays: int = 0
 
 
 class ScheduledCallList(_Out):

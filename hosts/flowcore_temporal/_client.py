@@ -322,18 +322,44 @@ class TemporalClient(TemporalReads):
         delay_ms: int = 0,
         *,
         request: str | None = None,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        count: int | None = None,
+        until_ms: int | None = None,
     ) -> str:
         """Schedule a call to a tool the flow declares schedulable; returns its id.
         ``request``: the asker's name for this request (a handler's context gives
         ``<key>#<n>``), kept in the log: the id derives from it, and the same
-        request again schedules nothing and answers the same id."""
+        request again schedules nothing and answers the same id. A recurring call
+        gives ``every_ms`` or ``cron`` (in ``timezone``), at most ``count``
+        firings, none after ``until_ms``."""
         event = {"kind": "scheduled-add-requested", "tool": tool, "delayMs": delay_ms}
         if input is not None:
             event["input"] = input
-        if request is not None:
-            event["request"] = request
+        for name, value in (
+            ("request", request),
+            ("everyMs", every_ms),
+            ("cron", cron),
+            ("timezone", timezone),
+            ("count", count),
+            ("untilMs", until_ms),
+        ):
+            if value is not None:
+                event[name] = value
         sid: str = (await self._scheduled_update(run_id, event))["id"]
         return sid
+
+    async def replay_scheduled(
+        self, run_id: str, schedule_id: str, *, request: str | None = None
+    ) -> None:
+        """Issue a finished scheduled call again as a new attempt; refused
+        (``TemporalHostError`` with the reason) for an unknown id or a call still
+        pending or out. The same ``request`` again replays nothing."""
+        event = {"kind": "scheduled-replay-requested", "scheduleId": _full(run_id, schedule_id)}
+        if request is not None:
+            event["request"] = request
+        await self._scheduled_update(run_id, event)
 
     async def _scheduled_update(self, run_id: str, event: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -93,6 +93,7 @@ _SCHEDULED_KINDS = (
     "scheduled-cancel-requested",
     "scheduled-run-now-requested",
     "scheduled-add-requested",
+    "scheduled-replay-requested",
 )
 
 

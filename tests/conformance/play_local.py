@@ -163,8 +163,23 @@ async def _scheduled(host: LocalHost, run_id: str, event: dict[str, Any]) -> Non
         await host.cancel_scheduled(run_id, event["scheduleId"])
     elif kind == "scheduled-run-now-requested":
         await host.run_scheduled_now(run_id, event["scheduleId"])
+    elif kind == "scheduled-replay-requested":
+        await host.replay_scheduled(run_id, event["scheduleId"], request=event.get("request"))
     else:
-        await host.add_scheduled(run_id, event["tool"], event.get("input"), event.get("delayMs", 0))
+        recurrence = {
+            name: event[field]
+            for name, field in (
+                ("every_ms", "everyMs"),
+                ("cron", "cron"),
+                ("timezone", "timezone"),
+                ("count", "count"),
+                ("until_ms", "untilMs"),
+            )
+            if field in event
+        }
+        await host.add_scheduled(
+            run_id, event["tool"], event.get("input"), event.get("delayMs", 0), **recurrence
+        )
 
 
 class Clock:

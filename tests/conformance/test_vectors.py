@@ -206,6 +206,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "scheduled-cancel-requested",
         "scheduled-run-now-requested",
         "scheduled-add-requested",
+        "scheduled-replay-requested",
     }
     effects = {r["data"]["kind"] for r in records if r["type"] == "effect.emitted"}
     assert effects == {

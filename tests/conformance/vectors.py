@@ -51,6 +51,7 @@ SCHEDULED_KINDS = (
     "scheduled-cancel-requested",
     "scheduled-run-now-requested",
     "scheduled-add-requested",
+    "scheduled-replay-requested",
 )
 API_KINDS = ("human-answered", "signal-received", "cancel-requested", *SCHEDULED_KINDS)
 

@@ -44,6 +44,7 @@ from flowcore.decision.wire import (
     RunTeam,
     ScheduledAddRequested,
     ScheduledCancelRequested,
+    ScheduledReplayRequested,
     ScheduledRunNowRequested,
     Settled,
     SettledStatus,
@@ -235,6 +236,10 @@ def _effect_strategies() -> dict[type[Effect], st.SearchStrategy[Effect]]:
                     due_ms=non_neg_ints(),
                     outlive=st.booleans(),
                     outside=st.booleans(),
+                    every_ms=st.none() | non_neg_ints(),
+                    cron=st.none() | texts(),
+                    count=st.none() | non_neg_ints(),
+                    fires=non_neg_ints(),
                 ),
                 max_size=2,
             ).map(tuple),
@@ -291,6 +296,17 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
             tool=texts(),
             input=json_values(),
             delay_ms=non_neg_ints(),
+            at_ms=non_neg_ints(),
+            request=st.none() | texts(),
+            every_ms=st.none() | non_neg_ints(),
+            cron=st.none() | texts(),
+            timezone=st.none() | texts(),
+            count=st.none() | non_neg_ints(),
+            until_ms=st.none() | non_neg_ints(),
+        ),
+        ScheduledReplayRequested: st.builds(
+            ScheduledReplayRequested,
+            schedule_id=texts(),
             at_ms=non_neg_ints(),
             request=st.none() | texts(),
         ),
@@ -552,7 +568,20 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "cancel-requested": ("kind", "reason?", "atMs"),
     "scheduled-cancel-requested": ("kind", "scheduleId", "atMs"),
     "scheduled-run-now-requested": ("kind", "scheduleId", "atMs"),
-    "scheduled-add-requested": ("kind", "tool", "input?", "delayMs?", "atMs", "request?"),
+    "scheduled-add-requested": (
+        "kind",
+        "tool",
+        "input?",
+        "delayMs?",
+        "atMs",
+        "request?",
+        "everyMs?",
+        "cron?",
+        "timezone?",
+        "count?",
+        "untilMs?",
+    ),
+    "scheduled-replay-requested": ("kind", "scheduleId", "atMs", "request?"),
 }
 
 VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
@@ -578,7 +607,21 @@ VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
     ErrorInfo: ("type", "message?", "retryable?", "details?", "cause?", "attempts?"),
     ReportEntry: ("idempotencyKey", "effect", "target", "status"),
     CarriedSignal: ("signal", "payload?", "key?"),
-    CarriedCall: ("id", "tool", "input?", "createdMs?", "dueMs?", "outlive?", "outside?"),
+    CarriedCall: (
+        "id",
+        "tool",
+        "input?",
+        "createdMs?",
+        "dueMs?",
+        "outlive?",
+        "outside?",
+        "everyMs?",
+        "cron?",
+        "timezone?",
+        "count?",
+        "untilMs?",
+        "fires?",
+    ),
 }
 
 
@@ -614,6 +657,7 @@ def test_event_kinds_are_exactly() -> None:
         "scheduled-cancel-requested",
         "scheduled-run-now-requested",
         "scheduled-add-requested",
+        "scheduled-replay-requested",
     }
     assert len(kinds) == len(EVENT_TYPES)
     assert set(EVENT_FIELDS) == kinds

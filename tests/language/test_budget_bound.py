@@ -246,6 +246,18 @@ def test_a_scheduled_call_costs_its_issues_when_it_fires() -> None:
     assert spend(b) == (3 + 3, 30, 3 + 2)
 
 
+def test_a_recurring_call_costs_its_issues_per_firing_and_needs_a_count() -> None:
+    b = bound("""
+  - {id: daily, schedule: {tool: paid, cron: "0 9 * * *", count: 4}}
+""")
+    assert spend(b) == (4 * 3, 4 * 30, 4 * 2)
+    b = bound("""
+  - {id: ever, schedule: {tool: ro, every_ms: 1000}}
+""")
+    assert b.steps is None
+    assert ("schedule", "steps[0].schedule", "schedule 'ever' has no count") in reasons(b)
+
+
 def test_scheduled_calls_carry_over_to_the_next_incarnation() -> None:
     b = bound("""
   - {id: later, schedule: {tool: ro, delay_ms: 10}}

@@ -1,6 +1,6 @@
 """The parity scenarios' world on the local host: a real SQLite file, its runs
 worked until each asks its question (and ``p-fail`` has failed), two scheduled
-calls on ``p-main``."""
+calls pending on ``p-main`` and one it ran to its end."""
 
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ async def local_world(folder: Path) -> AsyncIterator[tuple[LocalHost, dict[str, 
         await work_until(host, ready)
         first = await host.add_scheduled("p-main", "remind", {"to": "bob"}, 3_600_000)
         second = await host.add_scheduled("p-main", "remind", {"to": "cy"}, 3_600_000)
+        done = await host.add_scheduled("p-main", "remind", {"to": "di"})
+
+        async def ran() -> bool:
+            return any(
+                c.id == done and c.status == "completed" for c in await host.scheduled("p-main")
+            )
+
+        await work_until(host, ran)
         start, end = past_window()
         yield (
             host,
@@ -61,6 +69,7 @@ async def local_world(folder: Path) -> AsyncIterator[tuple[LocalHost, dict[str, 
                 "flow_v2": str(files["parity-v2.yaml"]),
                 "call_id": first,
                 "call_id_2": second,
+                "call_id_done": done,
                 "past_start": start,
                 "past_end": end,
                 "folder": folder,

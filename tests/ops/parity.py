@@ -151,8 +151,14 @@ SCENARIOS: dict[str, Scenario] = {
             "tool": "remind",
             "input": {"to": "ann"},
             "delayMs": 3_600_000,
+            "everyMs": 3_600_000,
+            "count": 2,
         },
-        lambda out: out.tool == "remind" and out.status == "pending",
+        lambda out: (
+            out.tool == "remind"
+            and out.status == "pending"
+            and (out.every_ms, out.count, out.fires) == (3_600_000, 2, 0)
+        ),
     ),
     "scheduled.list": Scenario(
         lambda f: {"runId": f["runs"]["p-main"]}, lambda out: len(out.calls) >= 1
@@ -160,6 +166,11 @@ SCENARIOS: dict[str, Scenario] = {
     "scheduled.run-now": Scenario(lambda f: {"runId": f["runs"]["p-main"], "callId": _call_id(f)}),
     "scheduled.cancel": Scenario(
         lambda f: {"runId": f["runs"]["p-main"], "callId": f["call_id_2"]}
+    ),
+    # A call the world ran to its end, replayed under a request (a retry replays once).
+    "scheduled.replay": Scenario(
+        lambda f: {"runId": f["runs"]["p-main"], "callId": f["call_id_done"], "request": "r-1"},
+        lambda out: out.replays == 1 and out.status in ("running", "completed"),
     ),
     "schedule.add": Scenario(
         lambda f: {"flow": f["flow"]},
@@ -219,6 +230,7 @@ ORDER = [
     "scheduled.list",
     "scheduled.run-now",
     "scheduled.cancel",
+    "scheduled.replay",
     "signal",
     "answer",
     "signal-key",

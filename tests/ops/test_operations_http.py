@@ -65,3 +65,41 @@ def test_a_failure_over_http_has_its_declared_status(tmp_path: Path) -> None:
                     assert (refused.value.status, refused.value.type) == (status, code), name
 
     asyncio.run(main())
+
+
+def test_recurring_add_and_replay_over_http(tmp_path: Path) -> None:
+    """A recurring add shows its recurrence; a replay is refused for a pending call
+    (with the reason) and a bad recurrence names its field; a retried replay (the
+    same request) replays once."""
+
+    async def main() -> None:
+        async with local_world(tmp_path) as (host, facts):
+            async with http_client(host, tmp_path) as client:
+                added = await over_http(
+                    client,
+                    "scheduled.add",
+                    {"runId": "p-main", "tool": "remind", "cron": "0 9 * * 1", "timezone": "UTC"},
+                )
+                assert (added.cron, added.timezone, added.every_ms) == ("0 9 * * 1", "UTC", None)
+                bad = {"runId": "p-main", "tool": "remind", "timezone": "Mars/Olympus"}
+                with pytest.raises(Refused) as refused:
+                    await over_http(client, "scheduled.add", {**bad, "cron": "0 9 * * *"})
+                assert refused.value.status == 422 and "timezone" in str(refused.value)
+                pending = {"runId": "p-main", "callId": facts["call_id"]}
+                with pytest.raises(Refused) as refused:
+                    await over_http(client, "scheduled.replay", pending)
+                assert (refused.value.status, refused.value.type) == (422, "rejected")
+                assert "is still pending" in str(refused.value)
+                done = {"runId": "p-main", "callId": facts["call_id_done"], "request": "q"}
+                for _ in range(2):  # the second is a retry
+                    out = await over_http(client, "scheduled.replay", done)
+                    assert out.replays == 1
+            records = await host.records("p-main")
+        replays = [
+            r.data["idempotencyKey"]
+            for r in records
+            if r.type == "effect.emitted" and r.data.get("idempotencyKey", "").endswith("replay-1")
+        ]
+        assert replays == [f"{facts['call_id_done']}/replay-1"]
+
+    asyncio.run(main())

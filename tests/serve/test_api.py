@@ -156,6 +156,7 @@ RUN_ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/scheduled", None),
     ("POST", "/scheduled/c-1/cancel", None),
     ("POST", "/scheduled/c-1/run-now", None),
+    ("POST", "/scheduled/c-1/replay", None),
     ("POST", "/scheduled", {"tool": "notify"}),
     ("POST", "/resume", None),
     ("POST", "/fork", {}),

@@ -31,7 +31,8 @@ async def temporal_world(
     address: str, folder: Path
 ) -> AsyncIterator[tuple[ft.TemporalHost, dict[str, Any]]]:
     """A worker on a fresh queue, the world's runs started there and asking (p-fail
-    failed), two scheduled calls on p-main; the facts the scenarios read."""
+    failed), two scheduled calls pending on p-main and one done; the facts the
+    scenarios read."""
     files = write_files(folder)
     prefix = unique("par") + "-"
     flow_id = prefix.rstrip("-").replace("-", "_")
@@ -56,6 +57,12 @@ async def temporal_world(
         main = prefix + "p-main"
         first = await host.add_scheduled(main, "remind", {"to": "bob"}, 3_600_000)
         second = await host.add_scheduled(main, "remind", {"to": "cy"}, 3_600_000)
+        done = await host.add_scheduled(main, "remind", {"to": "di"})
+
+        async def ran() -> bool:
+            return any(c.id == done and c.status == "completed" for c in await host.scheduled(main))
+
+        await eventually(ran, "the world's scheduled call done", timeout=60)
         start, end = past_window()
         names = [*runs(), "p-new", "p-fork"]
         yield (
@@ -65,6 +72,7 @@ async def temporal_world(
                 "flow_v2": str(files["parity-v2.yaml"]),
                 "call_id": first,
                 "call_id_2": second,
+                "call_id_done": done,
                 "past_start": start,
                 "past_end": end,
                 "folder": folder,

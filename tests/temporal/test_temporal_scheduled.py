@@ -10,6 +10,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+import flowcore
 import flowcore_temporal as ft
 
 from .support import eventually, running_host, unique
@@ -144,5 +145,60 @@ def test_scheduled_calls_are_listed_and_managed_from_the_command_and_the_api(
             await host.signal(rid, "done")
             result = await asyncio.wait_for(host.result(rid), 20)
             assert result["status"] == "completed"
+
+    asyncio.run(main())
+
+
+RECURRING = """
+flow: recurring
+tools:
+  echo: {class: idempotent, schedulable: true}
+steps:
+  - id: wait
+    await_signal: {signal: done}
+"""
+
+
+def test_a_recurring_call_fires_its_count_and_a_finished_one_is_replayed(
+    temporal_address: str,
+) -> None:
+    """TemporalHost.add_scheduled with every_ms and count, then replay_scheduled:
+    each firing and the replay under its own key, the same request replaying once."""
+
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = await host.start(RECURRING, None, unique("recur"))
+            sid = await host.add_scheduled(rid, "echo", {"n": 1}, every_ms=200, count=2)
+            with pytest.raises(ft.TemporalHostError, match="is still pending"):
+                await host.replay_scheduled(rid, sid, request="again")
+            with pytest.raises(ft.TemporalHostError, match="count: must be at least 1"):
+                await host.add_scheduled(rid, "echo", every_ms=200, count=0)
+
+            async def listed() -> flowcore.ScheduledCall | None:
+                return next((c for c in await host.scheduled(rid) if c.id == sid), None)
+
+            async def fired_twice() -> bool:
+                call = await listed()
+                return call is not None and call.status == "completed" and call.fires == 2
+
+            await eventually(fired_twice, "two firings", timeout=30)
+            await host.replay_scheduled(rid, sid, request="again")
+            await host.replay_scheduled(rid, sid, request="again")  # a retry: nothing more
+
+            async def replayed() -> bool:
+                call = await listed()
+                return call is not None and call.status == "completed" and call.replays == 1
+
+            await eventually(replayed, "the replay", timeout=30)
+            await host.signal(rid, "done")
+            result = await asyncio.wait_for(host.result(rid), 20)
+            assert result["status"] == "completed"
+            log = await host.handle(rid).query(ft.LOG_QUERY)
+            calls = [
+                r["data"]["idempotencyKey"]
+                for r in log
+                if r["type"] == "effect.emitted" and r["data"]["kind"] == "call-tool"
+            ]
+            assert calls == [f"{sid}/call", f"{sid}/call-2", f"{sid}/replay-1"]
 
     asyncio.run(main())

@@ -21,23 +21,52 @@ A call whose outcome is unknown (its host died while it ran) is issued
 again under the same key when its tool is readonly or idempotent, up to
 ``ATTEMPTS`` issues in all; otherwise (or then) it is ``uncertain``.
 
+A recurring call (``every_ms`` or ``cron``) is issued once per firing:
+firing ``n`` has its own delay and call keys (``/delay-n``, ``/call-n`` from
+the second; the first keeps a single call's). When a firing's call ends, the
+next firing is armed at the first slot after the previous due time that is
+not before now (the event's ``at_ms``): slots that came while the call was
+out are skipped, never caught up, so firings never overlap. It ends with
+its last firing's status after ``count`` firings, or when the next slot
+would be after ``until_ms``; a cancel while a firing is out lets that call
+finish and ends it ``cancelled``.
+
+``scheduled-replay-requested`` issues a finished call (succeeded, failed or
+uncertain) again, same tool and input, under ``<id>/replay-<n>``; the same
+``request`` again replays nothing.
+
 Every change to a scheduled call goes through ``Txn.set_sched``, so the
 decision's journal names it and hosts log it (``scheduled.changed``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 import msgspec
 
 from ..._errors import EventRejected
 from ...language.defaults import SCHEDULED_ATTEMPTS
 from ...language.spec import MAX_MS, CancelScheduledStep, ScheduleStep
+from ...language.times import check_cron, check_zone, next_cron_ms
 from .. import keys
-from ..outcome import Failed, Ok
-from ..state import Pending, PendingKind, Sched, SchedStatus, ScheduledAnswer, StepFrame
-from ..wire import CallTool, ErrorInfo, ScheduledAddRequested
+from ..outcome import Failed, Ok, err
+from ..state import (
+    Pending,
+    PendingKind,
+    Recurrence,
+    Sched,
+    SchedStatus,
+    ScheduledAnswer,
+    StepFrame,
+)
+from ..wire import (
+    CallTool,
+    CarriedCall,
+    ErrorInfo,
+    ScheduledAddRequested,
+    ScheduledReplayRequested,
+)
 from .leaf import tool_input_error
 
 if TYPE_CHECKING:
@@ -52,9 +81,13 @@ __all__ = [
     "call_done",
     "call_unknown",
     "cancel_outside",
+    "carried_recurrence",
     "cancel_pending",
     "delay_over",
     "outstanding",
+    "recurrence_of",
+    "recurrence_problem",
+    "replay",
     "run_now",
     "settle_open",
 ]
@@ -67,10 +100,31 @@ _replace = msgspec.structs.replace
 
 def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
     delay = t.duration(frame, body.delay_ms, "schedule.delay_ms", zero=True)
+    every = None
+    if body.every_ms is not None:
+        every = t.duration(frame, body.every_ms, "schedule.every_ms", zero=False)
     sid = t.key(frame)
     value = body.input.evaluate(t.resolver(frame.env, frame.attempt))
-    due = t.now_ms + delay
+    until: object = None
+    if body.until_ms is not None:
+        until = body.until_ms.evaluate(t.resolver(frame.env, frame.attempt))
+    recur: Recurrence | None = None
+    if every is not None or body.cron is not None:
+        recur = Recurrence(
+            every_ms=every,
+            cron=body.cron,
+            timezone=body.timezone,
+            count=body.count,
+            until_ms=until if type(until) is int else None,
+        )
+    due = _first_due(t.now_ms + delay, recur)
     invalid = tool_input_error(t, body.tool, value)
+    if invalid is None and until is not None and (type(until) is not int or until < 0):
+        message = f"schedule.until_ms gave {until!r}: expected epoch milliseconds (an integer >= 0)"
+        invalid = err("invalid-input", message)
+    if invalid is None and recur is not None:
+        problem = recurrence_problem(recur, due)
+        invalid = None if problem is None else err("invalid-input", f"schedule: {problem}")
     if invalid is not None and t.semantics < 3:
         return Failed(invalid)  # before level 3: the step fails, nothing is scheduled
     if invalid is not None:
@@ -85,34 +139,170 @@ def begin(t: Txn, frame: StepFrame, body: ScheduleStep) -> Outcome | None:
             due_ms=due,
             finished_ms=t.now_ms,
             error=invalid,
+            recur=recur,
         )
         t.set_sched(sid, sched)
         return Ok(sid)
     sched = Sched(
-        SchedStatus.PENDING, body.tool, value, body.outlive_run, created_ms=t.now_ms, due_ms=due
+        SchedStatus.PENDING,
+        body.tool,
+        value,
+        body.outlive_run,
+        created_ms=t.now_ms,
+        due_ms=due,
+        recur=recur,
     )
     t.set_sched(sid, sched)
     t.timer(keys.delay_key(sid), due, PendingKind.SCHEDULE_DELAY, sid)
     return Ok(sid)
 
 
+# --- recurrence ---------------------------------------------------------------------------
+
+
+def _first_due(start_ms: int, recur: Recurrence | None) -> int:
+    """When a call first fires: at ``start_ms`` (now + delay) for a single call;
+    one period later for ``every_ms``; the first cron point after it for ``cron``."""
+    if recur is None:
+        return start_ms
+    if recur.every_ms is not None:
+        return start_ms + recur.every_ms
+    if recur.cron is None or _cron_problem(recur) is not None:
+        return start_ms  # refused by recurrence_problem
+    return next_cron_ms(recur.cron, recur.timezone, start_ms)
+
+
+def _cron_problem(recur: Recurrence) -> str | None:
+    if recur.cron is None:
+        return None
+    try:
+        if recur.timezone is not None:
+            check_zone(recur.timezone)
+        check_cron(recur.cron, recur.timezone)
+    except ValueError as exc:
+        field = "timezone" if "time zone" in str(exc) else "cron"
+        return f"{field}: {exc}"
+    return None
+
+
+def recurrence_problem(recur: Recurrence, first_due: int) -> str | None:
+    """What is wrong with a recurrence whose first firing is at ``first_due``
+    (the field named first), or None."""
+    if recur.every_ms is not None and recur.cron is not None:
+        return "every_ms and cron: give one of them, not both"
+    if recur.every_ms is None and recur.cron is None:
+        for name in ("timezone", "count", "until_ms"):
+            if getattr(recur, name) is not None:
+                return f"{name}: applies to a recurring call (give every_ms or cron)"
+        return None
+    if recur.every_ms is not None and not 0 < recur.every_ms <= MAX_MS:
+        return f"every_ms: {recur.every_ms} is not from 1 to {MAX_MS:,} ms"
+    if recur.timezone is not None and recur.cron is None:
+        return "timezone: applies to a cron: use it with cron, not every_ms"
+    problem = _cron_problem(recur)
+    if problem is not None:
+        return problem
+    if recur.count is not None and recur.count < 1:
+        return f"count: must be at least 1, not {recur.count}"
+    if recur.until_ms is not None and recur.until_ms < first_due:
+        return f"until_ms: {recur.until_ms} is before the first firing, due at {first_due}"
+    return None
+
+
+def _next_due(sched: Sched, now_ms: int) -> int | None:
+    """The next firing of a recurring call whose last firing just ended: the first
+    slot after its last due time that is not before now (slots that passed while
+    the call was out are skipped); None when it has fired ``count`` times or the
+    slot is after ``until_ms``."""
+    recur = sched.recur
+    assert recur is not None
+    if recur.count is not None and sched.fires >= recur.count:
+        return None
+    last = sched.due_ms
+    if recur.every_ms is not None:
+        behind = max(0, now_ms - last)
+        slots = max(1, -(-behind // recur.every_ms))
+        due = last + slots * recur.every_ms
+    else:
+        assert recur.cron is not None
+        due = next_cron_ms(recur.cron, recur.timezone, max(last, now_ms - 1))
+    if recur.until_ms is not None and due > recur.until_ms:
+        return None
+    return due
+
+
+def carried_recurrence(sched: Sched) -> dict[str, Any]:
+    """The recurrence fields of a ``CarriedCall`` for ``sched`` (none for a single call)."""
+    recur = sched.recur
+    if recur is None:
+        return {}
+    return {
+        "every_ms": recur.every_ms,
+        "cron": recur.cron,
+        "timezone": recur.timezone,
+        "count": recur.count,
+        "until_ms": recur.until_ms,
+        "fires": sched.fires,
+    }
+
+
+def recurrence_of(call: CarriedCall) -> Recurrence | None:
+    """The recurrence a carried call brings into the next incarnation."""
+    if call.every_ms is None and call.cron is None:
+        return None
+    return Recurrence(
+        every_ms=call.every_ms,
+        cron=call.cron,
+        timezone=call.timezone,
+        count=call.count,
+        until_ms=call.until_ms,
+    )
+
+
+def _call_key(sid: str, sched: Sched) -> str:
+    """The key of the call-tool ``sched`` has out (or last had)."""
+    if sched.replays:
+        return keys.replay_key(sid, sched.replays)
+    return keys.call_key(sid, sched.fires)
+
+
 def begin_cancel(t: Txn, frame: StepFrame, body: CancelScheduledStep) -> Outcome | None:
     sid = body.id.evaluate(t.resolver(frame.env, frame.attempt))
     sched = t.schedules.get(sid) if isinstance(sid, str) else None
-    if sched is None or sched.status is not SchedStatus.PENDING:
+    if sched is None or not _cancellable(sched):
         return Ok(False)
     _cancel(t, sid, sched)
     return Ok(True)
 
 
+def _cancellable(sched: Sched) -> bool:
+    """Pending, or a recurring call whose firing is out and still has firings to come."""
+    if sched.status is SchedStatus.PENDING:
+        return True
+    return (
+        sched.status is SchedStatus.CALLED
+        and sched.recur is not None
+        and not sched.replays
+        and not sched.stopping
+    )
+
+
 def _cancel(t: Txn, sid: str, sched: Sched) -> None:
+    if sched.status is SchedStatus.CALLED:  # a recurring call's firing is out: it finishes
+        t.set_sched(sid, _replace(sched, stopping=True))
+        return
     t.set_sched(sid, _replace(sched, status=SchedStatus.CANCELLED, finished_ms=t.now_ms))
-    t.drop_key(keys.delay_key(sid))
+    t.drop_key(keys.delay_key(sid, sched.fires + 1))
 
 
 def _issue(t: Txn, sid: str, sched: Sched) -> None:
-    t.set_sched(sid, _replace(sched, status=SchedStatus.CALLED, attempts=sched.attempts + 1))
-    effect = CallTool(tool=sched.tool, input=sched.input, idempotency_key=keys.call_key(sid))
+    if sched.recur is not None:  # a new firing: its own key, its own attempts
+        fires = sched.fires + 1
+        sched = _replace(sched, status=SchedStatus.CALLED, attempts=1, fires=fires)
+    else:
+        sched = _replace(sched, status=SchedStatus.CALLED, attempts=sched.attempts + 1)
+    t.set_sched(sid, sched)
+    effect = CallTool(tool=sched.tool, input=sched.input, idempotency_key=_call_key(sid, sched))
     t.emit_work(sid, effect, sched.tool)
 
 
@@ -134,6 +324,18 @@ def call_done(t: Txn, sid: str, out: Outcome) -> None:
             status = SchedStatus.UNCERTAIN if unknown else SchedStatus.FAILED
         case _:
             assert_never(out)
+    if sched.recur is not None and not sched.replays and not sched.stopping:
+        # The run ending stops a recurring call that does not outlive it, and
+        # a cancelled run stops every one (it waits for nothing).
+        ending = t.tree.ending
+        stops = ending is not None and (not sched.outlive or ending.status == "cancelled")
+        due = None if stops else _next_due(sched, t.now_ms)
+        if due is not None:
+            t.set_sched(sid, _replace(sched, status=SchedStatus.PENDING, due_ms=due, error=error))
+            t.timer(keys.delay_key(sid, sched.fires + 1), due, PendingKind.SCHEDULE_DELAY, sid)
+            return
+    if sched.stopping:
+        status = SchedStatus.CANCELLED
     done = _replace(sched, status=status, finished_ms=t.now_ms, error=error)
     t.set_sched(sid, done)
 
@@ -160,7 +362,8 @@ def call_unknown(t: Txn, entry: Pending) -> ErrorInfo | None:
     )
     return ErrorInfo(
         type="outcome-unknown",
-        message=f"scheduled call-tool {keys.call_key(sid)} may or may not have happened and {why}",
+        message=f"scheduled call-tool {_call_key(sid, sched)} may or may not have happened"
+        f" and {why}",
     )
 
 
@@ -204,9 +407,10 @@ def outstanding(t: Txn) -> bool:
 
 
 def cancel_outside(t: Txn, sid: str) -> None:
-    """``scheduled-cancel-requested``: cancel ``sid`` if it is still pending."""
+    """``scheduled-cancel-requested``: cancel ``sid`` if it is still pending (or
+    recurring, with a firing out: that call finishes and no other follows)."""
     sched = t.schedules.get(sid)
-    done = sched is not None and sched.status is SchedStatus.PENDING
+    done = sched is not None and _cancellable(sched)
     if sched is not None and done:
         t.check_clock()
         if t.halt is not None:
@@ -223,7 +427,7 @@ def run_now(t: Txn, sid: str) -> None:
         t.check_clock()
         if t.halt is not None:
             return
-        t.drop_key(keys.delay_key(sid))
+        t.drop_key(keys.delay_key(sid, sched.fires + 1))
         _issue(t, sid, _replace(sched, due_ms=t.now_ms))
         if t.halt is not None:
             return
@@ -242,6 +446,18 @@ def add_outside(t: Txn, ev: ScheduledAddRequested) -> None:
         )
     if ev.delay_ms > MAX_MS:
         raise EventRejected(f"delay {ev.delay_ms} ms is over the limit of {MAX_MS:,} ms")
+    recur = Recurrence(
+        every_ms=ev.every_ms,
+        cron=ev.cron,
+        timezone=ev.timezone,
+        count=ev.count,
+        until_ms=ev.until_ms,
+    )
+    due = _first_due(t.now_ms + ev.delay_ms, recur)
+    problem = recurrence_problem(recur, due)
+    if problem is not None:
+        raise EventRejected(f"scheduled call to {ev.tool!r}: {problem}")
+    recurring = recur if recur.every_ms is not None or recur.cron is not None else None
     if t.tree.ending is not None:
         raise EventRejected(
             f"run {t.run_id} is ending ({t.tree.ending.status}): no call can be scheduled"
@@ -261,10 +477,66 @@ def add_outside(t: Txn, ev: ScheduledAddRequested) -> None:
         n = t.scheduled_added + 1
         sid = keys.outside_schedule_id(t.key_run, n)
         t.scheduled_added = n
-    due = t.now_ms + ev.delay_ms
     sched = Sched(
-        SchedStatus.PENDING, ev.tool, ev.input, created_ms=t.now_ms, due_ms=due, outside=True
+        SchedStatus.PENDING,
+        ev.tool,
+        ev.input,
+        created_ms=t.now_ms,
+        due_ms=due,
+        outside=True,
+        recur=recurring,
     )
     t.set_sched(sid, sched)
     t.timer(keys.delay_key(sid), due, PendingKind.SCHEDULE_DELAY, sid)
+    t.answer = ScheduledAnswer(id=sid, done=True)
+
+
+_REPLAYABLE = (SchedStatus.SUCCEEDED, SchedStatus.FAILED, SchedStatus.UNCERTAIN)
+
+
+def replay(t: Txn, ev: ScheduledReplayRequested) -> None:
+    """``scheduled-replay-requested``: issue a finished call again, as a new attempt."""
+    sid = ev.schedule_id
+    sched = t.schedules.get(sid)
+    if sched is None:
+        raise EventRejected(f"no scheduled call {sid!r} in run {t.run_id}: nothing to replay")
+    if ev.request is not None and ev.request in sched.replay_requests:
+        t.answer = ScheduledAnswer(id=sid, done=True)  # replayed already for this request
+        return
+    if sched.status not in _REPLAYABLE:
+        why = {
+            SchedStatus.PENDING: "is still pending",
+            SchedStatus.CALLED: "has a call out",
+            SchedStatus.CANCELLED: "was cancelled",
+        }.get(sched.status, f"is {sched.status}")
+        raise EventRejected(
+            f"scheduled call {sid!r} {why}: only a succeeded, failed or uncertain call is replayed"
+        )
+    if t.tree.ending is not None:
+        raise EventRejected(
+            f"run {t.run_id} is ending ({t.tree.ending.status}): no call can be replayed"
+        )
+    invalid = tool_input_error(t, sched.tool, sched.input)
+    if invalid is not None:
+        raise EventRejected(f"scheduled call {sid!r} cannot be replayed: {invalid.message}")
+    t.check_clock()
+    if t.halt is not None:
+        return
+    requests = sched.replay_requests if ev.request is None else (*sched.replay_requests, ev.request)
+    again = _replace(
+        sched,
+        status=SchedStatus.CALLED,
+        replays=sched.replays + 1,
+        replay_requests=requests,
+        attempts=1,
+        due_ms=t.now_ms,
+        finished_ms=None,
+        error=None,
+        stopping=False,
+    )
+    t.set_sched(sid, again)
+    effect = CallTool(tool=again.tool, input=again.input, idempotency_key=_call_key(sid, again))
+    t.emit_work(sid, effect, again.tool)
+    if t.halt is not None:
+        return
     t.answer = ScheduledAnswer(id=sid, done=True)

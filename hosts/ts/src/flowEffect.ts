@@ -208,6 +208,13 @@ export interface CarriedCall {
   readonly dueMs?: number;
   readonly outlive?: boolean;
   readonly outside?: boolean;
+  /** A recurring call (an addition): its recurrence and its firings so far. */
+  readonly everyMs?: number;
+  readonly cron?: string;
+  readonly timezone?: string;
+  readonly count?: number;
+  readonly untilMs?: number;
+  readonly fires?: number;
 }
 
 /** An addition (specs/language.md §4.16): the run ends this incarnation and
@@ -311,6 +318,18 @@ export type FlowEvent =
       readonly tool: string;
       readonly input?: JsonValue;
       readonly delayMs?: number;
+      readonly atMs: number;
+      readonly request?: string;
+      /** A recurring call (an addition): every `everyMs`, or at each `cron` point. */
+      readonly everyMs?: number;
+      readonly cron?: string;
+      readonly timezone?: string;
+      readonly count?: number;
+      readonly untilMs?: number;
+    }
+  | {
+      readonly kind: "scheduled-replay-requested";
+      readonly scheduleId: string;
       readonly atMs: number;
       readonly request?: string;
     };

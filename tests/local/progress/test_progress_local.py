@@ -274,6 +274,7 @@ def test_a_database_of_the_schema_before_gets_the_progress_table_empty(tmp_path:
     conn = connect(db)
     conn.execute("DROP TABLE progress")  # as schema 9 was
     conn.execute("ALTER TABLE schedules DROP COLUMN owner")  # as schema 10 was
+    conn.execute("ALTER TABLE scheduled_calls DROP COLUMN recurrence")  # as schema 11 was
     conn.execute("PRAGMA user_version = 9")
     conn.close()
     conn = connect(db)
@@ -285,7 +286,7 @@ def test_a_database_of_the_schema_before_gets_the_progress_table_empty(tmp_path:
 
 
 def test_a_handler_run_without_a_progress_sink_publishes_into_nothing() -> None:
-    # As a host that keeps no progress streams runs it (Temporal, for now): the
+    # As a host with no progress sink runs it (`run_handler` alone): the
     # item is checked, then dropped; the handler goes on.
     def tool(call: CallTool) -> Any:
         flowcore_handlers.publish("dropped")
