@@ -321,3 +321,48 @@ def test_the_progress_item_limit_is_the_hosts() -> None:
     from flowcore.testkit.asking import MAX_PROGRESS_ITEM_BYTES
 
     assert handlers.MAX_PROGRESS_ITEM_BYTES == MAX_PROGRESS_ITEM_BYTES
+
+
+THRICE = """
+flow: thrice
+tools:
+  remind_me: {class: idempotent}
+  send_reminder: {class: idempotent, schedulable: true}
+steps:
+  - id: ask
+    call_tool: {tool: remind_me, input: {text: "${input.text}"}}
+  - {id: first, await_signal: {signal: reminder, timeout_ms: 600000}}
+  - {id: second, await_signal: {signal: reminder, timeout_ms: 600000}}
+  - {id: third, await_signal: {signal: reminder, timeout_ms: 600000}}
+output: "${steps.ask.output}"
+"""
+
+
+def test_a_recurring_reminder_scheduled_by_a_handler_wakes_its_run_each_firing() -> None:
+    def every_minute(call: Call) -> str:
+        return call.schedule("send_reminder", call.input, every_ms=60_000, count=3)
+
+    t = Simulator(tools={"remind_me": every_minute, "send_reminder": send_reminder}).run(
+        THRICE, {"text": "stretch"}, run_id="thrice-1"
+    )
+    assert t.status == "completed", t.describe()
+    (call,) = flowcore.scheduled_calls(t.state)
+    assert (call.id, call.every_ms, call.count, call.fires) == (t.output, 60_000, 3, 3)
+    # Each firing signalled the run a minute after the one before (virtual time).
+    signals = [r for r in asked(t, "signal-received") if r["signal"] == "reminder"]
+    assert [s["atMs"] - signals[0]["atMs"] for s in signals] == [0, 60_000, 120_000]
+
+    # A recurrence the core refuses is refused to the handler, naming the field.
+    def count_alone(call: Call) -> str:
+        try:
+            call.schedule("send_reminder", call.input, count=2)
+        except CallError as exc:
+            return str(exc)
+        raise AssertionError("a count without every_ms or cron was taken")
+
+    refused = Simulator(tools={"remind_me": count_alone, "send_reminder": send_reminder}).run(
+        THRICE, {"text": "x"}, run_id="thrice-2"
+    )
+    (answer,) = [e["output"] for e in asked(refused, "effect-succeeded")]
+    assert "count" in answer and "every_ms or cron" in answer, answer
+    assert flowcore.scheduled_calls(refused.state) == ()
