@@ -76,6 +76,7 @@ from .testkit.events import (
     play,
 )
 from .testkit.generated import generated_world
+from .testkit.script import spend_all
 from .testkit.simulator import (
     FAULT_KINDS,
     Call,
@@ -173,6 +174,7 @@ __all__ = [
     "pending_events",
     "play",
     "simulate",
+    "spend_all",
 ]
 
 # The names that need hypothesis, and the private module each comes from: they

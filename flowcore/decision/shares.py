@@ -15,11 +15,14 @@ parallel has its parent's times its weight over the sum of the branches'
 weights; an iteration of an ``even`` for_each its parent's over
 min(max_concurrency, number of items); a member of a parallel team its
 step's over the number of members; a ``first-come`` parallel or for_each
-does not divide. The effect is handed, per limit, min(free, floor(remaining x
-fraction), the step's ``max_usage``). Remaining, not free: siblings issued
-one after the other get equal parts, while a lane that already spent part
-of its share gets what is left of it. An unlimited limit stays unlimited;
-the wall clock is time, not shared, and is handed as it remains.
+does not divide, but for steps and tool calls, which issuing work itself
+costs: those are always split evenly, so that a first-come member never
+keeps its siblings from being issued. The effect is handed, per limit,
+min(free, floor(remaining x fraction), the step's ``max_usage``).
+Remaining, not free: siblings issued one after the other get equal parts,
+while a lane that already spent part of its share gets what is left of it.
+An unlimited limit stays unlimited; the wall clock is time, not shared, and
+is handed as it remains.
 
 Issuing work costs a step (and a call-tool a tool call) of its own; when
 that step would come out of what others hold, the work is held until one
@@ -32,7 +35,7 @@ This module must never do I/O, read a clock or draw a random number.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -45,16 +48,24 @@ if TYPE_CHECKING:
 
     from .state import Frame
 
-__all__ = ["hand", "lane", "needs_room", "release", "reserve", "unreserved"]
+__all__ = ["Lane", "hand", "lane", "needs_room", "release", "reserve", "unreserved"]
 
 _replace = msgspec.structs.replace
 _WHOLE = Fraction(1)
 
 
-def lane(flow: Flow, find: Callable[[str], Frame | None], fid: str, member: str = "") -> Fraction:
-    """The fraction of the remaining budget the work of frame ``fid`` may be handed
-    (``find``: a frame by id)."""
-    share = _WHOLE
+class Lane(NamedTuple):
+    """The fractions of the remaining budget the work of a frame may be handed:
+    ``share`` under the flow's policy; ``even``, always split as ``even`` splits
+    (for steps and tool calls: what issuing itself costs)."""
+
+    share: Fraction
+    even: Fraction
+
+
+def lane(flow: Flow, find: Callable[[str], Frame | None], fid: str, member: str = "") -> Lane:
+    """The lane of the work of frame ``fid`` (``find``: a frame by id)."""
+    share = even = _WHOLE
     frame = find(fid)
     if isinstance(frame, StepFrame) and member:
         step = flow.by_id.get(frame.step)
@@ -62,56 +73,57 @@ def lane(flow: Flow, find: Callable[[str], Frame | None], fid: str, member: str 
         if isinstance(body, RunTeamStep):
             team = flow.teams.get(body.team)
             if team is not None and team.mode == "parallel":
-                share /= len(team.members)
+                share = even = Fraction(1, len(team.members))
     while frame is not None:
         if isinstance(frame, SeqFrame) and frame.parent is not None:
-            share *= _split(flow, find(frame.parent), frame)
+            part, first_come = _split(flow, find(frame.parent), frame)
+            even *= part
+            share *= _WHOLE if first_come else part
         parent = frame.parent
         frame = find(parent) if parent is not None else None
-    return share
+    return Lane(share, even)
 
 
-def _split(flow: Flow, owner: Frame | None, frame: SeqFrame) -> Fraction:
-    """What part of its owner's lane the list ``frame`` runs in."""
+def _split(flow: Flow, owner: Frame | None, frame: SeqFrame) -> tuple[Fraction, bool]:
+    """What part of its owner's lane the list ``frame`` runs in as even shares, and
+    whether its owner is ``first-come``."""
     if not isinstance(owner, StepFrame):
-        return _WHOLE
+        return _WHOLE, False
     step = flow.by_id.get(owner.step)
     body: Any = None if step is None else step.body
     if frame.list is ListKind.BRANCH and isinstance(body, ParallelStep):
-        if body.share != "even":
-            return _WHOLE
         total = sum(body.weights.get(name, 1) for name in body.branches)
-        return Fraction(body.weights.get(frame.branch, 1), total)
+        part = Fraction(body.weights.get(frame.branch, 1), total)
+        return part, body.share == "first-come"
     if frame.list is ListKind.BODY and isinstance(body, ForEachStep):
         prog = owner.progress
-        if body.share != "even" or not isinstance(prog, ForEachProgress):
-            return _WHOLE
+        if not isinstance(prog, ForEachProgress):
+            return _WHOLE, False
         width = len(prog.items)
         if body.max_concurrency is not None:
             width = min(width, body.max_concurrency)
-        return Fraction(1, max(1, width))
-    return _WHOLE
+        return Fraction(1, max(1, width)), body.share == "first-come"
+    return _WHOLE, False
 
 
-def hand(
-    led: Ledger, left: BudgetRemaining, share: Fraction, cap: UsageCap | None
-) -> BudgetRemaining:
-    """What an effect in a lane of ``share`` is handed, ``left`` being what remains."""
+def hand(led: Ledger, left: BudgetRemaining, at: Lane, cap: UsageCap | None) -> BudgetRemaining:
+    """What an effect in lane ``at`` is handed, ``left`` being what remains."""
 
-    def part(remains: int | None, held: int, most: int | None) -> int | None:
+    def part(remains: int | None, held: int, most: int | None, f: Fraction) -> int | None:
         if remains is None:
             return None
-        n = min(max(0, remains - held), remains * share.numerator // share.denominator)
+        n = min(max(0, remains - held), remains * f.numerator // f.denominator)
         return n if most is None else min(n, most)
 
     c = cap or UsageCap()
+    s = at.share
     return BudgetRemaining(
-        steps=part(left.steps, led.reserved_steps, c.steps) or 0,
-        cost_minor_units=part(left.cost_minor_units, led.reserved_cost, c.cost_minor_units),
+        steps=part(left.steps, led.reserved_steps, c.steps, at.even) or 0,
+        cost_minor_units=part(left.cost_minor_units, led.reserved_cost, c.cost_minor_units, s),
         wall_clock_ms=left.wall_clock_ms,
-        tokens=part(left.tokens, led.reserved_tokens, c.tokens),
-        tool_calls=part(left.tool_calls, led.reserved_tool_calls, c.tool_calls),
-        turns=part(left.turns, led.reserved_turns, c.turns),
+        tokens=part(left.tokens, led.reserved_tokens, c.tokens, s),
+        tool_calls=part(left.tool_calls, led.reserved_tool_calls, c.tool_calls, at.even),
+        turns=part(left.turns, led.reserved_turns, c.turns, s),
     )
 
 

@@ -164,9 +164,10 @@ def check_budget(
     Every ``budgetRemaining`` is non-negative and within the limits (a share
     may be more than an earlier one: others released theirs), what the ledger
     holds back is what the pending work was handed; the run never issues more
-    work effects than its step limit, never emits work once its wall clock is up, stays within every limit unless it
-    settles ``budget-exhausted`` (only reported usage can overshoot, and then
-    the run stops), and ``exhausted`` names a limit that really was reached.
+    work effects than its step limit, never emits work once its wall clock is
+    up, stays within every limit unless it settles ``budget-exhausted`` (only
+    reported usage can overshoot, and then the run stops), and ``exhausted``
+    names a limit that really was reached.
     """
     h = _history(run, input, events, start)
     first = h.turns[0].state

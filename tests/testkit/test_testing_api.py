@@ -112,6 +112,7 @@ PUBLIC = {
     "pending_events",
     "play",
     "simulate",
+    "spend_all",
 }
 
 
