@@ -261,13 +261,17 @@ class TxnWaits(TxnRecords):
         no_room = shares.needs_room(self.ledger, isinstance(effect, CallTool))
         if busy or no_room or w.queue_head < w.queue_tail:
             # Held work goes first: new work queues behind it, in request order.
-            held = Held(frame, effect, seq, target, member)
             self.seq = seq
-            self.waiting = _replace(
-                w, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
-            )
+            self.hold(Held(frame, effect, seq, target, member))
             return
         self.issue(frame, effect, member, seq, target, tag)  # it records seq
+
+    def hold(self, held: Held) -> None:
+        """Queue work until a slot (``max_concurrency``) or a step (shares.py) is free."""
+        w = self.waiting
+        self.waiting = _replace(
+            w, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
+        )
 
     def heartbeat(self, fid: str, effect: E) -> E:
         """``effect`` with its step's heartbeat timeout and the last heartbeat details
@@ -321,6 +325,9 @@ class TxnWaits(TxnRecords):
             if led.tokens is not None and led.used_tokens >= led.tokens:
                 self.stop(Exhausted("tokens"))
                 return
+        if shares.needs_room(led, calls == 1):  # re-issued work: its step is held by others
+            self.hold(Held(frame, effect, seq, target, member))
+            return
         self.ledger = _replace(
             led, used_steps=led.used_steps + 1, used_tool_calls=led.used_tool_calls + calls
         )

@@ -330,6 +330,31 @@ steps:
     assert r.state.ledger.used_steps == 4
 
 
+def test_work_issued_again_after_an_unknown_outcome_waits_for_a_step_others_hold() -> None:
+    spec = """
+flow: f
+budget: {steps: 4}
+tools: {t: {class: readonly}}
+steps:
+  - id: p
+    parallel:
+      branches:
+        a: [{id: x, run_agent: {agent: w, prompt: a}}]
+        b: [{id: go, await_signal: {signal: go}}, {id: t1, call_tool: {tool: t}}]
+"""
+    r = Run(spec)
+    r.signal("go")
+    r.unknown("r/t1#1")
+    assert r.keys() == ["r/t1#1"]  # issued again: 3 used, x holds 1
+    r.unknown("r/t1#1")
+    assert r.keys() == [] and r.settled is None  # its step would be x's: it waits
+    r.ok("r/x#1")
+    assert r.keys() == ["r/t1#1"]
+    r.ok("r/t1#1")
+    assert r.settled is not None and r.settled.status == "completed"
+    assert r.state.ledger.used_steps == 4
+
+
 def test_with_nothing_held_a_spent_step_budget_still_exhausts_the_run() -> None:
     spec = """
 flow: f
