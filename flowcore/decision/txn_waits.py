@@ -301,7 +301,9 @@ class TxnWaits(TxnRecords):
         target: str,
         tag: str = "",
     ) -> None:
-        """Emit work now, or stop the transition (``Exhausted``: the caller checks
+        """Emit work now (work handed a budget with its share: ``hand_budget``),
+        hold it while its own step would come out of what pending work holds
+        (shares.py), or stop the transition (``Exhausted``: the caller checks
         ``halt``) if the budget has no room for it."""
         # Report rows are written when work stops being pending (answered or
         # abandoned); pending work is reported from ``pending`` at settlement.
