@@ -257,14 +257,23 @@ class TxnWaits(TxnRecords):
         w = self.waiting
         seq = self.seq + 1
         cap = self.flow.limits.max_concurrency
-        busy = cap is not None and self.in_flight >= cap
-        no_room = shares.needs_room(self.ledger, isinstance(effect, CallTool))
-        if busy or no_room or w.queue_head < w.queue_tail:
+        queued = w.queue_head < w.queue_tail
+        busy = cap is not None and (self.in_flight >= cap or queued)
+        # A step's work waits while its own step would come out of what pending
+        # work holds (shares.py); a scheduled call, outside the steps, never does.
+        no_room = not self.is_scheduled(frame) and (
+            queued or shares.needs_room(self.ledger, isinstance(effect, CallTool))
+        )
+        if busy or no_room:
             # Held work goes first: new work queues behind it, in request order.
             self.seq = seq
             self.hold(Held(frame, effect, seq, target, member))
             return
         self.issue(frame, effect, member, seq, target, tag)  # it records seq
+
+    def is_scheduled(self, frame: str) -> bool:
+        """Whether ``frame`` names a scheduled call (not a step's frame)."""
+        return bool(self.schedules) and frame in self.schedules
 
     def hold(self, held: Held) -> None:
         """Queue work until a slot (``max_concurrency``) or a step (shares.py) is free."""
@@ -301,10 +310,10 @@ class TxnWaits(TxnRecords):
         target: str,
         tag: str = "",
     ) -> None:
-        """Emit work now (work handed a budget with its share: ``hand_budget``),
-        hold it while its own step would come out of what pending work holds
-        (shares.py), or stop the transition (``Exhausted``: the caller checks
-        ``halt``) if the budget has no room for it."""
+        """Emit work now (work handed a budget with its share: ``hand_budget``), or
+        stop the transition (``Exhausted``: the caller checks ``halt``) if the
+        budget has no room for it. Work issued again after an unknown outcome
+        comes here directly: it is never held (``emit_work`` holds new work)."""
         # Report rows are written when work stops being pending (answered or
         # abandoned); pending work is reported from ``pending`` at settlement.
         led = self.ledger
@@ -327,9 +336,6 @@ class TxnWaits(TxnRecords):
             if led.tokens is not None and led.used_tokens >= led.tokens:
                 self.stop(Exhausted("tokens"))
                 return
-        if shares.needs_room(led, calls == 1):  # re-issued work: its step is held by others
-            self.hold(Held(frame, effect, seq, target, member))
-            return
         self.ledger = _replace(
             led, used_steps=led.used_steps + 1, used_tool_calls=led.used_tool_calls + calls
         )
@@ -392,7 +398,9 @@ class TxnWaits(TxnRecords):
             if w.queue_head >= w.queue_tail or (cap is not None and self.in_flight >= cap):
                 return
             held = w.queue[w.queue_head]
-            if shares.needs_room(self.ledger, isinstance(held.effect, CallTool)):
+            if not self.is_scheduled(held.frame) and shares.needs_room(
+                self.ledger, isinstance(held.effect, CallTool)
+            ):
                 return  # until pending work releases what it holds
             self.waiting = _replace(
                 w, queue=w.queue.delete(w.queue_head), queue_head=w.queue_head + 1

@@ -330,7 +330,7 @@ steps:
     assert r.state.ledger.used_steps == 4
 
 
-def test_work_issued_again_after_an_unknown_outcome_waits_for_a_step_others_hold() -> None:
+def test_work_issued_again_after_an_unknown_outcome_is_never_held() -> None:
     spec = """
 flow: f
 budget: {steps: 4}
@@ -345,14 +345,26 @@ steps:
     r = Run(spec)
     r.signal("go")
     r.unknown("r/t1#1")
-    assert r.keys() == ["r/t1#1"]  # issued again: 3 used, x holds 1
     r.unknown("r/t1#1")
-    assert r.keys() == [] and r.settled is None  # its step would be x's: it waits
-    r.ok("r/x#1")
+    # Issued again right after the unknown outcome (§9.3), though x holds the step.
     assert r.keys() == ["r/t1#1"]
-    r.ok("r/t1#1")
-    assert r.settled is not None and r.settled.status == "completed"
-    assert r.state.ledger.used_steps == 4
+    assert (r.state.ledger.used_steps, held(r)[0]) == (4, 1)
+
+
+def test_a_scheduled_call_is_issued_though_a_running_agent_holds_the_steps() -> None:
+    spec = """
+flow: f
+budget: {steps: 10}
+tools: {remind: {class: idempotent}}
+steps:
+  - {id: later, schedule: {tool: remind, delay_ms: 100}}
+  - {id: x, run_agent: {agent: w, prompt: a}}
+"""
+    r = Run(spec)
+    assert handed(r, "steps") == {"r/x#1": 9}  # alone: all that is left
+    (delay,) = [k for k in r.timers if k.endswith("/delay")]
+    r.fire(delay)
+    assert r.kinds() == ["call-tool"]  # outside the steps: never held
 
 
 def test_with_nothing_held_a_spent_step_budget_still_exhausts_the_run() -> None:
