@@ -27,7 +27,8 @@ is handed as it remains.
 Issuing work costs a step (and a call-tool a tool call) of its own; when
 that step would come out of what others hold, the work is held until one
 of them reports (``needs_room``); with nothing held, the budget is spent
-and the run is exhausted as before.
+and the run is exhausted as before. A scheduled call and work issued again
+after an unknown outcome are never held (``TxnWaits.emit_work``).
 
 This module must never do I/O, read a clock or draw a random number.
 """
