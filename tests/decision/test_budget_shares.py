@@ -10,6 +10,7 @@ the steps it needs, the spec's errors, and older snapshots and logs decoding.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -448,3 +449,36 @@ def test_a_snapshot_with_shares_held_round_trips() -> None:
     again = flowcore.decode_state(flowcore.encode_state(r.state), r.flow)
     assert again.ledger == r.state.ledger and held(r) == (98, 100)
     assert again.waiting.pending["r/x#1"].reserved == BudgetRemaining(steps=49, cost_minor_units=50)
+
+
+def test_a_run_snapshotted_before_shares_goes_on_and_shares_from_then_on() -> None:
+    """``snapshot-before-shares.msgpack``: ``snapshot_shares_flow.yaml`` started by
+    a flowcore that handed each agent the whole remainder (x and y: 100 each)."""
+    here = Path(__file__).resolve().parents[1] / "fixtures"
+    flow = flowcore.parse_flow((here / "snapshot_shares_flow.yaml").read_text())
+    state = flowcore.decode_state((here / "snapshot-before-shares.msgpack").read_bytes(), flow)
+    assert held_by(state) == (0, 0)
+    pending = state.waiting.pending
+    assert pending["r/x#1"].reserved is None and pending["r/y#1"].reserved is None
+    sent = pending["r/x#1"].sent
+    assert isinstance(sent, flowcore.RunAgent) and sent.budget_remaining.cost_minor_units == 100
+    d = flowcore.advance(
+        state,
+        flowcore.EffectSucceeded(
+            idempotency_key="r/x#1", usage=Usage(cost_minor_units=60), at_ms=1
+        ),
+    )
+    d = flowcore.advance(
+        d.state,
+        flowcore.EffectSucceeded(
+            idempotency_key="r/y#1", usage=Usage(cost_minor_units=10), at_ms=2
+        ),
+    )
+    (z,) = d.effects
+    # 30 left, nothing held: z, in branch b's half, is handed 15 and holds it.
+    assert isinstance(z, flowcore.RunAgent) and z.budget_remaining.cost_minor_units == 15
+    assert held_by(d.state)[1] == 15
+
+
+def held_by(state: flowcore.State) -> tuple[int, int]:
+    return state.ledger.reserved_steps, state.ledger.reserved_cost
