@@ -107,6 +107,7 @@ from .language.metadata import (
 )
 from .language.metadata import values_from_text as metadata_from_text
 from .language.references import FlowReferences, flow_references
+from .language.share_bound import StepShare, budget_shares
 from .language.spec import MAX_AMOUNT as MAX_BUDGET_AMOUNT
 from .language.spec import Budget, Flow, canonical_spec, parse_flow
 from .language.times import MAX_DURATION_MS, DurationError, parse_duration
@@ -209,6 +210,7 @@ __all__ = [
     "SpecWarning",
     "State",
     "StepBound",
+    "StepShare",
     "SubflowSettled",
     "Timer",
     "TimerFired",
@@ -225,6 +227,7 @@ __all__ = [
     "WireError",
     "advance",
     "budget_bound",
+    "budget_shares",
     "budget_from_wire",
     "budget_to_wire",
     "canonical_spec",

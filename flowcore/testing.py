@@ -81,6 +81,7 @@ from .testkit.events import (
     play,
 )
 from .testkit.generated import generated_world
+from .testkit.script import spend_all
 from .testkit.simulator import (
     FAULT_KINDS,
     Call,
@@ -182,6 +183,7 @@ __all__ = [
     "pending_events",
     "play",
     "simulate",
+    "spend_all",
 ]
 
 # The names that need hypothesis, and the private module each comes from: they

@@ -185,6 +185,7 @@ _MAP_KEYS: dict[Any, str] = {
     spec.TeamDecl: "Name",
     spec.AgentDecl: "Name",
     tuple[spec.Step, ...]: "Identifier",
+    spec.Count: "Identifier",
 }
 
 # Fields whose hook asks more than their type says (the ``*_hook`` functions).
@@ -279,6 +280,8 @@ _DESCRIPTIONS: dict[str, str] = {
     "MaxUsage": "The most usage one call of a tool or one run of an agent reports "
     "(`max_usage`): steps, cost, tool calls, each 0 when not written. Read only by the "
     "worst-case budget (§11.6).",
+    "UsageCap": "The most of each budget limit the work of a step is handed (a step's "
+    "`max_usage`, §11.7): a limit not written is not capped.",
     "AgentDecl": "An agent's declaration (§2 agents): the most usage one run of it reports.",
     "Schedule": "A schedule (§2 schedules): runs of this flow a host starts on a cadence, "
     "`cron`, `every` or both. Its input reads only `schedule` (at, at_ms, name).",

@@ -2007,6 +2007,34 @@ def _budget_reserve(d: Driver) -> None:
 
 
 @case(
+    "budget-shares",
+    "Work at once is handed shares of what remains: branches weighted 3:1 get 75 and 25 of "
+    "a cost of 100, each holding its part until it reports; the next agent is handed what "
+    "is left, at most its step's max_usage.",
+    """
+flow: shares
+budget: {steps: 20, cost_minor_units: 100}
+steps:
+  - id: pair
+    parallel:
+      weights: {lead: 3}
+      branches:
+        lead: [{id: write, run_agent: {agent: writer, prompt: "Draft ${input.topic}"}}]
+        check: [{id: review, run_agent: {agent: critic, prompt: "Critique ${input.topic}"}}]
+  - id: finish
+    run_agent: {agent: writer, prompt: "Finish ${input.topic}"}
+    max_usage: {cost_minor_units: 10}
+output: "${steps.finish.output}"
+""",
+    input={"topic": "shares"},
+)
+def _budget_shares(d: Driver) -> None:
+    d.ok("review#1", "fine", usage=Usage(steps=1, cost_minor_units=20))
+    d.ok("write#1", "draft", usage=Usage(steps=2, cost_minor_units=75))
+    d.ok("finish#1", "done", usage=Usage(cost_minor_units=5))
+
+
+@case(
     "budget-wall-clock",
     "Wall-clock budget: the deadline timer armed at start fires and the run settles "
     "budget-exhausted (wall-clock).",

@@ -28,6 +28,9 @@ EXPECTED = {
     "BudgetBound",
     "Spend",
     "StepBound",
+    # what each step handed a budget gets of it (flowcore budget's shares)
+    "budget_shares",
+    "StepShare",
     "Shortfall",
     "Unbounded",
     "AskHuman",

@@ -24,7 +24,7 @@ import msgspec
 
 from .._data import MAX_EVENT_BYTES, json_size
 from ..language.expr import TemplateError
-from . import keys
+from . import keys, shares
 from .constructs import compensation, schedule
 from .halt import ContinueRequested, Exhausted
 from .outcome import Failed, Ok, Outcome, effect_tag, err
@@ -334,8 +334,10 @@ def _close(t: Txn) -> tuple[ReportEntry, ...]:
         if how is How.ABANDONED and parent_close(entry) == "abandon":
             how = How.DETACHED  # the host leaves the child run to run on
         t.resolve(key, Resolution(how, entry.kind))
-    # After settlement every event is rejected: nothing is waited for.
+    # After settlement every event is rejected: nothing is waited for, and
+    # nothing holds a share of the budget.
     t.pending = _EMPTY
+    t.ledger = shares.unreserved(t.ledger)
     t.in_flight = 0
     t.waiting = msgspec.structs.replace(t.waiting, queue=_EMPTY, queue_head=w.queue_tail)
     t.frames = _EMPTY

@@ -169,6 +169,9 @@ class Pending(_S, frozen=True, gc=False, array_like=True):
     member: str = ""  # a team member's name, for member run-agent effects
     seq: int = 0  # invocation order of a work effect, for the settled report
     target: str = ""  # the tool, agent, team or flow a work effect addresses
+    # What work handed a budget was handed (its ``budgetRemaining``): held back
+    # from what others are handed until it stops being pending (shares.py).
+    reserved: BudgetRemaining | None = None
 
 
 def parent_close(entry: Pending) -> str:
@@ -424,6 +427,13 @@ class Ledger(_S, frozen=True, gc=False, array_like=True):
     used_input_tokens: int = 0
     used_output_tokens: int = 0
     used_cache_read_tokens: int = 0
+    # What the pending work handed a budget holds (``Pending.reserved``), summed:
+    # what is free to hand on is what remains less this. At the end, as above.
+    reserved_steps: int = 0
+    reserved_cost: int = 0
+    reserved_tokens: int = 0
+    reserved_tool_calls: int = 0
+    reserved_turns: int = 0
 
     def remaining(self, started_ms: int, now_ms: int) -> BudgetRemaining:
         """What is left at ``now_ms`` of a run started at ``started_ms``."""

@@ -135,6 +135,7 @@ class Txn(TxnWaits):
         last step hands up.
         """
         n = len(steps)
+        self.opening[frame.id] = frame
         while i < n:
             out = self.start_step(steps[i], frame.id, frame.env, frame.prefix)
             if out is None:

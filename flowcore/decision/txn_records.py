@@ -39,6 +39,7 @@ from .state import (
     Run,
     Sched,
     ScheduledAnswer,
+    SeqFrame,
     State,
     StepFrame,
     Tree,
@@ -103,6 +104,7 @@ class TxnRecords:
         "ledger",
         "metadata",
         "now_ms",
+        "opening",
         "pending",
         "report",
         "report_complete",
@@ -140,6 +142,9 @@ class TxnRecords:
         self.tree: Tree = s.tree  # its frames and envs are worked on below, in place of it
         self.frames: immutables.Map[str, Frame] = s.tree.frames
         self.envs: immutables.Map[str, Env] = s.tree.envs
+        # Lists begun in this decision, stored only once a step of theirs waits:
+        # where work issued meanwhile finds its lane (``shares.lane``).
+        self.opening: dict[str, SeqFrame] = {}
         self.waiting: Waiting = s.waiting  # its counters and pending map are worked on below
         self.pending: immutables.Map[str, Pending] = s.waiting.pending
         self.in_flight = s.waiting.in_flight

@@ -16,13 +16,14 @@ import immutables
 import msgspec
 
 from ..language.spec import Budget
-from . import keys
+from . import keys, shares
 from .halt import Exhausted
 from .outcome import (
     NO_USAGE,
     effect_tag,
 )
 from .state import (
+    Frame,
     Held,
     How,
     Pending,
@@ -57,6 +58,7 @@ _EMPTY: immutables.Map[Any, Any] = immutables.Map()
 _replace = msgspec.structs.replace
 
 E = TypeVar("E", bound=RunAgent | RunTeam | CallTool)
+W = TypeVar("W", bound=RunAgent | RunTeam | RunSubflow)
 
 
 class TxnWaits(TxnRecords):
@@ -175,6 +177,7 @@ class TxnWaits(TxnRecords):
             status = "not-started" if taken_back else "uncertain"
             row = ReportRow(key, entry.seq, entry.effect, entry.target, status)
             self.pending = self.pending.delete(key)
+            self.ledger = shares.release(self.ledger, entry.reserved)
             self.in_flight -= 1
             self.add_row(row)
             if taken_back:  # refunded: what issuing it charged
@@ -254,15 +257,30 @@ class TxnWaits(TxnRecords):
         w = self.waiting
         seq = self.seq + 1
         cap = self.flow.limits.max_concurrency
-        if cap is not None and (self.in_flight >= cap or w.queue_head < w.queue_tail):
+        queued = w.queue_head < w.queue_tail
+        busy = cap is not None and (self.in_flight >= cap or queued)
+        # A step's work waits while its own step would come out of what pending
+        # work holds (shares.py); a scheduled call, outside the steps, never does.
+        no_room = not self.is_scheduled(frame) and (
+            queued or shares.needs_room(self.ledger, isinstance(effect, CallTool))
+        )
+        if busy or no_room:
             # Held work goes first: new work queues behind it, in request order.
-            held = Held(frame, effect, seq, target, member)
             self.seq = seq
-            self.waiting = _replace(
-                w, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
-            )
+            self.hold(Held(frame, effect, seq, target, member))
             return
         self.issue(frame, effect, member, seq, target, tag)  # it records seq
+
+    def is_scheduled(self, frame: str) -> bool:
+        """Whether ``frame`` names a scheduled call (not a step's frame)."""
+        return bool(self.schedules) and frame in self.schedules
+
+    def hold(self, held: Held) -> None:
+        """Queue work until a slot (``max_concurrency``) or a step (shares.py) is free."""
+        w = self.waiting
+        self.waiting = _replace(
+            w, queue=w.queue.set(w.queue_tail, held), queue_tail=w.queue_tail + 1
+        )
 
     def heartbeat(self, fid: str, effect: E) -> E:
         """``effect`` with its step's heartbeat timeout and the last heartbeat details
@@ -292,8 +310,10 @@ class TxnWaits(TxnRecords):
         target: str,
         tag: str = "",
     ) -> None:
-        """Emit work now, or stop the transition (``Exhausted``: the caller checks
-        ``halt``) if the budget has no room for it."""
+        """Emit work now (work handed a budget with its share: ``hand_budget``), or
+        stop the transition (``Exhausted``: the caller checks ``halt``) if the
+        budget has no room for it. Work issued again after an unknown outcome
+        comes here directly: it is never held (``emit_work`` holds new work)."""
         # Report rows are written when work stops being pending (answered or
         # abandoned); pending work is reported from ``pending`` at settlement.
         led = self.ledger
@@ -319,10 +339,11 @@ class TxnWaits(TxnRecords):
         self.ledger = _replace(
             led, used_steps=led.used_steps + 1, used_tool_calls=led.used_tool_calls + calls
         )
+        reserved = None
         if not tag:
             tag = effect_tag(effect)
-            if tag == "run-agent" or tag == "run-subflow":
-                effect = _replace(effect, budget_remaining=self.budget_remaining())
+            if isinstance(effect, RunAgent | RunTeam | RunSubflow):
+                effect, reserved = self.hand_budget(frame, effect, member)
         key = effect.idempotency_key
         self.effects.append(effect)
         self.emitted.append(key)
@@ -332,10 +353,31 @@ class TxnWaits(TxnRecords):
             if self.schedules and frame in self.schedules
             else PendingKind.WORK
         )
-        self.pending = self.pending.set(key, Pending(kind, frame, effect, tag, member, seq, target))
+        entry = Pending(kind, frame, effect, tag, member, seq, target, reserved)
+        self.pending = self.pending.set(key, entry)
         self.in_flight += 1
         if seq > self.seq:  # a new request (held or re-issued work was counted before)
             self.seq = seq
+
+    def hand_budget(self, frame: str, effect: W, member: str) -> tuple[W, BudgetRemaining | None]:
+        """``effect`` with its share of the budget (shares.py), and what it holds
+        back from others. A detached child spends a budget of its own: it is
+        told what remains and holds nothing."""
+        left = self.budget_remaining()
+        if isinstance(effect, RunSubflow) and effect.detached:
+            return _replace(effect, budget_remaining=left), None
+        fr = self.frames.get(frame)
+        step = self.flow.by_id.get(fr.step) if isinstance(fr, StepFrame) else None
+        cap = None if step is None else step.max_usage
+        lane = shares.lane(self.flow, self.find_frame, frame, member)
+        handed = shares.hand(self.ledger, left, lane, cap)
+        self.ledger = shares.reserve(self.ledger, handed)
+        return _replace(effect, budget_remaining=handed), handed
+
+    def find_frame(self, fid: str) -> Frame | None:
+        """A running frame, a list begun in this decision included."""
+        frame = self.frames.get(fid)
+        return self.opening.get(fid) if frame is None else frame
 
     def set_sched(self, sid: str, sched: Sched) -> None:
         """Replace a scheduled call's record; the journal names it (``scheduled.changed``)."""
@@ -345,6 +387,7 @@ class TxnWaits(TxnRecords):
     def work_answered(self, key: str, entry: Pending, status: str) -> None:
         """Pending work got its result: it is no longer in flight; the report says how."""
         self.pending = self.pending.delete(key)
+        self.ledger = shares.release(self.ledger, entry.reserved)
         self.in_flight -= 1
         self.add_row(ReportRow(key, entry.seq, entry.effect, entry.target, status))
 
@@ -355,6 +398,10 @@ class TxnWaits(TxnRecords):
             if w.queue_head >= w.queue_tail or (cap is not None and self.in_flight >= cap):
                 return
             held = w.queue[w.queue_head]
+            if not self.is_scheduled(held.frame) and shares.needs_room(
+                self.ledger, isinstance(held.effect, CallTool)
+            ):
+                return  # until pending work releases what it holds
             self.waiting = _replace(
                 w, queue=w.queue.delete(w.queue_head), queue_head=w.queue_head + 1
             )

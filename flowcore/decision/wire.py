@@ -194,6 +194,7 @@ class RunTeam(_Effect, tag="run-team", frozen=True, kw_only=True):
     heartbeat_timeout_ms: PositiveInt | None = None
     heartbeat_details: Any = None
     cancellation: CancellationType = "try-cancel"
+    budget_remaining: BudgetRemaining | None = None  # always set when emitted; older logs lack it
 
 
 class CallTool(_Effect, tag="call-tool", frozen=True, kw_only=True):

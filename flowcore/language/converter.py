@@ -85,6 +85,7 @@ from .model import (
     TeamDecl,
     TeamMember,
     ToolDecl,
+    UsageCap,
 )
 
 
@@ -193,6 +194,7 @@ def _register_collections(conv: cattrs.Converter) -> None:
     _register_generic(
         conv, dict[str, tuple[Step, ...]], dict_of(tuple[Step, ...], "branches", _ident)
     )
+    _register_generic(conv, dict[str, Count], dict_of(Count, "weights", _ident))
     # A tool's schemas are taken as written; _tool_schemas checks them with their place.
     conv.register_structure_hook(dict[str, Any] | None, lambda value, _: value)
     conv.register_structure_hook(ToolDecl, _structure_fn(conv, ToolDecl))
@@ -215,6 +217,7 @@ def _register_settings(conv: cattrs.Converter) -> dict[type[Any], Any]:
         FailStep,
         ContinueAsNewStep,
         MaxUsage,
+        UsageCap,
         AgentDecl,
     )
     for cl in plain:
@@ -321,7 +324,24 @@ def _register_checked_decls(conv: cattrs.Converter, base: dict[type[Any], Any]) 
 
 def _register_checked_steps(conv: cattrs.Converter, base: dict[type[Any], Any]) -> None:
     """Hooks that check across fields: parallel, sleep, repeat, signal_run, cancel_scheduled."""
-    conv.register_structure_hook(ParallelStep, _mapping_first(conv, ParallelStep))
+    parallel_base = _mapping_first(conv, ParallelStep)
+
+    def parallel_hook(value: Any, _: Any) -> ParallelStep:
+        par = cast(ParallelStep, parallel_base(value, ParallelStep))
+        errors: list[Exception] = []
+        for name in par.weights:
+            if name not in par.branches:
+                message = (
+                    f"weight for {name!r}, which is not a branch (branches: {list(par.branches)})"
+                )
+                errors.append(_note_attr(_note_attr(_Msg(message), "weights"), name))
+        if par.weights and par.share == "first-come":
+            message = "weights share the budget evenly; a first-come parallel has none"
+            errors.append(_note_attr(_Msg(message), "weights"))
+        _gather("parallel", errors, ParallelStep)
+        return par
+
+    conv.register_structure_hook(ParallelStep, parallel_hook)
 
     def sleep_hook(value: Any, _: Any) -> SleepStep:
         step = cast(SleepStep, base[SleepStep](value, SleepStep))

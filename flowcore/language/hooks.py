@@ -26,6 +26,7 @@ from cattrs.gen import make_dict_structure_fn, override
 
 from .expr import Cond, Template, TemplateError, compile_cond, compile_template, find_expressions
 from .model import (
+    _BUDGETED_KINDS,
     _COMMON,
     _HEARTBEAT_KINDS,
     _IDENT,
@@ -46,6 +47,7 @@ from .model import (
     TeamDecl,
     TeamMember,
     TryStep,
+    UsageCap,
 )
 from .times import DurationError, check_zone, parse_duration
 
@@ -311,6 +313,7 @@ _SETTINGS_NAME: dict[type[Any], str] = {
     TeamMember: "team member",
     CatchClause: "catch clause",
     MaxUsage: "max_usage",
+    UsageCap: "max_usage",
     AgentDecl: "agent",
     **{cl: kind for kind, cl in _KINDS.items()},
 }
@@ -442,6 +445,7 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
         ("attempt_timeout_ms", Duration),
         ("heartbeat_timeout_ms", Duration),
         ("cancellation", Cancellation),
+        ("max_usage", UsageCap),
         ("compensate", tuple[Step, ...]),
         ("description", str),
     )
@@ -463,6 +467,12 @@ def _structure_step(conv: cattrs.Converter, value: Any) -> Step:
             " (a run_subflow says what becomes of its child with parent_close)"
         )
         errors.append(_note_attr(_Msg(message), "cancellation"))
+    if "max_usage" in raw and kind and kind not in _BUDGETED_KINDS:
+        message = (
+            "max_usage is only allowed on run_agent, run_team and run_subflow steps"
+            " (the steps whose work is handed a budget; a tool declares its own max_usage)"
+        )
+        errors.append(_note_attr(_Msg(message), "max_usage"))
     _gather("step", errors, Step)
     common.pop("description", None)
     return Step(id=step_id, kind=kind, body=body, **common)

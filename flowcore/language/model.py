@@ -37,6 +37,8 @@ ExecClass: TypeAlias = Literal["readonly", "idempotent", "uncertain"]
 ParallelMode: TypeAlias = Literal["all", "all_settled", "race", "any"]
 TeamMode: TypeAlias = Literal["sequential", "parallel"]
 ParentClose: TypeAlias = Literal["cancel", "abandon", "wait"]
+# How a parallel's branches or a for_each's iterations share the budget left.
+Share: TypeAlias = Literal["even", "first-come"]
 # What becomes of a work step's call when the run stops waiting for it
 # (a timeout, a lost race, a cancel): Temporal's three activity cancellation types.
 Cancellation: TypeAlias = Literal["try_cancel", "wait_cancellation_completed", "abandon"]
@@ -78,6 +80,18 @@ class MaxUsage:
     steps: Amount = Amount(0)
     cost_minor_units: Amount = Amount(0)
     tool_calls: Amount = Amount(0)
+
+
+@attrs.frozen
+class UsageCap:
+    """The most of each budget limit a step's work is handed (a step's
+    ``max_usage``): a limit not written is not capped."""
+
+    steps: Amount | None = None
+    cost_minor_units: Amount | None = None
+    tokens: Amount | None = None
+    tool_calls: Amount | None = None
+    turns: Amount | None = None
 
 
 @attrs.frozen
@@ -262,6 +276,9 @@ class ParallelStep:
     branches: dict[str, tuple[Step, ...]]
     mode: ParallelMode = "all"
     max_concurrency: Count | None = None
+    # Branch -> its weight in even shares of the budget (a branch not named: 1).
+    weights: dict[str, Count] = attrs.field(factory=dict)
+    share: Share = "even"
 
 
 @attrs.frozen
@@ -272,6 +289,7 @@ class ForEachStep:
     index: Ident = Ident("index")
     max_concurrency: Count | None = None
     max_items: Count | None = None  # more items fail the step ``too-many-items``
+    share: Share = "even"
 
 
 @attrs.frozen
@@ -379,6 +397,8 @@ class Step:
     # Work steps: what becomes of the call when the run stops waiting for it
     # (None: the flow's ``defaults.cancellation``).
     cancellation: Cancellation | None = None
+    # Steps handed a budget: the most of each limit their work is handed.
+    max_usage: UsageCap | None = None
 
 
 @attrs.frozen(eq=False)
@@ -454,12 +474,15 @@ _COMMON = (
     "attempt_timeout_ms",
     "heartbeat_timeout_ms",
     "cancellation",
+    "max_usage",
     "compensate",
     "catch",
     "description",
 )
 # The step kinds whose work a host runs and can watch for heartbeats.
 _HEARTBEAT_KINDS = frozenset({"call_tool", "run_agent", "run_team"})
+# The step kinds whose work is handed a budget (``budgetRemaining``).
+_BUDGETED_KINDS = frozenset({"run_agent", "run_team", "run_subflow"})
 _TOP = (
     "flow",
     "version",

@@ -91,6 +91,7 @@ from .model import (
     TeamMember,
     ToolDecl,
     TryStep,
+    UsageCap,
     duration_text,
 )
 from .model import Amount as Amount
@@ -143,6 +144,7 @@ __all__ = [
     "TeamDecl",
     "TeamMember",
     "ToolDecl",
+    "UsageCap",
     "TryStep",
     "duration_text",
     "parse_flow",

@@ -161,11 +161,13 @@ def check_budget(
 ) -> RunHistory:
     """The budget is never exceeded by the core and never negative.
 
-    Every ``budgetRemaining`` is non-negative, within the limits and never
-    grows; the run never issues more work effects than its step limit, never
-    emits work once its wall clock is up, stays within every limit unless it
-    settles ``budget-exhausted`` (only reported usage can overshoot, and then
-    the run stops), and ``exhausted`` names a limit that really was reached.
+    Every ``budgetRemaining`` is non-negative and within the limits (a share
+    may be more than an earlier one: others released theirs), what the ledger
+    holds back is what the pending work was handed; the run never issues more
+    work effects than its step limit, never emits work once its wall clock is
+    up, stays within every limit unless it settles ``budget-exhausted`` (only
+    reported usage can overshoot, and then the run stops), and ``exhausted``
+    names a limit that really was reached.
     """
     h = _history(run, input, events, start)
     first = h.turns[0].state
@@ -173,13 +175,12 @@ def check_budget(
     limits = first.ledger
     deadline = None if limits.wall_clock_ms is None else first.run.started_ms + limits.wall_clock_ms
     issued = 0
-    last: BudgetRemaining | None = None
     for i, turn in enumerate(h.turns):
         state = turn.state
         if i and turn.event is None:  # a new incarnation: the flow's budget afresh
             if issued > (limits.steps if limits.steps is not None else issued):
                 _fail(f"{_at(h, i - 1)}: {issued} work effects with a limit of {limits.steps}")
-            limits, issued, last = state.ledger, 0, None
+            limits, issued = state.ledger, 0
             wall = limits.wall_clock_ms
             deadline = None if wall is None else state.run.started_ms + wall
         led = state.ledger
@@ -191,6 +192,7 @@ def check_budget(
             _fail(f"{_at(h, i)}: the budget's limits changed from {limits} to {led}")
         if led.used_steps < 0 or led.used_cost < 0:
             _fail(f"{_at(h, i)}: negative usage in {led}")
+        _check_reserved(h, i, state)
         for effect in turn.effects:
             if not isinstance(effect, _WORK_EFFECTS):
                 continue
@@ -205,6 +207,12 @@ def check_budget(
                 values = (br.steps, br.cost_minor_units, br.wall_clock_ms)
                 if any(v is not None and v < 0 for v in values):
                     _fail(f"{_at(h, i)}: negative budgetRemaining in {_show(effect)}")
+                entry = state.waiting.pending.get(effect.idempotency_key)
+                if entry is not None and entry.reserved not in (None, br):
+                    _fail(
+                        f"{_at(h, i)}: {_show(effect)} was handed a budget other than the "
+                        f"one it holds, {entry.reserved}"
+                    )
                 for name, value, limit in (
                     ("steps", br.steps, limits.steps),
                     ("cost", br.cost_minor_units, limits.cost),
@@ -215,18 +223,6 @@ def check_budget(
                             f"{_at(h, i)}: budgetRemaining {name} {value} in {_show(effect)} "
                             f"is not within the limit {limit}"
                         )
-                if last is not None:
-                    for name, now_v, before in (
-                        ("steps", br.steps, last.steps),
-                        ("cost", br.cost_minor_units, last.cost_minor_units),
-                        ("wall clock", br.wall_clock_ms, last.wall_clock_ms),
-                    ):
-                        if now_v is not None and before is not None and now_v > before:
-                            _fail(
-                                f"{_at(h, i)}: budgetRemaining {name} grew from {before} to "
-                                f"{now_v} in {_show(effect)}"
-                            )
-                last = br
         settled = state.settled
         if settled is not None and turn.effects and settled.status == "budget-exhausted":
             # The host's timers are the authority on time: the deadline timer
@@ -271,6 +267,26 @@ _EMITTED_AS = {  # what answers a key (``_answered_by``) -> what must have been 
     "signal": (AwaitSignal,),
     "timer": (Sleep,),
 }
+
+
+def _check_reserved(h: RunHistory, i: int, state: State) -> None:
+    """What the ledger holds back is what the pending work was handed (language.md §11.7)."""
+    led = state.ledger
+    held = [0, 0, 0, 0, 0]
+    for entry in state.waiting.pending.values():
+        r = entry.reserved
+        if r is not None:
+            for j, v in enumerate((r.steps, r.cost_minor_units, r.tokens, r.tool_calls, r.turns)):
+                held[j] += v or 0
+    ledger = [
+        led.reserved_steps,
+        led.reserved_cost,
+        led.reserved_tokens,
+        led.reserved_tool_calls,
+        led.reserved_turns,
+    ]
+    if held != ledger:
+        _fail(f"{_at(h, i)}: the ledger holds {ledger}, the pending work was handed {held}")
 
 
 def check_work_accounted(

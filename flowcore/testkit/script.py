@@ -54,6 +54,23 @@ class Ok:
     delay_ms: int | None = attrs.field(default=None, kw_only=True)
 
 
+def spend_all(effect: Effect) -> Ok:
+    """A response that spends everything its work was handed: ``Ok`` reporting,
+    as usage, each limited amount of the effect's ``budgetRemaining`` (steps,
+    cost, tokens, tool calls, turns; none for work handed no budget). For a
+    ``World`` or a simulator script: members that each try to spend it all."""
+    br = getattr(effect, "budget_remaining", None)
+    if br is None:
+        return Ok()
+    return Ok(
+        steps=br.steps,
+        cost=br.cost_minor_units or 0,
+        tokens=br.tokens or 0,
+        tool_calls=br.tool_calls or 0,
+        turns=br.turns or 0,
+    )
+
+
 @attrs.frozen
 class Fail:
     """Answer with ``effect-failed``; ``usage``: what the work spent before it

@@ -220,6 +220,11 @@ def _step(
             }
             if shape // 28:
                 par["max_concurrency"] = shape // 28
+            # How the branches share the budget (language.md §11.7), from the same draw.
+            if shape % 5 == 1:
+                par["share"] = "first-come"
+            elif shape % 5 == 2:
+                par["weights"] = {names[0]: 3}
             step = {"id": sid, "parallel": par}
         elif kind == "for_each":
             width = draw(st.integers(0, 2))
@@ -230,6 +235,8 @@ def _step(
             }
             if width:
                 each["max_concurrency"] = width
+            if width == 2:
+                each["share"] = "first-come"
             step = {"id": sid, "for_each": each}
         elif kind == "repeat":
             # max_fires 1..3; a cron cadence 1 in 6 (else every_ms); an until 1 in 2
@@ -268,6 +275,8 @@ def _step(
         step["heartbeat_timeout_ms"] = _written(1 + deco * 53 % 5000)
     if deco % 7 >= 5 and kind in ("call_tool", "run_agent", "run_team"):  # 2 in 7: not try_cancel
         step["cancellation"] = ("wait_cancellation_completed", "abandon")[deco % 7 - 5]
+    if deco % 11 == 6 and kind in ("run_agent", "run_team", "run_subflow"):  # a capped share
+        step["max_usage"] = {"steps": deco % 4, "cost_minor_units": deco % 3}
     if deco // 5 % 5 == 4:
         # max_attempts 1..3, the interval, jitter on or off, an errors filter or not.
         shape = draw(st.integers(0, 11))

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 import flowcore
-from flowcore import BudgetBound, Flow, Spend
+from flowcore import BudgetBound, Flow, Spend, StepShare
 
 from ._common import CliError, load_spec
 
@@ -69,6 +69,56 @@ def _declared(flow: Flow) -> dict[str, int | None]:
     }
 
 
+_SHARED = (
+    ("steps", "steps"),
+    ("cost_minor_units", "costMinorUnits"),
+    ("tokens", "tokens"),
+    ("tool_calls", "toolCalls"),
+    ("turns", "turns"),
+)
+
+
+def _fraction(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _share_json(flow: Flow, share: StepShare) -> dict[str, Any]:
+    handed = share.handed(flow.budget)
+    return {
+        "id": share.id,
+        "path": share.path,
+        "kind": share.kind,
+        "share": _fraction(share.share),
+        "evenShare": _fraction(share.even),
+        "handed": {wire: handed[name] for name, wire in _SHARED},
+        "why": share.why,
+    }
+
+
+def _print_shares(flow: Flow, shares: tuple[StepShare, ...]) -> Table:
+    table = Table(
+        header_style="bold",
+        title="shares: what each step's work is handed of what remains (language.md §11.7)",
+    )
+    table.add_column("step", no_wrap=True)
+    table.add_column("path", overflow="fold")
+    table.add_column("share", justify="right", no_wrap=True)
+    for name in ("steps", "cost", "tokens"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("why", overflow="fold")
+    for share in shares:
+        handed = share.handed(flow.budget)
+        cells = [handed["steps"], handed["cost_minor_units"], handed["tokens"]]
+        table.add_row(
+            Text(share.id),
+            Text(share.path),
+            Text(_fraction(share.share) or "1/items"),
+            *(Text("unlimited" if c is None else str(c)) for c in cells),
+            Text(share.why),
+        )
+    return table
+
+
 def _json(flow: Flow, b: BudgetBound) -> dict[str, Any]:
     return {
         "flow": flow.id,
@@ -96,6 +146,7 @@ def _json(flow: Flow, b: BudgetBound) -> dict[str, Any]:
             }
             for r in b.breakdown
         ],
+        "shares": [_share_json(flow, share) for share in flowcore.budget_shares(flow)],
     }
 
 
@@ -142,6 +193,9 @@ def _print(flow: Flow, b: BudgetBound) -> None:
         "declared (1000 steps by default)",
     )
     console.print(table)
+    shares = flowcore.budget_shares(flow)
+    if any(share.share != 1 or share.even != 1 or share.cap for share in shares):
+        console.print(_print_shares(flow, shares))
     grouped: dict[tuple[str, str, str], list[str]] = {}
     for u in b.unbounded:
         grouped.setdefault((u.path, u.construct, u.why), []).append(u.limit)
@@ -169,7 +223,9 @@ def budget(spec: str, subflow_paths: tuple[str, ...], as_json: bool) -> int:
 
     Prints each step's worst case (steps, cost, tool calls) and why it counts
     that (issues, attempts, re-issues after an unknown outcome, max_usage), the
-    run's and the declared budget, and what leaves a limit without a bound. Exit 0 when
+    run's and the declared budget, what leaves a limit without a bound, and,
+    when work runs at once, the share of what remains each agent, team and
+    child run is handed (and what that is of the declared budget). Exit 0 when
     every limit is bounded and the budget covers it, 1 when a limit has no
     bound or a declared limit is below the worst case, 2 on bad input.
     """

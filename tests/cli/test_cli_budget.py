@@ -272,3 +272,54 @@ def test_too_many_items_fail_the_step_on_the_local_host(tmp_path: Path) -> None:
     assert fits.status == "completed"
     assert fits.output == [{"echo": 1}, {"echo": 2}]
     assert journal(tmp_path / "tools") == {"fits/per[0]/a#1": 1, "fits/per[1]/a#1": 1}
+
+
+SHARES = """
+flow: pair
+budget: {steps: 41, cost_minor_units: 100, tokens: 2000}
+agents:
+  writer: {max_usage: {steps: 2, cost_minor_units: 60}}
+  critic: {max_usage: {steps: 2, cost_minor_units: 30}}
+steps:
+  - id: both
+    parallel:
+      weights: {draft: 3}
+      branches:
+        draft: [{id: write, run_agent: {agent: writer, prompt: w}}]
+        check:
+          - id: review
+            run_agent: {agent: critic, prompt: c}
+            max_usage: {cost_minor_units: 20}
+  - {id: finish, run_agent: {agent: writer, prompt: f}}
+"""
+
+
+def test_budget_shows_the_share_each_member_is_handed(tmp_path: Path) -> None:
+    spec = write(tmp_path, "pair.yaml", SHARES)
+    doc = json.loads(fc("budget", "--json", spec).stdout)
+    shares = {s["id"]: s for s in doc["shares"]}
+    assert shares["write"]["share"] == "3/4" and shares["review"]["share"] == "1/4"
+    # Of the declared budget, issued first: 3/4 and 1/4 of the 40 steps left
+    # after its own, of the cost (review at most its max_usage) and the tokens.
+    assert shares["write"]["handed"] == {
+        "steps": 30,
+        "costMinorUnits": 75,
+        "tokens": 1500,
+        "toolCalls": None,
+        "turns": None,
+    }
+    assert shares["review"]["handed"]["costMinorUnits"] == 20
+    assert shares["finish"]["share"] == "1"
+    assert shares["write"]["why"] == "3/4: branch 'draft' of 'both' (weight 3)"
+    # The run itself hands the same when both start at once.
+    d = flowcore.start(flowcore.parse_flow(SHARES), None, run_id="r")
+    costs = {e.idempotency_key: e.budget_remaining.cost_minor_units for e in d.effects}  # type: ignore[union-attr]
+    assert costs == {"r/write#1": 75, "r/review#1": 20}
+    text = fc("budget", spec).stdout
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if "│" in line}
+    assert [c.strip() for c in rows["review"].split("│")[3:7]] == ["1/4", "10", "20", "500"]
+
+
+def test_budget_prints_no_shares_when_nothing_runs_at_once(tmp_path: Path) -> None:
+    text = fc("budget", write(tmp_path, "refund.yaml", REFUND)).stdout
+    assert "shares:" not in text

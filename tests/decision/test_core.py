@@ -484,6 +484,7 @@ def test_declared_team_expands_into_member_agents_undeclared_goes_to_host() -> N
             "teamId": "outsiders",
             "prompt": "Look at 12",
             "idempotencyKey": "r/ext#1",
+            "budgetRemaining": {"steps": 997},
         }
     ]
     run.ok("r/ext#1", "meh")

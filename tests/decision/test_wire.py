@@ -509,6 +509,7 @@ EFFECT_FIELDS: dict[str, tuple[str, ...]] = {
         "heartbeatTimeoutMs?",
         "heartbeatDetails?",
         "cancellation?",
+        "budgetRemaining?",
     ),
     "call-tool": (
         "kind",

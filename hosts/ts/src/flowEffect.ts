@@ -66,7 +66,7 @@ export interface RunAgent {
   /** Which team member this step is, so the child run and its usage carry the attribution. */
   readonly member?: string;
   readonly idempotencyKey: string;
-  /** What the flow has left to spend, re-derived at every emission. */
+  /** Its share of what the flow has left to spend, derived at every emission (language.md §11.7). */
   readonly budgetRemaining: BudgetRemaining;
   /** The step's heartbeat_timeout_ms: the work must heartbeat this often (protocol.md §3.2). */
   readonly heartbeatTimeoutMs?: number;
@@ -85,6 +85,8 @@ export interface RunTeam {
   readonly teamId: string;
   readonly prompt: string;
   readonly idempotencyKey: string;
+  /** The team's share of what the flow has left to spend (absent only in older logs). */
+  readonly budgetRemaining?: BudgetRemaining;
   /** The step's heartbeat_timeout_ms: the work must heartbeat this often (protocol.md §3.2). */
   readonly heartbeatTimeoutMs?: number;
   /** The last heartbeat details of an earlier attempt that timed out, to resume from. */

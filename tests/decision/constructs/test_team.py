@@ -60,7 +60,13 @@ def test_team_sequential_one_member_at_a_time_with_earlier_outputs() -> None:
     r.ok("r/review/final#1", "ship")
     # An undeclared team goes to the host as one run-team effect.
     assert r.wire() == [
-        {"kind": "run-team", "teamId": "ghost", "prompt": "hi 7", "idempotencyKey": "r/other#1"}
+        {
+            "kind": "run-team",
+            "teamId": "ghost",
+            "prompt": "hi 7",
+            "idempotencyKey": "r/other#1",
+            "budgetRemaining": {"steps": 16},
+        }
     ]
     r.ok("r/other#1")
     assert r.wire() == [
@@ -80,10 +86,12 @@ def test_team_sequential_one_member_at_a_time_with_earlier_outputs() -> None:
 def test_team_parallel_all_members_at_once_output_by_member() -> None:
     r = Run(TEAM % "parallel", {"pr": 7})
     prompt = "Review 7; security said nothing"
+    # Members at once share the steps left: a third of what remains each, never
+    # more than what the others have not taken (17 left, 12 held: 5).
     assert r.wire() == [
-        agent("r/review/sec#1", "sec-bot", prompt, "sec", 19, "be strict"),
-        agent("r/review/style#1", "style-bot", prompt, "style", 18),
-        agent("r/review/final#1", "boss", prompt, "final", 17),
+        agent("r/review/sec#1", "sec-bot", prompt, "sec", 6, "be strict"),
+        agent("r/review/style#1", "style-bot", prompt, "style", 6),
+        agent("r/review/final#1", "boss", prompt, "final", 5),
     ]
     r.ok("r/review/final#1", "F")
     r.ok("r/review/sec#1", "S")
