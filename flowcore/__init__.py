@@ -38,7 +38,8 @@ from .decision.interp import (
 )
 from .decision.keys import RESERVED_RUN_ID_CHARS, KeyInfo, KeyRole, check_run_id, parse_key
 from .decision.plan import Plan, plan
-from .decision.state import ScheduledAnswer, State, decode_state, encode_state
+from .decision.snapshot import decode_state, encode_state
+from .decision.state import ScheduledAnswer, State
 from .decision.waiting import (
     OpenWork,
     Question,

@@ -35,6 +35,7 @@ from ..language.spec import Flow
 from .ending import NeedsReport
 from .interp import advance_partial
 from .results import ResultStore
+from .snapshot import _encoder, _snapshot, decode_state
 from .state import (
     Decision,
     Journal,
@@ -42,10 +43,7 @@ from .state import (
     ReportRow,
     Resolution,
     State,
-    _encoder,
-    _snapshot,
     add_report_row,
-    decode_state,
     iter_report,
 )
 from .wire import Event

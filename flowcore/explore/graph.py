@@ -15,7 +15,8 @@ import attrs
 import immutables
 import msgspec
 
-from ..decision.state import State, canonical_snapshot
+from ..decision.snapshot import canonical_snapshot
+from ..decision.state import State
 from ..decision.waiting import Waits, waiting_for
 from ..decision.wire import (
     Effect,

@@ -51,7 +51,8 @@ import immutables
 from .._errors import EventRejected
 from ..decision.interp import advance, continue_run, start
 from ..decision.keys import parse_key
-from ..decision.state import PendingKind, State, decode_state
+from ..decision.snapshot import decode_state
+from ..decision.state import PendingKind, State
 from ..decision.transitions import TIMERS
 from ..decision.wire import (
     BudgetRemaining,

@@ -323,7 +323,9 @@ def _register_checked_decls(conv: cattrs.Converter, base: dict[type[Any], Any]) 
 
 
 def _register_checked_steps(conv: cattrs.Converter, base: dict[type[Any], Any]) -> None:
-    """Hooks that check across fields: parallel, sleep, repeat, signal_run, cancel_scheduled."""
+    """Hooks that check across fields: parallel, sleep, repeat, signal_run,
+    cancel_scheduled (schedule: ``_register_schedule_step``)."""
+    _register_schedule_step(conv, base)
     parallel_base = _mapping_first(conv, ParallelStep)
 
     def parallel_hook(value: Any, _: Any) -> ParallelStep:
@@ -384,6 +386,40 @@ def _register_checked_steps(conv: cattrs.Converter, base: dict[type[Any], Any]) 
 
     conv.register_structure_hook(RepeatStep, repeat_hook)
 
+    signal_run = _mapping_first(conv, SignalRunStep)
+
+    def signal_run_hook(value: Any, _: Any) -> SignalRunStep:
+        raw = _mapping(value, "signal_run fields")
+        errors: list[Exception] = []
+        step: SignalRunStep | None = None
+        if "signal" in raw:
+            try:
+                _name(raw["signal"], None)  # text (a name, or a template giving one)
+            except _Msg as exc:
+                errors.append(_note_attr(exc, "signal"))
+        try:
+            step = cast(SignalRunStep, signal_run(raw, SignalRunStep))
+        except ClassValidationError as exc:
+            errors.extend(exc.exceptions)
+        _gather("signal_run", errors, SignalRunStep)
+        assert step is not None
+        return step
+
+    conv.register_structure_hook(SignalRunStep, signal_run_hook)
+
+    def cancel_hook(value: Any, _: Any) -> CancelScheduledStep:
+        raw = _mapping(value, "cancel_scheduled settings")
+        return cast(
+            CancelScheduledStep,
+            base[CancelScheduledStep](raw, CancelScheduledStep),
+        )
+
+    conv.register_structure_hook(CancelScheduledStep, cancel_hook)
+
+
+def _register_schedule_step(conv: cattrs.Converter, base: dict[type[Any], Any]) -> None:
+    """The hook of ``schedule``: its recurrence fields checked across each other."""
+
     def schedule_hook(value: Any, _: Any) -> ScheduleStep:
         raw = _mapping(value, "schedule settings")
         errors: list[Exception] = []
@@ -421,36 +457,6 @@ def _register_checked_steps(conv: cattrs.Converter, base: dict[type[Any], Any]) 
         return step
 
     conv.register_structure_hook(ScheduleStep, schedule_hook)
-
-    signal_run = _mapping_first(conv, SignalRunStep)
-
-    def signal_run_hook(value: Any, _: Any) -> SignalRunStep:
-        raw = _mapping(value, "signal_run fields")
-        errors: list[Exception] = []
-        step: SignalRunStep | None = None
-        if "signal" in raw:
-            try:
-                _name(raw["signal"], None)  # text (a name, or a template giving one)
-            except _Msg as exc:
-                errors.append(_note_attr(exc, "signal"))
-        try:
-            step = cast(SignalRunStep, signal_run(raw, SignalRunStep))
-        except ClassValidationError as exc:
-            errors.extend(exc.exceptions)
-        _gather("signal_run", errors, SignalRunStep)
-        assert step is not None
-        return step
-
-    conv.register_structure_hook(SignalRunStep, signal_run_hook)
-
-    def cancel_hook(value: Any, _: Any) -> CancelScheduledStep:
-        raw = _mapping(value, "cancel_scheduled settings")
-        return cast(
-            CancelScheduledStep,
-            base[CancelScheduledStep](raw, CancelScheduledStep),
-        )
-
-    conv.register_structure_hook(CancelScheduledStep, cancel_hook)
 
 
 def _register_field_maps(conv: cattrs.Converter) -> None:

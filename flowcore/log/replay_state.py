@@ -17,7 +17,7 @@ import msgspec
 from .._data import MAX_DEPTH, format_path, problems, short
 from .._errors import ReplayDivergence
 from ..decision.interp import Batch
-from ..decision.state import decode_state
+from ..decision.snapshot import decode_state
 from ..decision.wire import Effect, Event
 from ..language.spec import Flow
 from .formats import TOO_DEEP

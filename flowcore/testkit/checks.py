@@ -10,7 +10,8 @@ import msgspec
 from .._errors import EventRejected
 from ..decision.interp import advance, continue_run
 from ..decision.keys import KeyRole, deadline_key, incarnation_base, parse_key
-from ..decision.state import State, decode_state, encode_state
+from ..decision.snapshot import decode_state, encode_state
+from ..decision.state import State
 from ..decision.waiting import waiting_for
 from ..decision.wire import (
     AskHuman,

@@ -17,7 +17,8 @@ import msgspec
 
 from .._errors import EventRejected
 from ..decision.interp import Decision, advance, continue_run, start
-from ..decision.state import ScheduledAnswer, State, encode_state
+from ..decision.snapshot import encode_state
+from ..decision.state import ScheduledAnswer, State
 from ..decision.wire import (
     BudgetRemaining,
     Effect,
