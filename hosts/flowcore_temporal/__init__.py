@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ._registry import SpecNotDeployed, SpecProblem, SpecRegistry
 from ._types import (
     ACTIVITY_NAME,
+    ANSWER_BY_UPDATE,
     ANSWER_UPDATE,
     DEFAULT_TASK_QUEUE,
     LOG_QUERY,
@@ -110,6 +111,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ACTIVITY_NAME",
+    "ANSWER_BY_UPDATE",
     "ANSWER_UPDATE",
     "DEFAULT_TASK_QUEUE",
     "LIBRARIES",

@@ -33,6 +33,7 @@ from ._host_base import (
 )
 from ._reads import TemporalReads
 from ._types import (
+    ANSWER_BY_UPDATE,
     ANSWER_UPDATE,
     DEFAULT_ACTIVITY_TIMEOUT_MS,
     DEFAULT_CONTINUE_AFTER_EVENTS,
@@ -281,8 +282,10 @@ class TemporalClient(TemporalReads):
             )
         except flowcore.DataError as exc:
             raise TemporalHostError(f"answer refused: {exc}") from None
-        args = [key, answer] if principal is None else [key, answer, principal]
-        await self._update(run_id, ANSWER_UPDATE, args)
+        if principal is None:
+            await self._update(run_id, ANSWER_UPDATE, [key, answer])
+        else:
+            await self._update(run_id, ANSWER_BY_UPDATE, [key, answer, principal])
 
     # --- scheduled calls (the ``scheduled`` update and query) -----------------------------
 

@@ -32,6 +32,7 @@ __all__ = [
     "ACTIVITY_NAME",
     "RUN_STATUS_ACTIVITY",
     "SIGNAL_KEYS_ATTRIBUTE",
+    "ANSWER_BY_UPDATE",
     "ANSWER_UPDATE",
     "DEFAULT_ACTIVITY_TIMEOUT_MS",
     "DEFAULT_HEARTBEAT_TIMEOUT_MS",
@@ -80,6 +81,8 @@ SIGNAL_KEYS_ATTRIBUTE = "FlowcoreSignalKeys"
 ``name:key`` per signal name and key it waits for (empty when none)."""
 
 ANSWER_UPDATE = "answer"
+# ``answer`` with a third argument: the principal who answers.
+ANSWER_BY_UPDATE = "answer-by"
 """Update ``answer(key, answer)``: answers an ask-human question, validated first."""
 
 SCHEDULED_UPDATE = "scheduled"

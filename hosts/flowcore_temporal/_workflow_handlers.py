@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
@@ -25,6 +24,7 @@ from flowcore import Event, EventRejected, HumanAnswered, Record, SignalReceived
 from flowcore_temporal import _registry
 
 from ._types import (
+    ANSWER_BY_UPDATE,
     ANSWER_UPDATE,
     LOG_QUERY,
     NOT_PENDING_ERROR,
@@ -52,10 +52,6 @@ from ._workflow_base import (
     _Refused,
 )
 from ._workflow_carry import WorkflowCarrying
-
-# What a client that sends no principal leaves in ``answer``'s third argument
-# (a RawValue, so that Temporal decodes a sent one raw, as the key and answer).
-_NO_ONE = RawValue(Payload())
 
 
 class WorkflowHandlers(WorkflowCarrying):
@@ -123,25 +119,28 @@ class WorkflowHandlers(WorkflowCarrying):
     # update with nothing but "Failed decoding arguments".
 
     @workflow.update(name=ANSWER_UPDATE)
-    def answer(
-        self, key: RawValue, answer: RawValue, principal: RawValue = _NO_ONE
-    ) -> dict[str, Any]:
-        """Answer the question ``key``; the validator has checked it applies.
-        ``principal``: who answered (a denied approval's error names them); a
-        client that sends two arguments answers as no one."""
-        event = self._answer_event(key, answer, principal)
+    def answer(self, key: RawValue, answer: RawValue) -> dict[str, Any]:
+        """Answer the question ``key``; the validator has checked it applies."""
+        return self._take_answer(self._answer_event(key, answer))
+
+    @workflow.update(name=ANSWER_BY_UPDATE)
+    def answer_by(self, key: RawValue, answer: RawValue, principal: RawValue) -> dict[str, Any]:
+        """``answer``, given by ``principal`` (a denied approval's error names them)."""
+        return self._take_answer(self._answer_event(key, answer, principal))
+
+    def _take_answer(self, event: HumanAnswered) -> dict[str, Any]:
         try:
             self._apply(event)
         except EventRejected as exc:
             raise ApplicationError(str(exc), type="answer-rejected", non_retryable=True) from None
         return {"key": event.idempotency_key, "answer": event.answer}
 
-    def _answer_event(self, key: Any, answer: Any, principal: Any = _NO_ONE) -> HumanAnswered:
+    def _answer_event(self, key: Any, answer: Any, principal: Any = None) -> HumanAnswered:
         """The answer as a checked event, or an ``answer-rejected`` error saying why not."""
         try:
             key = _decode(key, "the key")
             answer = _decode(answer, "the answer")
-            who = None if principal is _NO_ONE else _decode(principal, "the principal")
+            who = None if principal is None else _decode(principal, "the principal")
             if not isinstance(key, str):
                 raise _Refused(
                     f"the key must be a string (a question's key), got {type(key).__name__}"
@@ -159,11 +158,17 @@ class WorkflowHandlers(WorkflowCarrying):
             ) from None
 
     @answer.validator
-    def _check_answer(self, key: RawValue, answer: RawValue, principal: RawValue = _NO_ONE) -> None:
+    def _check_answer(self, key: RawValue, answer: RawValue) -> None:
+        self._check_answer_event(self._answer_event(key, answer))
+
+    @answer_by.validator
+    def _check_answer_by(self, key: RawValue, answer: RawValue, principal: RawValue) -> None:
+        self._check_answer_event(self._answer_event(key, answer, principal))
+
+    def _check_answer_event(self, event: HumanAnswered) -> None:
         # Ask the interpreter itself (advance is pure; the result is dropped),
         # so the rule is exactly the one that would apply: pending key, an
         # answer among the options, a run that has not settled.
-        event = self._answer_event(key, answer, principal)
         self._refuse_while_switching()
         asked = event.idempotency_key
         state = self._state

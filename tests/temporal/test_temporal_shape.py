@@ -91,7 +91,8 @@ def test_each_part_of_the_workflow_is_its_own_class_and_module() -> None:
 # What flowcore_temporal exports, and every public method of TemporalHost, as users
 # call them (pinned: the split keeps them all).
 EXPORTS = (
-    "ACTIVITY_NAME ANSWER_UPDATE DEFAULT_TASK_QUEUE FlowcoreActivities FlowcoreWorkflow"
+    "ACTIVITY_NAME ANSWER_BY_UPDATE ANSWER_UPDATE DEFAULT_TASK_QUEUE"
+    " FlowcoreActivities FlowcoreWorkflow"
     " LIBRARIES LOG_QUERY NOT_PENDING_ERROR NoSignalWait PASSTHROUGH_MODULES QUESTIONS_QUERY"
     " RUN_STATUS_ACTIVITY RunArgs RunArgsError SCHEDULED_QUERY SCHEDULED_UPDATE"
     " SIGNAL_KEYS_ATTRIBUTE STATUS_QUERY SpecNotDeployed SpecProblem SpecRegistry"
@@ -106,7 +107,8 @@ PUBLIC = (
     " child_run_id connect delete delete_schedule events export find_runs flow fork forked_from"
     " handle histories history log metadata now open_questions pause_schedule progress"
     " progress_records prune questions"
-    " records result resume resume_schedule run_scheduled_now runs schedule schedule_names"
+    " records replay_scheduled result resume resume_schedule run_scheduled_now runs schedule"
+    " schedule_names"
     " scheduled schedules show signal signal_key start status summary trigger_schedule"
     " upgrade waits"
 ).split()

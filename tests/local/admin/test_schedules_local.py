@@ -422,6 +422,7 @@ def test_a_schedule_has_an_owner_whose_runs_it_starts_and_old_ones_have_none(
     # A database of schema 10 had no owners: its schedules become no one's.
     conn = connect(db)
     conn.execute("ALTER TABLE schedules DROP COLUMN owner")
+    conn.execute("ALTER TABLE scheduled_calls DROP COLUMN recurrence")  # schema 12's
     conn.execute("PRAGMA user_version = 10")
     conn.close()
 
