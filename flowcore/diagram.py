@@ -1,7 +1,9 @@
 """A flow as a diagram (Mermaid, Graphviz DOT): the public face of
-``flowcore.language.diagram``.
+``flowcore.language.diagram``; and how each step of a run ended
+(``step_outcomes``), which a run's diagram is coloured by.
 """
 
+from .decision.step_outcomes import step_outcomes
 from .language.diagram import (
     Edge,
     Graph,
@@ -18,6 +20,7 @@ __all__ = [
     "Node",
     "build_graph",
     "node_id",
+    "step_outcomes",
     "to_dot",
     "to_mermaid",
 ]

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import msgspec
 
 import flowcore
-from flowcore.diagram import build_graph, node_id, to_mermaid
+from flowcore.diagram import build_graph, node_id, step_outcomes, to_mermaid
 from flowcore_handlers import RunQuery
 
 from ._common import epoch_ms, guard, owned, summary_of
@@ -101,13 +101,15 @@ async def show(ctx: Context, given: RunInput) -> RunView:
         error=shown.get("error"),
         dead_letters=list(shown.get("deadLetters") or []),
         children=list(shown.get("children") or []),
+        failures=list(shown.get("failures") or []),
     )
+    records = await guard(ctx.host.records(given.run_id))
+    view.usage_by_member, view.usage_by_child = _usage_split(records)
     if found.status != "running":
         # The ``settled`` effect carries the report (left out when no work ran),
         # the ``run.settled`` record after it does not; records about scheduled
         # calls may follow both.
-        start = 0 if found.next_index is None else max(0, found.next_index - 64)
-        for record in await guard(ctx.host.records(given.run_id, start)):
+        for record in records[-64:]:
             if not isinstance(record.data, dict):
                 continue
             if record.type == "effect.emitted" and record.data.get("kind") == "settled":
@@ -115,6 +117,38 @@ async def show(ctx: Context, given: RunInput) -> RunView:
             elif record.type == "run.settled":
                 view.exhausted = record.data.get("exhausted")
     return view
+
+
+def _usage_split(
+    records: list[flowcore.Record],
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """The usage the log's answers report, by team member (the ``member`` of the
+    run-agent effect answered) and by child run (``subflow-settled``)."""
+    member_of: dict[str, str] = {}
+    by_member: dict[str, dict[str, int]] = {}
+    by_child: dict[str, dict[str, int]] = {}
+    for record in records:
+        data = record.data
+        if not isinstance(data, dict) or not isinstance(data.get("idempotencyKey"), str):
+            continue
+        key = data["idempotencyKey"]
+        if record.type == "effect.emitted":
+            if data.get("kind") == "run-agent" and isinstance(data.get("member"), str):
+                member_of[key] = data["member"]
+            continue
+        usage = data.get("usage")
+        if record.type != "event.reported" or not isinstance(usage, dict):
+            continue
+        if data.get("kind") == "subflow-settled":
+            into = by_child.setdefault(key, {})
+        elif key in member_of:
+            into = by_member.setdefault(member_of[key], {})
+        else:
+            continue
+        for field, amount in usage.items():
+            if isinstance(amount, int):
+                into[field] = into.get(field, 0) + amount
+    return by_member, by_child
 
 
 async def events(ctx: Context, given: EventsInput) -> list[flowcore.Record]:
@@ -172,18 +206,29 @@ async def waits(ctx: Context, given: RunInput) -> dict[str, Any]:
 
 
 async def graph(ctx: Context, given: RunInput) -> Graph:
-    """The run's flow as Mermaid text, the nodes it is at now and those done."""
+    """The run's flow as Mermaid text, the nodes it is at now and those done, and
+    how the run stands at each node (``Graph.outcomes``)."""
     await owned(ctx, given.run_id)
     flow = await guard(ctx.host.flow(given.run_id))
     now = await guard(ctx.host.waits(given.run_id))
+    node = {step_id: node_id(step) for step_id, step in flow.by_id.items()}
     current: set[str] = set()
-    for items in (now.work, now.questions, now.signals, now.timers):
+    outcomes: dict[str, str] = {}
+    for items, where in (
+        (now.work, "running"),
+        (now.questions, "waiting"),
+        (now.signals, "waiting"),
+        (now.timers, "waiting"),
+    ):
         for item in items:
-            if item.step is not None and item.step in flow.by_id:
-                current.add(node_id(flow.by_id[item.step]))
+            if item.step is not None and item.step in node:
+                current.add(node[item.step])
+                outcomes.setdefault(node[item.step], where)
+    records = await guard(ctx.host.records(given.run_id))
     done: set[str] = set()
-    for record in await guard(ctx.host.records(given.run_id)):
-        if record.type != "effect.emitted" or not isinstance(record.data, dict):
+    answered: dict[str, str] = {}  # node -> the last answer to its work: done or failed
+    for record in records:
+        if not isinstance(record.data, dict):
             continue
         key = record.data.get("idempotencyKey")
         if not isinstance(key, str):
@@ -192,10 +237,42 @@ async def graph(ctx: Context, given: RunInput) -> Graph:
             step = flowcore.parse_key(key, given.run_id).step
         except ValueError:
             continue
-        if step is not None and step in flow.by_id:
-            done.add(node_id(flow.by_id[step]))
+        if step is None or step not in node:
+            continue
+        if record.type == "effect.emitted":
+            done.add(node[step])
+        elif record.type == "event.reported":
+            kind = record.data.get("kind")
+            if kind in ("effect-succeeded", "human-answered", "subflow-settled"):
+                failed = kind == "subflow-settled" and record.data.get("status") != "completed"
+                answered[node[step]] = "failed" if failed else "done"
+            elif kind == "effect-failed":
+                answered[node[step]] = "failed"
+    # How each step ended, from the run's state replayed from its log: composite
+    # steps and waits met by a buffered signal end without an effect of their own.
+    ended: dict[str, str] = {}
+    try:
+        replayed = flowcore.replay(
+            records, flow, raise_on_divergence=False, allow_unknown_types=True
+        )
+    except flowcore.FlowcoreError:
+        replayed = None
+    if replayed is not None and replayed.state is not None:
+        words = {"succeeded": "done", "failed": "failed", "cancelled": "cancelled"}
+        for step_id, how in step_outcomes(replayed.state).items():
+            if step_id in node:
+                ended[node[step_id]] = words[how]
+    for at in sorted(done | set(ended) | set(answered)):
+        if at not in current:
+            outcomes[at] = ended.get(at) or answered.get(at) or "done"
+    if now.status != "running":
+        for at in node.values():
+            outcomes.setdefault(at, "skipped")
     return Graph(
-        mermaid=to_mermaid(build_graph(flow)), current=sorted(current), done=sorted(done - current)
+        mermaid=to_mermaid(build_graph(flow)),
+        current=sorted(current),
+        done=sorted(done - current),
+        outcomes=dict(sorted(outcomes.items())),
     )
 
 

@@ -323,7 +323,8 @@ class RunPage(_Out):
 class RunView(_Out):
     """One run: its summary, what it waits for (``flowcore.waiting_for``), its budget
     (``flowcore.usage_figures``: what it used and has left, as ``flowcore show``
-    reports it), and once settled its output or error and the settled report."""
+    reports it), its handler failures, its usage by member and by child run, and
+    once settled its output or error and the settled report."""
 
     run: RunSummary
     waits: dict[str, Any]
@@ -334,6 +335,14 @@ class RunView(_Out):
     report: list[dict[str, Any]] | None = None
     dead_letters: list[dict[str, Any]] = msgspec.field(default_factory=list)
     children: list[str] = msgspec.field(default_factory=list)
+    # Handler failures the host kept, the last per key: ``{key, type, message,
+    # traceback, atMs}`` (``traceback`` null where the host keeps none).
+    failures: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    # Usage reported for team members' work by member name, and by child run
+    # (its id, the key of the step that started it); each a ``flowcore.Usage``
+    # in wire form, tokens split.
+    usage_by_member: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    usage_by_child: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
 
 
 class QuestionView(_Out):
@@ -385,11 +394,18 @@ class DeletedView(_Out):
 
 
 class Graph(_Out):
-    """The run's flow as Mermaid text (``flowcore graph``) and the nodes it is at now."""
+    """The run's flow as Mermaid text (``flowcore graph``) and the nodes it is at now.
+
+    ``outcomes``: node id -> how the run stands there: ``running`` (its work is
+    out), ``waiting`` (for an answer, a signal or a timer), ``done``, ``failed``,
+    ``cancelled``, or, once the run settled, ``skipped`` (never reached or its
+    branch not taken). Nodes of steps not reached yet in a running run are left out.
+    """
 
     mermaid: str
     current: list[str]
     done: list[str]
+    outcomes: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class ScheduledView(_Out):

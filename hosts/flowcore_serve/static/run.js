@@ -1,6 +1,7 @@
-// The run page: the diagram (Mermaid, from GET /api/runs/{id}/graph, with the
-// run's position marked), the timeline (the Server-Sent Events stream, one
-// row per log record), the run's state and actions (GET /api/runs/{id};
+// The run page: the diagram (Mermaid, from GET /api/runs/{id}/graph, each node
+// coloured by how the run stands there), the timeline (the Server-Sent Events
+// stream, one row per log record, each opening to its payloads: timeline.js),
+// the run's state, usage by member and child run, and actions (GET /api/runs/{id};
 // answers, signals and cancel POST to the API), and what its handlers publish
 // (the progress stream, shown under the step that published it). New records
 // refresh the state.
@@ -32,6 +33,18 @@
     window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict", theme: "neutral", flowchart: { useMaxWidth: true } });
   }
 
+  // How the run stands at a node (GET .../graph ``outcomes``), drawn as a class;
+  // the legend in run.html names the same words.
+  const OUTCOMES = {
+    running: "fill:#dbe4ff,stroke:#364fc7,stroke-width:3px",
+    waiting: "fill:#ffe8a3,stroke:#d9480f,stroke-width:3px",
+    done: "fill:#d3f9d8,stroke:#2b8a3e",
+    failed: "fill:#ffc9c9,stroke:#c92a2a,stroke-width:2px",
+    cancelled: "fill:#fff3bf,stroke:#8f5b00,stroke-dasharray:4 3",
+    skipped: "fill:#f1f3f5,stroke:#adb5bd,color:#868e96,stroke-dasharray:2 3",
+  };
+  const SETTLED_END = { completed: "done", failed: "failed", cancelled: "cancelled", "budget-exhausted": "failed" };
+
   function marked(graph, status) {
     // Only ids of nodes the text declares: a class line naming an unknown id
     // would make Mermaid draw a new node.
@@ -44,26 +57,74 @@
     const done = graph.done.filter((id) => declared.has(id));
     if (declared.has("flow_start")) done.unshift("flow_start");
     if (status === "completed" && declared.has("flow_end")) done.push("flow_end");
-    const lines = [
-      graph.mermaid.trimEnd(),
-      "    classDef current fill:#ffe8a3,stroke:#d9480f,stroke-width:3px;",
-      "    classDef done fill:#d3f9d8,stroke:#2b8a3e;",
-    ];
-    if (done.length) lines.push(`    class ${done.join(",")} done;`);
+    // From the outcomes; where a server gives none, from current and done.
+    const given = graph.outcomes || {};
+    const outcome = new Map();
+    for (const id of done) outcome.set(id, "done");
+    for (const id of current) outcome.set(id, "waiting");
+    for (const [id, how] of Object.entries(given)) if (declared.has(id) && OUTCOMES[how]) outcome.set(id, how);
+    if (declared.has("flow_end") && SETTLED_END[status]) outcome.set("flow_end", SETTLED_END[status]);
+    for (const id of declared) {
+      // A parallel's join node stands as its parallel step does.
+      if (id.startsWith("j_") && !outcome.has(id) && outcome.has("s_" + id.slice(2))) {
+        outcome.set(id, outcome.get("s_" + id.slice(2)));
+      }
+    }
+    // ``current`` marks where the run is now, whatever it waits for there.
+    const lines = [graph.mermaid.trimEnd(), "    classDef current stroke-width:3px;"];
     if (current.length) lines.push(`    class ${current.join(",")} current;`);
-    return { text: lines.join("\n") + "\n", current, done };
+    for (const [how, style] of Object.entries(OUTCOMES)) {
+      lines.push(`    classDef ${how} ${style};`);
+      const ids = [...outcome].filter(([, h]) => h === how).map(([id]) => id);
+      if (ids.length) lines.push(`    class ${ids.join(",")} ${how};`);
+    }
+    const outcomes = [...outcome].map(([id, how]) => `${id}:${how}`).sort().join(" ");
+    return { text: lines.join("\n") + "\n", current, done, outcomes };
   }
 
-  $("diagram").addEventListener("click", () => $("diagram").classList.toggle("full"));
+  // Fitted to the box unless that would draw its text smaller than MIN_SCALE of
+  // its size (Mermaid's 16px: 12px): then at MIN_SCALE, and the box scrolls.
+  const MIN_SCALE = 0.75;
+  function fit(box) {
+    const svg = box.querySelector("svg");
+    if (!svg || !svg.viewBox || !svg.viewBox.baseVal || !svg.viewBox.baseVal.width) return;
+    const { width, height } = svg.viewBox.baseVal;
+    svg.style.width = "";
+    svg.style.maxWidth = "";
+    svg.style.maxHeight = "";
+    box.classList.remove("scrolls");
+    if (box.classList.contains("full")) return;
+    const shown = svg.getBoundingClientRect();
+    const scale = Math.min(shown.width / width, shown.height / height);
+    if (scale < MIN_SCALE) {
+      svg.style.width = `${Math.round(width * MIN_SCALE)}px`;
+      svg.style.maxWidth = "none";
+      svg.style.maxHeight = "none";
+      box.classList.add("scrolls");
+    }
+  }
+  window.addEventListener("resize", () => fit($("diagram")));
+
+  function zoom() {
+    const box = $("diagram");
+    box.classList.toggle("full");
+    box.setAttribute("aria-pressed", box.classList.contains("full") ? "true" : "false");
+    fit(box);
+  }
+  $("diagram").addEventListener("click", zoom);
+  $("diagram").addEventListener("keydown", (event) => {
+    if (event.target === $("diagram") && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); zoom(); }
+  });
 
   async function refreshGraph() {
     const box = $("diagram");
     const graph = await api("GET", `${base}/graph`);
-    const { text, current, done } = marked(graph, $("status").dataset.status);
+    const { text, current, done, outcomes } = marked(graph, $("status").dataset.status);
     if (text === diagramKey) return;
     diagramKey = text;
     box.dataset.current = current.join(" ");
     box.dataset.done = done.join(" ");
+    box.dataset.outcomes = outcomes;
     if (!window.mermaid) {
       box.replaceChildren(el("pre", {}, graph.mermaid));
       return;
@@ -72,6 +133,7 @@
       diagramCount += 1;
       const { svg } = await window.mermaid.render(`fc-diagram-${diagramCount}`, text);
       box.innerHTML = svg; // Mermaid's own output, sanitized by it (securityLevel strict)
+      fit(box);
     } catch (error) {
       box.replaceChildren(el("p", { class: "error" }, `The diagram could not be drawn: ${error.message || error}`), el("pre", {}, graph.mermaid));
     }
@@ -104,7 +166,7 @@
         const extra = {
           "human-answered": d.answer === undefined ? undefined : `answer ${clip(json(d.answer), 40)}`,
           "signal-received": d.signal,
-          "effect-failed": d.error ? `${d.error.type}: ${clip(String(d.error.message || ""), 50)}` : undefined,
+          "effect-failed": d.error ? `${d.error.type}: ${clip(String(d.error.message || ""), 100)}` : undefined,
           "subflow-settled": d.status,
           "cancel-requested": d.reason ? clip(String(d.reason), 50) : undefined,
         }[d.kind];
@@ -121,18 +183,29 @@
     }
   }
 
+  // What the rows' payloads read besides their record (timeline.js).
+  const context = { failures: new Map(), asked: new Map(), children: new Set() };
+  let failuresSeen = "";
+
   function addRecord(record) {
     if (typeof record.index !== "number" || record.index <= lastIndex) return;
     lastIndex = record.index;
-    const kind = record.data && typeof record.data.kind === "string" ? record.data.kind : "";
-    timeline.append(el(
-      "tr",
-      { "data-index": record.index, "data-type": record.type, class: `rec ${record.type.replace(".", "-")}` },
-      el("td", { class: "num" }, record.index),
-      el("td", { title: localTime(record.at) }, clockTime(record.at)),
-      el("td", {}, record.type),
-      el("td", { "data-kind": kind }, summary(record)),
-    ));
+    const d = record.data || {};
+    if (record.type === "effect.emitted" && d.kind === "ask-human" && typeof d.idempotencyKey === "string") {
+      context.asked.set(d.idempotencyKey, d);
+    }
+    timeline.append(flowcoreTimeline.row(record, summary(record), context));
+  }
+
+  // The run's handler failures and children, for the rows; open rows they change are drawn again.
+  function updateContext(view) {
+    const failures = view.failures || [];
+    context.children = new Set(view.children || []);
+    const seen = JSON.stringify(failures);
+    if (seen === failuresSeen) return;
+    failuresSeen = seen;
+    context.failures = new Map(failures.map((f) => [f.key, f]));
+    for (const node of timeline.querySelectorAll("tr.rec")) if (node.refresh) node.refresh();
   }
 
   // Records the stream skipped (a type this page does not listen for) are read
@@ -416,6 +489,39 @@
     return out;
   }
 
+  // Usage by team member and by child run (GET /api/runs/{id} ``usageByMember``,
+  // ``usageByChild``), under the run's own total: one row each, tokens split.
+  function usageRows(view) {
+    const rows = [];
+    for (const [member, u] of Object.entries(view.usageByMember || {})) rows.push({ kind: "member", name: member, u });
+    for (const [child, u] of Object.entries(view.usageByChild || {})) rows.push({ kind: "child", name: child, u });
+    if (!rows.length) return rows;
+    const b = view.budget || {};
+    rows.unshift({ kind: "run", name: "this run (all)", u: {
+      tokens: b.tokensUsed, inputTokens: b.inputTokensUsed, outputTokens: b.outputTokensUsed,
+      cacheReadTokens: b.cacheReadTokensUsed, costMinorUnits: b.costUsed, turns: b.turnsUsed,
+      toolCalls: b.toolCallsUsed, steps: b.stepsUsed,
+    } });
+    return rows;
+  }
+
+  function usageTable(rows) {
+    if (!rows.length) return [];
+    const n = (x) => (typeof x === "number" ? String(x) : "0");
+    const head = ["Who", "Tokens", "Input", "Output", "Cache reads", "Cost", "Turns", "Tool calls", "Steps"];
+    const body = rows.map((r) => el(
+      "tr", { "data-kind": r.kind, "data-name": r.name },
+      el("th", { scope: "row" }, r.kind === "child" ? el("a", { href: `/runs/${encodeURIComponent(r.name)}` }, r.name)
+        : r.kind === "member" ? `member ${r.name}` : r.name),
+      ...[r.u.tokens, r.u.inputTokens, r.u.outputTokens, r.u.cacheReadTokens, r.u.costMinorUnits, r.u.turns, r.u.toolCalls, r.u.steps]
+        .map((x) => el("td", { class: "num" }, n(x))),
+    ));
+    return [el("table", { class: "usage-split", id: "usage-table" },
+      el("caption", { class: "muted small" }, "Usage by team member and by child run"),
+      el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, ...body))];
+  }
+
   async function refreshView() {
     const view = await api("GET", base);
     const run = view.run;
@@ -428,7 +534,13 @@
     $("usage").textContent = usageText(view);
     if (run.parent) {
       same($("crumb-parent"), run.parent, () => [el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent), " / "]);
+      same($("parent"), run.parent, () => [el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent)]);
     }
+    $("parent-row").hidden = !run.parent;
+    updateContext(view);
+    const split = usageRows(view);
+    same($("usage-split"), split, () => usageTable(split));
+    $("usage-section").hidden = split.length === 0;
     const childIds = view.children || [];
     same($("children"), childIds, () => {
       const children = childIds.map((id) => el("li", {}, el("a", { href: `/runs/${encodeURIComponent(id)}` }, id)));
