@@ -25,7 +25,7 @@ HERE: Final = Path(__file__).parent
 FLOWS: Final = HERE / "console_flows"
 TOOLS: Final = HERE / "console_tools.py"
 WAIT_MS: Final = 20_000
-FAILED_FILL: Final = "rgb(255, 201, 201)"  # run.js OUTCOMES.failed
+FAILED_FILL: Final = "rgb(255, 201, 201)"  # diagram.js OUTCOMES.failed
 DONE_FILL: Final = "rgb(211, 249, 216)"
 
 pytestmark = pytest.mark.skipif(
