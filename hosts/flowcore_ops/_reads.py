@@ -243,7 +243,7 @@ async def graph(ctx: Context, given: RunInput) -> Graph:
             done.add(node[step])
         elif record.type == "event.reported":
             kind = record.data.get("kind")
-            if kind in ("effect-succeeded", "human-answered", "subflow-settled"):
+            if kind in ("effect-succeeded", "human-answered", "subflow-settled", "timer-fired"):
                 failed = kind == "subflow-settled" and record.data.get("status") != "completed"
                 answered[node[step]] = "failed" if failed else "done"
             elif kind == "effect-failed":
@@ -262,9 +262,12 @@ async def graph(ctx: Context, given: RunInput) -> Graph:
         for step_id, how in step_outcomes(replayed.state).items():
             if step_id in node:
                 ended[node[step_id]] = words[how]
+    # Work the run stopped waiting for when it settled (a question open when it
+    # was cancelled) was cancelled with it.
+    unanswered = "done" if now.status == "running" else "cancelled"
     for at in sorted(done | set(ended) | set(answered)):
         if at not in current:
-            outcomes[at] = ended.get(at) or answered.get(at) or "done"
+            outcomes[at] = ended.get(at) or answered.get(at) or unanswered
     if now.status != "running":
         for at in node.values():
             outcomes.setdefault(at, "skipped")

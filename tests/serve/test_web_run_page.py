@@ -27,6 +27,8 @@ TOOLS: Final = HERE / "console_tools.py"
 WAIT_MS: Final = 20_000
 FAILED_FILL: Final = "rgb(255, 201, 201)"  # diagram.js OUTCOMES.failed
 DONE_FILL: Final = "rgb(211, 249, 216)"
+WAITING_FILL: Final = "rgb(255, 232, 163)"
+CANCELLED_FILL: Final = "rgb(255, 243, 191)"
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
@@ -70,6 +72,10 @@ def failed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             )
             assert reply.status_code == 201, reply.text
             wait_for(api, lambda v: bool(v["waits"]["questions"]))
+            reply = api.post(
+                "/api/runs", json={"flow": "console", "input": {"ref": "v2"}, "runId": "con-2"}
+            )
+            assert reply.status_code == 201, reply.text
             sent = api.post("/api/runs/con/signals", json={"name": "go", "payload": {"by": "ops"}})
             assert sent.status_code == 202, sent.text
             answered = api.post("/api/runs/con/answers", json={"key": "con/ask#1", "answer": "go"})
@@ -79,21 +85,23 @@ def failed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield served
 
 
-def wait_for(api: Any, done: Any) -> dict[str, Any]:
+def wait_for(api: Any, done: Any, run_id: str = "con") -> dict[str, Any]:
     for _ in range(400):
-        view: dict[str, Any] = api.get("/api/runs/con").json()
+        view: dict[str, Any] = api.get(f"/api/runs/{run_id}").json()
         if done(view):
             return view
         time.sleep(0.05)
-    raise AssertionError("run con did not get there")
+    raise AssertionError(f"run {run_id} did not get there")
 
 
-def open_page(context: BrowserContext, served: Served, run_id: str = "con") -> Page:
+def open_page(
+    context: BrowserContext, served: Served, run_id: str = "con", status: str = "failed"
+) -> Page:
     page = context.new_page()
     page.goto(f"{served.url}?token={served.token}")
     expect(page).to_have_url(served.url)
-    page.goto(f"{served.url}runs/{run_id.replace('/', '%2F').replace('#', '%23')}")
-    expect(page.locator("#status")).to_have_text("failed" if run_id == "con" else "completed")
+    page.goto(f"{served.url}runs/{run_id}")
+    expect(page.locator("#status")).to_have_text(status)
     return page
 
 
@@ -244,7 +252,7 @@ def test_the_diagram_is_coloured_by_outcome_and_readable_at_its_default_size(
 
 
 def has_class(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(^|\s){name}(\s|$)")
+    return re.compile(rf"(^|\s)(?:{name})(\s|$)")
 
 
 def test_usage_by_child_run_and_the_child_and_parent_linked(
@@ -271,3 +279,23 @@ def test_usage_by_child_run_and_the_child_and_parent_linked(
     expect(page).to_have_url(f"{failed_run.url}runs/con")
     page.locator("#usage-table").get_by_role("link", name="con/kid#1").click()
     expect(page).to_have_url(f"{failed_run.url}runs/con%2Fkid%231")
+
+
+def test_a_waiting_step_then_a_cancelled_one_and_the_steps_never_reached(
+    context: BrowserContext, failed_run: Served
+) -> None:
+    page = open_page(context, failed_run, "con-2", "running")
+    ask = node(page, "s_ask")
+    expect(ask).to_have_class(has_class("waiting"))
+    expect(ask).to_have_class(has_class("current"))
+    assert fill_of(ask) == WAITING_FILL
+    expect(node(page, "s_draft")).not_to_have_class(has_class("done|skipped|failed"))
+    with failed_run.client() as api:
+        reply = api.post("/api/runs/con-2/cancel", json={"reason": "not now"})
+        assert reply.status_code == 202, reply.text
+    expect(page.locator("#status")).to_have_text("cancelled")
+    expect(ask).to_have_class(has_class("cancelled"))
+    assert fill_of(ask) == CANCELLED_FILL
+    for never in ("s_draft", "s_route", "s_fan", "s_boom"):
+        expect(node(page, never)).to_have_class(has_class("skipped"))
+    expect(node(page, "flow_end")).to_have_class(has_class("cancelled"))
