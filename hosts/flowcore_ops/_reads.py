@@ -93,6 +93,18 @@ async def show(ctx: Context, given: RunInput) -> RunView:
     found = await owned(ctx, given.run_id)
     shown = await guard(ctx.host.show(given.run_id))
     waits = await guard(ctx.host.waits(given.run_id))
+    records = await guard(ctx.host.records(given.run_id))
+    children = shown.get("children")
+    if children is None:  # a host that does not list them: a child run is named by its key
+        children = [
+            r.data["idempotencyKey"]
+            for r in records
+            if r.type == "effect.emitted"
+            and isinstance(r.data, dict)
+            and r.data.get("kind") == "run-subflow"
+            and not r.data.get("detached")
+            and isinstance(r.data.get("idempotencyKey"), str)
+        ]
     view = RunView(
         run=summary_of(found, ctx.host.now()),
         waits=msgspec.to_builtins(waits),
@@ -100,10 +112,9 @@ async def show(ctx: Context, given: RunInput) -> RunView:
         output=shown.get("output"),
         error=shown.get("error"),
         dead_letters=list(shown.get("deadLetters") or []),
-        children=list(shown.get("children") or []),
+        children=list(children),
         failures=list(shown.get("failures") or []),
     )
-    records = await guard(ctx.host.records(given.run_id))
     view.usage_by_member, view.usage_by_child = _usage_split(records)
     if found.status != "running":
         # The ``settled`` effect carries the report (left out when no work ran),
