@@ -334,6 +334,8 @@ class RunView(_Out):
     report: list[dict[str, Any]] | None = None
     dead_letters: list[dict[str, Any]] = msgspec.field(default_factory=list)
     children: list[str] = msgspec.field(default_factory=list)
+    # The tools its flow declares ``schedulable`` (scheduled.add may call them).
+    schedulable: list[str] = msgspec.field(default_factory=list)
 
 
 class QuestionView(_Out):
