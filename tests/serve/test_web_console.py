@@ -6,6 +6,7 @@ would, confirmed (or not) in its dialog, and checked through the API."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -54,7 +55,9 @@ def browser() -> Iterator[Browser]:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("console")
     (tmp / "tokens.yaml").write_text(TOKEN_FILE)
-    server = start_serve(tmp, "--flows", FLOWS, "--tools", TOOLS, "--tokens", tmp / "tokens.yaml")
+    # A copy, so that a test can drop a new version of a flow in.
+    flows = shutil.copytree(FLOWS, tmp / "flows")
+    server = start_serve(tmp, "--flows", flows, "--tools", TOOLS, "--tokens", tmp / "tokens.yaml")
     try:
         yield server
     finally:
@@ -309,3 +312,36 @@ def test_a_read_only_principal_sees_no_actions_and_the_api_refuses_it(
                  headers: {'Content-Type': 'application/json'}, body: '{}'})).status"""
         )
         assert status == 403
+
+
+def test_an_upgrade_shows_the_replay_verdict_first_and_an_admin_deletes_a_run(
+    context: BrowserContext, served: Served
+) -> None:
+    with served.client(TOKENS["admin"]) as admin:
+        start(admin, "ops", "up-1")
+        wait_for(admin, "up-1", waiting)
+        folder = Path(served.db).parent / "flows"
+        spec = (folder / "ops.yaml").read_text()
+        (folder / "ops-v2.yaml").write_text(spec.replace("flow: ops\n", "flow: ops\nversion: 2\n"))
+        page = page_as(context, served, "admin", "/runs/up-1")
+        target = page.get_by_label("Upgrade to")
+        expect(target.locator("option")).to_have_text(["ops v2 (ops-v2.yaml)"])
+        go = page.get_by_role("button", name="Upgrade run")
+        expect(go).to_be_disabled()  # not before the check
+        page.get_by_role("button", name="Check replay").click()
+        verdict = page.locator("#upgrade-verdict")
+        expect(verdict).to_contain_text("The log replays against v2")
+        expect(verdict).to_contain_text("from v1 to v2")
+        dry = {"flow": "ops", "dryRun": True}
+        assert admin.post("/api/runs/up-1/upgrade", json=dry).json()["changed"] is True  # not moved
+        expect(go).to_be_enabled()
+        go.click()
+        confirm(page, "Upgrade run")
+        expect(page.locator("#actions-done")).to_have_text("Upgraded to v2.")
+        assert admin.post("/api/runs/up-1/upgrade", json=dry).json()["changed"] is False  # on v2
+
+        page.get_by_role("button", name="Delete run").click()
+        expect(page.get_by_role("dialog")).to_contain_text("It is running: it is cancelled first.")
+        confirm(page, "Delete run")
+        expect(page).to_have_url(served.url)
+        assert admin.get("/api/runs/up-1").status_code == 404

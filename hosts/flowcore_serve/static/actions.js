@@ -82,7 +82,7 @@
     const list = await api("GET", "/api/flows");
     const flowId = view.run.flowId;
     const mine = list.flows.filter((f) => f.flowId === flowId);
-    $("upgrade-flow").replaceChildren(...mine.map((f) => el("option", { value: f.flowId }, `${f.flowId} v${f.version} (${f.source})`)));
+    $("upgrade-flow").replaceChildren(...mine.map((f) => el("option", { value: f.flowId }, `${f.flowId} v${f.version} (${String(f.source).split("/").pop()})`)));
     $("upgrade-none").hidden = mine.length > 0;
     $("upgrade-check").disabled = mine.length === 0;
   }
