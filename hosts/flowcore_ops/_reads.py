@@ -102,8 +102,12 @@ async def show(ctx: Context, given: RunInput) -> RunView:
         dead_letters=list(shown.get("deadLetters") or []),
         children=list(shown.get("children") or []),
     )
-    flow = await guard(ctx.host.flow(given.run_id))
-    view.schedulable = sorted(name for name, decl in flow.tools.items() if decl.schedulable)
+    try:
+        flow = await guard(ctx.host.flow(given.run_id))
+    except OperationError:
+        pass  # a spec the host cannot give back (Temporal, pinned elsewhere): none listed
+    else:
+        view.schedulable = sorted(name for name, decl in flow.tools.items() if decl.schedulable)
     if found.status != "running":
         # The ``settled`` effect carries the report (left out when no work ran),
         # the ``run.settled`` record after it does not; records about scheduled
