@@ -123,9 +123,12 @@ def test_a_cancel_happens_only_once_confirmed_in_the_dialog(
         wait_for(api, "cancel-1", waiting)
         page = page_as(context, served, "alice", "/runs/cancel-1")
         page.get_by_label("Reason").fill("not today")
-        page.get_by_role("button", name="Cancel run").click()
+        # By keyboard: the button opens the dialog, which starts on "Go back".
+        page.get_by_role("button", name="Cancel run").focus()
+        page.keyboard.press("Enter")
         dialog = page.get_by_role("dialog")
         expect(dialog).to_contain_text("settles as cancelled")
+        expect(dialog.get_by_role("button", name="Go back")).to_be_focused()
         dialog.get_by_role("button", name="Go back").click()
         expect(dialog).to_have_count(0)
         # Dismissed: nothing was sent, the run still waits.
@@ -339,6 +342,17 @@ def test_an_upgrade_shows_the_replay_verdict_first_and_an_admin_deletes_a_run(
         confirm(page, "Upgrade run")
         expect(page.locator("#actions-done")).to_have_text("Upgraded to v2.")
         assert admin.post("/api/runs/up-1/upgrade", json=dry).json()["changed"] is False  # on v2
+
+        # A version the log does not replay against: the verdict is the refusal.
+        diverging = spec.replace("flow: ops\n", "flow: ops\nversion: 3\n").replace("n: 1", "n: 2")
+        (folder / "ops-v3.yaml").write_text(diverging)
+        page.reload()
+        expect(target.locator("option")).to_have_text(["ops v3 (ops-v3.yaml)"])
+        page.get_by_role("button", name="Check replay").click()
+        expect(page.locator("#actions-error")).to_contain_text("diverged (409)")
+        expect(page.locator("#actions-error")).to_contain_text("first difference at record #1")
+        expect(verdict).to_contain_text("does not replay")
+        expect(go).to_be_disabled()
 
         page.get_by_role("button", name="Delete run").click()
         expect(page.get_by_role("dialog")).to_contain_text("It is running: it is cancelled first.")

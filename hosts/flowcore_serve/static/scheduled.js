@@ -90,13 +90,16 @@
     );
   }
 
+  // The flow's schedulable tools do not change while the page is open: read once.
+  let tools = null;
+
   async function refresh() {
     try {
       if (who === null) who = await access();
-      const view = await api("GET", base);
-      running = view.run.status === "running";
+      if (tools === null) tools = (await api("GET", base)).schedulable || [];
+      // run.js keeps the status badge current.
+      running = $("status").dataset.status === "running";
       const list = await api("GET", `${base}/scheduled`);
-      const tools = view.schedulable || [];
       const addable = running && allows(who, "write") && tools.length > 0;
       const add = $("scheduled-add");
       if (add) add.hidden = !addable;
