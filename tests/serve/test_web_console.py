@@ -284,6 +284,19 @@ def test_a_schedule_paused_then_triggered_starts_a_run(
         row.get_by_role("button", name="Resume nightly").click()
         expect(row).to_have_attribute("data-paused", "no")
 
+        # Backfill: its own dialog, with the range; going back starts nothing.
+        row.get_by_role("button", name="Backfill nightly").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_role("button", name="Go back").click()
+        expect(dialog).to_be_hidden()
+        row.get_by_role("button", name="Backfill nightly").click()
+        dialog.get_by_label("From").fill("2026-01-01T00:00:00")
+        dialog.get_by_label("To").fill("2026-01-03T00:00:00")
+        dialog.get_by_role("button", name="Start the runs").click()
+        expect(page.locator("#schedules-done")).to_contain_text("Backfilled nightly")
+        filled = admin.get("/api/runs", params={"flow": "nightly"}).json()["runs"]
+        assert len(filled) == len(after) + 2  # the slots of Jan 1 and Jan 2
+
 
 def test_a_read_only_principal_sees_no_actions_and_the_api_refuses_it(
     context: BrowserContext, served: Served
