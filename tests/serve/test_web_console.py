@@ -149,6 +149,7 @@ def test_a_cancel_happens_only_once_confirmed_in_the_dialog(
         expect(page.locator("#act-cancel")).to_be_hidden()
         expect(page.locator("#act-signal")).to_be_hidden()
         expect(page.locator("#act-fork")).to_be_visible()
+        expect(page.get_by_label("Cancel this run")).to_be_hidden()  # it has settled
         assert page.errors == []  # type: ignore[attr-defined]
 
 
@@ -204,6 +205,7 @@ def test_a_run_forked_from_a_step_links_to_its_fork(
         expect(picker.locator('option[value="step:prepare"]')).to_have_count(1)
         expect(picker.locator('option[value="step:hold"]')).to_have_count(1)
         picker.select_option("step:hold")
+        expect(page.get_by_label("Cancel this run")).not_to_be_checked()
         page.get_by_role("button", name="Fork run").click()
         confirm(page, "Fork run")
         link = page.locator("#actions-done a")

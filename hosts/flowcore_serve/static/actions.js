@@ -50,7 +50,7 @@
 
   async function forkPoints() {
     const response = await fetch(`${base}/events`, { credentials: "same-origin", headers: { Accept: "application/x-ndjson" } });
-    if (!response.ok) return;
+    if (!response.ok) throw new flowcore.Problem(response.status, await response.json().catch(() => null));
     const steps = [];
     const records = [];
     for (const line of (await response.text()).split("\n")) {
@@ -106,6 +106,12 @@
       any = any || shown;
     }
     section.hidden = !any;
+    // Cancelling the source along with the fork means something only while it runs.
+    const cancelSource = $("fork-cancel-source");
+    if (cancelSource) {
+      cancelSource.closest("label").hidden = status !== "running";
+      if (status !== "running") cancelSource.checked = false;
+    }
     if ($("act-fork") && !$("act-fork").hidden) forkPoints().catch((error) => show(box, error));
     if ($("act-upgrade") && !$("act-upgrade").hidden) upgradeChoices().catch((error) => show(box, error));
     const names = $("signal-names");
