@@ -15,12 +15,15 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from flowcore_ops import ResumeInput
+
 from .browser import CHROMIUM, launch
 from .serving import Served, start_serve
 
 HERE: Final = Path(__file__).parent
 FLOWS: Final = HERE / "console_flows"
 TOOLS: Final = HERE / "console_tools.py"
+MENDED: Final = HERE / "console_mended_tools.py"
 WAIT_MS: Final = 20_000
 TOKENS: Final = {
     "admin": "console-admin-token-01234",
@@ -374,3 +377,38 @@ def test_an_upgrade_shows_the_replay_verdict_first_and_an_admin_deletes_a_run(
         confirm(page, "Delete run")
         expect(page).to_have_url(served.url)
         assert admin.get("/api/runs/up-1").status_code == 404
+
+
+@pytest.mark.skipif(
+    "tools" not in ResumeInput.__struct_fields__,
+    reason="resume takes no handler module on this server",
+)
+def test_a_failed_run_is_resumed_with_another_handler_module(
+    context: BrowserContext, tmp_path: Path
+) -> None:
+    (tmp_path / "tokens.yaml").write_text(TOKEN_FILE)
+    with (
+        start_serve(
+            tmp_path,
+            *("--flows", FLOWS, "--tools", TOOLS, "--tools", MENDED),
+            *("--tokens", tmp_path / "tokens.yaml"),
+        ) as served,
+        served.client(TOKENS["alice"]) as api,
+    ):
+        start(api, "mend", "mend-m", {"marker": str(tmp_path / "never")})
+        wait_for(api, "mend-m", lambda v: v["run"]["status"] != "running")
+        page = page_as(context, served, "alice", "/runs/mend-m")
+        expect(page.locator("#status")).to_have_text("failed")
+        choice = page.get_by_label("Handler module")
+        expect(choice.locator("option")).to_have_count(3)  # the run's own, and both
+        mended = next(
+            text
+            for text in choice.locator("option").all_inner_texts()
+            if "console_mended_tools" in text
+        )
+        choice.select_option(label=mended)
+        page.get_by_role("button", name="Resume run").click()
+        expect(page.get_by_role("dialog")).to_contain_text("with the handlers of")
+        confirm(page, "Resume run")
+        expect(page.locator("#status")).to_have_text("completed")
+        assert api.get("/api/runs/mend-m").json()["output"] == {"mended": "by the other module"}

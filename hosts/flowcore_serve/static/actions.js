@@ -87,6 +87,23 @@
     $("upgrade-check").disabled = mine.length === 0;
   }
 
+  // --- resume: where the server has several handler modules for the flow (GET
+  // /api/flows lists them in `modules`), a choice of one; none sends the run's own.
+
+  async function resumeChoices() {
+    const list = await api("GET", "/api/flows");
+    const entry = list.flows.find((f) => f.flowId === view.run.flowId);
+    const modules = entry && Array.isArray(entry.modules) ? entry.modules : [];
+    const select = $("resume-tools");
+    const chosen = select.value;
+    select.replaceChildren(
+      el("option", { value: "" }, "the run's own"),
+      ...modules.map((m) => el("option", { value: m }, m)),
+    );
+    if (modules.includes(chosen)) select.value = chosen;
+    $("resume-modules").hidden = modules.length < 2;
+  }
+
   // --- state ------------------------------------------------------------------------
 
   async function refresh() {
@@ -113,6 +130,7 @@
       if (status !== "running") cancelSource.checked = false;
     }
     if ($("act-fork") && !$("act-fork").hidden) forkPoints().catch((error) => show(box, error));
+    if ($("act-resume") && !$("act-resume").hidden) resumeChoices().catch((error) => show(box, error));
     if ($("act-upgrade") && !$("act-upgrade").hidden) upgradeChoices().catch((error) => show(box, error));
     const names = $("signal-names");
     if (names) names.replaceChildren(...(view.waits.signals || []).map((s) => el("option", { value: s.signal })));
@@ -153,11 +171,13 @@
 
   on("act-resume", "submit", async (event) => {
     event.preventDefault();
+    const tools = $("resume-modules").hidden ? "" : $("resume-tools").value;
     const r = await perform(box, [
       `Resume ${runId}?`,
-      "The failed step runs again (its tool is called again, with the same input), and the run goes on from there.",
+      "The failed step runs again (its tool is called again, with the same input), and the run goes on from there"
+        + (tools ? `, with the handlers of ${tools}.` : "."),
       "Resume run",
-    ], () => api("POST", `${base}/resume`, {}));
+    ], () => api("POST", `${base}/resume`, tools ? { tools } : {}));
     // The page's streams closed when the run settled: open them again.
     if (r.ok) window.location.reload();
   });
