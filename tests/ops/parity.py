@@ -89,9 +89,9 @@ def _call_id(facts: dict[str, Any]) -> str:
 SCENARIOS: dict[str, Scenario] = {
     "whoami": Scenario(lambda f: {}),
     "runs": Scenario(lambda f: {"limit": 50}, lambda out: len(out.runs) >= len(RUN_NAMES)),
-    # With the tools its flow lets scheduled.add call.
     "show": Scenario(
         lambda f: {"runId": f["runs"]["p-main"]},
+        # with the tools its flow lets scheduled.add call
         lambda out: out.run.run_id.endswith("p-main") and out.schedulable == ["remind"],
     ),
     "events": Scenario(
