@@ -141,8 +141,27 @@
     if (pending !== null) return;
     pending = setTimeout(() => { pending = null; refresh(); }, 150);
   }
-  // run.js redraws the status badge when the run changes: follow it.
-  new MutationObserver(soon).observe($("status"), { attributes: true, childList: true, characterData: true, subtree: true });
+  // run.js redraws the status badge (often with the same status): follow it
+  // when the status changes.
+  let seenStatus = $("status").dataset.status;
+  new MutationObserver(() => {
+    if ($("status").dataset.status === seenStatus) return;
+    seenStatus = $("status").dataset.status;
+    soon();
+  }).observe($("status"), { attributes: true, childList: true, characterData: true, subtree: true });
+  // New records are new fork points; the list is left alone while it is in use.
+  let pickerTimer = null;
+  const timeline = $("timeline-body");
+  if (timeline) {
+    new MutationObserver(() => {
+      const picker = $("fork-point");
+      if (!picker || $("act-fork").hidden || pickerTimer !== null) return;
+      pickerTimer = setTimeout(() => {
+        pickerTimer = null;
+        if (document.activeElement !== picker) forkPoints().catch((error) => show(box, error));
+      }, 500);
+    }).observe(timeline, { childList: true });
+  }
 
   // --- the actions ------------------------------------------------------------------
 

@@ -166,7 +166,12 @@
     if (pending !== null) return;
     pending = setTimeout(() => { pending = null; refresh(); }, 200);
   }
-  new MutationObserver(soon).observe($("status"), { attributes: true, childList: true, subtree: true });
+  let seenStatus = $("status").dataset.status;
+  new MutationObserver(() => {
+    if ($("status").dataset.status === seenStatus) return;
+    seenStatus = $("status").dataset.status;
+    soon();
+  }).observe($("status"), { attributes: true, childList: true, subtree: true });
   const timeline = $("timeline-body");
   if (timeline) new MutationObserver(soon).observe(timeline, { childList: true });
   setInterval(() => { if (running && !document.hidden) soon(); }, 3000);
