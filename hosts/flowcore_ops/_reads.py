@@ -116,6 +116,12 @@ async def show(ctx: Context, given: RunInput) -> RunView:
         failures=list(shown.get("failures") or []),
     )
     view.usage_by_member, view.usage_by_child = _usage_split(records)
+    try:
+        flow = await guard(ctx.host.flow(given.run_id))
+    except OperationError:
+        pass  # a spec the host cannot give back (Temporal, pinned elsewhere): none listed
+    else:
+        view.schedulable = sorted(name for name, decl in flow.tools.items() if decl.schedulable)
     if found.status != "running":
         # The ``settled`` effect carries the report (left out when no work ran),
         # the ``run.settled`` record after it does not; records about scheduled

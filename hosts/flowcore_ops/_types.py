@@ -343,6 +343,8 @@ class RunView(_Out):
     # in wire form, tokens split.
     usage_by_member: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
     usage_by_child: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    # The tools its flow declares ``schedulable`` (scheduled.add may call them).
+    schedulable: list[str] = msgspec.field(default_factory=list)
 
 
 class QuestionView(_Out):

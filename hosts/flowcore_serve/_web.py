@@ -137,6 +137,12 @@ class _Web:
             return who
         return self.page(request, "runs.html", principal=who)
 
+    async def schedules(self, request: AnyRequest) -> Response[Any]:
+        who = self.principal(request)
+        if isinstance(who, Response):
+            return who
+        return self.page(request, "schedules.html", principal=who)
+
     async def run(self, request: AnyRequest) -> Response[Any]:
         who = self.principal(request)
         if isinstance(who, Response):
@@ -193,6 +199,7 @@ def web_routes(api: Api, tokens: Tokens) -> list[HTTPRouteHandler | Router]:
     page: dict[str, Any] = {"include_in_schema": False, "request_max_body_size": None}
     return [
         get("/", **page)(web.runs),
+        get("/schedules", **page)(web.schedules),
         # :path, since a child run's id holds a slash (parent/step#n)
         get("/runs/{run_id:path}", **page)(web.run),
         post("/login", status_code=200, **page)(web.login),

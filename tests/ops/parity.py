@@ -90,7 +90,9 @@ SCENARIOS: dict[str, Scenario] = {
     "whoami": Scenario(lambda f: {}),
     "runs": Scenario(lambda f: {"limit": 50}, lambda out: len(out.runs) >= len(RUN_NAMES)),
     "show": Scenario(
-        lambda f: {"runId": f["runs"]["p-main"]}, lambda out: out.run.run_id.endswith("p-main")
+        lambda f: {"runId": f["runs"]["p-main"]},
+        # with the tools its flow lets scheduled.add call
+        lambda out: out.run.run_id.endswith("p-main") and out.schedulable == ["remind"],
     ),
     "events": Scenario(
         lambda f: {"runId": f["runs"]["p-main"], "start": 0}, lambda out: len(out) > 0

@@ -157,15 +157,15 @@ def test_signal_and_cancel_forms_and_a_refusal(context: BrowserContext, served: 
         page.locator("#signal-name").fill("go")
         page.locator("#signal-payload").fill('{"note": "%s"}' % ("x" * 2000))
         page.get_by_role("button", name="Send signal").click()
-        expect(page.locator("#notice")).to_contain_text("over the limit", timeout=WAIT_MS)
+        expect(page.locator("#actions-error")).to_contain_text("over the limit", timeout=WAIT_MS)
         # Refused by the page itself: not JSON.
         page.locator("#signal-payload").fill("{not json")
         page.get_by_role("button", name="Send signal").click()
-        expect(page.locator("#notice")).to_contain_text("not JSON", timeout=WAIT_MS)
+        expect(page.locator("#actions-error")).to_contain_text("not JSON", timeout=WAIT_MS)
 
         page.locator("#signal-payload").fill('{"by": "web"}')
         page.get_by_role("button", name="Send signal").click()
-        expect(page.locator("#notice")).to_be_hidden(timeout=WAIT_MS)
+        expect(page.locator("#actions-error")).to_be_hidden(timeout=WAIT_MS)
         expect(page.locator('.question[data-step="note"]')).to_be_visible(timeout=WAIT_MS)
         expect(page.locator('#timeline-body [data-kind="signal-received"]')).to_contain_text(
             "go", timeout=WAIT_MS
@@ -175,6 +175,7 @@ def test_signal_and_cancel_forms_and_a_refusal(context: BrowserContext, served: 
         expect(page.locator(".question .text")).to_be_visible(timeout=WAIT_MS)
         page.locator("#cancel-reason").fill("not today")
         page.get_by_role("button", name="Cancel run").click()
+        page.get_by_role("dialog").get_by_role("button", name="Cancel run").click()
         expect(page.locator("#status")).to_have_text("cancelled", timeout=WAIT_MS)
         expect(page.locator("#error")).to_be_visible(timeout=WAIT_MS)
         assert api.get("/api/runs/rel-3").json()["run"]["status"] == "cancelled"

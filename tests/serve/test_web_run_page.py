@@ -18,12 +18,12 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect, sync_playwright
 
 from .browser import CHROMIUM, launch
-from .console_tools import BOOM
+from .run_page_tools import BOOM
 from .serving import Served, start_serve
 
 HERE: Final = Path(__file__).parent
-FLOWS: Final = HERE / "console_flows"
-TOOLS: Final = HERE / "console_tools.py"
+FLOWS: Final = HERE / "run_page_flows"
+TOOLS: Final = HERE / "run_page_tools.py"
 WAIT_MS: Final = 20_000
 FAILED_FILL: Final = "rgb(255, 201, 201)"  # diagram.js OUTCOMES.failed
 DONE_FILL: Final = "rgb(211, 249, 216)"
