@@ -33,6 +33,8 @@ from ._types import (
     QuestionList,
     ReplayScheduledInput,
     ResumeInput,
+    RunCounts,
+    RunCountsQuery,
     RunInput,
     RunPage,
     RunsQuery,
@@ -196,6 +198,17 @@ CATALOGUE: Final[tuple[Operation, ...]] = (
         ("invalid-request", "invalid-cursor", "host-refuses"),
         (Http("GET", "/api/runs", 200, "list_runs"),),
         ("runs",),
+    ),
+    Operation(
+        "run-counts",
+        "Count runs by status",
+        RunCountsQuery,
+        RunCounts,
+        "read",
+        _reads.run_counts,
+        ("invalid-request", "host-refuses"),
+        (Http("GET", "/api/runs/counts", 200, "count_runs"),),
+        None,  # the command line's `runs --counts`
     ),
     Operation(
         "show",

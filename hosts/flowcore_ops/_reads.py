@@ -24,6 +24,8 @@ from ._types import (
     ProgressInput,
     QuestionList,
     QuestionView,
+    RunCounts,
+    RunCountsQuery,
     RunInput,
     RunPage,
     RunsQuery,
@@ -39,6 +41,7 @@ __all__ = [
     "progress",
     "progress_follow",
     "questions",
+    "run_counts",
     "runs",
     "show",
     "waits",
@@ -79,12 +82,32 @@ async def runs(ctx: Context, given: RunsQuery) -> RunPage:
         cursor=None if given.cursor is None else _uncursor(given.cursor),
         principal=None if ctx.principal.admin else ctx.principal.name,
         parent=given.parent,
+        id_prefix=given.id_prefix,
     )
     page = await guard(ctx.host.find_runs(query), "invalid-cursor" if given.cursor else "rejected")
     now = ctx.host.now()
     return RunPage(
         runs=[summary_of(found, now) for found in page.runs], next_cursor=_cursor(page.cursor)
     )
+
+
+async def run_counts(ctx: Context, given: RunCountsQuery) -> RunCounts:
+    """How many runs of the principal (every run for an admin) the filters find, by status."""
+    try:
+        flowcore.metadata_filters(given.where)
+    except flowcore.MetadataFilterError as exc:
+        raise OperationError("invalid-request", f"where: {exc}") from None
+    query = RunQuery(
+        flow=given.flow,
+        where=list(given.where),
+        started_from_ms=epoch_ms(given.created_from),
+        started_to_ms=epoch_ms(given.created_to),
+        principal=None if ctx.principal.admin else ctx.principal.name,
+        parent=given.parent,
+        id_prefix=given.id_prefix,
+    )
+    counts = await guard(ctx.host.count_runs(query))
+    return RunCounts(counts=dict(sorted(counts.items())), total=sum(counts.values()))
 
 
 async def show(ctx: Context, given: RunInput) -> RunView:

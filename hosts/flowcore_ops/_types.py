@@ -41,6 +41,8 @@ __all__ = [
     "RunSummary",
     "RunView",
     "RunsQuery",
+    "RunCounts",
+    "RunCountsQuery",
     "ScheduleChange",
     "ScheduleInput",
     "ScheduleList",
@@ -202,6 +204,18 @@ class RunsQuery(_In):
     limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
     # Metadata filters, every one of which must hold (``where=amount>100``; repeatable).
     where: list[str] = []
+    id_prefix: Name | None = None  # the runs whose id starts with it
+
+
+class RunCountsQuery(_In):
+    """Filters of a count of runs by status (those of ``RunsQuery`` but a status and paging)."""
+
+    flow: Name | None = None
+    parent: Name | None = None
+    created_from: datetime | None = None  # RFC 3339 instant, inclusive (no zone: UTC)
+    created_to: datetime | None = None  # exclusive
+    where: list[str] = []
+    id_prefix: Name | None = None
 
 
 class EventsInput(_In):
@@ -318,6 +332,13 @@ class RunSummary(_Out):
 class RunPage(_Out):
     runs: list[RunSummary]
     next_cursor: str | None  # None on the last page
+
+
+class RunCounts(_Out):
+    """How many runs the filters find: by status (a status none has is left out), and in all."""
+
+    counts: dict[str, int]
+    total: int
 
 
 class RunView(_Out):

@@ -89,6 +89,10 @@ def _call_id(facts: dict[str, Any]) -> str:
 SCENARIOS: dict[str, Scenario] = {
     "whoami": Scenario(lambda f: {}),
     "runs": Scenario(lambda f: {"limit": 50}, lambda out: len(out.runs) >= len(RUN_NAMES)),
+    "run-counts": Scenario(
+        lambda f: {"idPrefix": f["prefix"] + "p-"},
+        lambda out: out.total >= len(RUN_NAMES) and sum(out.counts.values()) == out.total,
+    ),
     "show": Scenario(
         lambda f: {"runId": f["runs"]["p-main"]}, lambda out: out.run.run_id.endswith("p-main")
     ),
@@ -217,6 +221,7 @@ SCENARIOS: dict[str, Scenario] = {
 ORDER = [
     "whoami",
     "runs",
+    "run-counts",
     "show",
     "events",
     "export",
@@ -254,5 +259,5 @@ ORDER = [
 # Per host: the operations it refuses (``host-refuses``), as specs/hosts.md lists them.
 REFUSED: dict[str, set[str]] = {
     "local": set(),
-    "temporal": {"prune", "delete", "resume"},
+    "temporal": {"prune", "delete", "resume", "run-counts"},
 }

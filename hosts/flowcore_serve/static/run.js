@@ -129,7 +129,7 @@
       "tr",
       { "data-index": record.index, "data-type": record.type, class: `rec ${record.type.replace(".", "-")}` },
       el("td", { class: "num" }, record.index),
-      el("td", { title: localTime(record.at) }, clockTime(record.at)),
+      el("td", {}, flowcore.when(record.at)),
       el("td", {}, record.type),
       el("td", { "data-kind": kind }, summary(record)),
     ));
@@ -421,7 +421,7 @@
     const run = view.run;
     const running = run.status === "running";
     statusBadge($("status"), run.status);
-    $("started").textContent = localTime(run.createdAt);
+    $("started").replaceChildren(flowcore.when(run.createdAt));
     $("duration").textContent = duration(run.durationMs);
     $("principal").textContent = run.principal === null ? "—" : run.principal;
     $("budget").textContent = budgetText(view);
