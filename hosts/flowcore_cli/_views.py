@@ -561,6 +561,7 @@ _VIEWS: Final[dict[str, View]] = {
                 help="More spec files or directories that subflows may name (repeatable).",
             ),
         ),
+        helps={"tools": "The run's tools module (default: the worker's)."},
         render=_started,
         creates=True,
     ),
@@ -619,9 +620,9 @@ _VIEWS: Final[dict[str, View]] = {
         " the run is processed to the end as `run` does. Refused, saying why, where"
         " a rewind would not be faithful (specs/local.md §10).",
         options=(
-            click.Option(["--tools"], help=_TOOLS_HELP),
             click.Option(["--detach"], is_flag=True, help="Only reopen the run; a worker runs it."),
         ),
+        helps={"tools": _TOOLS_HELP},
         tune=_tuned,
         render=_resumed,
     ),

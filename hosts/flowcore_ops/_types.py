@@ -120,6 +120,9 @@ class StartInput(_In):
     # When ``runId`` names a run started with another input or spec: refuse it
     # (409), or answer with that run as it is (nothing written).
     on_conflict: Literal["refuse", "use-existing"] = "refuse"
+    # The handler module the run uses (on a server: one of its modules; default,
+    # the first of them with a handler for everything the flow calls).
+    tools: Name | None = None
 
 
 class CancelInput(_In):
@@ -153,9 +156,11 @@ class SignalKeyInput(_In):
 
 
 class ResumeInput(_In):
-    """Retry a failed run from its failed step."""
+    """Retry a failed run from its failed step, with the handler module ``tools``
+    from now on (on a server: one of its modules; default: the run's own)."""
 
     run_id: Name
+    tools: Name | None = None
 
 
 class ForkInput(_In):

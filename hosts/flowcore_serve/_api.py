@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -29,7 +29,7 @@ from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
 import flowcore
-from flowcore_handlers import Host
+from flowcore_handlers import Host, Registry, missing_handlers
 from flowcore_ops import CATALOGUE, FAILURES, NDJSON, SSE, Http, Operation, OperationError
 from flowcore_ops import Context as OpContext
 
@@ -119,12 +119,15 @@ class Api:
     host: Host
     flows: FlowFolder
     closing: asyncio.Event = attrs.field(factory=asyncio.Event)  # set: the server shuts down
+    # The server's handler modules (name -> handlers), in the order given; None
+    # where the runs' workers are elsewhere (Temporal's) and hold their own.
+    tools_modules: Mapping[str, Registry] | None = None
 
     def context(self, ctx: Context) -> OpContext:
         """The operation's context for a request: this host, the token's principal,
-        flows from the registry folder."""
+        flows from the registry folder, the server's handler modules."""
         folders = () if self.flows.folder is None else (self.flows.folder,)
-        return OpContext(self.host, ctx.principal, self.flows.path_of, folders)
+        return OpContext(self.host, ctx.principal, self.flows.path_of, folders, self.tools_modules)
 
     # --- one route of an operation -------------------------------------------------------
 
@@ -243,11 +246,32 @@ class Api:
     # --- what only the server has --------------------------------------------------------
 
     async def list_flows(self, ctx: Context) -> Response[Any]:
-        flows = [
-            FlowSummary(flow_id=f.id, version=f.version, source=str(p))
-            for f, p in self.flows.flows()
-        ]
-        return json_response(FlowList(flows=flows))
+        return json_response(
+            FlowList(flows=[self._flow_summary(f, p) for f, p in self.flows.flows()])
+        )
+
+    def _flow_summary(self, flow: flowcore.Flow, path: Any) -> FlowSummary:
+        """The flow, with the handler modules that have a handler for everything it
+        calls; when none has, what the module that lacks least lacks."""
+        if self.tools_modules is None:
+            return FlowSummary(flow_id=flow.id, version=flow.version, source=str(path))
+        lacking = {
+            name: missing_handlers(registry, [flow])
+            for name, registry in self.tools_modules.items()
+        }
+        modules = [name for name, missing in lacking.items() if not missing]
+        if not lacking:  # no module: only a flow that calls nothing runs
+            missing = missing_handlers(Registry(), [flow])
+        else:
+            missing = [] if modules else min(lacking.values(), key=len)
+        return FlowSummary(
+            flow_id=flow.id,
+            version=flow.version,
+            source=str(path),
+            runnable=not missing,
+            missing=missing,
+            modules=modules,
+        )
 
     def operations(self) -> list[Route]:
         """One route declaration per HTTP route of each catalogue operation, and the

@@ -18,9 +18,17 @@ class _Reply(msgspec.Struct, kw_only=True, rename="camel"):
 
 
 class FlowSummary(_Reply):
+    """A flow of the registry folder. ``runnable``: whether one of the server's
+    handler modules has a handler for every tool, agent and team it calls (None
+    where the server cannot tell: its workers are elsewhere); ``modules``: those
+    that have; ``missing``: what the nearest module lacks (``tool 'x'``)."""
+
     flow_id: str
     version: int
     source: str
+    runnable: bool | None = None
+    missing: list[str] = msgspec.field(default_factory=list)
+    modules: list[str] = msgspec.field(default_factory=list)
 
 
 class FlowList(_Reply):

@@ -200,20 +200,51 @@
   window.addEventListener("popstate", () => { toForm(current()); loop(); });
   document.addEventListener("visibilitychange", () => { if (!document.hidden) loop(); });
 
+  // The start form offers the flows this server can run: a flow no handler module
+  // of the server has every handler for is shown disabled, with what is missing;
+  // where several modules can run the chosen flow, the user picks one.
   const startForm = document.getElementById("start-form");
   if (startForm) {
     const flowSelect = document.getElementById("start-flow");
+    const moduleBox = document.getElementById("start-module-box");
+    const moduleSelect = document.getElementById("start-module");
+    const missingNote = document.getElementById("start-missing");
+    let flows = [];
+    const lacks = (f) => f.missing.map((what) => `no handler for ${what}`).join(", ");
+    function chosen() {
+      const flow = flows.find((f) => f.flowId === flowSelect.value);
+      const modules = flow ? flow.modules || [] : [];
+      moduleSelect.replaceChildren(...modules.map((m) => el("option", { value: m }, m)));
+      moduleBox.hidden = modules.length < 2;
+      const cannot = flows.filter((f) => f.runnable === false);
+      missingNote.hidden = cannot.length === 0;
+      missingNote.textContent = cannot.length
+        ? "Not runnable on this server: " + cannot.map((f) => `${f.flowId} (${lacks(f)})`).join("; ")
+        : "";
+    }
     api("GET", "/api/flows").then((list) => {
-      flowSelect.replaceChildren(...list.flows.map((f) => el("option", { value: f.flowId }, `${f.flowId} v${f.version}`)));
-      if (list.flows.length === 0) document.getElementById("start").hidden = true;
+      flows = list.flows;
+      flowSelect.replaceChildren(...flows.map((f) => el(
+        "option",
+        { value: f.flowId, disabled: f.runnable === false, "data-missing": f.runnable === false ? lacks(f) : null },
+        f.runnable === false ? `${f.flowId} v${f.version} — ${lacks(f)}` : `${f.flowId} v${f.version}`,
+      )));
+      const first = flows.find((f) => f.runnable !== false);
+      if (first) flowSelect.value = first.flowId;
+      if (flows.length === 0) document.getElementById("start").hidden = true;
+      startForm.querySelector("button[type=submit]").disabled = !first;
+      chosen();
     }).catch(refused);
+    flowSelect.addEventListener("change", chosen);
     startForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       let input;
       const text = document.getElementById("start-input").value.trim();
       try { input = text ? JSON.parse(text) : null; } catch (e) { notice(`The input is not JSON: ${e.message}`); return; }
+      const body = { flow: flowSelect.value, input };
+      if (!moduleBox.hidden && moduleSelect.value) body.tools = moduleSelect.value;
       try {
-        const run = await api("POST", "/api/runs", { flow: flowSelect.value, input });
+        const run = await api("POST", "/api/runs", body);
         window.location.href = `/runs/${encodeURIComponent(run.runId)}`;
       } catch (error) {
         refused(error);
