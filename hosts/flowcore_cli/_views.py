@@ -27,6 +27,7 @@ from flowcore_ops import BY_NAME, CATALOGUE, Operation, OperationError
 
 from ._common import CliError, answer_value, duration_value, iso, json_value
 from ._derive import View
+from ._flows_view import FLOWS_VIEW
 from ._history import event_line, short_json, tables, timeline, work_report
 from ._options import FROM_FILE
 from ._progress import out
@@ -773,6 +774,7 @@ _VIEWS: Final[dict[str, View]] = {
     ),
     "waits": View("What RUN waits for now: work, questions, signals, timers.", render=_waits),
     "runs": RUNS_VIEW,
+    "flows": FLOWS_VIEW,
     **SCHEDULED_VIEWS,
     **STREAM_VIEWS,
     **SCHEDULE_VIEWS,

@@ -22,6 +22,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import flowcore
 from flowcore_handlers import Host, Registry
 
 __all__ = [
@@ -160,6 +161,8 @@ class Context:
     # its handlers): ``start`` and ``resume`` take only these. None (the command
     # line): any module the caller names.
     tools_modules: Mapping[str, Registry] | None = None
+    # The flows this surface can start, with where each is (a server's registry folder).
+    flow_list: Callable[[], list[tuple[flowcore.Flow, Path]]] = list
 
 
 @dataclass(frozen=True)

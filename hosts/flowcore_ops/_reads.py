@@ -13,12 +13,14 @@ import msgspec
 
 import flowcore
 from flowcore.diagram import build_graph, node_id, to_mermaid
-from flowcore_handlers import RunQuery
+from flowcore_handlers import Registry, RunQuery, missing_handlers
 
 from ._common import epoch_ms, guard, owned, summary_of
 from ._declare import Context, OperationError
 from ._types import (
     EventsInput,
+    FlowList,
+    FlowSummary,
     Graph,
     Nothing,
     ProgressInput,
@@ -36,6 +38,7 @@ from ._types import (
 __all__ = [
     "events",
     "export",
+    "flows",
     "follow",
     "graph",
     "progress",
@@ -219,6 +222,33 @@ async def graph(ctx: Context, given: RunInput) -> Graph:
             done.add(node_id(flow.by_id[step]))
     return Graph(
         mermaid=to_mermaid(build_graph(flow)), current=sorted(current), done=sorted(done - current)
+    )
+
+
+async def flows(ctx: Context, given: Nothing) -> FlowList:
+    """The flows this surface can start, each with the handler modules that run it
+    (``Context.tools_modules``), or what the module nearest to it lacks."""
+    return FlowList(flows=[_flow_summary(ctx, flow, path) for flow, path in ctx.flow_list()])
+
+
+def _flow_summary(ctx: Context, flow: flowcore.Flow, path: Any) -> FlowSummary:
+    if ctx.tools_modules is None:
+        return FlowSummary(flow_id=flow.id, version=flow.version, source=str(path))
+    lacking = {
+        name: missing_handlers(registry, [flow]) for name, registry in ctx.tools_modules.items()
+    }
+    modules = [name for name, missing in lacking.items() if not missing]
+    if not lacking:  # no module: only a flow that calls nothing runs
+        missing = missing_handlers(Registry(), [flow])
+    else:
+        missing = [] if modules else min(lacking.values(), key=len)
+    return FlowSummary(
+        flow_id=flow.id,
+        version=flow.version,
+        source=str(path),
+        runnable=not missing,
+        missing=missing,
+        modules=modules,
     )
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "RunSummary",
     "RunView",
     "RunsQuery",
+    "FlowList",
+    "FlowSummary",
     "RunCounts",
     "RunCountsQuery",
     "ScheduleChange",
@@ -458,3 +460,21 @@ class ScheduleList(_Out):
 class Whoami(_Out):
     principal: str | None
     access: Access
+
+
+class FlowSummary(_Out):
+    """A flow this surface can start. ``runnable``: whether one of its handler
+    modules has a handler for every tool, agent and team the flow calls (None
+    where it cannot tell: the runs' workers are elsewhere); ``modules``: those
+    that have; ``missing``: what the module nearest to it lacks (``tool 'x'``)."""
+
+    flow_id: str
+    version: int
+    source: str
+    runnable: bool | None = None
+    missing: list[str] = msgspec.field(default_factory=list)
+    modules: list[str] = msgspec.field(default_factory=list)
+
+
+class FlowList(_Out):
+    flows: list[FlowSummary]

@@ -29,14 +29,13 @@ from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
 import flowcore
-from flowcore_handlers import Host, Registry, missing_handlers
+from flowcore_handlers import Host, Registry
 from flowcore_ops import CATALOGUE, FAILURES, NDJSON, SSE, Http, Operation, OperationError
 from flowcore_ops import Context as OpContext
 
 from ._flows import FlowFolder
 from ._http import ApiError, Context, Encoded, json_response
 from ._routes import Operation as Route
-from ._types import FlowList, FlowSummary
 
 __all__ = ["Api", "NDJSON"]
 
@@ -127,7 +126,14 @@ class Api:
         """The operation's context for a request: this host, the token's principal,
         flows from the registry folder, the server's handler modules."""
         folders = () if self.flows.folder is None else (self.flows.folder,)
-        return OpContext(self.host, ctx.principal, self.flows.path_of, folders, self.tools_modules)
+        return OpContext(
+            self.host,
+            ctx.principal,
+            self.flows.path_of,
+            folders,
+            self.tools_modules,
+            self.flows.flows,
+        )
 
     # --- one route of an operation -------------------------------------------------------
 
@@ -243,48 +249,11 @@ class Api:
             elif isinstance(records, AsyncGenerator):
                 await records.aclose()
 
-    # --- what only the server has --------------------------------------------------------
-
-    async def list_flows(self, ctx: Context) -> Response[Any]:
-        return json_response(
-            FlowList(flows=[self._flow_summary(f, p) for f, p in self.flows.flows()])
-        )
-
-    def _flow_summary(self, flow: flowcore.Flow, path: Any) -> FlowSummary:
-        """The flow, with the handler modules that have a handler for everything it
-        calls; when none has, what the module that lacks least lacks."""
-        if self.tools_modules is None:
-            return FlowSummary(flow_id=flow.id, version=flow.version, source=str(path))
-        lacking = {
-            name: missing_handlers(registry, [flow])
-            for name, registry in self.tools_modules.items()
-        }
-        modules = [name for name, missing in lacking.items() if not missing]
-        if not lacking:  # no module: only a flow that calls nothing runs
-            missing = missing_handlers(Registry(), [flow])
-        else:
-            missing = [] if modules else min(lacking.values(), key=len)
-        return FlowSummary(
-            flow_id=flow.id,
-            version=flow.version,
-            source=str(path),
-            runnable=not missing,
-            missing=missing,
-            modules=modules,
-        )
+    # --- the routes -----------------------------------------------------------------------
 
     def operations(self) -> list[Route]:
-        """One route declaration per HTTP route of each catalogue operation, and the
-        registry folder's flows."""
-        routes = [
-            Route(
-                "GET",
-                "/api/flows",
-                self.list_flows,
-                "The flows of the registry folder",
-                reply=FlowList,
-            )
-        ]
+        """One route declaration per HTTP route of each catalogue operation."""
+        routes: list[Route] = []
         for op in CATALOGUE:
             for route in op.http:
                 part = _part(op, route)

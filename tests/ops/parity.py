@@ -88,6 +88,8 @@ def _call_id(facts: dict[str, Any]) -> str:
 
 SCENARIOS: dict[str, Scenario] = {
     "whoami": Scenario(lambda f: {}),
+    # (the flows of the surface's registry folder: none given on some surfaces)
+    "flows": Scenario(lambda f: {}, lambda out: isinstance(out.flows, list)),
     "runs": Scenario(lambda f: {"limit": 50}, lambda out: len(out.runs) >= len(RUN_NAMES)),
     "run-counts": Scenario(
         lambda f: {"idPrefix": f["prefix"] + "p-"},
@@ -220,6 +222,7 @@ SCENARIOS: dict[str, Scenario] = {
 # Reads first, then what changes runs, then what ends or removes them.
 ORDER = [
     "whoami",
+    "flows",
     "runs",
     "run-counts",
     "show",
