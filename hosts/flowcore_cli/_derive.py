@@ -104,6 +104,8 @@ class View:
     explain: Callable[[OperationError, dict[str, Any]], str] | None = None  # a failure's line
     json_help: str = "Print the output as JSON on stdout instead."
     creates: bool = False  # may create the local database (else it must exist)
+    # The operation's context from the command line's values (default: as built).
+    context: Callable[[Context, dict[str, Any]], Context] | None = None
 
 
 # --- the host --------------------------------------------------------------------------
@@ -507,6 +509,8 @@ def build(op: Operation, view: View, temporal: bool = False) -> click.Command:
                 flows=_spec_file,
                 flow_folders=_flow_folders(values),
             )
+            if view.context is not None:
+                context = view.context(context, values)
             try:
                 output = await chosen.call(context, given)
             except Exception as exc:

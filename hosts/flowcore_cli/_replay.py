@@ -47,7 +47,7 @@ from flowcore import (
     iter_records,
 )
 
-from ._common import CliError, load_spec, read_bytes
+from ._common import CliError, iso, load_spec, read_bytes
 from ._progress import Printer
 
 __all__ = ["replay", "report_to_json", "trajectory_table", "usage_text"]
@@ -421,7 +421,7 @@ def trajectory_table(report: ReplayReport) -> Table:
     table.add_column("status", no_wrap=True)
     table.add_column("output / error", overflow="fold")
     table.add_column("usage", justify="right", no_wrap=True)
-    table.add_column("at", justify="right", no_wrap=True)
+    table.add_column("at (UTC)", justify="right", no_wrap=True)
     for e in report.trajectory:
         who = e.target if not e.member else f"{e.target} ({e.member})"
         key = e.key.split("/", 1)[1] if "/" in e.key else e.key
@@ -436,7 +436,8 @@ def trajectory_table(report: ReplayReport) -> Table:
             usage = f"{e.usage.steps} st / {e.usage.cost_minor_units}"
             if e.usage.tokens:
                 usage += f" / {e.usage.tokens} tok"
-        at = str(e.at) if e.ended_at is None else f"{e.at}→{e.ended_at}"
+        # ISO-8601 for people (``--json`` keeps the log's epoch milliseconds).
+        at = iso(e.at) if e.ended_at is None else f"{iso(e.at)}\n→ {iso(e.ended_at)}"
         # Cells hold the log's values: Text, so that rich reads no markup in them.
         table.add_row(
             str(e.index),

@@ -2,7 +2,8 @@
 oldest first, a page of ``--limit`` at a time (``--page N``), each with when it
 started, how long it took (or has been running), what it waits for now, its
 output or error and its metadata; ``--tree`` puts child runs under their
-parents. ``--json`` prints that page as a list of runs."""
+parents. ``--json`` prints that page as a list of runs. ``--counts`` prints how
+many runs the filters find, by status, instead (the ``run-counts`` operation)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from rich.text import Text
 
 import flowcore
 from flowcore_handlers import Host
-from flowcore_ops import Context, Operation
+from flowcore_ops import BY_NAME, Context, Operation, RunCounts
 
-from ._common import duration, iso, meta_text
+from ._common import CliError, duration, iso, meta_text
 from ._derive import View
 from ._history import short_json, tables
 from ._progress import error_line, out
@@ -55,7 +56,20 @@ def _prepare(op: Operation, values: dict[str, Any]) -> tuple[Operation, dict[str
             raise click.BadParameter(
                 str(exc), click.get_current_context(), param_hint="'--where'"
             ) from None
+    if values.get("counts"):
+        for name, flag in (("status", "--status"), ("cursor", "--cursor")):
+            if values.get(name) is not None:
+                raise CliError(f"{flag}: --counts counts the runs of every status, at once")
+        return BY_NAME["run-counts"], dict(values, limit=None)
     return op, dict(values, limit=_FETCH)
+
+
+def _counts_text(counted: RunCounts) -> None:
+    """``failed 3`` a line per status, then ``total 12``."""
+    width = max((len(s) for s in counted.counts), default=5)
+    for status, n in counted.counts.items():
+        out.print(Text(f"{status:<{width}}  {n:,}"))
+    out.print(Text(f"{'total':<{width}}  {counted.total:,}"))
 
 
 async def _listed(host: Host, first: Any, values: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +99,9 @@ async def _listed(host: Host, first: Any, values: dict[str, Any]) -> dict[str, A
 
 
 async def _document(host: Host, output: Any, values: dict[str, Any]) -> int | None:
+    if isinstance(output, RunCounts):
+        click.echo(msgspec.json.encode(output).decode())
+        return None
     listed = await _listed(host, output, values)
     click.echo(
         json.dumps(
@@ -122,6 +139,9 @@ def _outcome(output: Any, error: Any) -> str:
 
 
 async def _render(host: Host, output: Any, values: dict[str, Any]) -> int | None:
+    if isinstance(output, RunCounts):
+        _counts_text(output)
+        return None
     listed = await _listed(host, output, values)
     shown = listed["shown"]
     metadata = any(r.metadata for r, *_ in shown)
@@ -186,6 +206,11 @@ RUNS_VIEW: Final = View(
             type=click.IntRange(min=1),
             help="Which page.",
         ),
+        click.Option(
+            ["--counts"],
+            is_flag=True,
+            help="Print how many runs the filters find, by status, instead of the runs.",
+        ),
     ),
     types={
         "status": click.Choice(
@@ -205,6 +230,7 @@ RUNS_VIEW: Final = View(
         "created_from": "Only runs started at or after this RFC 3339 instant.",
         "created_to": "Only runs started before this RFC 3339 instant.",
         "cursor": "Where a page of the runs operation ends (its nextCursor).",
+        "id_prefix": "Only runs whose id starts with this.",
     },
     prepare=_prepare,
     render=_render,

@@ -39,7 +39,13 @@ __all__ = ["serve"]
     type=click.IntRange(0, 65535),
     help="The port (0: any free one).",
 )
-@click.option("--tools", help="Default tools module for runs that did not record one.")
+@click.option(
+    "--tools",
+    multiple=True,
+    help="A handler module runs start and resume with (repeatable: a run starts with the"
+    " first that has a handler for everything its flow calls, or the one asked for); the"
+    " first is the default of runs that recorded none.",
+)
 @click.option(
     "--flows",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
@@ -81,7 +87,7 @@ def serve(
     ctx: click.Context,
     host: str,
     port: int,
-    tools: str | None,
+    tools: tuple[str, ...],
     flows: Path | None,
     tokens: str | None,
     max_body: int,

@@ -27,6 +27,7 @@ from flowcore_ops import BY_NAME, CATALOGUE, Operation, OperationError
 
 from ._common import CliError, answer_value, duration_value, iso, json_value
 from ._derive import View
+from ._flows_view import FLOWS_VIEW
 from ._history import event_line, short_json, tables, timeline, work_report
 from ._options import FROM_FILE
 from ._progress import out
@@ -561,6 +562,7 @@ _VIEWS: Final[dict[str, View]] = {
                 help="More spec files or directories that subflows may name (repeatable).",
             ),
         ),
+        helps={"tools": "The run's tools module (default: the worker's)."},
         render=_started,
         creates=True,
     ),
@@ -619,9 +621,9 @@ _VIEWS: Final[dict[str, View]] = {
         " the run is processed to the end as `run` does. Refused, saying why, where"
         " a rewind would not be faithful (specs/local.md §10).",
         options=(
-            click.Option(["--tools"], help=_TOOLS_HELP),
             click.Option(["--detach"], is_flag=True, help="Only reopen the run; a worker runs it."),
         ),
+        helps={"tools": _TOOLS_HELP},
         tune=_tuned,
         render=_resumed,
     ),
@@ -772,6 +774,7 @@ _VIEWS: Final[dict[str, View]] = {
     ),
     "waits": View("What RUN waits for now: work, questions, signals, timers.", render=_waits),
     "runs": RUNS_VIEW,
+    "flows": FLOWS_VIEW,
     **SCHEDULED_VIEWS,
     **STREAM_VIEWS,
     **SCHEDULE_VIEWS,

@@ -75,6 +75,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
     ),
     "worker": ("_local", "worker", "Resume and process every run in the database until stopped."),
     "runs": ("_derive", "runs", "List the runs, oldest first, a page at a time."),
+    "flows": (
+        "_derive",
+        "flows",
+        "The flows of --flows, each with the --tools modules that run it, or what is missing.",
+    ),
     "show": (
         "_derive",
         "show",

@@ -165,7 +165,7 @@ class RunQuery(msgspec.Struct, frozen=True, kw_only=True):
     metadata filters as ``flowcore.metadata_filters`` takes them. Times are
     epoch milliseconds of the run's start, ``started_from`` inclusive and
     ``started_to`` exclusive. ``cursor``: the ``RunPage.cursor`` of the page
-    before, None for the first."""
+    before, None for the first. ``id_prefix``: the runs whose id starts with it."""
 
     status: str | None = None
     flow: str | None = None
@@ -176,6 +176,7 @@ class RunQuery(msgspec.Struct, frozen=True, kw_only=True):
     cursor: str | None = None
     principal: str | None = None
     parent: str | None = None
+    id_prefix: str | None = None
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -376,6 +377,12 @@ class RunReads(Protocol):
     export, questions, waits."""
 
     async def find_runs(self, query: RunQuery) -> RunPage: ...
+
+    async def count_runs(self, query: RunQuery) -> dict[str, int]:
+        """How many runs ``query``'s filters find, by status (``RUN_STATUSES`` words;
+        a status none has is left out); its ``status``, ``cursor`` and ``limit`` are
+        ignored. ``HostRefusal`` where the host cannot count them."""
+        ...
 
     async def summary(self, run_id: str) -> RunSummary: ...
 

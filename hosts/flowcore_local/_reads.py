@@ -95,6 +95,7 @@ class LocalReads(HostBase):
                 before=before,
                 limit=query.limit + 1,  # one more: is there a next page?
                 metadata=filters,
+                id_prefix=query.id_prefix,
             )
             return rows, self.store.metadata([r.run_id for r in rows[: query.limit]])
 
@@ -103,6 +104,26 @@ class LocalReads(HostBase):
         last_row = rows[query.limit - 1] if len(rows) > query.limit else None
         cursor = None if last_row is None else f"{last_row.created_ms}:{last_row.run_id}"
         return RunPage(runs=page, cursor=cursor)
+
+    async def count_runs(self, query: RunQuery) -> dict[str, int]:
+        """How many runs ``query``'s filters find, by status (``Host.count_runs``)."""
+        filters = flowcore.metadata_filters(query.where)
+        counted = await self._db(
+            lambda: self.store.count_runs(
+                flow=query.flow,
+                parent=query.parent,
+                principal=query.principal,
+                created_from=query.started_from_ms,
+                created_to=query.started_to_ms,
+                metadata=filters,
+                id_prefix=query.id_prefix,
+            )
+        )
+        counts: dict[str, int] = {}
+        for status, n in counted.items():
+            word = contract_status(status)
+            counts[word] = counts.get(word, 0) + n
+        return counts
 
     async def summary(self, run_id: str) -> RunSummary:
         """One run as ``find_runs`` lists it (``LocalUnknownRun`` if there is none)."""

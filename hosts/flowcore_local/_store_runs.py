@@ -170,29 +170,15 @@ class RunStore(FlowStore):
         before: tuple[int, str] | None = None,
         limit: int = 50,
         metadata: list[flowcore.MetadataFilter] | None = None,
+        id_prefix: str | None = None,
     ) -> list[RunRow]:
         """Runs newest first, filtered; ``before`` is the (created_ms, run_id) of
         the last run of the previous page. ``principal`` keeps that principal's runs;
-        ``metadata``: filters every one of which must hold."""
-        where: list[str] = []
-        args: list[Any] = []
-        for f in metadata or ():
-            sql, values = _metadata_condition(f)
-            where.append(sql)
-            args.extend(values)
-        for column, value in (("flow_id", flow), ("status", status), ("parent_run", parent)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if created_from is not None:
-            where.append("created_ms >= ?")
-            args.append(created_from)
-        if created_to is not None:
-            where.append("created_ms < ?")
-            args.append(created_to)
-        if principal is not None:
-            where.append("principal = ?")
-            args.append(principal)
+        ``metadata``: filters every one of which must hold; ``id_prefix``: the runs
+        whose id starts with it."""
+        where, args = _run_conditions(
+            flow, status, parent, created_from, created_to, principal, metadata, id_prefix
+        )
         if before is not None:
             where.append("(created_ms < ? OR (created_ms = ? AND run_id < ?))")
             args.extend((before[0], before[0], before[1]))
@@ -202,6 +188,25 @@ class RunStore(FlowStore):
         query += " ORDER BY created_ms DESC, run_id DESC LIMIT ?"
         ids = [r[0] for r in self.conn.execute(query, (*args, limit))]
         return [self.run_row(i) for i in ids]
+
+    def count_runs(
+        self,
+        *,
+        flow: str | None = None,
+        parent: str | None = None,
+        created_from: int | None = None,
+        created_to: int | None = None,
+        principal: str | None = None,
+        metadata: list[flowcore.MetadataFilter] | None = None,
+        id_prefix: str | None = None,
+    ) -> dict[str, int]:
+        """How many runs the filters (as ``page_runs``) find, by stored status."""
+        where, args = _run_conditions(
+            flow, None, parent, created_from, created_to, principal, metadata, id_prefix
+        )
+        found = " WHERE " + " AND ".join(where) if where else ""
+        query = f"SELECT status, COUNT(*) FROM runs{found} GROUP BY status"
+        return {status: n for status, n in self.conn.execute(query, args)}
 
     def start_run(
         self,
@@ -755,3 +760,40 @@ class RunStore(FlowStore):
                 (run_id,),
             )
         ]
+
+
+def _run_conditions(
+    flow: str | None,
+    status: str | None,
+    parent: str | None,
+    created_from: int | None,
+    created_to: int | None,
+    principal: str | None,
+    metadata: list[flowcore.MetadataFilter] | None,
+    id_prefix: str | None,
+) -> tuple[list[str], list[Any]]:
+    """The WHERE conditions (and their arguments) of a listing or count of runs."""
+    where: list[str] = []
+    args: list[Any] = []
+    for f in metadata or ():
+        sql, values = _metadata_condition(f)
+        where.append(sql)
+        args.extend(values)
+    for column, value in (("flow_id", flow), ("status", status), ("parent_run", parent)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if created_from is not None:
+        where.append("created_ms >= ?")
+        args.append(created_from)
+    if created_to is not None:
+        where.append("created_ms < ?")
+        args.append(created_to)
+    if principal is not None:
+        where.append("principal = ?")
+        args.append(principal)
+    if id_prefix:
+        # substr, not LIKE: exact (LIKE folds case and reads % and _ in the prefix)
+        where.append("substr(run_id, 1, ?) = ?")
+        args.extend((len(id_prefix), id_prefix))
+    return where, args

@@ -16,13 +16,14 @@ failure says once what it becomes on HTTP (a status) and on the command line
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from flowcore_handlers import Host
+import flowcore
+from flowcore_handlers import Host, Registry
 
 __all__ = [
     "ACCESS",
@@ -156,6 +157,12 @@ class Context:
     principal: Principal = field(default_factory=Principal.operator)
     flows: FlowSource = _no_flows
     flow_folders: tuple[Path, ...] = ()  # where a flow's subflows are found
+    # The handler modules a server runs (name as ``tools_module_name`` gives it ->
+    # its handlers): ``start`` and ``resume`` take only these. None (the command
+    # line): any module the caller names.
+    tools_modules: Mapping[str, Registry] | None = None
+    # The flows this surface can start, with where each is (a server's registry folder).
+    flow_list: Callable[[], list[tuple[flowcore.Flow, Path]]] = list
 
 
 @dataclass(frozen=True)

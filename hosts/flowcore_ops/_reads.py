@@ -13,17 +13,21 @@ import msgspec
 
 import flowcore
 from flowcore.diagram import build_graph, node_id, step_outcomes, to_mermaid
-from flowcore_handlers import RunQuery
+from flowcore_handlers import Registry, RunQuery, missing_handlers
 
 from ._common import epoch_ms, guard, owned, summary_of
 from ._declare import Context, OperationError
 from ._types import (
     EventsInput,
+    FlowList,
+    FlowSummary,
     Graph,
     Nothing,
     ProgressInput,
     QuestionList,
     QuestionView,
+    RunCounts,
+    RunCountsQuery,
     RunInput,
     RunPage,
     RunsQuery,
@@ -34,11 +38,13 @@ from ._types import (
 __all__ = [
     "events",
     "export",
+    "flows",
     "follow",
     "graph",
     "progress",
     "progress_follow",
     "questions",
+    "run_counts",
     "runs",
     "show",
     "waits",
@@ -79,12 +85,32 @@ async def runs(ctx: Context, given: RunsQuery) -> RunPage:
         cursor=None if given.cursor is None else _uncursor(given.cursor),
         principal=None if ctx.principal.admin else ctx.principal.name,
         parent=given.parent,
+        id_prefix=given.id_prefix,
     )
     page = await guard(ctx.host.find_runs(query), "invalid-cursor" if given.cursor else "rejected")
     now = ctx.host.now()
     return RunPage(
         runs=[summary_of(found, now) for found in page.runs], next_cursor=_cursor(page.cursor)
     )
+
+
+async def run_counts(ctx: Context, given: RunCountsQuery) -> RunCounts:
+    """How many runs of the principal (every run for an admin) the filters find, by status."""
+    try:
+        flowcore.metadata_filters(given.where)
+    except flowcore.MetadataFilterError as exc:
+        raise OperationError("invalid-request", f"where: {exc}") from None
+    query = RunQuery(
+        flow=given.flow,
+        where=list(given.where),
+        started_from_ms=epoch_ms(given.created_from),
+        started_to_ms=epoch_ms(given.created_to),
+        principal=None if ctx.principal.admin else ctx.principal.name,
+        parent=given.parent,
+        id_prefix=given.id_prefix,
+    )
+    counts = await guard(ctx.host.count_runs(query))
+    return RunCounts(counts=dict(sorted(counts.items())), total=sum(counts.values()))
 
 
 async def show(ctx: Context, given: RunInput) -> RunView:
@@ -293,6 +319,33 @@ async def graph(ctx: Context, given: RunInput) -> Graph:
         current=sorted(current),
         done=sorted(done - current),
         outcomes=dict(sorted(outcomes.items())),
+    )
+
+
+async def flows(ctx: Context, given: Nothing) -> FlowList:
+    """The flows this surface can start, each with the handler modules that run it
+    (``Context.tools_modules``), or what the module nearest to it lacks."""
+    return FlowList(flows=[_flow_summary(ctx, flow, path) for flow, path in ctx.flow_list()])
+
+
+def _flow_summary(ctx: Context, flow: flowcore.Flow, path: Any) -> FlowSummary:
+    if ctx.tools_modules is None:
+        return FlowSummary(flow_id=flow.id, version=flow.version, source=str(path))
+    lacking = {
+        name: missing_handlers(registry, [flow]) for name, registry in ctx.tools_modules.items()
+    }
+    modules = [name for name, missing in lacking.items() if not missing]
+    if not lacking:  # no module: only a flow that calls nothing runs
+        missing = missing_handlers(Registry(), [flow])
+    else:
+        missing = [] if modules else min(lacking.values(), key=len)
+    return FlowSummary(
+        flow_id=flow.id,
+        version=flow.version,
+        source=str(path),
+        runnable=not missing,
+        missing=missing,
+        modules=modules,
     )
 
 

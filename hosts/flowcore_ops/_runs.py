@@ -3,10 +3,12 @@ fork, upgrade, delete, prune."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 import flowcore
-from flowcore_handlers import Deleted
+from flowcore_handlers import Deleted, missing_handlers, tools_module_name
 
 from ._common import epoch_ms, failures, guard, not_anothers, owned, running, summary_of
 from ._declare import Context, OperationError
@@ -49,10 +51,54 @@ async def summarize(ctx: Context, run_id: str) -> RunSummary:
     return summary_of(found, ctx.host.now())
 
 
+def _server_module(ctx: Context, asked: str) -> str:
+    """``asked`` as the server names it, if it is one of its handler modules."""
+    name = tools_module_name(asked) or asked
+    if ctx.tools_modules is not None and name not in ctx.tools_modules:
+        known = ", ".join(ctx.tools_modules) or "none"
+        raise OperationError(
+            "invalid-request", f"tools: {asked!r} is not a handler module of this server ({known})"
+        )
+    return name
+
+
+def runnable_by(ctx: Context, flow: flowcore.Flow) -> dict[str, list[str]]:
+    """What each of the server's handler modules lacks to run ``flow`` (empty: it
+    runs it), in the server's order (``flowcore_handlers.missing_handlers``)."""
+    return {
+        name: missing_handlers(registry, [flow])
+        for name, registry in (ctx.tools_modules or {}).items()
+    }
+
+
+def _start_module(ctx: Context, given: StartInput, path: Path) -> str | None:
+    """The handler module a run starts with: the one asked for, else on a server the
+    first of its modules that has a handler for everything the flow calls."""
+    if given.tools is not None:
+        return _server_module(ctx, given.tools)
+    if not ctx.tools_modules:
+        return None  # the host's default
+    try:
+        flow = flowcore.parse_flow(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, flowcore.SpecError):
+        return None  # the host says what is wrong with the spec
+    lacking = runnable_by(ctx, flow)
+    for name, missing in lacking.items():
+        if not missing:
+            return name
+    least = min(lacking.values(), key=len)
+    raise OperationError(
+        "cannot-start",
+        f"no handler module of this server runs flow {flow.id!r}: "
+        + ", ".join(f"no handler for {what}" for what in least),
+    )
+
+
 async def start(ctx: Context, given: StartInput) -> RunSummary:
     """Start a run; the existing run's summary where ``useExisting`` finds one.
     An id another principal's run holds is taken, as any id is: nothing says whose."""
     path = ctx.flows(given.flow)
+    tools = _start_module(ctx, given, path)
     if given.run_id is not None:
         await not_anothers(ctx, given.run_id)
     budget = flowcore.budget_from_wire(msgspec.to_builtins(given.budget))
@@ -69,6 +115,7 @@ async def start(ctx: Context, given: StartInput) -> RunSummary:
                 dedup_key=given.dedup_key,
                 on_conflict=given.on_conflict,
                 principal=ctx.principal.name,
+                tools=tools,
             )
     except OperationError as exc:
         if exc.code == "cannot-start" and "already exists" in exc.detail:
@@ -158,8 +205,9 @@ async def cancel(ctx: Context, given: CancelInput) -> RunSummary:
 
 
 async def resume(ctx: Context, given: ResumeInput) -> RunSummary:
+    tools = None if given.tools is None else _server_module(ctx, given.tools)
     await owned(ctx, given.run_id)
-    await guard(ctx.host.resume(given.run_id))
+    await guard(ctx.host.resume(given.run_id, tools))
     return await summarize(ctx, given.run_id)
 
 

@@ -41,6 +41,10 @@ __all__ = [
     "RunSummary",
     "RunView",
     "RunsQuery",
+    "FlowList",
+    "FlowSummary",
+    "RunCounts",
+    "RunCountsQuery",
     "ScheduleChange",
     "ScheduleInput",
     "ScheduleList",
@@ -118,6 +122,9 @@ class StartInput(_In):
     # When ``runId`` names a run started with another input or spec: refuse it
     # (409), or answer with that run as it is (nothing written).
     on_conflict: Literal["refuse", "use-existing"] = "refuse"
+    # The handler module the run uses (on a server: one of its modules; default,
+    # the first of them with a handler for everything the flow calls).
+    tools: Name | None = None
 
 
 class CancelInput(_In):
@@ -151,9 +158,11 @@ class SignalKeyInput(_In):
 
 
 class ResumeInput(_In):
-    """Retry a failed run from its failed step."""
+    """Retry a failed run from its failed step, with the handler module ``tools``
+    from now on (on a server: one of its modules; default: the run's own)."""
 
     run_id: Name
+    tools: Name | None = None
 
 
 class ForkInput(_In):
@@ -202,6 +211,18 @@ class RunsQuery(_In):
     limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
     # Metadata filters, every one of which must hold (``where=amount>100``; repeatable).
     where: list[str] = []
+    id_prefix: Name | None = None  # the runs whose id starts with it
+
+
+class RunCountsQuery(_In):
+    """Filters of a count of runs by status (those of ``RunsQuery`` but a status and paging)."""
+
+    flow: Name | None = None
+    parent: Name | None = None
+    created_from: datetime | None = None  # RFC 3339 instant, inclusive (no zone: UTC)
+    created_to: datetime | None = None  # exclusive
+    where: list[str] = []
+    id_prefix: Name | None = None
 
 
 class EventsInput(_In):
@@ -318,6 +339,13 @@ class RunSummary(_Out):
 class RunPage(_Out):
     runs: list[RunSummary]
     next_cursor: str | None  # None on the last page
+
+
+class RunCounts(_Out):
+    """How many runs the filters find: by status (a status none has is left out), and in all."""
+
+    counts: dict[str, int]
+    total: int
 
 
 class RunView(_Out):
@@ -450,3 +478,21 @@ class ScheduleList(_Out):
 class Whoami(_Out):
     principal: str | None
     access: Access
+
+
+class FlowSummary(_Out):
+    """A flow this surface can start. ``runnable``: whether one of its handler
+    modules has a handler for every tool, agent and team the flow calls (None
+    where it cannot tell: the runs' workers are elsewhere); ``modules``: those
+    that have; ``missing``: what the module nearest to it lacks (``tool 'x'``)."""
+
+    flow_id: str
+    version: int
+    source: str
+    runnable: bool | None = None
+    missing: list[str] = msgspec.field(default_factory=list)
+    modules: list[str] = msgspec.field(default_factory=list)
+
+
+class FlowList(_Out):
+    flows: list[FlowSummary]

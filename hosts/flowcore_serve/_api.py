@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -29,14 +29,13 @@ from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
 import flowcore
-from flowcore_handlers import Host
+from flowcore_handlers import Host, Registry
 from flowcore_ops import CATALOGUE, FAILURES, NDJSON, SSE, Http, Operation, OperationError
 from flowcore_ops import Context as OpContext
 
 from ._flows import FlowFolder
 from ._http import ApiError, Context, Encoded, json_response
 from ._routes import Operation as Route
-from ._types import FlowList, FlowSummary
 
 __all__ = ["Api", "NDJSON"]
 
@@ -119,12 +118,22 @@ class Api:
     host: Host
     flows: FlowFolder
     closing: asyncio.Event = attrs.field(factory=asyncio.Event)  # set: the server shuts down
+    # The server's handler modules (name -> handlers), in the order given; None
+    # where the runs' workers are elsewhere (Temporal's) and hold their own.
+    tools_modules: Mapping[str, Registry] | None = None
 
     def context(self, ctx: Context) -> OpContext:
         """The operation's context for a request: this host, the token's principal,
-        flows from the registry folder."""
+        flows from the registry folder, the server's handler modules."""
         folders = () if self.flows.folder is None else (self.flows.folder,)
-        return OpContext(self.host, ctx.principal, self.flows.path_of, folders)
+        return OpContext(
+            self.host,
+            ctx.principal,
+            self.flows.path_of,
+            folders,
+            self.tools_modules,
+            self.flows.flows,
+        )
 
     # --- one route of an operation -------------------------------------------------------
 
@@ -240,27 +249,11 @@ class Api:
             elif isinstance(records, AsyncGenerator):
                 await records.aclose()
 
-    # --- what only the server has --------------------------------------------------------
-
-    async def list_flows(self, ctx: Context) -> Response[Any]:
-        flows = [
-            FlowSummary(flow_id=f.id, version=f.version, source=str(p))
-            for f, p in self.flows.flows()
-        ]
-        return json_response(FlowList(flows=flows))
+    # --- the routes -----------------------------------------------------------------------
 
     def operations(self) -> list[Route]:
-        """One route declaration per HTTP route of each catalogue operation, and the
-        registry folder's flows."""
-        routes = [
-            Route(
-                "GET",
-                "/api/flows",
-                self.list_flows,
-                "The flows of the registry folder",
-                reply=FlowList,
-            )
-        ]
+        """One route declaration per HTTP route of each catalogue operation."""
+        routes: list[Route] = []
         for op in CATALOGUE:
             for route in op.http:
                 part = _part(op, route)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ControllerRouterHandler
 
-from flowcore_handlers import Host
+from flowcore_handlers import Host, Registry
 
 from ._api import Api
 from ._auth import Tokens
@@ -108,6 +108,7 @@ def create_app(
     max_streams: int = DEFAULT_MAX_STREAMS,
     *,
     closing: asyncio.Event | None = None,
+    tools_modules: Mapping[str, Registry] | None = None,
 ) -> RawApiPaths:
     """The app on an open ``host``: every operation of ``Api``, the OpenAPI
     document and the web view, each request authenticated with ``tokens``.
@@ -116,11 +117,14 @@ def create_app(
     ``body_timeout``: the seconds a request body may take to arrive (408 after);
     ``max_streams``: the event streams one token may hold open at once (429 above).
     ``closing``: once set (the server shuts down), the open event streams end.
+    ``tools_modules``: the server's handler modules (name -> handlers), the only
+    ones a run starts or resumes with; None where its workers are elsewhere.
     """
     if body_limit < 1 or body_timeout <= 0 or max_streams < 1:
         raise ValueError("body_limit and max_streams must be at least 1, body_timeout more than 0")
     limits = Limits(body_limit, body_timeout, max_streams)
-    api = Api(host, FlowFolder(None if flows is None else Path(flows)), closing or asyncio.Event())
+    folder = FlowFolder(None if flows is None else Path(flows))
+    api = Api(host, folder, closing or asyncio.Event(), tools_modules)
     operations = api.operations()
     handlers = [*route_handlers(operations, tokens, limits), *web_routes(api, tokens)]
     return litestar_app(handlers, operations, limits, _version())

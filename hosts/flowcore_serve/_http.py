@@ -10,6 +10,7 @@ decodes and validates the typed bodies and query strings.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
@@ -127,7 +128,23 @@ def problem_response(error: ApiError, instance: str | None = None) -> Response[P
 def json_response(
     value: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> Response[Any]:
-    return Encoded(msgspec.json.encode(value), status, "application/json", headers)
+    """``value`` as JSON; its instants to the millisecond (``…T12:00:00.250Z``), as the
+    hosts keep them, where msgspec would write six fractional digits."""
+    data = _millisecond_instants(msgspec.to_builtins(value, builtin_types=(datetime,)))
+    return Encoded(msgspec.json.encode(data), status, "application/json", headers)
+
+
+def _millisecond_instants(value: Any) -> Any:
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        text = value.replace(tzinfo=None).isoformat(timespec="milliseconds")
+        return text + ("Z" if value.tzinfo is not None else "")
+    if isinstance(value, dict):
+        return {k: _millisecond_instants(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_millisecond_instants(v) for v in value]
+    return value
 
 
 class Encoded(Response[Any]):

@@ -16,12 +16,12 @@ import contextlib
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import uvicorn
 
-from flowcore_handlers import Host, ToolLimit
+from flowcore_handlers import Host, Registry, ToolLimit, load_registry, tools_module_name
 from flowcore_local import Durability, LocalHost
 
 from ._app import create_app
@@ -78,7 +78,7 @@ async def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
-    tools: str | None = None,
+    tools: str | Sequence[str] | None = None,
     flows: str | Path | None = None,
     body_limit: int = DEFAULT_BODY_LIMIT,
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
@@ -91,13 +91,18 @@ async def serve(
     """Serve the database ``db`` until SIGINT or SIGTERM; ``on_ready(host, port)``
     is called once the socket listens (``port=0`` picks a free one). ``tool_limits``:
     the worker's limits of tools across runs (``LocalHost``); ``body_limit``,
-    ``body_timeout`` and ``max_streams``: as ``create_app``.
+    ``body_timeout`` and ``max_streams``: as ``create_app``. ``tools``: the handler
+    modules runs start and resume with (each loaded once, here: ``RegistryError``
+    if one does not load); the first is the default of runs that recorded none.
 
     Returns once the server has stopped and the worker's running handlers have
     finished. Raises ``WorkerStopped`` when the worker stopped first, after
     stopping the server."""
+    names = [tools] if isinstance(tools, str) else list(tools or ())
+    modules = handler_modules(names)
+    default = next(iter(modules), None)
     async with LocalHost(
-        db, tools, tracing=tracing, durability=durability, tool_limits=tool_limits
+        db, default, tracing=tracing, durability=durability, tool_limits=tool_limits
     ) as local:
         await serve_host(
             local,
@@ -110,7 +115,19 @@ async def serve(
             max_streams=max_streams,
             on_ready=on_ready,
             work=local.work,
+            tools_modules=modules,
         )
+
+
+def handler_modules(names: Sequence[str]) -> dict[str, Registry]:
+    """The handler modules ``names`` (dotted names or ``.py`` files), each loaded
+    once, by the name a run records (``tools_module_name``), in the order given."""
+    found: dict[str, Registry] = {}
+    for name in names:
+        stored = tools_module_name(name)
+        if stored is not None and stored not in found:
+            found[stored] = load_registry(stored)
+    return found
 
 
 async def serve_host(
@@ -125,13 +142,24 @@ async def serve_host(
     max_streams: int = DEFAULT_MAX_STREAMS,
     on_ready: Callable[[str, int], None] | None = None,
     work: Callable[[asyncio.Event], Awaitable[None]] | None = None,
+    tools_modules: Mapping[str, Registry] | None = None,
 ) -> None:
     """Serve the open host ``served`` (any ``Host``: a local database, a Temporal
     namespace) until SIGINT or SIGTERM, as ``serve`` does. ``work(stop)``: a
     worker to run beside the server (the local host's loop), stopped with it;
-    None where the runs' workers run elsewhere (Temporal's)."""
+    None where the runs' workers run elsewhere (Temporal's). ``tools_modules``: as
+    ``create_app``."""
     closing = asyncio.Event()
-    app = create_app(served, tokens, flows, body_limit, body_timeout, max_streams, closing=closing)
+    app = create_app(
+        served,
+        tokens,
+        flows,
+        body_limit,
+        body_timeout,
+        max_streams,
+        closing=closing,
+        tools_modules=tools_modules,
+    )
     config = uvicorn.Config(
         app,
         host=host,

@@ -1,6 +1,6 @@
-"""The bodies only the HTTP API writes, as msgspec Structs: a problem, the
-registry folder's flows. The operations' inputs and outputs are the catalogue's
-(``flowcore_ops``), and ``/openapi.json`` is built from the same types."""
+"""The bodies only the HTTP API writes, as msgspec Structs: a problem. The
+operations' inputs and outputs (the registry folder's flows included) are the
+catalogue's (``flowcore_ops``), and ``/openapi.json`` is built from the same types."""
 
 from __future__ import annotations
 
@@ -8,23 +8,13 @@ from typing import Any
 
 import msgspec
 
-from flowcore_ops import Access
+from flowcore_ops import Access, FlowList, FlowSummary
 
 __all__ = ["Access", "FlowList", "FlowSummary", "Problem"]
 
 
 class _Reply(msgspec.Struct, kw_only=True, rename="camel"):
     """A reply body."""
-
-
-class FlowSummary(_Reply):
-    flow_id: str
-    version: int
-    source: str
-
-
-class FlowList(_Reply):
-    flows: list[FlowSummary]
 
 
 class Problem(_Reply, omit_defaults=True):

@@ -174,6 +174,8 @@ class TemporalReads(TemporalBase):
             text += " AND ExecutionStatus != 'ContinuedAsNew'"
         if query.parent is not None:
             text += f" AND ParentWorkflowId = {_quoted(query.parent)}"
+        if query.id_prefix:
+            text += f" AND WorkflowId STARTS_WITH {_quoted(query.id_prefix)}"
         listing = self.client.list_workflows(text, page_size=query.limit, next_page_token=token)
         try:
             await listing.fetch_next_page()
@@ -183,6 +185,15 @@ class TemporalReads(TemporalBase):
         after = listing.next_page_token
         cursor = base64.urlsafe_b64encode(after).decode() if after else None
         return RunPage(runs=runs, cursor=cursor)
+
+    async def count_runs(self, query: RunQuery) -> dict[str, int]:
+        """Refused: visibility counts workflows by their Temporal status, and a flowcore
+        run that failed, was cancelled or ran out of budget completes its workflow."""
+        raise TemporalRefusal(
+            "count runs by status",
+            "a run that fails, is cancelled or runs out of budget completes its workflow:"
+            " visibility cannot tell those statuses apart",
+        )
 
     async def summary(self, run_id: str) -> RunSummary:
         """The run as ``find_runs`` lists it, from its workflow's description (read at

@@ -79,7 +79,7 @@ def test_the_store_is_layered_by_concern() -> None:
 PUBLIC = (
     "add_schedule add_scheduled add_schedules answer archived backfill_schedule cancel"
     " cancel_scheduled children close deduplicated delete delete_schedule events export"
-    " find_runs flow flow_by_hash fork idle metadata metadata_of open open_questions"
+    " count_runs find_runs flow flow_by_hash fork idle metadata metadata_of open open_questions"
     " page_runs pause_schedule progress progress_records prune questions records replay_scheduled"
     " resume"
     " resume_schedule run"

@@ -88,7 +88,13 @@ def _call_id(facts: dict[str, Any]) -> str:
 
 SCENARIOS: dict[str, Scenario] = {
     "whoami": Scenario(lambda f: {}),
+    # (the flows of the surface's registry folder: none given on some surfaces)
+    "flows": Scenario(lambda f: {}, lambda out: isinstance(out.flows, list)),
     "runs": Scenario(lambda f: {"limit": 50}, lambda out: len(out.runs) >= len(RUN_NAMES)),
+    "run-counts": Scenario(
+        lambda f: {"idPrefix": f["prefix"] + "p-"},
+        lambda out: out.total >= len(RUN_NAMES) and sum(out.counts.values()) == out.total,
+    ),
     "show": Scenario(
         lambda f: {"runId": f["runs"]["p-main"]},
         # with the tools its flow lets scheduled.add call
@@ -218,7 +224,9 @@ SCENARIOS: dict[str, Scenario] = {
 # Reads first, then what changes runs, then what ends or removes them.
 ORDER = [
     "whoami",
+    "flows",
     "runs",
+    "run-counts",
     "show",
     "events",
     "export",
@@ -256,5 +264,5 @@ ORDER = [
 # Per host: the operations it refuses (``host-refuses``), as specs/hosts.md lists them.
 REFUSED: dict[str, set[str]] = {
     "local": set(),
-    "temporal": {"prune", "delete", "resume"},
+    "temporal": {"prune", "delete", "resume", "run-counts"},
 }

@@ -165,4 +165,6 @@ def command_line(name: str, given: dict[str, Any]) -> list[str]:
     words = list(op.command) if op.command is not None else [name.removesuffix("-follow")]
     if name == "follow":
         words = ["events"]
+    if name == "run-counts":  # runs --counts
+        return ["runs", *_spelled(name, given), "--counts", "--json"]
     return [*words, *_spelled(name, given), "--json"]

@@ -1,7 +1,7 @@
 """Every catalogue operation with command words on the command line, against the
 local host (a real SQLite file, the commands run in process): each exits 0 and
-prints its output as JSON with ``--json``; those without words (``whoami``,
-``graph``) are the HTTP API's and the console's only, as the catalogue says."""
+prints its output as JSON with ``--json`` (``run-counts`` is ``runs --counts``);
+those without words (``whoami``, ``graph``) are the HTTP API's and the console's only, as the catalogue says."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def test_every_operation_on_the_command_line_on_the_local_host(
     assert {n for n in ORDER if BY_NAME[n].command is None} == NO_COMMAND | {
         "follow",
         "progress-follow",
+        "run-counts",
     }
     db = str(tmp_path / "parity.db")
     printed: dict[str, str] = {}

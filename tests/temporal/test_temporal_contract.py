@@ -47,6 +47,11 @@ def test_the_temporal_host_through_the_host_contract(temporal_address: str) -> N
             if first.cursor is not None:  # the next page goes on after it
                 after = await host.find_runs(RunQuery(started_from_ms=since, cursor=first.cursor))
                 assert first.runs[0].run_id not in {r.run_id for r in after.runs}
+            # By id prefix: the run's own id, and one prefix no run has.
+            found = await host.find_runs(RunQuery(id_prefix=rid[:-1], started_from_ms=since))
+            assert [r.run_id for r in found.runs] == [rid]
+            none = await host.find_runs(RunQuery(id_prefix=rid + "-no", started_from_ms=since))
+            assert none.runs == []
 
             async def asking() -> bool:
                 return bool(await host.open_questions(rid))
@@ -72,6 +77,8 @@ def test_the_temporal_host_through_the_host_contract(temporal_address: str) -> N
                 await host.scheduled()
             with pytest.raises(ft.TemporalRefusal, match="list runs by flow"):
                 await host.find_runs(RunQuery(flow="contract"))
+            with pytest.raises(ft.TemporalRefusal, match="count runs by status"):
+                await host.count_runs(RunQuery())
 
     asyncio.run(main())
 

@@ -46,17 +46,41 @@ const flowcore = (() => {
     return node;
   }
 
-  function localTime(at) {
+  // Times for people: ISO-8601 with the date, in the viewer's time zone (with its
+  // offset), to the millisecond; `when` is that text in a <time> element with the
+  // UTC instant on hover. `at`: epoch milliseconds or an RFC 3339 text.
+  function instant(at) {
+    if (at === null || at === undefined || at === "") return null;
     const d = typeof at === "number" ? new Date(at) : new Date(String(at));
-    return isNaN(d.getTime()) ? "" : d.toLocaleString();
+    return isNaN(d.getTime()) ? null : d;
   }
 
-  function clockTime(at) {
-    const d = new Date(at);
-    if (isNaN(d.getTime())) return "";
-    const ms = String(d.getMilliseconds()).padStart(3, "0");
-    return d.toLocaleTimeString([], { hour12: false }) + "." + ms;
+  function isoTime(at) {
+    const d = instant(at);
+    if (!d) return "";
+    const pad = (n, width = 2) => String(Math.abs(n)).padStart(width, "0");
+    const offset = -d.getTimezoneOffset();
+    const zone = offset === 0 ? "Z"
+      : `${offset < 0 ? "-" : "+"}${pad(Math.trunc(offset / 60))}:${pad(offset % 60)}`;
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`
+      + `T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`
+      + `.${pad(d.getMilliseconds(), 3)}${zone}`;
   }
+
+  function utcTime(at) {
+    const d = instant(at);
+    return d ? d.toISOString() : "";
+  }
+
+  function when(at) {
+    const utc = utcTime(at);
+    if (!utc) return el("time", {}, "");
+    return el("time", { datetime: utc, title: `${utc} (UTC)` }, isoTime(at));
+  }
+
+  // The names the pages used before `isoTime`: the same text.
+  const localTime = isoTime;
+  const clockTime = isoTime;
 
   function duration(ms) {
     if (typeof ms !== "number" || !isFinite(ms)) return "";
@@ -93,5 +117,5 @@ const flowcore = (() => {
     node.className = "status";
   }
 
-  return { api, el, localTime, clockTime, duration, notice, refused, statusBadge, Problem };
+  return { api, el, isoTime, utcTime, when, localTime, clockTime, duration, notice, refused, statusBadge, Problem };
 })();

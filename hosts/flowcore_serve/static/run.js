@@ -420,7 +420,7 @@
     const run = view.run;
     const running = run.status === "running";
     statusBadge($("status"), run.status);
-    $("started").textContent = localTime(run.createdAt);
+    $("started").replaceChildren(flowcore.when(run.createdAt));
     $("duration").textContent = duration(run.durationMs);
     $("principal").textContent = run.principal === null ? "—" : run.principal;
     $("budget").textContent = budgetText(view);

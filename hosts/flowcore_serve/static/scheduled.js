@@ -28,7 +28,7 @@
   let running = false;
   let shownKey = null;
   const short = (id) => (id.startsWith(prefix) ? id.slice(prefix.length) : id);
-  const when = (ms) => el("time", { datetime: new Date(ms).toISOString(), title: new Date(ms).toISOString() }, localTime(ms));
+  const when = flowcore.when;
 
   function recurrence(c) {
     const parts = [];

@@ -6,7 +6,7 @@
 "use strict";
 
 (() => {
-  const { api, el, localTime } = flowcore;
+  const { api, el } = flowcore;
   const { access, allows, invalid, show, perform } = flowcoreConsole;
   const $ = (id) => document.getElementById(id);
   const box = $("schedules-error");
@@ -32,7 +32,7 @@
     const next = slots.length ? slots[0] : s.nextMs;
     if (s.paused) return el("span", { class: "muted" }, "— (paused)");
     if (typeof next !== "number") return el("span", { class: "muted" }, "—");
-    return el("time", { datetime: new Date(next).toISOString(), title: new Date(next).toISOString() }, localTime(next));
+    return flowcore.when(next);
   }
 
   function row(s) {

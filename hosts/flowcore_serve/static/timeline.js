@@ -199,7 +199,7 @@ const flowcoreTimeline = (() => {
       "tr",
       { "data-index": record.index, "data-type": record.type, class: `rec ${record.type.replace(".", "-")}` },
       el("td", { class: "num" }, record.index),
-      el("td", { title: localTime(record.at) }, flowcore.clockTime(record.at)),
+      el("td", {}, flowcore.when(record.at)),
       el("td", {}, record.type),
       el("td", { "data-kind": kind }, toggle, panel),
     );
