@@ -1,7 +1,8 @@
 """Every catalogue operation with command words on the command line, against the
 local host (a real SQLite file, the commands run in process): each exits 0 and
 prints its output as JSON with ``--json`` (``run-counts`` is ``runs --counts``);
-those without words (``whoami``, ``graph``) are the HTTP API's and the console's only, as the catalogue says."""
+those without words (``whoami``, ``graph``) are the HTTP API's and the console's
+only, as the catalogue says."""
 
 from __future__ import annotations
 

@@ -104,7 +104,8 @@ EXPORTS = (
 
 PUBLIC = (
     "add_scheduled add_schedules answer backfill_schedule cancel cancel_scheduled"
-    " child_run_id connect count_runs delete delete_schedule events export find_runs flow fork forked_from"
+    " child_run_id connect count_runs delete delete_schedule events export find_runs flow fork"
+    " forked_from"
     " handle histories history log metadata now open_questions pause_schedule progress"
     " progress_records prune questions"
     " records replay_scheduled result resume resume_schedule run_scheduled_now runs schedule"
