@@ -122,6 +122,21 @@ def examples() -> str:
                 )
             )
             parts.append(_exchange(alice, "List runs", "GET", "/api/runs?flow=approve&limit=10"))
+            # A fork of the settled run from its question, answered otherwise.
+            fork = {"fromStep": "decide", "newRunId": "ship-v42-again"}
+            alice.post("/api/runs/ship-v42/fork", json=fork).raise_for_status()
+            _wait(alice, "ship-v42-again", lambda v: v["waits"]["questions"])
+            hold = {"key": "decide", "answer": "hold"}
+            alice.post("/api/runs/ship-v42-again/answers", json=hold).raise_for_status()
+            _wait(alice, "ship-v42-again", lambda v: v["waits"]["signals"])
+            parts.append(
+                _exchange(
+                    alice,
+                    "Compare a run and its fork",
+                    "GET",
+                    "/api/compare?a=ship-v42&b=ship-v42-again",
+                )
+            )
             parts.append(
                 _exchange(
                     alice,

@@ -90,6 +90,11 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "events",
         "The log records of RUN: a table, or NDJSON envelopes with --json.",
     ),
+    "compare": (
+        "_derive",
+        "compare",
+        "Compare the logs of runs A and B record by record; print where they first differ.",
+    ),
     "export": ("_derive", "export", "Write RUN's log (what `flowcore replay` reads)."),
     "progress": (
         "_derive",

@@ -22,6 +22,8 @@ from ._types import (
     BackfillInput,
     CallInput,
     CancelInput,
+    CompareInput,
+    Comparison,
     DeletedView,
     DeleteInput,
     EventsInput,
@@ -260,6 +262,18 @@ CATALOGUE: Final[tuple[Operation, ...]] = (
         ),
         None,  # the command line's `events RUN --follow`
         ("run_id",),
+    ),
+    Operation(
+        "compare",
+        "Two runs' logs side by side: the first record where they differ",
+        CompareInput,
+        Comparison,
+        "read",
+        _reads.compare,
+        ("unknown-run",),
+        (Http("GET", "/api/compare", 200, "compare_runs"),),
+        ("compare",),
+        ("a", "b"),
     ),
     Operation(
         "progress",

@@ -1,6 +1,6 @@
 """The operations that read runs: a page of runs, one run, its events (and a
 follow of them), its export, its open questions, what it waits for, its
-diagram; and who asks."""
+diagram, two runs compared; and who asks."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from flowcore_handlers import Registry, RunQuery, missing_handlers
 from ._common import epoch_ms, guard, owned, summary_of
 from ._declare import Context, OperationError
 from ._types import (
+    CompareInput,
+    Comparison,
     EventsInput,
     FlowList,
     FlowSummary,
@@ -36,6 +38,7 @@ from ._types import (
 )
 
 __all__ = [
+    "compare",
     "events",
     "export",
     "flows",
@@ -204,6 +207,77 @@ async def follow(ctx: Context, given: EventsInput) -> AsyncIterator[flowcore.Rec
     """The run's log records from index ``start``, following until it settles."""
     await owned(ctx, given.run_id)
     return ctx.host.events(given.run_id, given.start, follow=True)
+
+
+# Instants in a record's data: they differ between any two runs, whatever they did.
+_INSTANTS = frozenset({"atMs", "untilMs", "createdMs", "dueMs", "bufferedMs"})
+
+
+def _plain(value: Any, run_id: str) -> Any:
+    """``value`` with what always differs between two runs left out: instants,
+    and the run's own id (alone, or leading a key or a child run's id)."""
+    if isinstance(value, dict):
+        return {k: _plain(v, run_id) for k, v in value.items() if k not in _INSTANTS}
+    if isinstance(value, list):
+        return [_plain(v, run_id) for v in value]
+    if isinstance(value, str):
+        if value == run_id:
+            return "{run}"
+        if value.startswith(run_id + "/"):
+            return "{run}" + value[len(run_id) :]
+    return value
+
+
+def _comparable(record: flowcore.Record) -> tuple[str, Any]:
+    data = record.data
+    if record.type == "run.started" and isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k != "forkedFrom"}
+    return record.type, _plain(data, record.run_id)
+
+
+def _differs(a: tuple[str, Any], b: tuple[str, Any]) -> list[str]:
+    """What differs between two comparable records: ``type``, then the members
+    of ``data`` that differ (``data`` itself when either is not an object)."""
+    found = ["type"] if a[0] != b[0] else []
+    if isinstance(a[1], dict) and isinstance(b[1], dict):
+        found += sorted(k for k in a[1].keys() | b[1].keys() if a[1].get(k) != b[1].get(k))
+    elif a[1] != b[1]:
+        found.append("data")
+    return found
+
+
+async def compare(ctx: Context, given: CompareInput) -> Comparison:
+    """Two runs' logs compared record by record (``Comparison`` says what counts
+    as a difference), with the first index where they differ."""
+    await owned(ctx, given.a)
+    await owned(ctx, given.b)
+    left = await guard(ctx.host.records(given.a))
+    right = await guard(ctx.host.records(given.b))
+    first: int | None = None
+    fields: list[str] = []
+    differing = abs(len(left) - len(right))
+    for index, (x, y) in enumerate(zip(left, right, strict=False)):
+        found = _differs(_comparable(x), _comparable(y))
+        if found:
+            differing += 1
+            if first is None:
+                first, fields = index, found
+    if first is None and len(left) != len(right):
+        first, fields = min(len(left), len(right)), ["missing"]
+    view = Comparison(
+        a=given.a,
+        b=given.b,
+        a_count=len(left),
+        b_count=len(right),
+        same=min(len(left), len(right)) if first is None else first,
+        differing=differing,
+        first_difference=first,
+        fields=fields,
+    )
+    if first is not None:
+        view.a_record = msgspec.to_builtins(left[first]) if first < len(left) else None
+        view.b_record = msgspec.to_builtins(right[first]) if first < len(right) else None
+    return view
 
 
 async def progress(ctx: Context, given: ProgressInput) -> list[flowcore.Record]:

@@ -24,6 +24,8 @@ __all__ = [
     "BudgetBody",
     "CancelInput",
     "CallInput",
+    "CompareInput",
+    "Comparison",
     "DeleteInput",
     "DeletedView",
     "EventsInput",
@@ -232,6 +234,13 @@ class EventsInput(_In):
     start: Index = 0
 
 
+class CompareInput(_In):
+    """Two runs whose logs are compared, record by record."""
+
+    a: Name
+    b: Name
+
+
 class ProgressInput(_In):
     """A run's progress stream from index ``start`` (the first item wanted)."""
 
@@ -421,6 +430,32 @@ class DeletedView(_Out):
     rows: dict[str, int]
     cancelled: list[str]
     dry_run: bool
+
+
+class Comparison(_Out):
+    """Two runs' logs compared record by record, aligned by index.
+
+    Two records at one index are the same when their ``type`` and ``data`` are,
+    once what always differs between two runs is left out: the envelope's
+    ``runId`` and ``at``, the instants in ``data`` (``atMs``, ``untilMs``,
+    ``createdMs``, ``dueMs``, ``bufferedMs``), ``run.started``'s ``forkedFrom``,
+    and each run's own id inside keys and values (``r-1/fetch#1`` reads as
+    ``r-2/fetch#1``). ``first_difference``: the first index where they are not
+    the same (or where one log has ended), None when the logs are the same;
+    ``a_record``/``b_record`` the records there (None where that log has ended);
+    ``fields``: what differs there (``type``, the members of ``data`` that do,
+    or ``missing``); ``differing``: how many indices of the two logs differ."""
+
+    a: str
+    b: str
+    a_count: int
+    b_count: int
+    same: int  # how many records from the start are the same
+    differing: int
+    first_difference: int | None = None
+    a_record: dict[str, Any] | None = None
+    b_record: dict[str, Any] | None = None
+    fields: list[str] = msgspec.field(default_factory=list)
 
 
 class Graph(_Out):

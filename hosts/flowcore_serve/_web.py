@@ -1,4 +1,5 @@
-"""The web view of ``flowcore serve``: a runs list and a page per run.
+"""The web view of ``flowcore serve``: a runs list, a page per run, and two runs
+compared.
 
 The pages are server-rendered shells (Jinja2, autoescaped) with a little
 vanilla script that reads and acts through the JSON API with the browser's
@@ -159,7 +160,34 @@ class _Web:
             return self.page(
                 request, "missing.html", 404, principal=who, detail=f"There is no run {run_id!r}."
             )
-        return self.page(request, "run.html", principal=who, run=row)
+        forked_from = await self._forked_from(run_id)
+        return self.page(request, "run.html", principal=who, run=row, forked_from=forked_from)
+
+    async def _forked_from(self, run_id: str) -> str | None:
+        """The run a fork was forked from (its first record says), for the run
+        page's "Compare with…" link; None for a run that is no fork."""
+        stream = self.api.host.events(run_id, 0)
+        try:
+            first = await anext(aiter(stream), None)
+        except (HostFailure, flowcore.RunIdError):
+            return None
+        finally:
+            closing = getattr(stream, "aclose", None)
+            if closing is not None:
+                await closing()
+        data = first.data if first is not None and first.type == "run.started" else None
+        source = data.get("forkedFrom") if isinstance(data, dict) else None
+        found = source.get("runId") if isinstance(source, dict) else None
+        return found if isinstance(found, str) else None
+
+    async def compare(self, request: AnyRequest) -> Response[Any]:
+        who = self.principal(request)
+        if isinstance(who, Response):
+            return who
+        # The runs are read (and refused) by the page's calls to the API.
+        a = request.query_params.get("a") or ""
+        b = request.query_params.get("b") or ""
+        return self.page(request, "compare.html", principal=who, a=a, b=b)
 
     async def login(self, request: AnyRequest) -> Response[Any]:
         if not same_origin(request):
@@ -200,6 +228,7 @@ def web_routes(api: Api, tokens: Tokens) -> list[HTTPRouteHandler | Router]:
     return [
         get("/", **page)(web.runs),
         get("/schedules", **page)(web.schedules),
+        get("/compare", **page)(web.compare),
         # :path, since a child run's id holds a slash (parent/step#n)
         get("/runs/{run_id:path}", **page)(web.run),
         post("/login", status_code=200, **page)(web.login),

@@ -203,6 +203,11 @@ SCENARIOS: dict[str, Scenario] = {
         },
         lambda out: out.run_id.endswith("p-fork"),
     ),
+    # A run and its fork: the same up to the decision the fork was made before.
+    "compare": Scenario(
+        lambda f: {"a": f["runs"]["p-main"], "b": f["runs"]["p-fork"]},
+        lambda out: out.first_difference is not None and out.same == out.first_difference > 1,
+    ),
     "upgrade": Scenario(
         lambda f: {"runId": f["runs"]["p-upgrade"], "flow": f["flow_v2"], "dryRun": True}
     ),
@@ -254,6 +259,7 @@ ORDER = [
     "schedule.backfill",
     "schedule.delete",
     "fork",
+    "compare",
     "upgrade",
     "resume",
     "cancel",
