@@ -116,6 +116,14 @@ async def run_counts(ctx: Context, given: RunCountsQuery) -> RunCounts:
     return RunCounts(counts=dict(sorted(counts.items())), total=sum(counts.values()))
 
 
+def _forked_from(records: list[flowcore.Record]) -> str | None:
+    """The run a fork was forked from: its first record, ``run.started``, says."""
+    data = records[0].data if records and records[0].type == "run.started" else None
+    source = data.get("forkedFrom") if isinstance(data, dict) else None
+    found = source.get("runId") if isinstance(source, dict) else None
+    return found if isinstance(found, str) else None
+
+
 async def show(ctx: Context, given: RunInput) -> RunView:
     """The run: its summary, what it waits for, its budget, and once settled its
     output or error and the settled report."""
@@ -145,6 +153,7 @@ async def show(ctx: Context, given: RunInput) -> RunView:
         failures=list(shown.get("failures") or []),
     )
     view.usage_by_member, view.usage_by_child = _usage_split(records)
+    view.forked_from = _forked_from(records)
     try:
         flow = await guard(ctx.host.flow(given.run_id))
     except OperationError:

@@ -382,6 +382,8 @@ class RunView(_Out):
     usage_by_child: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
     # The tools its flow declares ``schedulable`` (scheduled.add may call them).
     schedulable: list[str] = msgspec.field(default_factory=list)
+    # The run a fork was forked from (its ``run.started`` record says), else null.
+    forked_from: str | None = None
 
 
 class QuestionView(_Out):

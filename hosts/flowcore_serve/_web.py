@@ -160,25 +160,7 @@ class _Web:
             return self.page(
                 request, "missing.html", 404, principal=who, detail=f"There is no run {run_id!r}."
             )
-        forked_from = await self._forked_from(run_id)
-        return self.page(request, "run.html", principal=who, run=row, forked_from=forked_from)
-
-    async def _forked_from(self, run_id: str) -> str | None:
-        """The run a fork was forked from (its first record says), for the run
-        page's "Compare with…" link; None for a run that is no fork."""
-        stream = self.api.host.events(run_id, 0)
-        try:
-            first = await anext(aiter(stream), None)
-        except (HostFailure, flowcore.RunIdError):
-            return None
-        finally:
-            closing = getattr(stream, "aclose", None)
-            if closing is not None:
-                await closing()
-        data = first.data if first is not None and first.type == "run.started" else None
-        source = data.get("forkedFrom") if isinstance(data, dict) else None
-        found = source.get("runId") if isinstance(source, dict) else None
-        return found if isinstance(found, str) else None
+        return self.page(request, "run.html", principal=who, run=row)
 
     async def compare(self, request: AnyRequest) -> Response[Any]:
         who = self.principal(request)

@@ -425,6 +425,11 @@
     $("principal").textContent = run.principal === null ? "—" : run.principal;
     $("budget").textContent = budgetText(view);
     $("usage").textContent = usageText(view);
+    if (view.forkedFrom) {  // a fork: compare it with its source
+      const link = $("compare-link");
+      link.href = `/compare?a=${encodeURIComponent(runId)}&b=${encodeURIComponent(view.forkedFrom)}`;
+      link.textContent = `Compare with its source, ${view.forkedFrom}`;
+    }
     if (run.parent) {
       same($("crumb-parent"), run.parent, () => [el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent), " / "]);
       same($("parent"), run.parent, () => [el("a", { href: `/runs/${encodeURIComponent(run.parent)}` }, run.parent)]);
