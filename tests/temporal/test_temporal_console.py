@@ -5,7 +5,8 @@ in the worker's loop). One server, a few pages: the runs page lists and searches
 by id prefix and says that the counts are refused; a run's page shows its
 timeline rows with their payloads and the diagram coloured; a question answered,
 a scheduled call added and cancelled, a signal sent and a run cancelled through
-the forms; a resume, which Temporal refuses, shows the typed refusal. No page
+the forms; a resume and a delete, which Temporal refuses, show the typed
+refusal. No page
 raises a script error, and the only errors the browser logs are the refused
 requests' own (501) that the page then shows."""
 
@@ -148,8 +149,8 @@ def test_the_console_drives_a_temporal_namespace(temporal_address: str, tmp_path
                     await cancelled(page, api)
                     await refused(page)
                     assert errors == []  # no script error on any page
-                    # The refused requests (the counts, once; the resume) are the only ones.
-                    assert len(refusals) == 2, refusals
+                    # The refused requests (the counts, once; resume, delete) are the only ones.
+                    assert len(refusals) == 3, refusals
                     assert logged and all(REFUSED_LOAD in text for text in logged), (
                         logged,
                         refusals,
@@ -248,6 +249,12 @@ def test_the_console_drives_a_temporal_namespace(temporal_address: str, tmp_path
         await expect(alert).to_be_visible()
         await expect(alert).to_contain_text("host-refuses (501)")
         await expect(alert).to_contain_text("fork it to go on")
+        await expect(page.locator("#status")).to_have_text("failed")
+        # Delete too: the namespace's retention period removes closed runs.
+        await page.get_by_role("button", name="Delete run").click()
+        await confirm(page, "Delete run")
+        await expect(alert).to_contain_text("Temporal host cannot delete")
+        await expect(alert).to_contain_text("host-refuses (501)")
         await expect(page.locator("#status")).to_have_text("failed")
 
     asyncio.run(main())
