@@ -292,7 +292,7 @@ def capture(url: str, token: str, out: Path, pages: Sequence[str] = PAGES) -> li
                     if errors:
                         raise RuntimeError(f"the {name} page raised: {errors}")
                     path = out / f"{name}.png"
-                    page.screenshot(path=str(path))
+                    page.screenshot(path=str(path), animations="disabled", caret="hide")
                     written.append(path)
                 finally:
                     context.close()
