@@ -217,6 +217,7 @@ def _actions(page: Page) -> None:
 
 def _scheduled(page: Page) -> None:
     page.goto(page.url + "runs/release-v240")
+    expect(page.locator("#diagram svg")).to_be_visible()
     section = page.locator("#scheduled-section")
     expect(section).to_be_visible()
     expect(section).to_contain_text("cancelled")
