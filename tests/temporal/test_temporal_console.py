@@ -280,3 +280,29 @@ def test_a_runs_history_replayed_several_times_at_once_gives_each_its_log(
             await host.cancel(rid)
 
     asyncio.run(main())
+
+
+def test_a_failed_run_is_listed_as_failed_though_its_workflow_completed(
+    temporal_address: str,
+) -> None:
+    """A run that fails completes its workflow; the workflow's memo says how the run
+    settled, and ``find_runs`` (the runs page's list) lists it with that status."""
+    from flowcore_handlers import RunQuery
+
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = await host.start(FAILING.format(flow="listed"), None, unique("listed"))
+
+            async def listed() -> str | None:
+                page = await host.find_runs(RunQuery(id_prefix=rid))
+                found = [r.status for r in page.runs if r.run_id == rid and r.status != "running"]
+                return found[0] if found else None
+
+            deadline = time.monotonic() + 30
+            while (status := await listed()) is None:
+                assert time.monotonic() < deadline, f"{rid} was not listed as settled"
+                await asyncio.sleep(0.1)
+            assert status == "failed"
+            assert (await host.summary(rid)).status == "failed"
+
+    asyncio.run(main())
