@@ -54,6 +54,7 @@ from ._types import (
     LOG_QUERY,
     PROGRESS_QUERY,
     QUESTIONS_QUERY,
+    STATUS_MEMO,
     STATUS_QUERY,
     WAITS_QUERY,
     WORKFLOW_NAME,
@@ -181,7 +182,7 @@ class TemporalReads(TemporalBase):
             await listing.fetch_next_page()
         except RPCError as exc:
             raise TemporalHostError(f"visibility query {text!r} refused: {exc.message}") from None
-        runs = [_summary(execution) for execution in listing.current_page or ()]
+        runs = [await _listed(execution) for execution in listing.current_page or ()]
         after = listing.next_page_token
         cursor = base64.urlsafe_b64encode(after).decode() if after else None
         return RunPage(runs=runs, cursor=cursor)
@@ -363,22 +364,47 @@ def _summary(
     )
 
 
-class _Capture(Interceptor):
-    """Keeps the workflow instances a replay creates, so their records can be read."""
+async def _listed(execution: WorkflowExecution) -> RunSummary:
+    """A listed run's ``RunSummary``: a completed workflow's run with the status its
+    memo says it settled with (``STATUS_MEMO``; a run that failed, was cancelled or ran
+    out of budget completes its workflow too), where the workflow wrote one."""
+    found = _summary(execution)
+    if execution.status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            settled = await execution.memo_value(STATUS_MEMO, None)
+        except Exception:  # (a memo this host did not write: the workflow's status)
+            settled = None
+        if isinstance(settled, str) and settled in RUN_STATUSES:
+            found = msgspec.structs.replace(found, status=settled)
+    return found
 
-    instances: ClassVar[dict[str, FlowcoreWorkflow]] = {}
+
+class _Capture(Interceptor):
+    """Keeps the workflow instance one replay creates, so its records can be read.
+    Each replay has its own: replays of one run at once (a page's reads, made
+    together) never take each other's."""
+
+    def __init__(self) -> None:
+        self.instances: list[FlowcoreWorkflow] = []
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor] | None:
-        return _CaptureInbound
+        kept = self.instances
+
+        class _Inbound(_CaptureInbound):
+            instances = kept
+
+        return _Inbound
 
 
 class _CaptureInbound(WorkflowInboundInterceptor):
+    instances: ClassVar[list[FlowcoreWorkflow]]
+
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         instance = workflow.instance()
         if isinstance(instance, FlowcoreWorkflow):
-            _Capture.instances[workflow.info().workflow_id] = instance
+            self.instances.append(instance)
         return await self.next.execute_workflow(input)
 
 
@@ -389,19 +415,18 @@ async def history_to_log(history: WorkflowHistory) -> list[Record]:
     (so the workflow object, and the records it kept, can be read back); a
     history that does not replay raises ``TemporalHostError``.
     """
+    capture = _Capture()
     replayer = Replayer(
         workflows=[FlowcoreWorkflow],
-        interceptors=[_Capture()],
+        interceptors=[capture],
         workflow_runner=UnsandboxedWorkflowRunner(),
     )
-    _Capture.instances.pop(history.workflow_id, None)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     if result.replay_failure is not None:
-        _Capture.instances.pop(history.workflow_id, None)
         raise TemporalHostError(
             f"the history of {history.workflow_id} does not replay: {result.replay_failure}"
         )
-    instance = _Capture.instances.pop(history.workflow_id, None)
+    instance = capture.instances[-1] if capture.instances else None
     if instance is None:
         raise TemporalHostError(f"{history.workflow_id} is not a flowcore run")
     return list(instance.records)

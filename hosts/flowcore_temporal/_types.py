@@ -77,6 +77,10 @@ RUN_STATUS_ACTIVITY = "flowcore_run_status"
 ``signal-run`` could not be delivered, to tell ``unknown-run`` from ``run-settled``."""
 
 SIGNAL_KEYS_ATTRIBUTE = "FlowcoreSignalKeys"
+# The memo key under which a settled run's workflow keeps how it settled (a
+# ``RUN_STATUSES`` word): visibility lists memos, so a run that failed, was cancelled
+# or ran out of budget (each completes its workflow) is listed as what it is.
+STATUS_MEMO = "flowcoreStatus"
 """The KeywordList search attribute a run keeps while it waits with a key: one
 ``name:key`` per signal name and key it waits for (empty when none)."""
 

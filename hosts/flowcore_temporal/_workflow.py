@@ -104,7 +104,7 @@ from flowcore import CancelRequested, Record, Recorder, SignalReceived
 from flowcore.schedules import input_for
 from flowcore_temporal import _registry
 
-from ._types import WORKFLOW_NAME, RunArgsError, clip
+from ._types import STATUS_MEMO, WORKFLOW_NAME, RunArgsError, clip
 from ._workflow_base import _MESSAGE_CHARS, _REASON_CHARS, _Args, _forked, _parse, budget_to_args
 from ._workflow_handlers import WorkflowHandlers
 
@@ -114,6 +114,9 @@ __all__ = ["FlowcoreWorkflow", "budget_to_args"]
 # The interpreter's decision levels, each with the patch id that marks the
 # histories of workflows started at that level or later (flowcore.SEMANTICS).
 _SEMANTICS_PATCHES = ((2, "flowcore-semantics-2"), (3, "flowcore-semantics-3"))
+# Marks the histories whose workflow writes its settled status to its memo
+# (``STATUS_MEMO``); one recorded before replays without that command.
+_STATUS_MEMO_PATCH = "flowcore-status-memo"
 
 
 def _semantics() -> int:
@@ -256,7 +259,10 @@ class FlowcoreWorkflow(WorkflowHandlers):
             pass  # a cancel that came after the run settled changes nothing
         if self._continued is not None:
             self._continue_as_new(self._continued)
-        return self._result()
+        result = self._result()
+        if workflow.patched(_STATUS_MEMO_PATCH):
+            workflow.upsert_memo({STATUS_MEMO: result["status"]})
+        return result
 
     def _cancel_requested(self, exc: asyncio.CancelledError) -> None:
         """Temporal cancellation is flowcore's cancel-requested: pending work is

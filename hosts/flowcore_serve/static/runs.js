@@ -142,14 +142,22 @@
     counts.replaceChildren(...items);
   }
 
+  // The host's reason for counting no runs (501 host-refuses), once it gave one.
+  let countsRefused = null;
+
+  function showCountsRefused() {
+    counts.replaceChildren(el("li", { class: "muted", id: "counts-refused" }, `No counts by status here: ${countsRefused}`));
+  }
+
   async function refresh() {
     const s = current();
     try {
       const [page, counted] = await Promise.all([
         api("GET", `/api/runs?${paramsOf(s)}`),
-        api("GET", `/api/runs/counts?${paramsOf(s, { paging: false, status: false })}`).catch((error) => {
-          if (error instanceof flowcore.Problem && error.status === 501) return null;  // the host counts none
-          throw error;
+        countsRefused !== null ? null : api("GET", `/api/runs/counts?${paramsOf(s, { paging: false, status: false })}`).catch((error) => {
+          if (!(error instanceof flowcore.Problem) || error.status !== 501) throw error;
+          countsRefused = error.message;  // the host counts none (Temporal): said once, not asked again
+          return null;
         }),
       ]);
       body.replaceChildren(...page.runs.map(row));
@@ -160,7 +168,9 @@
       pager.newer.disabled = !s.cursor;
       pager.first.disabled = !s.cursor;
       pager.number.textContent = s.cursor && newer.length === 0 ? "" : `page ${newer.length + 1}`;
-      if (counted) showCounts(s, counted); else counts.replaceChildren();
+      if (counted) showCounts(s, counted);
+      else if (countsRefused !== null) showCountsRefused();
+      else counts.replaceChildren();
       refreshed.textContent = `updated ${isoTime(Date.now())}`;
       notice("");
     } catch (error) {
