@@ -610,12 +610,14 @@ def _print_verdict(
             "the log ends inside a decision, and the new spec derives effects the log does not "
             "hold: a new version that emits more there cannot take this run over (specs/log.md "
             "§5). If the log was cut, replay it as a cut, which lists them as unrecorded: "
-            f"{escape(_until_command(log_path, spec_path, report.last_index, db))}"
+            f"{escape(_until_command(log_path, spec_path, report.last_index, db))}",
+            soft_wrap=True,  # a command to copy: never broken inside it
         )
     elif index > report.first_index:
         out.print(
             "to replay only the records before the divergence: "
-            f"{escape(_until_command(log_path, spec_path, index - 1, db))}"
+            f"{escape(_until_command(log_path, spec_path, index - 1, db))}",
+            soft_wrap=True,
         )
 
 

@@ -26,6 +26,7 @@ from flowcore_handlers import Deleted, Host, RunQuery
 from flowcore_ops import BY_NAME, CATALOGUE, Operation, OperationError
 
 from ._common import CliError, answer_value, duration_value, iso, json_value
+from ._compare_view import COMPARE_VIEW
 from ._derive import View
 from ._flows_view import FLOWS_VIEW
 from ._history import event_line, short_json, tables, timeline, work_report
@@ -232,25 +233,6 @@ async def _waits(host: Host, output: Any, values: dict[str, Any]) -> int | None:
         for item in output.get(kind, []):
             what = item.get("key") or item.get("signal") or item.get("name") or ""
             _print(f"{kind}: {what} {short_json(item)}")
-    return None
-
-
-async def _compared(host: Host, output: Any, values: dict[str, Any]) -> int | None:
-    _print(f"{output.a}: {plural(output.a_count, 'record')}")
-    _print(f"{output.b}: {plural(output.b_count, 'record')}")
-    if output.first_difference is None:
-        _print("the same, record by record")
-        return None
-    at = output.first_difference
-    indices = "index" if output.differing == 1 else "indices"
-    _print(f"the same up to index {at}; {output.differing:,} {indices} of the two differ")
-    _print(f"first difference at index {at}: {', '.join(output.fields)}")
-    for run_id, record in ((output.a, output.a_record), (output.b, output.b_record)):
-        if record is None:
-            _print(f"  {run_id}: (no record: its log has ended)")
-        else:
-            shown = short_json(record.get("data"), 200)
-            _print(f"  {run_id}: {record['type']} {shown}")
     return None
 
 
@@ -792,15 +774,7 @@ _VIEWS: Final[dict[str, View]] = {
         render=_questions,
     ),
     "waits": View("What RUN waits for now: work, questions, signals, timers.", render=_waits),
-    "compare": View(
-        "Compare the logs of runs A and B record by record; print where they first differ.\n\n"
-        "Records at one index are the same when their type and data are, leaving out"
-        " what differs between any two runs: times, each run's own id in keys and"
-        " values, and a fork's forkedFrom (specs/serve.md, Compare two runs).",
-        metavars={"a": ("A",), "b": ("B",)},
-        render=_compared,
-        json_help="Print the comparison as JSON (both records there in full).",
-    ),
+    "compare": COMPARE_VIEW,
     "runs": RUNS_VIEW,
     "flows": FLOWS_VIEW,
     **SCHEDULED_VIEWS,

@@ -458,12 +458,17 @@ def test_a_divergence_says_how_to_replay_the_records_before_it(tmp_path: Path) -
     with pytest.raises(ReplayDivergence) as info:
         replay(damaged, flow())
     assert info.value.index == SUBFLOW_EFFECT
-    proc = cli(tmp_path, damaged)
+    # A folder with a long name: the command to copy is printed whole on its line,
+    # never broken inside (the output is 160 columns wide when piped).
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 4)
+    folder.mkdir()
+    proc = cli(folder, damaged)
     assert proc.returncode == 1
     assert f"DIVERGED at index {SUBFLOW_EFFECT}" in proc.stdout
     assert "to replay only the records before the divergence" in proc.stdout
-    assert f"--until {SUBFLOW_EFFECT - 1}" in proc.stdout
-    cut = cli(tmp_path, damaged, "--until", str(SUBFLOW_EFFECT - 1))
+    (hint,) = [line for line in proc.stdout.splitlines() if "before the divergence" in line]
+    assert hint.endswith(f"--until {SUBFLOW_EFFECT - 1}"), hint
+    cut = cli(folder, damaged, "--until", str(SUBFLOW_EFFECT - 1))
     assert cut.returncode == 0, cut.stdout
 
 
