@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 from typing import Final
 
+import pytest
 from playwright.sync_api import Browser, Playwright
 
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "launch"]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "NEEDS_CHROMIUM", "WAIT_MS", "launch"]
 
 _FOUND = shutil.which("chromium")
 CHROMIUM: Final[Path | None] = Path(_FOUND) if _FOUND else None
@@ -26,6 +27,15 @@ CHROMIUM_ARGS: Final = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+# How long a check waits for the page (``expect``'s timeout): long, for a busy machine.
+WAIT_MS: Final = 20_000
+# The mark of a browser test module (``pytestmark = NEEDS_CHROMIUM``).
+NEEDS_CHROMIUM: Final = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on PATH for the browser tests (apt-get install chromium)",
+)
 
 
 def launch(playwright: Playwright) -> Browser:

@@ -14,14 +14,11 @@ from typing import Final
 import httpx
 import pytest
 
-from .browser import CHROMIUM
+from .browser import NEEDS_CHROMIUM
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on PATH for the browser tests (apt-get install chromium)",
-)
+pytestmark = NEEDS_CHROMIUM
 
 
 def script() -> ModuleType:

@@ -12,37 +12,22 @@ from typing import Any, Final
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from flowcore_cli._replay import figures_text
 
-from .browser import CHROMIUM, launch
+from .browser import NEEDS_CHROMIUM, WAIT_MS
 from .serving import Served, start_serve
 
 HERE: Final = Path(__file__).parent
 ROOT: Final = HERE.parents[1]
 FLOWS: Final = HERE / "flows"
 TOOLS: Final = HERE / "release_tools.py"
-WAIT_MS: Final = 20_000
 COOKIE: Final = "flowcore_token"
 ALICE: Final = "alice-token-0123456789"
 BOB: Final = "bob-token-0123456789ab"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on PATH for the browser tests (apt-get install chromium)",
-)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    expect.set_options(timeout=WAIT_MS)  # also for the checks that name none
-    with sync_playwright() as playwright:
-        found = launch(playwright)
-        try:
-            yield found
-        finally:
-            found.close()
+pytestmark = NEEDS_CHROMIUM
 
 
 @pytest.fixture

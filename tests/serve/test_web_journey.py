@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect
 
-from .browser import CHROMIUM, launch
+from .browser import NEEDS_CHROMIUM, WAIT_MS
 from .serving import Served, start_serve
-
-WAIT_MS: Final = 20_000
 
 CLAIMS = """
 flow: claims
@@ -54,21 +52,7 @@ def assess(call):
 TOOLS = {"assess": assess}
 """
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on PATH for the browser tests (apt-get install chromium)",
-)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as playwright:
-        found = launch(playwright)
-        try:
-            yield found
-        finally:
-            found.close()
+pytestmark = NEEDS_CHROMIUM
 
 
 @pytest.fixture(scope="module")

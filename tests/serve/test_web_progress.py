@@ -15,10 +15,13 @@ from playwright.sync_api import BrowserContext, Page, Route, expect
 
 from flowcore_local import LocalHost, ProgressCap
 
+from .browser import NEEDS_CHROMIUM, WAIT_MS
 from .serving import Served, start_serve
-from .test_web import WAIT_MS, browser, context, log_in, pytestmark
+from .test_web import context, log_in
 
-__all__ = ["browser", "context", "pytestmark"]  # the fixtures and skip of the web tests
+__all__ = ["context"]  # the fixture of the web tests (``browser``: conftest.py)
+
+pytestmark = NEEDS_CHROMIUM
 
 FLOW: Final = """
 flow: drafting

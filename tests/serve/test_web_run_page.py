@@ -15,36 +15,21 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
-from .browser import CHROMIUM, launch
+from .browser import NEEDS_CHROMIUM
 from .run_page_tools import BOOM
 from .serving import Served, start_serve
 
 HERE: Final = Path(__file__).parent
 FLOWS: Final = HERE / "run_page_flows"
 TOOLS: Final = HERE / "run_page_tools.py"
-WAIT_MS: Final = 20_000
 FAILED_FILL: Final = "rgb(255, 201, 201)"  # diagram.js OUTCOMES.failed
 DONE_FILL: Final = "rgb(211, 249, 216)"
 WAITING_FILL: Final = "rgb(255, 232, 163)"
 CANCELLED_FILL: Final = "rgb(255, 243, 191)"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on PATH for the browser tests (apt-get install chromium)",
-)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as playwright:
-        found = launch(playwright)
-        try:
-            yield found
-        finally:
-            found.close()
+pytestmark = NEEDS_CHROMIUM
 
 
 @pytest.fixture

@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from typing import Final
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
-from .browser import CHROMIUM, launch
+from .browser import NEEDS_CHROMIUM
 from .serving import Served, start_serve
 
-WAIT_MS: Final = 20_000
 RUNS: Final = 125
 FAILED: Final = ("bad-017", "bad-058", "bad-101")  # customer zeta; every other run acme
 
@@ -44,21 +43,7 @@ def check(call):
 TOOLS = {"check": check}
 """
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on PATH for the browser tests (apt-get install chromium)",
-)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as playwright:
-        found = launch(playwright)
-        try:
-            yield found
-        finally:
-            found.close()
+pytestmark = NEEDS_CHROMIUM
 
 
 @pytest.fixture(scope="module")

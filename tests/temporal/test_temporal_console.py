@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
-import pytest
 from playwright.async_api import ConsoleMessage, Page, Response, async_playwright, expect
 
-from ..serve.browser import CHROMIUM, CHROMIUM_ARGS
+from ..serve.browser import CHROMIUM, CHROMIUM_ARGS, NEEDS_CHROMIUM
 from ..serve.serving import start_serve
 from .support import running_host, unique
 
@@ -56,10 +55,7 @@ steps:
 # What Chromium logs for a response it was refused: the page shows the refusal itself.
 REFUSED_LOAD: Final = "the server responded with a status of 501"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on PATH for the browser tests (apt-get install chromium)",
-)
+pytestmark = NEEDS_CHROMIUM
 
 
 async def until(api: httpx.AsyncClient, run_id: str, check: Any, what: str) -> dict[str, Any]:
