@@ -456,46 +456,6 @@
     const result = resultBlock(view);
     $("result").replaceChildren(...result);
     $("result-section").hidden = result.length === 0;
-
-    const names = $("signal-names");
-    if (names) names.replaceChildren(...(view.waits.signals || []).map((s) => el("option", { value: s.signal })));
-    const actions = $("actions");
-    if (actions) actions.hidden = !running;
-  }
-
-  // --- actions -----------------------------------------------------------------------
-
-  const signalForm = $("signal-form");
-  if (signalForm) {
-    signalForm.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      const text = $("signal-payload").value.trim();
-      let payload = null;
-      if (text) {
-        try { payload = JSON.parse(text); } catch (e) { notice(`The payload is not JSON: ${e.message}`); return; }
-      }
-      try {
-        await api("POST", `${base}/signals`, { name: $("signal-name").value.trim(), payload });
-        notice("");
-        $("signal-payload").value = "";
-        soon();
-      } catch (error) {
-        refused(error);
-      }
-    });
-  }
-  const cancelForm = $("cancel-form");
-  if (cancelForm) {
-    cancelForm.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      try {
-        await api("POST", `${base}/cancel`, { reason: $("cancel-reason").value });
-        notice("");
-        soon();
-      } catch (error) {
-        refused(error);
-      }
-    });
   }
 
   // Keep the duration and remaining wall clock moving while nothing is logged.
