@@ -527,3 +527,4 @@ def test_hostile_arguments_to_the_views_are_typed_errors() -> None:
         flowcore.query(run.state, {"not": "a name"})  # type: ignore[arg-type]
     assert failed.value.code == "unknown-query"
     assert flowcore.update_of(run.state, "nobody") is None
+    assert flowcore.update_of(run.state, ["u"]) is None  # type: ignore[arg-type]
