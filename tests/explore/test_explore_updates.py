@@ -178,3 +178,32 @@ def test_update_inputs_replace_the_examples() -> None:
     world = World(default=[Ok()], updates=1, update_inputs={"approve": [{"by": "carol"}]})
     assert explore(EXPENSE, None, world, invariants=[seen]).ok
     assert {msgspec.json.encode(r.input) for r in seen.requests} == {b'{"by":"carol"}'}
+
+
+AGAIN = """
+flow: again
+tools:
+  book: {class: idempotent}
+updates:
+  poke:
+    steps:
+      - {id: note, call_tool: {tool: book, input: {}}}
+steps:
+  - {id: work, call_tool: {tool: book, input: {}}}
+  - id: more
+    switch:
+      - if: "run.incarnation == null || run.incarnation < `2`"
+        steps: [{id: again, continue_as_new: {}}]
+"""
+
+
+def test_updates_across_a_continue_as_new_hold_every_invariant() -> None:
+    seen = Seen()
+    x = explore(AGAIN, None, World(tools={"book": [Ok(), Hang()]}, updates=2), invariants=[seen])
+    assert x.ok, [v.describe() for v in x.violations]
+    # An update still running when the run continued as new is abandoned, with a reply.
+    assert any(
+        r.status == "failed" and r.error is not None and r.error.type == "update-abandoned"
+        for r in seen.replies
+    )
+    assert {r.status for r in seen.replies} == {"completed", "failed"}

@@ -6,7 +6,7 @@ refused ones (``Refusal``), queries at any time (``Trajectory.query``),
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from flowcore import QueryError, UpdateReply, UpdateRequested, parse_flow
 from flowcore.testing import (
     MOVES,
+    FlowMachine,
     Refusal,
     Simulator,
     Trajectory,
@@ -212,3 +213,14 @@ def test_generated_flows_with_updates_keep_every_invariant(data: st.DataObject) 
     for at, choice in data.draw(st.lists(st.tuples(st.integers(0, 25), _CHOICE), max_size=4)):
         ms.insert(at, (UPDATE_OP, choice))
     check_run(spec, value, events_from_moves(spec, value, ms))
+
+
+class ApprovalMachine(FlowMachine):
+    flow = APPROVAL
+    input: ClassVar[Any] = {"amount": 5}
+
+
+TestApprovalMachine = ApprovalMachine.TestCase
+TestApprovalMachine.settings = settings(
+    max_examples=15, stateful_step_count=15, deadline=None, database=None
+)
