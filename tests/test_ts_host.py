@@ -128,3 +128,36 @@ def test_the_typed_effect_union_has_the_fields_of_the_effect_schema() -> None:
     assert sorted(re.findall(r'kind: "([a-z-]+)"', block)) == sorted(
         events["discriminator"]["mapping"]
     )
+
+
+def _interfaces(source: str) -> dict[str, set[str]]:
+    return {
+        m.group(1): set(re.findall(r"^\s+readonly (\w+)\??:", m.group(2), re.M))
+        for m in re.finditer(r"^export interface (\w+) \{\n(.*?)^\}", source, re.M | re.S)
+    }
+
+
+def test_the_decide_types_carry_what_the_decide_schemas_say() -> None:
+    """Every op, reply field and error type of `flowcore decide --stdio` (its
+    schemas) is typed in flowEffect.ts: a new one is a type error in the host."""
+    source = (TS / "src" / "flowEffect.ts").read_text(encoding="utf-8")
+    interfaces = _interfaces(source)
+    requests = json.loads((REPO / "specs/schema/decide-requests.json").read_text(encoding="utf-8"))
+    ops = set(re.findall(r'^\s+readonly op: "([a-z-]+)";', source, re.M))
+    assert set(requests["discriminator"]["mapping"]) <= ops
+    assert {"start", "advance", "query", "check-update"} <= ops
+    for name in ("StartRequest", "AdvanceRequest"):
+        fields = set(requests["$defs"][name]["properties"])
+        assert fields <= interfaces[name], (name, fields - interfaces[name])
+    replies = json.loads((REPO / "specs/schema/decide-replies.json").read_text(encoding="utf-8"))
+    decided = set(replies["$defs"]["Decided"]["properties"])
+    assert decided <= interfaces["Decided"], decided - interfaces["Decided"]
+    assert "replies" in interfaces["Decided"]
+    body = replies["$defs"]["ErrorBody"]["properties"]
+    assert set(body) <= interfaces["DecideError"]
+    union = re.search(r"export type DecideErrorType =(.*?);", source, re.S)
+    assert union is not None
+    typed = set(re.findall(r'\| "([a-z-]+)"', union.group(1)))
+    assert set(body["type"]["enum"]) <= typed
+    assert {"update-refused", "query-failed"} <= typed
+    assert interfaces["UpdateReply"] == {"updateId", "name", "status", "output", "error"}

@@ -14,7 +14,11 @@
  * starts its child run (the effect's key, input, depth and budget) from a
  * small child spec that settles on a signal; when the log reports that the
  * child completed, the child is released with the recorded output and must
- * settle with it.
+ * settle with it. Before each recorded `update-requested` event the host asks
+ * `check-update`, which must accept it (the log took it); the replies the
+ * decisions give must be the ones expect.json lists (`replies`, when it does),
+ * and each of its `queries` is asked of the final state and must answer its
+ * `value`.
  *
  * Divergent and corrupt vectors hold deliberately edited logs, so they are
  * skipped, as the Python replay tests skip them. Prints one line per vector
@@ -26,7 +30,17 @@ import { join, resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 
 import { Decider, subflowSettled } from "./decider";
-import type { BudgetCaps, ContinueAsNew, DecideReply, Decided, FlowEffect, FlowEvent, JsonValue, RunSubflow } from "./flowEffect";
+import type {
+  BudgetCaps,
+  ContinueAsNew,
+  DecideReply,
+  Decided,
+  FlowEffect,
+  FlowEvent,
+  JsonValue,
+  RunSubflow,
+  UpdateReply,
+} from "./flowEffect";
 
 interface LogRecord {
   readonly type: string;
@@ -44,6 +58,10 @@ interface Expect {
   readonly unrecorded: number;
   /** The run's metadata as it ended, when any is set. */
   readonly metadata?: { readonly [field: string]: string | number | boolean };
+  /** Every update reply the run's decisions gave, in order (when the vector says). */
+  readonly replies?: readonly UpdateReply[];
+  /** Queries asked of the run's final state, and what each must answer. */
+  readonly queries?: readonly { readonly name: string; readonly args?: JsonValue; readonly value: JsonValue }[];
 }
 
 const RELEASE = "conformance-release";
@@ -159,6 +177,7 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
   let events = 0;
   let effects = 0;
   let continued: ContinueAsNew | null = null;
+  const replies: UpdateReply[] = [];
   const children = new Map<string, Decided>();
   const dispatch = async (list: readonly FlowEffect[], at: number): Promise<void> => {
     for (const effect of list) {
@@ -208,7 +227,14 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
         decisionDone(record.index);
         const event = record.data as unknown as FlowEvent;
         await releaseChild(decider, event, children);
+        if (event.kind === "update-requested") {
+          const checked = await decider.checkUpdate(state, event.name, event.input ?? null, event.updateId);
+          if (!checked.ok || checked.verdict !== "accept") {
+            throw new Mismatch(`record ${record.index}: check-update does not accept what the log took: ${show(checked)}`);
+          }
+        }
         const next = decided(await decider.advance(state, event), `record ${record.index}`);
+        replies.push(...(next.replies ?? []));
         state = next.state;
         status = next.status;
         metadata = next.metadata;
@@ -245,8 +271,18 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
   if (!isDeepStrictEqual(metadata, expect.metadata)) {
     throw new Mismatch(`the run's metadata is ${show(metadata)}, expected ${show(expect.metadata)}`);
   }
+  if (expect.replies !== undefined && !isDeepStrictEqual(replies, expect.replies)) {
+    throw new Mismatch(`the update replies are ${show(replies)}, expected ${show(expect.replies)}`);
+  }
+  for (const q of expect.queries ?? []) {
+    const answer = await decider.query(state, q.name, q.args ?? null);
+    if (!answer.ok || !isDeepStrictEqual(answer.value, q.value)) {
+      throw new Mismatch(`query ${q.name} answers ${show(answer)}, expected ${show(q.value)}`);
+    }
+  }
+  const updates = replies.length > 0 ? `, ${replies.length} update repl${replies.length === 1 ? "y" : "ies"}` : "";
   const subflows = children.size > 0 ? `, ${children.size} child run(s)` : "";
-  return `${events} events, ${effects} effects${subflows}`;
+  return `${events} events, ${effects} effects${subflows}${updates}`;
 }
 
 async function main(): Promise<number> {
