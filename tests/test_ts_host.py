@@ -161,3 +161,20 @@ def test_the_decide_types_carry_what_the_decide_schemas_say() -> None:
     assert set(body["type"]["enum"]) <= typed
     assert {"update-refused", "query-failed"} <= typed
     assert interfaces["UpdateReply"] == {"updateId", "name", "status", "output", "error"}
+
+
+def test_the_ts_host_serves_an_update_and_a_query(compiled: Path) -> None:
+    """Through the typed client: a refusal with its code, check-update, the
+    update-requested event, a repeated id looked up, the reply on the decision
+    that ends the update, and queries (hosts/ts/src/updates.ts)."""
+    assert NODE is not None
+    done = subprocess.run(
+        [NODE, str(compiled / "updates.js"), "--flowcore", str(FLOWCORE)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "updates: ok"
+    assert len([line for line in lines if line.startswith("ok ")]) == 7
