@@ -17,8 +17,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from flowcore import encode_records, update_reply_to_wire
+from flowcore.testing import Simulator, Update
 
 REPO = Path(__file__).resolve().parents[1]
 TS = REPO / "hosts" / "ts"
@@ -178,3 +182,58 @@ def test_the_ts_host_serves_an_update_and_a_query(compiled: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[-1] == "updates: ok"
     assert len([line for line in lines if line.startswith("ok ")]) == 7
+
+
+UPDATE_FLOW = """
+flow: expense
+metadata: {decision: string}
+updates:
+  approve:
+    input_schema: {type: object, properties: {by: {type: string}}, required: [by]}
+    steps:
+      - {id: decide, ask_human: {question: "Approve?", options: ["yes", "no"]}}
+      - {id: note, set_metadata: {decision: "${steps.decide.answer}"}}
+    reply: "${ {decision: steps.decide.answer, by: update.input.by} }"
+queries:
+  decision:
+    value: "${ {decision: metadata.decision, status: status} }"
+steps:
+  - {id: wait, sleep: {for_ms: 100}}
+"""
+
+
+def _update_vector(folder: Path, reply: Any = None) -> None:
+    """A vector of a run that takes an update, recorded by the simulator."""
+
+    t = Simulator(humans="yes", updates=[Update("approve", {"by": "bob"}, "req-1", at_ms=5)]).run(
+        UPDATE_FLOW, None, run_id="r-1"
+    )
+    folder.mkdir(parents=True)
+    (folder / "flow.yaml").write_text(UPDATE_FLOW, encoding="utf-8")
+    (folder / "log.ndjson").write_bytes(encode_records(t.log_of()))
+    replies = [update_reply_to_wire(r) for r in t.replies]
+    if reply is not None:
+        replies[0] = {**replies[0], "output": reply}
+    expect = {
+        "divergenceIndex": None,
+        "status": t.status,
+        "tornOffset": None,
+        "unrecorded": 0,
+        "metadata": {"decision": "yes"},
+        "replies": replies,
+        "queries": [{"name": "decision", "value": {"decision": "yes", "status": "completed"}}],
+    }
+    (folder / "expect.json").write_text(json.dumps(expect), encoding="utf-8")
+
+
+def test_the_player_checks_a_vectors_update_replies_and_queries(
+    compiled: Path, tmp_path: Path
+) -> None:
+    _update_vector(tmp_path / "good" / "update-approve")
+    done = _conformance(compiled, tmp_path / "good")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok   update-approve: " in done.stdout and "1 update reply" in done.stdout
+    _update_vector(tmp_path / "bad" / "update-approve", reply={"decision": "no"})
+    done = _conformance(compiled, tmp_path / "bad")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL update-approve: the update replies are" in done.stdout
