@@ -207,3 +207,25 @@ def test_updates_across_a_continue_as_new_hold_every_invariant() -> None:
         for r in seen.replies
     )
     assert {r.status for r in seen.replies} == {"completed", "failed"}
+
+
+INSTANT = """
+flow: instant
+tools:
+  book: {class: idempotent}
+updates:
+  ping:
+    reply: "${update.id}"
+steps:
+  - {id: work, call_tool: {tool: book, input: {}}}
+"""
+
+
+def test_an_update_answered_in_the_decision_that_accepts_it() -> None:
+    seen = Seen()
+    x = explore(INSTANT, None, World(default=[Ok()], updates=2), invariants=[seen])
+    assert x.ok and x.complete, [v.describe() for v in x.violations]
+    assert {(r.update_id, r.status, r.output) for r in seen.replies} == {
+        ("u1", "completed", "u1"),
+        ("u2", "completed", "u2"),
+    }
