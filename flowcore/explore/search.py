@@ -720,6 +720,14 @@ def explore(
         raise ValueError(f"max_states must be at least 1, got {max_states}")
     if max_violations < 1:
         raise ValueError(f"max_violations must be at least 1, got {max_violations}")
+    the_world = world if world is not None else World()
+    unknown = sorted(set(the_world.update_inputs or ()) - set(f.updates))
+    if unknown:
+        declared = ", ".join(sorted(f.updates)) or "none"
+        raise ValueError(
+            f"World.update_inputs names updates flow {f.id!r} does not declare: "
+            f"{', '.join(unknown)} (it declares: {declared})"
+        )
     start_args: dict[str, Any] = {"run_id": run_id, "now_ms": now_ms, "depth": depth}
     if budget is not None:
         start_args["budget"] = budget
@@ -728,7 +736,7 @@ def explore(
     explorer = _Explorer(
         f,
         input,
-        world if world is not None else World(),
+        the_world,
         start_args,
         tuple(invariants),
         max_depth=max_depth,

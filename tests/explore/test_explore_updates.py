@@ -171,6 +171,8 @@ def test_world_update_values_are_checked() -> None:
         World(update_inputs=3)
     with pytest.raises(TypeError, match=r"update_inputs\['approve'\]"):
         World(update_inputs={"approve": "alice"})
+    with pytest.raises(ValueError, match="does not declare: reject \\(it declares: approve\\)"):
+        explore(EXPENSE, None, World(update_inputs={"reject": [None]}))
 
 
 def test_update_inputs_replace_the_examples() -> None:
