@@ -237,3 +237,24 @@ def test_the_player_checks_a_vectors_update_replies_and_queries(
     done = _conformance(compiled, tmp_path / "bad")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL update-approve: the update replies are" in done.stdout
+
+
+def test_the_player_checks_the_updates_and_queries_a_vector_expects(
+    compiled: Path, tmp_path: Path
+) -> None:
+    """Guard against checks that pass whatever decide answers: an edited update
+    view, or a query expected to fail that answers, fails the vector."""
+    edits: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("updates", {"status": "failed"}),
+        ("queries", {"error": "bad-args"}),
+    )
+    for n, (field, change) in enumerate(edits):
+        case = tmp_path / str(n) / "update-reply"
+        shutil.copytree(VECTORS / "update-reply", case)
+        expect = json.loads((case / "expect.json").read_text(encoding="utf-8"))
+        expect[field][0].update(change)
+        (case / "expect.json").write_text(json.dumps(expect), encoding="utf-8")
+        done = _conformance(compiled, tmp_path / str(n))
+        assert done.returncode == 1, done.stdout + done.stderr
+        wanted = ("update u-1 is", "query decision answers")[n]
+        assert f"FAIL update-reply: {wanted}" in done.stdout, done.stdout
