@@ -112,7 +112,16 @@ from .testkit.simulator import (
     simulate,
 )
 from .testkit.vocabulary import AGENTS as AGENTS
-from .testkit.vocabulary import CHILD_SPEC, EVENT_KINDS, META_FIELDS, SIGNALS, TEAMS, TOOLS
+from .testkit.vocabulary import (
+    CHILD_SPEC,
+    EVENT_KINDS,
+    META_FIELDS,
+    SIGNALS,
+    TEAMS,
+    TOOLS,
+    UPDATE_EXAMPLES,
+    UPDATE_NAMES,
+)
 from .testkit.vocabulary import ERROR_TYPES as ERROR_TYPES
 from .testkit.vocabulary import SIGNAL_KEY as SIGNAL_KEY
 from .testkit.vocabulary import STEP_KINDS as STEP_KINDS
@@ -138,6 +147,8 @@ __all__ = [
     "SIGNALS",
     "TEAMS",
     "TOOLS",
+    "UPDATE_EXAMPLES",
+    "UPDATE_NAMES",
     "Call",
     "CallError",
     "Entry",

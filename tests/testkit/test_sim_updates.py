@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from flowcore import QueryError, UpdateReply, UpdateRequested, parse_flow
 from flowcore.testing import (
     MOVES,
+    UPDATE_EXAMPLES,
+    UPDATE_NAMES,
     FlowMachine,
     Refusal,
     Simulator,
@@ -26,8 +28,10 @@ from flowcore.testing import (
     check_updates,
     drive,
     events_from_moves,
+    faults,
     flow_inputs,
     flows,
+    generated_world,
     moves,
     pending_events,
     simulate,
@@ -224,3 +228,26 @@ TestApprovalMachine = ApprovalMachine.TestCase
 TestApprovalMachine.settings = settings(
     max_examples=15, stateful_step_count=15, deadline=None, database=None
 )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_generated_flows_take_updates_in_the_simulator(data: st.DataObject) -> None:
+    spec = data.draw(flows(max_depth=1, max_steps=3, updates=True))
+    value = data.draw(flow_inputs())
+    update = st.builds(
+        Update,
+        st.sampled_from(UPDATE_NAMES),
+        st.sampled_from(UPDATE_EXAMPLES),
+        st.one_of(st.none(), st.sampled_from(["a", "b"])),  # fresh, or an id used twice
+        st.integers(0, 3_000),
+    )
+    world = generated_world(
+        faults=data.draw(faults()),
+        updates=data.draw(st.lists(update, max_size=4)),
+        cancel_at_ms=data.draw(st.one_of(st.none(), st.integers(0, 3_000))),
+    )
+    t = world.run(spec, value)
+    check_trajectory(t)
+    for refusal in t.refused:
+        assert refusal.code in ("unknown-update", "bad-input", "validator", "limit", "ending")

@@ -64,6 +64,8 @@ PUBLIC = {
     "TEAMS",
     "META_FIELDS",
     "TOOLS",
+    "UPDATE_EXAMPLES",
+    "UPDATE_NAMES",
     "Call",
     "CallError",
     "Entry",
