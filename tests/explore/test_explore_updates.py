@@ -11,10 +11,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import flowcore.explore.search as explore_module
 from flowcore import UpdateReply, UpdateRequested
-from flowcore.testing import Hang, Ok, Point, World, explore
+from flowcore.testing import Fail, Hang, Ok, Point, World, explore, flow_inputs, flows
 
 EXPENSE = """
 flow: expense
@@ -231,3 +232,18 @@ def test_an_update_answered_in_the_decision_that_accepts_it() -> None:
         ("u1", "completed", "u1"),
         ("u2", "completed", "u2"),
     }
+
+
+# Flows without humans, children or signals to wait for: the world answers all.
+LEAVES = ("call_tool", "sleep", "schedule", "set_metadata", "switch", "parallel", "try")
+
+GENERATED = World(default=[Ok({"k": 1}), Fail("boom", retryable=True)], updates=2, cancel_at_ms=0)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=flows(max_depth=1, max_steps=2, updates=True, kinds=LEAVES), inp=flow_inputs())
+def test_generated_flows_with_updates_keep_every_invariant_on_every_path(
+    spec: dict[str, Any], inp: dict[str, Any]
+) -> None:
+    x = explore(spec, inp, GENERATED, max_states=1500, max_depth=25)
+    assert not x.violations, x.violations[0].describe()
