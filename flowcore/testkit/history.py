@@ -363,7 +363,20 @@ class Trajectory:
         return self.progress.get(self.run_id if run_id is None else run_id, ())
 
     def describe(self) -> str:
-        """Every entry, one per line: for assertion messages."""
+        """Every entry, one per line, then the root run's update replies and the
+        refused update requests: for assertion messages."""
         lines = [str(e) for e in self.entries]
+        for reply in self.replies:
+            said = (
+                msgspec.json.encode(reply.output).decode()
+                if reply.error is None
+                else f"{reply.error.type} ({reply.error.message})"
+            )
+            lines.append(f"reply {reply.update_id} ({reply.name}) {reply.status}: {said}")
+        for refusal in self.refused:
+            lines.append(
+                f"refused {refusal.update_id} ({refusal.name}) at t={refusal.at_ms}: "
+                f"{refusal.code}: {refusal.reason}"
+            )
         lines.append(f"stop: {self.stop} at t={self.end_ms}; status {self.status}")
         return "\n".join(lines)

@@ -87,6 +87,7 @@ def test_an_update_is_sent_and_its_reply_read() -> None:
     )
     assert t.replies == (reply,)
     assert [e.update_id for e in t.events() if isinstance(e, UpdateRequested)] == ["req-1"]
+    assert 'reply req-1 (approve) completed: {"decision":"yes","by":"bob"}' in t.describe()
     logged = [r for r in t.log_of() if r.type == "event.reported"]
     assert sum(1 for r in logged if r.data["kind"] == "update-requested") == 1
 
@@ -127,6 +128,7 @@ def test_a_refused_request_leaves_only_its_refusal(update: Update, code: str) ->
     assert t.reply("m") is None and not t.replies
     assert not [e for e in t.events() if isinstance(e, UpdateRequested)]
     assert not t.events(rejected=True)  # nothing logged, as on a host
+    assert f"refused m ({update.name}) at t={refusal.at_ms}: {code}: " in t.describe()
 
 
 def test_a_query_reads_the_run_at_any_time() -> None:
