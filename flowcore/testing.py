@@ -12,7 +12,9 @@ them):
   its context (schedule a call, cancel one, list them, signal a run, publish
   progress; ``CallError`` when that cannot be done); the trajectory keeps each
   run's published items (``ProgressItem``: index, key of the work, step, time,
-  data) in ``progress``.
+  data) in ``progress``. ``Update`` requests are sent at virtual times; the
+  trajectory holds their replies (``replies``, ``reply(id)``), the refused
+  ones (``Refusal``) and answers the flow's queries (``query``).
 * **Strategies**: ``flows()`` generates valid specs that use every construct
   of the language; ``event_streams(flow, input)`` generates what a host may
   report to a run, hostile reports included (duplicates, unknown keys, wrong
@@ -22,7 +24,7 @@ them):
 * **Invariants**: ``check_run(flow, input, events)`` drives a run and checks
   everything below; each check also exists alone (``check_determinism``,
   ``check_budget``, ``check_keys``, ``check_settlement``,
-  ``check_work_accounted``, ``check_rejections``) and takes either
+  ``check_work_accounted``, ``check_rejections``, ``check_updates``) and takes either
   ``(flow, input, events)`` or a ``RunHistory``; ``check_trajectory`` checks a
   simulation, every child run included. They raise ``AssertionError`` with a
   message that names the run, the turn and the event.
@@ -69,6 +71,7 @@ from .testkit.checks import (
     check_run,
     check_settlement,
     check_trajectory,
+    check_updates,
     check_work_accounted,
 )
 from .testkit.events import (
@@ -93,6 +96,7 @@ from .testkit.simulator import (
     HeartbeatTimeout,
     Ok,
     ProgressItem,
+    Refusal,
     Responses,
     RunHistory,
     Signal,
@@ -101,13 +105,23 @@ from .testkit.simulator import (
     Trajectory,
     Turn,
     Unknown,
+    Update,
     UsageLine,
     UsageReport,
     drive,
     simulate,
 )
 from .testkit.vocabulary import AGENTS as AGENTS
-from .testkit.vocabulary import CHILD_SPEC, EVENT_KINDS, META_FIELDS, SIGNALS, TEAMS, TOOLS
+from .testkit.vocabulary import (
+    CHILD_SPEC,
+    EVENT_KINDS,
+    META_FIELDS,
+    SIGNALS,
+    TEAMS,
+    TOOLS,
+    UPDATE_EXAMPLES,
+    UPDATE_NAMES,
+)
 from .testkit.vocabulary import ERROR_TYPES as ERROR_TYPES
 from .testkit.vocabulary import SIGNAL_KEY as SIGNAL_KEY
 from .testkit.vocabulary import STEP_KINDS as STEP_KINDS
@@ -133,6 +147,8 @@ __all__ = [
     "SIGNALS",
     "TEAMS",
     "TOOLS",
+    "UPDATE_EXAMPLES",
+    "UPDATE_NAMES",
     "Call",
     "CallError",
     "Entry",
@@ -146,6 +162,7 @@ __all__ = [
     "Point",
     "Progress",
     "ProgressItem",
+    "Refusal",
     "Responses",
     "RunHistory",
     "Signal",
@@ -154,6 +171,7 @@ __all__ = [
     "Trajectory",
     "Turn",
     "Unknown",
+    "Update",
     "UsageLine",
     "UsageReport",
     "Violation",
@@ -167,6 +185,7 @@ __all__ = [
     "check_run",
     "check_settlement",
     "check_trajectory",
+    "check_updates",
     "check_work_accounted",
     "drive",
     "event_of_kind",

@@ -17,6 +17,7 @@ import msgspec
 
 from ..decision.snapshot import canonical_snapshot
 from ..decision.state import State
+from ..decision.update_wire import UpdateReply
 from ..decision.waiting import Waits, waiting_for
 from ..decision.wire import (
     Effect,
@@ -55,28 +56,41 @@ class _Node:
 @attrs.frozen
 class _Residue:
     """What the world may still do, beside the run's state: the signals not sent
-    yet (a bit each), whether the cancel came, when pending work was emitted."""
+    yet (a bit each), whether the cancel came, when pending work was emitted,
+    how many update requests it made."""
 
     signals: int = 0
     cancelled: bool = False
     emitted: tuple[tuple[str, int], ...] = ()
+    updates: int = 0  # update requests the run accepted (the next id is u<updates + 1>)
 
     def digest_bytes(self) -> bytes:
-        return msgspec.msgpack.encode((self.signals, self.cancelled, self.emitted))
+        return msgspec.msgpack.encode((self.signals, self.cancelled, self.emitted, self.updates))
 
 
 class Point:
     """What an invariant looks at: one transition of the run and where it led.
 
     ``state`` after it, ``before`` (None at the start), the ``event`` (None at
-    the start) and the ``effects`` it emitted; ``waits`` is
+    the start), the ``effects`` it emitted and the ``replies`` of the updates
+    it ended (``UpdateReply``, in order); ``waits`` is
     ``waiting_for(state)``; ``settled`` the ``settled`` effect once the run
     settled; ``depth`` the number of events since the start. ``path()`` gives
     every event since the start and ``emitted()`` every effect (both walk back
     the path: call them where needed).
     """
 
-    __slots__ = ("_explorer", "_parent", "_waits", "before", "depth", "effects", "event", "state")
+    __slots__ = (
+        "_explorer",
+        "_parent",
+        "_waits",
+        "before",
+        "depth",
+        "effects",
+        "event",
+        "replies",
+        "state",
+    )
 
     def __init__(
         self,
@@ -87,6 +101,7 @@ class Point:
         effects: tuple[Effect, ...],
         state: State,
         depth: int,
+        replies: tuple[UpdateReply, ...] = (),
     ) -> None:
         self._explorer = explorer
         self._parent = parent
@@ -96,6 +111,7 @@ class Point:
         self.effects = effects
         self.state = state
         self.depth = depth
+        self.replies = replies
 
     @property
     def waits(self) -> Waits:
@@ -126,14 +142,18 @@ class _Move(msgspec.Struct, frozen=True):
     signal: int = -1
 
 
-_Result: TypeAlias = "tuple[State, tuple[Effect, ...], int] | str | None"
+_Step: TypeAlias = "tuple[State, tuple[Effect, ...], int, tuple[UpdateReply, ...]]"
+"""A transition: the state reached, the effects, how many the event itself
+emitted (the rest start the next incarnation), the update replies."""
+_Result: TypeAlias = "_Step | str | None"
 
 
 class _Transition(msgspec.Struct, frozen=True):
     """One transition as the checks see it: the state ``before`` (None at the
     start) and its snapshot, the ``event``, the ``state`` reached and its
     snapshot, the ``effects`` and how many of them the event itself emitted
-    (``mine``; the rest start the next incarnation)."""
+    (``mine``; the rest start the next incarnation), and the replies of the
+    updates it ended."""
 
     before: State | None
     before_data: bytes | None
@@ -142,6 +162,7 @@ class _Transition(msgspec.Struct, frozen=True):
     effects: tuple[Effect, ...]
     mine: int
     data: bytes
+    replies: tuple[UpdateReply, ...] = ()
 
 
 def _snapshot(state: State) -> bytes:

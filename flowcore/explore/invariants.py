@@ -1,6 +1,6 @@
 """What ``explore`` checks: the paths to a state and the violations found on
 them, the built-in invariants over a transition (unique keys, settlement's
-report, the budget), the caller's own (``Invariant``, over a ``Point``) and
+report, the budget, update replies), the caller's own (``Invariant``, over a ``Point``) and
 liveness (every path settles within N events). ``search`` calls them at every
 transition.
 
@@ -16,6 +16,8 @@ import immutables
 
 from ..decision.keys import INCARNATION, KeyRole, incarnation_base, parse_key
 from ..decision.state import State
+from ..decision.update_wire import UpdateReply
+from ..decision.updates import updates_of
 from ..decision.waiting import waiting_for
 from ..decision.wire import (
     CallTool,
@@ -28,6 +30,7 @@ from ..decision.wire import (
     Settled,
     SignalRun,
     Sleep,
+    UpdateRequested,
 )
 from ..language.spec import Flow
 from ..testkit.checks import same_but_budget
@@ -205,6 +208,72 @@ class _Checks:
             raise _Broken("budget", f"{led.used_steps} steps used of {led.steps}")
         if led.cost is not None and led.used_cost > led.cost:
             raise _Broken("budget", f"cost {led.used_cost} used of {led.cost}")
+
+    def check_updates(
+        self,
+        before: State | None,
+        event: Event | None,
+        state: State,
+        replies: tuple[UpdateReply, ...],
+    ) -> None:
+        """Every update the run accepted gets exactly one reply, on the decision
+        that ends it, saying what the state records; no reply names an update
+        the run never accepted; none is running once the run has settled."""
+        was = {u.update_id: u for u in updates_of(before)} if before is not None else {}
+        now = {u.update_id: u for u in updates_of(state)}
+        same = before is None or before.tree.incarnation == state.tree.incarnation
+        asked = event.update_id if isinstance(event, UpdateRequested) else None
+        answered: set[str] = set()
+        for reply in replies:
+            uid = reply.update_id
+            if uid in answered:
+                raise _Broken("updates", f"update {uid!r} got two replies in one decision")
+            answered.add(uid)
+            prior = was.get(uid)
+            if prior is None and uid != asked:
+                raise _Broken(
+                    "updates", f"a reply for update {uid!r}, which the run never accepted"
+                )
+            if prior is not None and prior.status != "running":
+                raise _Broken(
+                    "updates", f"a second reply for update {uid!r}, which had ended {prior.status}"
+                )
+            view = now.get(uid)
+            if same and view is None:
+                raise _Broken("updates", f"update {uid!r} got a reply the state does not record")
+            if view is not None and (view.status, view.output, view.error, view.name) != (
+                reply.status,
+                reply.output,
+                reply.error,
+                reply.name,
+            ):
+                raise _Broken(
+                    "updates",
+                    f"the reply of update {uid!r} ({reply.status}) is not what the state "
+                    f"records ({view.status})",
+                )
+        for uid, prior in was.items():
+            if prior.status != "running" or uid in answered:
+                continue
+            view = now.get(uid)
+            if view is None and same:
+                raise _Broken("updates", f"update {uid!r} is gone from the state, unanswered")
+            if view is None or view.status != "running":
+                raise _Broken("updates", f"update {uid!r} ended without a reply")
+        for uid, view in now.items():
+            if uid in was or not same:
+                continue
+            if uid != asked:
+                raise _Broken("updates", f"update {uid!r} appeared without being requested")
+            if view.status != "running" and uid not in answered:
+                raise _Broken("updates", f"update {uid!r} ended without a reply")
+        if state.settled is not None:
+            running = sorted(uid for uid, view in now.items() if view.status == "running")
+            if running:
+                raise _Broken(
+                    "updates",
+                    f"the run settled {state.settled.status} with update(s) {running} running",
+                )
 
     def check_user(self, point: Point) -> tuple[str, str] | None:
         for inv in self.invariants:

@@ -7,10 +7,11 @@ states breadth-first, in virtual time:
 * **The world** (``World``) says what may happen: the responses each tool,
   agent, team or child flow may give (the simulator's ``Ok``, ``Fail``,
   ``Unknown``, ``Hang``, ``HeartbeatTimeout``, or a plain output), the
-  answers people may give, the signals and the cancel that may arrive, and how
-  late a result may come (``late_ms``). At each state every response to every
-  pending piece of work, every answer, every signal not sent yet, the cancel
-  and the earliest timers are tried.
+  answers people may give, the signals, the update requests and the cancel
+  that may arrive, and how late a result may come (``late_ms``). At each state
+  every response to every pending piece of work, every answer, every signal not
+  sent yet, every update request (while the world may make more), the cancel
+  and the earliest timers are tried; a request the run refuses is no move.
 * **Time** moves only when a timer fires, in due order, or when a signal or
   cancel arrives that may not come earlier; results arrive at the current
   time. With ``late_ms`` a result comes at most that long after its effect was
@@ -26,8 +27,9 @@ states breadth-first, in virtual time:
   assumption ``specs/testing.md`` states.
 * **Checks** at every transition: the built-in invariants (determinism, unique
   keys, the budget, settlement, only typed errors, a running run waits for
-  something) and the caller's own predicates over a ``Point``; optionally
-  liveness: every path settles within N events.
+  something, every accepted update gets exactly one reply) and the caller's
+  own predicates over a ``Point``; optionally liveness: every path settles
+  within N events.
 
 A violation comes back as the shortest event sequence that reaches it
 (breadth-first), which ``drive`` replays, as a log that ``flowcore replay``
@@ -47,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import immutables
+import msgspec
 
 from .._errors import EventRejected
 from ..decision.interp import advance, continue_run, start
@@ -54,6 +57,7 @@ from ..decision.keys import parse_key
 from ..decision.snapshot import decode_state
 from ..decision.state import PendingKind, State
 from ..decision.transitions import TIMERS
+from ..decision.update_wire import UpdateReply
 from ..decision.wire import (
     BudgetRemaining,
     CancelRequested,
@@ -65,6 +69,7 @@ from ..decision.wire import (
     SignalReceived,
     Sleep,
     TimerFired,
+    UpdateRequested,
     encode_effect,
 )
 from ..language.spec import Budget, Flow
@@ -77,6 +82,7 @@ from .graph import (
     _Residue,
     _Result,
     _snapshot,
+    _Step,
     _Transition,
 )
 from .invariants import Invariant, _Broken, _Checks, _name
@@ -101,6 +107,7 @@ BUILT_IN = (
     "settlement",
     "typed-errors",
     "waits",
+    "updates",
 )
 """The invariants ``explore`` checks at every transition (``specs/testing.md`` §8)."""
 
@@ -166,22 +173,31 @@ class _Explorer(_Checks):
         self.reducible = Reducible(flow) if reduce else None
         if self.reducible is not None and world.may_report_steps():
             self.reducible.why_not = "the world reports steps"
+        # Each (update name, input) the world may request, with the next id.
+        self.update_requests = world.update_requests(flow)
+        if self.reducible is not None and self.update_requests:
+            # A handler runs beside the main steps and may read their results,
+            # as a parallel branch reading another's would: never reduced.
+            self.reducible.why_not = "update requests may arrive"
 
     # --- transitions --------------------------------------------------------------------
 
-    def step(self, state: State, event: Event) -> tuple[State, tuple[Effect, ...], int]:
+    def step(self, state: State, event: Event) -> _Step:
         """``advance``, then every incarnation that starts at once (as ``drive`` does).
-        Returns the state, the effects and how many of them the event itself emitted."""
+        Returns the state, the effects, how many of them the event itself emitted
+        and the replies of the updates it ended."""
         d = advance(state, event)
         effects = d.effects
+        replies: tuple[UpdateReply, ...] = d.replies
         mine = len(effects)
         new = d.state
         while (continued := new.tree.continued) is not None:
             at = max(event.at_ms, new.now_ms)
             c = continue_run(self.flow, continued, new.run_id, at, new.run.depth)
             effects = (*effects, *c.effects)
+            replies = (*replies, *c.replies)
             new = c.state
-        return new, effects, mine
+        return new, effects, mine, replies
 
     def try_move(self, state: State, move: _Move) -> _Result:
         """The transition, None when the event is rejected, or the message of an
@@ -194,12 +210,14 @@ class _Explorer(_Checks):
             return f"advance raised {type(exc).__name__}: {exc}"
 
     def residue_after(self, residue: _Residue, move: _Move | None, state: State) -> _Residue:
-        signals, cancelled = residue.signals, residue.cancelled
+        signals, cancelled, updates = residue.signals, residue.cancelled, residue.updates
         if move is not None:
             if move.signal >= 0:
                 signals |= 1 << move.signal
             elif isinstance(move.event, CancelRequested):
                 cancelled = True
+            elif isinstance(move.event, UpdateRequested):
+                updates += 1
         emitted = residue.emitted
         if self.world.late_ms is not None:
             pending = state.waiting.pending
@@ -208,9 +226,14 @@ class _Explorer(_Checks):
                 if entry.kind in _WORK_KINDS and key not in known:
                     known[key] = state.now_ms
             emitted = tuple(sorted(known.items()))
-        if (signals, cancelled, emitted) == (residue.signals, residue.cancelled, residue.emitted):
+        if (signals, cancelled, emitted, updates) == (
+            residue.signals,
+            residue.cancelled,
+            residue.emitted,
+            residue.updates,
+        ):
             return residue
-        return _Residue(signals, cancelled, emitted)
+        return _Residue(signals, cancelled, emitted, updates)
 
     def enabled(self, state: State, residue: _Residue) -> list[_Move]:
         """Every move the world may make now, in a fixed order."""
@@ -259,6 +282,11 @@ class _Explorer(_Checks):
             if may_come_at(at):
                 ev = SignalReceived(signal=sig.name, payload=sig.payload, key=sig.key, at_ms=at)
                 out.append(_Move("", ev, i))
+        if residue.updates < world.updates:
+            uid = f"u{residue.updates + 1}"
+            for name, value in self.update_requests:
+                request = UpdateRequested(update_id=uid, name=name, input=value, at_ms=now)
+                out.append(_Move("", request))
         if world.cancel_at_ms is not None and not residue.cancelled:
             at = max(now, world.cancel_at_ms)
             if may_come_at(at):
@@ -286,9 +314,11 @@ class _Explorer(_Checks):
                 )
             if self.determinism:
                 assert tr.before_data is not None
-                self.check_determinism(tr.before_data, event, effects, tr.data)
+                self.check_determinism(tr.before_data, event, effects, tr.data, tr.replies)
         keys = self.check_keys(event, effects, tr.mine, state, keys)
         self.check_budget(before, effects, state)
+        if self.flow.updates:
+            self.check_updates(before, event, state, tr.replies)
         settled = state.settled
         if any(isinstance(e, Settled) for e in effects):
             # Alone in its decision: the event's own, or the start of an
@@ -303,10 +333,15 @@ class _Explorer(_Checks):
             if state.status != settled.status:
                 raise _Broken("settlement", "the state does not record the settled it emitted")
             self.check_report(state, keys)
-            for late in (
+            lates: list[Event] = [
                 CancelRequested(reason="after", at_ms=state.now_ms),
                 SignalReceived(signal="after-settled", at_ms=state.now_ms),
-            ):
+            ]
+            for name in sorted(self.flow.updates)[:1]:
+                lates.append(
+                    UpdateRequested(update_id="after-settled", name=name, at_ms=state.now_ms)
+                )
+            for late in lates:
                 try:
                     advance(state, late)
                 except EventRejected:
@@ -321,13 +356,18 @@ class _Explorer(_Checks):
         return keys
 
     def check_determinism(
-        self, before_data: bytes, event: Event, effects: tuple[Effect, ...], data: bytes
+        self,
+        before_data: bytes,
+        event: Event,
+        effects: tuple[Effect, ...],
+        data: bytes,
+        replies: tuple[UpdateReply, ...] = (),
     ) -> None:
         """The same event applied to the state decoded from its snapshot decides
         the same, byte for byte."""
         resumed = decode_state(before_data, self.flow)
         try:
-            state2, effects2, _ = self.step(resumed, event)
+            state2, effects2, _, replies2 = self.step(resumed, event)
         except EventRejected as exc:
             raise _Broken(
                 "determinism", f"accepted, but rejected from the state's snapshot: {exc.reason}"
@@ -344,6 +384,8 @@ class _Explorer(_Checks):
             )
         if _snapshot(state2) != data:
             raise _Broken("determinism", "the state differs when resumed from the snapshot")
+        if replies2 != replies:
+            raise _Broken("determinism", "the update replies differ when resumed from the snapshot")
 
     def checked(
         self, parent: int, tr: _Transition, keys: immutables.Map[str, Effect], depth: int
@@ -362,7 +404,7 @@ class _Explorer(_Checks):
             path = to_here()
             self.violation(exc.invariant, exc.message, path)
         if self.invariants:
-            point = Point(self, parent, tr.before, event, tr.effects, tr.state, depth)
+            point = Point(self, parent, tr.before, event, tr.effects, tr.state, depth, tr.replies)
             found = self.check_user(point)
             if found is not None:
                 self.violation(found[0], found[1], path or to_here())
@@ -506,14 +548,14 @@ class _Explorer(_Checks):
         state: State,
         data: bytes,
         move: _Move,
-        result: tuple[State, tuple[Effect, ...], int],
+        result: _Step,
         frontier: deque[tuple[int, bytes]],
     ) -> None:
-        new, effects, mine = result
+        new, effects, mine, replies = result
         event = move.event
         residue = self.residue_after(node.residue, move, new)
         new_data, digest = _digest(new, residue)
-        tr = _Transition(state, data, event, new, effects, mine, new_data)
+        tr = _Transition(state, data, event, new, effects, mine, new_data, replies)
         keys = self.checked(index, tr, node.keys, node.depth + 1)
         known = self.seen.get(digest) if self.dedup else None
         if known is not None:
@@ -589,7 +631,7 @@ class _Explorer(_Checks):
         in either order reach the same state with the same effects."""
         after: dict[int, list[_Move]] = {}  # the moves possible after move i
 
-        def possible_after(i: int, r: tuple[State, tuple[Effect, ...], int]) -> list[_Move]:
+        def possible_after(i: int, r: _Step) -> list[_Move]:
             if i not in after:
                 after[i] = self.enabled(r[0], self.residue_after(residue, moves[i], r[0]))
             return after[i]
@@ -618,9 +660,15 @@ class _Explorer(_Checks):
                     return False
                 one = sorted(encode_effect(e) for e in (*a[1], *ab[1]))
                 two = sorted(encode_effect(e) for e in (*b[1], *ba[1]))
-                if one != two:
+                if one != two or sorted(map(_encoded, (*a[3], *ab[3]))) != sorted(
+                    map(_encoded, (*b[3], *ba[3]))
+                ):
                     return False
         return True
+
+
+def _encoded(reply: UpdateReply) -> bytes:
+    return msgspec.msgpack.encode(reply)
 
 
 def explore(
@@ -672,6 +720,14 @@ def explore(
         raise ValueError(f"max_states must be at least 1, got {max_states}")
     if max_violations < 1:
         raise ValueError(f"max_violations must be at least 1, got {max_violations}")
+    the_world = world if world is not None else World()
+    unknown = sorted(set(the_world.update_inputs or ()) - set(f.updates))
+    if unknown:
+        declared = ", ".join(sorted(f.updates)) or "none"
+        raise ValueError(
+            f"World.update_inputs names updates flow {f.id!r} does not declare: "
+            f"{', '.join(unknown)} (it declares: {declared})"
+        )
     start_args: dict[str, Any] = {"run_id": run_id, "now_ms": now_ms, "depth": depth}
     if budget is not None:
         start_args["budget"] = budget
@@ -680,7 +736,7 @@ def explore(
     explorer = _Explorer(
         f,
         input,
-        world if world is not None else World(),
+        the_world,
         start_args,
         tuple(invariants),
         max_depth=max_depth,

@@ -28,6 +28,7 @@ from ..decision.wire import (
     effect_to_wire,
     event_to_wire,
 )
+from ..language.spec import Flow
 from ..testkit.simulator import Fail, Hang, HeartbeatTimeout, Ok, Signal, Unknown
 
 __all__ = ["Response", "World", "describe_effect", "describe_event", "hangs", "response_event"]
@@ -106,6 +107,19 @@ def _signals(value: Iterable[Any]) -> tuple[Signal, ...]:
     return tuple(out)
 
 
+def _update_inputs(value: Any) -> dict[str, tuple[Any, ...]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"World.update_inputs must map an update name to inputs, got {value!r}")
+    out: dict[str, tuple[Any, ...]] = {}
+    for name, inputs in value.items():
+        if not isinstance(inputs, list | tuple):
+            raise TypeError(f"World.update_inputs[{name!r}]: a list of inputs, got {inputs!r}")
+        out[str(name)] = tuple(inputs)
+    return out
+
+
 @attrs.frozen
 class World:
     """What the world may do to a run, for ``explore``.
@@ -129,7 +143,11 @@ class World:
     a cancel may arrive at any time from then on (None: never).
     ``late_ms``: a result comes at most that long after its effect (None: any
     time, so every interleaving with timers is explored; 0: before the clock
-    moves on).
+    moves on). ``updates``: how many update requests (``update-requested``)
+    may arrive in a run, at any time, with ids ``u1``, ``u2``, … in the order
+    they come; each may be any declared update with any of its ``examples``
+    (or the inputs ``update_inputs`` lists for it). A request the run refuses
+    is not a move: it changes nothing.
     """
 
     tools: dict[str, tuple[Any, ...]] = attrs.field(factory=dict, converter=_tools)
@@ -141,6 +159,22 @@ class World:
     signals: tuple[Signal, ...] = attrs.field(default=(), converter=_signals)
     cancel_at_ms: int | None = None
     late_ms: int | None = None
+    updates: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    update_inputs: dict[str, tuple[Any, ...]] | None = attrs.field(
+        default=None, converter=_update_inputs
+    )
+
+    def update_requests(self, flow: Flow) -> tuple[tuple[str, Any], ...]:
+        """Every (update name, input) the world may request, in a fixed order: each
+        declared update with each of its ``examples`` (or of ``update_inputs[name]``)."""
+        if not self.updates:
+            return ()
+        out: list[tuple[str, Any]] = []
+        for name in sorted(flow.updates):
+            given = None if self.update_inputs is None else self.update_inputs.get(name)
+            inputs = given if given is not None else tuple(flow.updates[name].examples)
+            out.extend((name, value) for value in inputs or (None,))
+        return tuple(out)
 
     def responses(self, entry: Pending) -> tuple[Response, ...]:
         """What the work of ``entry`` may get, callables applied to its effect."""

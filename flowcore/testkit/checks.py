@@ -12,6 +12,7 @@ from ..decision.interp import advance, continue_run
 from ..decision.keys import KeyRole, deadline_key, incarnation_base, parse_key
 from ..decision.snapshot import decode_state, encode_state
 from ..decision.state import State
+from ..decision.updates import update_of
 from ..decision.waiting import waiting_for
 from ..decision.wire import (
     AskHuman,
@@ -33,6 +34,7 @@ from ..decision.wire import (
     Sleep,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     encode_effect,
     event_from_wire,
     event_to_wire,
@@ -445,7 +447,7 @@ def check_determinism(
 
     The run is driven a second time from the start, and resumed from a
     snapshot (``encode_state``/``decode_state``) before every event: each
-    decision, rejection reason, effect and state snapshot must be identical,
+    decision, rejection reason, effect, update reply and state snapshot must be identical,
     so idempotency keys are stable across replays.
     """
     h = _history(run, input, events, start)
@@ -470,7 +472,7 @@ def check_determinism(
             assert effect is not None
             at = nxt.state.run.started_ms
             d = continue_run(h.flow, effect, h.run_id, at, h.depth)
-            resumed = Turn(None, d.effects, d.state)
+            resumed = Turn(None, d.effects, d.state, replies=d.replies)
             _same_turn(
                 h,
                 i + 1,
@@ -485,7 +487,7 @@ def check_determinism(
         except EventRejected as exc:
             resumed = Turn(nxt.event, (), state, exc.reason)
         else:
-            resumed = Turn(nxt.event, d.effects, d.state)
+            resumed = Turn(nxt.event, d.effects, d.state, replies=d.replies)
         _same_turn(
             h,
             i + 1,
@@ -511,15 +513,77 @@ def _same_turn(h: RunHistory, i: int, a: Turn, b: Turn, a_bytes: bytes, how: str
         )
     if a_bytes != encode_state(b.state):
         _fail(f"{_at(h, i)}: the state snapshot differs in {how}")
+    if a.replies != b.replies:
+        _fail(f"{_at(h, i)}: the update replies differ in {how}")
+
+
+def check_updates(
+    run: RunHistory | Spec, input: Any = None, events: Events = (), **start: Any
+) -> RunHistory:
+    """Every update the run accepted gets exactly one reply, on the decision that
+    ends it (an update abandoned by a cancel, a failure or a continue-as-new
+    too), saying what the state records; no reply names an update the run
+    never accepted in that incarnation; an id is accepted once per
+    incarnation; no update is running once the run has settled."""
+    h = _history(run, input, events, start)
+    if not h.flow.updates:
+        return h
+    running: dict[str, str] = {}  # accepted in this incarnation, not answered yet
+    answered: set[str] = set()
+    for i, turn in enumerate(h.turns):
+        event, state = turn.event, turn.state
+        if event is None and i > 0:  # the next incarnation: a fresh window of ids
+            if running:
+                _fail(f"{_at(h, i)}: update(s) {sorted(running)} carried into a new incarnation")
+            answered = set()
+        if turn.rejected is not None:
+            if turn.replies:
+                _fail(f"{_at(h, i)}: a rejected event gave replies {list(turn.replies)}")
+            continue
+        if isinstance(event, UpdateRequested):
+            uid = event.update_id
+            if uid in running or uid in answered:
+                _fail(f"{_at(h, i)}: update id {uid!r} accepted twice in one incarnation")
+            running[uid] = event.name
+        for reply in turn.replies:
+            uid = reply.update_id
+            if uid in answered:
+                _fail(f"{_at(h, i)}: a second reply for update {uid!r}")
+            if running.pop(uid, None) is None:
+                _fail(f"{_at(h, i)}: a reply for update {uid!r}, which the run never accepted")
+            answered.add(uid)
+            view = update_of(state, uid) if state.tree.continued is None else None
+            if view is not None and (view.status, view.output, view.error) != (
+                reply.status,
+                reply.output,
+                reply.error,
+            ):
+                _fail(
+                    f"{_at(h, i)}: the reply of update {uid!r} ({reply.status}) is not what the "
+                    f"state records ({view.status})"
+                )
+        for uid in running:
+            view = update_of(state, uid)
+            if view is None or view.status != "running":
+                shown = "gone" if view is None else view.status
+                _fail(f"{_at(h, i)}: update {uid!r} ended ({shown}) without a reply")
+        if state.settled is not None and running:
+            _fail(
+                f"{_at(h, i)}: the run settled {state.settled.status} with update(s) "
+                f"{sorted(running)} running"
+            )
+    return h
 
 
 def check_history(run: RunHistory) -> RunHistory:
-    """Every check that needs no re-run: settlement, keys, budget, work, rejections."""
+    """Every check that needs no re-run: settlement, keys, budget, work,
+    rejections, updates."""
     check_settlement(run)
     check_keys(run)
     check_budget(run)
     check_work_accounted(run)
     check_rejections(run)
+    check_updates(run)
     return run
 
 

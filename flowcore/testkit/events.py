@@ -8,6 +8,7 @@ from typing import Any
 from .._errors import EventRejected
 from ..decision.interp import Decision, advance
 from ..decision.state import State
+from ..decision.updates import updates_of
 from ..decision.waiting import Waits, waiting_for
 from ..decision.wire import (
     AwaitSignal,
@@ -32,6 +33,7 @@ from ..decision.wire import (
     SignalRun,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     Usage,
 )
 from ..language.spec import Budget
@@ -104,8 +106,17 @@ def pending_events(state: State) -> list[Event]:
     for tool, decl in sorted(state.flow.tools.items()):
         if decl.schedulable:
             out.append(ScheduledAddRequested(tool=tool, input={"k": tool}, delay_ms=50, at_ms=at))
+    uid = f"p{len(updates_of(state)) + 1}"  # a fresh id
+    for name, value in _update_requests(state):
+        out.append(UpdateRequested(update_id=uid, name=name, input=value, at_ms=at))
     out.append(CancelRequested(reason="test", at_ms=at))
     return out
+
+
+def _update_requests(state: State) -> list[tuple[str, Any]]:
+    """Each declared update with each of its examples (null when it has none)."""
+    decls = state.flow.updates
+    return [(name, v) for name in sorted(decls) for v in tuple(decls[name].examples) or (None,)]
 
 
 def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
@@ -128,6 +139,8 @@ def hostile_events(state: State, sent: Sequence[Event] = ()) -> list[Event]:
         EffectSucceeded(idempotency_key=key, output={"n": 10**20}, at_ms=at),
         SignalReceived(signal="nobody-waits", payload="\ud800", at_ms=at),
         HumanAnswered(idempotency_key=key, answer=float("nan"), at_ms=at),
+        UpdateRequested(update_id="u-ghost", name="no-such-update", at_ms=at),
+        UpdateRequested(update_id="\ud800", name="x", input={"n": 10**20}, at_ms=at),
     ]
     out.extend(sent[-3:])
     return out
@@ -173,6 +186,13 @@ def event_of_kind(kind: str, state: State, choice: int) -> Event:
         if kind == "scheduled-replay-requested":
             return ScheduledReplayRequested(schedule_id=sid, at_ms=at, request=f"q{choice % 2}")
         return ScheduledRunNowRequested(schedule_id=sid, at_ms=at)
+    if kind == "update-requested":
+        names = [name for name, _ in _update_requests(state)] + ["nope"]
+        inputs = [value for _, value in _update_requests(state)] + [None]
+        pick = choice % len(names)
+        return UpdateRequested(
+            update_id=f"u{choice % 3}", name=names[pick], input=inputs[pick], at_ms=at
+        )
     if kind == "scheduled-add-requested":
         tools = [*sorted(state.flow.tools), "nowhere"]
         tool = tools[choice % len(tools)]
@@ -198,7 +218,7 @@ MOVES: tuple[tuple[str, int], ...] = (
     # A move is (op, choice); the op is drawn from 0..99 and these are the
     # ops' shares. Well-behaved ops come first so that streams shrink
     # towards plain successes.
-    ("succeed", 30),
+    ("succeed", 24),
     ("fire", 10),
     ("answer", 8),
     ("fail", 8),
@@ -206,6 +226,7 @@ MOVES: tuple[tuple[str, int], ...] = (
     ("subflow", 6),
     ("signal", 5),
     ("stale", 3),
+    ("update", 6),
     ("cancel", 2),
     # hostile
     ("duplicate", 4),
@@ -268,6 +289,7 @@ class _Host:
         self.signal_names: set[str] = set(SIGNALS)
         self.sent: list[Event] = []
         self.answered: set[str] = set()  # work keys an accepted event answered
+        self.update_ids: list[str] = []  # the update ids requested, in order
         self.clock = history.state.now_ms
         for turn in history.turns:
             self.learn(turn.effects)
@@ -411,6 +433,20 @@ class _Host:
             at_ms=self.at(choice),
             key=SIGNAL_KEY if choice % 5 == 4 else None,
         )
+
+    def op_update(self, choice: int) -> Event | None:
+        """A request for a declared update with one of its examples, under a fresh
+        id or (one in five) an id requested before: a host that did not look it up."""
+        requests = _update_requests(self.h.state)
+        if not requests:
+            return None
+        name, value = requests[choice % len(requests)]
+        if self.update_ids and choice % 5 == 4:
+            uid = self.update_ids[choice // 5 % len(self.update_ids)]
+        else:
+            uid = f"u{len(self.update_ids) + 1}"
+            self.update_ids.append(uid)
+        return UpdateRequested(update_id=uid, name=name, input=value, at_ms=self.at(choice))
 
     def op_cancel(self, choice: int) -> Event | None:
         return CancelRequested(reason=f"cancel {choice}", at_ms=self.at(choice))

@@ -12,6 +12,7 @@ from .simulator import (
     Signal,
     Simulator,
     Spec,
+    Update,
 )
 from .vocabulary import CHILD_SPEC
 
@@ -36,10 +37,12 @@ def generated_world(
     cancel_at_ms: int | None = None,
     paranoid: bool = True,
     subflows: Mapping[str, Spec] | None = None,
+    updates: Iterable[Update] = (),
 ) -> Simulator:
     """A simulator that can run any flow from ``flows()``: every tool, agent and team
     answers, humans pick an option (or answer with text), ``child`` is
-    ``CHILD_SPEC``; ``subflows`` adds flows to that registry."""
+    ``CHILD_SPEC``; ``subflows`` adds flows to that registry; ``updates`` are
+    update requests (``Update``) sent at their times."""
     return Simulator(
         default=_echo,
         humans=_answer_humans,
@@ -48,6 +51,7 @@ def generated_world(
         signals=signals,
         order=order,
         cancel_at_ms=cancel_at_ms,
+        updates=updates,
         paranoid=paranoid,
         max_events=5_000,
     )

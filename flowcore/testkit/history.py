@@ -17,8 +17,10 @@ import msgspec
 
 from .._errors import EventRejected
 from ..decision.interp import Decision, advance, continue_run, start
+from ..decision.queries import query
 from ..decision.snapshot import encode_state
 from ..decision.state import ScheduledAnswer, State
+from ..decision.update_wire import UpdateReply
 from ..decision.wire import (
     BudgetRemaining,
     Effect,
@@ -30,7 +32,7 @@ from ..decision.wire import (
 )
 from ..language.spec import Budget, Flow, parse_flow
 from ..log.records import Record, Recorder
-from .script import Spec
+from .script import Refusal, Spec
 
 # --- run histories ------------------------------------------------------------------------
 
@@ -43,7 +45,8 @@ class Turn(msgspec.Struct, frozen=True):
     state the event was given to and ``input_after`` the snapshot of that same
     state object after ``advance`` returned or raised: they must be equal.
     ``scheduled``: what a scheduled-call event from outside answered
-    (``Decision.scheduled``).
+    (``Decision.scheduled``); ``replies``: the updates the decision ended
+    (``Decision.replies``).
     """
 
     event: Event | None
@@ -53,6 +56,7 @@ class Turn(msgspec.Struct, frozen=True):
     before: bytes | None = None
     input_after: bytes | None = None
     scheduled: ScheduledAnswer | None = None
+    replies: tuple[UpdateReply, ...] = ()
 
 
 @attrs.define
@@ -79,6 +83,10 @@ class RunHistory:
     def effects(self) -> list[Effect]:
         return [e for t in self.turns for e in t.effects]
 
+    def replies(self) -> list[UpdateReply]:
+        """Every update reply the run's decisions gave, in order."""
+        return [r for t in self.turns for r in t.replies]
+
     def record(self, event: Event, paranoid: bool = False, keep_rejected: bool = True) -> Turn:
         """Report ``event`` to the run's current state and append the turn.
 
@@ -96,7 +104,7 @@ class RunHistory:
             turn = Turn(event, (), state, exc.reason, before, after)
         else:
             after = encode_state(state) if paranoid else None
-            turn = Turn(event, d.effects, d.state, None, before, after, d.scheduled)
+            turn = Turn(event, d.effects, d.state, None, before, after, d.scheduled, d.replies)
         if turn.rejected is not None and not keep_rejected:
             return turn
         self.turns.append(turn)
@@ -142,7 +150,7 @@ class RunHistory:
         while (effect := self.state.tree.continued) is not None:
             at = max(at_ms, self.state.now_ms)
             d = continue_run(self.flow, effect, self.run_id, at, self.depth)
-            self.turns.append(Turn(None, d.effects, d.state))
+            self.turns.append(Turn(None, d.effects, d.state, replies=d.replies))
 
 
 def as_flow(spec: Spec) -> Flow:
@@ -250,7 +258,10 @@ class Trajectory:
     was due, e.g. a signal nobody sends). ``entries`` lists every effect and
     event of every run in order; ``log`` holds every run's log records, in
     the order they were written; ``histories`` each run's turns;
-    ``progress`` each run's published items, in order (``progress_of``).
+    ``progress`` each run's published items, in order (``progress_of``);
+    ``refused`` the update requests a run refused (``Refusal``), in order.
+    The root run's update replies are ``replies`` (``reply(id)`` finds one);
+    ``query(name, args)`` answers one of the flow's queries.
     """
 
     run_id: str
@@ -263,6 +274,41 @@ class Trajectory:
     usage: UsageReport
     histories: Mapping[str, RunHistory]
     progress: Mapping[str, tuple[ProgressItem, ...]] = attrs.field(factory=dict)
+    refused: tuple[Refusal, ...] = ()
+
+    @property
+    def replies(self) -> tuple[UpdateReply, ...]:
+        """The root run's update replies, in the order its decisions gave them."""
+        return self.replies_of()
+
+    def replies_of(self, run_id: str | None = None) -> tuple[UpdateReply, ...]:
+        """One run's update replies (the root's by default), in order."""
+        return tuple(self.histories[self.run_id if run_id is None else run_id].replies())
+
+    def reply(self, update_id: str, run_id: str | None = None) -> UpdateReply | None:
+        """The reply to update ``update_id`` (of the root run by default); None
+        while it runs, or when the run never accepted it (see ``refused``).
+        Within an incarnation an id is answered once; after a continue-as-new
+        the same id may be taken again: the last reply is the one returned."""
+        found = [r for r in self.replies_of(run_id) if r.update_id == update_id]
+        return found[-1] if found else None
+
+    def query(
+        self, name: str, args: Any = None, *, at_ms: int | None = None, run_id: str | None = None
+    ) -> Any:
+        """Answer the flow's query ``name`` with ``args`` (``flowcore.query``) from
+        the root run's state (or ``run_id``'s) as it ended, or as it was at virtual
+        time ``at_ms`` (after every decision at or before it). Raises
+        ``QueryError`` as ``flowcore.query`` does."""
+        h = self.histories[self.run_id if run_id is None else run_id]
+        state = h.turns[0].state
+        for turn in h.turns:
+            at = turn.state.now_ms if turn.event is None else turn.event.at_ms
+            if at_ms is not None and at > at_ms:
+                break
+            if turn.rejected is None:
+                state = turn.state
+        return query(state, name, args)
 
     @property
     def output(self) -> Any:
@@ -317,7 +363,20 @@ class Trajectory:
         return self.progress.get(self.run_id if run_id is None else run_id, ())
 
     def describe(self) -> str:
-        """Every entry, one per line: for assertion messages."""
+        """Every entry, one per line, then the root run's update replies and the
+        refused update requests: for assertion messages."""
         lines = [str(e) for e in self.entries]
+        for reply in self.replies:
+            said = (
+                msgspec.json.encode(reply.output).decode()
+                if reply.error is None
+                else f"{reply.error.type} ({reply.error.message})"
+            )
+            lines.append(f"reply {reply.update_id} ({reply.name}) {reply.status}: {said}")
+        for refusal in self.refused:
+            lines.append(
+                f"refused {refusal.update_id} ({refusal.name}) at t={refusal.at_ms}: "
+                f"{refusal.code}: {refusal.reason}"
+            )
         lines.append(f"stop: {self.stop} at t={self.end_ms}; status {self.status}")
         return "\n".join(lines)

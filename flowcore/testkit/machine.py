@@ -34,8 +34,9 @@ class FlowMachine(RuleBasedStateMachine):
     Subclass it and set ``flow`` (a ``Flow`` or a spec) and ``input``; hypothesis
     then explores sequences of rules: deliver a result, fail, report an
     unknown outcome, re-send an event (duplicate), advance the clock (fire the
-    timers that are due), send a signal, answer a question, cancel, and send
-    hostile events. ``outputs`` maps a tool, agent or team id to the output
+    timers that are due), send a signal, answer a question, request one of
+    the flow's updates (with one of its examples, under a fresh or a repeated
+    id), cancel, and send hostile events. ``outputs`` maps a tool, agent or team id to the output
     its results carry (a value, or a callable taking the effect). After every
     rule the history so far must pass ``check_history``; at the end of each
     example, ``check_determinism``.
@@ -122,6 +123,11 @@ class FlowMachine(RuleBasedStateMachine):
     @rule(choice=_CHOICE)
     def answer(self, choice: int) -> None:
         self.send(self.host.make("answer", choice))
+
+    @precondition(lambda self: bool(self.host.h.flow.updates))
+    @rule(choice=_CHOICE)
+    def update(self, choice: int) -> None:
+        self.send(self.host.make("update", choice))
 
     @rule(choice=_CHOICE)
     def cancel(self, choice: int) -> None:

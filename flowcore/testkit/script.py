@@ -3,7 +3,8 @@
 ``Responses``), the ``Call`` it is given (and what it may ask of its run
 through it, refused with ``CallError``), the faults that change how one
 target's calls are answered (``Fault``), the signals scheduled at virtual
-times (``Signal``), and ``SimulationError`` when the script does not say how
+times (``Signal``), the update requests (``Update``) and what a refused one
+left (``Refusal``), and ``SimulationError`` when the script does not say how
 to go on. ``simulator`` describes the simulator.
 
 This module must never do I/O, read a clock or draw a random number.
@@ -347,3 +348,34 @@ class Signal:
     at_ms: int = 0
     run_id: str | None = None
     key: str | None = None
+
+
+@attrs.frozen
+class Update:
+    """An update request sent at virtual time ``at_ms`` to the root run (or
+    ``run_id``): the flow's update ``name`` with ``input``, under ``update_id``
+    (None: ``u<n>`` for the n-th of the simulator's ``updates``), from
+    ``principal``. As a host does: an id the run already holds is answered from
+    the run and runs nothing; a refused request writes nothing (the trajectory's
+    ``refused`` says why)."""
+
+    name: str
+    input: Any = None
+    update_id: str | None = None
+    at_ms: int = 0
+    run_id: str | None = None
+    principal: str | None = None
+
+
+@attrs.frozen
+class Refusal:
+    """An update request a run refused: its id, name, the ``UpdateRefused`` code
+    (``unknown-update``, ``bad-input``, ``validator``, ``limit``, ``ending``; None
+    for another rejection), the reason, the run and the virtual time."""
+
+    update_id: str
+    name: str
+    code: str | None
+    reason: str
+    run_id: str
+    at_ms: int

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, assert_never
 import msgspec
 
 from .._data import DataError, check_data
-from ..decision.interp import Decision, InputError, start
+from .._errors import UpdateRefused
+from ..decision.interp import Decision, InputError, start, validate_update
 from ..decision.keys import parse_key
 from ..decision.outcome import NO_USAGE, effect_tag
 from ..decision.plan import plan
 from ..decision.state import State
 from ..decision.transitions import HEARTBEAT_TIMEOUT
+from ..decision.updates import update_of
 from ..decision.waiting import waiting_for, work_place
 from ..decision.wire import (
     AskHuman,
@@ -44,6 +46,7 @@ from ..decision.wire import (
     Sleep,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     Usage,
     result_event,
 )
@@ -59,6 +62,7 @@ from .script import (
     Hang,
     HeartbeatTimeout,
     Ok,
+    Refusal,
     Response,
     Responses,
     SimulationError,
@@ -140,6 +144,7 @@ class _Simulation:
         # (Hang), by (run, key): cancelled, it reports that it stopped.
         self.hung: dict[tuple[str, str], CallTool | RunAgent | RunTeam] = {}
         self.asking = Asking(self)  # what handlers ask of their runs through their Call
+        self.refused: list[Refusal] = []  # update requests a run refused
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -172,6 +177,16 @@ class _Simulation:
         for outside in sim.events:
             at = max(outside.at_ms, self.now)
             self.push(at, run_id, msgspec.structs.replace(outside, at_ms=at))
+        for n, update in enumerate(sim.updates, 1):
+            at = max(update.at_ms, self.now)
+            request = UpdateRequested(
+                update_id=update.update_id or f"u{n}",
+                name=update.name,
+                input=_copy(update.input, f"the input of update {update.name!r}"),
+                principal=update.principal,
+                at_ms=at,
+            )
+            self.push(at, update.run_id or run_id, request)
         stop: Stop = "idle"
         while self.agenda:
             if self.count >= sim.max_events:
@@ -205,6 +220,9 @@ class _Simulation:
                     continue  # disarmed
                 slot.timers.discard(key)
             self.now = max(self.now, due.at)
+            if isinstance(due.event, UpdateRequested):
+                self.request_update(slot, due.event)
+                continue
             self.deliver(slot, due.event)
         root_state = root.state
         if root_state.settled is not None and stop == "idle":
@@ -226,6 +244,7 @@ class _Simulation:
             ),
             histories={rid: slot.history for rid, slot in self.runs.items()},
             progress={rid: tuple(items) for rid, items in self.asking.progress.items()},
+            refused=tuple(self.refused),
         )
 
     def push(self, at: int, run_id: str, event: Event, reorder: bool = False) -> None:
@@ -319,6 +338,26 @@ class _Simulation:
             self.charge_agent(event)
         self.execute(slot, decision)
         return turn
+
+    def request_update(self, slot: _Slot, event: UpdateRequested) -> None:
+        """As a host does: an id the run holds is answered from it (nothing is
+        reported); a request the run refuses leaves nothing but a ``Refusal``."""
+        state = slot.state
+        if update_of(state, event.update_id) is not None:
+            return
+        try:
+            validate_update(state, event.name, event.input, event.principal)
+        except UpdateRefused as exc:
+            self.refuse(slot, event, exc.code, exc.reason)
+            return
+        turn = self.deliver(slot, event, asked=True)
+        if turn.rejected is not None:
+            self.refuse(slot, event, None, turn.rejected)
+
+    def refuse(self, slot: _Slot, event: UpdateRequested, code: str | None, reason: str) -> None:
+        self.refused.append(
+            Refusal(event.update_id, event.name, code, reason, slot.run_id, event.at_ms)
+        )
 
     def execute(self, slot: _Slot, decision: Decision) -> None:
         todo = plan(decision)

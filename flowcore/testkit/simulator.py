@@ -88,10 +88,12 @@ from .script import (
     Hang,
     HeartbeatTimeout,
     Ok,
+    Refusal,
     Responses,
     Signal,
     SimulationError,
     Unknown,
+    Update,
 )
 from .script import Spec as Spec
 from .simulation import _Simulation
@@ -107,6 +109,7 @@ __all__ = [
     "HeartbeatTimeout",
     "Ok",
     "ProgressItem",
+    "Refusal",
     "Responses",
     "RunHistory",
     "Signal",
@@ -115,6 +118,7 @@ __all__ = [
     "Trajectory",
     "Turn",
     "Unknown",
+    "Update",
     "UsageLine",
     "UsageReport",
     "drive",
@@ -141,7 +145,10 @@ class Simulator:
     ``humans`` answers ``ask-human``: a mapping from step id (or ``*``) to an
     answer, a callable taking a ``Call``, or one answer for every question.
     ``signals`` are sent at their virtual times, ``cancel_at_ms`` requests
-    cancellation of the root run. ``events`` are other events from outside the
+    cancellation of the root run. ``updates`` are update requests (``Update``),
+    each sent at its ``at_ms`` as a host sends one: a known id runs nothing, a
+    refused request writes nothing (``Trajectory.refused``); the replies are
+    on ``Trajectory.replies``. ``events`` are other events from outside the
     root run (``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
     ``scheduled-add-requested``, ``scheduled-replay-requested``), each delivered
     at its ``at_ms``. ``subflows``
@@ -168,6 +175,7 @@ class Simulator:
         faults: Iterable[Fault] = (),
         cancel_at_ms: int | None = None,
         events: Iterable[Event] = (),
+        updates: Iterable[Update] = (),
         latency_ms: int = 1,
         default: Any = None,
         order: Sequence[int] | Callable[[int], int] | None = None,
@@ -193,6 +201,10 @@ class Simulator:
         self.faults = tuple(faults)
         self.cancel_at_ms = cancel_at_ms
         self.events = tuple(events)
+        self.updates = tuple(updates)
+        for update in self.updates:
+            if not isinstance(update, Update):
+                raise TypeError(f"Simulator: updates= takes Update values, got {update!r}")
         self.latency_ms = latency_ms
         self.default = default
         self.order = order

@@ -30,6 +30,8 @@ from .vocabulary import (
     SIGNALS,
     TEAMS,
     TOOLS,
+    UPDATE_EXAMPLES,
+    UPDATE_NAMES,
 )
 
 # --- flows -------------------------------------------------------------------------------
@@ -301,6 +303,7 @@ def flows(
     budget: bool = True,
     concurrency: bool = True,
     kinds: Collection[str] | None = None,
+    updates: bool = False,
 ) -> dict[str, Any]:
     """Valid flow specs (mappings) using every construct, bounded in size.
 
@@ -312,7 +315,10 @@ def flows(
     ``flow_inputs()`` for matching inputs. They call the tools in ``TOOLS``,
     the agents ``bot``, ``a1``..``a4``, the teams in ``TEAMS`` (declared when
     used) and an undeclared team ``crowd``, the signals in ``SIGNALS`` and the subflow
-    ``child`` (``CHILD_SPEC``).
+    ``child`` (``CHILD_SPEC``). With ``updates``, about half of them declare
+    updates (``UPDATE_NAMES``, each with the inputs ``UPDATE_EXAMPLES`` as its
+    examples, a handler of one or two steps, sometimes a validator, a reply
+    and a ``max_running_updates`` limit) and a query ``peek``.
     """
     knobs = _Knobs(kinds)
     ids = _Ids()
@@ -343,6 +349,8 @@ def flows(
     spec["limits"] = limits
     if draw(st.integers(0, 9)) == 0:
         spec["input_schema"] = {"type": "object", "required": ["n"]}
+    if updates and draw(st.booleans()):
+        _updates(draw, ids, knobs, spec)
     if knobs.cont and draw(st.integers(0, 3)) == 0:
         # The run starts again, at most twice: a new incarnation with the same
         # input, or with n counted up (drawn last, so earlier draws stay as they were).
@@ -357,6 +365,37 @@ def flows(
         guard = "run.incarnation == null || run.incarnation < `3`"
         spec["steps"].append({"id": ids.next(), "switch": [{"if": guard, "steps": [cont]}]})
     return spec
+
+
+def _updates(draw: st.DrawFn, ids: _Ids, knobs: _Knobs, spec: dict[str, Any]) -> None:
+    """Declare one or both of ``UPDATE_NAMES``, and a query, in ``spec``."""
+    top = [step["id"] for step in spec["steps"]]
+    decls: dict[str, Any] = {}
+    for name in UPDATE_NAMES[: draw(st.integers(1, len(UPDATE_NAMES)))]:
+        shape = draw(st.integers(0, 15))
+        handler = [_leaf(draw, ids, draw(st.sampled_from(knobs.leaves)), top)]
+        if shape % 2:
+            handler.append(_leaf(draw, ids, draw(st.sampled_from(knobs.leaves)), top))
+        decl: dict[str, Any] = {
+            "input_schema": {
+                "type": "object",
+                "properties": {"by": {"type": "string"}},
+                "required": ["by"],
+            },
+            "examples": list(UPDATE_EXAMPLES),
+            "steps": handler,
+        }
+        if shape // 2 % 2:
+            decl["validator"] = "update.input.by != 'bob'"
+        if shape // 4 % 2:
+            decl["reply"] = (
+                f"${{ {{by: update.input.by, last: steps.{handler[-1]['id']}.output}} }}"
+            )
+        decls[name] = decl
+    spec["updates"] = decls
+    spec["queries"] = {"peek": {"value": "${ {status: status, updates: updates} }"}}
+    if draw(st.booleans()):
+        spec.setdefault("limits", {})["max_running_updates"] = draw(st.integers(1, 2))
 
 
 def flow_inputs() -> st.SearchStrategy[dict[str, Any]]:

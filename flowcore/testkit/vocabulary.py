@@ -61,6 +61,7 @@ EVENT_KINDS = (
     "scheduled-run-now-requested",
     "scheduled-add-requested",
     "scheduled-replay-requested",
+    "update-requested",
 )
 
 STEP_KINDS = (
@@ -83,6 +84,10 @@ STEP_KINDS = (
     "set_metadata",
     "continue_as_new",
 )
+UPDATE_NAMES = ("approve", "nudge")
+"""The updates generated flows declare (``flows(updates=True)``)."""
+UPDATE_EXAMPLES = ({"by": "ann"}, {"by": "bob"})
+"""The inputs each generated update declares as its ``examples``."""
 META_FIELDS = {"n": "number", "caught": "boolean"}
 """The metadata fields generated flows declare when a ``set_metadata`` step sets them."""
 _LEAF_KINDS = (

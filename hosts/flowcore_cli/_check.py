@@ -2,7 +2,7 @@
 
 The command runs ``flowcore.testing.explore`` over the flow with an input and
 a world (``--world MODULE:NAME``, or one made of ``--outcomes``, ``--signal``,
-``--cancel`` and ``--late-ms``), shows a progress bar on a terminal, and
+``--cancel``, ``--late-ms`` and ``--updates``), shows a progress bar on a terminal, and
 prints a summary table and, for each violation, its trajectory. A violation's
 log (what ``flowcore replay`` reads) is written with ``--log-out``.
 
@@ -54,6 +54,9 @@ OUTCOMES: dict[str, Any] = {
 }
 """What ``--outcomes`` names: the responses any work may get."""
 
+DEFAULT_UPDATES = 1
+"""How many update requests the world may make in a run without ``--updates``."""
+
 
 def _load_attr(text: str, option: str) -> Any:
     from flowcore_handlers import RegistryError, load_module
@@ -98,11 +101,13 @@ def _world(
     signals: tuple[str, ...],
     cancel: bool,
     late_ms: int | None,
+    updates: int | None = None,
 ) -> World:
     if world is not None:
-        if signals or cancel or late_ms is not None or outcomes != "ok,fail":
+        if signals or cancel or late_ms is not None or outcomes != "ok,fail" or updates is not None:
             raise CliError(
-                "--world gives the whole world: drop --outcomes, --signal, --cancel, --late-ms"
+                "--world gives the whole world: drop --outcomes, --signal, --cancel, --late-ms, "
+                "--updates"
             )
         value = _load_attr(world, "--world")
         if not isinstance(value, World):
@@ -120,6 +125,7 @@ def _world(
         signals=[_signal(s) for s in signals],
         cancel_at_ms=0 if cancel else None,
         late_ms=late_ms,
+        updates=DEFAULT_UPDATES if updates is None else updates,
     )
 
 
@@ -199,6 +205,16 @@ def _violation_json(v: Violation) -> dict[str, Any]:
     default=None,
     help="A result comes at most this long after its effect (default: any time).",
 )
+@click.option(
+    "--updates",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help=(
+        "How many update requests may arrive in a run, at any time (ids u1, u2, ...), each "
+        f"any declared update with any of its examples [default: {DEFAULT_UPDATES}]."
+    ),
+)
 @click.option("--no-reduce", is_flag=True, help="Explore every order, commuting ones too.")
 @click.option("--no-dedup", is_flag=True, help="Do not identify equal states (a tree search).")
 @click.option(
@@ -224,6 +240,7 @@ def check(
     signals: tuple[str, ...],
     cancel: bool,
     late_ms: int | None,
+    updates: int | None,
     no_reduce: bool,
     no_dedup: bool,
     log_out: str | None,
@@ -234,13 +251,13 @@ def check(
 
     Explores every state a run can reach breadth-first (equal states once,
     commuting events in one order), checking determinism, unique keys, the
-    budget, settlement, typed errors and the --invariant predicates at every
-    transition. Prints a summary and the shortest path to each violation.
+    budget, settlement, typed errors, update replies and the --invariant
+    predicates at every transition. Prints a summary and the shortest path to each violation.
     Exit 0 when nothing is violated, 1 when something is, 2 on bad input.
     """
     flow = load_spec(spec)
     value = json_value(input_text, "--input")
-    the_world = _world(world, outcomes, signals, cancel, late_ms)
+    the_world = _world(world, outcomes, signals, cancel, late_ms, updates)
     preds = _invariants(invariants)
     show = (err.is_terminal if progress is None else progress) and not as_json
     began = time.perf_counter()

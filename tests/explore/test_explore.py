@@ -504,6 +504,7 @@ def test_the_built_in_invariants_are_named() -> None:
         "settlement",
         "typed-errors",
         "waits",
+        "updates",
     )
 
 

@@ -64,6 +64,8 @@ PUBLIC = {
     "TEAMS",
     "META_FIELDS",
     "TOOLS",
+    "UPDATE_EXAMPLES",
+    "UPDATE_NAMES",
     "Call",
     "CallError",
     "Entry",
@@ -77,6 +79,7 @@ PUBLIC = {
     "Point",
     "Progress",
     "ProgressItem",
+    "Refusal",
     "Responses",
     "RunHistory",
     "Signal",
@@ -85,6 +88,7 @@ PUBLIC = {
     "Trajectory",
     "Turn",
     "Unknown",
+    "Update",
     "UsageLine",
     "UsageReport",
     "Violation",
@@ -98,6 +102,7 @@ PUBLIC = {
     "check_run",
     "check_settlement",
     "check_trajectory",
+    "check_updates",
     "check_work_accounted",
     "drive",
     "event_of_kind",
@@ -366,7 +371,7 @@ def test_the_single_state_helpers_still_work() -> None:
     state = flowcore.start(APPROVAL_FLOW, {"id": 1}, run_id="r").state
     fitting = T.pending_events(state)
     assert any(isinstance(e, EffectSucceeded) and e.idempotency_key == "r/who#1" for e in fitting)
-    assert len(T.hostile_events(state, fitting[:1])) == 12
+    assert len(T.hostile_events(state, fitting[:1])) == 14
     assert T.event_of_kind("human-answered", state, 2).answer == "maybe"  # type: ignore[union-attr]
     assert T.apply(state, fitting[0]) is not None
     assert T.apply(state, T.hostile_events(state)[0]) is None

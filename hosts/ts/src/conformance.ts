@@ -14,7 +14,14 @@
  * starts its child run (the effect's key, input, depth and budget) from a
  * small child spec that settles on a signal; when the log reports that the
  * child completed, the child is released with the recorded output and must
- * settle with it.
+ * settle with it. Before each recorded `update-requested` event the host asks
+ * `check-update`, which must accept it (the log took it), and a recorded
+ * rejection of one must be refused the same way (`update-refused` with the
+ * recorded reason, or a taken id's `event-rejected`). At the end the run's
+ * updates (`check-update` on each id: `known`, with its view) must be those
+ * expect.json lists in `updates`, the replies the decisions gave those in
+ * `replies` (when it lists them), and each of its `queries` must answer its
+ * `value` (or fail with its `error` code).
  *
  * Divergent and corrupt vectors hold deliberately edited logs, so they are
  * skipped, as the Python replay tests skip them. Prints one line per vector
@@ -26,7 +33,19 @@ import { join, resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 
 import { Decider, subflowSettled } from "./decider";
-import type { BudgetCaps, ContinueAsNew, DecideReply, Decided, FlowEffect, FlowEvent, JsonValue, RunSubflow } from "./flowEffect";
+import type {
+  BudgetCaps,
+  ContinueAsNew,
+  DecideReply,
+  Decided,
+  FlowEffect,
+  FlowEvent,
+  JsonValue,
+  QueryFailedCode,
+  RunSubflow,
+  UpdateReply,
+  UpdateView,
+} from "./flowEffect";
 
 interface LogRecord {
   readonly type: string;
@@ -44,6 +63,17 @@ interface Expect {
   readonly unrecorded: number;
   /** The run's metadata as it ended, when any is set. */
   readonly metadata?: { readonly [field: string]: string | number | boolean };
+  /** The updates the final state holds (`flowcore.updates_of`), in order. */
+  readonly updates?: readonly UpdateView[];
+  /** Every update reply the run's decisions gave, in order (when the vector says). */
+  readonly replies?: readonly UpdateReply[];
+  /** Queries asked of the run's final state: what each answers, or the code it fails with. */
+  readonly queries?: readonly {
+    readonly name: string;
+    readonly args?: JsonValue;
+    readonly value?: JsonValue;
+    readonly error?: QueryFailedCode;
+  }[];
 }
 
 const RELEASE = "conformance-release";
@@ -159,6 +189,7 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
   let events = 0;
   let effects = 0;
   let continued: ContinueAsNew | null = null;
+  const replies: UpdateReply[] = [];
   const children = new Map<string, Decided>();
   const dispatch = async (list: readonly FlowEffect[], at: number): Promise<void> => {
     for (const effect of list) {
@@ -208,7 +239,14 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
         decisionDone(record.index);
         const event = record.data as unknown as FlowEvent;
         await releaseChild(decider, event, children);
+        if (event.kind === "update-requested") {
+          const checked = await decider.checkUpdate(state, event.name, event.input ?? null, event.updateId);
+          if (!checked.ok || checked.verdict !== "accept") {
+            throw new Mismatch(`record ${record.index}: check-update does not accept what the log took: ${show(checked)}`);
+          }
+        }
         const next = decided(await decider.advance(state, event), `record ${record.index}`);
+        replies.push(...(next.replies ?? []));
         state = next.state;
         status = next.status;
         metadata = next.metadata;
@@ -221,7 +259,9 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
         decisionDone(record.index);
         const event = record.data["event"] as FlowEvent;
         const refused = await decider.advance(state, event);
-        if (refused.ok || refused.error.type !== "event-rejected" || refused.error.message !== record.data["reason"]) {
+        // A refused update says so (update-refused, with its code); a taken id is a plain rejection.
+        const types = event.kind === "update-requested" ? ["event-rejected", "update-refused"] : ["event-rejected"];
+        if (refused.ok || !types.includes(refused.error.type) || refused.error.message !== record.data["reason"]) {
           throw new Mismatch(`record ${record.index}: expected the rejection ${show(record.data["reason"])}, got ${show(refused)}`);
         }
         break;
@@ -245,8 +285,28 @@ async function playVector(decider: Decider, folder: string, expect: Expect): Pro
   if (!isDeepStrictEqual(metadata, expect.metadata)) {
     throw new Mismatch(`the run's metadata is ${show(metadata)}, expected ${show(expect.metadata)}`);
   }
+  if (expect.replies !== undefined && !isDeepStrictEqual(replies, expect.replies)) {
+    throw new Mismatch(`the update replies are ${show(replies)}, expected ${show(expect.replies)}`);
+  }
+  for (const want of expect.updates ?? []) {
+    const known = await decider.checkUpdate(state, want.name, null, want.updateId);
+    if (!known.ok || known.verdict !== "known" || !isDeepStrictEqual(known.update, want)) {
+      throw new Mismatch(`update ${want.updateId} is ${show(known)}, expected ${show(want)}`);
+    }
+  }
+  for (const q of expect.queries ?? []) {
+    const answer = await decider.query(state, q.name, q.args ?? null);
+    const as =
+      q.error !== undefined
+        ? !answer.ok && answer.error.type === "query-failed" && answer.error.code === q.error
+        : answer.ok && isDeepStrictEqual(answer.value, q.value ?? null);
+    if (!as) {
+      throw new Mismatch(`query ${q.name} answers ${show(answer)}, expected ${show(q.error ?? q.value)}`);
+    }
+  }
+  const updates = replies.length > 0 ? `, ${replies.length} update repl${replies.length === 1 ? "y" : "ies"}` : "";
   const subflows = children.size > 0 ? `, ${children.size} child run(s)` : "";
-  return `${events} events, ${effects} effects${subflows}`;
+  return `${events} events, ${effects} effects${subflows}${updates}`;
 }
 
 async function main(): Promise<number> {

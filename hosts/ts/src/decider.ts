@@ -13,17 +13,24 @@ import { createInterface } from "node:readline";
 import type {
   AdvanceRequest,
   BudgetCaps,
+  CheckUpdateReply,
+  CheckUpdateRequest,
   ContinueAsNew,
   DecideReply,
   Decided,
   FlowEvent,
   JsonValue,
+  QueryReply,
+  QueryRequest,
   RunSubflow,
   StartRequest,
 } from "./flowEffect";
 
+/** Any reply line: which one depends on the request's op. */
+type AnyReply = DecideReply | QueryReply | CheckUpdateReply;
+
 type Pending = {
-  readonly resolve: (reply: DecideReply) => void;
+  readonly resolve: (reply: AnyReply) => void;
   readonly reject: (error: Error) => void;
 };
 
@@ -71,9 +78,9 @@ export class Decider {
   }
 
   private onLine(line: string): void {
-    let reply: DecideReply;
+    let reply: AnyReply;
     try {
-      reply = JSON.parse(line) as DecideReply;
+      reply = JSON.parse(line) as AnyReply;
     } catch {
       this.fail(new Error(`decide wrote a line that is not JSON: ${line.slice(0, 200)}`));
       return;
@@ -98,6 +105,12 @@ export class Decider {
 
   /** Send one request; the reply (ok or a typed error) comes back by its id. */
   request(request: WithoutId<StartRequest> | WithoutId<AdvanceRequest>): Promise<DecideReply> {
+    return this.send(request) as Promise<DecideReply>;
+  }
+
+  private send(
+    request: WithoutId<StartRequest> | WithoutId<AdvanceRequest> | WithoutId<QueryRequest> | WithoutId<CheckUpdateRequest>,
+  ): Promise<AnyReply> {
     if (this.failure !== null) {
       return Promise.reject(this.failure);
     }
@@ -119,6 +132,23 @@ export class Decider {
 
   advance(state: string, event: FlowEvent): Promise<DecideReply> {
     return this.request({ op: "advance", state, event });
+  }
+
+  /** Answer the flow's query `name` from `state` (running or settled); writes nothing. */
+  query(state: string, name: string, args: JsonValue = null): Promise<QueryReply> {
+    return this.send({ op: "query", state, name, args }) as Promise<QueryReply>;
+  }
+
+  /**
+   * Check an update request against `state` without advancing it: `accept`,
+   * `known` (the id is taken: answer from its view and run nothing), or the
+   * `update-refused` error (nothing to log).
+   */
+  checkUpdate(state: string, name: string, input: JsonValue = null, updateId?: string): Promise<CheckUpdateReply> {
+    if (updateId !== undefined) {
+      return this.send({ op: "check-update", state, name, input, updateId }) as Promise<CheckUpdateReply>;
+    }
+    return this.send({ op: "check-update", state, name, input }) as Promise<CheckUpdateReply>;
   }
 
   /**

@@ -334,9 +334,52 @@ export type FlowEvent =
       readonly scheduleId: string;
       readonly atMs: number;
       readonly request?: string;
+    }
+  | {
+      /** A request for one of the flow's declared updates (language.md §16): the
+       * run checks it (refusing writes nothing), then runs its handler beside
+       * the main steps; the reply comes on a later decision's `replies`. */
+      readonly kind: "update-requested";
+      /** The caller's id: unique within an incarnation; a repeat is rejected (look it up first). */
+      readonly updateId: string;
+      readonly name: string;
+      readonly input?: JsonValue;
+      /** Who asked, when the host knows it. */
+      readonly principal?: string;
+      readonly atMs: number;
     };
 
 export type EventKind = FlowEvent["kind"];
+
+/** How an update ended: on `Decided.replies` of the decision that ended it. */
+export interface UpdateReply {
+  readonly updateId: string;
+  readonly name: string;
+  readonly status: "completed" | "failed";
+  /** The handler's reply (completed). */
+  readonly output?: JsonValue;
+  /** Why it failed: the handler's error, or `update-abandoned` when the run
+   * settled or continued as new first. */
+  readonly error?: ErrorInfo;
+}
+
+/** What the run knows of one update (`flowcore.update_of`). */
+export interface UpdateView {
+  readonly updateId: string;
+  readonly name: string;
+  /** 1, 2, … per incarnation, in the order the updates were accepted. */
+  readonly seq: number;
+  readonly status: "running" | "completed" | "failed";
+  readonly output?: JsonValue;
+  readonly error?: ErrorInfo;
+  readonly principal?: string;
+}
+
+/** Why an update was refused (`UpdateRefused.code`): nothing was written. */
+export type UpdateRefusedCode = "unknown-update" | "bad-input" | "validator" | "limit" | "ending";
+
+/** Why a query failed (`QueryError.code`). */
+export type QueryFailedCode = "unknown-query" | "bad-args" | "expression-error";
 
 // --- flowcore decide --stdio (specs/protocol.md §13) ---------------------------------------
 
@@ -378,7 +421,27 @@ export interface AdvanceRequest {
   readonly event: FlowEvent;
 }
 
-export type DecideRequest = StartRequest | AdvanceRequest;
+/** Answer one of the flow's declared queries from a state; writes nothing. */
+export interface QueryRequest {
+  readonly id: RequestId;
+  readonly op: "query";
+  readonly state: string;
+  readonly name: string;
+  readonly args?: JsonValue;
+}
+
+/** Check an update request without advancing the run: refuse it, accept it, or
+ * say the id is known (then its view: answer the caller from it, run nothing). */
+export interface CheckUpdateRequest {
+  readonly id: RequestId;
+  readonly op: "check-update";
+  readonly state: string;
+  readonly name: string;
+  readonly input?: JsonValue;
+  readonly updateId?: string;
+}
+
+export type DecideRequest = StartRequest | AdvanceRequest | QueryRequest | CheckUpdateRequest;
 
 export type RunStatus = "running" | SettledStatus;
 
@@ -395,7 +458,21 @@ export interface Decided {
   readonly scheduled?: { readonly id: string; readonly done: boolean };
   /** The run's metadata fields now, when any is set: what a host indexes runs by. */
   readonly metadata?: { readonly [field: string]: string | number | boolean };
+  /** The updates this decision ended, in order (absent when none). */
+  readonly replies?: readonly UpdateReply[];
 }
+
+/** A query's answer. */
+export interface Queried {
+  readonly id: RequestId;
+  readonly ok: true;
+  readonly value: JsonValue;
+}
+
+/** A `check-update` verdict: `accept` (advance with the event next) or `known` (the id is taken). */
+export type UpdateChecked =
+  | { readonly id: RequestId; readonly ok: true; readonly verdict: "accept" }
+  | { readonly id: RequestId; readonly ok: true; readonly verdict: "known"; readonly update: UpdateView };
 
 export type DecideErrorType =
   | "not-json"
@@ -409,6 +486,8 @@ export type DecideErrorType =
   | "event-rejected"
   | "bad-state"
   | "state-mismatch"
+  | "update-refused"
+  | "query-failed"
   | "internal";
 
 export interface DecideError {
@@ -417,6 +496,8 @@ export interface DecideError {
   readonly where?: string;
   readonly key?: string;
   readonly problems?: readonly string[];
+  /** `update-refused`: an `UpdateRefusedCode`; `query-failed`: a `QueryFailedCode`. */
+  readonly code?: UpdateRefusedCode | QueryFailedCode;
 }
 
 export interface Failed {
@@ -426,6 +507,8 @@ export interface Failed {
 }
 
 export type DecideReply = Decided | Failed;
+export type QueryReply = Queried | Failed;
+export type CheckUpdateReply = UpdateChecked | Failed;
 
 /** Exhaustive dispatch over the effects: a new kind is a type error until handled. */
 export function assertNever(value: never): never {
