@@ -206,6 +206,41 @@ async def question_opened(host: LocalHost, run_id: str) -> None:
     raise AssertionError("no question opened")
 
 
+AGAIN = """
+flow: again
+version: 1
+updates:
+  ask:
+    steps:
+      - id: q
+        ask_human: {question: "ok?"}
+steps:
+  - {id: next, await_signal: {signal: next}}
+  - {id: over, continue_as_new: {}}
+"""
+
+
+def test_a_continue_as_new_abandons_a_waiting_update_and_opens_a_fresh_window(
+    tmp_path: Path,
+) -> None:
+    async def main() -> tuple[UpdateOutcome, UpdateOutcome]:
+        async with host_of(tmp_path) as host:
+            await host.start(AGAIN, {}, "c")
+            waiting = asyncio.create_task(host.update("c", "ask", None, "u1"))
+            await question_opened(host, "c")
+            await host.signal("c", "next")
+            outcome = await asyncio.wait_for(waiting, 10)
+            with pytest.raises(UnknownUpdate):
+                await host.update_result("c", "u1")  # the new incarnation's window is fresh
+            again = await host.update("c", "ask", None, "u1", wait=False)  # sent again: runs
+            return outcome, again
+
+    outcome, again = asyncio.run(main())
+    assert outcome.status == "failed"
+    assert outcome.error is not None and outcome.error.type == "update-abandoned"
+    assert again.status == "running"
+
+
 def test_update_with_start_on_a_new_and_an_existing_run_and_refuse(tmp_path: Path) -> None:
     async def main() -> None:
         async with host_of(tmp_path) as host:
