@@ -58,6 +58,7 @@ _NAMES: Final = {
     "follow": "StreamQuery",
     "progress": "ProgressQuery",
     "progress-follow": "ProgressQuery",
+    "query": "QueryArgs",  # (its GET's query string; its POST's body is the args themselves)
 }
 
 
