@@ -459,3 +459,57 @@ def test_bad_update_ids_are_rejected() -> None:
         flowcore.event_from_wire(
             {"kind": "update-requested", "updateId": "x" * 201, "name": "n", "atMs": 1}
         )
+
+
+def test_a_snapshot_from_before_updates_decodes_and_a_run_without_updates_keeps_its_bytes() -> None:
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1] / "fixtures"
+    flow = flowcore.parse_flow((here / "snapshot_shares_flow.yaml").read_text())
+    old = flowcore.decode_state((here / "snapshot-before-shares.msgpack").read_bytes(), flow)
+    assert flowcore.updates_of(old) == ()
+    with pytest.raises(UpdateRefused) as refused:
+        flowcore.advance(old, UpdateRequested(update_id="u", name="approve", at_ms=1))
+    assert refused.value.code == "unknown-update" and "(declared: none)" in str(refused.value)
+    # A tree that took no update writes no field for it: such snapshots keep their bytes.
+    assert b"updates" not in flowcore.encode_state(prepared().state)
+
+
+def test_incremental_persistence_keeps_running_updates() -> None:
+    from flowcore import persist
+
+    run = prepared()
+    results: dict[str, Any] = {}
+    rows: list[Any] = []
+
+    def store() -> None:
+        changes = persist.state_changes(run.state)
+        results.update(changes.results)
+        rows.extend(changes.report)
+
+    store()
+    run.update("u1", "approve", {"by": "alice"})
+    store()
+    restored = persist.restore_state(persist.encode_hot(run.state), results.items(), run.flow)
+    assert flowcore.updates_of(restored) == flowcore.updates_of(run.state)
+    event = HumanAnswered(idempotency_key="r-1/~update-1/decide#1", answer="no", at_ms=50)
+    moved = persist.advance(restored, event)
+    assert moved.replies == run.send(event).replies
+    assert moved.replies[0].output["seen"] == {"ready": True}
+
+
+def test_a_batch_says_which_updates_the_last_event_ended() -> None:
+    from flowcore.decision.interp import Batch
+
+    run = prepared()
+    batch = Batch(run.state)
+    batch.advance(UpdateRequested(update_id="u1", name="nothing", at_ms=5))
+    assert [r.update_id for r in batch.replies] == ["u1"]
+    batch.advance(UpdateRequested(update_id="u2", name="pay_now", at_ms=6))
+    assert batch.replies == ()
+    with pytest.raises(EventRejected):
+        batch.advance(UpdateRequested(update_id="u2", name="nothing", at_ms=7))
+    assert batch.replies == ()
+    batch.advance(EffectSucceeded(idempotency_key="r-1/~update-2/charge#1", output=1, at_ms=8))
+    ended: tuple[flowcore.UpdateReply, ...] = batch.replies
+    assert [(r.update_id, r.output) for r in ended] == [("u2", 1)]
