@@ -141,7 +141,9 @@ class LocalUpdates(LocalClient):
 
         applied, incarnation = await self._db(requesting)
         self._after(applied)
-        return await self._awaited(run_id, event.update_id, wait, timeout_s, incarnation)
+        return await self._awaited(
+            run_id, event.update_id, wait, timeout_s, incarnation, event.name
+        )
 
     async def update_result(
         self, run_id: str, update_id: str, *, wait: bool = False, timeout_s: float | None = None
@@ -159,10 +161,11 @@ class LocalUpdates(LocalClient):
         wait: bool,
         timeout_s: float | None,
         incarnation: int | None,
+        name: str = "",
     ) -> UpdateOutcome:
         """The update's outcome now, or (``wait``) once it is not running or the
-        timeout passed. ``incarnation``: the one the update was accepted in; an
-        update that the run's continue-as-new dropped is answered as abandoned."""
+        timeout passed. ``incarnation``: the one the update (``name``) was accepted
+        in; an update that the run's continue-as-new dropped is answered as abandoned."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
 
         def reading() -> tuple[flowcore.UpdateView | None, int]:
@@ -178,7 +181,7 @@ class LocalUpdates(LocalClient):
                     return UpdateOutcome(
                         run_id=run_id,
                         update_id=update_id,
-                        name="",
+                        name=name,
                         status="failed",
                         error=flowcore.ErrorInfo(
                             type="update-abandoned",
@@ -188,7 +191,7 @@ class LocalUpdates(LocalClient):
                 raise LocalUnknownUpdate(
                     run_id, update_id, f"run {run_id!r} has no update {update_id!r}"
                 )
-            incarnation = now_incarnation
+            incarnation, name = now_incarnation, found.name
             if not wait or found.status != "running":
                 return _outcome(run_id, found)
             pause = self.poll_ms / 1000
@@ -256,7 +259,9 @@ class LocalUpdates(LocalClient):
 
         applied, incarnation = await self._db(requesting)
         self._after(applied)
-        return await self._awaited(run_id, event.update_id, wait, timeout_s, incarnation)
+        return await self._awaited(
+            run_id, event.update_id, wait, timeout_s, incarnation, event.name
+        )
 
     async def signal_with_start(
         self,

@@ -248,6 +248,7 @@ def test_a_continue_as_new_abandons_a_waiting_update_and_opens_a_fresh_window(
     outcome, again = asyncio.run(main())
     assert outcome.status == "failed"
     assert outcome.error is not None and outcome.error.type == "update-abandoned"
+    assert (outcome.name, outcome.update_id) == ("ask", "u1")
     assert again.status == "running"
 
 
