@@ -52,8 +52,12 @@ def _mismatches(name: str, wanted: Callable[..., Any], found: Any) -> list[str]:
     want = list(inspect.signature(wanted).parameters.values())[1:]
     have = inspect.signature(found).parameters
     positional = [p.name for p in list(have.values())[1:] if p.kind is p.POSITIONAL_OR_KEYWORD]
+    # ``**options`` takes any keyword-only argument (``update_with_start``'s start options).
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in have.values())
     for i, param in enumerate(want):
         other = have.get(param.name)
+        if other is None and param.kind is param.KEYWORD_ONLY and takes_any:
+            continue
         if other is None:
             out.append(f"{name}: no parameter {param.name}")
             continue
@@ -112,6 +116,32 @@ def test_the_check_catches_a_host_that_differs() -> None:
         "cancel: its own parameter why has no default",
     ]
     assert _mismatches("events", _members(fh.RunReads)["events"], show) != []
+    # ``**options`` takes the keyword-only arguments, never a positional one.
+    wanted = _members(fh.RunCommands)["signal_with_start"]
+
+    async def with_options(
+        self: Any,
+        spec: Any,
+        input: Any,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        on_conflict: str = "use-existing",
+        **start: Any,
+    ) -> str:
+        return run_id
+
+    async def no_key(
+        self: Any, spec: Any, input: Any, run_id: str, name: str, payload: Any = None, **start: Any
+    ) -> str:
+        return run_id
+
+    assert _mismatches("signal_with_start", wanted, with_options) == []
+    assert _mismatches("signal_with_start", wanted, no_key) == [
+        "signal_with_start: no parameter key"
+    ]
 
 
 def test_a_refusal_is_one_typed_error_that_says_why() -> None:
