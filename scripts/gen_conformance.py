@@ -2748,9 +2748,14 @@ updates:
 steps:
   - id: wait
     await_signal: {signal: next}
-  - id: again
-    continue_as_new:
-      input: {round: "${sum([input.round, `1`])}"}
+  - id: route
+    switch:
+      - if: "steps.wait.output == 'stop'"
+        steps: []
+      - else:
+          - id: again
+            continue_as_new:
+              input: {round: "${sum([input.round, `1`])}"}
 """
 
 

@@ -56,7 +56,7 @@ _replace = msgspec.structs.replace
 
 def update_of(state: State, update_id: str) -> UpdateView | None:
     """What ``state`` knows of the update ``update_id`` (None: not taken in this incarnation)."""
-    rec = state.tree.updates.get(update_id)
+    rec = state.tree.updates.get(update_id) if isinstance(update_id, str) else None
     return None if rec is None else _view(update_id, rec)
 
 

@@ -17,7 +17,9 @@ no external renderer is needed. What is drawn:
 - ``compensate`` as a dotted ``compensate`` edge to the compensation steps,
   which run only when the run later fails or is cancelled;
 - ``continue_as_new`` as a node with a dashed ``new incarnation`` edge back
-  to ``start``.
+  to ``start``;
+- each update (``updates:``) as a node entered from ``start`` by a dashed
+  ``update requested`` edge, its handler's steps, and its ``reply``.
 """
 
 from __future__ import annotations
@@ -146,6 +148,18 @@ class _Builder:
             head = self.g.node("flow_exhausted", lines, "hexagon")
             self.g.connect([_Exit(start, "limit reached", DASHED)], head)
             self.g.connect(self.seq(final.steps, [_Exit(head)]), end)
+        for i, update in enumerate(self.flow.updates.values(), 1):
+            # Entered whenever a caller sends it, beside the flow's steps; ends in its reply.
+            lines = [f"update {update.name}"]
+            if update.validator is not None:
+                lines.append(f"validator: {_clip(update.validator.source)}")
+            head = self.g.node(f"update_{i}", lines, "hexagon")
+            self.g.connect([_Exit(start, "update requested", DASHED)], head)
+            exits = self.seq(update.steps, [_Exit(head)])
+            reply = ["reply"]
+            if update.reply is not None:
+                reply.append(_clip(_source(update.reply)))
+            self.g.connect(exits, self.g.node(f"update_{i}_reply", reply, "stadium"))
         return self.g
 
     def seq(self, steps: tuple[Step, ...], entries: list[_Exit]) -> list[_Exit]:

@@ -634,10 +634,11 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, max_line_bytes: int = DEFAULT_MAX_L
     help="Refuse a request line longer than this (it is read and discarded).",
 )
 def decide(stdio: bool, max_line_bytes: int) -> int:
-    """Serve the decision function as JSON lines on stdin and stdout, for hosts in any language.
+    """Serve start and advance as JSON lines on stdin and stdout, for hosts in any language.
 
     One request per line, one reply per line, in order, each flushed at once
-    (specs/protocol.md §13). Bad requests get typed error replies; the
+    (specs/protocol.md §13); a run's queries and update checks too (ops
+    query and check-update). Bad requests get typed error replies; the
     process ends, with exit 0, only at end of input.
     """
     if not stdio:

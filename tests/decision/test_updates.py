@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowcore
 from flowcore import (
@@ -527,3 +529,72 @@ def test_hostile_arguments_to_the_views_are_typed_errors() -> None:
         flowcore.query(run.state, {"not": "a name"})  # type: ignore[arg-type]
     assert failed.value.code == "unknown-query"
     assert flowcore.update_of(run.state, "nobody") is None
+    assert flowcore.update_of(run.state, ["u"]) is None  # type: ignore[arg-type]
+
+
+# --- a property over hostile sequences ------------------------------------------------
+
+_NAMES = ("approve", "pay_now", "bad_reply", "nothing", "nope")
+_INPUTS = (None, {"by": "alice"}, {"by": "bob"}, {"who": 1}, [1])
+
+
+def _event(state: flowcore.State, choice: int, at: int) -> Any:
+    """One event a host or a caller might send now: updates (ids that repeat), answers to
+    what the run waits for, the main signal, a cancel."""
+    pending = sorted(state.waiting.pending)
+    kind = choice % 6
+    if kind <= 1:
+        name = _NAMES[(choice // 6) % len(_NAMES)]
+        uid = f"u{(choice // 30) % 4}"
+        return UpdateRequested(
+            update_id=uid, name=name, input=_INPUTS[(choice // 7) % len(_INPUTS)], at_ms=at
+        )
+    if kind == 2 and pending:
+        key = pending[(choice // 6) % len(pending)]
+        return HumanAnswered(idempotency_key=key, answer="yes", at_ms=at)
+    if kind == 3 and pending:
+        key = pending[(choice // 6) % len(pending)]
+        return EffectSucceeded(idempotency_key=key, output=choice, at_ms=at)
+    if kind == 4:
+        return SignalReceived(signal="go", at_ms=at)
+    if kind == 5 and choice % 5 == 0:
+        return CancelRequested(at_ms=at)
+    return UpdateRequested(update_id="u0", name="nothing", at_ms=at)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=14))
+def test_any_sequence_applies_or_rejects_and_replies_match_the_state(choices: list[int]) -> None:
+    from flowcore.decision.interp import Batch
+
+    flow = flowcore.parse_flow(EXPENSE)
+    state = flowcore.start(flow, INPUT, run_id="r-1").state
+    batch = Batch(state)
+    for at, choice in enumerate(choices, 1):
+        event = _event(state, choice, at)
+        try:
+            d = flowcore.advance(state, event)
+        except EventRejected as exc:
+            with pytest.raises(EventRejected) as also:
+                batch.advance(event)
+            assert also.value.reason == exc.reason
+            assert batch.state() == state
+            continue
+        assert list(batch.advance(event)) == list(d.effects)
+        assert batch.replies == d.replies
+        state = d.state
+        assert flowcore.decode_state(flowcore.encode_state(state), flow) == state
+        views = {v.update_id: v for v in flowcore.updates_of(state)}
+        for reply in d.replies:  # each reply is of an update that has now ended
+            view = views[reply.update_id]
+            assert (view.status, view.output, view.error) == (
+                reply.status,
+                reply.output,
+                reply.error,
+            )
+        running = [v for v in views.values() if v.status == "running"]
+        assert len(running) <= flow.limits.max_running_updates
+        assert [v.seq for v in views.values()] == list(range(1, len(views) + 1))
+        if state.settled is not None:
+            assert len(d.effects) == 1 and not running
+            break

@@ -184,3 +184,21 @@ def test_the_worst_case_budget_counts_each_handler_max_updates_times() -> None:
     bound = flowcore.budget_bound(flow)
     assert (bound.steps, bound.tool_calls) == (1 + 3, 1 + 3)
     assert [row.id for row in bound.breakdown] == ["main", "h"]
+
+
+def test_the_diagram_draws_each_update_from_start_to_its_reply() -> None:
+    from flowcore.diagram import build_graph, to_mermaid
+
+    flow = flowcore.parse_flow(
+        BASE
+        + "updates:\n  a.b:\n    validator: update.input\n"
+        + "    steps: [{id: h, call_tool: {tool: t}}]\n    reply: '${steps.h.output}'\n"
+        + "  empty: {}\n"
+    )
+    g = build_graph(flow)
+    edges = {(e.src, e.dst, e.label) for e in g.edges}
+    assert ("flow_start", "update_1", "update requested") in edges
+    assert {("update_1", "s_h", ""), ("s_h", "update_1_reply", "")} <= edges
+    assert ("update_2", "update_2_reply", "") in edges
+    text = to_mermaid(g)
+    assert "update a.b<br/>validator: update.input" in text
