@@ -52,8 +52,12 @@ def _mismatches(name: str, wanted: Callable[..., Any], found: Any) -> list[str]:
     want = list(inspect.signature(wanted).parameters.values())[1:]
     have = inspect.signature(found).parameters
     positional = [p.name for p in list(have.values())[1:] if p.kind is p.POSITIONAL_OR_KEYWORD]
+    # ``**options`` takes any keyword-only argument (``update_with_start``'s start options).
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in have.values())
     for i, param in enumerate(want):
         other = have.get(param.name)
+        if other is None and param.kind is param.KEYWORD_ONLY and takes_any:
+            continue
         if other is None:
             out.append(f"{name}: no parameter {param.name}")
             continue
@@ -80,7 +84,8 @@ def test_the_contract_covers_every_area() -> None:
     assert set(_members(Host)) == set()  # Host only combines the areas
     assert {"start", "resume", "delete", "prune", "scheduled", "schedule_names"} <= members
     assert {"find_runs", "show", "events", "export", "open_questions", "waits"} <= members
-    assert len(members) == 36
+    assert {"update", "update_result", "query", "update_with_start", "signal_with_start"} <= members
+    assert len(members) == 41
 
 
 @pytest.mark.parametrize("host", [LocalHost, TemporalHost], ids=["local", "temporal"])
@@ -111,6 +116,32 @@ def test_the_check_catches_a_host_that_differs() -> None:
         "cancel: its own parameter why has no default",
     ]
     assert _mismatches("events", _members(fh.RunReads)["events"], show) != []
+    # ``**options`` takes the keyword-only arguments, never a positional one.
+    wanted = _members(fh.RunCommands)["signal_with_start"]
+
+    async def with_options(
+        self: Any,
+        spec: Any,
+        input: Any,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        on_conflict: str = "use-existing",
+        **start: Any,
+    ) -> str:
+        return run_id
+
+    async def no_key(
+        self: Any, spec: Any, input: Any, run_id: str, name: str, payload: Any = None, **start: Any
+    ) -> str:
+        return run_id
+
+    assert _mismatches("signal_with_start", wanted, with_options) == []
+    assert _mismatches("signal_with_start", wanted, no_key) == [
+        "signal_with_start: no parameter key"
+    ]
 
 
 def test_a_refusal_is_one_typed_error_that_says_why() -> None:

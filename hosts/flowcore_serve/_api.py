@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import quote
@@ -30,7 +31,17 @@ from litestar.response.sse import ServerSentEventMessage
 
 import flowcore
 from flowcore_handlers import Host, Registry
-from flowcore_ops import CATALOGUE, FAILURES, NDJSON, SSE, Http, Operation, OperationError
+from flowcore_ops import (
+    BY_NAME,
+    CATALOGUE,
+    FAILURES,
+    NDJSON,
+    SSE,
+    Http,
+    Operation,
+    OperationError,
+    UpdateResultInput,
+)
 from flowcore_ops import Context as OpContext
 
 from ._flows import FlowFolder
@@ -58,6 +69,7 @@ _NAMES: Final = {
     "follow": "StreamQuery",
     "progress": "ProgressQuery",
     "progress-follow": "ProgressQuery",
+    "query": "QueryArgs",  # (its GET's query string; its POST's body is the args themselves)
 }
 
 
@@ -73,6 +85,8 @@ def _part(op: Operation, route: Http) -> type | None:
     string's), a Struct of its own named as ``_NAMES`` says; None when the path
     names every field."""
     named = frozenset(re.findall(r"{(\w+)}", route.path))
+    if route.body_field is not None:  # the body is that field's value itself: any JSON
+        return Any
     if not named:
         return op.input
     fields = [f for f in msgspec.structs.fields(op.input) if f.name not in named]
@@ -143,9 +157,21 @@ class Api:
 
         async def handle(ctx: Context) -> Response[Any]:
             given: dict[str, Any] = {}
-            for part in (ctx.body, ctx.query):
-                if part is not None:
-                    given.update(msgspec.to_builtins(part))
+            if route.body_field is not None:
+                given[encode[route.body_field]] = ctx.body
+            else:
+                for part in (ctx.body, ctx.query):
+                    if part is not None:
+                        given.update(msgspec.to_builtins(part))
+            for name in route.json_query:  # JSON text in the query string
+                text = given.get(encode[name])
+                if isinstance(text, str):
+                    try:
+                        given[encode[name]] = msgspec.json.decode(text)
+                    except msgspec.DecodeError as exc:
+                        raise ApiError(
+                            422, "invalid-request", f"{encode[name]}: not JSON ({exc})"
+                        ) from None
             for name in named:
                 given[encode[name]] = ctx.param(name)
             try:
@@ -154,6 +180,8 @@ class Api:
                 raise ApiError(422, "invalid-request", str(exc)) from None
             if route.stream:
                 return await self.stream(op, route, ctx, value)
+            if route.running is not None and getattr(value, "wait", False):
+                return await self.waited(op, route, ctx, value)
             try:
                 out = await op.call(self.context(ctx), value)
             except OperationError as exc:
@@ -169,10 +197,44 @@ class Api:
         if route.media_type == NDJSON:
             data = out if isinstance(out, bytes) else flowcore.encode_records(out)
             return Encoded(data, route.status, NDJSON)
+        if route.running is not None and getattr(out, "status", None) == "running":
+            return json_response(out, route.running)  # accepted: not ended yet
         headers = None
         if route.status == 201 and getattr(out, "run_id", None) is not None:
             headers = {"Location": "/api/runs/" + quote(out.run_id, safe="")}
         return json_response(out, route.status, headers)
+
+    async def waited(self, op: Operation, route: Http, ctx: Context, value: Any) -> Response[Any]:
+        """An update waited for (``update``, ``update-result``, ``update-with-start``):
+        when the server shuts down first, the wait ends and the update's outcome now
+        is the reply (202 while it runs), so the client knows to fetch it later. The
+        update id is made here when the client gave none, to read it then."""
+        if getattr(value, "update_id", "") is None:
+            value = msgspec.structs.replace(value, update_id=uuid.uuid4().hex)
+        context = self.context(ctx)
+        call = asyncio.ensure_future(op.call(context, value))
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            await asyncio.wait((call, closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not call.done():
+                call.cancel()  # the server shuts down: the wait ends, the update goes on
+        try:
+            out = await call
+        except asyncio.CancelledError:
+            if not self.closing.is_set():
+                raise  # the request itself was cancelled
+            now = UpdateResultInput(run_id=value.run_id, update_id=value.update_id)
+            try:
+                out = await BY_NAME["update-result"].call(context, now)
+            except OperationError:
+                raise ApiError(
+                    503, "unavailable", "the server is shutting down: send the request again"
+                ) from None
+        except OperationError as exc:
+            raise _problem(exc) from None
+        return self.reply(op, route, out)
 
     # --- the event streams ---------------------------------------------------------------
 
@@ -273,6 +335,7 @@ class Api:
                         media_type=route.media_type,
                         operation_id=route.operation_id or op.name,
                         stream=route.stream,
+                        also=() if route.running is None else (route.running,),
                     )
                 )
         return routes
