@@ -1,0 +1,303 @@
+"""A flow's updates and queries on Temporal, against the real dev server: Temporal's
+own updates (a dynamic handler whose validator is ``flowcore.validate_update``)
+and queries, update-with-start and signal-with-start."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the Temporal host tests need temporalio (.[dev])")
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.worker import Replayer
+
+import flowcore
+import flowcore_temporal as ft
+from flowcore_handlers import RunSettled, UnknownRun, UnknownUpdate, UpdateOutcome
+from flowcore_temporal._types import MIN_CONTINUE_AFTER_EVENTS as MIN_EVENTS
+from flowcore_temporal._types import flow_name, temporal_name
+
+from .support import ROOT, eventually, question, running_host, unique
+
+EXPENSE = """
+flow: expense
+input_schema:
+  type: object
+  properties: {amount: {type: number}, requester: {type: string}}
+metadata: {stage: string}
+updates:
+  approve:
+    description: Approve or reject the expense
+    input_schema: {type: object, properties: {by: {type: string}}, required: [by]}
+    validator: "update.input.by != input.requester"
+    steps:
+      - id: decide
+        ask_human: {question: "Approve ${input.amount} for ${input.requester}?", options: [yes, no]}
+      - id: note
+        set_metadata: {stage: "${steps.decide.answer}"}
+    reply: "${ {decision: steps.decide.answer, by: update.input.by} }"
+  veto:
+    steps:
+      - id: veto_now
+        fail: {type: not-allowed, message: "vetoes are off"}
+  answer:
+    reply: "${ {echo: update.input} }"
+queries:
+  decision:
+    value: "${ {stage: metadata.stage, status: status} }"
+  status:
+    args_schema: {type: object, properties: {shout: {type: boolean}}}
+    value: "${ {status: status, args: args} }"
+steps:
+  - id: wait_close
+    await_signal: {signal: close}
+"""
+INPUT = {"amount": 40, "requester": "bob"}
+APPROVAL = ROOT / "examples" / "approval" / "approval.yaml"
+
+
+def _events(history: Any, kind: int) -> list[Any]:
+    return [e for e in history.events if e.event_type == kind]
+
+
+def test_reserved_names_go_under_a_prefix() -> None:
+    assert temporal_name("approve", "update") == "approve"
+    assert temporal_name("answer", "update") == "flowcore/answer"
+    assert temporal_name("status", "query") == "flowcore/status"
+    assert temporal_name("status", "update") == "status"
+    assert temporal_name("__stack_trace", "query") == "flowcore/__stack_trace"
+    assert flow_name("flowcore/answer") == "answer" and flow_name("approve") == "approve"
+
+
+def test_refused_updates_never_reach_the_history(temporal_address: str) -> None:
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = await host.start(EXPENSE, INPUT, unique("refuse"))
+            cases = [
+                ("approve", {"by": "bob"}, "validator"),  # the requester approving
+                ("approve", {"who": "amy"}, "bad-input"),  # the input schema
+                ("nope", None, "unknown-update"),
+            ]
+            for name, value, code in cases:
+                with pytest.raises(flowcore.UpdateRefused) as refused:
+                    await host.update(rid, name, value, f"u-{code}")
+                assert refused.value.code == code, refused.value
+            # Refused by the validator: no accepted update in Temporal's history,
+            # no update-requested in flowcore's log.
+            history = await host.history(rid)
+            assert not _events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+            records = await host.log(rid)
+            assert not [r for r in records if r.type.startswith("event.") and "u-" in str(r.data)]
+            with pytest.raises(UnknownRun):
+                await host.update(unique("nobody"), "approve", {"by": "amy"})
+            with pytest.raises(UnknownRun):
+                await host.query(unique("nobody"), "decision")
+            await host.signal(rid, "close")
+            assert (await host.result(rid))["status"] == "completed"
+
+    asyncio.run(main())
+
+
+def test_an_update_replies_once_whatever_the_repeats(temporal_address: str) -> None:
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = await host.start(EXPENSE, INPUT, unique("approve"))
+            sent = await host.update(rid, "approve", {"by": "amy"}, "u-1", wait=False)
+            assert sent == UpdateOutcome(
+                run_id=rid, update_id="u-1", name="approve", status="running"
+            )
+            # Waited for a while: still running (nobody has answered).
+            waited = await host.update(rid, "approve", {"by": "amy"}, "u-1", timeout_s=0.2)
+            assert waited.status == "running"
+            asked = await question(host, rid)
+            assert asked["question"] == "Approve 40 for bob?"
+            assert (await host.query(rid, "decision")) == {"stage": None, "status": "running"}
+            await host.answer(rid, asked["key"], "yes")
+            done = await host.update_result(rid, "u-1", wait=True)
+            reply = {"decision": "yes", "by": "amy"}
+            assert done.status == "completed" and done.output == reply
+            # The same id again, with another input: the first reply, nothing run.
+            again = await host.update(rid, "approve", {"by": "zed"}, "u-1")
+            assert again == done
+            assert (await host.update_result(rid, "u-1")) == done
+            assert [u.update_id for u in await host.updates(rid)] == ["u-1"]
+            assert (await host.query(rid, "decision")) == {"stage": "yes", "status": "running"}
+            # A failed update is an outcome, not a failed run; a reserved name
+            # (``answer``) reaches the flow's own update.
+            vetoed = await host.update(rid, "veto", None, "u-2")
+            assert vetoed.status == "failed" and vetoed.error is not None
+            assert (vetoed.error.type, vetoed.error.message) == ("not-allowed", "vetoes are off")
+            echoed = await host.update(rid, "answer", {"x": 1})
+            assert echoed.status == "completed" and echoed.output == {"echo": {"x": 1}}
+            with pytest.raises(UnknownUpdate):
+                await host.update_result(rid, "u-none")
+            await host.signal(rid, "close")
+            result = await host.result(rid)
+            assert result["status"] == "completed"
+            # The closed run still answers: the update by its id, the queries.
+            assert (await host.update(rid, "approve", {"by": "amy"}, "u-1")) == done
+            with pytest.raises(RunSettled):
+                await host.update(rid, "approve", {"by": "amy"}, "u-new")
+            assert (await host.query(rid, "decision")) == {"stage": "yes", "status": "completed"}
+            assert (await host.query(rid, "status", {"shout": True})) == {
+                "status": "completed",
+                "args": {"shout": True},
+            }
+            with pytest.raises(flowcore.QueryError) as failed:
+                await host.query(rid, "nope")
+            assert failed.value.code == "unknown-query"
+            with pytest.raises(flowcore.QueryError) as failed:
+                await host.query(rid, "status", {"shout": "loud"})
+            assert failed.value.code == "bad-args"
+            # flowcore's log holds each update once; its history replays as it ran.
+            records = await host.log(rid)
+            requested = [
+                r.data["updateId"]
+                for r in records
+                if r.type == "event.reported" and r.data["kind"] == "update-requested"
+            ]
+            assert requested[:2] == ["u-1", "u-2"] and len(requested) == 3
+            history = await host.history(rid)
+            accepted = _events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+            # u-1 once whatever its repeats; the person's answer; the reserved name.
+            requests = [
+                e.workflow_execution_update_accepted_event_attributes.accepted_request
+                for e in accepted
+            ]
+            names = [(r.input.name, r.meta.update_id) for r in requests]
+            assert names[0] == ("approve", "u-1") and names[2] == ("veto", "u-2")
+            assert [n for n, _ in names] == ["approve", "answer", "veto", "flowcore/answer"]
+            runner = ft.workflow_runner()
+            replayer = Replayer(workflows=[ft.FlowcoreWorkflow], workflow_runner=runner)
+            await replayer.replay_workflow(history)  # raises on nondeterminism
+
+    asyncio.run(main())
+
+
+def test_update_with_start_and_signal_with_start(temporal_address: str) -> None:
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = unique("uws")
+            echoed = await host.update_with_start(EXPENSE, INPUT, rid, "answer", {"hi": 1}, "w-1")
+            assert echoed.status == "completed" and echoed.output == {"echo": {"hi": 1}}
+            assert (await host.status(rid))["status"] == "running"
+            # The same again: the run exists, the update id is known: the first reply.
+            again = await host.update_with_start(EXPENSE, INPUT, rid, "answer", {"hi": 2}, "w-1")
+            assert again == echoed
+            with pytest.raises(ft.TemporalHostError, match="already exists"):
+                await host.update_with_start(
+                    EXPENSE, INPUT, rid, "answer", None, "w-2", on_conflict="refuse"
+                )
+            # A refused update-with-start still starts the run; the refusal is typed.
+            fresh = unique("uws-refused")
+            with pytest.raises(flowcore.UpdateRefused) as refused:
+                await host.update_with_start(EXPENSE, INPUT, fresh, "approve", {"by": "bob"})
+            assert refused.value.code == "validator"
+            assert (await host.status(fresh))["status"] == "running"
+
+            sid = unique("sws")
+            assert await host.signal_with_start(EXPENSE, INPUT, sid, "close") == sid
+            assert (await host.result(sid))["status"] == "completed"
+            with pytest.raises(RunSettled):
+                await host.signal_with_start(EXPENSE, INPUT, sid, "close")
+            with pytest.raises(ft.TemporalHostError, match="already exists"):
+                await host.signal_with_start(EXPENSE, INPUT, rid, "close", on_conflict="refuse")
+            await host.signal_with_start(EXPENSE, INPUT, rid, "close")  # the running one
+            assert (await host.result(rid))["status"] == "completed"
+            await host.signal(fresh, "close")
+
+    asyncio.run(main())
+
+
+def test_the_approval_api_on_temporal(temporal_address: str) -> None:
+    """The worked example (``examples/approval``): ``approve`` with an update id,
+    sent by update-with-start to a run id that does not exist yet, waits until a
+    person answers; the same request again answers the same reply and runs
+    nothing again; the query answers the decision on the closed run."""
+
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = unique("expense")
+            expense = {"amount": 120, "requester": "bob"}
+
+            def request() -> Any:
+                return host.update_with_start(
+                    APPROVAL, expense, rid, "approve", {"by": "amy"}, "approve-1"
+                )
+
+            waiting = asyncio.create_task(request())
+
+            async def asked_now() -> Any:
+                try:
+                    questions = await host.questions(rid)
+                except ft.TemporalUnknownRun:
+                    return None  # the request has not reached Temporal yet
+                return questions[0] if questions else None
+
+            asked = await eventually(asked_now, f"a question in {rid}")
+            assert asked["question"] == "Approve 120 for bob? (asked by amy)"
+            assert not waiting.done()
+            await host.answer(rid, asked["key"], "yes")
+            first = await asyncio.wait_for(waiting, 30)
+            reply = {"decision": "yes", "by": "amy"}
+            assert first == UpdateOutcome(
+                run_id=rid, update_id="approve-1", name="approve", status="completed", output=reply
+            )
+            result = await host.result(rid)  # the handler told the main steps
+            assert result["status"] == "completed"
+            second = await request()  # the run has closed: its update is still answered
+            assert second == first
+            records = await host.log(rid)
+            kinds = [r.data["kind"] for r in records if r.type == "event.reported"]
+            assert kinds.count("update-requested") == 1
+            assert kinds.count("human-answered") == 1
+            assert sum(r.type == "effect.emitted" for r in records if "ask" in str(r.data)) == 1
+            decided = await host.query(rid, "decision")
+            assert decided == {"decision": "yes", "by": "amy", "status": "completed", "waiting": []}
+
+    asyncio.run(main())
+
+
+def test_an_update_waiting_for_a_person_outlives_a_switch_of_temporal_runs(
+    temporal_address: str,
+) -> None:
+    """A run whose history is long goes over to a new Temporal run while an update
+    waits for a person: the update goes on in the state, the host sends its id
+    again to the new Temporal run, and the caller gets the reply."""
+
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = await host.start(
+                EXPENSE, INPUT, unique("switch"), continue_after_events=MIN_EVENTS
+            )
+            waiting = asyncio.create_task(host.update(rid, "approve", {"by": "amy"}, "s-1"))
+            asked = await question(host, rid)
+            # Other updates make the history long: the run carries itself over.
+            for n in range(MIN_EVENTS // 4):
+                echoed = await host.update(rid, "answer", n, f"echo-{n}")
+                assert echoed.output == {"echo": n}
+
+            async def switched() -> bool:
+                execution: int = (await host.status(rid)).get("execution", 1)
+                return execution > 1
+
+            await eventually(switched, f"{rid} in a new Temporal run")
+            assert not waiting.done()
+            await host.answer(rid, asked["key"], "no")
+            done = await asyncio.wait_for(waiting, 30)
+            assert done.status == "completed" and done.output == {"decision": "no", "by": "amy"}
+            assert (await host.update(rid, "approve", {"by": "amy"}, "s-1")) == done
+            await host.signal(rid, "close")
+            assert (await host.result(rid))["status"] == "completed"
+            records = await host.log(rid)
+            requested = [
+                r.data["updateId"]
+                for r in records
+                if r.type == "event.reported" and r.data["kind"] == "update-requested"
+            ]
+            assert requested.count("s-1") == 1
+
+    asyncio.run(main())
