@@ -11,7 +11,11 @@ import pytest
 
 pytest.importorskip("temporalio", reason="the Temporal host tests need temporalio (.[dev])")
 
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
 import flowcore
@@ -301,3 +305,68 @@ def test_an_update_waiting_for_a_person_outlives_a_switch_of_temporal_runs(
             assert requested.count("s-1") == 1
 
     asyncio.run(main())
+
+
+def _raw(data: bytes) -> RawValue:
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=data))
+
+
+def test_hostile_updates_and_queries_from_any_client(temporal_address: str) -> None:
+    """What a raw Temporal client in any language may send to a flow's update or
+    query: refused with its reason, never a failed workflow task, nothing in
+    the history or the log."""
+
+    async def main() -> None:
+        async with running_host(temporal_address) as host:
+            rid = await host.start(EXPENSE, INPUT, unique("hostile"))
+            handle = host.handle(rid)
+            await question_free(host, rid)
+            sent: list[tuple[str, list[Any]]] = [
+                ("approve", [_raw(b"{")]),  # not JSON
+                ("approve", [_raw(b"[" * 100_000 + b"]" * 100_000)]),  # too deep to decode
+                ("approve", [{"by": "amy"}, 5]),  # a principal that is not text
+                ("approve", [{"by": "amy"}, "amy", "more"]),  # three arguments
+                ("veto", [_raw(b'{"n": NaN}')]),  # not flowcore data
+                ("flowcore/answer", [_raw(b'"\\ud800"')]),  # a lone surrogate
+            ]
+            refused = []
+            for name, args in sent:
+                with pytest.raises(WorkflowUpdateFailedError) as caught:
+                    await handle.execute_update(name, args=args)
+                cause = caught.value.cause
+                assert isinstance(cause, ApplicationError), cause
+                assert cause.type == "update-refused", (name, cause.type, cause.message)
+                refused.append((cause.details[0]["code"], cause.message))
+            assert all(code == "bad-input" for code, _ in refused)
+            messages = [m for _, m in refused]
+            assert "the input cannot be decoded (json/plain)" in messages[0]
+            assert "the input cannot be decoded" in messages[1]
+            assert "the principal must be a string, got int" in messages[2]
+            assert "at most, got 3 arguments" in messages[3]
+            assert "nan" in messages[4].lower() and "surrogate" in messages[5]
+            assert all(len(m) < 600 for m in messages)
+            # A long update id: refused by the host before sending, by the run if sent.
+            with pytest.raises(flowcore.UpdateRefused):
+                await host.update(rid, "approve", {"by": "amy"}, "x" * 300)
+            with pytest.raises(WorkflowUpdateFailedError):
+                await handle.execute_update("approve", args=[{"by": "amy"}], id="x" * 300)
+            for args in ([_raw(b"{")], [{}, {}]):
+                with pytest.raises(WorkflowQueryFailedError, match=r"^bad-args: "):
+                    await handle.query("decision", args=args)
+            history = await host.history(rid)
+            assert not _events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+            assert not _events(history, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+            assert not [r for r in await host.log(rid) if r.type.startswith("event.")]
+            await host.signal(rid, "close")
+            assert (await host.result(rid))["status"] == "completed"
+
+    asyncio.run(main())
+
+
+async def question_free(host: ft.TemporalHost, run_id: str) -> None:
+    """Until the run has started (its status has its flow)."""
+
+    async def started() -> bool:
+        return "flowId" in await host.status(run_id)
+
+    await eventually(started, f"{run_id} started")
