@@ -370,3 +370,24 @@ async def question_free(host: ft.TemporalHost, run_id: str) -> None:
         return "flowId" in await host.status(run_id)
 
     await eventually(started, f"{run_id} started")
+
+
+@pytest.mark.parametrize("sandbox", ["passthrough", "reimport"])
+def test_updates_and_queries_in_the_sandbox(temporal_address: str, sandbox: str) -> None:
+    """The update and query handlers under Temporal's sandbox, flowcore passed
+    through or imported again there (nothing they do is nondeterministic)."""
+
+    async def main() -> None:
+        async with running_host(temporal_address, sandbox=sandbox) as host:
+            rid = unique(f"sandbox-{sandbox}")
+            echoed = await host.update_with_start(EXPENSE, INPUT, rid, "answer", [1], "e-1")
+            assert echoed.output == {"echo": [1]}
+            with pytest.raises(flowcore.UpdateRefused):
+                await host.update(rid, "approve", {"by": "bob"})
+            vetoed = await host.update(rid, "veto")
+            assert vetoed.error is not None and vetoed.error.type == "not-allowed"
+            assert (await host.query(rid, "decision")) == {"stage": None, "status": "running"}
+            await host.signal(rid, "close")
+            assert (await host.result(rid))["status"] == "completed"
+
+    asyncio.run(main())
