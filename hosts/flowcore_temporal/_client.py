@@ -272,7 +272,8 @@ class TemporalClient(TemporalUpdates):
         closed) gets the update; ``"refuse"``: a ``TemporalHostError`` saying the
         run already exists, and nothing is sent. ``start``: ``start``'s other
         keyword arguments (``tools``, ``flows``, ``budget``, ``metadata``, ...).
-        A run the update starts keeps running when its update is refused."""
+        An update refused by the run it would start is refused here, and
+        nothing is started (``flowcore.UpdateRefused``)."""
         if on_conflict not in ON_CONFLICT:
             raise TemporalHostError(
                 f"on_conflict must be one of {', '.join(ON_CONFLICT)}, not {on_conflict!r:.60}"
@@ -282,6 +283,19 @@ class TemporalClient(TemporalUpdates):
         )
         uid = update_id if update_id is not None else uuid.uuid4().hex
         check_update(name, update_input, uid, principal)
+        try:  # as the workflow's validator will: against the state the run starts in
+            first = flowcore.start(
+                flow,
+                input,
+                rid,
+                now_ms=self.now(),
+                budget=flowcore.budget_from_wire(args.budget),
+                metadata=args.metadata,
+            )
+            flowcore.validate_update(first.state, name, update_input, principal)
+        except flowcore.UpdateRefused:
+            if await self._existing_args(rid) is None:
+                raise  # no run has the id: refused, and nothing is started
         refuse = on_conflict == "refuse"
         operation: list[WithStartWorkflowOperation[Any, Any]] = []
 

@@ -5,6 +5,8 @@ and queries, update-with-start and signal-with-start."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +15,13 @@ pytest.importorskip("temporalio", reason="the Temporal host tests need temporali
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
-from temporalio.common import RawValue
+from temporalio.client import (
+    WithStartWorkflowOperation,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
+from temporalio.common import RawValue, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
@@ -24,6 +31,7 @@ from flowcore_handlers import RunSettled, UnknownRun, UnknownUpdate, UpdateOutco
 from flowcore_temporal._types import MIN_CONTINUE_AFTER_EVENTS as MIN_EVENTS
 from flowcore_temporal._types import flow_name, temporal_name
 
+from ..ops.surfaces import TOKEN, http_client
 from .support import ROOT, eventually, question, running_host, unique
 
 EXPENSE = """
@@ -195,12 +203,36 @@ def test_update_with_start_and_signal_with_start(temporal_address: str) -> None:
                 await host.update_with_start(
                     EXPENSE, INPUT, rid, "answer", None, "w-2", on_conflict="refuse"
                 )
-            # A refused update-with-start still starts the run; the refusal is typed.
+            # A refused update-with-start starts nothing; the refusal is typed.
             fresh = unique("uws-refused")
             with pytest.raises(flowcore.UpdateRefused) as refused:
                 await host.update_with_start(EXPENSE, INPUT, fresh, "approve", {"by": "bob"})
             assert refused.value.code == "validator"
+            with pytest.raises(UnknownRun):
+                await host.status(fresh)
+            # Sent by any Temporal client, the workflow's validator refuses it in
+            # the run's first task (against the state the run starts in): the
+            # update never reaches the history; the run it started goes on.
+            sent = await host.client.start_update_with_start_workflow(
+                "approve",
+                args=[{"by": "bob"}],
+                id="raw-1",
+                start_workflow_operation=WithStartWorkflowOperation(
+                    ft.FlowcoreWorkflow.run,
+                    (await host._start_args(EXPENSE, INPUT, fresh))[1],
+                    id=fresh,
+                    task_queue=host.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                ),
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            )
+            with pytest.raises(WorkflowUpdateFailedError) as failed:
+                await sent.result()
+            assert isinstance(failed.value.cause, ApplicationError)
+            assert failed.value.cause.details[0] == {"code": "validator", "update": "approve"}
             assert (await host.status(fresh))["status"] == "running"
+            history = await host.history(fresh)
+            assert not _events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
 
             sid = unique("sws")
             assert await host.signal_with_start(EXPENSE, INPUT, sid, "close") == sid
@@ -216,51 +248,80 @@ def test_update_with_start_and_signal_with_start(temporal_address: str) -> None:
     asyncio.run(main())
 
 
-def test_the_approval_api_on_temporal(temporal_address: str) -> None:
-    """The worked example (``examples/approval``): ``approve`` with an update id,
-    sent by update-with-start to a run id that does not exist yet, waits until a
-    person answers; the same request again answers the same reply and runs
-    nothing again; the query answers the decision on the closed run."""
+def test_the_approval_api_on_temporal(temporal_address: str, tmp_path: Path) -> None:
+    """The worked example (``examples/approval``) served by the HTTP API over the
+    Temporal host (in process): ``approve`` with an update id, sent by
+    update-with-start to a run id that does not exist yet, waits until a person
+    answers through the API; the same request again answers the same reply and
+    runs nothing again (the log holds one ``update-requested``, one question)."""
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    shutil.copy(APPROVAL, flows / "approval.yaml")
+    admin = {"Authorization": f"Bearer {TOKEN['admin']}"}
 
     async def main() -> None:
-        async with running_host(temporal_address) as host:
+        async with running_host(temporal_address) as host, http_client(host, flows) as client:
             rid = unique("expense")
-            expense = {"amount": 120, "requester": "bob"}
+            request = {
+                "flow": "expense",
+                "runId": rid,
+                "input": {"amount": 120, "requester": "bob"},
+                "name": "approve",
+                "updateInput": {"by": "amy"},
+                "updateId": "approve-1",
+            }
+            # Nobody approves their own expense: refused, and no run is started.
+            own = dict(request, updateInput={"by": "bob"}, updateId="approve-0")
+            refused = await client.post("/api/runs/update-with-start", json=own, headers=admin)
+            assert refused.status_code == 422, refused.text
+            assert (refused.json()["type"], refused.json()["code"]) == (
+                "/problems/update-refused",
+                "validator",
+            )
+            assert (await client.get(f"/api/runs/{rid}", headers=admin)).status_code == 404
 
-            def request() -> Any:
-                return host.update_with_start(
-                    APPROVAL, expense, rid, "approve", {"by": "amy"}, "approve-1"
-                )
+            def send() -> Any:
+                return client.post("/api/runs/update-with-start", json=request, headers=admin)
 
-            waiting = asyncio.create_task(request())
+            sent = asyncio.create_task(send())
 
-            async def asked_now() -> Any:
-                try:
-                    questions = await host.questions(rid)
-                except ft.TemporalUnknownRun:
-                    return None  # the request has not reached Temporal yet
-                return questions[0] if questions else None
+            async def asked() -> Any:
+                got = await client.get(f"/api/runs/{rid}/questions", headers=admin)
+                return got.status_code == 200 and got.json()["questions"]
 
-            asked = await eventually(asked_now, f"a question in {rid}")
-            assert asked["question"] == "Approve 120 for bob? (asked by amy)"
-            assert not waiting.done()
-            await host.answer(rid, asked["key"], "yes")
-            first = await asyncio.wait_for(waiting, 30)
-            reply = {"decision": "yes", "by": "amy"}
-            assert first == UpdateOutcome(
-                run_id=rid, update_id="approve-1", name="approve", status="completed", output=reply
+            questions = await eventually(asked, f"a question in {rid}")
+            assert not sent.done()  # the request waits for the person
+            assert questions[0]["question"] == "Approve 120 for bob? (asked by amy)"
+            answer = {"key": questions[0]["key"], "answer": "yes"}
+            answered = await client.post(f"/api/runs/{rid}/answers", json=answer, headers=admin)
+            assert answered.status_code == 200, answered.text
+            reply = await asyncio.wait_for(sent, 30)
+            assert reply.status_code == 200, reply.text
+            first = reply.json()
+            assert (first["status"], first["output"]) == (
+                "completed",
+                {"decision": "yes", "by": "amy"},
             )
             result = await host.result(rid)  # the handler told the main steps
-            assert result["status"] == "completed"
-            second = await request()  # the run has closed: its update is still answered
-            assert second == first
+            assert (result["status"], result["output"]) == ("completed", first["output"])
+            again = await send()  # the run has closed: its update is still answered
+            assert again.status_code == 200 and again.json() == first
+            fetched = await client.get(f"/api/runs/{rid}/updates/approve-1", headers=admin)
+            assert fetched.json() == first
+            decided = await client.post(f"/api/runs/{rid}/queries/decision", headers=admin)
+            assert decided.status_code == 200, decided.text
+            assert decided.json()["value"] == {
+                "decision": "yes",
+                "by": "amy",
+                "status": "completed",
+                "waiting": [],
+            }
             records = await host.log(rid)
-            kinds = [r.data["kind"] for r in records if r.type == "event.reported"]
-            assert kinds.count("update-requested") == 1
-            assert kinds.count("human-answered") == 1
-            assert sum(r.type == "effect.emitted" for r in records if "ask" in str(r.data)) == 1
-            decided = await host.query(rid, "decision")
-            assert decided == {"decision": "yes", "by": "amy", "status": "completed", "waiting": []}
+            reported = [r.data["kind"] for r in records if r.type == "event.reported"]
+            emitted = [r.data["kind"] for r in records if r.type == "effect.emitted"]
+            assert reported.count("update-requested") == 1
+            assert reported.count("human-answered") == 1
+            assert emitted.count("ask-human") == 1
 
     asyncio.run(main())
 
