@@ -32,7 +32,7 @@ from flowcore_temporal._types import MIN_CONTINUE_AFTER_EVENTS as MIN_EVENTS
 from flowcore_temporal._types import flow_name, temporal_name
 
 from ..ops.surfaces import TOKEN, http_client
-from .support import ROOT, eventually, question, running_host, unique
+from .support import ROOT, TOOLS, eventually, question, running_host, unique
 
 EXPENSE = """
 flow: expense
@@ -452,3 +452,49 @@ def test_updates_and_queries_in_the_sandbox(temporal_address: str, sandbox: str)
             assert (await host.result(rid))["status"] == "completed"
 
     asyncio.run(main())
+
+
+def test_a_worker_that_replays_every_task_gives_the_same_replies(temporal_address: str) -> None:
+    """A worker that keeps no workflow in its cache replays the whole history at
+    every workflow task, as a restarted worker does: the update handlers run
+    again from the history (without their validators) and the run's updates,
+    replies and repeats come out the same."""
+
+    async def main() -> None:
+        client = await ft.connect(temporal_address)
+        queue = unique("q-nocache")
+        worker = ft.new_worker(client, task_queue=queue, tools=str(TOOLS), max_cached_workflows=0)
+        async with worker:
+            host = ft.TemporalHost(client, queue)
+            rid = unique("nocache")
+            waiting = asyncio.create_task(
+                host.update_with_start(EXPENSE, INPUT, rid, "approve", {"by": "amy"}, "n-1")
+            )
+            asked = await first_question(host, rid)
+            echoed = await host.update(rid, "answer", "hi", "n-2")
+            assert echoed.output == {"echo": "hi"}
+            await host.answer(rid, asked["key"], "yes")
+            done = await asyncio.wait_for(waiting, 30)
+            assert done.output == {"decision": "yes", "by": "amy"}
+            assert (await host.update(rid, "approve", {"by": "amy"}, "n-1")) == done
+            assert [u.update_id for u in await host.updates(rid)] == ["n-1", "n-2"]
+            await host.signal(rid, "close")
+            assert (await host.result(rid))["status"] == "completed"
+            failures = _events(await host.history(rid), EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+            assert failures == []
+
+    asyncio.run(main())
+
+
+async def first_question(host: ft.TemporalHost, run_id: str) -> dict[str, Any]:
+    """The run's first open question, once it has one (the run may not exist yet)."""
+
+    async def asked() -> Any:
+        try:
+            questions = await host.questions(run_id)
+        except ft.TemporalUnknownRun:
+            return None  # the request that starts it has not reached Temporal yet
+        return questions[0] if questions else None
+
+    found: dict[str, Any] = await eventually(asked, f"a question in {run_id}")
+    return found
