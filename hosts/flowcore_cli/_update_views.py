@@ -129,9 +129,10 @@ UPDATE_VIEWS: Final[dict[str, View]] = {
         explain=_refused,
     ),
     "update-with-start": View(
-        "Start a run of FLOW as --run-id unless a run has that id, and ask it for update"
-        " NAME, in one transaction; print the reply.\n\n"
-        "--on-conflict refuse refuses a run holding the id; use-existing (the"
+        "Start a run of FLOW as --run-id unless it exists, and ask it for update NAME;"
+        " print the reply.\n\n"
+        "The start and the update are one transaction: a refused update starts no run."
+        " --on-conflict refuse refuses a run holding the id; use-existing (the"
         " default) asks that run. Then as `update`.",
         options=(_FLOWS,),
         names=_NAMES,
@@ -146,8 +147,10 @@ UPDATE_VIEWS: Final[dict[str, View]] = {
         creates=True,
     ),
     "signal-with-start": View(
-        "Start a run of FLOW as --run-id unless a run has that id, and send it signal"
-        " NAME, in one transaction; print the run id.",
+        "Start a run of FLOW as --run-id unless it exists, and send it signal NAME;"
+        " print the run id.\n\n"
+        "The start and the signal are one transaction: a signal the flow never waits for"
+        " starts no run.",
         options=(_FLOWS,),
         helps={"input": "The run's input as JSON, if it starts.", "payload": "As JSON."},
         render=_run_id,

@@ -145,14 +145,14 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
     "update-with-start": (
         "_derive",
         "update-with-start",
-        "Start a run of FLOW as --run-id unless a run has that id, and ask it for update"
-        " NAME, in one transaction; print the reply.",
+        "Start a run of FLOW as --run-id unless it exists, and ask it for update NAME;"
+        " print the reply.",
     ),
     "signal-with-start": (
         "_derive",
         "signal-with-start",
-        "Start a run of FLOW as --run-id unless a run has that id, and send it signal"
-        " NAME, in one transaction; print the run id.",
+        "Start a run of FLOW as --run-id unless it exists, and send it signal NAME;"
+        " print the run id.",
     ),
     "questions": (
         "_derive",

@@ -181,7 +181,8 @@ class LocalUpdates(LocalClient):
                         name="",
                         status="failed",
                         error=flowcore.ErrorInfo(
-                            type="update-abandoned", message="the run continued as new"
+                            type="update-abandoned",
+                            message="the run continued as new before the update ended",
                         ),
                     )
                 raise LocalUnknownUpdate(

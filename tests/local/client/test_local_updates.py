@@ -140,6 +140,16 @@ def test_no_wait_then_result_after_a_restart_and_a_repeated_id_runs_nothing(
     assert after == before  # the repeat logged nothing
     assert journal(tmp_path) == {"r/~update-1/e#1": 1}
 
+    async def settled() -> UpdateOutcome:
+        async with host_of(tmp_path) as host:
+            await host.signal("r", "go")
+            assert (await settle(host, "r")).status == "completed"
+        async with host_of(tmp_path) as host:  # read from the settled run's checkpoint
+            return await host.update("r", "ask", {"by": "bob"}, "u1")
+
+    assert asyncio.run(settled()) == done
+    assert journal(tmp_path) == {"r/~update-1/e#1": 1}
+
 
 def test_a_waiting_caller_gets_the_reply_and_a_timeout_answers_running(tmp_path: Path) -> None:
     async def main() -> tuple[UpdateOutcome, UpdateOutcome, UpdateOutcome]:
@@ -204,6 +214,41 @@ async def question_opened(host: LocalHost, run_id: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("no question opened")
+
+
+AGAIN = """
+flow: again
+version: 1
+updates:
+  ask:
+    steps:
+      - id: q
+        ask_human: {question: "ok?"}
+steps:
+  - {id: next, await_signal: {signal: next}}
+  - {id: over, continue_as_new: {}}
+"""
+
+
+def test_a_continue_as_new_abandons_a_waiting_update_and_opens_a_fresh_window(
+    tmp_path: Path,
+) -> None:
+    async def main() -> tuple[UpdateOutcome, UpdateOutcome]:
+        async with host_of(tmp_path) as host:
+            await host.start(AGAIN, {}, "c")
+            waiting = asyncio.create_task(host.update("c", "ask", None, "u1"))
+            await question_opened(host, "c")
+            await host.signal("c", "next")
+            outcome = await asyncio.wait_for(waiting, 10)
+            with pytest.raises(UnknownUpdate):
+                await host.update_result("c", "u1")  # the new incarnation's window is fresh
+            again = await host.update("c", "ask", None, "u1", wait=False)  # sent again: runs
+            return outcome, again
+
+    outcome, again = asyncio.run(main())
+    assert outcome.status == "failed"
+    assert outcome.error is not None and outcome.error.type == "update-abandoned"
+    assert again.status == "running"
 
 
 def test_update_with_start_on_a_new_and_an_existing_run_and_refuse(tmp_path: Path) -> None:
