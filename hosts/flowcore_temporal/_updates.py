@@ -22,6 +22,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
 from temporalio.exceptions import ApplicationError
@@ -198,6 +199,11 @@ class TemporalUpdates(TemporalReads):
                     return failed
                 if loop.time() >= deadline:
                     raise TemporalHostError(_failure_text(exc.cause)) from None
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                raise TemporalHostError(
+                    f"run {run_id!r} did not take update {name!r} in time: is a worker polling"
+                    f" task queue {self.task_queue!r}? (`flowcore temporal worker`)"
+                ) from None
             except RPCError as exc:
                 error = self._rpc_error(exc, run_id)
                 if isinstance(error, TemporalRunSettled):

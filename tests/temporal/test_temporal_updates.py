@@ -498,3 +498,24 @@ async def first_question(host: ft.TemporalHost, run_id: str) -> dict[str, Any]:
 
     found: dict[str, Any] = await eventually(asked, f"a question in {run_id}")
     return found
+
+
+def test_an_update_nobody_takes_is_a_clear_error(
+    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker polls the run's task queue: the update is not taken in time, and
+    the error says what to check (not Temporal's timeout)."""
+    from datetime import timedelta
+
+    from flowcore_temporal import _updates
+
+    monkeypatch.setattr(_updates, "_QUERY_TIMEOUT", timedelta(seconds=0.5))
+
+    async def main() -> None:
+        host = ft.TemporalHost(await ft.connect(temporal_address), unique("q-nobody"))
+        rid = await host.start(EXPENSE, INPUT, unique("nobody"))
+        with pytest.raises(ft.TemporalHostError, match="is a worker polling task queue"):
+            await host.update(rid, "approve", {"by": "amy"})
+        await host.handle(rid).terminate("test over")
+
+    asyncio.run(main())
