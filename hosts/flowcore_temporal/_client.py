@@ -1,27 +1,36 @@
 """The Temporal host's commands: start a run, signal, answer, cancel, fork, upgrade,
-and a run's scheduled calls (the workflow's ``scheduled`` update and query)."""
+a run's scheduled calls (the workflow's ``scheduled`` update and query), and
+update-with-start and signal-with-start (Temporal's own, in one request)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import secrets
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.common import Priority
+from temporalio.client import (
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowUpdateHandle,
+    WorkflowUpdateStage,
+)
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 import flowcore
 from flowcore import HumanAnswered, SignalReceived
-from flowcore_handlers import LimitError
+from flowcore_handlers import LimitError, UpdateOutcome
 from flowcore_handlers._limits import check_dedup_key, check_priority
 
 from . import _registry
 from ._host_base import (
+    _QUERY_TIMEOUT,
     _UPGRADE_ATTEMPTS,
     ON_CONFLICT,
     NoSignalWait,
@@ -31,7 +40,6 @@ from ._host_base import (
     _NotPending,
     _wire_budget,
 )
-from ._reads import TemporalReads
 from ._types import (
     ANSWER_BY_UPDATE,
     ANSWER_UPDATE,
@@ -44,13 +52,18 @@ from ._types import (
     UPGRADE_UPDATE,
     WORKFLOW_NAME,
     RunArgs,
+    RunArgsError,
     TemporalHostError,
+    check_run_args,
     pack_state,
+    temporal_name,
     tool_queue,
 )
+from ._updates import TemporalUpdates, check_update, update_args
+from ._workflow import FlowcoreWorkflow
 
 
-class TemporalClient(TemporalReads):
+class TemporalClient(TemporalUpdates):
     """The commands of the Temporal host (see ``TemporalHost``)."""
 
     # --- starting ------------------------------------------------------------------------
@@ -119,6 +132,56 @@ class TemporalClient(TemporalReads):
         ``principal``: who starts the run, kept in its ``RunArgs`` (its child
         runs inherit it); ``summary`` reads it back.
         """
+        rid, args, flow, chosen = await self._start_args(
+            spec,
+            input,
+            run_id,
+            flows=flows,
+            tools=tools,
+            budget=budget,
+            activity_timeout_ms=activity_timeout_ms,
+            heartbeat_timeout_ms=heartbeat_timeout_ms,
+            clock_origin_ms=clock_origin_ms,
+            clock_scale=clock_scale,
+            metadata=metadata,
+            priority=priority,
+            dedup_key=dedup_key,
+            continue_after_events=continue_after_events,
+            by_hash=by_hash,
+            on_conflict=on_conflict,
+            principal=principal,
+        )
+        if run_id is not None and dedup_key is None:
+            if await self._exists(rid, input, flow, on_conflict):
+                return rid  # that run is the answer: nothing is started
+        await self._start_workflow(
+            args, f"flowcore {flow.id}", reuse=dedup_key is not None, priority=chosen
+        )
+        return rid
+
+    async def _start_args(
+        self,
+        spec: str | Path,
+        input: Any = None,
+        run_id: str | None = None,
+        *,
+        flows: Iterable[str | Path] | Mapping[str, str] = (),
+        tools: str | None = None,
+        budget: Mapping[str, int] | flowcore.Budget | None = None,
+        activity_timeout_ms: int = DEFAULT_ACTIVITY_TIMEOUT_MS,
+        heartbeat_timeout_ms: int | None = DEFAULT_HEARTBEAT_TIMEOUT_MS,
+        clock_origin_ms: int | None = None,
+        clock_scale: float = 1.0,
+        metadata: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        dedup_key: str | None = None,
+        continue_after_events: int | None = DEFAULT_CONTINUE_AFTER_EVENTS,
+        by_hash: bool = False,
+        on_conflict: str = "refuse",
+        principal: str | None = None,
+    ) -> tuple[str, RunArgs, flowcore.Flow, Priority]:
+        """What ``start`` checks and the workflow's argument it builds: the run id,
+        the ``RunArgs``, the flow and the Temporal priority."""
         for chosen in (run_id, dedup_key):
             if chosen is not None:
                 flowcore.check_run_id(chosen)
@@ -162,16 +225,8 @@ class TemporalClient(TemporalReads):
             continue_after_events=continue_after_events,
             principal=principal,
         )
-        if run_id is not None and dedup_key is None:
-            if await self._exists(rid, input, flow, on_conflict):
-                return rid  # that run is the answer: nothing is started
-        await self._start_workflow(
-            args,
-            f"flowcore {flow.id}",
-            reuse=dedup_key is not None,
-            priority=Priority.default if priority is None else Priority(priority_key=priority),
-        )
-        return rid
+        chosen_priority = Priority.default if priority is None else Priority(priority_key=priority)
+        return rid, args, flow, chosen_priority
 
     async def _exists(self, rid: str, input: Any, flow: flowcore.Flow, on_conflict: str) -> bool:
         """Whether run ``rid`` exists (``start`` then returns it); one started with
@@ -193,6 +248,164 @@ class TemporalClient(TemporalReads):
                 )
             return True
         return False
+
+    async def update_with_start(
+        self,
+        spec: str | Path,
+        input: Any,
+        run_id: str,
+        name: str,
+        update_input: Any = None,
+        update_id: str | None = None,
+        *,
+        wait: bool = True,
+        timeout_s: float | None = None,
+        on_conflict: str = "use-existing",
+        principal: str | None = None,
+        **start: Any,
+    ) -> UpdateOutcome:
+        """Start run ``run_id`` of ``spec`` unless a workflow has the id, and send
+        it update ``name``: one request (Temporal's update-with-start), so the
+        update reaches the run's first workflow task. Then as ``update``.
+
+        ``on_conflict`` ``"use-existing"``: a run that has the id (running or
+        closed) gets the update; ``"refuse"``: a ``TemporalHostError`` saying the
+        run already exists, and nothing is sent. ``start``: ``start``'s other
+        keyword arguments (``tools``, ``flows``, ``budget``, ``metadata``, ...).
+        An update refused by the run it would start is refused here, and
+        nothing is started (``flowcore.UpdateRefused``)."""
+        if on_conflict not in ON_CONFLICT:
+            raise TemporalHostError(
+                f"on_conflict must be one of {', '.join(ON_CONFLICT)}, not {on_conflict!r:.60}"
+            )
+        rid, args, flow, priority = await self._start_args(
+            spec, input, run_id, principal=principal, **start
+        )
+        uid = update_id if update_id is not None else uuid.uuid4().hex
+        check_update(name, update_input, uid, principal)
+        try:  # as the workflow's validator will: against the state the run starts in
+            first = flowcore.start(
+                flow,
+                input,
+                rid,
+                now_ms=self.now(),
+                budget=flowcore.budget_from_wire(args.budget),
+                metadata=args.metadata,
+            )
+            flowcore.validate_update(first.state, name, update_input, principal)
+        except flowcore.UpdateRefused:
+            if await self._existing_args(rid) is None:
+                raise  # no run has the id: refused, and nothing is started
+        refuse = on_conflict == "refuse"
+        operation: list[WithStartWorkflowOperation[Any, Any]] = []
+
+        def send() -> Awaitable[WorkflowUpdateHandle[Any]]:
+            # An operation is good for one request: a new one each time it is sent.
+            operation.append(
+                WithStartWorkflowOperation(
+                    FlowcoreWorkflow.run,
+                    args,
+                    id=rid,
+                    task_queue=self.task_queue,
+                    id_conflict_policy=(
+                        WorkflowIDConflictPolicy.FAIL
+                        if refuse
+                        else WorkflowIDConflictPolicy.USE_EXISTING
+                    ),
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    static_summary=f"flowcore {flow.id}",
+                    priority=priority,
+                )
+            )
+            return self.client.start_update_with_start_workflow(
+                temporal_name(name, "update"),
+                args=update_args(update_input, principal),
+                id=uid,
+                start_workflow_operation=operation[-1],
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                rpc_timeout=_QUERY_TIMEOUT,
+            )
+
+        try:
+            return await self._deliver(rid, name, uid, send, wait=wait, timeout_s=timeout_s)
+        except WorkflowAlreadyStartedError:
+            for sent in operation:  # (its start's own outcome, read so it is not left unread)
+                try:
+                    await sent.workflow_handle()
+                except Exception:  # the same failure, handled here
+                    pass
+            if refuse:
+                raise TemporalHostError(
+                    f"run {rid!r} already exists (on_conflict 'use-existing' sends it the update)"
+                ) from None
+        # The id is a closed run's (its reuse policy keeps it): the update goes to it.
+        return await self.update(
+            rid, name, update_input, uid, wait=wait, timeout_s=timeout_s, principal=principal
+        )
+
+    async def signal_with_start(
+        self,
+        spec: str | Path,
+        input: Any,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        on_conflict: str = "use-existing",
+        principal: str | None = None,
+        **start: Any,
+    ) -> str:
+        """Start run ``run_id`` of ``spec`` unless a workflow has the id, and send it
+        signal ``name`` (with ``key``): one request (Temporal's signal-with-start,
+        ``start_signal``). Returns the run id.
+
+        ``on_conflict`` ``"use-existing"``: a running run that has the id gets the
+        signal (a closed one: ``RunSettled``); ``"refuse"``: a ``TemporalHostError``
+        when a run has the id (Temporal's signal-with-start always signals a
+        running workflow, so the id is looked up first)."""
+        if on_conflict not in ON_CONFLICT:
+            raise TemporalHostError(
+                f"on_conflict must be one of {', '.join(ON_CONFLICT)}, not {on_conflict!r:.60}"
+            )
+        rid, args, flow, priority = await self._start_args(
+            spec, input, run_id, principal=principal, **start
+        )
+        try:
+            flowcore.check_event(SignalReceived(signal=name, payload=payload, at_ms=0, key=key))
+        except flowcore.DataError as exc:
+            raise TemporalHostError(f"signal {name!a} refused: {exc}") from None
+        if key == "":
+            raise TemporalHostError("a signal key must not be empty")
+        if on_conflict == "refuse" and await self._existing_args(rid) is not None:
+            raise TemporalHostError(
+                f"run {rid!r} already exists (on_conflict 'use-existing' sends it the signal)"
+            )
+        try:
+            check_run_args(args)
+        except RunArgsError as exc:
+            raise TemporalHostError(str(exc)) from None
+        try:
+            await self._call(
+                self.client.start_workflow(
+                    FlowcoreWorkflow.run,
+                    args,
+                    id=rid,
+                    task_queue=self.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    static_summary=f"flowcore {flow.id}",
+                    priority=priority,
+                    start_signal=name,
+                    start_signal_args=[payload] if key is None else [payload, key],
+                ),
+                rid,
+            )
+        except WorkflowAlreadyStartedError:
+            raise TemporalRunSettled(
+                rid, None, f"run {rid!r} has already settled (its workflow is closed)"
+            ) from None
+        return rid
 
     async def signal(
         self, run_id: str, name: str, payload: Any = None, key: str | None = None

@@ -44,6 +44,11 @@ __all__ = [
     "PROGRESS_ITEMS",
     "PROGRESS_QUERY",
     "PROGRESS_SIGNAL",
+    "FLOW_NAME_PREFIX",
+    "UPDATE_REFUSED_ERROR",
+    "UPDATES_QUERY",
+    "flow_name",
+    "temporal_name",
     "MAX_TIMEOUT_MS",
     "QUESTIONS_QUERY",
     "SCHEDULED_QUERY",
@@ -131,6 +136,40 @@ PROGRESS_QUERY = "progress"
 """Query ``progress(start)``: the run's progress items from index ``start``, as
 log envelopes (``progress``; a ``progress.dropped`` gap first when items from
 ``start`` were dropped)."""
+
+UPDATES_QUERY = "updates"
+"""Query ``updates(update_id=None)``: the flow updates the run's incarnation knows
+(``flowcore.updates_of``; one, or none, with ``update_id``), as wire objects."""
+
+UPDATE_REFUSED_ERROR = "update-refused"
+"""The error type of a flow update the run refused (``flowcore.validate_update``):
+its details are ``{"code", "update"}``; refused by the validator, it never
+reaches the history."""
+
+FLOW_NAME_PREFIX = "flowcore/"
+"""A flow's own update or query goes to the workflow under its own name, or under
+this prefix and its name when the workflow's own handlers take that name
+(``answer``, ``status``, ...): flowcore names never hold ``/``."""
+
+_OWN_UPDATES: Final = frozenset({ANSWER_UPDATE, ANSWER_BY_UPDATE, SCHEDULED_UPDATE, UPGRADE_UPDATE})
+_OWN_QUERIES: Final = frozenset(
+    {SCHEDULED_QUERY, QUESTIONS_QUERY, LOG_QUERY, STATUS_QUERY, WAITS_QUERY, PROGRESS_QUERY}
+    | {UPDATES_QUERY}
+)
+
+
+def temporal_name(name: str, kind: str) -> str:
+    """The Temporal name of a flow's update (``kind`` ``"update"``) or query
+    (``"query"``) ``name``: the name itself, prefixed when the workflow's own
+    handler (or Temporal's, ``__...``) takes it."""
+    own = _OWN_UPDATES if kind == "update" else _OWN_QUERIES
+    return FLOW_NAME_PREFIX + name if name in own or name.startswith("__") else name
+
+
+def flow_name(name: str) -> str:
+    """The flow's update or query name a Temporal name stands for."""
+    return name.removeprefix(FLOW_NAME_PREFIX)
+
 
 PROGRESS_ITEMS: Final = 1_000
 """A run on Temporal keeps at most this many progress items (its newest)."""

@@ -48,6 +48,11 @@ new run starts what the state waits for (``_check_switch``, ``_switch``,
 flow once the client has checked its log replays against it; a run pinned by
 hash alone finds its spec in the worker's registry (``_registry``).
 
+A flow's own updates and queries are Temporal's, by their names: a dynamic
+update handler whose validator is ``flowcore.validate_update`` feeds
+``update-requested`` (Temporal's update id) and answers the update's reply,
+and a dynamic query handler answers ``flowcore.query`` (``_workflow_updates``).
+
 Workflow cancellation is reported as ``cancel-requested``; the workflow keeps
 running while compensations run and returns the settled result. Temporal
 cancels only the workflow's main coroutine, which merely waits for the run to
@@ -106,7 +111,7 @@ from flowcore_temporal import _registry
 
 from ._types import STATUS_MEMO, WORKFLOW_NAME, RunArgsError, clip
 from ._workflow_base import _MESSAGE_CHARS, _REASON_CHARS, _Args, _forked, _parse, budget_to_args
-from ._workflow_handlers import WorkflowHandlers
+from ._workflow_updates import WorkflowUpdates
 
 __all__ = ["FlowcoreWorkflow", "budget_to_args"]
 
@@ -132,13 +137,14 @@ def _semantics() -> int:
 
 
 @workflow.defn(name=WORKFLOW_NAME)
-class FlowcoreWorkflow(WorkflowHandlers):
+class FlowcoreWorkflow(WorkflowUpdates):
     """Runs one flowcore run; see the module docstring for the mapping.
 
     Its parts, each a class of its own module: the state, clock and result
     (``WorkflowBase``), events in and effects out (``WorkflowEffects``),
-    carrying a long run over (``WorkflowCarrying``), and the signal, update
-    and query handlers (``WorkflowHandlers``); the run itself is here."""
+    carrying a long run over (``WorkflowCarrying``), the signal, update
+    and query handlers (``WorkflowHandlers``) and the flow's own updates and
+    queries (``WorkflowUpdates``); the run itself is here."""
 
     @workflow.init
     def __init__(self, args: _Args) -> None:

@@ -7,7 +7,8 @@ Each event comes from where a Temporal run gets it:
   outlives its start-to-close timeout);
 - answers through the ``answer`` update, signals as Temporal signals, cancel
   as workflow cancellation, the scheduled-call events from outside through
-  the ``scheduled`` update;
+  the ``scheduled`` update, a caller's ``update-requested`` as the flow's own
+  Temporal update (its update id the event's);
 - ``timer-fired`` from durable timers;
 - ``subflow-settled`` from a child workflow (the small child spec), and an
   unknown subflow outcome from terminating that child.
@@ -84,9 +85,6 @@ TURN_TIMEOUT_S = 30.0
 REPLAYS = 2  # plays again on a slower clock when the machine fell behind it
 
 
-UPDATES = "an update-requested event: this player does not send updates yet"
-
-
 class Refused(Exception):
     pass
 
@@ -153,8 +151,6 @@ def prepare(plan: Plan, late_s: float = LATE_S) -> Timing:
     the clock then goes no slower than ``SLOWEST_FIRE_MS`` allows, which may absorb
     less than that).
     """
-    if any(t.action == "update" for t in plan.turns):
-        raise Refused(UPDATES)
     if plan.late is not None:
         raise Refused(f"{plan.late}; Temporal fires timers on time")
     if plan.late_work is not None and plan.started.get("semantics", 1) >= 2:
@@ -322,9 +318,11 @@ def _matches(plan: Plan, outcome: Outcome) -> bool:
 
 
 async def _play_once(plan: Plan, server: str | None, timing: Timing) -> Outcome:
+    from temporalio.client import WorkflowUpdateStage
     from temporalio.service import RPCError
 
     import flowcore_temporal as ft
+    from flowcore_temporal._types import temporal_name
     from flowcore_temporal._visibility import metadata_of
     from tests.temporal.support import unique
 
@@ -399,6 +397,17 @@ async def _play_once(plan: Plan, server: str | None, timing: Timing) -> Outcome:
                 elif turn.action in SCHEDULED_KINDS:
                     sent = {k: v for k, v in event.items() if k != "atMs"}
                     await handle.execute_update(ft.SCHEDULED_UPDATE, args=[sent])
+                elif turn.action == "update":
+                    # Sent as a caller would (Temporal's update, the update id its
+                    # id) and not waited for: its handler may wait for later events.
+                    given = event.get("input")
+                    principal = event.get("principal")
+                    await handle.start_update(
+                        temporal_name(event["name"], "update"),
+                        args=[given] if principal is None else [given, principal],
+                        id=event["updateId"],
+                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    )
                 elif turn.action == "child-signal":
                     child = await _child_running(client, child_id)
                     await child.signal(RELEASE, event.get("output"))

@@ -122,6 +122,5 @@ REFUSED: Final[dict[str, dict[str, str]]] = {
             "event 1 is a late result of r-1/call#1; Temporal cancels the activity of work a run "
             "at decision level 2 stops waiting for, so no late result reaches the run"
         ),
-        **dict.fromkeys(_UPDATE_CASES, _UPDATES),
     },
 }

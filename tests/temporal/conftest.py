@@ -40,13 +40,16 @@ TEST_METADATA = {
 
 
 def search_attributes() -> dict[str, str]:
-    """``flowcore_<field>`` -> type of every metadata field the tests' flows and the
-    conformance vectors declare: the dev server registers them when it starts."""
+    """``flowcore_<field>`` -> type of every metadata field the tests' flows, the
+    conformance vectors and the worked examples (``examples/*/``) declare: the
+    dev server registers them when it starts."""
     import flowcore
     from flowcore_temporal._types import ATTRIBUTE_TYPES, METADATA_PREFIX
 
     fields = dict(TEST_METADATA)
-    for spec in sorted((ROOT / "specs" / "conformance").glob("*/flow.yaml")):
+    specs = sorted((ROOT / "specs" / "conformance").glob("*/flow.yaml"))
+    specs += sorted((ROOT / "examples").glob("*/*.yaml"))  # the worked examples
+    for spec in specs:
         try:
             declared = flowcore.parse_flow(spec.read_bytes()).metadata
         except flowcore.SpecError:

@@ -21,7 +21,7 @@ import flowcore_temporal as ft
 from flowcore_ops import ACCESS, BY_NAME, Context, OperationError, Principal, allows
 
 from ..ops.local_world import past_window, write_files
-from ..ops.parity import ORDER, REFUSED, SCENARIOS, runs
+from ..ops.parity import NEW_RUNS, ORDER, REFUSED, SCENARIOS, runs
 from ..ops.surfaces import Refused, command_line, http_client, over_http
 from .support import eventually, running_host, unique
 
@@ -64,7 +64,7 @@ async def temporal_world(
 
         await eventually(ran, "the world's scheduled call done", timeout=60)
         start, end = past_window()
-        names = [*runs(), "p-new", "p-fork"]
+        names = [*runs(), *NEW_RUNS]
         yield (
             host,
             {

@@ -39,6 +39,10 @@ def test_each_role_of_the_temporal_host_is_its_own_class_and_module() -> None:
         "fork": "_client",
         "upgrade": "_client",
         "add_scheduled": "_client",
+        "update_with_start": "_client",
+        "signal_with_start": "_client",
+        "update": "_updates",
+        "query": "_updates",
         "find_runs": "_reads",
         "summary": "_reads",
         "show": "_reads",
@@ -55,6 +59,7 @@ def test_each_role_of_the_temporal_host_is_its_own_class_and_module() -> None:
     roles = {cls.__name__: cls.__module__ for cls in TemporalHost.__mro__[1:-1]}
     assert roles == {
         "TemporalClient": "flowcore_temporal._client",
+        "TemporalUpdates": "flowcore_temporal._updates",
         "TemporalReads": "flowcore_temporal._reads",
         "TemporalAdmin": "flowcore_temporal._admin",
         "TemporalBase": "flowcore_temporal._host_base",
@@ -76,11 +81,14 @@ def test_each_part_of_the_workflow_is_its_own_class_and_module() -> None:
         "_continue_as_new": "_workflow_carry",
         "answer": "_workflow_handlers",
         "status": "_workflow_handlers",
+        "_on_update": "_workflow_updates",
+        "_on_query": "_workflow_updates",
     }
     for name, module in where.items():
         assert getattr(FlowcoreWorkflow, name).__module__ == f"flowcore_temporal.{module}", name
     parts = {cls.__name__: cls.__module__ for cls in FlowcoreWorkflow.__mro__[1:-1]}
     assert parts == {
+        "WorkflowUpdates": "flowcore_temporal._workflow_updates",
         "WorkflowHandlers": "flowcore_temporal._workflow_handlers",
         "WorkflowCarrying": "flowcore_temporal._workflow_carry",
         "WorkflowEffects": "flowcore_temporal._workflow_effects",
@@ -107,11 +115,11 @@ PUBLIC = (
     " child_run_id connect count_runs delete delete_schedule events export find_runs flow fork"
     " forked_from"
     " handle histories history log metadata now open_questions pause_schedule progress"
-    " progress_records prune questions"
+    " progress_records prune query questions"
     " records replay_scheduled result resume resume_schedule run_scheduled_now runs schedule"
     " schedule_names"
-    " scheduled schedules show signal signal_key start status summary trigger_schedule"
-    " upgrade waits"
+    " scheduled schedules show signal signal_key signal_with_start start status summary"
+    " trigger_schedule update update_result update_with_start updates upgrade waits"
 ).split()
 
 
