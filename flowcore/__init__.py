@@ -20,10 +20,12 @@ from ._errors import (
     FlowcoreError,
     MetadataError,
     Problem,
+    QueryError,
     ReplayDivergence,
     RunIdError,
     SnapshotMismatch,
     SpecError,
+    UpdateRefused,
     WireError,
 )
 from ._jsontext import JsonTextError, decode_json_text
@@ -35,11 +37,20 @@ from .decision.interp import (
     advance,
     continue_run,
     start,
+    validate_update,
 )
 from .decision.keys import RESERVED_RUN_ID_CHARS, KeyInfo, KeyRole, check_run_id, parse_key
 from .decision.plan import Plan, plan
+from .decision.queries import query
 from .decision.snapshot import decode_state, encode_state
 from .decision.state import ScheduledAnswer, State
+from .decision.update_wire import (
+    UpdateReply,
+    UpdateView,
+    update_reply_from_wire,
+    update_reply_to_wire,
+)
+from .decision.updates import update_of, updates_of
 from .decision.waiting import (
     OpenWork,
     Question,
@@ -86,6 +97,7 @@ from .decision.wire import (
     Sleep,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     Usage,
     check_event,
     decode_effect,
@@ -112,6 +124,7 @@ from .language.share_bound import StepShare, budget_shares
 from .language.spec import MAX_AMOUNT as MAX_BUDGET_AMOUNT
 from .language.spec import Budget, Flow, canonical_spec, parse_flow
 from .language.times import MAX_DURATION_MS, DurationError, parse_duration
+from .language.updates import QueryDecl, UpdateDecl
 from .log.fork import Fork, ForkError, fork, fork_point, source_key
 from .log.records import (
     LogCorrupt,
@@ -222,6 +235,13 @@ __all__ = [
     "Upgrade",
     "UpgradeRefused",
     "Usage",
+    "UpdateView",
+    "UpdateRequested",
+    "UpdateReply",
+    "UpdateRefused",
+    "UpdateDecl",
+    "QueryError",
+    "QueryDecl",
     "UsageFigures",
     "Waits",
     "WorkPlace",
@@ -269,5 +289,11 @@ __all__ = [
     "continue_run",
     "usage_figures",
     "waiting_for",
+    "update_reply_to_wire",
+    "update_reply_from_wire",
+    "validate_update",
+    "updates_of",
+    "update_of",
+    "query",
     "work_place",
 ]

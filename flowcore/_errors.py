@@ -19,10 +19,12 @@ __all__ = [
     "InputError",
     "MetadataError",
     "Problem",
+    "QueryError",
     "ReplayDivergence",
     "RunIdError",
     "SnapshotMismatch",
     "SpecError",
+    "UpdateRefused",
     "WireError",
 ]
 
@@ -86,6 +88,34 @@ class EventRejected(FlowcoreError):
         self.reason = reason
         self.key = key
         super().__init__(reason if key is None else f"{reason} [{key}]")
+
+
+class UpdateRefused(EventRejected):
+    """An update the run will not take (language.md §16); nothing was written.
+
+    ``code``: ``unknown-update`` (no such name), ``bad-input`` (the input fails
+    the update's ``input_schema`` or is not data), ``validator`` (its validator
+    is falsy or fails to evaluate), ``limit`` (``max_running_updates`` run, or
+    ``max_updates`` were taken in this incarnation) or ``ending`` (the run is
+    winding down, has settled or continued as new). ``update``: the name.
+    """
+
+    def __init__(self, code: str, update: str, reason: str) -> None:
+        self.code = code
+        self.update = update
+        super().__init__(reason)
+
+
+class QueryError(FlowcoreError):
+    """A query that cannot be answered: ``code`` is ``unknown-query``,
+    ``bad-args`` (the args fail its ``args_schema`` or are not data) or
+    ``expression-error`` (its value fails to evaluate); ``query``: the name."""
+
+    def __init__(self, code: str, query: str, message: str) -> None:
+        self.code = code
+        self.query = query
+        self.message = message
+        super().__init__(message)
 
 
 class RunIdError(FlowcoreError, ValueError):

@@ -535,6 +535,53 @@ def _metadata() -> dict[str, Any]:
     }
 
 
+_DECL_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.-]{0,99}$"}
+
+
+def _updates(b: _Builder) -> dict[str, Any]:
+    """The top-level ``updates:`` (§16): update name -> its declaration."""
+    b.defs["Update"] = {
+        "description": "An update (§16): a request a caller sends a running run; its input "
+        "is checked (input_schema, validator), its steps run beside the flow's, and the "
+        "caller gets its reply.",
+        "type": "object",
+        "properties": {
+            "description": {"type": "string"},
+            "input_schema": {"type": "object"},
+            "validator": _ref("Condition"),
+            "examples": {"type": "array"},
+            "steps": _ref("Steps"),
+            "reply": _ref("Template"),
+        },
+        "additionalProperties": False,
+    }
+    return {
+        "type": ["object", "null"],
+        "propertyNames": _DECL_NAME,
+        "additionalProperties": {"anyOf": [_ref("Update"), {"type": "null"}]},
+    }
+
+
+def _queries(b: _Builder) -> dict[str, Any]:
+    """The top-level ``queries:`` (§16): query name -> its declaration."""
+    b.defs["Query"] = {
+        "description": "A query (§16): a read-only template over a run's state, with args.",
+        "type": "object",
+        "properties": {
+            "description": {"type": "string"},
+            "args_schema": {"type": "object"},
+            "value": _ref("Template"),
+        },
+        "required": ["value"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": ["object", "null"],
+        "propertyNames": _DECL_NAME,
+        "additionalProperties": _ref("Query"),
+    }
+
+
 def _switch(b: _Builder) -> str:
     b.defs["SwitchCase"] = {
         "description": _DESCRIPTIONS["SwitchCase"],
@@ -628,6 +675,10 @@ def _flow(b: _Builder) -> dict[str, Any]:
             props[key] = _schedule(b)
         elif key == "metadata":
             props[key] = _metadata()
+        elif key == "updates":
+            props[key] = _updates(b)
+        elif key == "queries":
+            props[key] = _queries(b)
         elif key in _TOP_TYPES:
             props[key] = b.type_schema(_TOP_TYPES[key], key)
         elif key in fields:

@@ -33,8 +33,12 @@ from flowcore import Effect, Event  # noqa: E402
 from flowcore.log.records import TypedRecord  # noqa: E402
 from flowcore_cli._decide import (  # noqa: E402
     AdvanceRequest,
+    Checked,
+    CheckUpdateRequest,
     Decided,
     Failed,
+    Queried,
+    QueryRequest,
     StartRequest,
 )
 from scripts.flow_schema import flow_schema  # noqa: E402
@@ -99,9 +103,17 @@ def _decide_documents() -> dict[str, dict[str, Any]]:
     event union instead, whose structs it holds in its ``$defs`` too.
     """
     roots, defs = msgspec.json.schema_components(
-        [StartRequest | AdvanceRequest, Decided, Failed, Event], ref_template=_REF_TEMPLATE
+        [
+            StartRequest | AdvanceRequest | QueryRequest | CheckUpdateRequest,
+            Decided,
+            Queried,
+            Checked,
+            Failed,
+            Event,
+        ],
+        ref_template=_REF_TEMPLATE,
     )
-    requests, decided, failed, event = roots
+    requests, decided, queried, checked, failed, event = roots
     defs["Event"] = event
     defs["AdvanceRequest"]["properties"]["event"] = {"$ref": _REF_TEMPLATE.format(name="Event")}
     docs = {
@@ -109,13 +121,15 @@ def _decide_documents() -> dict[str, dict[str, Any]]:
             requests,
             "flowcore decide request",
             "One request line of `flowcore decide --stdio` (host -> decide), discriminated "
-            "by `op`: start a run, or advance one with an event.",
+            "by `op`: start a run, advance one with an event, ask it a query, or check "
+            "whether it would take an update.",
         ),
         "decide-replies": (
-            {"anyOf": [decided, failed]},
+            {"anyOf": [decided, queried, checked, failed]},
             "flowcore decide reply",
             "One reply line of `flowcore decide --stdio` (decide -> host): a decision "
-            "(`ok: true`: the state string and the effects) or a typed error (`ok: false`).",
+            "(`ok: true`: the state string, the effects and the updates it ended), a "
+            "query's value, an update check's verdict, or a typed error (`ok: false`).",
         ),
     }
     out: dict[str, dict[str, Any]] = {}

@@ -24,7 +24,7 @@ import msgspec
 
 from .._data import MAX_EVENT_BYTES, json_size
 from ..language.expr import TemplateError
-from . import keys, shares
+from . import keys, shares, updates
 from .constructs import compensation, schedule
 from .halt import ContinueRequested, Exhausted
 from .outcome import Failed, Ok, Outcome, effect_tag, err
@@ -38,6 +38,7 @@ from .state import (
     Resolution,
     SchedStatus,
     SettledStatus,
+    StepFrame,
     oldest_first,
     parent_close,
 )
@@ -81,6 +82,10 @@ def root_done(t: Txn, child: Frame | None, out: Outcome) -> None:
     """A list without a parent ended: the flow's own steps, a compensation, or the
     steps run within the reserve after the budget ran out."""
     kind = getattr(child, "list", None)
+    if kind is ListKind.UPDATE:
+        assert child is not None and not isinstance(child, StepFrame)
+        updates.handler_done(t, child, out)
+        return
     if kind is ListKind.COMPENSATION:
         next_compensation(t)
         return
@@ -112,6 +117,8 @@ def root_done(t: Txn, child: Frame | None, out: Outcome) -> None:
 def wind_down(t: Txn, ending: Ending) -> None:
     """Run compensations (on failure or cancel), wait for outliving calls, settle."""
     t.tree = msgspec.structs.replace(t.tree, ending=ending)
+    if ending.status != "completed":  # a completed run waits for its updates instead
+        updates.abandon_running(t, _abandoned(ending.status))
     if ending.status in ("failed", "cancelled") and t.tree.compensations is not None:
         next_compensation(t)
         return
@@ -161,6 +168,7 @@ def exhaust(t: Txn, limit: str) -> None:
     """A limit was reached: settle ``budget-exhausted`` at once, or first run the
     flow's ``on_budget_exhausted`` steps within the reserve (once)."""
     t.abandon_all()
+    updates.abandon_running(t, _abandoned("budget-exhausted"))
     final = t.flow.on_exhausted
     if final is None or t.tree.exhausted is not None or t.tree.ending is not None:
         settle(t, "budget-exhausted", None, err("budget-exhausted", _EXHAUSTED[limit]), limit)
@@ -218,6 +226,7 @@ def settle(
 ) -> None:
     if not t.report_complete:
         raise NeedsReport
+    updates.abandon_running(t, _abandoned(status))
     schedule.settle_open(t)
     settled = Settled(
         status=status,
@@ -242,6 +251,7 @@ def continue_as_new(t: Txn, key: str, input: Any, idle: int = 0) -> None:
     """
     if not t.report_complete:
         raise NeedsReport
+    updates.abandon_running(t, "the run continued as new before the update ended")
     signals = tuple(
         CarriedSignal(signal=name, payload=payload)
         for name, payloads in sorted(t.waiting.signals.items())
@@ -284,6 +294,10 @@ def continue_as_new(t: Txn, key: str, input: Any, idle: int = 0) -> None:
     )
     t.tree = msgspec.structs.replace(t.tree, continued=effect, compensations=None)
     t.effects = [effect]
+
+
+def _abandoned(status: str) -> str:
+    return f"the run settled {status} before the update ended"
 
 
 def _close(t: Txn) -> tuple[ReportEntry, ...]:

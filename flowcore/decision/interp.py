@@ -22,7 +22,7 @@ from .._errors import EventRejected, InputError, MetadataError
 from ..language.defaults import DEFAULT_STEP_BUDGET
 from ..language.metadata import check_values
 from ..language.spec import Budget, Flow
-from . import constructs, keys
+from . import constructs, keys, updates
 from . import ending as _ending
 from . import transitions as _transitions
 from .constructs import schedule
@@ -45,7 +45,17 @@ from .state import (
     Waiting,
 )
 from .txn import Txn
-from .wire import BudgetRemaining, ContinueAsNew, Effect, Event, KeyEvent, Settled, check_event
+from .update_wire import UpdateReply
+from .wire import (
+    BudgetRemaining,
+    ContinueAsNew,
+    Effect,
+    Event,
+    KeyEvent,
+    Settled,
+    UpdateRequested,
+    check_event,
+)
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
@@ -55,6 +65,7 @@ __all__ = [
     "advance",
     "continue_run",
     "start",
+    "validate_update",
 ]
 
 
@@ -391,6 +402,10 @@ def advance_partial(state: State, event: Event) -> Decision:
 
 def _decide(state: State, event: Event, whole: bool) -> Decision:
     _checked(event)
+    if type(event) is UpdateRequested and (
+        state.settled is not None or state.tree.continued is not None
+    ):
+        raise updates.check_ended(state, event)
     if state.settled is not None:
         _settled_reject(state, event_key(event))
     if state.tree.continued is not None:
@@ -399,7 +414,17 @@ def _decide(state: State, event: Event, whole: bool) -> Decision:
         _complete(state)
     t = Txn(state, ABOVE)
     _transitions.apply(t, event)
-    return Decision(t.freeze(), tuple(t.effects), t.answer)
+    return Decision(t.freeze(), tuple(t.effects), t.answer, tuple(t.replies))
+
+
+def validate_update(
+    state: State, name: str, input: Any = None, principal: str | None = None
+) -> None:
+    """Raise ``UpdateRefused`` if ``state`` would refuse the update ``name`` with
+    ``input`` now (any update id not taken yet); writes nothing."""
+    if state.settled is not None or state.tree.continued is not None:
+        raise updates.check_ended(state, UpdateRequested(update_id="?", name=name, at_ms=0))
+    updates.check(Txn(state, ABOVE), None, name, input, principal)
 
 
 class Batch:
@@ -425,6 +450,10 @@ class Batch:
     def advance(self, event: Event) -> Sequence[Effect]:
         _checked(event)
         t = self.t
+        if type(event) is UpdateRequested and (
+            t.settled is not None or t.tree.continued is not None
+        ):
+            raise updates.check_ended(self.state(), event)
         if t.settled is not None:
             _settled_reject(self.state(), event_key(event))
         if t.tree.continued is not None:
@@ -452,6 +481,11 @@ class Batch:
             return False
         how = t.waiting.resolved.get(key)
         return how is not None and how.how is How.LATE
+
+    @property
+    def replies(self) -> tuple[UpdateReply, ...]:
+        """The updates the last event ended, in order (``Decision.replies``)."""
+        return tuple(self.t.replies)
 
     @property
     def answer(self) -> ScheduledAnswer | None:

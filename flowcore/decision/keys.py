@@ -16,6 +16,7 @@ The grammar, for a run ``r-1``::
            | run "/$deadline"                    the wall-clock deadline
            | run "/$deadline-reserve"            the deadline of the reserve's steps
            | run "/~scheduled-" n                a call scheduled from outside the run
+           | run "/~update-" n "/" key-rest      a step of update n's handler (any form above)
            | run "/~scheduled-r" hex20           one scheduled under a request (its SHA-256)
            | schedule "/delay" | schedule "/call"   a scheduled call's timer and call
            | schedule "/delay-" n | schedule "/call-" n   firing n (from 2) of a recurring call
@@ -82,6 +83,8 @@ __all__ = [
     "step_timeout_key",
     "tick_key",
     "try_list",
+    "update_list",
+    "update_scope",
     "wait_timeout_key",
 ]
 
@@ -262,6 +265,19 @@ def compensation_list(prefix: str, step: str) -> str:
     return f"!comp:{prefix}{step}"
 
 
+UPDATE_SCOPE = "~update-"
+
+
+def update_scope(seq: int) -> str:
+    """The scope (and frame prefix) of the handler of update ``seq``: ``~update-1/``."""
+    return f"{UPDATE_SCOPE}{seq}/"
+
+
+def update_list(seq: int) -> str:
+    """The frame id of the handler's list of steps: ``~update-1``."""
+    return f"{UPDATE_SCOPE}{seq}"
+
+
 # --- reading keys back ----------------------------------------------------------------
 
 
@@ -295,6 +311,7 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
     member: str | None = None
     incarnation: int = 1  # the run's incarnation the key belongs to (``continue_as_new``)
     firing: int | None = None  # a recurring call's firing (from 2), or a replay's number
+    update: int | None = None  # the update (its seq) whose handler the step is in
 
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -308,6 +325,7 @@ _KEY = re.compile(
     rf"|\[(?P<fire>\d+)\]/(?P<tick>tick))\Z"
 )
 _INCARNATION = re.compile(r"@(?P<n>[2-9]|[1-9][0-9]+)/")
+_UPDATE = re.compile(r"~update-(?P<n>[1-9][0-9]*)/")
 _LOOP = re.compile(r"\[(\d+)\]")
 _OUTSIDE = re.compile(
     r"~scheduled-(?P<n>[1-9][0-9]*|r[0-9a-f]{20})"
@@ -369,11 +387,16 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
             incarnation=incarnation,
             firing=firing,
         )
+    update = None
+    handler = _UPDATE.match(rest)
+    if handler is not None:
+        update = int(handler["n"])
+        prefix, rest = rest[: handler.end()], rest[handler.end() :]
     m = _KEY.match(rest)
     if m is None:
         raise ValueError(f"not a flowcore key: {key[:200]!r}")
     firing = _firing(key, m["suffix"], m["firing"])
-    path = m["path"]
+    path = m["path"] if handler is None else prefix + m["path"]
     loops = tuple(int(i) for i in _LOOP.findall(path))
     if m["member"] is not None:
         role, attempt, member = KeyRole.MEMBER, int(m["mattempt"]), m["member"]
@@ -394,6 +417,7 @@ def parse_key(key: str, run_id: str | None = None) -> KeyInfo:
         member=member,
         incarnation=incarnation,
         firing=firing,
+        update=update,
     )
 
 

@@ -47,6 +47,7 @@ from .report_rows import (
     oldest_first,
 )
 from .results import ResultStore
+from .update_wire import UpdateReply
 from .wire import (
     BudgetRemaining,
     CallTool,
@@ -94,6 +95,7 @@ __all__ = [
     "TeamProgress",
     "Tree",
     "TryProgress",
+    "UpdateRec",
     "Waiting",
     "add_report_row",
     "iter_report",
@@ -240,6 +242,7 @@ class ListKind(StrEnum):
     BODY = "body"  # a for_each iteration or a repeat fire (``index``)
     COMPENSATION = "compensation"  # the owner's compensate steps
     FINAL = "final"  # on_budget_exhausted's steps, run within the reserve (no owner)
+    UPDATE = "update"  # an update's handler (no owner; ``index``: its seq, ``branch``: its id)
 
 
 class Env(_S, frozen=True, gc=False, array_like=True):
@@ -375,6 +378,18 @@ class Ending(_S, frozen=True, gc=False, array_like=True):
     error: ErrorInfo | None = None
 
 
+class UpdateRec(_S, frozen=True, gc=False, array_like=True):
+    """One update the incarnation took (``Tree.updates``): ``seq`` numbers it
+    (its handler's frames are under ``~update-<seq>/``)."""
+
+    name: str
+    seq: int
+    status: Literal["running", "completed", "failed"] = "running"
+    output: Any = None
+    error: ErrorInfo | None = None
+    principal: str | None = None
+
+
 class Tree(_S, frozen=True, gc=False):
     """The frames that run now, their variables, and how the run winds down."""
 
@@ -390,6 +405,8 @@ class Tree(_S, frozen=True, gc=False):
     # (here, not in ``Run``, so that the snapshots of runs that never continue
     # keep their bytes: this record's defaults are left out of them).
     incarnation: int = 1
+    # The updates this incarnation took, by update id (language.md §16).
+    updates: immutables.Map[str, UpdateRec] = _EMPTY
 
 
 # --- budget, schedules, report ------------------------------------------------------------
@@ -605,8 +622,11 @@ class Decision(msgspec.Struct, frozen=True):
     ``scheduled`` is set only by the scheduled-call events from outside
     (``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
     ``scheduled-add-requested``): what the host tells whoever asked.
+    ``replies``: the updates this decision ended, in order (what the host
+    tells the callers who wait for them).
     """
 
     state: State
     effects: tuple[Effect, ...]
     scheduled: ScheduledAnswer | None = None
+    replies: tuple[UpdateReply, ...] = ()

@@ -48,6 +48,7 @@ from .._errors import EventRejected
 from ..language.defaults import DEFAULT_UNKNOWN_REISSUES
 from ..language.spec import CallToolStep, RunSubflowStep, SignalRunStep, Step, duration_text
 from . import ending as _ending
+from . import updates
 from .constructs import leaf, repeat, schedule, team
 from .halt import Exhausted
 from .outcome import Failed, Ok, Outcome, err
@@ -75,6 +76,7 @@ from .wire import (
     SignalRun,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     Usage,
 )
 
@@ -129,6 +131,8 @@ ANSWERS: Final[dict[type[Event], frozenset[PendingKind]]] = {
     ScheduledRunNowRequested: frozenset(),
     ScheduledAddRequested: frozenset(),
     ScheduledReplayRequested: frozenset(),
+    # A request for one of the flow's updates: it starts a handler (``updates``).
+    UpdateRequested: frozenset(),
 }
 """Event class -> the pending kinds it may answer. Any other pairing is rejected."""
 
@@ -197,6 +201,8 @@ def apply(t: Txn, event: Event) -> None:
             schedule.add_outside(t, event)
         case ScheduledReplayRequested():
             schedule.replay(t, event)
+        case UpdateRequested():
+            updates.accept(t, event)
         case _:
             assert_never(event)
     w = t.waiting
@@ -610,8 +616,10 @@ def _cancel(t: Txn, ev: CancelRequested) -> None:
         schedule.cancel_pending(t, everything=True)
         _ending.settle(t, "cancelled", None, error, None)
         return
-    if t.tree.ending is not None:
+    ending = t.tree.ending
+    if ending is not None and not (ending.status == "completed" and t.frames):
         raise EventRejected("the run is already compensating; it settles when they finish")
+    # Else the run's steps completed and it waits for its running updates: they stop.
     t.check_clock()
     if t.halt is not None:
         return

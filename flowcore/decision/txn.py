@@ -99,6 +99,8 @@ class Txn(TxnWaits):
                 final = self.flow.on_exhausted
                 assert final is not None
                 return final.steps
+            if frame.list is ListKind.UPDATE:  # ``branch``: the update's id
+                return self.flow.updates[self.tree.updates[frame.branch].name].steps
             return self.flow.steps
         return self.above.steps_of(self.flow.by_id[frame.owner], frame)
 

@@ -45,6 +45,7 @@ from .state import (
     Tree,
     Waiting,
 )
+from .update_wire import UpdateReply
 from .wire import (
     Effect,
     Settled,
@@ -76,6 +77,7 @@ SCRATCH = (
     "sched_changed",
     "answer",
     "cancelling_now",
+    "replies",
 )
 """What one decision collects: its effects and its journal."""
 _SAVED = ("now_ms", *SCRATCH)
@@ -106,6 +108,7 @@ class TxnRecords:
         "now_ms",
         "opening",
         "pending",
+        "replies",
         "report",
         "report_complete",
         "resolved_now",
@@ -168,6 +171,7 @@ class TxnRecords:
         self.cancelling_now: list[
             str
         ] = []  # work keys the host must cancel and report: the journal
+        self.replies: list[UpdateReply] = []  # the updates this decision ended
         # In ``start``: the signals buffered when the flow's steps began (an
         # incarnation's carried ones); None in ``advance``.
         self.starting: int | None = None
@@ -218,6 +222,7 @@ class TxnRecords:
         self.signal_taker = None
         self.answer = None
         self.cancelling_now = []
+        self.replies = []
 
     def freeze(self) -> State:
         journal = (

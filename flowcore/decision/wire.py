@@ -68,6 +68,7 @@ __all__ = [
     "TimerFired",
     "Usage",
     "UNENCODABLE_OUTPUT",
+    "UpdateRequested",
     "check_event",
     "decode_effect",
     "decode_event",
@@ -460,6 +461,24 @@ class ScheduledReplayRequested(_Event, tag="scheduled-replay-requested", frozen=
     request: str | None = None
 
 
+MAX_UPDATE_ID: Final = 200
+"""The longest update id, in characters."""
+
+
+class UpdateRequested(_Event, tag="update-requested", frozen=True, kw_only=True):
+    """A caller asks the run to run its update ``name`` (language.md §16).
+
+    ``update_id``: the caller's id for this request, unique in the run's
+    incarnation (a repeated one is rejected: hosts look it up first with
+    ``flowcore.update_of``); ``principal``: who asks, if the host knows."""
+
+    update_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_UPDATE_ID)]
+    name: str
+    input: Any = None
+    principal: str | None = None
+    at_ms: NonNegInt
+
+
 Event: TypeAlias = (
     EffectSucceeded
     | EffectFailed
@@ -473,6 +492,7 @@ Event: TypeAlias = (
     | ScheduledRunNowRequested
     | ScheduledAddRequested
     | ScheduledReplayRequested
+    | UpdateRequested
 )
 
 KeyEvent: TypeAlias = (

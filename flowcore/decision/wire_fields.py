@@ -11,6 +11,7 @@ from typing import assert_never
 from .._data import MAX_NAME_CHARS, DataError, check_data, check_text, short
 from .wire import (
     _STATUSES,
+    MAX_UPDATE_ID,
     CancelRequested,
     EffectFailed,
     EffectOutcomeUnknown,
@@ -25,6 +26,7 @@ from .wire import (
     SignalReceived,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     _check_count,
     _check_error,
     _check_size,
@@ -47,6 +49,8 @@ def _short_names(event: Event) -> bool:
         return len(event.tool) <= MAX_NAME_CHARS
     if isinstance(event, EffectFailed):
         return len(event.error.type) <= MAX_NAME_CHARS
+    if isinstance(event, UpdateRequested):
+        return len(event.update_id) <= MAX_UPDATE_ID and len(event.name) <= MAX_NAME_CHARS
     return True
 
 
@@ -117,6 +121,14 @@ def _check_fields(event: object) -> Event:
             check_text(event.schedule_id, "$.scheduleId", what, MAX_NAME_CHARS)
             if event.request is not None:
                 check_text(event.request, "$.request", what, MAX_NAME_CHARS)
+        case UpdateRequested():
+            check_text(event.update_id, "$.updateId", what, MAX_UPDATE_ID)
+            if not event.update_id or not event.update_id.isprintable():
+                raise DataError("$.updateId", "expected non-empty printable text", what)
+            check_text(event.name, "$.name", what, MAX_NAME_CHARS)
+            check_data(event.input, "$.input", what)
+            if event.principal is not None:
+                check_text(event.principal, "$.principal", what, MAX_NAME_CHARS)
         case _:
             assert_never(event)
     _check_size(event)

@@ -159,6 +159,8 @@ class Limits:
     max_concurrency: Count | None = None
     max_buffered_signals: Amount = Amount(64)
     max_idle_incarnations: Amount = Amount(1000)
+    max_running_updates: Count = Count(10)  # updates whose handlers run at once
+    max_updates: Count = Count(2000)  # updates accepted per incarnation
 
 
 @attrs.frozen
@@ -401,6 +403,35 @@ class Step:
     max_usage: UsageCap | None = None
 
 
+@attrs.frozen
+class UpdateDecl:
+    """One declared update (``updates.<name>``).
+
+    ``examples``: inputs the tools send when they try the update (each passes
+    ``input_schema``); ``scoped``: the ids of the handler's steps whose results
+    live in the handler's own scope (loops' bodies excluded: they have theirs).
+    """
+
+    name: str
+    steps: tuple[Step, ...] = ()
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    validator: Cond | None = None
+    examples: tuple[Any, ...] = ()
+    reply: Template | None = None
+    scoped: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class QueryDecl:
+    """One declared query (``queries.<name>``): a template over the run's state."""
+
+    name: str
+    value: Template
+    description: str | None = None
+    args_schema: dict[str, Any] | None = None
+
+
 @attrs.frozen(eq=False)
 class Flow:
     """A parsed, validated flow. ``spec_hash`` pins snapshots and logs to it."""
@@ -432,6 +463,9 @@ class Flow:
     agents: dict[str, AgentDecl] = attrs.field(factory=dict)
     # The top-level ``defaults:``: what a step has unless it says otherwise.
     defaults: Defaults = attrs.field(factory=lambda: Defaults())
+    # The top-level ``updates:`` and ``queries:`` (``language.updates``), by name.
+    updates: dict[str, UpdateDecl] = attrs.field(factory=dict)
+    queries: dict[str, QueryDecl] = attrs.field(factory=dict)
 
     def cancellation(self, step: Step) -> Cancellation:
         """What becomes of ``step``'s call when the run stops waiting for it."""
@@ -499,4 +533,6 @@ _TOP = (
     "metadata",
     "agents",
     "defaults",
+    "updates",
+    "queries",
 )

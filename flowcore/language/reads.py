@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from .expr import TemplateError, find_expressions, reads
 from .hooks import _did_you_mean, _strings
 from .model import _IDENT, _KINDS
-from .walk import _own_strings, _step_lists
+from .walk import _handlers, _own_strings, _step_lists
 
 __all__ = ["check_reads"]
 
@@ -50,6 +50,7 @@ RESULT_FIELDS = ("status", "output", "error", "answer")
 ERROR_FIELDS = ("type", "message", "retryable", "details", "cause", "attempts")
 RUN_FIELDS = ("id", "flow", "version", "depth", "attempt", "incarnation")
 SCHEDULE_FIELDS = ("at", "at_ms", "name")
+UPDATE_FIELDS = ("id", "name", "input", "principal")
 BASE_ROOTS = ("input", "steps", "run")
 
 # Where the names that exist only in some places do exist.
@@ -60,6 +61,23 @@ _ONLY_IN = {
     "received": "in an await_signal's until",
     "members": "in a run_team's prompt and its team's member instructions",
     "schedule": "in the input of a schedule under the top-level schedules",
+    "update": "in an update's validator, steps and reply",
+    "args": "in a query's value",
+    "metadata": "in a query's value",
+    "status": "in a query's value",
+    "waiting": "in a query's value",
+    "updates": "in a query's value",
+}
+
+# What a query's value reads beside the run's input, steps and run.
+QUERY_ROOTS = {
+    "args": "the query's arguments",
+    "metadata": "the run's metadata",
+    "status": "the run's status",
+    "output": "the settled run's output",
+    "error": "the settled run's error",
+    "waiting": "what the run waits for",
+    "updates": "the run's updates",
 }
 
 # Fields that are names, not templates: a ``${...}`` in one would be taken as
@@ -176,11 +194,15 @@ def _all_places(raw: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], tuple[
     final = raw.get("on_budget_exhausted")
     if isinstance(final, dict) and isinstance(final.get("steps"), list):
         yield from _places(final["steps"], ("on_budget_exhausted", "steps"), "", _FINAL, ())
+    for name, handler in _handlers(raw):
+        yield from _places(handler, ("updates", name, "steps"), "", ("update", name), ())
 
 
 def _roots(place: Place, info: _Steps) -> dict[str, str]:
     """The names an expression at ``place`` reads, with what each is."""
     roots = {"input": "the run's input", "steps": "step results", "run": "the run"}
+    if place and place[0].lane[0] == "update":
+        roots["update"] = f"the update {place[0].lane[1]!r}: id, name, input, principal"
     for seg in place:
         owner = info.get(seg.owner)
         if owner is None:
@@ -256,6 +278,7 @@ def check_reads(raw: Mapping[str, Any]) -> Found:
             _check(text, False, spath, reader, info, out)
     _check_teams(raw, team_roots, base, info, out)
     _check_schedules(raw, info, out)
+    _check_declarations(raw, base, info, out)
     return list(dict.fromkeys(out))  # once each, in order
 
 
@@ -295,6 +318,29 @@ def _check_schedules(raw: Mapping[str, Any], info: _Steps, out: Found) -> None:
         where = ("schedules", str(name), "input")
         for text, spath in _strings(definition["input"], where, frozenset()):
             _check(text, False, spath, _Reader("anywhere", (), roots), info, out)
+
+
+def _check_declarations(
+    raw: Mapping[str, Any], base: dict[str, str], info: _Steps, out: Found
+) -> None:
+    """An update's validator (before its steps) and reply (after them); a query's value."""
+    updates = raw.get("updates")
+    for name, decl in updates.items() if isinstance(updates, dict) else ():
+        if not isinstance(decl, dict):
+            continue
+        lane = ("update", name)
+        roots = _roots((_Seg("", lane, 0),), info)
+        for key, pos, cond in (("validator", -1, True), ("reply", _LAST, False)):
+            if key in decl:
+                at = (_Seg("", lane, pos),)
+                for text, spath in _strings(decl[key], ("updates", name, key), frozenset()):
+                    _check(text, cond, spath, _Reader("step", at, roots), info, out)
+    queries = raw.get("queries")
+    for name, decl in queries.items() if isinstance(queries, dict) else ():
+        if isinstance(decl, dict) and "value" in decl:
+            reader = _Reader("output", (), {**base, **QUERY_ROOTS})
+            for text, spath in _strings(decl["value"], ("queries", name, "value"), frozenset()):
+                _check(text, False, spath, reader, info, out)
 
 
 def _check(
@@ -348,8 +394,10 @@ def _chain_problem(chain: tuple[str, ...], reader: _Reader, info: _Steps) -> str
         return _field_problem("run", rest[0], RUN_FIELDS)
     if root == "schedule":
         return _field_problem("schedule", rest[0], SCHEDULE_FIELDS)
-    if root == "error":
+    if root == "error" and "args" not in reader.roots:  # a query's is the settled run's
         return _error_problem("the caught error", rest)
+    if root == "update":
+        return _field_problem("update", rest[0], UPDATE_FIELDS)
     if root != "steps":
         return None
     target = rest[0]
@@ -412,6 +460,13 @@ def _order_problem(target: str, found: _Info, reader: _Reader, info: _Steps) -> 
                 f" not: its result is gone when each iteration ends, {never}; read"
                 f" steps.{seg.owner}.output (the outputs of the iterations) instead"
             )
+    handler = tp[0].lane if tp and tp[0].lane[0] == "update" else None
+    if handler is not None and (not rp or rp[0].lane != handler):
+        return (
+            f"step {target!r} is in the steps of update {handler[1]!r} and this is not:"
+            f" its result is gone when the update ends, {never}; an update's steps are"
+            " read only by its own steps and reply"
+        )
     reader_compensates = any(seg.lane == _COMPENSATE for seg in rp)
     if any(seg.lane == _COMPENSATE for seg in tp) and not reader_compensates:
         return (

@@ -106,6 +106,7 @@ from .positions import Positions, _Loader, _locate, _positions
 from .positions import _format_path as _format_path
 from .refs import _cross_check
 from .schedules import Schedule, check_schedule
+from .updates import UpdateDecl, check_sections
 from .walk import _all_steps
 from .walk import _own_strings as _own_strings
 from .walk import _step_lists as _step_lists
@@ -240,6 +241,13 @@ def _index(steps: tuple[Step, ...], path: str, out: dict[str, Step]) -> tuple[St
     return tuple(placed)
 
 
+def _index_handlers(updates: dict[str, UpdateDecl], by_id: dict[str, Step]) -> None:
+    """Index each update handler's steps with the flow's, and note its scope's ids."""
+    for name, decl in updates.items():
+        handler = _index(decl.steps, f"updates.{name}.steps", by_id)
+        updates[name] = attrs.evolve(decl, steps=handler, scoped=_scoped_ids(handler))
+
+
 def _canonical_hash(data: Any) -> str:
     # Content hash of the spec's data, independent of formatting, key order
     # and YAML-vs-JSON: snapshots and logs pin this.
@@ -327,6 +335,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     metadata = field("metadata", dict[str, MetaType], {})
     agents = field("agents", dict[str, AgentDecl], {})
     defaults = field("defaults", Defaults, Defaults())
+    updates, queries = check_sections(raw, conv, found)
     tools = _tool_schemas(tools, found)
     _literal_inputs(raw, tools, found)
     input_schema = raw.get("input_schema")
@@ -356,6 +365,7 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
     if on_exhausted is not None:
         final = _index(on_exhausted.steps, "on_budget_exhausted.steps", by_id)
         on_exhausted = attrs.evolve(on_exhausted, steps=final)
+    _index_handlers(updates, by_id)
     return Flow(
         id=flow_id,
         version=version,
@@ -379,6 +389,8 @@ def parse_flow(spec: str | bytes | Mapping[str, Any], source_name: str = "<spec>
         metadata=metadata,
         agents=agents,
         defaults=defaults,
+        updates=updates,
+        queries=queries,
     )
 
 

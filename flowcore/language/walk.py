@@ -46,13 +46,25 @@ def _step_lists(
 
 
 def _all_steps(raw: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], tuple[Any, ...]]]:
-    """Every step of the spec, nested ones included: the flow's, then the final ones."""
+    """Every step of the spec, nested ones included: the flow's, the final ones,
+    then the update handlers'."""
     steps = raw.get("steps")
     if isinstance(steps, list):
         yield from _walk_steps(steps, ("steps",))
     final = raw.get("on_budget_exhausted")
     if isinstance(final, dict) and isinstance(final.get("steps"), list):
         yield from _walk_steps(final["steps"], ("on_budget_exhausted", "steps"))
+    for name, handler in _handlers(raw):
+        yield from _walk_steps(handler, ("updates", name, "steps"))
+
+
+def _handlers(raw: Mapping[str, Any]) -> Iterator[tuple[Any, list[Any]]]:
+    """Each declared update's name and its list of steps (when both are well-formed)."""
+    updates = raw.get("updates")
+    if isinstance(updates, dict):
+        for name, body in updates.items():
+            if isinstance(body, dict) and isinstance(body.get("steps"), list):
+                yield name, body["steps"]
 
 
 def _walk_steps(

@@ -52,7 +52,9 @@ class TrajectoryEntry(msgspec.Struct, kw_only=True, gc=False):
     ``continue-as-new``: ``target`` names the next incarnation) or, for
     events that answer no effect, ``signal-received``, ``cancel-requested``,
     ``scheduled-cancel-requested``, ``scheduled-run-now-requested``,
-    ``scheduled-add-requested`` (``key``: the schedule id) or ``event-rejected``.
+    ``scheduled-add-requested`` (``key``: the schedule id), ``update-requested``
+    (``key``: the update id, ``target`` its name, ``status`` ``running``,
+    ``completed`` or ``failed``, ``output`` its reply) or ``event-rejected``.
     ``target`` is the tool, agent, team, flow or signal
     (for ``sleep``, the timer's role: ``wait``, ``timeout``, ``backoff``,
     ``deadline``, ``tick``, ``ask-timeout``, ``signal-timeout``,

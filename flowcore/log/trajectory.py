@@ -46,6 +46,7 @@ from ..decision.wire import (
     Sleep,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     Usage,
 )
 from .report import TrajectoryEntry
@@ -72,6 +73,7 @@ _Request: TypeAlias = (
     | ScheduledRunNowRequested
     | ScheduledAddRequested
     | ScheduledReplayRequested
+    | UpdateRequested
 )
 
 
@@ -85,6 +87,7 @@ class Trajectory:
         self.delegated = NO_USAGE  # what child runs (run-subflow) used
         self.by_member: dict[str, Usage] = {}
         self.pending: immutables.Map[str, Pending] = _NONE  # what the run waits for now
+        self.updates: dict[str, int] = {}  # update id -> position in rows
 
     def started(self, pending: immutables.Map[str, Pending]) -> None:
         self.pending = pending
@@ -257,6 +260,8 @@ class Trajectory:
                 answered.status = "succeeded"
                 answered.output = event.output
                 answered.ended_at = at
+            if batch.t.replies:
+                self.replied(batch, at)
             return
         match event:
             case (
@@ -270,6 +275,19 @@ class Trajectory:
                 self.answered(event, effects, late, at)
             case _:
                 self.requested(index, event, batch, receiver, at)
+        if batch.t.replies:
+            self.replied(batch, at)
+
+    def replied(self, batch: Batch, at: int) -> None:
+        """The rows of the updates the last event ended show how they ended."""
+        for reply in batch.t.replies:
+            pos = self.updates.get(reply.update_id)
+            if pos is not None:
+                row = self.rows[pos]
+                row.status = reply.status
+                row.output = reply.output
+                row.error = reply.error
+                row.ended_at = at
 
     def answered(self, event: _Answer, effects: Sequence[Effect], late: bool, at: int) -> None:
         """The row of the work, question or timer ``event`` answers, ended as it says."""
@@ -396,6 +414,19 @@ class Trajectory:
                         kind="scheduled-replay-requested",
                         key=event.schedule_id,
                         status="replayed",
+                        at=at,
+                    )
+                )
+            case UpdateRequested():
+                self.updates[event.update_id] = len(self.rows)
+                self.rows.append(
+                    TrajectoryEntry(
+                        index=index,
+                        kind="update-requested",
+                        key=event.update_id,
+                        target=event.name,
+                        input=event.input,
+                        status="running",
                         at=at,
                     )
                 )

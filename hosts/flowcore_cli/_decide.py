@@ -6,11 +6,14 @@ Theory of operation
 A host that is not written in Python (the reference one is ``hosts/ts/``)
 spawns ``flowcore decide --stdio`` and writes one request per line on its
 stdin; the process answers each with one reply line on stdout, in order,
-flushed at once. Two operations: ``start`` (a spec, an input, a run id, the
-host's clock) and ``advance`` (a state string and one event in wire form).
-Every reply carries the run's next *state string* and the effects, exactly as
-``flowcore.effect_to_wire`` writes them. The protocol is specs/protocol.md §13;
-its JSON Schemas are specs/schema/decide-requests.json and decide-replies.json.
+flushed at once. The operations: ``start`` (a spec, an input, a run id, the
+host's clock) and ``advance`` (a state string and one event in wire form),
+whose replies carry the run's next *state string* and the effects, exactly as
+``flowcore.effect_to_wire`` writes them (and the updates the decision ended,
+``replies``); ``query`` (a state string, a query's name and args: its value)
+and ``check-update`` (whether the run would take an update, writing nothing).
+The protocol is specs/protocol.md §13; its JSON Schemas are
+specs/schema/decide-requests.json and decide-replies.json.
 
 The state string is self-contained, so that any ``decide`` process (a
 restarted one, another one behind a pool) continues a run from it: base64 of
@@ -48,9 +51,13 @@ __all__ = [
     "ERROR_TYPES",
     "STATE_FORMAT",
     "AdvanceRequest",
+    "CheckUpdateRequest",
+    "Checked",
     "Decided",
     "Decider",
     "Failed",
+    "Queried",
+    "QueryRequest",
     "StartRequest",
     "decide",
     "serve",
@@ -76,12 +83,14 @@ ErrorType: TypeAlias = Literal[
     "bad-input",
     "bad-event",
     "event-rejected",
+    "update-refused",
+    "query-failed",
     "bad-state",
     "state-mismatch",
     "internal",
 ]
 ERROR_TYPES: Final[tuple[str, ...]] = ErrorType.__args__  # type: ignore[attr-defined]
-OPS: Final = ("start", "advance")
+OPS: Final = ("start", "advance", "query", "check-update")
 
 Int64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Scalar: TypeAlias = str | int | float | bool | None
@@ -137,7 +146,32 @@ class AdvanceRequest(
     event: dict[str, Any]
 
 
-Request: TypeAlias = StartRequest | AdvanceRequest
+class QueryRequest(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_field="op", tag="query"
+):
+    """Ask the run whose state string is ``state`` its flow's query ``name``
+    (``flowcore.query``)."""
+
+    id: Scalar = None
+    state: str
+    name: str
+    args: Any = None
+
+
+class CheckUpdateRequest(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag_field="op", tag="check-update"
+):
+    """Whether the run would take the update ``name`` with ``input`` now (writing
+    nothing): ``updateId`` already taken answers ``known`` with that update."""
+
+    id: Scalar = None
+    state: str
+    name: str
+    input: Any = None
+    update_id: str | None = None
+
+
+Request: TypeAlias = StartRequest | AdvanceRequest | QueryRequest | CheckUpdateRequest
 
 
 # --- replies -----------------------------------------------------------------------------------
@@ -161,6 +195,28 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     usage: flowcore.Usage | None = None  # what a parent's subflow-settled reports
     scheduled: flowcore.ScheduledAnswer | None = None
     metadata: dict[str, Any] | None = None
+    replies: tuple[flowcore.UpdateReply, ...] = ()  # the updates this decision ended
+
+
+class Queried(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A query's value."""
+
+    id: Scalar
+    ok: Literal[True]
+    value: Any
+
+
+class Checked(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """``accept``: the run would take the update now; ``known``: its id is taken
+    (``update`` says by which update, and how it stands)."""
+
+    id: Scalar
+    ok: Literal[True]
+    verdict: Literal["accept", "known"]
+    update: flowcore.UpdateView | None = None
+
+
+Reply: TypeAlias = Decided | Queried | Checked
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -172,6 +228,7 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     where: str | None = None
     key: str | None = None
     problems: list[str] | None = None
+    code: str | None = None  # an update refusal's or a failed query's code
 
 
 class Failed(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -192,7 +249,12 @@ class _Head(msgspec.Struct, frozen=True, kw_only=True):
     format: int
 
 
-_REQUEST_TYPES: Final[dict[str, type[Request]]] = {"start": StartRequest, "advance": AdvanceRequest}
+_REQUEST_TYPES: Final[dict[str, type[Request]]] = {
+    "start": StartRequest,
+    "advance": AdvanceRequest,
+    "query": QueryRequest,
+    "check-update": CheckUpdateRequest,
+}
 _encode = msgspec.json.Encoder().encode
 _pack = msgspec.msgpack.Encoder().encode
 _head = msgspec.msgpack.Decoder(_Head).decode
@@ -209,6 +271,7 @@ class Refusal(Exception):
         where: str | None = None,
         key: str | None = None,
         problems: list[str] | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.body = ErrorBody(
@@ -217,6 +280,7 @@ class Refusal(Exception):
             where=None if where is None else _bounded(where, 200),
             key=None if key is None else _bounded(key, 200),
             problems=None if problems is None else _listed(problems),
+            code=code,
         )
 
 
@@ -288,9 +352,13 @@ class Decider:
 
     # -- operations --
 
-    def serve(self, request: Request) -> Decided:
+    def serve(self, request: Request) -> Reply:
         if isinstance(request, StartRequest):
             return self.start(request)
+        if isinstance(request, QueryRequest):
+            return self.query(request)
+        if isinstance(request, CheckUpdateRequest):
+            return self.check_update(request)
         return self.advance(request)
 
     def start(self, request: StartRequest) -> Decided:
@@ -343,9 +411,32 @@ class Decider:
             raise Refusal("bad-event", str(exc), where=where) from None
         try:
             decision = flowcore.advance(state, event)
+        except flowcore.UpdateRefused as exc:
+            raise Refusal("update-refused", exc.reason, where="$.event", code=exc.code) from None
         except flowcore.EventRejected as exc:
             raise Refusal("event-rejected", exc.reason, where="$.event", key=exc.key) from None
         return _decided(request.id, decision, canonical)
+
+    def query(self, request: QueryRequest) -> Queried:
+        state, _ = self._state_of(request.state)
+        try:
+            value = flowcore.query(state, request.name, request.args)
+        except flowcore.QueryError as exc:
+            where = "$.args" if exc.code == "bad-args" else "$.name"
+            raise Refusal("query-failed", exc.message, where=where, code=exc.code) from None
+        return Queried(id=request.id, ok=True, value=value)
+
+    def check_update(self, request: CheckUpdateRequest) -> Checked:
+        state, _ = self._state_of(request.state)
+        if request.update_id is not None:
+            known = flowcore.update_of(state, request.update_id)
+            if known is not None:
+                return Checked(id=request.id, ok=True, verdict="known", update=known)
+        try:
+            flowcore.validate_update(state, request.name, request.input)
+        except flowcore.UpdateRefused as exc:
+            raise Refusal("update-refused", exc.reason, where="$.name", code=exc.code) from None
+        return Checked(id=request.id, ok=True, verdict="accept")
 
     # -- specs and states --
 
@@ -453,7 +544,7 @@ def _request_id(obj: dict[str, Any]) -> Scalar:
 def _request(obj: dict[str, Any]) -> Request:
     """The request an object holds, checked field by field."""
     if "op" not in obj:
-        raise Refusal("bad-request", "the request has no op (start or advance)", where="$.op")
+        raise Refusal("bad-request", f"the request has no op ({', '.join(OPS)})", where="$.op")
     op = obj["op"]
     if not isinstance(op, str) or op not in _REQUEST_TYPES:
         shown = op if isinstance(op, str) else msgspec.json.encode(op).decode()
@@ -493,6 +584,7 @@ def _decided(request_id: Scalar, decision: flowcore.Decision, canonical: bytes) 
         usage=usage,
         scheduled=decision.scheduled,
         metadata=state.metadata or None,
+        replies=decision.replies,
     )
 
 
@@ -542,7 +634,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, max_line_bytes: int = DEFAULT_MAX_L
     help="Refuse a request line longer than this (it is read and discarded).",
 )
 def decide(stdio: bool, max_line_bytes: int) -> int:
-    """Serve start and advance as JSON lines on stdin and stdout, for hosts in any language.
+    """Serve the decision function as JSON lines on stdin and stdout, for hosts in any language.
 
     One request per line, one reply per line, in order, each flushed at once
     (specs/protocol.md §13). Bad requests get typed error replies; the

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from flowcore._errors import WireError
+from flowcore.decision.update_wire import UpdateReply, UpdateView
 from flowcore.decision.wire import (
     AskHuman,
     AwaitSignal,
@@ -53,6 +54,7 @@ from flowcore.decision.wire import (
     Sleep,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     Usage,
     WorkKind,
     decode_effect,
@@ -309,6 +311,14 @@ def _event_strategies() -> dict[type[Event], st.SearchStrategy[Event]]:
             schedule_id=texts(),
             at_ms=non_neg_ints(),
             request=st.none() | texts(),
+        ),
+        UpdateRequested: st.builds(
+            UpdateRequested,
+            update_id=st.text(min_size=1, max_size=20),
+            name=texts(),
+            input=json_values(),
+            principal=st.none() | texts(),
+            at_ms=non_neg_ints(),
         ),
     }
 
@@ -583,9 +593,20 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
         "untilMs?",
     ),
     "scheduled-replay-requested": ("kind", "scheduleId", "atMs", "request?"),
+    "update-requested": ("kind", "updateId", "name", "input?", "principal?", "atMs"),
 }
 
 VALUE_FIELDS: dict[type[msgspec.Struct], tuple[str, ...]] = {
+    UpdateReply: ("updateId", "name", "status", "output?", "error?"),
+    UpdateView: (
+        "updateId",
+        "name",
+        "seq",
+        "status",
+        "output?",
+        "error?",
+        "principal?",
+    ),
     # tokens, toolCalls and turns: additions (specs/protocol.md §2), present when limited
     BudgetRemaining: (
         "steps",
@@ -659,6 +680,7 @@ def test_event_kinds_are_exactly() -> None:
         "scheduled-run-now-requested",
         "scheduled-add-requested",
         "scheduled-replay-requested",
+        "update-requested",
     }
     assert len(kinds) == len(EVENT_TYPES)
     assert set(EVENT_FIELDS) == kinds

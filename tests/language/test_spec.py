@@ -229,6 +229,8 @@ def test_flow_level_settings(full: Flow) -> None:
         "max_concurrency": 8,
         "max_buffered_signals": 16,
         "max_idle_incarnations": 1000,
+        "max_running_updates": 10,
+        "max_updates": 2000,
     }
     assert full.input_schema == {
         "type": "object",
@@ -269,6 +271,8 @@ def test_minimal_defaults() -> None:
         "max_concurrency": None,
         "max_buffered_signals": 64,
         "max_idle_incarnations": 1000,
+        "max_running_updates": 10,
+        "max_updates": 2000,
     }
     assert flow.input_schema is None
     assert flow.output is None

@@ -164,7 +164,7 @@ def steps_of(owner: Step, frame: SeqFrame) -> tuple[Step, ...]:
         case ListKind.CASE:
             assert isinstance(body, SwitchStep)
             return body.cases[frame.index].steps
-        case ListKind.FLOW | ListKind.FINAL:
+        case ListKind.FLOW | ListKind.FINAL | ListKind.UPDATE:
             raise AssertionError("the flow's own lists have no owner step")
         case _:
             assert_never(kind)
