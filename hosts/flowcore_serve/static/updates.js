@@ -175,7 +175,7 @@
       try {
         const got = await api("POST", `${base}/queries/${encodeURIComponent(decl.name)}`, value);
         showError(box, null);
-        answer.textContent = pretty(got && typeof got === "object" && "value" in got ? got.value : got);
+        answer.textContent = pretty(got.value);
         answer.hidden = false;
       } catch (error) {
         answer.hidden = true;
@@ -194,8 +194,7 @@
   async function refreshList() {
     let listed;
     try {
-      const got = await api("GET", `${base}/updates`);
-      listed = Array.isArray(got) ? got : (got && Array.isArray(got.updates) ? got.updates : []);
+      listed = await api("GET", `${base}/updates`);
       showError($("updates-error"), null);
     } catch (error) {
       showError($("updates-error"), error);
