@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a plain script, without an installed flowcore
     sys.path.insert(0, str(ROOT))
 
+import msgspec  # noqa: E402
+
 import flowcore  # noqa: E402
 from flowcore import (  # noqa: E402
     Budget,
@@ -53,6 +55,7 @@ from flowcore import (  # noqa: E402
     SignalReceived,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
     Usage,
 )
 from flowcore.log.records import LogCorrupt, encode_records  # noqa: E402
@@ -274,6 +277,21 @@ class Driver:
         )
         self.send(event, reject)
 
+    def update(
+        self,
+        update_id: str,
+        name: str,
+        input: Any = None,
+        *,
+        principal: str | None = None,
+        at: int | None = None,
+        reject: bool = False,
+    ) -> None:
+        event = UpdateRequested(
+            update_id=update_id, name=name, input=input, principal=principal, at_ms=self._at(at)
+        )
+        self.send(event, reject)
+
 
 Script = Callable[[Driver], None]
 Edit = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
@@ -298,6 +316,8 @@ class Case:
     tear: int | None = None  # bytes cut off the end of the log
     corrupt_line: int | None = None  # 0-based line replaced by garbage
     extra: dict[str, Any] = field(default_factory=dict)
+    # (name, args) of the flow's queries asked of the final state (expect.json "queries")
+    queries: list[tuple[str, Any]] = field(default_factory=list)
 
 
 CASES: list[Case] = []
@@ -2614,6 +2634,142 @@ def _failure_details(d: Driver) -> None:
 
 
 # =====================================================================================
+# Updates and queries (language.md §16)
+# =====================================================================================
+
+EXPENSE = """
+flow: expense
+version: 1
+input_schema:
+  type: object
+  properties: {amount: {type: number}, requester: {type: string}}
+metadata: {decision: string}
+limits: {max_running_updates: 2}
+tools: {pay: {class: idempotent}}
+updates:
+  approve:
+    description: Approve or reject the expense
+    input_schema: {type: object, properties: {by: {type: string}}, required: [by]}
+    validator: "update.input.by != input.requester"
+    examples: [{by: alice}]
+    steps:
+      - id: decide
+        ask_human:
+          question: "Approve ${input.amount} for ${input.requester}? (${update.input.by})"
+          options: ["yes", "no"]
+      - id: note
+        set_metadata: {decision: "${steps.decide.answer}"}
+    reply: "${ {decision: steps.decide.answer, by: update.input.by} }"
+  pay_now:
+    steps:
+      - id: charge
+        call_tool: {tool: pay, input: {amount: "${input.amount}", by: "${update.principal}"}}
+queries:
+  decision:
+    description: What was decided
+    value: "${ {decision: metadata.decision, status: status, waiting: waiting.questions} }"
+  update:
+    args_schema: {type: object, properties: {id: {type: string}}, required: [id]}
+    value: "${ {asked: args.id, updates: updates} }"
+steps:
+  - id: wait
+    await_signal: {signal: close}
+output: "${ {closed: steps.wait.output} }"
+"""
+EXPENSE_INPUT = {"amount": 120, "requester": "bob"}
+
+
+@case(
+    "update-reply",
+    "An update asks a person and replies: approve's handler runs beside the waiting main "
+    "steps (keys r-1/~update-1/...), sets metadata and replies; a taken update id, an unknown "
+    "update, input failing input_schema and a falsy validator are rejected and change "
+    "nothing; queries read the metadata, the status, what the run waits for and the updates.",
+    EXPENSE,
+    input=EXPENSE_INPUT,
+    queries=[
+        ("decision", None),
+        ("update", {"id": "u-1"}),
+        ("update", {}),
+        ("nope", None),
+    ],
+)
+def _update_reply(d: Driver) -> None:
+    d.update("u-1", "approve", {"by": "alice"}, principal="alice@example.com")
+    d.update("u-1", "approve", {"by": "carol"}, reject=True)  # the id is taken
+    d.update("u-2", "reject", {"by": "carol"}, reject=True)  # no such update
+    d.update("u-2", "approve", {"who": "carol"}, reject=True)  # input_schema
+    d.update("u-2", "approve", {"by": "bob"}, reject=True)  # the validator
+    d.answer("~update-1/decide#1", "yes")
+    d.signal("close", {"by": "bob"})
+
+
+@case(
+    "update-waits",
+    "The run waits for a running update: the main steps end while pay_now's call is out, "
+    "a new update is then refused (ending), and the run settles completed in the decision "
+    "that ends the update; two updates run at once, a third is refused (limit).",
+    EXPENSE,
+    input=EXPENSE_INPUT,
+    queries=[("decision", None)],
+)
+def _update_waits(d: Driver) -> None:
+    d.update("u-1", "pay_now", principal="ops")
+    d.update("u-2", "approve", {"by": "alice"})
+    d.update("u-3", "pay_now", reject=True)  # max_running_updates: 2
+    d.answer("~update-2/decide#1", "no")
+    d.signal("close")
+    d.update("u-4", "approve", {"by": "alice"}, reject=True)  # the run is ending
+    d.ok("~update-1/charge#1", {"paid": 120})
+
+
+@case(
+    "update-abandoned",
+    "A cancel abandons the running update: its question is dropped, the update ends failed "
+    "with update-abandoned, the run settles cancelled; a taken id is still rejected after.",
+    EXPENSE,
+    input=EXPENSE_INPUT,
+)
+def _update_abandoned(d: Driver) -> None:
+    d.update("u-1", "approve", {"by": "alice"})
+    d.cancel("cancel requested")
+    d.update("u-1", "approve", {"by": "alice"}, reject=True)
+
+
+CONTINUED = """
+flow: renew
+version: 1
+tools: {pay: {class: idempotent}}
+updates:
+  pay_now:
+    steps:
+      - id: charge
+        call_tool: {tool: pay, input: {round: "${input.round}"}}
+steps:
+  - id: wait
+    await_signal: {signal: next}
+  - id: again
+    continue_as_new:
+      input: {round: "${sum([input.round, `1`])}"}
+"""
+
+
+@case(
+    "update-continue-as-new",
+    "continue_as_new abandons a running update (update-abandoned: the run continued as new); "
+    "the next incarnation takes the same update id again (ids are unique per incarnation) "
+    "under keys r-1/@2/~update-1/...",
+    CONTINUED,
+    input={"round": 1},
+)
+def _update_continue_as_new(d: Driver) -> None:
+    d.update("u-1", "pay_now")
+    d.signal("next")
+    d.update("u-1", "pay_now")
+    d.ok("@2/~update-1/charge#1", {"paid": 2})
+
+
+# =====================================================================================
 # Building the files
 # =====================================================================================
 
@@ -2697,6 +2853,11 @@ def build(c: Case) -> dict[str, bytes]:
         }
         if report.state is not None and report.state.metadata:  # absent: none set
             expect["metadata"] = report.state.metadata
+        if report.state is not None and report.state.tree.updates:  # absent: none taken
+            expect["updates"] = [msgspec.to_builtins(v) for v in flowcore.updates_of(report.state)]
+        if c.queries:
+            assert report.state is not None
+            expect["queries"] = [_asked(report.state, name, args) for name, args in c.queries]
         if driver.upgraded_at is not None:  # absent: the run never moved
             expect["upgradedAt"] = driver.upgraded_at
         if c.tear is not None:
@@ -2705,6 +2866,14 @@ def build(c: Case) -> dict[str, bytes]:
     files["expect.json"] = (json.dumps(expect, indent=2) + "\n").encode()
     files["README.md"] = f"# {c.name}\n\n{c.about}\n".encode()
     return files
+
+
+def _asked(state: flowcore.State, name: str, args: Any) -> dict[str, Any]:
+    """A query asked of ``state``: its value, or its error's code."""
+    try:
+        return {"name": name, "args": args, "value": flowcore.query(state, name, args)}
+    except flowcore.QueryError as exc:
+        return {"name": name, "args": args, "error": exc.code}
 
 
 def build_all() -> dict[str, bytes]:

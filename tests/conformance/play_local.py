@@ -68,6 +68,9 @@ TURN_TIMEOUT_S = 30.0  # a host that stops answering; never reached by a healthy
 SAFE = ("readonly", "idempotent")
 
 
+UPDATES = "an update-requested event: this player does not send updates yet"
+
+
 class Refused(Exception):
     pass
 
@@ -98,6 +101,8 @@ def _in_flight(plan: Plan, turn: int) -> set[str]:
 def prepare(plan: Plan) -> dict[int, str]:
     """Where a worker must die: the turn (-1: the start) that issues each call that goes
     unknown, and its key. ``Refused`` when the local host cannot record the log."""
+    if any(t.action == "update" for t in plan.turns):
+        raise Refused(UPDATES)
     if plan.late is not None:
         raise Refused(
             f"{plan.late}; the local host's worker fires a timer as soon as its clock"

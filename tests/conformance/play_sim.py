@@ -227,7 +227,9 @@ async def play(plan: Plan, workdir: Path, server: str | None = None) -> Outcome:
         faults=world.faults(),
         cancel_at_ms=cancels[0] if cancels else None,
         events=[
-            flowcore.event_from_wire(t.event) for t in plan.turns if t.action in SCHEDULED_KINDS
+            flowcore.event_from_wire(t.event)
+            for t in plan.turns
+            if t.action in SCHEDULED_KINDS or t.action == "update"
         ],
         latency_ms=latency,
     )

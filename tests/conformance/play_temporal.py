@@ -84,6 +84,9 @@ TURN_TIMEOUT_S = 30.0
 REPLAYS = 2  # plays again on a slower clock when the machine fell behind it
 
 
+UPDATES = "an update-requested event: this player does not send updates yet"
+
+
 class Refused(Exception):
     pass
 
@@ -150,6 +153,8 @@ def prepare(plan: Plan, late_s: float = LATE_S) -> Timing:
     the clock then goes no slower than ``SLOWEST_FIRE_MS`` allows, which may absorb
     less than that).
     """
+    if any(t.action == "update" for t in plan.turns):
+        raise Refused(UPDATES)
     if plan.late is not None:
         raise Refused(f"{plan.late}; Temporal fires timers on time")
     if plan.late_work is not None and plan.started.get("semantics", 1) >= 2:

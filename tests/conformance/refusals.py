@@ -46,6 +46,15 @@ UNPLAYABLE: Final[dict[str, str]] = {
 
 # Per host, the vectors its player refuses beyond UNPLAYABLE: events that host never
 # produces (see each player's ``refuse``).
+# Until a host's player sends updates (its host's ``update``), it refuses the update vectors.
+_UPDATES = "an update-requested event: this player does not send updates yet"
+_UPDATE_CASES: Final = (
+    "update-abandoned",
+    "update-continue-as-new",
+    "update-reply",
+    "update-waits",
+)
+
 REFUSED: Final[dict[str, dict[str, str]]] = {
     "sim": {
         "budget-from-parent": (
@@ -95,6 +104,7 @@ REFUSED: Final[dict[str, dict[str, str]]] = {
             "effect-outcome-unknown for the run-subflow r-1/child#1: the local host's children are "
             "runs in its own database, so it always knows how one ended"
         ),
+        **dict.fromkeys(_UPDATE_CASES, _UPDATES),
     },
     "temporal": {
         "attempt-timeout": (
@@ -113,5 +123,6 @@ REFUSED: Final[dict[str, dict[str, str]]] = {
             "event 1 is a late result of r-1/call#1; Temporal cancels the activity of work a run "
             "at decision level 2 stops waiting for, so no late result reaches the run"
         ),
+        **dict.fromkeys(_UPDATE_CASES, _UPDATES),
     },
 }

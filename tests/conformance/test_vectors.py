@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 
 import flowcore
@@ -58,6 +59,15 @@ def _check(report: ReplayReport, expect: dict[str, Any]) -> None:
     assert len(report.unrecorded) == expect["unrecorded"]
     if report.state is not None:  # the run's metadata as it ended (absent: none)
         assert (report.state.metadata or {}) == expect.get("metadata", {})
+        views = [msgspec.to_builtins(v) for v in flowcore.updates_of(report.state)]
+        assert views == expect.get("updates", [])  # the updates taken (absent: none)
+        for asked in expect.get("queries", []):  # the flow's queries of the final state
+            try:
+                value = flowcore.query(report.state, asked["name"], asked["args"])
+            except flowcore.QueryError as exc:
+                assert exc.code == asked["error"], asked
+            else:
+                assert "error" not in asked and value == asked["value"], asked
 
 
 def test_the_committed_vectors_are_up_to_date() -> None:
@@ -207,6 +217,7 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "scheduled-run-now-requested",
         "scheduled-add-requested",
         "scheduled-replay-requested",
+        "update-requested",
     }
     effects = {r["data"]["kind"] for r in records if r["type"] == "effect.emitted"}
     assert effects == {
@@ -260,6 +271,10 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
             features.add("input_schema")
         if flow.metadata:
             features.add("metadata")
+        if flow.updates:
+            features.add("updates")
+        if flow.queries:
+            features.add("queries")
         log = (DIR / case / "log.ndjson").read_bytes()
         if b"effect-outcome-unknown" in log and "unknown-" in case:
             for decl_name, decl in flow.tools.items():
@@ -294,6 +309,8 @@ def test_the_vectors_cover_every_construct_event_limit_and_class() -> None:
         "max_concurrency",
         "input_schema",
         "metadata",
+        "updates",
+        "queries",
     }
     assert classes_unknown == {"readonly", "idempotent", "uncertain"}
     for name in ("signal-buffered", "compensation-on-failure", "compensation-on-cancel", "cancel"):

@@ -54,6 +54,7 @@ SCHEDULED_KINDS = (
     "scheduled-replay-requested",
 )
 API_KINDS = ("human-answered", "signal-received", "cancel-requested", *SCHEDULED_KINDS)
+UPDATE = "update-requested"  # a caller's update: sent as it is (turn action "update")
 
 
 class Unplayable(Exception):
@@ -80,6 +81,7 @@ class Turn:
     action: str  # release | timer | signal | answer | cancel | child-signal | terminate | host
     # | started (a detached child's start, which the host reports itself)
     # | a scheduled-call event's kind (scheduled-cancel-requested, ...): sent as it is
+    # | update (an update-requested event: a caller's update, sent as it is)
     key: str = ""
 
 
@@ -404,6 +406,8 @@ def plan_vector(path: Path) -> Plan:
             action = "cancel"
         elif kind in SCHEDULED_KINDS:
             action = kind
+        elif kind == UPDATE:
+            action = "update"
         else:
             raise Unplayable(f"unexpected event {kind}")
         turns.append(Turn(t, event, action, key))
