@@ -28,7 +28,14 @@ def tables() -> str:
     ]
     for op in CATALOGUE:
         command = "—" if op.command is None else "`flowcore " + " ".join(op.command) + "`"
-        routes = "<br>".join(f"`{r.method} {r.path}` {r.status}" for r in op.http) or "—"
+        routes = (
+            "<br>".join(
+                f"`{r.method} {r.path}` {r.status}"
+                + ("" if r.running is None else f" ({r.running} while running)")
+                for r in op.http
+            )
+            or "—"
+        )
         failures = ", ".join(f"`{code}`" for code in op.failures) or "—"
         lines.append(
             f"| `{op.name}` | {op.access} | {command} | {routes} | {op.summary} | {failures} |"

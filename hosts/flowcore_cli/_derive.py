@@ -345,6 +345,8 @@ def _click_type(info: msgspec.inspect.Type) -> click.ParamType[Any] | None:
         return click.STRING
     if isinstance(info, msgspec.inspect.IntType):
         return click.INT
+    if isinstance(info, msgspec.inspect.FloatType):
+        return click.FLOAT
     if isinstance(info, msgspec.inspect.LiteralType):
         return click.Choice([str(v) for v in info.values])
     if isinstance(info, msgspec.inspect.UnionType):
@@ -367,6 +369,7 @@ class _Field:
     wire: str
     spelling: str
     json: bool
+    keep_false: bool = False  # a flag whose field defaults to true: false is given, not left out
 
 
 def _params(op: Operation, view: View) -> tuple[list[click.Parameter], dict[str, _Field]]:
@@ -403,8 +406,12 @@ def _params(op: Operation, view: View) -> tuple[list[click.Parameter], dict[str,
         many = isinstance(kind, msgspec.inspect.ListType | msgspec.inspect.SetType)
         item = kind.item_type if many else kind  # type: ignore[attr-defined]
         if isinstance(kind, msgspec.inspect.BoolType):
-            option = click.Option([*spellings, info.name], is_flag=True, help=help_text)
-            fields[info.name] = _Field(info.name, info.encode_name, spellings[0], False)
+            # A field that defaults to true is a ``--x/--no-x`` pair (the view spells it).
+            on = info.default is True
+            option = click.Option(
+                [*spellings, info.name], is_flag=True, default=on, show_default=on, help=help_text
+            )
+            fields[info.name] = _Field(info.name, info.encode_name, spellings[0], False, on)
         else:
             ptype = view.types.get(info.name) or _click_type(_unwrap(item)[0])
             option = click.Option(
@@ -436,7 +443,7 @@ def _input(op: Operation, view: View, fields: dict[str, _Field], values: dict[st
         if name not in values:
             continue
         value = values[name]
-        if value is None or value == () or value is False:
+        if value is None or value == () or (value is False and not spec.keep_false):
             continue
         if spec.json and name not in view.raw:
             if isinstance(value, tuple):

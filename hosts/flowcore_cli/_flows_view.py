@@ -67,6 +67,10 @@ async def _render(host: Host, output: Any, values: dict[str, Any]) -> int | None
         else:
             ran = "not runnable: " + ", ".join(f"no handler for {m}" for m in flow.missing)
         out.print(Text(f"{flow.flow_id} v{flow.version}  {ran}  ({flow.source})"))
+        for word, declared in (("update", flow.updates), ("query", flow.queries)):
+            for decl in declared:
+                about = f": {decl.description}" if decl.description else ""
+                out.print(Text(f"  {word} {decl.name}{about}"))
     return None
 
 

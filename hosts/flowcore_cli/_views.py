@@ -37,6 +37,7 @@ from ._runs_view import RUNS_VIEW
 from ._schedule_views import SCHEDULE_HELP, SCHEDULE_VIEWS
 from ._scheduled_views import SCHEDULED_HELP, SCHEDULED_VIEWS
 from ._stream_views import STREAM_VIEWS
+from ._update_views import UPDATE_VIEWS
 from ._upgrade import upgrade_done, upgrade_refused
 
 __all__ = ["GROUPS", "VIEWS", "plural", "rows_text"]
@@ -780,6 +781,7 @@ _VIEWS: Final[dict[str, View]] = {
     **SCHEDULED_VIEWS,
     **STREAM_VIEWS,
     **SCHEDULE_VIEWS,
+    **UPDATE_VIEWS,
 }
 
 # The groups of derived commands, and their help.

@@ -122,6 +122,38 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "signal-key",
         "Send signal NAME to every running run that waits for it with KEY; print their ids.",
     ),
+    "update": (
+        "_derive",
+        "update",
+        "Ask RUN for update NAME with --input and print its reply (JSON).",
+    ),
+    "update-result": (
+        "_derive",
+        "update-result",
+        "Print the outcome of RUN's update ID: its reply (JSON), or that it runs.",
+    ),
+    "updates": (
+        "_derive",
+        "updates",
+        "RUN's updates in the order requested: id, name, status, reply or error.",
+    ),
+    "query": (
+        "_derive",
+        "query",
+        "Print the value (JSON) of RUN's query NAME with --args; nothing is written.",
+    ),
+    "update-with-start": (
+        "_derive",
+        "update-with-start",
+        "Start a run of FLOW as --run-id unless it exists, and ask it for update NAME;"
+        " print the reply.",
+    ),
+    "signal-with-start": (
+        "_derive",
+        "signal-with-start",
+        "Start a run of FLOW as --run-id unless it exists, and send it signal NAME;"
+        " print the run id.",
+    ),
     "questions": (
         "_derive",
         "questions",

@@ -136,6 +136,8 @@ from ._host import (
     Schedules,
     UnknownRun,
     UnknownSchedule,
+    UnknownUpdate,
+    UpdateOutcome,
     status_problem,
 )
 from ._limits import LimitError, ToolLimit, parse_tool_limits
@@ -197,6 +199,8 @@ __all__ = [
     "ToolLimit",
     "UnknownRun",
     "UnknownSchedule",
+    "UnknownUpdate",
+    "UpdateOutcome",
     "call_handler",
     "cancellation",
     "cancelled",

@@ -14,6 +14,10 @@ The typed failures a surface maps without reading messages are here too:
 ``NotPending``, each a ``HostFailure``; a host raises its own subclass of each
 (also its own error class), with its own message.
 
+Updates and queries (specs/language.md §16): ``RunCommands.update`` asks a
+running run something and answers with an ``UpdateOutcome``; ``UnknownUpdate``
+is an update id the run does not know.
+
 The shared values where the hosts' own answers differ live here too:
 ``RunQuery`` / ``RunPage`` / ``RunSummary`` (runs a page at a time, in one
 status vocabulary, ``RUN_STATUSES``) and ``Deleted`` (what a delete or prune
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -50,6 +54,8 @@ __all__ = [
     "Schedules",
     "UnknownRun",
     "UnknownSchedule",
+    "UnknownUpdate",
+    "UpdateOutcome",
     "status_problem",
 ]
 
@@ -133,6 +139,29 @@ class NotPending(HostFailure):
     def __init__(self, schedule_id: str, message: str | None = None) -> None:
         super().__init__(message or f"scheduled call {schedule_id!r} is not pending")
         self.schedule_id = schedule_id
+
+
+class UnknownUpdate(HostFailure):
+    """Run ``run_id`` knows no update with the id ``update_id`` (in its current
+    incarnation: a continue-as-new starts a fresh window of update ids)."""
+
+    def __init__(self, run_id: str, update_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"run {run_id!r} has no update {update_id!r}")
+        self.run_id = run_id
+        self.update_id = update_id
+
+
+class UpdateOutcome(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Where an update stands: ``running`` (its handler has not ended), or
+    ``completed`` with the handler's reply in ``output``, or ``failed`` with its
+    ``error`` (``update-abandoned`` when the run settled or continued as new first)."""
+
+    run_id: str
+    update_id: str
+    name: str
+    status: Literal["running", "completed", "failed"]
+    output: Any = None
+    error: flowcore.ErrorInfo | None = None
 
 
 @dataclass
@@ -251,7 +280,8 @@ class ScheduledCallView(Protocol):
 
 
 class RunCommands(Protocol):
-    """What changes runs: start, signal, answer, cancel, resume, fork, upgrade, delete, prune."""
+    """What changes runs: start, signal, answer, cancel, resume, fork, upgrade, delete,
+    prune; updates (with their results) and queries; start-and-deliver in one write."""
 
     async def start(
         self,
@@ -274,6 +304,85 @@ class RunCommands(Protocol):
     ) -> None: ...
 
     async def signal_key(self, name: str, key: str, payload: Any = None) -> list[str]: ...
+
+    async def update(
+        self,
+        run_id: str,
+        name: str,
+        input: Any = None,
+        update_id: str | None = None,
+        *,
+        wait: bool = True,
+        timeout_s: float | None = None,
+        principal: str | None = None,
+    ) -> UpdateOutcome:
+        """Ask the run for update ``name`` with ``input``; its outcome.
+
+        ``update_id`` None: the host makes one (a uuid4's hex). An id the run knows
+        already runs nothing: its outcome is answered (waited for if asked). A
+        refusal raises ``flowcore.UpdateRefused`` and nothing is written.
+        ``wait`` False: answered once accepted (``running``, or the final outcome
+        when the handler ended at once); with ``timeout_s``, ``running`` when it
+        has not ended by then. ``UnknownRun``; ``RunSettled`` for a new id on a
+        settled run."""
+        ...
+
+    async def update_result(
+        self, run_id: str, update_id: str, *, wait: bool = False, timeout_s: float | None = None
+    ) -> UpdateOutcome:
+        """The outcome of update ``update_id`` (waited for with ``wait``);
+        ``UnknownUpdate`` for an id the run does not know."""
+        ...
+
+    async def query(self, run_id: str, name: str, args: Any = None) -> Any:
+        """The value of the run's query ``name`` with ``args``, running or settled;
+        nothing is written. ``flowcore.QueryError`` as the core raises it."""
+        ...
+
+    async def update_with_start(
+        self,
+        spec: str | Path,
+        input: Any,
+        run_id: str,
+        name: str,
+        update_input: Any = None,
+        update_id: str | None = None,
+        *,
+        wait: bool = True,
+        timeout_s: float | None = None,
+        on_conflict: str = "use-existing",
+        principal: str | None = None,
+        tools: str | None = None,
+        flows: Iterable[str | Path] = (),
+        budget: flowcore.Budget | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+    ) -> UpdateOutcome:
+        """Start run ``run_id`` if no run has the id, and deliver the update, in one
+        durable write; then as ``update``. ``on_conflict`` ``"refuse"`` and a run
+        holding the id: refused as ``start`` refuses it ("already exists")."""
+        ...
+
+    async def signal_with_start(
+        self,
+        spec: str | Path,
+        input: Any,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        key: str | None = None,
+        *,
+        on_conflict: str = "use-existing",
+        principal: str | None = None,
+        tools: str | None = None,
+        flows: Iterable[str | Path] = (),
+        budget: flowcore.Budget | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+    ) -> str:
+        """Start run ``run_id`` if no run has the id, and send it signal ``name``,
+        in one durable write; the run id."""
+        ...
 
     async def answer(
         self, run_id: str, key: str, answer: Any, principal: str | None = None

@@ -23,6 +23,7 @@ from ._store import (
     RunRow,
 )
 from ._store_progress import MAX_PROGRESS_BYTES, MAX_PROGRESS_ITEMS, ProgressCap
+from ._updates import LocalUnknownUpdate
 
 __all__ = [
     "Authorize",
@@ -35,6 +36,7 @@ __all__ = [
     "LocalRunSettled",
     "LocalUnknownRun",
     "LocalUnknownSchedule",
+    "LocalUnknownUpdate",
     "MAX_PROGRESS_BYTES",
     "MAX_PROGRESS_ITEMS",
     "NoSignalWait",

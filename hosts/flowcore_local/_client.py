@@ -11,7 +11,7 @@ transaction; what it commits goes to this process's worker at once
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -168,6 +168,45 @@ class LocalClient(LocalReads):
         module or budget (a ``tools`` or ``budget`` of None is not compared).
         The same options again change nothing.
         """
+        starting = self._starting(
+            spec,
+            input,
+            run_id,
+            tools=tools,
+            flows=flows,
+            budget=budget,
+            principal=principal,
+            metadata=metadata,
+            priority=priority,
+            dedup_key=dedup_key,
+            on_conflict=on_conflict,
+        )
+
+        def started() -> Applied:
+            with self.store.tx():
+                return starting()
+
+        applied = await self._db(started)
+        self._after([applied])
+        return applied.run_id
+
+    def _starting(
+        self,
+        spec: str | Path,
+        input: Any,
+        run_id: str | None,
+        *,
+        tools: str | None,
+        flows: Iterable[str | Path],
+        budget: flowcore.Budget | None,
+        principal: str | None,
+        metadata: Mapping[str, Any] | None,
+        priority: int | None,
+        dedup_key: str | None,
+        on_conflict: str,
+    ) -> Callable[[], Applied]:
+        """``start``'s checks done before any write, and its writes, to call inside
+        a transaction (``update_with_start`` adds its event to the same one)."""
         if run_id is not None:
             flowcore.check_run_id(run_id)
         if on_conflict not in ON_CONFLICT:
@@ -188,45 +227,42 @@ class LocalClient(LocalReads):
 
         def starting() -> Applied:
             store = self.store
-            with store.tx():
-                if on_conflict == "use-existing" and run_id is not None:
-                    if store.existing(run_id) is not None:  # that run is the answer
-                        return Applied(run_id)
-                flow = store.register_flow(texts[0][0], texts[0][1], now)
-                for text, source, scanned in texts[1:]:
-                    try:
-                        store.register_flow(text, source, now)
-                    except flowcore.SpecError:
-                        if scanned:
-                            continue  # a directory may hold files that are not flows
-                        raise
-                rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
-                if dedup_key is not None and store.existing(rid) is None:
-                    same = store.deduplicated(dedup_key)
-                    if same is not None:  # that run is the answer: nothing is written
-                        return Applied(same)
-                if registry is not None and store.existing(rid) is None:
-                    missing = missing_handlers(registry, reachable_flows(store, flow))
-                    if missing:  # raised inside the transaction: nothing stays written
-                        raise HostError(f"cannot start run {rid!r}: {self._lacks(tools, missing)}")
-                _, applied = store.start_run(
-                    flow,
-                    input,
-                    rid,
-                    now,
-                    tools,
-                    budget=budget,
-                    principal=principal,
-                    metadata=None if metadata is None else dict(metadata),
-                    priority=priority,
-                    dedup_key=dedup_key,
-                )
-                applied.run_id = rid
-                return applied
+            if on_conflict == "use-existing" and run_id is not None:
+                if store.existing(run_id) is not None:  # that run is the answer
+                    return Applied(run_id)
+            flow = store.register_flow(texts[0][0], texts[0][1], now)
+            for text, source, scanned in texts[1:]:
+                try:
+                    store.register_flow(text, source, now)
+                except flowcore.SpecError:
+                    if scanned:
+                        continue  # a directory may hold files that are not flows
+                    raise
+            rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
+            if dedup_key is not None and store.existing(rid) is None:
+                same = store.deduplicated(dedup_key)
+                if same is not None:  # that run is the answer: nothing is written
+                    return Applied(same)
+            if registry is not None and store.existing(rid) is None:
+                missing = missing_handlers(registry, reachable_flows(store, flow))
+                if missing:  # raised inside the transaction: nothing stays written
+                    raise HostError(f"cannot start run {rid!r}: {self._lacks(tools, missing)}")
+            _, applied = store.start_run(
+                flow,
+                input,
+                rid,
+                now,
+                tools,
+                budget=budget,
+                principal=principal,
+                metadata=None if metadata is None else dict(metadata),
+                priority=priority,
+                dedup_key=dedup_key,
+            )
+            applied.run_id = rid
+            return applied
 
-        applied = await self._db(starting)
-        self._after([applied])
-        return applied.run_id
+        return starting
 
     async def resume(self, run_id: str, tools: str | None = None) -> None:
         """Retry a failed run from its failed step (as DBOS ``workflow resume`` does).

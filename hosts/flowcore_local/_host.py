@@ -38,16 +38,17 @@ All database access happens on the event loop's thread (see ``_db``).
 from __future__ import annotations
 
 from ._admin import LocalAdmin
-from ._client import LocalClient
+from ._updates import LocalUpdates
 from ._worker import LocalWorker
 
 __all__ = ["LocalHost"]
 
 
-class LocalHost(LocalClient, LocalAdmin, LocalWorker):
+class LocalHost(LocalUpdates, LocalAdmin, LocalWorker):
     """A flowcore host on one SQLite file. Use as ``async with LocalHost(...) as host``.
 
     Its methods come from its roles: the client's commands and reads
-    (``LocalClient``), administration (``LocalAdmin``) and the worker
-    (``LocalWorker``), all on the same database connection and event loop.
+    (``LocalClient``, with updates and queries in ``LocalUpdates``),
+    administration (``LocalAdmin``) and the worker (``LocalWorker``), all on the
+    same database connection and event loop.
     """

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import flowcore
 
-from . import _reads, _runs, _schedules
+from . import _reads, _runs, _schedules, _updates
 from ._declare import Http, Operation
 from ._types import (
     AddScheduledInput,
@@ -33,6 +33,8 @@ from ._types import (
     Nothing,
     ProgressInput,
     PruneInput,
+    QueryInput,
+    QueryValue,
     QuestionList,
     ReplayScheduledInput,
     ResumeInput,
@@ -53,7 +55,12 @@ from ._types import (
     SignalInput,
     SignalKeyInput,
     SignalledRuns,
+    SignalWithStartInput,
     StartInput,
+    UpdateInput,
+    UpdateOutcome,
+    UpdateResultInput,
+    UpdateWithStartInput,
     UpgradeInput,
     UpgradeView,
     Whoami,
@@ -68,6 +75,8 @@ _RUN = "/api/runs/{run_id}"
 _CALL = _RUN + "/scheduled/{call_id}"
 _SCHEDULE = "/api/schedules/{name}"
 _EVENT = ("unknown-run", "settled", "rejected")
+_UPDATE = ("unknown-update", "update-refused", "invalid-request", "host-refuses")
+_WITH_START = ("unknown-flow", "run-exists", "cannot-start")
 
 CATALOGUE: Final[tuple[Operation, ...]] = (
     # --- runs: commands --------------------------------------------------------------
@@ -189,6 +198,82 @@ CATALOGUE: Final[tuple[Operation, ...]] = (
         ("invalid-request", "rejected", "host-refuses"),
         (Http("POST", "/api/runs/prune", 200, "prune_runs"),),
         ("prune",),
+    ),
+    # --- updates and queries ---------------------------------------------------------------
+    Operation(
+        "update",
+        "Ask a run for an update and wait for its reply",
+        UpdateInput,
+        UpdateOutcome,
+        "write",
+        _updates.update,
+        ("unknown-run", "settled", *_UPDATE, "rejected"),
+        (Http("POST", _RUN + "/updates", 200, "update_run", running=202),),
+        ("update",),
+        ("run_id", "name"),
+    ),
+    Operation(
+        "update-result",
+        "An update's outcome (its reply or error), waiting for it if asked",
+        UpdateResultInput,
+        UpdateOutcome,
+        "read",
+        _updates.update_result,
+        ("unknown-run", "unknown-update-id", "invalid-request", "host-refuses"),
+        (Http("GET", _RUN + "/updates/{update_id}", 200, "update_result", running=202),),
+        ("update-result",),
+        ("run_id", "update_id"),
+    ),
+    Operation(
+        "updates",
+        "The run's updates and their outcomes, in the order requested",
+        RunInput,
+        list[UpdateOutcome],
+        "read",
+        _updates.updates,
+        ("unknown-run", "host-refuses"),
+        (Http("GET", _RUN + "/updates", 200, "list_updates"),),
+        ("updates",),
+        ("run_id",),
+    ),
+    Operation(
+        "query",
+        "A query's value on a run, running or settled; nothing is written",
+        QueryInput,
+        QueryValue,
+        "read",
+        _updates.query,
+        ("unknown-run", "unknown-query", "query-failed", "host-refuses"),
+        (
+            Http("POST", _RUN + "/queries/{name}", 200, "query_run", body_field="args"),
+            Http("GET", _RUN + "/queries/{name}", 200, "query_run_get", json_query=("args",)),
+        ),
+        ("query",),
+        ("run_id", "name"),
+    ),
+    Operation(
+        "update-with-start",
+        "Start a run unless its id is taken, and ask it for an update, in one write",
+        UpdateWithStartInput,
+        UpdateOutcome,
+        "write",
+        _updates.update_with_start,
+        (*_WITH_START, "settled", *_UPDATE, "rejected"),
+        (Http("POST", "/api/runs/update-with-start", 200, "update_with_start", running=202),),
+        ("update-with-start",),
+        ("flow", "name"),
+    ),
+    Operation(
+        "signal-with-start",
+        "Start a run unless its id is taken, and send it a signal, in one write",
+        SignalWithStartInput,
+        RunSummary,
+        "write",
+        _updates.signal_with_start,
+        (*_WITH_START, "settled", "rejected"),
+        (Http("POST", "/api/runs/signal-with-start", 202, "signal_with_start"),),
+        ("signal-with-start",),
+        ("flow", "name"),
     ),
     # --- runs: reads -------------------------------------------------------------------
     Operation(

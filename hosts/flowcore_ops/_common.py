@@ -16,13 +16,15 @@ from flowcore_handlers import (
     RunSettled,
     UnknownRun,
     UnknownSchedule,
+    UnknownUpdate,
 )
 from flowcore_handlers import RunSummary as HostSummary
 
 from ._declare import Context, OperationError
-from ._types import RunSummary
+from ._types import QueryDeclView, RunSummary, UpdateDeclView
 
 __all__ = [
+    "declared",
     "epoch_ms",
     "failures",
     "guard",
@@ -59,6 +61,16 @@ def failures(default: str = "rejected") -> Any:
         raise OperationError("nothing-to-cancel", str(exc)) from None
     except HostRefusal as exc:
         raise OperationError("host-refuses", str(exc)) from None
+    except UnknownUpdate as exc:
+        raise OperationError("unknown-update-id", str(exc)) from None
+    except flowcore.UpdateRefused as exc:
+        if exc.code == "unknown-update":
+            raise OperationError("unknown-update", str(exc), code=exc.code) from None
+        raise OperationError("update-refused", str(exc), code=exc.code) from None
+    except flowcore.QueryError as exc:
+        if exc.code == "unknown-query":
+            raise OperationError("unknown-query", str(exc), code=exc.code) from None
+        raise OperationError("query-failed", str(exc), code=exc.code) from None
     except flowcore.UpgradeRefused as exc:
         if exc.reason != "diverged":
             code = "settled" if exc.reason == "settled" else default
@@ -77,6 +89,24 @@ async def guard(call: Awaitable[T], default: str = "rejected") -> T:
     """``await call`` with its failures read as the catalogue's (``failures``)."""
     with failures(default):
         return await call
+
+
+def declared(flow: flowcore.Flow) -> tuple[list[UpdateDeclView], list[QueryDeclView]]:
+    """The updates and queries ``flow`` declares, in the order it declares them."""
+    updates = [
+        UpdateDeclView(
+            name=name,
+            description=decl.description,
+            input_schema=decl.input_schema,
+            examples=list(decl.examples),
+        )
+        for name, decl in flow.updates.items()
+    ]
+    queries = [
+        QueryDeclView(name=name, description=decl.description, args_schema=decl.args_schema)
+        for name, decl in flow.queries.items()
+    ]
+    return updates, queries
 
 
 def epoch_ms(moment: datetime | None) -> int | None:

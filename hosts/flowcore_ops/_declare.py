@@ -113,15 +113,22 @@ FAILURES: Final[dict[str, Failure]] = {
     "cannot-backfill": Failure(422, 2, "the backfill's window is not valid"),
     "diverged": Failure(409, 1, "the run's log does not replay against the new version"),
     "host-refuses": Failure(501, 2, "this host does not do this operation (specs/hosts.md)"),
+    "unknown-update": Failure(422, 2, "the run's flow declares no update of this name"),
+    "update-refused": Failure(
+        422, 1, "the update was refused (its input, validator, a limit, or the run ending): `code`"
+    ),
+    "unknown-update-id": Failure(404, 2, "the run has no update with this id"),
+    "unknown-query": Failure(422, 2, "the run's flow declares no query of this name"),
+    "query-failed": Failure(422, 2, "the query's arguments or value failed: `code` says which"),
 }
 
 
 class OperationError(Exception):
     """An operation refused: ``code`` (a key of ``FAILURES``), a one-line
     ``detail``, and ``extra`` members a problem reply carries (``options``,
-    ``open_questions``)."""
+    ``open_questions``; ``code``: a refused update's or a failed query's own code)."""
 
-    def __init__(self, code: str, detail: str, **extra: Any) -> None:
+    def __init__(self, code: str, detail: str, /, **extra: Any) -> None:
         if code not in FAILURES:
             raise ValueError(f"unknown failure code {code!r}")
         super().__init__(detail)
@@ -170,7 +177,11 @@ class Http:
     """How an operation is reached over HTTP: ``path`` holds the input fields it
     names (``{run_id}``); on GET and DELETE the other fields are the query string,
     else the JSON body. ``media_type`` of a reply that is not JSON (NDJSON, SSE);
-    ``stream``: the reply is sent as it is produced."""
+    ``stream``: the reply is sent as it is produced. ``body_field``: the JSON
+    body is that input field's value itself (any JSON), not an object of fields;
+    ``json_query``: query-string fields given as JSON text. ``running``: the
+    status of a reply whose ``status`` says ``running`` (an update not ended
+    when the wait did)."""
 
     method: Literal["GET", "POST", "DELETE"]
     path: str
@@ -178,6 +189,9 @@ class Http:
     operation_id: str | None = None  # the OpenAPI operationId (default: the name)
     media_type: str = "application/json"
     stream: bool = False
+    body_field: str | None = None
+    json_query: tuple[str, ...] = ()
+    running: int | None = None
 
 
 @dataclass(frozen=True)

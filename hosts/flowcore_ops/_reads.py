@@ -15,7 +15,7 @@ import flowcore
 from flowcore.diagram import build_graph, node_id, step_outcomes, to_mermaid
 from flowcore_handlers import Registry, RunQuery, missing_handlers
 
-from ._common import epoch_ms, guard, owned, summary_of
+from ._common import declared, epoch_ms, guard, owned, summary_of
 from ._declare import Context, OperationError
 from ._types import (
     CompareInput,
@@ -160,6 +160,7 @@ async def show(ctx: Context, given: RunInput) -> RunView:
         pass  # a spec the host cannot give back (Temporal, pinned elsewhere): none listed
     else:
         view.schedulable = sorted(name for name, decl in flow.tools.items() if decl.schedulable)
+        view.updates, view.queries = declared(flow)
     if found.status != "running":
         # The ``settled`` effect carries the report (left out when no work ran),
         # the ``run.settled`` record after it does not; records about scheduled
@@ -412,8 +413,15 @@ async def flows(ctx: Context, given: Nothing) -> FlowList:
 
 
 def _flow_summary(ctx: Context, flow: flowcore.Flow, path: Any) -> FlowSummary:
+    updates, queries = declared(flow)
     if ctx.tools_modules is None:
-        return FlowSummary(flow_id=flow.id, version=flow.version, source=str(path))
+        return FlowSummary(
+            flow_id=flow.id,
+            version=flow.version,
+            source=str(path),
+            updates=updates,
+            queries=queries,
+        )
     lacking = {
         name: missing_handlers(registry, [flow]) for name, registry in ctx.tools_modules.items()
     }
@@ -429,6 +437,8 @@ def _flow_summary(ctx: Context, flow: flowcore.Flow, path: Any) -> FlowSummary:
         runnable=not missing,
         missing=missing,
         modules=modules,
+        updates=updates,
+        queries=queries,
     )
 
 

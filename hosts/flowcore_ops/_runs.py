@@ -40,6 +40,7 @@ __all__ = [
     "signal",
     "signal_key",
     "start",
+    "start_module",
     "summarize",
     "upgrade",
 ]
@@ -71,11 +72,11 @@ def runnable_by(ctx: Context, flow: flowcore.Flow) -> dict[str, list[str]]:
     }
 
 
-def _start_module(ctx: Context, given: StartInput, path: Path) -> str | None:
-    """The handler module a run starts with: the one asked for, else on a server the
-    first of its modules that has a handler for everything the flow calls."""
-    if given.tools is not None:
-        return _server_module(ctx, given.tools)
+def start_module(ctx: Context, tools: str | None, path: Path) -> str | None:
+    """The handler module a run starts with: ``tools`` if asked for, else on a server
+    the first of its modules that has a handler for everything the flow calls."""
+    if tools is not None:
+        return _server_module(ctx, tools)
     if not ctx.tools_modules:
         return None  # the host's default
     try:
@@ -98,7 +99,7 @@ async def start(ctx: Context, given: StartInput) -> RunSummary:
     """Start a run; the existing run's summary where ``useExisting`` finds one.
     An id another principal's run holds is taken, as any id is: nothing says whose."""
     path = ctx.flows(given.flow)
-    tools = _start_module(ctx, given, path)
+    tools = start_module(ctx, given.tools, path)
     if given.run_id is not None:
         await not_anothers(ctx, given.run_id)
     budget = flowcore.budget_from_wire(msgspec.to_builtins(given.budget))

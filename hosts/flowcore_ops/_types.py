@@ -64,6 +64,15 @@ __all__ = [
     "SpecVersion",
     "Whoami",
     "INT64_MAX",
+    "QueryDeclView",
+    "QueryInput",
+    "QueryValue",
+    "SignalWithStartInput",
+    "UpdateDeclView",
+    "UpdateInput",
+    "UpdateOutcome",
+    "UpdateResultInput",
+    "UpdateWithStartInput",
     "RunStatus",
 ]
 
@@ -254,6 +263,82 @@ class StreamQuery(_In):
     start: Index = 0
 
 
+# --- inputs: updates and queries ------------------------------------------------------
+
+# How long a caller waits for an update's reply, in seconds (a day at most).
+WaitSeconds = Annotated[float, msgspec.Meta(ge=0, le=86_400)]
+
+
+class UpdateInput(_In):
+    """Ask run ``runId`` for update ``name`` with ``input``. ``updateId``: the
+    caller's id for it (default: one is made); the same id again runs nothing
+    and answers the first outcome. ``wait``: until the update ends, or
+    ``timeoutS`` seconds (then its status is ``running``)."""
+
+    run_id: Name
+    name: Name
+    input: Any = None
+    update_id: Name | None = None
+    wait: bool = True
+    timeout_s: WaitSeconds | None = None
+
+
+class UpdateResultInput(_In):
+    """The outcome of update ``updateId`` of run ``runId``; ``wait``: until it ends,
+    or ``timeoutS`` seconds."""
+
+    run_id: Name
+    update_id: Name
+    wait: bool = False
+    timeout_s: WaitSeconds | None = None
+
+
+class QueryInput(_In):
+    """The value of query ``name`` of run ``runId`` with ``args``."""
+
+    run_id: Name
+    name: Name
+    args: Any = None
+
+
+class UpdateWithStartInput(_In):
+    """Start run ``runId`` of ``flow`` with ``input`` unless a run holds the id, and
+    ask it for update ``name`` with ``updateInput``, in one write. ``onConflict``
+    ``refuse``: a run holding the id is refused (409); ``use-existing`` (the
+    default): the update goes to it. Then as ``update``."""
+
+    flow: Name
+    run_id: Name
+    name: Name
+    input: Any = None
+    update_input: Any = None
+    update_id: Name | None = None
+    wait: bool = True
+    timeout_s: WaitSeconds | None = None
+    on_conflict: Literal["refuse", "use-existing"] = "use-existing"
+    budget: BudgetBody | None = None
+    metadata: dict[str, str | int | float | bool] | None = None
+    priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] | None = None
+    tools: Name | None = None
+
+
+class SignalWithStartInput(_In):
+    """Start run ``runId`` of ``flow`` with ``input`` unless a run holds the id, and
+    send it signal ``name`` with ``payload`` (and ``key``), in one write."""
+
+    flow: Name
+    run_id: Name
+    name: Name
+    input: Any = None
+    payload: Any = None
+    key: Name | None = None
+    on_conflict: Literal["refuse", "use-existing"] = "use-existing"
+    budget: BudgetBody | None = None
+    metadata: dict[str, str | int | float | bool] | None = None
+    priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] | None = None
+    tools: Name | None = None
+
+
 # --- inputs: scheduled calls and schedules -----------------------------------------------
 
 
@@ -384,6 +469,45 @@ class RunView(_Out):
     schedulable: list[str] = msgspec.field(default_factory=list)
     # The run a fork was forked from (its ``run.started`` record says), else null.
     forked_from: str | None = None
+    # The updates and queries its flow declares.
+    updates: list[UpdateDeclView] = msgspec.field(default_factory=list)
+    queries: list[QueryDeclView] = msgspec.field(default_factory=list)
+
+
+class UpdateOutcome(_Out):
+    """Where an update stands: ``running``, ``completed`` with the reply in
+    ``output``, or ``failed`` with its ``error`` (``{type, message, ...}``)."""
+
+    run_id: str
+    update_id: str
+    name: str
+    status: Literal["running", "completed", "failed"]
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+
+class QueryValue(_Out):
+    """A query's value (null is a value)."""
+
+    value: Any
+
+
+class UpdateDeclView(_Out):
+    """An update a flow declares: its name, description, input schema and example
+    inputs (what a console's form offers)."""
+
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] | bool | None = None
+    examples: list[Any] = msgspec.field(default_factory=list)
+
+
+class QueryDeclView(_Out):
+    """A query a flow declares: its name, description and the schema of its args."""
+
+    name: str
+    description: str | None = None
+    args_schema: dict[str, Any] | bool | None = None
 
 
 class QuestionView(_Out):
@@ -529,6 +653,9 @@ class FlowSummary(_Out):
     runnable: bool | None = None
     missing: list[str] = msgspec.field(default_factory=list)
     modules: list[str] = msgspec.field(default_factory=list)
+    # The updates and queries the flow declares.
+    updates: list[UpdateDeclView] = msgspec.field(default_factory=list)
+    queries: list[QueryDeclView] = msgspec.field(default_factory=list)
 
 
 class FlowList(_Out):

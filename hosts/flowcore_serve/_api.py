@@ -73,6 +73,8 @@ def _part(op: Operation, route: Http) -> type | None:
     string's), a Struct of its own named as ``_NAMES`` says; None when the path
     names every field."""
     named = frozenset(re.findall(r"{(\w+)}", route.path))
+    if route.body_field is not None:  # the body is that field's value itself: any JSON
+        return Any
     if not named:
         return op.input
     fields = [f for f in msgspec.structs.fields(op.input) if f.name not in named]
@@ -143,9 +145,21 @@ class Api:
 
         async def handle(ctx: Context) -> Response[Any]:
             given: dict[str, Any] = {}
-            for part in (ctx.body, ctx.query):
-                if part is not None:
-                    given.update(msgspec.to_builtins(part))
+            if route.body_field is not None:
+                given[encode[route.body_field]] = ctx.body
+            else:
+                for part in (ctx.body, ctx.query):
+                    if part is not None:
+                        given.update(msgspec.to_builtins(part))
+            for name in route.json_query:  # JSON text in the query string
+                text = given.get(encode[name])
+                if isinstance(text, str):
+                    try:
+                        given[encode[name]] = msgspec.json.decode(text)
+                    except msgspec.DecodeError as exc:
+                        raise ApiError(
+                            422, "invalid-request", f"{encode[name]}: not JSON ({exc})"
+                        ) from None
             for name in named:
                 given[encode[name]] = ctx.param(name)
             try:
@@ -169,6 +183,8 @@ class Api:
         if route.media_type == NDJSON:
             data = out if isinstance(out, bytes) else flowcore.encode_records(out)
             return Encoded(data, route.status, NDJSON)
+        if route.running is not None and getattr(out, "status", None) == "running":
+            return json_response(out, route.running)  # accepted: not ended yet
         headers = None
         if route.status == 201 and getattr(out, "run_id", None) is not None:
             headers = {"Location": "/api/runs/" + quote(out.run_id, safe="")}
@@ -273,6 +289,7 @@ class Api:
                         media_type=route.media_type,
                         operation_id=route.operation_id or op.name,
                         stream=route.stream,
+                        also=() if route.running is None else (route.running,),
                     )
                 )
         return routes

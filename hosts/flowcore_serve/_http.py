@@ -101,7 +101,7 @@ class Limits:
 class ApiError(Exception):
     """A request refused: becomes an ``application/problem+json`` reply."""
 
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+    def __init__(self, status: int, code: str, detail: str, /, **extra: Any) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code

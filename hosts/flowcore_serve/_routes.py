@@ -15,8 +15,9 @@ A declaration needs:
 - ``body`` and ``query``: msgspec Structs (or None: the operation takes none);
   the query's fields are the query parameters, named as on the wire;
 - ``reply``: the type of the JSON reply (None: no JSON body, e.g. a stream);
-- ``status``: the status of a success; ``errors``: the other statuses it
-  gives (the refusals every operation of its shape gives are added);
+- ``status``: the status of a success, ``also``: other statuses of a success
+  (the same reply); ``errors``: the other statuses it gives (the refusals
+  every operation of its shape gives are added);
 - ``media_type`` of a success, and ``stream``: a long response, counted
   against the token's open streams (429 over ``Limits.streams``).
 
@@ -76,6 +77,7 @@ class Operation:
     media_type: str = "application/json"
     operation_id: str = ""
     stream: bool = False  # a long response: counts against the token's open streams
+    also: tuple[int, ...] = ()  # other statuses of a success, with the same reply (202)
 
 
 def implied_errors(op: Operation) -> set[int]:
@@ -203,7 +205,10 @@ def _responses(op: Operation) -> dict[int, ResponseSpec]:
 
 async def _no_body(request: Request[Any, Any, Any], kind: type) -> Any:
     """The body of a request that sent none: every field its default, or 422
-    naming the first field that has none. A body of ``null`` is not an object."""
+    naming the first field that has none. A body of ``null`` is not an object
+    (but for a body that is any JSON, where it is null, as no body is)."""
+    if kind is Any:
+        return None
     if await request.body():
         raise ApiError(422, "invalid-request", "the body: Expected `object`, got `null`")
     try:
@@ -384,7 +389,12 @@ def finish(document: dict[str, Any], operations: Sequence[Operation]) -> dict[st
             for param in item.get("parameters", []):
                 if param["in"] == "query" and param["name"] in fields:
                     param["schema"] = fields[param["name"]]
-        if op.body is not None:
+        if op.body is Any:  # any JSON value (none: null)
+            item["requestBody"] = {
+                "required": False,
+                "content": {"application/json": {"schema": {}}},
+            }
+        elif op.body is not None:
             item["requestBody"] = {
                 # Not required when every field has a default: no body is the defaults.
                 "required": bool(own[op.body.__name__].get("required")),
@@ -398,6 +408,10 @@ def finish(document: dict[str, Any], operations: Sequence[Operation]) -> dict[st
             # Litestar documents its refusal of a bad value as 400; here it is 422.
             item["responses"].pop("400", None)
         ok = item["responses"][str(op.status)]
+        for status in op.also:
+            item["responses"][str(status)] = dict(
+                ok, description=HTTPStatus(status).phrase + ": " + ok.get("description", "")
+            )
         if op.media_type == "text/event-stream":
             ok["content"] = {op.media_type: {"schema": _SSE_EVENT}}
             item.setdefault("parameters", []).append(_LAST_EVENT_ID)

@@ -32,3 +32,5 @@ class Problem(_Reply, omit_defaults=True):
     index: int | None = None
     expected: Any = None
     actual: Any = None
+    # A refused update's or a failed query's code (``validator``, ``bad-args``, ...).
+    code: str | None = None

@@ -32,6 +32,8 @@ def test_each_role_of_the_local_host_is_its_own_class_and_module() -> None:
         "signal": "_client",
         "fork": "_client",
         "add_scheduled": "_client",
+        "update": "_updates",
+        "query": "_updates",
         "show": "_reads",
         "events": "_reads",
         "progress": "_reads",
@@ -47,6 +49,7 @@ def test_each_role_of_the_local_host_is_its_own_class_and_module() -> None:
         assert getattr(LocalHost, name).__module__ == f"flowcore_local.{module}", name
     roles = {cls.__name__: cls.__module__ for cls in LocalHost.__mro__[1:-1]}
     assert roles == {
+        "LocalUpdates": "flowcore_local._updates",
         "LocalClient": "flowcore_local._client",
         "LocalReads": "flowcore_local._reads",
         "LocalAdmin": "flowcore_local._admin",
@@ -80,12 +83,13 @@ PUBLIC = (
     "add_schedule add_scheduled add_schedules answer archived backfill_schedule cancel"
     " cancel_scheduled children close deduplicated delete delete_schedule events export"
     " count_runs find_runs flow flow_by_hash fork idle metadata metadata_of open open_questions"
-    " page_runs pause_schedule progress progress_records prune questions records replay_scheduled"
+    " page_runs pause_schedule progress progress_records prune query questions records"
+    " replay_scheduled"
     " resume"
     " resume_schedule run"
     " run_scheduled_now runs schedule schedule_names scheduled schedules show signal"
-    " signal_key start store summary trigger_schedule"
-    " trim_scheduled upgrade vacuum wait waits work"
+    " signal_key signal_with_start start store summary trigger_schedule"
+    " trim_scheduled update update_result update_with_start upgrade vacuum wait waits work"
 ).split()
 
 

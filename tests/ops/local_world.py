@@ -13,7 +13,7 @@ from typing import Any
 from flowcore_local import LocalHost
 
 from ..local.local_helpers import work_until
-from .parity import FAILING, FLOW, FLOW_V2, TOOLS, runs
+from .parity import FAILING, FLOW, FLOW_V2, NEW_RUNS, TOOLS, runs
 
 
 def write_files(folder: Path) -> dict[str, Path]:
@@ -73,7 +73,7 @@ async def local_world(folder: Path) -> AsyncIterator[tuple[LocalHost, dict[str, 
                 "past_start": start,
                 "past_end": end,
                 "folder": folder,
-                "runs": {name: name for name in [*started, "p-new", "p-fork"]},
+                "runs": {name: name for name in [*started, *NEW_RUNS]},
                 "prefix": "",
                 "schedule": "nightly",
             },

@@ -29,6 +29,16 @@ output: "${steps.decide.answer}"
 schedules:
   nightly:
     every: 1h
+updates:
+  note:
+    description: Answered at once with its input
+    input_schema: {type: object}
+    examples: [{n: 1}]
+    reply: "${update.input}"
+queries:
+  stage:
+    description: The run's status
+    value: "${status}"
 """
 
 FLOW_V2 = FLOW.replace("flow: parity\n", "flow: parity\nversion: 2\n")
@@ -60,6 +70,8 @@ TOOLS = {"remind": remind, "down": down}
 # first but p-fail, which fails. The input's key is the signal key its run waits
 # with once answered; ``prefix`` keeps it apart from another world's on one server.
 RUN_NAMES = ("p-main", "p-answer", "p-cancel", "p-delete", "p-upgrade", "p-fail")
+# Runs the scenarios make themselves (start, fork, update-with-start, signal-with-start).
+NEW_RUNS = ("p-new", "p-fork", "p-uws", "p-sws")
 
 
 def runs(prefix: str = "") -> dict[str, tuple[str, Any]]:
@@ -80,6 +92,11 @@ class Scenario:
 
 def f_any(runs: list[str], name: str) -> bool:
     return any(r.endswith(name) for r in runs)
+
+
+def _new_run(facts: dict[str, Any], name: str) -> str:
+    """The id of a run a scenario makes (``NEW_RUNS``), as the world names it."""
+    return str(facts["runs"].get(name, facts["prefix"] + name))
 
 
 def _call_id(facts: dict[str, Any]) -> str:
@@ -152,6 +169,49 @@ SCENARIOS: dict[str, Scenario] = {
     "answer": Scenario(
         lambda f: {"runId": f["runs"]["p-answer"], "key": "decide", "answer": "yes"},
         lambda out: out.run_id.endswith("p-answer"),
+    ),
+    "update": Scenario(
+        lambda f: {
+            "runId": f["runs"]["p-main"],
+            "name": "note",
+            "input": {"n": 1},
+            "updateId": f["prefix"] + "u-1",
+        },
+        lambda out: out.status == "completed" and out.output == {"n": 1},
+    ),
+    "update-result": Scenario(
+        lambda f: {"runId": f["runs"]["p-main"], "updateId": f["prefix"] + "u-1"},
+        lambda out: out.status == "completed" and out.output == {"n": 1},
+    ),
+    "updates": Scenario(
+        lambda f: {"runId": f["runs"]["p-main"]},
+        lambda out: [(u.name, u.status) for u in out] == [("note", "completed")],
+    ),
+    "query": Scenario(
+        lambda f: {"runId": f["runs"]["p-main"], "name": "stage"},
+        lambda out: out.value == "running",
+    ),
+    "update-with-start": Scenario(
+        lambda f: {
+            "flow": f["flow"],
+            "runId": _new_run(f, "p-uws"),
+            "name": "note",
+            "input": {"key": f["prefix"] + "k-uws"},
+            "updateInput": {"n": 2},
+            "updateId": f["prefix"] + "u-2",
+        },
+        lambda out: out.run_id.endswith("p-uws") and out.output == {"n": 2},
+    ),
+    "signal-with-start": Scenario(
+        lambda f: {
+            "flow": f["flow"],
+            "runId": _new_run(f, "p-sws"),
+            "name": "go",
+            "input": {"key": f["prefix"] + "k-sws"},
+            "payload": 3,
+            "key": f["prefix"] + "k-sws",
+        },
+        lambda out: out.run_id.endswith("p-sws"),
     ),
     "scheduled.add": Scenario(
         lambda f: {
@@ -241,6 +301,12 @@ ORDER = [
     "waits",
     "graph",
     "start",
+    "update",
+    "update-result",
+    "updates",
+    "query",
+    "update-with-start",
+    "signal-with-start",
     "scheduled.add",
     "scheduled.list",
     "scheduled.run-now",

@@ -146,6 +146,13 @@ def _spelled(name: str, given: dict[str, Any]) -> list[str]:
         return [g["runId"]]
     if name == "schedule.add":
         return ["--spec", g["flow"]]
+    if name == "update":
+        return [g["runId"], g["name"], "--input", text(g.get("input")), "--id", g["updateId"]]
+    if name == "update-result":
+        return [g["runId"], g["updateId"]]
+    if name == "update-with-start":
+        argv = [g["flow"], g["name"], "--run-id", g["runId"], "--input", text(g.get("input"))]
+        return [*argv, "--update-input", text(g.get("updateInput")), "--id", g["updateId"]]
     op = BY_NAME[name]
     fields = {f.encode_name: f.name for f in msgspec.structs.fields(op.input)}
     argv = [str(g.pop(encode)) for encode, field in fields.items() if field in op.arguments]

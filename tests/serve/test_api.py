@@ -114,7 +114,13 @@ def test_a_run_belongs_to_the_principal_that_started_it(served: Served) -> None:
             )
         document = bob.get("/openapi.json").json()
         with_id = {
-            (verb.upper(), path.removeprefix("/api/runs/{run_id}").replace("{call_id}", "c-1"))
+            (
+                verb.upper(),
+                path.removeprefix("/api/runs/{run_id}")
+                .replace("{call_id}", "c-1")
+                .replace("{update_id}", "u-1")
+                .replace("{name}", "q-1"),
+            )
             for path, item in document["paths"].items()
             if "{run_id}" in path
             for verb in item
@@ -163,6 +169,11 @@ RUN_ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/export", None),
     ("GET", "/questions", None),
     ("GET", "/waits", None),
+    ("POST", "/updates", {"name": "approve"}),
+    ("GET", "/updates", None),
+    ("GET", "/updates/u-1", None),
+    ("POST", "/queries/q-1", None),
+    ("GET", "/queries/q-1", None),
 ]
 # The routes with a run id that need admin access: a write token is refused first.
 ADMIN_RUN_ROUTES: list[tuple[str, str, Any]] = [
