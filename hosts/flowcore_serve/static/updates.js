@@ -97,7 +97,7 @@
     input.value = examples.length ? asText(examples[0]) : "";
     const updateId = el("input", { id: `${p}-id`, maxlength: 200, autocomplete: "off" });
     const wait = el("input", { type: "checkbox", id: `${p}-wait`, checked: true });
-    const send = el("button", { type: "submit" }, `Send ${decl.name}`);
+    const send = el("button", { type: "submit", class: "update-send" }, `Send ${decl.name}`);
     const box = alertBox();
     const outcome = el("div", { class: "update-outcome", role: "status", "aria-live": "polite", id: `${p}-outcome` });
     const form = el(
@@ -142,7 +142,7 @@
         outcome.replaceChildren();
         showError(box, error);
       } finally {
-        send.disabled = false;
+        send.disabled = send.dataset.settled === "yes";
       }
       refreshList();
     });
@@ -225,7 +225,7 @@
 
   // --- the page ------------------------------------------------------------------------------
 
-  let formsFor = null; // the status the forms were drawn for
+  let formsDrawn = false;
   async function refresh() {
     let view;
     let who;
@@ -237,10 +237,20 @@
     declaredUpdates = declarations(view.updates);
     const queries = declarations(view.queries);
     const running = view.run.status === "running";
-    // A settled run accepts no update: its forms go, its list stays.
-    if (formsBox && formsFor !== running) {
-      formsFor = running;
-      formsBox.replaceChildren(...(running && allows(who, "write") ? declaredUpdates.map(updateForm) : []));
+    // The forms are drawn while the run runs. Once it settles it accepts no new
+    // update: their Send buttons are disabled, and what they show (a reply, a
+    // running update's Fetch button) stays.
+    if (formsBox && !formsDrawn && running && allows(who, "write")) {
+      formsDrawn = true;
+      formsBox.replaceChildren(...declaredUpdates.map(updateForm));
+    }
+    if (formsBox) {
+      for (const send of formsBox.querySelectorAll("button.update-send")) {
+        if (!running) send.disabled = true;
+        send.dataset.settled = running ? "no" : "yes";
+      }
+      const note = $("updates-settled");
+      if (note) note.hidden = running || !formsDrawn;
     }
     if (queriesBox.childElementCount === 0 && queries.length) queriesBox.replaceChildren(...queries.map(queryForm));
     queriesSection.hidden = queries.length === 0;
