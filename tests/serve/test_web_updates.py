@@ -133,6 +133,11 @@ def test_an_update_from_its_form_runs_asks_and_replies(
         expect(outcome).to_contain_text("completed")
         expect(outcome.locator("pre.update-reply")).to_contain_text('"decision": "yes"')
         expect(outcome.locator("pre.update-reply")).to_contain_text('"by": "alice"')
+        # The decision ends the run: the form stays with its reply, and sends no more.
+        expect(page.locator("#status")).to_have_text("completed")
+        expect(page.get_by_text("The run has settled: it accepts no new update.")).to_be_visible()
+        expect(form.get_by_role("button", name="Send approve")).to_be_disabled()
+        expect(outcome.locator("pre.update-reply")).to_contain_text('"decision": "yes"')
         assert page.errors == []  # type: ignore[attr-defined]
 
         # The same id again: the first reply, and nothing runs again.
