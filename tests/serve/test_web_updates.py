@@ -212,6 +212,7 @@ def test_a_query_answers_and_a_reader_may_query_but_not_update(
         view = wait_for(api, "exp-4", lambda v: bool(v["waits"].get("questions")))
         key = view["waits"]["questions"][0]["key"]
         assert api.post("/api/runs/exp-4/answers", json={"key": key, "answer": "yes"}).is_success
+        wait_for(api, "exp-4", lambda v: v["run"]["status"] == "completed")
 
     page = page_as(context, served, "reader", "/runs/exp-4")
     expect(listed(page, "u-9")).to_contain_text("completed")
@@ -228,6 +229,7 @@ def test_a_query_answers_and_a_reader_may_query_but_not_update(
     shown = query.get_by_label("answer of decision")
     expect(shown).to_contain_text('"decision": "yes"')
     expect(shown).to_contain_text('"by": "carol"')
+    expect(shown).to_contain_text('"status": "completed"')  # a settled run answers too
     assert page.errors == []  # type: ignore[attr-defined]
 
     with served.client(TOKENS["reader"]) as reader:

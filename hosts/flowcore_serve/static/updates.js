@@ -191,10 +191,13 @@
 
   let listShown = null;
   let declaredUpdates = [];
+  let listAsked = 0; // reads overlap (a form's answer, a new record): the last one asked wins
   async function refreshList() {
+    const asked = ++listAsked;
     let listed;
     try {
       listed = await api("GET", `${base}/updates`);
+      if (asked !== listAsked) return;
       showError($("updates-error"), null);
     } catch (error) {
       showError($("updates-error"), error);
