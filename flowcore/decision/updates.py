@@ -106,12 +106,12 @@ def check(t: Txn, update_id: str | None, name: str, input: Any, principal: str |
             raise _taken(update_id, rec)
         if not update_id.isprintable():
             raise EventRejected(f"update id {short(update_id)} is not printable text")
-    decl = t.flow.updates.get(name)
+    decl = t.flow.updates.get(name) if isinstance(name, str) else None
     if decl is None:
         known = ", ".join(sorted(t.flow.updates)) or "none"
         raise UpdateRefused(
             "unknown-update",
-            name,
+            str(name),
             f"no update {short(name)} in flow {t.flow.id!r} (declared: {known})",
         )
     tree = t.tree

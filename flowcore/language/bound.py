@@ -29,6 +29,8 @@ Each construct multiplies or adds what its parts may spend:
   ``schedulable`` may be called from outside the run, without bound;
 - compensations of every step are added (they run when the run fails), and
   the ``on_budget_exhausted`` steps are added to the main work;
+- each update's handler is added ``limits.max_updates`` times (the most an
+  incarnation takes);
 - a ``continue_as_new`` starts the run again with the budget afresh: the
   run's total is unbounded, each incarnation's is the bound of its steps
   (``BudgetBound.incarnation``), but for scheduled calls, which carry over
@@ -550,6 +552,8 @@ def _flow_spend(walk: _Walk) -> tuple[Spend, Spend]:
     incarnation = walk.steps(flow.steps, 0)
     if flow.on_exhausted is not None:
         incarnation = incarnation + walk.steps(flow.on_exhausted.steps, 0, comp=False)
+    for update in flow.updates.values():  # each handler up to max_updates times
+        incarnation = incarnation + walk.steps(update.steps, 0).times(flow.limits.max_updates)
     if any(decl.schedulable for decl in flow.tools.values()):
         incarnation = NONE
     total = incarnation

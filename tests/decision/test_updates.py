@@ -513,3 +513,17 @@ def test_a_batch_says_which_updates_the_last_event_ended() -> None:
     batch.advance(EffectSucceeded(idempotency_key="r-1/~update-2/charge#1", output=1, at_ms=8))
     ended: tuple[flowcore.UpdateReply, ...] = batch.replies
     assert [(r.update_id, r.output) for r in ended] == [("u2", 1)]
+
+
+def test_hostile_arguments_to_the_views_are_typed_errors() -> None:
+    run = prepared()
+    with pytest.raises(UpdateRefused) as refused:
+        flowcore.validate_update(run.state, ["approve"], None)  # type: ignore[arg-type]
+    assert refused.value.code == "unknown-update"
+    with pytest.raises(UpdateRefused) as bad:
+        flowcore.validate_update(run.state, "approve", {"by": float("nan")})
+    assert bad.value.code == "bad-input"
+    with pytest.raises(flowcore.QueryError) as failed:
+        flowcore.query(run.state, {"not": "a name"})  # type: ignore[arg-type]
+    assert failed.value.code == "unknown-query"
+    assert flowcore.update_of(run.state, "nobody") is None

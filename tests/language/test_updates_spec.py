@@ -173,3 +173,14 @@ queries:
   q: {value: "${ [steps.main.output, input, run.id] }"}
 """
     )
+
+
+def test_the_worst_case_budget_counts_each_handler_max_updates_times() -> None:
+    flow = flowcore.parse_flow(
+        BASE
+        + "limits: {max_updates: 3}\n"
+        + "updates:\n  u:\n    steps: [{id: h, call_tool: {tool: t}}]\n"
+    )
+    bound = flowcore.budget_bound(flow)
+    assert (bound.steps, bound.tool_calls) == (1 + 3, 1 + 3)
+    assert [row.id for row in bound.breakdown] == ["main", "h"]
