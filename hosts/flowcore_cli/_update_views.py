@@ -20,11 +20,26 @@ from flowcore_ops import OperationError
 from ._common import say
 from ._derive import View
 
-__all__ = ["UPDATE_VIEWS"]
+__all__ = ["UPDATE_VIEWS", "update_lines"]
 
 
 def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
+
+
+def update_lines(info: dict[str, Any]) -> list[str]:
+    """``show``'s lines of the run's updates (``updates`` of the host's description,
+    the local host's: this incarnation's): ``update ID (NAME): STATUS: REPLY``."""
+    lines = []
+    for update in info.get("updates", []):
+        how = update["status"]
+        if update["status"] == "completed":
+            how += f": {_json(update.get('output'))}"
+        elif update.get("error"):
+            error = update["error"]
+            how += f": {error.get('type')}: {error.get('message', '')}"
+        lines.append(f"update {update['updateId']} ({update['name']}): {how}")
+    return lines
 
 
 async def _outcome(host: Host, output: Any, values: dict[str, Any]) -> int | None:

@@ -37,7 +37,7 @@ from ._runs_view import RUNS_VIEW
 from ._schedule_views import SCHEDULE_HELP, SCHEDULE_VIEWS
 from ._scheduled_views import SCHEDULED_HELP, SCHEDULED_VIEWS
 from ._stream_views import STREAM_VIEWS
-from ._update_views import UPDATE_VIEWS
+from ._update_views import UPDATE_VIEWS, update_lines
 from ._upgrade import upgrade_done, upgrade_refused
 
 __all__ = ["GROUPS", "VIEWS", "plural", "rows_text"]
@@ -328,6 +328,8 @@ def _state(info: dict[str, Any], report: Any, records: list[flowcore.Record]) ->
         _print(f"question: {q['key']}: {q['question']} {q['options'] or ''}")
     for name in info.get("waitingFor", []):
         _print(f"waiting for signal: {name}")
+    for line in update_lines(info):
+        _print(line)
     for buffered in info.get("buffered", []):
         _print(f"buffered signal: {buffered['signal']} {short_json(buffered.get('payload'))}")
     for dead in info.get("deadLetters", []):

@@ -292,6 +292,18 @@ class LocalReads(HostBase):
                 "metadata": dict(state.metadata or {}),
                 "detached": store.detached(run_id),
             }
+            updates = flowcore.updates_of(state)
+            if updates:  # the incarnation's updates (language.md §16), in the order taken
+                info["updates"] = [
+                    {
+                        "updateId": u.update_id,
+                        "name": u.name,
+                        "status": u.status,
+                        "output": u.output,
+                        "error": None if u.error is None else msgspec.to_builtins(u.error),
+                    }
+                    for u in updates
+                ]
             if incarnation != 1:  # a run that continued as new (language.md §4.18)
                 info["incarnation"] = incarnation
             forked = store.forked_from(run_id)

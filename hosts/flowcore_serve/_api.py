@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import quote
@@ -30,7 +31,17 @@ from litestar.response.sse import ServerSentEventMessage
 
 import flowcore
 from flowcore_handlers import Host, Registry
-from flowcore_ops import CATALOGUE, FAILURES, NDJSON, SSE, Http, Operation, OperationError
+from flowcore_ops import (
+    BY_NAME,
+    CATALOGUE,
+    FAILURES,
+    NDJSON,
+    SSE,
+    Http,
+    Operation,
+    OperationError,
+    UpdateResultInput,
+)
 from flowcore_ops import Context as OpContext
 
 from ._flows import FlowFolder
@@ -58,6 +69,7 @@ _NAMES: Final = {
     "follow": "StreamQuery",
     "progress": "ProgressQuery",
     "progress-follow": "ProgressQuery",
+    "query": "QueryArgs",  # (its GET's query string; its POST's body is the args themselves)
 }
 
 
@@ -168,6 +180,8 @@ class Api:
                 raise ApiError(422, "invalid-request", str(exc)) from None
             if route.stream:
                 return await self.stream(op, route, ctx, value)
+            if route.running is not None and getattr(value, "wait", False):
+                return await self.waited(op, route, ctx, value)
             try:
                 out = await op.call(self.context(ctx), value)
             except OperationError as exc:
@@ -189,6 +203,38 @@ class Api:
         if route.status == 201 and getattr(out, "run_id", None) is not None:
             headers = {"Location": "/api/runs/" + quote(out.run_id, safe="")}
         return json_response(out, route.status, headers)
+
+    async def waited(self, op: Operation, route: Http, ctx: Context, value: Any) -> Response[Any]:
+        """An update waited for (``update``, ``update-result``, ``update-with-start``):
+        when the server shuts down first, the wait ends and the update's outcome now
+        is the reply (202 while it runs), so the client knows to fetch it later. The
+        update id is made here when the client gave none, to read it then."""
+        if getattr(value, "update_id", "") is None:
+            value = msgspec.structs.replace(value, update_id=uuid.uuid4().hex)
+        context = self.context(ctx)
+        call = asyncio.ensure_future(op.call(context, value))
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            await asyncio.wait((call, closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not call.done():
+                call.cancel()  # the server shuts down: the wait ends, the update goes on
+        try:
+            out = await call
+        except asyncio.CancelledError:
+            if not self.closing.is_set():
+                raise  # the request itself was cancelled
+            now = UpdateResultInput(run_id=value.run_id, update_id=value.update_id)
+            try:
+                out = await BY_NAME["update-result"].call(context, now)
+            except OperationError:
+                raise ApiError(
+                    503, "unavailable", "the server is shutting down: send the request again"
+                ) from None
+        except OperationError as exc:
+            raise _problem(exc) from None
+        return self.reply(op, route, out)
 
     # --- the event streams ---------------------------------------------------------------
 

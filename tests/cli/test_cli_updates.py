@@ -96,6 +96,9 @@ def test_update_prints_the_reply_or_how_to_fetch_it_and_refusals_say_why(
         ["e1", "echo", "completed"],
         ["u1", "approve", "completed"],
     ]
+    code, out, _ = call("show", "r", "--no-history")
+    assert 'update e1 (echo): completed: {"a":1}' in out
+    assert 'update u1 (approve): completed: {"answer":"yes","by":"bob"}' in out
     code, out, _ = call("query", "r", "stage", "--args", '{"x": 1}')
     assert (code, json.loads(out)) == (0, {"status": "running", "args": {"x": 1}})
     code, _, err = call("query", "r", "nope")

@@ -25,13 +25,16 @@ How each event reaches the run, as on any local host:
   ``LocalHost.answer``, ``signal``, ``cancel``; the scheduled-call events
   from outside: ``LocalHost.cancel_scheduled``, ``run_scheduled_now``,
   ``add_scheduled``.
+- ``update-requested``: ``LocalHost.update`` (not waiting for its reply).
 - ``subflow-settled``: the child is a run in the same database, started by
   the worker from the registered child spec; it ends on a signal
   (``LocalHost.signal`` to the child) or when its call's handler answers, and
   the host reports it to the parent in the same transaction.
 
 The log's rejected answers, signals and cancels are sent through the same
-API and must raise ``HostError`` and log nothing (the local host writes no
+API and must raise ``HostError`` and log nothing; its rejected updates too
+(``flowcore.UpdateRefused``, or for an update id the run holds, its outcome),
+logging nothing (the local host writes no
 ``event.rejected`` records). Rejected work results (a duplicate, an unknown
 key) are not produced: a handler answers once.
 """
@@ -46,12 +49,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import flowcore
 from flowcore_local import HostError, LocalHost
 
 from .vectors import (
     API_KINDS,
     RELEASE,
     SCHEDULED_KINDS,
+    UPDATE,
     Outcome,
     Plan,
     Script,
@@ -66,9 +71,6 @@ POLL_MS = 5  # the worker loop's longest sleep: how soon a timer fires once due
 POLL_S = 0.002  # how often the player looks at the log while it waits for the host
 TURN_TIMEOUT_S = 30.0  # a host that stops answering; never reached by a healthy run
 SAFE = ("readonly", "idempotent")
-
-
-UPDATES = "an update-requested event: this player does not send updates yet"
 
 
 class Refused(Exception):
@@ -101,8 +103,6 @@ def _in_flight(plan: Plan, turn: int) -> set[str]:
 def prepare(plan: Plan) -> dict[int, str]:
     """Where a worker must die: the turn (-1: the start) that issues each call that goes
     unknown, and its key. ``Refused`` when the local host cannot record the log."""
-    if any(t.action == "update" for t in plan.turns):
-        raise Refused(UPDATES)
     if plan.late is not None:
         raise Refused(
             f"{plan.late}; the local host's worker fires a timer as soon as its clock"
@@ -151,6 +151,17 @@ def prepare(plan: Plan) -> dict[int, str]:
             )
         crashes[issued] = key
     return crashes
+
+
+async def _update(host: LocalHost, run_id: str, event: dict[str, Any]) -> None:
+    await host.update(
+        run_id,
+        event["name"],
+        event.get("input"),
+        event["updateId"],
+        wait=False,
+        principal=event.get("principal"),
+    )
 
 
 def refuse(plan: Plan) -> str | None:
@@ -288,6 +299,8 @@ class _Player:
             await _scheduled(host, run_id, event)
         elif turn.action == "started":
             pass  # the worker reports a detached child's start once it has started it
+        elif turn.action == "update":
+            await _update(host, run_id, event)
         else:
             raise AssertionError(f"event {turn.index}: no way to produce {turn.action}")
 
@@ -299,9 +312,16 @@ class _Player:
         """
         host, run_id = self.host, self.plan.run_id
         for position, event in self.plan.rejected:
-            if position != after or event["kind"] not in API_KINDS:
+            if position != after or event["kind"] not in (*API_KINDS, UPDATE):
                 continue
             before = (await host.run(run_id)).next_index
+            if event["kind"] == UPDATE:  # refused, or (a known id) answered: nothing logged
+                try:
+                    await _update(host, run_id, event)
+                except flowcore.UpdateRefused:
+                    pass
+                assert (await host.run(run_id)).next_index == before, f"{event} logged"
+                continue
             try:
                 if event["kind"] == "human-answered":
                     await host.answer(run_id, event["idempotencyKey"], event["answer"])

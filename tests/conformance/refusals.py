@@ -104,7 +104,6 @@ REFUSED: Final[dict[str, dict[str, str]]] = {
             "effect-outcome-unknown for the run-subflow r-1/child#1: the local host's children are "
             "runs in its own database, so it always knows how one ended"
         ),
-        **dict.fromkeys(_UPDATE_CASES, _UPDATES),
     },
     "temporal": {
         "attempt-timeout": (

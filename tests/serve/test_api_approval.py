@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import httpx
 from flowcore_local import LocalHost
 
 from ..ops.surfaces import TOKEN, http_client
+from .serving import start_serve
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approval" / "approval.yaml"
 ADMIN = {"Authorization": f"Bearer {TOKEN['admin']}"}
@@ -113,3 +115,29 @@ def test_an_approval_request_waits_for_a_person_and_a_repeat_runs_nothing(
     assert kinds(records, "event.reported").count("update-requested") == 1
     assert kinds(records, "effect.emitted").count("ask-human") == 1
     assert kinds(records, "effect.emitted").count("signal-run") == 1
+
+
+def test_the_approval_api_on_a_real_flowcore_serve(tmp_path: Path) -> None:
+    """The same exchange with ``flowcore serve`` in its own process (its worker
+    runs the handler): accepted without waiting (202), answered, fetched by its id,
+    and the same request again answers the same reply."""
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    shutil.copy(EXAMPLE, flows / "approval.yaml")
+    with start_serve(tmp_path, "--flows", flows) as server, server.client() as c:
+        accepted = c.post("/api/runs/update-with-start", json=dict(REQUEST, wait=False))
+        assert (accepted.status_code, accepted.json()["status"]) == (202, "running")
+        for _ in range(1000):
+            questions = c.get("/api/runs/exp-1/questions").json()["questions"]
+            if questions:
+                break
+            time.sleep(0.01)
+        answer = {"key": questions[0]["key"], "answer": "no"}
+        assert c.post("/api/runs/exp-1/answers", json=answer).status_code == 200
+        got = c.get("/api/runs/exp-1/updates/req-1", params={"wait": "true", "timeoutS": 30})
+        assert got.status_code == 200, got.text
+        assert got.json()["output"] == {"decision": "no", "by": "alice"}
+        again = c.post("/api/runs/update-with-start", json=REQUEST)
+        assert (again.status_code, again.json()) == (200, got.json())
+        listed = c.get("/api/runs/exp-1/updates").json()
+        assert [u["updateId"] for u in listed] == ["req-1"]

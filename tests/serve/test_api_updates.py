@@ -2,7 +2,8 @@
 app ``flowcore serve`` serves, in process): 200 once an update ended, 202 while it
 runs, a refusal's problem with its code, an unknown update id, a query's args
 as the POST body or as ``?args=JSON``, signal-with-start, what ``show`` and
-``flows`` say a flow declares, and the OpenAPI document (serve.md)."""
+``flows`` say a flow declares, the OpenAPI document, and a waiting update
+answered when the server shuts down (serve.md)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from flowcore_local import LocalHost
+import httpx
 
-from ..ops.surfaces import TOKEN, http_client
+from flowcore_local import LocalHost
+from flowcore_serve import Tokens, create_app
+
+from ..ops.surfaces import TOKEN, TOKENS, http_client
 
 FLOW = """
 flow: desk
@@ -146,3 +150,33 @@ def test_updates_and_queries_over_http(tmp_path: Path) -> None:
     query_body = paths["/api/runs/{run_id}/queries/{name}"]["post"]["requestBody"]
     assert query_body == {"required": False, "content": {"application/json": {"schema": {}}}}
     assert "/api/runs/update-with-start" in paths
+
+
+def test_a_waiting_update_is_answered_202_when_the_server_shuts_down(tmp_path: Path) -> None:
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    (flows / "desk.yaml").write_text(FLOW)
+
+    async def main() -> tuple[int, dict[str, Any], int]:
+        closing = asyncio.Event()
+        async with LocalHost(tmp_path / "h.db") as host:
+            app = create_app(host, Tokens.parse(TOKENS, "tokens"), flows, closing=closing)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://flowcore") as c:
+                r = await c.post("/api/runs", json={"flow": "desk", "runId": "d"}, headers=AS)
+                assert r.status_code == 201, r.text
+                body = {"name": "approve", "input": {"by": "bob"}}  # no id: the server names it
+                sent = asyncio.create_task(c.post("/api/runs/d/updates", json=body, headers=AS))
+                while not await host.open_questions("d"):
+                    await asyncio.sleep(0.01)
+                assert not sent.done()
+                closing.set()
+                reply = await asyncio.wait_for(sent, 10)
+                made = reply.json()["updateId"]
+                later = await c.get(f"/api/runs/d/updates/{made}", headers=READ)
+                return reply.status_code, reply.json(), later.status_code
+
+    status, outcome, later = asyncio.run(main())
+    assert (status, outcome["status"], outcome["name"]) == (202, "running", "approve")
+    assert len(outcome["updateId"]) == 32
+    assert later == 202  # the update goes on: it is still there to fetch

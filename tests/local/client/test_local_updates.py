@@ -140,6 +140,16 @@ def test_no_wait_then_result_after_a_restart_and_a_repeated_id_runs_nothing(
     assert after == before  # the repeat logged nothing
     assert journal(tmp_path) == {"r/~update-1/e#1": 1}
 
+    async def settled() -> UpdateOutcome:
+        async with host_of(tmp_path) as host:
+            await host.signal("r", "go")
+            assert (await settle(host, "r")).status == "completed"
+        async with host_of(tmp_path) as host:  # read from the settled run's checkpoint
+            return await host.update("r", "ask", {"by": "bob"}, "u1")
+
+    assert asyncio.run(settled()) == done
+    assert journal(tmp_path) == {"r/~update-1/e#1": 1}
+
 
 def test_a_waiting_caller_gets_the_reply_and_a_timeout_answers_running(tmp_path: Path) -> None:
     async def main() -> tuple[UpdateOutcome, UpdateOutcome, UpdateOutcome]:
