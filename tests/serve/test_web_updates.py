@@ -112,6 +112,12 @@ def test_an_update_from_its_form_runs_asks_and_replies(
         page = page_as(context, served, "alice", "/runs/exp-1")
         form = page.get_by_role("form", name="approve")
         expect(form).to_contain_text("approve or reject the expense")
+        # Its input schema, folded; opened by keyboard.
+        schema = form.locator("details.schema")
+        expect(schema.locator("pre")).to_be_hidden()
+        form.get_by_text("Input schema").focus()
+        page.keyboard.press("Enter")
+        expect(schema.locator("pre")).to_contain_text('"required"')
         # Pre-filled with the flow's first example.
         expect(form.get_by_label("Input (JSON, empty for null)")).to_have_value(
             '{\n  "by": "alice"\n}'

@@ -1,5 +1,6 @@
 // The run page's updates and queries: a form per update the run's flow declares
-// (its input as JSON, pre-filled with the first example; an optional update id;
+// (its input as JSON, pre-filled with the first example, its schema folded
+// above it; an optional update id;
 // whether to wait for the reply), the run's updates with their status and
 // reply, and a form per declared query with its answer. Everything goes
 // through the API: `update` (POST /api/runs/{id}/updates), `update-result`
@@ -51,6 +52,12 @@
       return `${type} (${error.status}, ${error.body.code}): ${error.message}`;
     }
     return problemText(error);
+  }
+
+  // The declared schema, folded: what the input (or the arguments) must be.
+  function schemaBox(schema, what) {
+    if (schema === null || schema === undefined) return null;
+    return el("details", { class: "schema" }, el("summary", {}, `${what} schema`), el("pre", {}, pretty(schema)));
   }
 
   function alertBox() {
@@ -105,6 +112,7 @@
       { class: "act update-form", "data-update": decl.name, "aria-labelledby": `${p}-title` },
       el("h3", { id: `${p}-title` }, decl.name),
       decl.description ? el("p", { class: "muted small" }, decl.description) : null,
+      schemaBox(decl.inputSchema, "Input"),
       el("label", { for: `${p}-input` }, "Input (JSON, empty for null)"),
       input,
       el("label", { for: `${p}-id` }, "Update id (optional: the same id again returns the first reply)"),
@@ -161,6 +169,7 @@
       { class: "act query-form", "data-query": decl.name, "aria-labelledby": `${p}-title` },
       el("h3", { id: `${p}-title` }, decl.name),
       decl.description ? el("p", { class: "muted small" }, decl.description) : null,
+      schemaBox(decl.argsSchema, "Arguments"),
       el("label", { for: `${p}-args` }, "Arguments (JSON, empty for none)"),
       args,
       run,
