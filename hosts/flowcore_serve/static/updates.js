@@ -280,7 +280,13 @@
   // progress is logged, so the list is read again when the timeline grows.
   const timeline = $("timeline-body");
   if (timeline) new MutationObserver(soon).observe(timeline, { childList: true });
-  new MutationObserver(soon).observe($("status"), { attributes: true, childList: true, characterData: true, subtree: true });
+  // run.js redraws the status badge often (with the same status): follow a change.
+  let seenStatus = $("status").dataset.status;
+  new MutationObserver(() => {
+    if ($("status").dataset.status === seenStatus) return;
+    seenStatus = $("status").dataset.status;
+    soon();
+  }).observe($("status"), { attributes: true, childList: true, characterData: true, subtree: true });
 
   refresh();
 })();
