@@ -7,7 +7,8 @@ Seeds a fresh SQLite database (in a temporary folder) with a fixed set of runs
 of the flows in scripts/screenshots/flows/ (handlers: scripts/screenshots/shot_tools.py)
 on a fixed clock: a completed order, an order failed with its handler's
 traceback, a refund waiting on its question, a batch with a child run, an
-operations run with scheduled calls, and a schedule. It then serves that
+operations run with scheduled calls, an expense of examples/approval/ whose
+update waits on its question, and a schedule. It then serves that
 database in this process with no worker (so nothing moves while the pictures
 are taken), and has Debian's Chromium (driven by Playwright) write one PNG per
 page into DIR (default specs/images/): PAGES below. ``--check`` regenerates
@@ -54,6 +55,7 @@ __all__ = [
 HERE: Final = ROOT / "scripts" / "screenshots"
 FLOWS: Final = HERE / "flows"
 TOOLS: Final = HERE / "shot_tools.py"
+APPROVAL: Final = ROOT / "examples" / "approval" / "approval.yaml"  # the worked example
 OUT: Final = ROOT / "specs" / "images"
 WIDTH: Final = 1280
 HEIGHT: Final = 860
@@ -61,7 +63,7 @@ WAIT_MS: Final = 30_000
 T0: Final = int(datetime(2026, 3, 2, 9, 0, tzinfo=UTC).timestamp() * 1000)
 MINUTE: Final = 60_000
 SHOWN_AT: Final = datetime.fromtimestamp((T0 + 45 * MINUTE) / 1000, UTC)  # the browser's now
-PAGES: Final = ("runs", "run", "actions", "scheduled", "schedules", "compare")
+PAGES: Final = ("runs", "run", "actions", "scheduled", "schedules", "compare", "updates")
 
 
 class Clock:
@@ -116,6 +118,22 @@ async def _seed(db: Path) -> None:
             )
             clock.at(minute * 7 + 0.02)
             await _settle(host)
+        # An expense whose `approve` update waits on the question it asks.
+        clock.at(35)
+        await host.start(
+            APPROVAL,
+            {"amount": 120, "requester": "bob"},
+            "expense-e310",
+            flows=flows,
+            principal="operator",
+        )
+        clock.at(35.02)
+        await _settle(host)
+        clock.at(36)
+        await host.update(
+            "expense-e310", "approve", {"by": "alice"}, "approve-1", wait=False, principal="ops"
+        )
+        await _settle(host)
         clock.at(40)
         await host.add_scheduled("release-v240", "notify", {"channel": "#releases"}, 0)
         await _settle(host)  # (issued and completed)
@@ -191,7 +209,7 @@ def serving(db: Path) -> Iterator[tuple[str, str]]:
 
 
 def _runs(page: Page) -> None:
-    expect(page.locator("#runs-body tr")).to_have_count(7)
+    expect(page.locator("#runs-body tr")).to_have_count(8)
     expect(page.locator("#counts")).to_contain_text("failed")
 
 
@@ -234,6 +252,17 @@ def _compare(page: Page) -> None:
     expect(page.locator(".diff-mark").first).to_be_visible()
 
 
+def _updates(page: Page) -> None:
+    # The expense's update form, its running update, and a query's answer.
+    page.goto(page.url + "runs/expense-e310")
+    expect(page.locator("#diagram svg")).to_be_visible()
+    expect(page.locator('#updates-table tr[data-update-id="approve-1"]')).to_contain_text("running")
+    query = page.get_by_role("form", name="decision")
+    query.get_by_role("button", name="Run decision").click()
+    expect(query.get_by_label("answer of decision")).to_contain_text('"status": "running"')
+    page.locator("#updates-section").scroll_into_view_if_needed()
+
+
 SHOTS: Final[dict[str, Callable[[Page], None]]] = {
     "runs": _runs,
     "run": _run,
@@ -241,6 +270,7 @@ SHOTS: Final[dict[str, Callable[[Page], None]]] = {
     "scheduled": _scheduled,
     "schedules": _schedules,
     "compare": _compare,
+    "updates": _updates,
 }
 
 

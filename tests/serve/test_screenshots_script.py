@@ -1,5 +1,5 @@
-"""``scripts/gen_screenshots.py`` keeps working: its seeding and its capture of one
-page, in a real browser (Playwright driving Debian's Chromium), into a temporary
+"""``scripts/gen_screenshots.py`` keeps working: its seeding and its capture of two
+pages, in a real browser (Playwright driving Debian's Chromium), into a temporary
 folder, give a valid PNG of the viewport's size; and a page it does not know is
 refused by name."""
 
@@ -32,7 +32,9 @@ def script() -> ModuleType:
     return module
 
 
-def test_the_script_seeds_serves_and_captures_the_scheduled_calls_pane(tmp_path: Path) -> None:
+def test_the_script_seeds_serves_and_captures_the_scheduled_calls_and_updates_panes(
+    tmp_path: Path,
+) -> None:
     gen = script()
     db = tmp_path / "seeded.db"
     gen.seed(db)
@@ -46,12 +48,16 @@ def test_the_script_seeds_serves_and_captures_the_scheduled_calls_pane(tmp_path:
             }
             assert "batch-b2001/refund#1" in runs
             assert runs["order-a1001"]["createdAt"] == "2026-03-02T09:00:00.000Z"
+            # The expense's update waits on its question (the updates page's subject).
+            updates = api.get("/api/runs/expense-e310/updates").json()
+            assert [(u["updateId"], u["status"]) for u in updates] == [("approve-1", "running")]
             with pytest.raises(ValueError, match="no such page to capture: nope"):
                 gen.capture(url, token, tmp_path / "out", ["nope"])
-        written = gen.capture(url, token, tmp_path / "out", ["scheduled"])
-    assert written == [tmp_path / "out" / "scheduled.png"]
-    assert gen.png_size(written[0]) == (gen.WIDTH, gen.HEIGHT)
-    assert written[0].stat().st_size > 10_000  # a picture, not a blank page
+        written = gen.capture(url, token, tmp_path / "out", ["scheduled", "updates"])
+    assert written == [tmp_path / "out" / "scheduled.png", tmp_path / "out" / "updates.png"]
+    for path in written:
+        assert gen.png_size(path) == (gen.WIDTH, gen.HEIGHT)
+        assert path.stat().st_size > 10_000  # a picture, not a blank page
     (tmp_path / "not.png").write_bytes(b"GIF89a" + bytes(40))
     with pytest.raises(ValueError, match="not a PNG image"):
         gen.png_size(tmp_path / "not.png")
