@@ -11,6 +11,7 @@ from typing import Any
 from .hooks import _did_you_mean
 from .model import _IDENT
 from .positions import _format_path
+from .reads import check_reads
 from .walk import _all_steps
 
 # --- cross-references on the raw mapping ------------------------------------------
@@ -39,7 +40,5 @@ def _cross_check(raw: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                     hint = _did_you_mean(tool, tools)
                     message = f"tool {tool!r} is not declared under 'tools'{hint}"
                     out.append(((*path, kind, "tool"), message))
-    from .reads import check_reads
-
     out.extend(check_reads(raw))
     return out
