@@ -12,6 +12,7 @@ command line"); what counts as data is the core's rule (``flowcore/_data.py``).
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,6 +101,12 @@ def checked_name(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 # --- times for people
+
+
+def short_json(value: Any, width: int = 60) -> str:
+    """``value`` as compact JSON, cut to about ``width`` characters."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def iso(ms: int | None, timespec: str = "milliseconds") -> str:

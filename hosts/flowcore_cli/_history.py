@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from typing import Any
 
 import click
 from rich.console import Console
@@ -26,7 +25,7 @@ import flowcore
 from flowcore import Record, ReplayReport, Settled, Sleep, TimerFired
 from flowcore_handlers import ScheduledCallView
 
-from ._common import duration, iso
+from ._common import duration, iso, short_json
 from ._errors import say
 from ._progress import (
     REDISPATCHED,
@@ -56,12 +55,6 @@ def tables() -> Console:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Printer(highlight=False, soft_wrap=True, width=160)
     return console
-
-
-def short_json(value: Any, width: int = 60) -> str:
-    """``value`` as compact JSON, cut to about ``width`` characters."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _attempt(key: str) -> int:

@@ -40,9 +40,10 @@ from flowcore import (
     SignalRun,
     SubflowSettled,
     TimerFired,
+    UpdateRequested,
 )
 
-from ._common import duration, iso
+from ._common import duration, iso, short_json
 
 __all__ = [
     "REDISPATCHED",
@@ -248,6 +249,9 @@ def describe(item: Item, run_id: str) -> Text | None:
             return line(("◷", "cyan"), f" scheduled call to {tool} requested, in {duration(delay)}")
         case ScheduledReplayRequested(schedule_id=sid):
             return line(("◷", "cyan"), f" replay of scheduled {sid} requested")
+        case UpdateRequested(update_id=uid, name=name, input=given):
+            shown = "" if given is None else f" input {short_json(given)}"
+            return line(("⇢ update", "cyan"), f" {name} {uid} requested{shown}")
         case TimerFired(idempotency_key=key) if not key.endswith("$deadline"):
             return line((f"⏲ {key}", "dim"))
     return None  # a sleep, a deadline's timer

@@ -103,6 +103,11 @@ def test_update_prints_the_reply_or_how_to_fetch_it_and_refusals_say_why(
     assert (code, json.loads(out)) == (0, {"status": "running", "args": {"x": 1}})
     code, _, err = call("query", "r", "nope")
     assert code == 2 and "nope" in err
+    # The log shows each request as a line of its own.
+    code, out, _ = call("events", "r")
+    assert code == 0
+    assert '⇢ update echo e1 requested input {"a":1}' in out
+    assert '⇢ update approve u1 requested input {"by":"bob"}' in out
 
 
 def test_update_and_signal_with_start(tmp_path: Path, cli: Call) -> None:

@@ -144,6 +144,17 @@ def test_an_update_from_its_form_runs_asks_and_replies(
         expect(page.get_by_text("The run has settled: it accepts no new update.")).to_be_visible()
         expect(form.get_by_role("button", name="Send approve")).to_be_disabled()
         expect(outcome.locator("pre.update-reply")).to_contain_text('"decision": "yes"')
+        # The timeline names the request: which update, its id, its input, who sent it.
+        requested = page.locator('#timeline-body tr[data-type="event.reported"]').filter(
+            has=page.locator('td[data-kind="update-requested"]')
+        )
+        expect(requested).to_have_count(1)
+        expect(requested).to_contain_text("approve · id u-1")
+        requested.locator("button.rec-toggle").click()
+        details = requested.locator(".rec-payloads")
+        expect(details.locator('[data-part="update-id"]')).to_have_text("Update id: u-1")
+        expect(details.locator('[data-part="Input"] pre')).to_contain_text('"by": "alice"')
+        expect(details.locator('[data-part="principal"]')).to_have_text("Requested by: alice")
         assert page.errors == []  # type: ignore[attr-defined]
 
         # The same id again: the first reply, and nothing runs again.

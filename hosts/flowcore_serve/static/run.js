@@ -62,6 +62,7 @@
           "effect-failed": d.error ? `${d.error.type}: ${clip(String(d.error.message || ""), 100)}` : undefined,
           "subflow-settled": d.status,
           "cancel-requested": d.reason ? clip(String(d.reason), 50) : undefined,
+          "update-requested": d.name === undefined ? undefined : `${d.name} · id ${clip(String(d.updateId), 40)}`,
         }[d.kind];
         return [d.kind, d.idempotencyKey ? short(d.idempotencyKey) : null, extra].filter((x) => x !== undefined && x !== null && x !== "").join(" · ");
       }

@@ -158,6 +158,12 @@ const flowcoreTimeline = (() => {
           out.push(fact("Signal", d.signal, "signal"));
           out.push(value("Payload", d.payload === undefined ? null : d.payload));
         }
+        if (d.kind === "update-requested") {
+          out.push(fact("Update", d.name, "update"));
+          out.push(fact("Update id", d.updateId, "update-id"));
+          out.push(value("Input", d.input === undefined ? null : d.input));
+          out.push(fact("Requested by", d.principal === undefined || d.principal === null ? "(not recorded)" : String(d.principal), "principal"));
+        }
         if (d.kind === "subflow-settled") {
           out.push(fact("Status", d.status, "status"));
           if (key && ctx.children.has(key)) out.push(el("p", { class: "payload-fact" }, el("b", {}, "Child run: "), childLink(key)));
