@@ -191,6 +191,29 @@ def test_a_handler_failure_fails_only_the_update() -> None:
     assert run.signal("go").state.status == "completed"
 
 
+def test_a_handler_cannot_continue_the_run_as_new() -> None:
+    spec = """
+flow: again
+version: 1
+updates:
+  renew:
+    steps:
+      - id: again
+        continue_as_new: {}
+steps:
+  - {id: go, await_signal: {signal: go}}
+"""
+    run = Run(spec)
+    d = run.update("u1", "renew")
+    assert not any(isinstance(e, flowcore.ContinueAsNew) for e in d.effects)
+    [reply] = d.replies
+    assert reply.status == "failed" and reply.error is not None
+    assert reply.error.type == "continue-refused"
+    assert "an update's handler cannot continue the run as new" in reply.error.message
+    assert d.state.status == "running"
+    assert run.signal("go").state.status == "completed"
+
+
 def test_a_reply_that_fails_to_evaluate_fails_the_update() -> None:
     run = prepared()
     run.update("u1", "bad_reply")

@@ -9,7 +9,8 @@ transition (``Txn.stop`` with a ``halt.ContinueRequested``, handled where an
 ``Exhausted`` is: ``ending.halted``), so no sibling branch starts after it.
 
 A run that is winding down (compensations, ``on_budget_exhausted``'s steps)
-cannot continue: the step fails ``continue-refused``. An incarnation that
+cannot continue, nor can an update's handler (as in Temporal, only the main
+steps may): the step fails ``continue-refused``. An incarnation that
 has neither waited for anything nor taken a buffered signal since it began
 is *idle*; it may continue (the next one may take another way, on
 ``run.incarnation`` or its new input), but only ``limits.max_idle_incarnations``
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..._data import MAX_EVENT_BYTES, DataError, check_data, json_size
 from ...language.spec import ContinueAsNewStep
+from .. import keys
 from ..halt import ContinueRequested
 from ..outcome import Failed, err
 
@@ -42,6 +44,12 @@ def begin(t: Txn, frame: StepFrame, body: ContinueAsNewStep) -> Outcome | None:
     """Fail the step ``continue-refused`` or ``invalid-input``, or stop the
     transition: the run continues as new (None: nothing is handed up)."""
     step = frame.step
+    if frame.prefix.startswith(keys.UPDATE_SCOPE):
+        message = (
+            f"step {step!r}: an update's handler cannot continue the run as new"
+            " (the update would be abandoned by its own step); the flow's own steps can"
+        )
+        return Failed(err("continue-refused", message))
     if t.tree.ending is not None or t.tree.exhausted is not None:
         why = "compensating" if t.tree.ending is not None else "running its budget's final steps"
         return Failed(err("continue-refused", f"step {step!r}: the run is {why}"))
