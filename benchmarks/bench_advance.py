@@ -89,7 +89,7 @@ class Toy:
 
     def __init__(self, n: int, run_id: str = "r") -> None:
         self.ids = [f"s{i}" for i in range(n)]
-        self.keys = [f"{run_id}/{step}/1" for step in self.ids]
+        self.keys = [f"{run_id}/{step}#1" for step in self.ids]
 
     def start(self) -> tuple[tuple[int, Any], list[dict[str, Any]]]:
         import immutables
@@ -114,7 +114,7 @@ class Toy:
 
 def toy_events(n: int) -> list[tuple[str, Any]]:
     """The events ``Toy(n)`` is driven with: the same answers as ``drive``'s."""
-    return [(f"r/s{i}/1", {"v": i + 1}) for i in range(n)]
+    return [(f"r/s{i}#1", {"v": i + 1}) for i in range(n)]
 
 
 def drive_toy(toy: Toy, events: list[tuple[str, Any]]) -> None:
