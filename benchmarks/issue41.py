@@ -43,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -300,8 +301,8 @@ def figures_for(cores: dict[str, ModuleType], sizes: Sizes) -> list[Figure]:
 
     for n in sizes.sequential:
         seq = spec_of(bench_advance.sequential_flow, n)
-        add(f"advance sequential N={n}", "us/event", lambda p, s=seq: advance_measure(p, s, {}))
-        add(f"toy sequential N={n}", "us/event", lambda p, n=n: toy_measure(n))
+        add(f"advance sequential N={n}", "us/event", partial(advance_measure, spec=seq, inp={}))
+        add(f"toy sequential N={n}", "us/event", lambda _, n=n: toy_measure(n))  # type: ignore[misc]
     loop = spec_of(bench_advance.repeat_flow, sizes.loop)
     add(f"advance loop (repeat) N={sizes.loop}", "us/event", lambda p: advance_measure(p, loop, {}))
     length = max(2, sizes.wide_events // sizes.width)

@@ -96,3 +96,28 @@ def test_the_toy_rejects_an_event_it_does_not_expect() -> None:
     state, _ = toy.start()
     with pytest.raises(ValueError, match="r/s1#1"):
         toy.advance(state, "r/s1#1", {"v": 1})
+
+
+def test_the_profile_sorts_samples_by_kind_of_work(tmp_path: Path) -> None:
+    import profile_decision  # type: ignore[import-not-found]
+
+    core = Path(flowcore.__file__).resolve().parent
+    txn, keys = core / "decision" / "txn_records.py", core / "decision" / "keys.py"
+    bench = ROOT / "benchmarks" / "profile_decision.py"
+    loop = f"sampled_loop ({bench}:1)"
+
+    def line_of(path: Path, pattern: str) -> int:
+        lines = path.read_text().splitlines()
+        return next(i for i, text in enumerate(lines, 1) if re.search(pattern, text))
+
+    mapset = line_of(txn, r"\.set\(")
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        f"<module> ({bench}:1);{loop};f ({keys}:{line_of(keys, r'^def ')}) 3\n"
+        f"<module> ({bench}:1);{loop};g ({txn}:{mapset}) 1\n"
+        f"<module> ({bench}:1);setup ({keys}:1) 50\n"  # outside the timed loop: not counted
+    )
+    printed = profile_decision.table(raw)
+    assert "| key building and reading | 3 | 75.0% |" in printed
+    assert "| immutables.Map operations | 1 | 25.0% |" in printed
+    assert "| total | 4 | 100% |" in printed
