@@ -10,6 +10,11 @@ Branches: a for_each with max_concurrency equal to its width W (1, 100,
 that W branches stay active; prints the median per event and the ratio of
 1000 to 1 (target <= 3x).
 
+Toy: a hand-written interpreter of the sequential flow alone (``Toy``: it
+keeps the results in a persistent map and builds one effect dict per step),
+driven over the same N; prints its cost per event and ``advance``'s ratio to
+it (target <= 5x).
+
 Repeat: a repeat that fires N times (1k and 100k), each fire one call_tool;
 prints the median per event and the growth 100k/1k (target <= 1.2x).
 
@@ -69,6 +74,69 @@ def drive(flow: Flow, answer: Callable[[CallTool, int], Any]) -> list[int]:
         queue.extend(e for e in decision.effects if isinstance(e, CallTool))
     assert state.settled is not None and state.settled.status == "completed", state.settled
     return timings
+
+
+class Toy:
+    """The least an interpreter of ``sequential_flow(n)`` must do per event.
+
+    Hand-written for that one flow: the state is the position and an
+    ``immutables.Map`` of the results; ``advance`` checks the event's key,
+    keeps its output, evaluates the next step's input from the results and
+    builds one effect dict. What ``advance`` does beyond this is the price of
+    being general (any flow, every check, a report), which is the figure
+    ``advance``'s ratio to it shows.
+    """
+
+    def __init__(self, n: int, run_id: str = "r") -> None:
+        self.ids = [f"s{i}" for i in range(n)]
+        self.keys = [f"{run_id}/{step}#1" for step in self.ids]
+
+    def start(self) -> tuple[tuple[int, Any], list[dict[str, Any]]]:
+        import immutables
+
+        effect = {"kind": "call_tool", "tool": "t", "input": {"v": 0}, "key": self.keys[0]}
+        return (0, immutables.Map()), [effect]
+
+    def advance(
+        self, state: tuple[int, Any], key: str, output: Any
+    ) -> tuple[tuple[int, Any], list[dict[str, Any]]]:
+        pos, results = state
+        if key != self.keys[pos]:
+            raise ValueError(f"event for {key!r}, expected {self.keys[pos]!r}")
+        results = results.set(self.ids[pos], {"output": output})
+        pos += 1
+        if pos == len(self.ids):
+            return (pos, results), [{"kind": "settled", "status": "completed"}]
+        prev = results[self.ids[pos - 1]]["output"]["v"]
+        effect = {"kind": "call_tool", "tool": "t", "input": {"prev": prev}, "key": self.keys[pos]}
+        return (pos, results), [effect]
+
+
+def toy_events(n: int) -> list[tuple[str, Any]]:
+    """The events ``Toy(n)`` is driven with: the same answers as ``drive``'s."""
+    return [(f"r/s{i}#1", {"v": i + 1}) for i in range(n)]
+
+
+def drive_toy(toy: Toy, events: list[tuple[str, Any]]) -> None:
+    state, _ = toy.start()
+    advance = toy.advance
+    for key, output in events:
+        state, _ = advance(state, key, output)
+    assert state[0] == len(toy.ids)
+
+
+def bench_toy(sizes: list[int], advance_us: dict[int, float]) -> None:
+    for n in sizes:
+        toy, events = Toy(n), toy_events(n)
+        samples = []
+        for _ in range(5):
+            gc.collect()
+            t0 = time.perf_counter_ns()
+            drive_toy(toy, events)
+            samples.append((time.perf_counter_ns() - t0) / n / 1000)
+        us = statistics.median(samples)
+        ratio = f"  advance/toy {advance_us[n] / us:5.1f}x" if n in advance_us else ""
+        print(f"toy         N={n:>7,}  mean {us:6.2f} us/event{ratio}")
 
 
 def median_us(timings: list[int]) -> float:
@@ -267,7 +335,8 @@ def main() -> None:
         bench_model()
         return
     if args.only in (None, "sequential"):
-        bench_sequential([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
+        sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+        bench_toy(sizes, bench_sequential(sizes))
     if args.only in (None, "branches"):
         bench_branches([1, 100, 1000], 5_000 if args.quick else 20_000)
     if args.only in (None, "repeat"):
