@@ -81,7 +81,7 @@ def row(name: str, mode: str, x: Exploration, seconds: float, base: float | None
     done = "complete" if x.complete else f"cut ({x.stop})"
     return (
         f"{name:<16} {mode:<10} {x.states:>9,} {x.transitions:>10,} {x.revisits:>9,} "
-        f"{x.reduced:>8,} {seconds * 1000:>10.1f} {rate:>9,.0f} {ratio}  {done}"
+        f"{x.reduced:>8,} {seconds * 1000:>7.1f} ms {rate:>9,.0f} {ratio}  {done}"
     )
 
 
