@@ -8,7 +8,7 @@ access costs); the differences, times how often a decision does it, say
 what the enum costs a decision. ``--count`` counts, with a line tracer,
 how many member reads (``How.DONE``: a core line naming an enum member, each
 name once per execution of the line) one ``advance`` does on the flows of
-``issue41.py``, and multiplies by the measured difference::
+``decision_cost.py``, and multiplies by the measured difference::
 
     python benchmarks/bench_enum.py [--count]
 """
@@ -70,21 +70,21 @@ def reads_per_event(workload: Callable[[], object], events: int) -> float:
 
 def count() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import issue41  # type: ignore[import-not-found]
+    import decision_cost  # type: ignore[import-not-found]
 
     import flowcore
 
     flows = {
-        "sequential": (issue41.spec_of(issue41.bench_advance.sequential_flow, 300), {}),
-        "loop (repeat)": (issue41.spec_of(issue41.bench_advance.repeat_flow, 300), {}),
+        "sequential": (decision_cost.spec_of(decision_cost.bench_advance.sequential_flow, 300), {}),
+        "loop (repeat)": (decision_cost.spec_of(decision_cost.bench_advance.repeat_flow, 300), {}),
         "parallel (W=10)": (
-            issue41.spec_of(lambda w: issue41.bench_advance.wide_flow(w, 30), 10),
+            decision_cost.spec_of(lambda w: decision_cost.bench_advance.wide_flow(w, 30), 10),
             {"items": list(range(10))},
         ),
     }
     for name, (spec, inp) in flows.items():
         flow = flowcore.parse_flow(spec, source_name=spec["flow"])
-        events = issue41.record_events(flowcore, flow, inp)
+        events = decision_cost.record_events(flowcore, flow, inp)
 
         def drive(flow: Any = flow, inp: Any = inp, events: list[Any] = events) -> None:
             state = flowcore.start(flow, inp, run_id="r", now_ms=0).state

@@ -4,7 +4,7 @@
 ``py-spy record --format raw`` (py-spy must be installed: ``pip install
 py-spy``), then reads every sample's stack and puts it in one kind of work,
 and prints a table: kind, samples, share. ``--raw FILE`` classifies a raw
-file py-spy wrote before instead. Workloads (the flows of ``issue41.py``):
+file py-spy wrote before instead. Workloads (the flows of ``decision_cost.py``):
 ``advance-sequential``, ``advance-loop``, ``advance-parallel``, ``replay``
 (sequential flow, MessagePack), ``explore`` (``parallel 5x2``, every check
 on) and ``simulator`` (plain).
@@ -162,24 +162,24 @@ def table(raw: Path, detail: int = 0) -> str:
 
 
 def workloads() -> dict[str, Callable[[], object]]:
-    import issue41  # type: ignore[import-not-found]
+    import decision_cost  # type: ignore[import-not-found]
 
-    seq = issue41.spec_of(issue41.bench_advance.sequential_flow, 10_000)
-    loop = issue41.spec_of(issue41.bench_advance.repeat_flow, 10_000)
-    wide = issue41.spec_of(lambda w: issue41.bench_advance.wide_flow(w, 100), 100)
-    rseq = issue41.spec_of(issue41.bench_replay.sequential_flow, 10_000)
+    seq = decision_cost.spec_of(decision_cost.bench_advance.sequential_flow, 10_000)
+    loop = decision_cost.spec_of(decision_cost.bench_advance.repeat_flow, 10_000)
+    wide = decision_cost.spec_of(lambda w: decision_cost.bench_advance.wide_flow(w, 100), 100)
+    rseq = decision_cost.spec_of(decision_cost.bench_replay.sequential_flow, 10_000)
     out: dict[str, Callable[[], object]] = {}
-    out["advance-sequential"] = lambda: issue41.advance_measure(flowcore, seq, {})
-    out["advance-loop"] = lambda: issue41.advance_measure(flowcore, loop, {})
-    out["advance-parallel"] = lambda: issue41.advance_measure(
+    out["advance-sequential"] = lambda: decision_cost.advance_measure(flowcore, seq, {})
+    out["advance-loop"] = lambda: decision_cost.advance_measure(flowcore, loop, {})
+    out["advance-parallel"] = lambda: decision_cost.advance_measure(
         flowcore, wide, {"items": list(range(100))}
     )
-    out["replay"] = lambda: issue41.replay_measures(flowcore, rseq, {}, "msgpack")["replay"]
-    sizes = issue41.QUICK.__class__(**{**issue41.FULL.__dict__, "explore": [(5, 2)]})
-    out["explore"] = lambda: issue41.explore_measure(
-        flowcore, issue41.explore_flows(flowcore, sizes)["parallel 5x2"]
+    out["replay"] = lambda: decision_cost.replay_measures(flowcore, rseq, {}, "msgpack")["replay"]
+    sizes = decision_cost.QUICK.__class__(**{**decision_cost.FULL.__dict__, "explore": [(5, 2)]})
+    out["explore"] = lambda: decision_cost.explore_measure(
+        flowcore, decision_cost.explore_flows(flowcore, sizes)["parallel 5x2"]
     )
-    out["simulator"] = lambda: issue41.simulator_measures(flowcore, 20)["plain"]
+    out["simulator"] = lambda: decision_cost.simulator_measures(flowcore, 20)["plain"]
     return out
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/issue41.py prints every figure of the decision's cost; its toy is honest.
+"""benchmarks/decision_cost.py prints every figure of the decision's cost; its toy is honest.
 
 Never timed: the smoke run uses tiny sizes against HEAD and checks that each
 figure's row is printed with three numbers (old, new, new/old).
@@ -53,7 +53,15 @@ def printed() -> str:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "hosts")])
     done = subprocess.run(
-        [sys.executable, "benchmarks/issue41.py", "--quick", "--base", "HEAD", "--rounds", "1"],
+        [
+            sys.executable,
+            "benchmarks/decision_cost.py",
+            "--quick",
+            "--base",
+            "HEAD",
+            "--rounds",
+            "1",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

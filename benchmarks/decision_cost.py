@@ -25,8 +25,8 @@ printed as the median of each with the ratio new/old. The figures:
 Ratios rows (``advance/toy``, ``replay/floor``, growth) are computed from
 the medians of the same run. Run::
 
-    python benchmarks/issue41.py --base fce545d            # 5 rounds: 20-40 minutes
-    python benchmarks/issue41.py --base HEAD --quick       # a smoke run, seconds
+    python benchmarks/decision_cost.py --base fce545d            # 5 rounds: 20-40 minutes
+    python benchmarks/decision_cost.py --base HEAD --quick       # a smoke run, seconds
 
 The work uses only APIs both trees have (and, for the floor, the modules
 ``log.records`` and ``log.replay_state`` that replay itself decodes with).
