@@ -163,6 +163,18 @@ class UpdateOutcome(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     output: Any = None
     error: flowcore.ErrorInfo | None = None
 
+    @classmethod
+    def of(cls, run_id: str, view: flowcore.UpdateView) -> UpdateOutcome:
+        """The outcome the core's ``UpdateView`` of run ``run_id`` stands for."""
+        return cls(
+            run_id=run_id,
+            update_id=view.update_id,
+            name=view.name,
+            status=view.status,
+            output=view.output,
+            error=view.error,
+        )
+
 
 @dataclass
 class Deleted:
@@ -332,6 +344,11 @@ class RunCommands(Protocol):
     ) -> UpdateOutcome:
         """The outcome of update ``update_id`` (waited for with ``wait``);
         ``UnknownUpdate`` for an id the run does not know."""
+        ...
+
+    async def updates(self, run_id: str) -> list[UpdateOutcome]:
+        """The updates of the run's current incarnation, in the order they were
+        taken (``flowcore.updates_of``); ``UnknownRun``."""
         ...
 
     async def query(self, run_id: str, name: str, args: Any = None) -> Any:

@@ -53,17 +53,6 @@ def _check_timeout(timeout_s: float | None) -> None:
         )
 
 
-def _outcome(run_id: str, view: flowcore.UpdateView) -> UpdateOutcome:
-    return UpdateOutcome(
-        run_id=run_id,
-        update_id=view.update_id,
-        name=view.name,
-        status=view.status,
-        output=view.output,
-        error=view.error,
-    )
-
-
 class LocalUpdates(LocalClient):
     """The update and query commands of the local host."""
 
@@ -154,6 +143,17 @@ class LocalUpdates(LocalClient):
         _check_timeout(timeout_s)
         return await self._awaited(run_id, update_id, wait, timeout_s, None)
 
+    async def updates(self, run_id: str) -> list[UpdateOutcome]:
+        """The updates of the run's current incarnation, in the order they were
+        taken, read from its state (``LocalUnknownRun``)."""
+
+        def reading() -> list[UpdateOutcome]:
+            self.store.run_row(run_id)
+            views = flowcore.updates_of(self.store.state(run_id))
+            return [UpdateOutcome.of(run_id, view) for view in views]
+
+        return await self._db(reading)
+
     async def _awaited(
         self,
         run_id: str,
@@ -193,12 +193,12 @@ class LocalUpdates(LocalClient):
                 )
             incarnation, name = now_incarnation, found.name
             if not wait or found.status != "running":
-                return _outcome(run_id, found)
+                return UpdateOutcome.of(run_id, found)
             pause = self.poll_ms / 1000
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return _outcome(run_id, found)
+                    return UpdateOutcome.of(run_id, found)
                 pause = min(pause, left)
             try:
                 await asyncio.wait_for(committed.wait(), pause)

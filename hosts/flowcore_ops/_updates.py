@@ -78,32 +78,10 @@ async def update_result(ctx: Context, given: UpdateResultInput) -> UpdateOutcome
 
 
 async def updates(ctx: Context, given: RunInput) -> list[UpdateOutcome]:
-    """The run's updates, in the order requested: the ids its log's
-    ``update-requested`` events carry, each as the run knows it now (an id from
-    before a continue-as-new, which the run no longer knows, is left out)."""
+    """The run's updates, in the order requested, as its current incarnation
+    knows them (an id from before a continue-as-new is left out)."""
     await owned(ctx, given.run_id)
-    records = await guard(ctx.host.records(given.run_id))
-    ids: dict[str, None] = {}
-    for record in records:
-        data = record.data
-        if (
-            record.type == "event.reported"
-            and isinstance(data, dict)
-            and data.get("kind") == "update-requested"
-            and isinstance(data.get("updateId"), str)
-        ):
-            ids[data["updateId"]] = None
-    out: list[UpdateOutcome] = []
-    for update_id in ids:
-        try:
-            with failures():
-                found = await ctx.host.update_result(given.run_id, update_id)
-        except OperationError as exc:
-            if exc.code == "unknown-update-id":
-                continue
-            raise
-        out.append(outcome_of(found))
-    return out
+    return [outcome_of(found) for found in await guard(ctx.host.updates(given.run_id))]
 
 
 async def query(ctx: Context, given: QueryInput) -> QueryValue:

@@ -128,13 +128,14 @@ class TemporalUpdates(TemporalReads):
                 run_id, update_id, f"run {run_id!r} has no update {update_id!r}"
             )
         if not wait or view.status != "running":
-            return _outcome(run_id, view)
+            return UpdateOutcome.of(run_id, view)
         return await self.update(run_id, view.name, None, update_id, timeout_s=timeout_s)
 
     async def updates(self, run_id: str) -> list[UpdateOutcome]:
         """The updates of the run's incarnation, in the order they were taken."""
         raw = await self._query(run_id, UPDATES_QUERY)
-        return [_outcome(run_id, v) for v in msgspec.convert(raw, list[flowcore.UpdateView])]
+        views = msgspec.convert(raw, list[flowcore.UpdateView])
+        return [UpdateOutcome.of(run_id, view) for view in views]
 
     async def query(self, run_id: str, name: str, args: Any = None) -> Any:
         """The value of the run's query ``name`` with ``args`` (a Temporal query;
@@ -178,7 +179,7 @@ class TemporalUpdates(TemporalReads):
                 if not wait:
                     view = await self._update_view(run_id, update_id)
                     if view is not None:
-                        return _outcome(run_id, view)
+                        return UpdateOutcome.of(run_id, view)
                     until = None  # not taken: the handle's outcome says why
                 left = None if until is None else max(0.0, until - loop.time())
                 polling = asyncio.ensure_future(handle.result())
@@ -210,7 +211,7 @@ class TemporalUpdates(TemporalReads):
                     # A closed run still answers the updates it took.
                     view = await self._update_view(run_id, update_id)
                     if view is not None:
-                        return _outcome(run_id, view)
+                        return UpdateOutcome.of(run_id, view)
                     raise error from None
                 if loop.time() >= deadline or not await self._went_on(run_id, exc):
                     raise error from None
@@ -221,17 +222,6 @@ class TemporalUpdates(TemporalReads):
         raw = await self._query(run_id, UPDATES_QUERY, update_id)
         views = msgspec.convert(raw, list[flowcore.UpdateView])
         return views[0] if views else None
-
-
-def _outcome(run_id: str, view: flowcore.UpdateView) -> UpdateOutcome:
-    return UpdateOutcome(
-        run_id=run_id,
-        update_id=view.update_id,
-        name=view.name,
-        status=view.status,
-        output=view.output,
-        error=view.error,
-    )
 
 
 def _failed(run_id: str, name: str, cause: BaseException | None) -> UpdateOutcome | None:
@@ -246,7 +236,7 @@ def _failed(run_id: str, name: str, cause: BaseException | None) -> UpdateOutcom
         raise flowcore.UpdateRefused(str(first["code"]), name, cause.message)
     if isinstance(first, dict) and "flowcoreUpdate" in first:
         view = msgspec.convert(first["flowcoreUpdate"], flowcore.UpdateView)
-        return _outcome(run_id, view)
+        return UpdateOutcome.of(run_id, view)
     if cause.type == SWITCHING_ERROR:
         return None
     raise TemporalHostError(f"{run_id}: update {name}: {cause.message}")
