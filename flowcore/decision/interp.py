@@ -358,18 +358,22 @@ def _checked(event: object) -> None:
         raise EventRejected(str(exc), key) from None
 
 
-def _continued_reject(run_id: str, continued: ContinueAsNew, key: str | None) -> NoReturn:
+def _ended_reject(state: State, event: Event) -> NoReturn:
+    """Why ``event`` cannot apply to a run that has settled or continued as new
+    (an update is answered as ``updates`` says: a taken id, else ``ending``)."""
+    if type(event) is UpdateRequested:
+        raise updates.check_ended(state, event)
+    key = event_key(event)
+    if state.settled is not None:
+        raise EventRejected(
+            f"run {state.run_id} has already settled ({state.settled.status}); no event applies",
+            key,
+        )
+    continued = state.tree.continued
+    assert continued is not None
     raise EventRejected(
-        f"run {run_id} continued as new (incarnation {continued.incarnation});"
+        f"run {state.run_id} continued as new (incarnation {continued.incarnation});"
         " no event applies to the incarnation that ended",
-        key,
-    )
-
-
-def _settled_reject(state: State, key: str | None) -> NoReturn:
-    assert state.settled is not None
-    raise EventRejected(
-        f"run {state.run_id} has already settled ({state.settled.status}); no event applies",
         key,
     )
 
@@ -402,14 +406,8 @@ def advance_partial(state: State, event: Event) -> Decision:
 
 def _decide(state: State, event: Event, whole: bool) -> Decision:
     _checked(event)
-    if type(event) is UpdateRequested and (
-        state.settled is not None or state.tree.continued is not None
-    ):
-        raise updates.check_ended(state, event)
-    if state.settled is not None:
-        _settled_reject(state, event_key(event))
-    if state.tree.continued is not None:
-        _continued_reject(state.run_id, state.tree.continued, event_key(event))
+    if state.settled is not None or state.tree.continued is not None:
+        _ended_reject(state, event)
     if whole:
         _complete(state)
     t = Txn(state, ABOVE)
@@ -450,14 +448,8 @@ class Batch:
     def advance(self, event: Event) -> Sequence[Effect]:
         _checked(event)
         t = self.t
-        if type(event) is UpdateRequested and (
-            t.settled is not None or t.tree.continued is not None
-        ):
-            raise updates.check_ended(self.state(), event)
-        if t.settled is not None:
-            _settled_reject(self.state(), event_key(event))
-        if t.tree.continued is not None:
-            _continued_reject(t.run_id, t.tree.continued, event_key(event))
+        if t.settled is not None or t.tree.continued is not None:
+            _ended_reject(self.state(), event)
         saved = t.checkpoint()
         t.next_decision()
         try:
