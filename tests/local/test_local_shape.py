@@ -89,7 +89,7 @@ PUBLIC = (
     " resume_schedule run"
     " run_scheduled_now runs schedule schedule_names scheduled schedules show signal"
     " signal_key signal_with_start start store summary trigger_schedule"
-    " trim_scheduled update update_result update_with_start upgrade vacuum wait waits work"
+    " trim_scheduled update update_result update_with_start updates upgrade vacuum wait waits work"
 ).split()
 
 

@@ -178,9 +178,26 @@
     }
   }
 
+  // One refresh at a time: one asked for while another is in flight runs once it
+  // ends (two at once would both ask a host that counts no runs for its counts).
+  let running = false;
+  let again = false;
   function loop() {
     clearTimeout(timer);
-    refresh().finally(() => { timer = setTimeout(loop, POLL_MS); });
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    refresh().finally(() => {
+      running = false;
+      if (again) {
+        again = false;
+        loop();
+        return;
+      }
+      timer = setTimeout(loop, POLL_MS);
+    });
   }
 
   search.addEventListener("submit", (event) => {
