@@ -488,6 +488,8 @@ class Batch:
         """The scheduled calls the last event changed, in order of change
         (what the log's ``scheduled.changed`` records hold)."""
         t = self.t
+        if not t.sched_changed:  # the commonest: none
+            return []
         return [(sid, t.schedules[sid]) for sid in dict.fromkeys(t.sched_changed)]
 
     @property

@@ -37,7 +37,7 @@ import msgspec
 
 from ..language.expr import TemplateError
 from ..language.spec import AskHumanStep, Step
-from . import keys
+from . import compiled, keys
 from .outcome import (
     Failed,
     InvalidDuration,
@@ -155,6 +155,10 @@ class Txn(TxnWaits):
         return Ok(last)
 
     def start_step(self, step: Step, parent: str, env: str, prefix: str) -> Outcome | None:
+        if compiled.ENABLED:  # a plain call begins directly (``compiled``, a speed-up)
+            plain = compiled.plain_call(self.flow, step)
+            if plain is not None and plain.start(self, parent, env, prefix):
+                return None
         fid = prefix + step.id
         frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id)
         if step.timeout_ms is not None:

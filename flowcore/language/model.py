@@ -466,6 +466,10 @@ class Flow:
     # The top-level ``updates:`` and ``queries:`` (``language.updates``), by name.
     updates: dict[str, UpdateDecl] = attrs.field(factory=dict)
     queries: dict[str, QueryDecl] = attrs.field(factory=dict)
+    # What each step needs at run time, worked out by the decision layer the
+    # first time it begins the step (``decision.compiled``): never part of the
+    # spec, its hash or its equality.
+    compiled: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
 
     def cancellation(self, step: Step) -> Cancellation:
         """What becomes of ``step``'s call when the run stops waiting for it."""

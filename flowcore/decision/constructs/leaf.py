@@ -138,19 +138,21 @@ def approval_answered(
 
 def tool_input_error(t: Txn, tool: str, value: Any) -> ErrorInfo | None:
     """``invalid-input`` when ``value`` does not meet the tool's declared input_schema."""
-    return _schema_error(t, tool, value, "input")
+    decl = t.flow.tools.get(tool)
+    if decl is None or decl.input_schema is None:
+        return None
+    return _schema_error(decl.input_schema, tool, value, "input")
 
 
 def tool_output_error(t: Txn, tool: str, value: Any) -> ErrorInfo | None:
     """``invalid-output`` when a tool's reported output does not meet its output_schema."""
-    return _schema_error(t, tool, value, "output")
-
-
-def _schema_error(t: Txn, tool: str, value: Any, which: str) -> ErrorInfo | None:
     decl = t.flow.tools.get(tool)
-    schema = None if decl is None else getattr(decl, f"{which}_schema")
-    if schema is None:
+    if decl is None or decl.output_schema is None:
         return None
+    return _schema_error(decl.output_schema, tool, value, "output")
+
+
+def _schema_error(schema: dict[str, Any], tool: str, value: Any, which: str) -> ErrorInfo | None:
     why = value_problem(schema, value, f"{which} of tool {tool!r}")
     return None if why is None else err(f"invalid-{which}", why)
 
