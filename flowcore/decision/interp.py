@@ -22,7 +22,7 @@ from .._errors import EventRejected, InputError, MetadataError
 from ..language.defaults import DEFAULT_STEP_BUDGET
 from ..language.metadata import check_values
 from ..language.spec import Budget, Flow
-from . import constructs, keys, updates
+from . import compiled, constructs, keys, updates
 from . import ending as _ending
 from . import transitions as _transitions
 from .constructs import schedule
@@ -91,6 +91,7 @@ _EMPTY: immutables.Map[Any, Any] = immutables.Map()
 class _Above:
     """The layers above the transaction, as it calls them (``txn.Above``)."""
 
+    start = staticmethod(compiled.start)
     begin = staticmethod(constructs.begin)
     child_done = staticmethod(constructs.child_done)
     steps_of = staticmethod(constructs.steps_of)

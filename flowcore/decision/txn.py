@@ -37,7 +37,7 @@ import msgspec
 
 from ..language.expr import TemplateError
 from ..language.spec import AskHumanStep, Step
-from . import compiled, keys
+from . import keys
 from .outcome import (
     Failed,
     InvalidDuration,
@@ -72,6 +72,8 @@ class Above(Protocol):
     """What a transaction calls in the layers above it: what each construct does
     (``constructs``) and how the run ends (``ending``). ``interp`` wires them in,
     so this module knows neither."""
+
+    def start(self, t: Txn, step: Step, parent: str, env: str, prefix: str) -> bool: ...
 
     def begin(self, t: Txn, frame: StepFrame, step: Step) -> Outcome | None: ...
 
@@ -155,10 +157,8 @@ class Txn(TxnWaits):
         return Ok(last)
 
     def start_step(self, step: Step, parent: str, env: str, prefix: str) -> Outcome | None:
-        if compiled.ENABLED:  # a plain call begins directly (``compiled``, a speed-up)
-            plain = compiled.plain_call(self.flow, step)
-            if plain is not None and plain.start(self, parent, env, prefix):
-                return None
+        if self.above.start(self, step, parent, env, prefix):
+            return None  # a plain step, begun directly (``compiled``: a speed-up)
         fid = prefix + step.id
         frame = StepFrame(id=fid, parent=parent, env=env, prefix=prefix, step=step.id)
         if step.timeout_ms is not None:

@@ -100,6 +100,11 @@ def same_decision(
         raise _Broken(
             "determinism", f"accepted, but rejected from the state's snapshot: {exc.reason}"
         ) from None
+    except Exception as exc:  # a snapshot that lost what the decision reads
+        raise _Broken(
+            "determinism",
+            f"accepted, but raised {type(exc).__name__} from the state's snapshot: {exc}",
+        ) from None
     a = [encode_effect(e) for e in effects]
     b = [encode_effect(e) for e in effects2]
     if a != b:

@@ -92,7 +92,17 @@ def test_compiled_and_general_paths_decide_alike(spec: Any, inp: Any, data: st.D
     both(flow, inp, events)
 
 
-CALLS = ("call_tool", "schedule", "parallel", "for_each", "repeat", "switch", "try", "sleep")
+CALLS = (
+    "call_tool",
+    "run_agent",
+    "schedule",
+    "parallel",
+    "for_each",
+    "repeat",
+    "switch",
+    "try",
+    "sleep",
+)
 
 
 @settings(
@@ -201,7 +211,7 @@ def test_a_plain_step_skips_the_general_begin(monkeypatch: pytest.MonkeyPatch) -
     ev = EffectSucceeded(idempotency_key=first.idempotency_key, output={"n": 1}, at_ms=1)
     flowcore.advance(d.state, ev)
     assert calls == []
-    assert isinstance(compiled.plain_call(flow, flow.by_id["a"]), compiled.PlainCall)
+    assert isinstance(compiled.plain_work(flow, flow.by_id["a"]), compiled.PlainCall)
     with general_only():
         d = flowcore.start(flow, None, run_id="r")
         flowcore.advance(d.state, ev)
