@@ -71,6 +71,13 @@ class RunHistory:
     depth: int
     turns: list[Turn] = attrs.field(factory=list)
     metadata: Mapping[str, Any] | None = None  # given at start
+    # Paranoid mode's snapshot of each turn's state given to ``advance``, by
+    # the turn's index (with the state, so that a turn replaced since is not
+    # taken for it): ``check_determinism`` compares against it instead of
+    # encoding the state again (``snapshot``).
+    _snapshots: dict[int, tuple[State, bytes]] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
 
     @property
     def state(self) -> State:
@@ -105,6 +112,8 @@ class RunHistory:
         else:
             after = encode_state(state) if paranoid else None
             turn = Turn(event, d.effects, d.state, None, before, after, d.scheduled, d.replies)
+        if after is not None:
+            self._snapshots[len(self.turns) - 1] = (state, after)
         if turn.rejected is not None and not keep_rejected:
             return turn
         self.turns.append(turn)
@@ -151,6 +160,20 @@ class RunHistory:
             at = max(at_ms, self.state.now_ms)
             d = continue_run(self.flow, effect, self.run_id, at, self.depth)
             self.turns.append(Turn(None, d.effects, d.state, replies=d.replies))
+
+
+def snapshot(history: RunHistory, i: int) -> bytes:
+    """The snapshot bytes of turn ``i``'s state: the one paranoid mode took
+    after ``advance`` was given that state (here or at an earlier turn that
+    holds the same state: a rejected event keeps it), or else encoded now."""
+    turns = history.turns
+    state = turns[i].state
+    while i >= 0 and turns[i].state is state:
+        taken = history._snapshots.get(i)
+        if taken is not None and taken[0] is state:
+            return taken[1]
+        i -= 1
+    return encode_state(state)
 
 
 def as_flow(spec: Spec) -> Flow:
