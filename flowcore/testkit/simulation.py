@@ -189,6 +189,33 @@ class _Simulation:
                 at_ms=at,
             )
             self.push(at, update.run_id or run_id, request)
+        stop = self.drain()
+        root_state = root.state
+        if root_state.settled is not None and stop == "idle":
+            stop = "settled"
+        used = waiting_for(root_state)
+        return Trajectory(
+            run_id=run_id,
+            status=root_state.status,
+            settled=root_state.settled,
+            stop=stop,
+            end_ms=self.now,
+            entries=tuple(self.entries),
+            log=tuple(self.log),
+            usage=UsageReport(
+                steps=used.used_steps,
+                cost_minor_units=used.used_cost_minor_units,
+                by_member={k: UsageLine(*v) for k, v in sorted(self.by_member.items())},
+                by_agent={k: UsageLine(*v) for k, v in sorted(self.by_agent.items())},
+            ),
+            histories={rid: slot.history for rid, slot in self.runs.items()},
+            progress={rid: tuple(items) for rid, items in self.asking.progress.items()},
+            refused=tuple(self.refused),
+        )
+
+    def drain(self) -> Stop:
+        """Deliver what is due, in order, until nothing is (or a bound is reached)."""
+        sim = self.sim
         stop: Stop = "idle"
         while self.agenda:
             if self.count >= sim.max_events:
@@ -226,28 +253,7 @@ class _Simulation:
                 self.request_update(slot, due.event)
                 continue
             self.deliver(slot, due.event)
-        root_state = root.state
-        if root_state.settled is not None and stop == "idle":
-            stop = "settled"
-        used = waiting_for(root_state)
-        return Trajectory(
-            run_id=run_id,
-            status=root_state.status,
-            settled=root_state.settled,
-            stop=stop,
-            end_ms=self.now,
-            entries=tuple(self.entries),
-            log=tuple(self.log),
-            usage=UsageReport(
-                steps=used.used_steps,
-                cost_minor_units=used.used_cost_minor_units,
-                by_member={k: UsageLine(*v) for k, v in sorted(self.by_member.items())},
-                by_agent={k: UsageLine(*v) for k, v in sorted(self.by_agent.items())},
-            ),
-            histories={rid: slot.history for rid, slot in self.runs.items()},
-            progress={rid: tuple(items) for rid, items in self.asking.progress.items()},
-            refused=tuple(self.refused),
-        )
+        return stop
 
     def push(self, at: int, run_id: str, event: Event, reorder: bool = False) -> None:
         self.seq += 1
