@@ -37,7 +37,7 @@ from .script import Refusal, Spec
 # --- run histories ------------------------------------------------------------------------
 
 
-class Turn(msgspec.Struct, frozen=True):
+class Turn(msgspec.Struct, frozen=True, gc=False):
     """One decision of a run: ``start`` (``event`` None) or one reported event.
 
     A rejected event has ``rejected`` (the reason), no effects, and ``state``
@@ -46,7 +46,8 @@ class Turn(msgspec.Struct, frozen=True):
     state object after ``advance`` returned or raised: they must be equal.
     ``scheduled``: what a scheduled-call event from outside answered
     (``Decision.scheduled``); ``replies``: the updates the decision ended
-    (``Decision.replies``).
+    (``Decision.replies``). Not tracked by the garbage collector
+    (``gc=False``): a turn is built from values that never refer back to it.
     """
 
     event: Event | None
