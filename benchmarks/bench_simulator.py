@@ -6,8 +6,9 @@ each, one with a timeout timer), and a sleep. Tools answer at once in
 virtual time, so the figure is the cost of the interpreter plus the
 simulator, per run:
 
-    python benchmarks/bench_simulator.py            # runs/s, plain and checked
+    python benchmarks/bench_simulator.py            # per event and per run, plain and checked
     python benchmarks/bench_simulator.py --runs 500
+    python benchmarks/bench_simulator.py --quick    # fewer runs (for compare_commits.py)
 
 ``plain`` is ``Simulator.run``; ``paranoid`` adds a state snapshot around
 every ``advance`` (what ``check_rejections`` needs); ``checked`` is paranoid
@@ -78,23 +79,29 @@ def world(paranoid: bool) -> Simulator:
     )
 
 
-def measure(label: str, runs: int, once: Any) -> float:
+def measure(label: str, runs: int, once: Any, events: int) -> float:
     once()  # warm up
     samples = []
     for _ in range(5):
         start = time.perf_counter()
-        for _ in range(runs // 5):
+        for _ in range(max(1, runs // 5)):
             once()
-        samples.append((time.perf_counter() - start) / (runs // 5))
+        samples.append((time.perf_counter() - start) / max(1, runs // 5))
     per_run = statistics.median(samples)
-    print(f"{label:<9} {1 / per_run:8.0f} runs/s   {per_run * 1000:7.2f} ms/run")
+    print(
+        f"{label:<9} {per_run / events * 1e6:7.2f} us/event {events / per_run:9,.0f} events/s "
+        f"{1 / per_run:6.0f} runs/s {per_run * 1000:7.2f} ms/run"
+    )
     return per_run
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=250)
+    parser.add_argument("--quick", action="store_true", help="100 runs (20 checked)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 100
     flow = flowcore.parse_flow(spec())
     plain, paranoid = world(False), world(True)
     t = plain.run(flow)
@@ -104,9 +111,10 @@ def main() -> None:
         f"{len(t.effects('sleep'))} timers, {t.usage.steps} work steps, "
         f"{t.end_ms / 3_600_000:.1f} h of virtual time per run"
     )
-    measure("plain", args.runs, lambda: plain.run(flow))
-    measure("paranoid", args.runs, lambda: paranoid.run(flow))
-    measure("checked", args.runs // 5, lambda: check_trajectory(paranoid.run(flow)))
+    events = len(t.events())
+    measure("plain", args.runs, lambda: plain.run(flow), events)
+    measure("paranoid", args.runs, lambda: paranoid.run(flow), events)
+    measure("checked", args.runs // 5, lambda: check_trajectory(paranoid.run(flow)), events)
 
 
 if __name__ == "__main__":

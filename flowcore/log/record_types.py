@@ -37,12 +37,16 @@ EFFECT_REDISPATCHED = "effect.redispatched"
 SCHEDULED_CHANGED = "scheduled.changed"
 
 
-class Record(msgspec.Struct, frozen=True, rename="camel"):
+class Record(msgspec.Struct, frozen=True, rename="camel", gc=False):
     """One log envelope. ``at`` is the host's clock (ms) when it was written.
 
     Decoding checks ``index`` and ``at`` are 64-bit integers >= 0 (what
     every host language holds exactly), so an envelope with a 100-digit
     index is refused where it is read.
+
+    Not tracked by the garbage collector (``gc=False``): a record holds
+    strings, numbers and JSON data, never itself, and a simulation or a host
+    writes many of them.
     """
 
     type: str

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from ..decision.interp import Decision
 from ..decision.wire import (
     BudgetRemaining,
@@ -118,14 +120,16 @@ class Recorder:
             data.update(carried_to_wire(continued))
         out = [self._make(RUN_STARTED, at, data)]
         out.extend(self._scheduled(decision, at))
-        out.extend(self._effects(decision.effects, at))
+        out.extend(self._effects(decision.effects, at, _wire_forms(decision.effects)))
         return out
 
     def applied(self, event: Event, decision: Decision) -> list[Record]:
         at = event.at_ms
-        out = [self._make(EVENT_REPORTED, at, event_to_wire(event))]
+        effects = decision.effects
+        wire = _wire_forms((event, *effects))  # the decision's event and effects at once
+        out = [self._make(EVENT_REPORTED, at, wire[0])]
         out.extend(self._scheduled(decision, at))
-        out.extend(self._effects(decision.effects, at))
+        out.extend(self._effects(effects, at, wire[1:]))
         return out
 
     def _scheduled(self, decision: Decision, at: int) -> list[Record]:
@@ -145,12 +149,25 @@ class Recorder:
             data["worker"] = worker
         return [self._make(EFFECT_REDISPATCHED, at, data)]
 
-    def _effects(self, effects: tuple[Effect, ...], at: int) -> list[Record]:
-        out = [self._make(EFFECT_EMITTED, at, effect_to_wire(e)) for e in effects]
+    def _effects(
+        self, effects: tuple[Effect, ...], at: int, wire: list[dict[str, Any]]
+    ) -> list[Record]:
+        out = [self._make(EFFECT_EMITTED, at, data) for data in wire]
         for effect in effects:
             if isinstance(effect, Settled):
                 out.append(self._make(RUN_SETTLED, at, settled_record_data(effect)))
         return out
+
+
+def _wire_forms(items: tuple[Event | Effect, ...]) -> list[dict[str, Any]]:
+    """Each event or effect as ``event_to_wire`` / ``effect_to_wire`` gives it
+    (the same JSON bytes, decoded), all of them in one pass through JSON."""
+    forms: list[dict[str, Any]] = _json_decode(_json_encode(items))
+    return forms
+
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
 
 
 def carried_to_wire(continued: ContinueAsNew) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from ..decision.wire import (
     event_to_wire,
 )
 from .events import _WORK_EFFECTS, _answered_by
+from .history import snapshot
 from .simulator import (
     RunHistory,
     Spec,
@@ -432,10 +433,12 @@ def check_rejections(
     return h
 
 
-def _state_bytes(state: State, cache: dict[int, bytes], i: int) -> bytes:
+def _state_bytes(h: RunHistory, cache: dict[int, bytes], i: int) -> bytes:
+    """Turn ``i``'s state as snapshot bytes, encoded at most once: a state paranoid
+    mode snapshot when it was given to ``advance`` is not encoded again."""
     data = cache.get(i)
     if data is None:
-        data = encode_state(state)
+        data = snapshot(h, i)
         cache[i] = data
     return data
 
@@ -462,10 +465,13 @@ def check_determinism(
         metadata=h.metadata,
     )
     mine: dict[int, bytes] = {}
+    # Each recorded turn's effects, encoded once for both comparisons.
+    effects = [[encode_effect(e) for e in turn.effects] for turn in h.turns]
     for i, (a, b) in enumerate(zip(h.turns, again.turns, strict=True)):
-        _same_turn(h, i, a, b, _state_bytes(a.state, mine, i), "a second run over the same events")
+        how = "a second run over the same events"
+        _same_turn(h, i, a, b, effects[i], _state_bytes(h, mine, i), how)
     for i in range(len(h.turns) - 1):
-        state = decode_state(_state_bytes(h.turns[i].state, mine, i), h.flow)
+        state = decode_state(_state_bytes(h, mine, i), h.flow)
         nxt = h.turns[i + 1]
         if nxt.event is None:  # the next incarnation, from the effect in the snapshot
             effect = state.tree.continued
@@ -478,7 +484,8 @@ def check_determinism(
                 i + 1,
                 nxt,
                 resumed,
-                _state_bytes(nxt.state, mine, i + 1),
+                effects[i + 1],
+                _state_bytes(h, mine, i + 1),
                 f"a run continued from the snapshot after turn {i}",
             )
             continue
@@ -493,16 +500,18 @@ def check_determinism(
             i + 1,
             nxt,
             resumed,
-            _state_bytes(nxt.state, mine, i + 1),
+            effects[i + 1],
+            _state_bytes(h, mine, i + 1),
             f"a run resumed from the snapshot after turn {i}",
         )
     return h
 
 
-def _same_turn(h: RunHistory, i: int, a: Turn, b: Turn, a_bytes: bytes, how: str) -> None:
+def _same_turn(
+    h: RunHistory, i: int, a: Turn, b: Turn, ea: list[bytes], a_bytes: bytes, how: str
+) -> None:
     if a.rejected != b.rejected:
         _fail(f"{_at(h, i)}: rejected {a.rejected!r}, but {how} says {b.rejected!r}")
-    ea = [encode_effect(e) for e in a.effects]
     eb = [encode_effect(e) for e in b.effects]
     if ea != eb:
         _fail(

@@ -37,7 +37,7 @@ from .script import Refusal, Spec
 # --- run histories ------------------------------------------------------------------------
 
 
-class Turn(msgspec.Struct, frozen=True):
+class Turn(msgspec.Struct, frozen=True, gc=False):
     """One decision of a run: ``start`` (``event`` None) or one reported event.
 
     A rejected event has ``rejected`` (the reason), no effects, and ``state``
@@ -46,7 +46,8 @@ class Turn(msgspec.Struct, frozen=True):
     state object after ``advance`` returned or raised: they must be equal.
     ``scheduled``: what a scheduled-call event from outside answered
     (``Decision.scheduled``); ``replies``: the updates the decision ended
-    (``Decision.replies``).
+    (``Decision.replies``). Not tracked by the garbage collector
+    (``gc=False``): a turn is built from values that never refer back to it.
     """
 
     event: Event | None
@@ -71,6 +72,13 @@ class RunHistory:
     depth: int
     turns: list[Turn] = attrs.field(factory=list)
     metadata: Mapping[str, Any] | None = None  # given at start
+    # Paranoid mode's snapshot of each turn's state given to ``advance``, by
+    # the turn's index (with the state, so that a turn replaced since is not
+    # taken for it): ``check_determinism`` compares against it instead of
+    # encoding the state again (``snapshot``).
+    _snapshots: dict[int, tuple[State, bytes]] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
 
     @property
     def state(self) -> State:
@@ -105,6 +113,8 @@ class RunHistory:
         else:
             after = encode_state(state) if paranoid else None
             turn = Turn(event, d.effects, d.state, None, before, after, d.scheduled, d.replies)
+        if after is not None:
+            self._snapshots[len(self.turns) - 1] = (state, after)
         if turn.rejected is not None and not keep_rejected:
             return turn
         self.turns.append(turn)
@@ -151,6 +161,20 @@ class RunHistory:
             at = max(at_ms, self.state.now_ms)
             d = continue_run(self.flow, effect, self.run_id, at, self.depth)
             self.turns.append(Turn(None, d.effects, d.state, replies=d.replies))
+
+
+def snapshot(history: RunHistory, i: int) -> bytes:
+    """The snapshot bytes of turn ``i``'s state: the one paranoid mode took
+    after ``advance`` was given that state (here or at an earlier turn that
+    holds the same state: a rejected event keeps it), or else encoded now."""
+    turns = history.turns
+    state = turns[i].state
+    while i >= 0 and turns[i].state is state:
+        taken = history._snapshots.get(i)
+        if taken is not None and taken[0] is state:
+            return taken[1]
+        i -= 1
+    return encode_state(state)
 
 
 def as_flow(spec: Spec) -> Flow:

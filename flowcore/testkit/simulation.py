@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, TypeAlias, assert_never
 
 import msgspec
 
-from .._data import DataError, check_data
+from .._data import DataError, check_data, quick_json
 from .._errors import UpdateRefused
 from ..decision.interp import Decision, InputError, start, validate_update
 from ..decision.keys import parse_key
@@ -120,15 +120,17 @@ class _Due:
         self.event = event
         self.reorder = reorder
 
-    def __lt__(self, other: _Due) -> bool:
-        return (self.at, self.seq) < (other.at, other.seq)
+
+# The agenda is a heap of (at, seq, due): ordered by its key alone (seq is
+# unique), compared as tuples without calling back into Python.
+_Agenda: TypeAlias = list[tuple[int, int, _Due]]
 
 
 class _Simulation:
     def __init__(self, sim: Simulator, now_ms: int) -> None:
         self.sim = sim
         self.now = now_ms
-        self.agenda: list[_Due] = []
+        self.agenda: _Agenda = []
         self.seq = 0
         self.runs: dict[str, _Slot] = {}
         self.entries: list[Entry] = []
@@ -187,43 +189,7 @@ class _Simulation:
                 at_ms=at,
             )
             self.push(at, update.run_id or run_id, request)
-        stop: Stop = "idle"
-        while self.agenda:
-            if self.count >= sim.max_events:
-                stop = "max-events"
-                break
-            due = self.pop()
-            if sim.until_ms is not None and due.at > sim.until_ms:
-                stop = "horizon"
-                break
-            if due.reorder:
-                # Out of order: let the next delivery overtake this one.
-                due.reorder = False
-                if self.agenda:
-                    nxt = min(self.agenda)
-                    self.seq += 1
-                    due.seq = self.seq
-                    if nxt.at > due.at:
-                        due.at = nxt.at
-                        due.event = msgspec.structs.replace(due.event, at_ms=nxt.at)
-                heapq.heappush(self.agenda, due)
-                continue
-            slot = self.runs.get(due.run_id)
-            if slot is None:
-                raise SimulationError(
-                    f"{due.event.__struct_config__.tag} at t={due.at} is addressed to run "
-                    f"{due.run_id!r}, which has not started"
-                )
-            if isinstance(due.event, TimerFired):
-                key = due.event.idempotency_key
-                if key not in slot.timers:
-                    continue  # disarmed
-                slot.timers.discard(key)
-            self.now = max(self.now, due.at)
-            if isinstance(due.event, UpdateRequested):
-                self.request_update(slot, due.event)
-                continue
-            self.deliver(slot, due.event)
+        stop = self.drain()
         root_state = root.state
         if root_state.settled is not None and stop == "idle":
             stop = "settled"
@@ -247,18 +213,60 @@ class _Simulation:
             refused=tuple(self.refused),
         )
 
+    def drain(self) -> Stop:
+        """Deliver what is due, in order, until nothing is (or a bound is reached)."""
+        sim = self.sim
+        stop: Stop = "idle"
+        while self.agenda:
+            if self.count >= sim.max_events:
+                stop = "max-events"
+                break
+            due = self.pop()
+            if sim.until_ms is not None and due.at > sim.until_ms:
+                stop = "horizon"
+                break
+            if due.reorder:
+                # Out of order: let the next delivery overtake this one.
+                due.reorder = False
+                if self.agenda:
+                    nxt_at = self.agenda[0][0]
+                    self.seq += 1
+                    due.seq = self.seq
+                    if nxt_at > due.at:
+                        due.at = nxt_at
+                        due.event = msgspec.structs.replace(due.event, at_ms=nxt_at)
+                heapq.heappush(self.agenda, (due.at, due.seq, due))
+                continue
+            slot = self.runs.get(due.run_id)
+            if slot is None:
+                raise SimulationError(
+                    f"{due.event.__struct_config__.tag} at t={due.at} is addressed to run "
+                    f"{due.run_id!r}, which has not started"
+                )
+            if isinstance(due.event, TimerFired):
+                key = due.event.idempotency_key
+                if key not in slot.timers:
+                    continue  # disarmed
+                slot.timers.discard(key)
+            self.now = max(self.now, due.at)
+            if isinstance(due.event, UpdateRequested):
+                self.request_update(slot, due.event)
+                continue
+            self.deliver(slot, due.event)
+        return stop
+
     def push(self, at: int, run_id: str, event: Event, reorder: bool = False) -> None:
         self.seq += 1
-        heapq.heappush(self.agenda, _Due(at, self.seq, run_id, event, reorder))
+        heapq.heappush(self.agenda, (at, self.seq, _Due(at, self.seq, run_id, event, reorder)))
 
     def pop(self) -> _Due:
         order = self.sim.order
-        first = heapq.heappop(self.agenda)
-        if order is None or not self.agenda or self.agenda[0].at != first.at:
+        first = heapq.heappop(self.agenda)[2]
+        if order is None or not self.agenda or self.agenda[0][0] != first.at:
             return first
         ties = [first]
-        while self.agenda and self.agenda[0].at == first.at:
-            ties.append(heapq.heappop(self.agenda))
+        while self.agenda and self.agenda[0][0] == first.at:
+            ties.append(heapq.heappop(self.agenda)[2])
         if callable(order):
             pick = order(len(ties))
         elif self.choices < len(order):
@@ -268,7 +276,7 @@ class _Simulation:
         self.choices += 1
         chosen = ties.pop(pick % len(ties))
         for other in ties:
-            heapq.heappush(self.agenda, other)
+            heapq.heappush(self.agenda, (other.at, other.seq, other))
         return chosen
 
     # --- runs -------------------------------------------------------------------------------
@@ -443,20 +451,26 @@ class _Simulation:
                     f"no {what} {target!r} in the script (for {effect.idempotency_key}); "
                     f"script it with {what}s={{{target!r}: ...}} or pass default="
                 )
-            key = effect.idempotency_key
-            place = work_place(slot.history.state, key)
-            call = Call(
-                effect,
-                slot.run_id,
-                key,
-                target,
-                _copy(payload),
-                n,
-                self.now,
-                place,
-                world=self.asking,
-            )
-            response = self.respond(handler, call)
+            if isinstance(handler, Responses):
+                handler = handler.pick(n)
+            if _asks(handler):
+                key = effect.idempotency_key
+                place = work_place(slot.history.state, key)
+                call = Call(
+                    effect,
+                    slot.run_id,
+                    key,
+                    target,
+                    _copy(payload),
+                    n,
+                    self.now,
+                    place,
+                    world=self.asking,
+                )
+                response = self.respond(handler, call)
+            else:  # an answer given in advance reads no call: none is made
+                _check(payload)
+                response = handler if isinstance(handler, _RESPONSES) else Ok(handler)
             if fault is not None and fault.kind == "unknown":
                 response = Unknown()
             elif fault is not None and fault.kind == "hang":
@@ -472,7 +486,7 @@ class _Simulation:
     def respond(self, handler: Any, call: Call) -> Response:
         if isinstance(handler, Responses):
             handler = handler.pick(call.n)
-        if callable(handler) and not isinstance(handler, _RESPONSES):
+        if _asks(handler):
             try:
                 handler = handler(call)
             except (AssertionError, SimulationError):
@@ -501,11 +515,12 @@ class _Simulation:
             )
             if usage == NO_USAGE:
                 usage = None
-            # What every host does with a handler's unstorable value.
+            # What every host does with a handler's unstorable value. The
+            # output is checked there, once: a succeeded event holds data,
+            # of which the run gets a fresh copy.
             event = result_event(key, response.output, usage, at_ms=at)
             if isinstance(event, EffectSucceeded):
-                output = _copy(response.output, f"the output for {key}")
-                event = EffectSucceeded(idempotency_key=key, output=output, usage=usage, at_ms=at)
+                event = msgspec.structs.replace(event, output=_fresh(response.output))
         elif isinstance(response, Fail):
             error = ErrorInfo(
                 type=response.type,
@@ -743,10 +758,34 @@ def _stalled(effect: CallTool | RunAgent | RunTeam, r: HeartbeatTimeout, now: in
     return Fail(HEARTBEAT_TIMEOUT, message, delay_ms=r.after_ms + after, details=details)
 
 
+def _asks(handler: Any) -> bool:
+    """Whether ``handler`` is called with the ``Call`` (else it is the answer)."""
+    return callable(handler) and not isinstance(handler, _RESPONSES)
+
+
 def _copy(value: Any, what: str = "a value") -> Any:
-    """A fresh copy, as a JSON host would see it: handlers never share objects with the core."""
+    """A fresh copy, as a JSON host would see it: handlers never share objects with the core.
+
+    The check and the copy are one pass through JSON where the quick check
+    vouches for the value (its bytes are what the copy is decoded from)."""
+    data = quick_json(value)
+    if data is not None:
+        return _json_decode(data)
+    _check(value, what)
+    return _fresh(value)
+
+
+def _check(value: Any, what: str = "a value") -> None:
+    """Raise ``SimulationError`` unless ``value`` is flowcore data."""
     try:
         check_data(value, "$", what)
     except DataError as exc:
         raise SimulationError(f"{what} is not flowcore data: {exc}") from None
+
+
+def _fresh(value: Any) -> Any:
+    """A fresh copy of ``value``, which is flowcore data (checked where it entered)."""
     return msgspec.json.decode(msgspec.json.encode(value))
+
+
+_json_decode = msgspec.json.Decoder().decode
