@@ -129,3 +129,24 @@ def test_the_profile_sorts_samples_by_kind_of_work(tmp_path: Path) -> None:
     assert "| key building and reading | 3 | 75.0% |" in printed
     assert "| immutables.Map operations | 1 | 25.0% |" in printed
     assert "| total | 4 | 100% |" in printed
+
+
+def test_the_records_floor_does_what_advance_does_and_prints_its_ratios() -> None:
+    """bench_record_floor.py writes the records of each event directly, checks
+    every state it makes encodes to the bytes ``advance`` gives (it stops
+    otherwise), and prints the three figures and three ratios."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "hosts")])
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_record_floor.py", "--n", "60", "--rounds", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    for label in ("toy", "records floor", "advance"):
+        assert re.search(rf"^{label}\s+\d+\.\d\d$", done.stdout, re.M), done.stdout
+    for label in ("records floor/toy", "advance/toy", "advance/floor"):
+        assert re.search(rf"^{re.escape(label)}\s+\d+\.\d\dx$", done.stdout, re.M), done.stdout
