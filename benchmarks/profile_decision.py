@@ -63,6 +63,7 @@ MODULES = {
     "decision/outcome.py": "dispatch (interp, transitions, plan)",
     "decision/ending.py": "constructs' own logic",
     "decision/constructs/": "constructs' own logic",
+    "decision/compiled.py": "constructs' own logic",  # plain steps begun (a construct's work)
     "decision/updates.py": "constructs' own logic",
     "log/": "replay: log decode, compare, trajectory",
     "explore/": "exploration bookkeeping (search, reduction, invariants)",
