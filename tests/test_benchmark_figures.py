@@ -50,18 +50,15 @@ def printed() -> str:
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True
     ).returncode:
         pytest.skip("not a git checkout: the script extracts its base with git archive")
+    return bench("decision_cost.py", "--quick", "--base", "HEAD", "--rounds", "1")
+
+
+def bench(script: str, *args: str) -> str:
+    """What ``benchmarks/SCRIPT ARGS`` prints (it must succeed)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "hosts")])
     done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/decision_cost.py",
-            "--quick",
-            "--base",
-            "HEAD",
-            "--rounds",
-            "1",
-        ],
+        [sys.executable, f"benchmarks/{script}", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -135,18 +132,8 @@ def test_the_records_floor_does_what_advance_does_and_prints_its_ratios() -> Non
     """bench_record_floor.py writes the records of each event directly, checks
     every state it makes encodes to the bytes ``advance`` gives (it stops
     otherwise), and prints the three figures and three ratios."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "hosts")])
-    done = subprocess.run(
-        [sys.executable, "benchmarks/bench_record_floor.py", "--n", "60", "--rounds", "1"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    out = bench("bench_record_floor.py", "--n", "60", "--rounds", "1")
     for label in ("toy", "records floor", "advance"):
-        assert re.search(rf"^{label}\s+\d+\.\d\d$", done.stdout, re.M), done.stdout
+        assert re.search(rf"^{label}\s+\d+\.\d\d$", out, re.M), out
     for label in ("records floor/toy", "advance/toy", "advance/floor"):
-        assert re.search(rf"^{re.escape(label)}\s+\d+\.\d\dx$", done.stdout, re.M), done.stdout
+        assert re.search(rf"^{re.escape(label)}\s+\d+\.\d\dx$", out, re.M), out
