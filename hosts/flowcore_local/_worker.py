@@ -237,6 +237,7 @@ class LocalWorker(Execution):
         ]
         if not others:
             return None
+        self.store.forget_idle()
         (running,) = conn.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()
         return max(1, -(-int(running) // (len(others) + 1)))
 

@@ -44,6 +44,12 @@ BUGS: dict[str, Bug] = {
         "        elif exec_class in SAFE or not _scheduled_call(run_id, key):",
         "after a crash, an uncertain call is run again instead of reported outcome-unknown",
     ),
+    "idle-runs-kept": Bug(
+        "flowcore_local._worker",
+        "        self.store.forget_idle()",
+        "        pass",
+        "runs settled or waiting fill a worker's share: work stays ready with two workers",
+    ),
 }
 
 
