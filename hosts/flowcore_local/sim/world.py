@@ -25,7 +25,7 @@ import asyncio
 import contextvars
 import random
 import sqlite3
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,7 @@ class Config:
     """How much happens in one seed."""
 
     actions: int = 40  # outside operations
-    crash_per_step: float = 1 / 4000  # chance a live worker crashes before a callback
+    crash_per_step: float = 1 / 1500  # chance a live worker crashes before a callback
     mean_gap_ms: int = 700  # mean virtual time between outside operations
     quiesce_ms: int = 400_000  # after the last fault: long past every hang and lease
     max_steps: int = 400_000  # a seed that runs longer than this is a failure
@@ -224,6 +224,7 @@ class World:
         self.faults = True  # crashes and outside operations still happen
         self.client: LocalHost | None = None
         self._serial = 0
+        self._reported: set[tuple[tuple[str, str], str, str]] = set()
         main = self.directory / "sim.yaml"
         child = self.directory / "simchild.yaml"
         main.write_text(MAIN_FLOW)
@@ -253,11 +254,27 @@ class World:
     def _before_step(self, step: int) -> None:
         if step > self.config.max_steps:
             raise RuntimeError(f"the seed ran past {self.config.max_steps} steps")
+        self._held_once()
         if not self.faults or self.rng.random() >= self.config.crash_per_step:
             return
         live = sorted(name for name, process in self.processes.items() if process.alive)
         if live:
             self.crash(self.rng.choice(live))
+
+    def _held_once(self) -> None:
+        """After every step: no effect is held (claimed, running) by two live processes."""
+        held: dict[tuple[str, str], str] = {}
+        self.checks += 1
+        for name, process in self.processes.items():
+            if not process.alive:
+                continue
+            for ident in process.host._running:
+                other = held.setdefault(ident, name)
+                if other != name and (ident, other, name) not in self._reported:
+                    self._reported.add((ident, other, name))
+                    self.breaks(
+                        "two-workers-one-lease", f"{ident[1]} is held by {other} and {name}"
+                    )
 
     # --- handlers ---------------------------------------------------------------------
 
@@ -337,7 +354,7 @@ class World:
             registry=self.registry,
             durability="process-crash",
             lease_ms=LEASE_MS,
-            poll_ms=self.rng.choice((20, 50, 200)),
+            poll_ms=self.rng.choice((50, 250, 1000)),
             concurrency=self.rng.choice((2, 8, 64)),
             clock=self.now_ms,
             ids=self.hex,
@@ -469,6 +486,3 @@ def _scheduled(record: Execution) -> bool:
     except ValueError:
         return False
     return role in (flowcore.KeyRole.SCHEDULE_CALL, flowcore.KeyRole.SCHEDULE_REPLAY)
-
-
-Runner = Callable[[World], Awaitable[None]]
