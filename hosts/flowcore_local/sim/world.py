@@ -157,7 +157,7 @@ class Config:
 
 
 @dataclass
-class Execution:
+class HandlerRun:
     """One start of a handler: which process ran it, and how it ended."""
 
     key: str
@@ -213,7 +213,7 @@ class World:
         self.db = self.directory / "sim.db"
         self.trace: list[str] = []
         self.broken: list[Broken] = []
-        self.executions: dict[tuple[str, str], list[Execution]] = {}
+        self.handler_runs: dict[tuple[str, str], list[HandlerRun]] = {}
         self.acks: list[Ack] = []
         self.processes: dict[str, Process] = {}
         self.graveyard: list[Any] = []  # crashed processes' objects: never collected mid-run
@@ -284,7 +284,7 @@ class World:
         run_id = context().run_id or ""
         process = PROCESS.get()
         outcome = self.rng.choices(_NAMES, _WEIGHTS)[0]
-        record = Execution(key, run_id, tool, CLASSES[tool], process, outcome)
+        record = HandlerRun(key, run_id, tool, CLASSES[tool], process, outcome)
         self._started(record)
         self.note(f"{process} runs {key} ({tool}): {outcome}")
         try:
@@ -309,10 +309,10 @@ class World:
                 return {"not": {1, 2}}
         return {"echo": effect.input if isinstance(effect, CallTool) else effect.prompt}
 
-    def _started(self, record: Execution) -> None:
+    def _started(self, record: HandlerRun) -> None:
         """Journal a handler's start, checking the invariants it can break."""
         ident = (record.run_id, record.key)
-        before = self.executions.setdefault(ident, [])
+        before = self.handler_runs.setdefault(ident, [])
         self.checks += 3
         for other in before:
             alive = self.processes.get(other.process)
@@ -479,7 +479,7 @@ class World:
         self.note(f"op {serial} {action} {run_id}: ok")
 
 
-def _scheduled(record: Execution) -> bool:
+def _scheduled(record: HandlerRun) -> bool:
     """A scheduled call's tool is issued again by its run after an unknown outcome."""
     try:
         role = flowcore.parse_key(record.key, record.run_id).role

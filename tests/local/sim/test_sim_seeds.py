@@ -95,6 +95,9 @@ def test_each_planted_bug_is_found_on_its_seed(bug: str) -> None:
     assert f"seed {seed}: FAILED" in out
     assert f"  {invariant} (step " in out
     assert f"-m flowcore_local.sim run {seed} --trace --plant {bug}" in out
+    if bug == "uncertain-call-requeued":  # the example of specs/testing.md §10, as it runs
+        doc = (ROOT / "specs" / "testing.md").read_text(encoding="utf-8")
+        assert "\n".join(out.splitlines()[:2]) in doc
 
 
 @pytest.mark.parametrize("seed", [2, 3])  # seed 1: with the planted bugs
