@@ -24,6 +24,7 @@ finish what can be finished:
 - ``log-replays``: every run's log replays against its flow with
   ``flowcore.replay``, as ``flowcore replay`` does;
 - ``keys-answered-once``: no key is answered more often than it was emitted;
+- ``signal-run-delivered-once``: a run's ``signal_run`` reached its target once;
 - ``budgets-not-negative``: no effect was emitted with a negative budget;
 - ``acknowledged-not-lost``: every start, signal, answer, update, cancel and
   scheduled call a caller was told succeeded is in the database.
@@ -77,6 +78,7 @@ async def final(world: World, client: LocalHost) -> None:
         await _settles_or_waits(world, client, row.run_id, row.status, now)
         records = await client.records(row.run_id)
         _answered_once(world, row.run_id, records)
+        _delivered_once(world, row.run_id, records, known)
         _budgets(world, row.run_id, records)
         await _replays(world, client, row.run_id)
     _acknowledged(world, client, known)
@@ -134,6 +136,23 @@ def _answered_once(world: World, run_id: str, records: list[flowcore.Record]) ->
             world.breaks(
                 "keys-answered-once", f"{key} answered {count} times, emitted {emitted[key]}"
             )
+
+
+def _delivered_once(
+    world: World, run_id: str, records: list[flowcore.Record], runs: set[str]
+) -> None:
+    """A child's ``signal_run`` (its payload: the child's run id) reached the run once."""
+    world.checks += 1
+    senders: Counter[str] = Counter()
+    for record in records:
+        data: Any = record.data
+        if record.type == "event.reported" and data.get("kind") == "signal-received":
+            payload = data.get("payload")
+            if isinstance(payload, str) and payload in runs:
+                senders[payload] += 1
+    for sender, count in sorted(senders.items()):
+        if count > 1:
+            world.breaks("signal-run-delivered-once", f"{sender} signalled {run_id} {count} times")
 
 
 def _budgets(world: World, run_id: str, records: list[flowcore.Record]) -> None:

@@ -101,6 +101,11 @@ steps:
   - {id: c1, call_tool: {tool: put, input: "${input}"}}
   - {id: nap, sleep: {for_ms: 500}}
   - {id: c2, call_tool: {tool: look, input: "${input}"}}
+  - id: tellparent
+    try:
+      - {id: tell, signal_run: {run: "sim-${input}", signal: go, payload: "${run.id}"}}
+    catch:
+      - steps: [{id: untold, sleep: {for_ms: 10}}]
 schedules:
   tick:
     every: 7s

@@ -30,17 +30,17 @@ FOUND = {
     # Runs settled elsewhere, or waiting, kept filling a worker's share of the
     # runs: with two workers, a child run's work stayed ready for ever
     # (``Store.forget_idle``). The code before the fix is ``idle-runs-kept``.
-    1: "runs-settle-or-wait",
     2: "runs-settle-or-wait",
-    3: "runs-settle-or-wait",
+    6: "runs-settle-or-wait",
+    7: "runs-settle-or-wait",
 }
 
 # Each planted bug, the seed that finds it, and the invariant it breaks.
 PLANTED = {
     "lease-not-renewed": (1, "two-workers-one-lease"),
-    "live-worker-taken-for-dead": (3, "two-workers-one-lease"),
-    "uncertain-call-requeued": (5, "uncertain-call-ran-twice"),
-    "idle-runs-kept": (1, "runs-settle-or-wait"),
+    "live-worker-taken-for-dead": (2, "two-workers-one-lease"),
+    "uncertain-call-requeued": (10, "uncertain-call-ran-twice"),
+    "idle-runs-kept": (2, "runs-settle-or-wait"),
 }
 
 
@@ -100,7 +100,7 @@ def test_each_planted_bug_is_found_on_its_seed(bug: str) -> None:
         assert "\n".join(out.splitlines()[:2]) in doc
 
 
-@pytest.mark.parametrize("seed", [2, 3])  # seed 1: with the planted bugs
+@pytest.mark.parametrize("seed", [6, 7])  # seed 2: with the planted bugs
 def test_the_seeds_that_found_a_bug_fail_on_the_code_before_its_fix(seed: int) -> None:
     # idle-runs-kept is the code as it was before Store.forget_idle.
     found = sim("run", str(seed), "--plant", "idle-runs-kept")
@@ -124,7 +124,7 @@ def test_an_unknown_bug_is_refused_by_name() -> None:
 
 
 def test_shrink_finds_a_smaller_schedule_that_still_fails() -> None:
-    shrunk = sim("shrink", "5", "--plant", "uncertain-call-requeued")
+    shrunk = sim("shrink", "10", "--plant", "uncertain-call-requeued")
     out = shrunk.stdout.decode()
     assert shrunk.returncode == 1, out + shrunk.stderr.decode()
     assert "uncertain-call-ran-twice" in out
