@@ -18,6 +18,8 @@ import shlex
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +118,21 @@ async def _quiesce(world: World, client: LocalHost) -> None:
     world.note("quiet" if quiet >= 2 else "still busy at the end of the quiet time")
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The host's warnings (a handler's failure, a crash's lost commit) are the
+    simulation's everyday: not logged while it runs, and as before after it."""
+    loggers = [logging.getLogger(name) for name in ("flowcore.local", "asyncio")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 def _bury(loop: asyncio.AbstractEventLoop) -> None:
     """End the tasks the simulation left pending (the crashed processes'): their
     coroutines are closed here, quietly, not at some later garbage collection."""
@@ -138,13 +155,10 @@ def _bury(loop: asyncio.AbstractEventLoop) -> None:
 def simulate(seed: int, config: Config | None = None, plant: str | None = None) -> Result:
     """Run one seed; never raises for what the host does (a crash of the simulation
     itself is reported as the broken invariant ``simulation-runs``)."""
-    logging.getLogger("flowcore.local").setLevel(logging.CRITICAL)
-    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    with tempfile.TemporaryDirectory(prefix="flowcore-sim-", dir=_scratch()) as tmp:
+    with _quiet(), tempfile.TemporaryDirectory(prefix="flowcore-sim-", dir=_scratch()) as tmp:
         world = World(seed, Path(tmp), config or Config())
         loop = world.loop
         loop.set_exception_handler(lambda loop, context: None)  # dead tasks' complaints
-        asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(world.spawn("world", _main(world)))
         except Exception as exc:
@@ -162,7 +176,6 @@ def simulate(seed: int, config: Config | None = None, plant: str | None = None) 
                 client._store.conn.close()
             _bury(loop)
             world.graveyard.clear()
-            asyncio.set_event_loop(None)
             loop.close()
     return Result(
         seed=seed,

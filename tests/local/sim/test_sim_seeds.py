@@ -11,6 +11,7 @@ its figures.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -158,3 +159,10 @@ def test_the_sweep_script_runs_the_seeds_it_is_given() -> None:
     )
     assert swept.returncode == 0, swept.stdout.decode() + swept.stderr.decode()
     assert b"1 seeds (5..5) in " in swept.stdout and b" 0 failed" in swept.stdout
+
+
+def test_a_simulation_leaves_the_hosts_logging_as_it_found_it() -> None:
+    loggers = [logging.getLogger(name) for name in ("flowcore.local", "asyncio")]
+    before = [logger.level for logger in loggers]
+    simulate(4)
+    assert [logger.level for logger in loggers] == before
