@@ -123,7 +123,12 @@ class HostBase:
         tracing: bool | TracerProvider = False,
         tool_limits: Mapping[str, ToolLimit] | None = None,
         authorize: Authorize | None = None,
+        ids: Callable[[int], str] | None = None,
     ) -> None:
+        # Random hex of n bytes, for the ids the host makes up itself (its
+        # worker id's suffix, a run id or update id not given): a simulation
+        # passes one drawn from its seed.
+        self.ids: Callable[[int], str] = ids or secrets.token_hex
         self.db_path = Path(db) if db is not None else default_db_path()
         self.tools = tools_module_name(tools)
         if durability not in DURABILITY:
@@ -136,7 +141,7 @@ class HostBase:
         self.lease_ms = lease_ms
         self.max_recoveries = max_recoveries
         self.poll_ms = poll_ms
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{self.ids(4)}"
         self._threads: HandlerThreads | None = None
         self._store: Store | None = None
         self._registries: dict[str | None, Registry] = {}

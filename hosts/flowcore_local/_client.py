@@ -10,7 +10,6 @@ transaction; what it commits goes to this process's worker at once
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -238,7 +237,7 @@ class LocalClient(LocalReads):
                     if scanned:
                         continue  # a directory may hold files that are not flows
                     raise
-            rid = run_id or f"{flow.id}-{secrets.token_hex(4)}"
+            rid = run_id or f"{flow.id}-{self.ids(4)}"
             if dedup_key is not None and store.existing(rid) is None:
                 same = store.deduplicated(dedup_key)
                 if same is not None:  # that run is the answer: nothing is written

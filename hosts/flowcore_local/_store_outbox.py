@@ -403,6 +403,29 @@ class OutboxStore(RunStore):
             (lost or "", note, run_id, run_id, key),
         )
 
+    def forget_idle(self) -> None:
+        """Stop counting, among the runs this worker keeps, those it runs no work of.
+
+        A run this worker kept may settle elsewhere (another worker's commit, a
+        caller's cancel), or wait (for a signal, an answer, a timer) while its
+        next work goes to another worker: counted still, it would fill the
+        worker's share, and with every worker's share full of such runs, new
+        work would stay ``ready`` with no worker claiming it (``keeps``).
+        """
+        owned = self._owned
+        if not owned:
+            return
+        marks = ",".join("?" * len(owned))
+        busy = {
+            run_id
+            for (run_id,) in self.conn.execute(
+                "SELECT DISTINCT run_id FROM outbox WHERE status = 'dispatched'"
+                f" AND lease_owner = ? AND run_id IN ({marks})",
+                (self.worker_id, *owned),
+            )
+        }
+        owned.intersection_update(busy)
+
     def extend_leases(self, keys: list[tuple[str, str]], now: int) -> None:
         self.conn.executemany(
             "UPDATE outbox SET lease_until = ? WHERE run_id = ? AND key = ? AND lease_owner = ?",

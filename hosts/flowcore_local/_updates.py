@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,7 @@ class LocalUpdates(LocalClient):
     ) -> flowcore.UpdateRequested:
         """The event, checked as the wire checks it (``HostError`` naming the field)."""
         event = flowcore.UpdateRequested(
-            update_id=uuid.uuid4().hex if update_id is None else update_id,
+            update_id=self.ids(16) if update_id is None else update_id,
             name=name,
             input=input,
             principal=principal,

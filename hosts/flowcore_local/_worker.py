@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -148,16 +147,18 @@ class LocalWorker(Execution):
         self.store.dispatching = True
         self._writer = asyncio.create_task(self._write_loop())
         self._heart = asyncio.create_task(self._heartbeat())
-        last_recovery = last_share = 0.0
+        # The loop's clock, monotonic (a simulation's loop gives its virtual one).
+        monotonic = asyncio.get_running_loop().time
+        last_recovery = last_share = float("-inf")  # both at once in the first round
         try:
             while not stop.is_set():
-                if time.monotonic() - last_share > SHARE_S:
+                if monotonic() - last_share > SHARE_S:
                     self.store.share = await self._db(self._share)
-                    last_share = time.monotonic()
-                if time.monotonic() - last_recovery > self.lease_ms / 2000:
+                    last_share = monotonic()
+                if monotonic() - last_recovery > self.lease_ms / 2000:
                     await self._recover()
                     await self.trim_scheduled()
-                    last_recovery = time.monotonic()
+                    last_recovery = monotonic()
                 await self._fire_timers()
                 if only is None:  # an attached run's worker starts no scheduled runs
                     await self._fire_schedules()
@@ -236,6 +237,7 @@ class LocalWorker(Execution):
         ]
         if not others:
             return None
+        self.store.forget_idle()
         (running,) = conn.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()
         return max(1, -(-int(running) // (len(others) + 1)))
 

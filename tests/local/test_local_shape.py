@@ -127,4 +127,5 @@ def test_the_public_api_of_the_local_host_is_kept() -> None:
         "tracing",
         "tool_limits",
         "authorize",
+        "ids",
     ]
