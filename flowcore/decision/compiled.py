@@ -48,8 +48,9 @@ __all__ = ["ENABLED", "PlainAgent", "PlainCall", "plain_work", "start"]
 ENABLED = True
 """Whether ``start`` begins plain steps (the lockstep tests switch it off)."""
 
-_GENERAL: Final = object()
-"""``Flow.compiled``'s entry for a step the general path always begins."""
+_GENERAL: Final = False
+"""``Flow.compiled``'s entry for a step the general path always begins (a value
+that stays itself when a flow is copied or pickled)."""
 
 _WIRE_CANCELLATION: Final[dict[str, CancellationType]] = {
     "wait_cancellation_completed": "wait-cancellation-completed",
@@ -159,7 +160,7 @@ def plain_work(flow: Flow, step: Step) -> PlainWork | None:
     return None if got is _GENERAL else got
 
 
-def _compile(flow: Flow, step: Step) -> PlainWork | object:
+def _compile(flow: Flow, step: Step) -> PlainWork | bool:
     body = step.body
     if (
         step.timeout_ms is not None

@@ -225,3 +225,20 @@ def test_what_is_worked_out_is_no_part_of_the_flow() -> None:
     flowcore.start(used, None, run_id="r")
     assert used.compiled and not fresh.compiled
     assert used == fresh and hash(used) == hash(fresh)
+
+
+def test_a_copied_flow_still_begins_its_steps_alike() -> None:
+    """What was worked out travels with a flow that is copied, and a step the
+    general path begins is still told apart from a plain one."""
+    import copy
+
+    spec = _yaml(SEQUENTIAL.replace("MAXC", "4").replace("STEPS", "20"))
+    spec["steps"].insert(0, {"id": "nap", "sleep": {"for_ms": 5}})
+    flow = parse(spec)
+    d = flowcore.start(flow, None, run_id="r")  # works out "nap" (general) and more
+    assert flow.compiled["nap"] is False
+    for other in (copy.deepcopy(flow), copy.copy(flow)):
+        assert compiled.plain_work(other, other.by_id["nap"]) is None
+        again = flowcore.start(other, None, run_id="r")
+        assert flowcore.encode_state(again.state) == flowcore.encode_state(d.state)
+        assert again.effects == d.effects
