@@ -50,7 +50,7 @@ ENABLED = True
 
 _GENERAL: Final = False
 """``Flow.compiled``'s entry for a step the general path always begins (a value
-that stays itself when a flow is copied or pickled)."""
+that stays itself when a flow is copied)."""
 
 _WIRE_CANCELLATION: Final[dict[str, CancellationType]] = {
     "wait_cancellation_completed": "wait-cancellation-completed",
