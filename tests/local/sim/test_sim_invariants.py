@@ -128,4 +128,10 @@ def test_the_database_invariants_break_on_a_database_that_breaks_them(tmp_path: 
             invariants.schedule_slots(seen, host)  # type: ignore[arg-type]
             assert names(seen) == ["schedule-slot-started-once"]
 
+            # A run triggered by hand at a slot's time is no second start of it.
+            conn.execute("UPDATE schedule_actions SET why = 'triggered' WHERE n = 2")
+            seen = Seen()
+            invariants.schedule_slots(seen, host)  # type: ignore[arg-type]
+            assert names(seen) == []
+
     asyncio.run(main())
