@@ -194,6 +194,7 @@ class HostBase:
         except LimitError as exc:
             raise HostError(str(exc)) from None
         self._next_prune: int | None = None
+        self._beaten = 0  # rows this host's heartbeats wrote (``LocalWorker._seen``)
         self._on_pruned: Callable[[Deleted], Any] | None = None
         self._on_records: Callable[[list[flowcore.Record]], Any] | None = None
         # How long finished scheduled calls stay listed (``trim_scheduled``).

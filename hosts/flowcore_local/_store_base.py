@@ -288,6 +288,14 @@ class StoreBase:
             self._verified = set()
             self._data_version = version
 
+    def changes(self) -> tuple[int, int]:
+        """Where the database stands as this connection sees it: ``PRAGMA
+        data_version`` (it moves when another connection commits) and the rows
+        this connection has written. The same pair twice means nobody wrote
+        between the two looks."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        return version, self.conn.total_changes
+
     def _begin(self) -> None:
         """``BEGIN IMMEDIATE``, waiting for the write lock in steps from 0.1 ms.
 

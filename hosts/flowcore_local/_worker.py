@@ -5,8 +5,9 @@ workers that are gone (``_recover``: safe effects run again with the same
 key, uncertain ones are reported ``effect-outcome-unknown``, one dispatched
 too often goes to the dead letters), fires due timers and schedules, starts
 child runs, delivers ``signal-run`` effects, claims ready work, prunes with
-the retention, and sleeps until the next due time or a wake. Running the
-handlers and committing their results is ``_execution``.
+the retention, and sleeps until the next due time or a wake. A round that
+would read what the last one read (nothing written since, nothing due) is
+skipped. Running the handlers and committing their results is ``_execution``.
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ from ._store import Applied, Claimed, HostError, RunRow, Store
 SAFE = ("readonly", "idempotent")
 
 
-# How often a worker looks again at how many workers share the database.
+# How often a worker looks again at how many workers share the database:
+# every SHARE_S while the database changes, else every SHARE_IDLE_S (a
+# worker's heartbeat goes stale with the time alone).
 SHARE_S = 0.1
+SHARE_IDLE_S = 1.0
 
 
 def _scheduled_call(run_id: str, key: str) -> bool:
@@ -150,15 +154,38 @@ class LocalWorker(Execution):
         # The loop's clock, monotonic (a simulation's loop gives its virtual one).
         monotonic = asyncio.get_running_loop().time
         last_recovery = last_share = float("-inf")  # both at once in the first round
+        # What the last round saw: the database's state and this worker's room
+        # (``_seen``), and the next time something falls due. A round that
+        # would see the same again, before that time, would find nothing to
+        # do, and is skipped: an idle worker costs one read per poll.
+        seen: tuple[int, int, int] | None = None
+        share_seen: tuple[int, int, int] | None = None
+        due: int | None = None
         try:
             while not stop.is_set():
-                if monotonic() - last_share > SHARE_S:
-                    self.store.share = await self._db(self._share)
-                    last_share = monotonic()
+                changed = False
                 if monotonic() - last_recovery > self.lease_ms / 2000:
-                    await self._recover()
+                    await self._recover()  # what it takes back, it writes: seen below
                     await self.trim_scheduled()
                     last_recovery = monotonic()
+                now_seen = await self._db(self._seen)
+                since = monotonic() - last_share
+                if since > SHARE_S and (now_seen != share_seen or since > SHARE_IDLE_S):
+                    share = await self._db(self._share)
+                    changed = share != self.store.share
+                    self.store.share = share
+                    share_seen, last_share = now_seen, monotonic()
+                if not (
+                    changed
+                    or self._wake.is_set()
+                    or now_seen != seen
+                    or (due is not None and due <= self.now())
+                    or until_settled is not None
+                    or self.tool_limits  # a rate limit's room opens as time passes
+                ):
+                    await self._sleep(self._delay(due))
+                    continue
+                seen = now_seen
                 await self._fire_timers()
                 if only is None:  # an attached run's worker starts no scheduled runs
                     await self._fire_schedules()
@@ -171,18 +198,15 @@ class LocalWorker(Execution):
                     if row.status != "running":
                         return
                 self._wake.clear()
-                delay = self.poll_ms / 1000
                 nxt = await self._db(self.store.next_timer)
                 if only is None:
                     scheduled = await self._db(_schedules.next_due, self.store)
                     if scheduled is not None and (nxt is None or scheduled < nxt):
                         nxt = scheduled
-                if nxt is not None:
-                    delay = min(delay, max(0.0, (nxt - self.now()) / 1000))
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
+                if self.retention_ms is not None and self._next_prune is not None:
+                    nxt = self._next_prune if nxt is None else min(nxt, self._next_prune)
+                due = nxt
+                await self._sleep(self._delay(due))
         finally:
             await self._drain()
             await self._db(self._unregister_worker)
@@ -192,6 +216,29 @@ class LocalWorker(Execution):
             self._on_settled = None
             self._on_pruned = None
             self._on_records = None
+
+    def _seen(self) -> tuple[int, int, int]:
+        """What a round's reads depend on besides the time: the database's
+        state (``Store.changes``, less this worker's heartbeats, which no
+        round reads) and how much work this worker is running."""
+        version, written = self.store.changes()
+        return version, written - self._beaten, len(self._running)
+
+    def _delay(self, due: int | None) -> float:
+        """Seconds to the next poll: ``poll_ms``, or less when something falls due sooner."""
+        delay = self.poll_ms / 1000
+        if due is not None:
+            delay = min(delay, max(0.0, (due - self.now()) / 1000))
+        return delay
+
+    async def _sleep(self, delay: float) -> None:
+        """Until ``delay`` seconds have passed or something of this host wakes the worker."""
+        assert self._wake is not None
+        try:
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
 
     async def _drain(self) -> None:
         """Let running handlers finish and their results commit."""
@@ -251,12 +298,14 @@ class LocalWorker(Execution):
 
     def _beat(self, keys: list[tuple[str, str]], now: int) -> None:
         store = self.store
+        before = store.conn.total_changes
         with store.tx():
             store.conn.execute(
                 "UPDATE workers SET heartbeat_ms = ? WHERE worker_id = ?",
                 (now, self.worker_id),
             )
             store.extend_leases(keys, now)
+        self._beaten += store.conn.total_changes - before
 
     def _dead_workers(self) -> list[str]:
         conn = self.store.conn

@@ -125,16 +125,17 @@ def test_sigterm_stops_the_worker_once_its_running_handler_has_finished(tmp_path
 
 def break_the_worker(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """From the moment the returned flag is set, the worker's loop fails (as on a
-    lost disk): ``LocalHost._claim_ready`` raises."""
+    lost disk): ``LocalHost._seen``, the read every turn of the loop makes (an
+    idle one included), raises."""
     broken = [False]
-    claim = LocalHost._claim_ready
+    seen = LocalHost._seen
 
-    async def failing(self: LocalHost) -> None:
+    def failing(self: LocalHost) -> tuple[int, int, int]:
         if broken[0]:
             raise RuntimeError("the disk went away")
-        await claim(self)
+        return seen(self)
 
-    monkeypatch.setattr(LocalHost, "_claim_ready", failing)
+    monkeypatch.setattr(LocalHost, "_seen", failing)
     return broken
 
 
