@@ -134,6 +134,7 @@ class StartRequest(
     depth: Int64 = 0
     metadata: dict[str, Any] | None = None
     continued: dict[str, Any] | None = None
+    log_index: Int64 | None = None  # given: the reply carries the decision's log records
 
 
 class AdvanceRequest(
@@ -144,6 +145,7 @@ class AdvanceRequest(
     id: Scalar = None
     state: str
     event: dict[str, Any]
+    log_index: Int64 | None = None  # given: the reply carries the decision's log records
 
 
 class QueryRequest(
@@ -184,7 +186,9 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     has: the totals a parent's ``subflow-settled`` reports. ``scheduled``
     answers a scheduled-call event from outside (``Decision.scheduled``).
     ``metadata``: the run's metadata fields now, when any is set (what a host
-    indexes to list runs by).
+    indexes to list runs by). ``records``: when the request gave ``logIndex``,
+    the records the decision adds to the run's log from that index on, as
+    ``flowcore.Recorder`` makes them (specs/log.md §11), for a host to append.
     """
 
     id: Scalar
@@ -196,6 +200,7 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     scheduled: flowcore.ScheduledAnswer | None = None
     metadata: dict[str, Any] | None = None
     replies: tuple[flowcore.UpdateReply, ...] = ()  # the updates this decision ended
+    records: tuple[flowcore.Record, ...] = ()  # the decision's log records (given logIndex)
 
 
 class Queried(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -379,7 +384,21 @@ class Decider:
         except flowcore.InputError as exc:
             where = "$.metadata" if isinstance(exc, flowcore.MetadataError) else "$.input"
             raise Refusal("bad-input", str(exc), where=where, problems=list(exc.problems)) from None
-        return _decided(request.id, decision, canonical)
+        records: tuple[flowcore.Record, ...] = ()
+        if request.log_index is not None:
+            recorder = flowcore.Recorder(request.run_id, request.log_index)
+            records = tuple(
+                recorder.started(
+                    flow,
+                    request.input,
+                    request.now_ms,
+                    decision,
+                    budget,
+                    request.depth,
+                    request.metadata,
+                )
+            )
+        return _decided(request.id, decision, canonical, records)
 
     def _continue(self, request: StartRequest, flow: Flow, canonical: bytes) -> Decided:
         try:
@@ -400,7 +419,20 @@ class Decider:
             ) from None
         except ValueError as exc:
             raise Refusal("bad-request", str(exc), where="$.continued") from None
-        return _decided(request.id, decision, canonical)
+        records: tuple[flowcore.Record, ...] = ()
+        if request.log_index is not None:
+            recorder = flowcore.Recorder(request.run_id, request.log_index)
+            records = tuple(
+                recorder.started(
+                    flow,
+                    effect.input,
+                    request.now_ms,
+                    decision,
+                    depth=request.depth,
+                    continued=effect,
+                )
+            )
+        return _decided(request.id, decision, canonical, records)
 
     def advance(self, request: AdvanceRequest) -> Decided:
         state, canonical = self._state_of(request.state)
@@ -415,7 +447,11 @@ class Decider:
             raise Refusal("update-refused", exc.reason, where="$.event", code=exc.code) from None
         except flowcore.EventRejected as exc:
             raise Refusal("event-rejected", exc.reason, where="$.event", key=exc.key) from None
-        return _decided(request.id, decision, canonical)
+        records: tuple[flowcore.Record, ...] = ()
+        if request.log_index is not None:
+            recorder = flowcore.Recorder(state.run.run_id, request.log_index)
+            records = tuple(recorder.applied(event, decision))
+        return _decided(request.id, decision, canonical, records)
 
     def query(self, request: QueryRequest) -> Queried:
         state, _ = self._state_of(request.state)
@@ -566,7 +602,12 @@ def effect_kind(effect: flowcore.Effect) -> str:
     return str(effect.__struct_config__.tag)
 
 
-def _decided(request_id: Scalar, decision: flowcore.Decision, canonical: bytes) -> Decided:
+def _decided(
+    request_id: Scalar,
+    decision: flowcore.Decision,
+    canonical: bytes,
+    records: tuple[flowcore.Record, ...] = (),
+) -> Decided:
     state = decision.state
     envelope = _Envelope(format=STATE_FORMAT, spec=canonical, state=flowcore.encode_state(state))
     usage = None
@@ -585,6 +626,7 @@ def _decided(request_id: Scalar, decision: flowcore.Decision, canonical: bytes) 
         scheduled=decision.scheduled,
         metadata=state.metadata or None,
         replies=decision.replies,
+        records=records,
     )
 
 

@@ -10,6 +10,8 @@
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { createInterface } from "node:readline";
 
+import { DecideProcessError } from "./errors";
+
 import type {
   AdvanceRequest,
   BudgetCaps,
@@ -44,6 +46,8 @@ export interface StartOptions {
   readonly depth?: number;
   readonly metadata?: { readonly [field: string]: string | number | boolean } | null;
   readonly continued?: ContinueAsNew;
+  /** Given: the reply carries the decision's log records, the first at this index. */
+  readonly logIndex?: number;
 }
 
 export class Decider {
@@ -63,15 +67,19 @@ export class Decider {
     this.child.stderr.on("data", (chunk: string) => {
       stderr = (stderr + chunk).slice(-4000);
     });
+    // A write to a process that just died fails with EPIPE: the close below says why.
+    this.child.stdin.on("error", (error) => this.fail(new DecideProcessError(`writing to decide: ${error.message}`)));
     const lines = createInterface({ input: this.child.stdout, crlfDelay: Infinity });
     lines.on("line", (line) => this.onLine(line));
     this.exited = new Promise((resolve) => {
       this.child.on("error", (error) => {
-        this.fail(new Error(`cannot run ${command}: ${error.message}`));
+        this.fail(new DecideProcessError(`cannot run ${command}: ${error.message}`));
         resolve(-1);
       });
       this.child.on("close", (code, signal) => {
-        this.fail(new Error(`decide ended (code ${code}, signal ${signal}): ${stderr.trim()}`));
+        this.fail(
+          new DecideProcessError(`decide ended (code ${code}, signal ${signal}): ${stderr.trim()}`, code, signal, stderr),
+        );
         resolve(code ?? -1);
       });
     });
@@ -82,13 +90,13 @@ export class Decider {
     try {
       reply = JSON.parse(line) as AnyReply;
     } catch {
-      this.fail(new Error(`decide wrote a line that is not JSON: ${line.slice(0, 200)}`));
+      this.fail(new DecideProcessError(`decide wrote a line that is not JSON: ${line.slice(0, 200)}`));
       return;
     }
     const id = reply.id;
     const waiting = typeof id === "number" ? this.pending.get(id) : undefined;
     if (typeof id !== "number" || waiting === undefined) {
-      this.fail(new Error(`a reply to no pending request: ${line.slice(0, 200)}`));
+      this.fail(new DecideProcessError(`a reply to no pending request: ${line.slice(0, 200)}`));
       return;
     }
     this.pending.delete(id);
@@ -97,6 +105,9 @@ export class Decider {
 
   private fail(error: Error): void {
     this.failure ??= error;
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      this.child.kill(); // out of step with its replies: a successor takes over
+    }
     for (const waiting of this.pending.values()) {
       waiting.reject(error);
     }
@@ -123,15 +134,30 @@ export class Decider {
   }
 
   start(spec: string | { readonly [key: string]: JsonValue }, options: StartOptions): Promise<DecideReply> {
-    const { input = null, runId, nowMs, budget = null, depth = 0, metadata = null, continued } = options;
+    const { input = null, runId, nowMs, budget = null, depth = 0, metadata = null, continued, logIndex } = options;
+    const logged = logIndex !== undefined ? { logIndex } : {};
     if (continued !== undefined) {
-      return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, metadata, continued });
+      return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, metadata, continued, ...logged });
     }
-    return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, metadata });
+    return this.request({ op: "start", spec, input, runId, nowMs, budget, depth, metadata, ...logged });
   }
 
-  advance(state: string, event: FlowEvent): Promise<DecideReply> {
+  /** Report `event`; with `logIndex`, the reply carries the decision's log records from it. */
+  advance(state: string, event: FlowEvent, logIndex?: number): Promise<DecideReply> {
+    if (logIndex !== undefined) {
+      return this.request({ op: "advance", state, event, logIndex });
+    }
     return this.request({ op: "advance", state, event });
+  }
+
+  /** The process id of the decide process (undefined if it could not start). */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Whether the process has ended or failed: every later request is refused. */
+  get failed(): Error | null {
+    return this.failure;
   }
 
   /** Answer the flow's query `name` from `state` (running or settled); writes nothing. */

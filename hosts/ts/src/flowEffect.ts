@@ -411,6 +411,8 @@ export interface StartRequest {
   /** An addition: the continue-as-new effect the run's last incarnation ended
    * with; the reply is its next incarnation. */
   readonly continued?: ContinueAsNew;
+  /** The index the decision's first log record takes: given, the reply carries `records`. */
+  readonly logIndex?: number;
 }
 
 export interface AdvanceRequest {
@@ -419,6 +421,8 @@ export interface AdvanceRequest {
   /** A state string from an earlier reply: opaque. */
   readonly state: string;
   readonly event: FlowEvent;
+  /** The index the decision's first log record takes: given, the reply carries `records`. */
+  readonly logIndex?: number;
 }
 
 /** Answer one of the flow's declared queries from a state; writes nothing. */
@@ -460,6 +464,17 @@ export interface Decided {
   readonly metadata?: { readonly [field: string]: string | number | boolean };
   /** The updates this decision ended, in order (absent when none). */
   readonly replies?: readonly UpdateReply[];
+  /** Given `logIndex`: the records this decision adds to the run's log (specs/log.md §11). */
+  readonly records?: readonly LogRecord[];
+}
+
+/** One record of a run's log (specs/log.md §1), as decide makes it: append it as one line. */
+export interface LogRecord {
+  readonly type: string;
+  readonly index: number;
+  readonly runId: string;
+  readonly at: number;
+  readonly data: JsonValue;
 }
 
 /** A query's answer. */
