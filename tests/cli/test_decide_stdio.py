@@ -564,3 +564,44 @@ def test_start_metadata_goes_in_and_the_current_metadata_comes_back(decide: Deci
     assert error["problems"] == [
         "metadata field 'stage' (string) must be a string, got the number 3"
     ]
+
+
+@pytest.mark.parametrize("case", ["sequence-call-tool", "schedule-recurring", "continue-as-new"])
+def test_with_log_index_a_decision_carries_the_records_its_log_holds(
+    decide: Decide, case: str
+) -> None:
+    """A host in another language appends what ``records`` holds and writes the
+    vector's own log: every record, ``scheduled.changed`` and ``run.settled`` too."""
+    logged = records(case)
+    spec = (VECTORS / case / "flow.yaml").read_text(encoding="utf-8")
+    first = logged[0]
+    data = first.data
+    reply = decide.ask(
+        start_request(
+            spec,
+            data["input"],
+            runId=first.run_id,
+            nowMs=first.at,
+            budget=data["budget"],
+            depth=data["depth"],
+            logIndex=0,
+        )
+    )
+    written = list(reply["records"])
+    for record in logged[1:]:
+        if record.type == "run.started":
+            continued = written[-1]["data"] if written[-1]["type"] == "effect.emitted" else None
+            assert continued is not None and continued["kind"] == "continue-as-new"
+            request = {"op": "start", "spec": spec, "runId": first.run_id, "nowMs": record.at}
+            reply = decide.ask({**request, "continued": continued, "logIndex": len(written)})
+        elif record.type == "event.reported":
+            reply = decide.ask(
+                {**advance_request(reply["state"], record.data), "logIndex": len(written)}
+            )
+        else:
+            continue
+        assert reply["ok"] is True, reply
+        written.extend(reply["records"])
+    assert written == [msgspec.to_builtins(r) for r in logged]
+    plain = decide.ask(start_request(spec, data["input"], runId=first.run_id, nowMs=first.at))
+    assert plain["ok"] is True and "records" not in plain  # only when asked for
