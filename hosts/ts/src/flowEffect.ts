@@ -13,8 +13,13 @@
  * it is optional here and may be any JSON value.
  *
  * The JSON Schemas in specs/schema/ (effects.json, events.json,
- * decide-requests.json, decide-replies.json) are the reference.
+ * decide-requests.json, decide-replies.json) are the reference: the types
+ * generated from them are in ./schema (scripts/gen-types.mjs), and
+ * ./schemaCheck.ts makes every kind and field here one of theirs, so a schema
+ * that changes is a type error here until this file follows it.
  */
+
+import type { FlowcoreLogRecord } from "./schema/records";
 
 /** Any JSON value: what inputs, outputs, answers and payloads may hold. */
 export type JsonValue =
@@ -468,14 +473,9 @@ export interface Decided {
   readonly records?: readonly LogRecord[];
 }
 
-/** One record of a run's log (specs/log.md §1), as decide makes it: append it as one line. */
-export interface LogRecord {
-  readonly type: string;
-  readonly index: number;
-  readonly runId: string;
-  readonly at: number;
-  readonly data: JsonValue;
-}
+/** One record of a run's log (specs/log.md §1), as decide makes it: append it as one line.
+ * Generated from specs/schema/records.json (src/schema/records.ts). */
+export type LogRecord = FlowcoreLogRecord;
 
 /** A query's answer. */
 export interface Queried {

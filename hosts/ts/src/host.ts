@@ -149,6 +149,7 @@ export class Host {
   readonly decider: SupervisedDecider;
   readonly clock: Clock;
   private readonly maxRecoveries: number;
+  private readonly ownsDecider: boolean;
   private readonly slots = new Map<string, Slot>();
   private inflight = 0;
   private closed = false;
@@ -158,6 +159,7 @@ export class Host {
   constructor(options: HostOptions) {
     this.store = typeof options.store === "string" ? new FileStore(options.store) : options.store;
     this.registry = options.registry;
+    this.ownsDecider = !(options.decide instanceof SupervisedDecider);
     this.decider = options.decide instanceof SupervisedDecider ? options.decide : new SupervisedDecider(options.decide);
     this.clock = options.clock ?? realClock;
     this.maxRecoveries = options.maxRecoveries ?? 3;
@@ -314,7 +316,10 @@ export class Host {
     }
   }
 
-  /** Disarm the timers and end the decide process. Handlers still running are left to finish unreported. */
+  /**
+   * Disarm the timers and end the decide process (unless it was given: a shared
+   * one is its owner's to close). Handlers still running are left to finish unreported.
+   */
   async close(): Promise<void> {
     this.closed = true;
     for (const slot of this.slots.values()) {
@@ -324,7 +329,9 @@ export class Host {
       slot.timers.clear();
     }
     await Promise.all([...this.slots.values()].map((slot) => slot.chain));
-    await this.decider.close();
+    if (this.ownsDecider) {
+      await this.decider.close();
+    }
   }
 
   // --- runs, decisions ------------------------------------------------------------------------

@@ -57,7 +57,19 @@ export class WorkFailed extends Error {
     super(message);
   }
 
+  /** Fail with exactly this error (its cause, details and all). */
+  static of(info: ErrorInfo): WorkFailed {
+    const failed = new WorkFailed(info.type, info.message ?? "", info.retryable ?? false, info.details);
+    failed.exact = info;
+    return failed;
+  }
+
+  private exact: ErrorInfo | undefined;
+
   toErrorInfo(): ErrorInfo {
+    if (this.exact !== undefined) {
+      return this.exact;
+    }
     return {
       type: this.type,
       message: this.message,
