@@ -86,7 +86,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (the Temporal server fixture of tests/temporal/conftest.py skips tests elsewhere).
 CI_SUITES: dict[str, tuple[str, ...]] = {
     "browser (Chromium)": ("tests/serve/test_web.py",),
-    "Node (the TypeScript host)": ("tests/test_ts_host.py",),
+    "Node (the TypeScript host)": ("tests/test_ts_host.py", "tests/ts/"),
     "Temporal": (
         "tests/temporal/",
         "tests/agents/test_agents_temporal.py",

@@ -1,0 +1,111 @@
+/**
+ * Checks of the host in process (tests/ts/test_durable_host.py runs them):
+ * the decide process supervised (killed, it is started again and the run goes
+ * on; a command that cannot run is a `DecideProcessError`), refusals typed
+ * (`DecideRefused` with the wire's type and problems, `RunRefused`,
+ * `UnknownRun`, `RegistryError`), and a timer on the real clock.
+ *
+ * Usage: node dist/test/checks.js --flowcore PATH --store DIR
+ * Prints `ok <name>` per check and `checks: ok` at the end; exits 1 on a failure.
+ */
+
+import { ManualClock, realClock } from "../clock";
+import { DecideProcessError, DecideRefused, RegistryError, RunRefused, UnknownRun } from "../errors";
+import { Host } from "../host";
+import { Registry } from "../registry";
+import { SupervisedDecider } from "../supervisor";
+
+const FLOW = `
+flow: checks
+tools: {echo: {class: readonly}}
+steps:
+  - {id: ask, ask_human: {question: "Go on?", options: ["yes", "no"]}}
+  - {id: echo, call_tool: {tool: echo, input: "\${steps.ask.answer}"}}
+  - {id: nap, sleep: {for_ms: 20}}
+output: "\${steps.echo.output}"
+`;
+
+function option(name: string): string {
+  const at = process.argv.indexOf(name);
+  const value = at >= 0 ? process.argv[at + 1] : undefined;
+  if (value === undefined) {
+    throw new Error(`${name} is required`);
+  }
+  return value;
+}
+
+function check(condition: boolean, what: string): void {
+  if (!condition) {
+    throw new Error(`check failed: ${what}`);
+  }
+  console.log(`ok ${what}`);
+}
+
+async function rejects<T extends Error>(promise: Promise<unknown>, type: new (...args: never[]) => T): Promise<T> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof type) {
+      return error;
+    }
+    throw error;
+  }
+  throw new Error(`expected a ${type.name}`);
+}
+
+async function main(): Promise<void> {
+  const flowcore = option("--flowcore");
+  const store = option("--store");
+  const restarts: string[] = [];
+  const decider = new SupervisedDecider({ command: flowcore, onRestart: (cause) => restarts.push(cause.message) });
+  const registry = new Registry().flow("checks", FLOW).tool("echo", (input) => ({ echoed: input }), { class: "readonly" });
+  const host = new Host({ store, registry, decide: decider, clock: realClock });
+  await host.open();
+
+  const runId = await host.start("checks", null, { runId: "k-1" });
+  const first = decider.pid();
+  check(first !== undefined && host.view(runId).questions.length === 1, "the run waits for its question");
+
+  // The decide process dies between two decisions: the next one starts it again.
+  process.kill(first as number, "SIGKILL");
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  const question = host.view(runId).questions[0];
+  await host.answer(runId, question?.key ?? "", "yes");
+  const done = await host.settled(runId);
+  check(decider.restarts === 1 && decider.pid() !== first, "a killed decide process is started again");
+  check(restarts.length === 1 && /decide|EPIPE/.test(restarts[0] ?? ""), "the restart says why the process ended");
+  check(done.status === "completed" && JSON.stringify(done.output) === '{"echoed":"yes"}', "the run completes across the restart, its timer fired on the real clock");
+
+  // Refusals, typed.
+  const wrong = await rejects(host.answer(runId, question?.key ?? "", "maybe"), RunRefused);
+  check(wrong.runId === runId, "an answer to a settled run is a RunRefused");
+  const unknown = await rejects(host.signal("nope", "go"), UnknownRun);
+  check(unknown.runId === "nope", "a signal to an unknown run is an UnknownRun");
+  const registryBad = new Registry().flow("bad", "flow: bad\nsteps:\n  - {id: a, no_such_step: {}}\n");
+  const badHost = new Host({ store, registry: registryBad, decide: decider, clock: new ManualClock(0) });
+  const refused = await rejects(badHost.start("bad", null, { runId: "bad-1" }), DecideRefused);
+  check(refused.type === "bad-spec" && refused.problems.length > 0 && (refused.where ?? "").startsWith("spec:"), "a bad spec is a DecideRefused of type bad-spec, with its problems");
+  check(!badHost.store.has("bad-1"), "a refused start leaves nothing in the store");
+  check(
+    (() => {
+      try {
+        registry.tool("echo", () => null);
+        return false;
+      } catch (error) {
+        return error instanceof RegistryError;
+      }
+    })(),
+    "a tool registered twice is a RegistryError",
+  );
+  const missing = new SupervisedDecider({ command: "/nonexistent/flowcore" });
+  const noProcess = await rejects(missing.start("flow: x\nsteps: []\n", { runId: "x", nowMs: 0 }), DecideProcessError);
+  check(noProcess.message.includes("cannot run /nonexistent/flowcore"), "a decide command that cannot run is a DecideProcessError");
+  await host.close();
+  await decider.close();
+  console.log("checks: ok");
+}
+
+main().catch((error: unknown) => {
+  console.error(error instanceof Error ? (error.stack ?? error.message) : String(error));
+  process.exit(1); // the decide process would keep the loop alive
+});
