@@ -13,6 +13,7 @@ kills), never for a time. Needs Node (skipped, saying so, without it) and
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -333,6 +334,99 @@ def test_a_run_survives_sigkill_of_the_node_process(
     assert records[-1]["type"] == "run.settled"
     replay = subprocess.run(
         [str(FLOWCORE), "replay", str(log), "--spec", str(tmp_path / "crash.yaml"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+def test_the_worked_example_starts_a_flow_answers_it_and_shows_its_result(
+    compiled: Path, tmp_path: Path
+) -> None:
+    """examples/expense built as a user builds it, against the package by its
+    name (node_modules/flowcore-ts-host), and driven over HTTP: a claim is
+    started, its question answered on the page, its result shown."""
+    assert NODE is not None
+    package = tmp_path / "node_modules" / "flowcore-ts-host"
+    package.mkdir(parents=True)
+    shutil.copy(TS / "package.json", package)
+    (package / "dist").symlink_to(compiled)
+    app = tmp_path / "app"
+    example = TS / "examples" / "expense"
+    shutil.copytree(example / "src", app / "src")
+    shutil.copy(example / "expense.yaml", app)
+    built = _tsc(
+        "--strict",
+        "--target",
+        "ES2022",
+        "--module",
+        "commonjs",
+        "--types",
+        "node",
+        "--typeRoots",
+        str(TS / "node_modules" / "@types"),
+        "--rootDir",
+        str(app / "src"),
+        "--outDir",
+        str(app / "dist"),
+        str(app / "src" / "server.ts"),
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    env = {
+        **os.environ,
+        "PORT": "0",
+        "STORE": str(tmp_path / "data"),
+        "FLOWCORE": str(FLOWCORE),
+    }
+    proc = subprocess.Popen(
+        [NODE, str(app / "dist" / "server.js")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("expense service on "), line
+        url = line.split()[-1]
+
+        def call(method: str, path: str, data: bytes | None = None) -> bytes:
+            request = urllib.request.Request(url + path, data=data, method=method)
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
+                body: bytes = reply.read()
+                return body
+
+        claim = {"flow": "expense", "input": {"employee": "ada", "amount": 120}, "runId": "cl-1"}
+        assert json.loads(call("POST", "/runs", json.dumps(claim).encode())) == {"runId": "cl-1"}
+        view = json.loads(call("GET", "/runs/cl-1"))
+        [question] = view["questions"]
+        assert question["question"] == "Pay ada 120 (their limit is 500)?"
+        assert "Pay ada 120" in call("GET", "/").decode()
+        form = f"run=cl-1&key={quote(question['key'], safe='')}&answer=approve".encode()
+        call("POST", "/ui/answer", form)  # the page's button; the redirect is followed
+        done = json.loads(call("GET", "/runs/cl-1?wait=settled"))
+        assert done["status"] == "completed"
+        assert done["output"] == {
+            "decision": "approve",
+            "payment": {"paid": 120, "reference": "cl-1/pay#1"},
+        }
+        assert "&#34;paid&#34;:120" in call("GET", "/").decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=TIMEOUT_S)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    replay = subprocess.run(
+        [
+            str(FLOWCORE),
+            "replay",
+            str(tmp_path / "data" / "runs" / "cl-1" / "log.ndjson"),
+            "--spec",
+            str(example / "expense.yaml"),
+        ],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
