@@ -575,7 +575,11 @@ export class Host {
 
   // --- effects ---------------------------------------------------------------------------------
 
-  /** Report how a piece of work ended, if the run still waits for it (a rejection drops it). */
+  /**
+   * Report how a piece of work ended, if the run still waits for it (a rejection
+   * drops it). Nobody waits for this: a failure of the host itself is a warning,
+   * and the work counts as lost (recovery finds it) until a later process reports it.
+   */
   private report(slot: Slot, key: string, event: () => FlowEvent): Promise<void> {
     return this.locked(slot, async () => {
       if (this.closed || slot.status !== "running" || !slot.open.has(key)) {
@@ -584,7 +588,7 @@ export class Host {
       if ((await this.decide(slot, event())) === null) {
         slot.open.delete(key); // dropped by the run (cancelled, timed out): nothing to report
       }
-    });
+    }).catch((error: unknown) => this.fatal(error));
   }
 
   private dispatch(slot: Slot, effect: FlowEffect, emitted: number, recovery: number): void {
@@ -770,9 +774,9 @@ export class Host {
     const lost = log.records[snapshot.nextIndex];
     if (lost !== undefined && lost.type === "event.reported") {
       const event = lost.data as unknown as FlowEvent;
-      void this.locked(slot, async () => {
+      this.locked(slot, async () => {
         await this.decide(slot, event);
-      });
+      }).catch((error: unknown) => this.fatal(error));
     }
     return slot;
   }
@@ -788,8 +792,8 @@ export class Host {
     const runId = slot.meta.runId;
     const attempts = this.store.dispatches(runId);
     for (const [key, { effect, emitted }] of [...slot.open.entries()]) {
-      if (slot.live.has(`${key}@${emitted}`)) {
-        continue; // dispatched by this process (a decision taken again above)
+      if (slot.live.has(`${key}@${emitted}`) || slot.open.get(key)?.emitted !== emitted) {
+        continue; // dispatched by this process (a decision taken again above), or no longer waited for
       }
       switch (effect.kind) {
         case "call-tool":

@@ -3,11 +3,15 @@
  * the decide process supervised (killed, it is started again and the run goes
  * on; a command that cannot run is a `DecideProcessError`), refusals typed
  * (`DecideRefused` with the wire's type and problems, `RunRefused`,
- * `UnknownRun`, `RegistryError`), and a timer on the real clock.
+ * `UnknownRun`, `RegistryError`), a timer on the real clock, a crash
+ * between a decision's log records and its snapshot, and dead letters.
  *
  * Usage: node dist/test/checks.js --flowcore PATH --store DIR
  * Prints `ok <name>` per check and `checks: ok` at the end; exits 1 on a failure.
  */
+
+import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 
 import { ManualClock, realClock } from "../clock";
 import { DecideProcessError, DecideRefused, RegistryError, RunRefused, UnknownRun } from "../errors";
@@ -24,6 +28,78 @@ steps:
   - {id: nap, sleep: {for_ms: 20}}
 output: "\${steps.echo.output}"
 `;
+
+const WAIT_FLOW = `
+flow: wait
+steps:
+  - {id: ask, ask_human: {question: "Go?", options: ["yes"]}}
+  - {id: nap, sleep: {for_ms: 1000}}
+output: "\${steps.ask.answer}"
+`;
+
+/**
+ * A crash after a decision's log records were written and before its snapshot
+ * was, with a torn line after them: the next host cuts the log back to the
+ * snapshot, takes the decision again from its event, and writes the same bytes.
+ */
+async function crashWindows(decider: SupervisedDecider, store: string): Promise<void> {
+  const registry = new Registry().flow("wait", WAIT_FLOW);
+  const clock = new ManualClock(1000);
+  const first = new Host({ store, registry, decide: decider, clock });
+  await first.open();
+  await first.start("wait", null, { runId: "w-1" });
+  const dir = first.store.dirOf("w-1");
+  const before = readFileSync(join(dir, "snapshot.json"), "utf8");
+  await first.answer("w-1", "w-1/ask#1", "yes");
+  const written = readFileSync(first.store.logPath("w-1"), "utf8");
+  await first.close();
+  writeFileSync(join(dir, "snapshot.json"), before); // the snapshot the crash left
+  appendFileSync(first.store.logPath("w-1"), '{"type":"event.rep'); // and a torn line
+  const second = new Host({ store, registry, decide: decider, clock });
+  await second.open();
+  await second.idle();
+  check(readFileSync(second.store.logPath("w-1"), "utf8") === written, "a decision past the snapshot is taken again, its records written as before, the torn line cut");
+  check(second.view("w-1").timers.length === 1, "the timer of the decision taken again is armed");
+  clock.set(3000);
+  const done = await second.settled("w-1");
+  check(done.status === "completed" && done.output === "yes", "the run goes on to complete");
+  await second.close();
+}
+
+/** Work that takes its process down every time goes to the dead letters after maxRecoveries. */
+async function deadLetters(decider: SupervisedDecider, store: string): Promise<void> {
+  const flow = "flow: dead\ntools: {boom: {class: idempotent}}\nsteps:\n  - {id: boom, call_tool: {tool: boom}}\n";
+  const calls: number[] = [];
+  const registry = new Registry().flow("dead", flow).tool(
+    "boom",
+    (_input, context) => {
+      calls.push(context.recovery);
+      return new Promise(() => {}); // never ends: as if it took the process down
+    },
+    { class: "idempotent" },
+  );
+  for (let n = 0; n < 5; n++) {
+    const host = new Host({ store, registry, decide: decider, clock: new ManualClock(0), maxRecoveries: 3 });
+    await host.open();
+    if (n === 0) {
+      await host.start("dead", null, { runId: "d-1" });
+    }
+    await host.idle();
+    await host.close();
+  }
+  const log = new Host({ store, registry, decide: decider }).store.readLog("d-1").records;
+  const redispatched = log.filter((r) => r.type === "effect.redispatched").map((r) => JSON.stringify(r.data));
+  check(JSON.stringify(calls) === "[0,1,2,3]", "an idempotent call lost with its process runs again under its key, recovery counted");
+  check(
+    redispatched.join() === [1, 2, 3].map((n) => JSON.stringify({ idempotencyKey: "d-1/boom#1", recovery: n })).join(),
+    "each run again is an effect.redispatched record",
+  );
+  const settled = log[log.length - 1];
+  check(
+    settled?.type === "run.settled" && JSON.stringify(settled.data).includes('"type":"dead-letter"'),
+    "after maxRecoveries it fails its step with dead-letter",
+  );
+}
 
 function option(name: string): string {
   const at = process.argv.indexOf(name);
@@ -97,6 +173,8 @@ async function main(): Promise<void> {
     })(),
     "a tool registered twice is a RegistryError",
   );
+  await crashWindows(decider, `${store}/windows`);
+  await deadLetters(decider, `${store}/dead`);
   const missing = new SupervisedDecider({ command: "/nonexistent/flowcore" });
   const noProcess = await rejects(missing.start("flow: x\nsteps: []\n", { runId: "x", nowMs: 0 }), DecideProcessError);
   check(noProcess.message.includes("cannot run /nonexistent/flowcore"), "a decide command that cannot run is a DecideProcessError");
