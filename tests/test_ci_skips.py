@@ -97,6 +97,12 @@ def test_elsewhere_the_skips_pass_and_say_why(tmp_path: Path) -> None:
             (str(ROOT / "tests/conformance/test_hosts.py"), 90, "Skipped: temporal: refused"),
             None,
         ),
+        # the durable TypeScript host's tests skip without node, as the client's do
+        (
+            "tests/ts/test_durable_host.py::test_the_conformance_vectors_play_through_the_host",
+            ("tests/ts/test_durable_host.py", 40, "Skipped: node and npm are not installed"),
+            "Node (the TypeScript host)",
+        ),
         ("tests/cli/test_cli_interactive.py::test_x", ("x.py", 1, "needs a pty"), None),
     ],
 )
