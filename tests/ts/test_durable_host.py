@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -415,6 +416,19 @@ def test_the_worked_example_starts_a_flow_answers_it_and_shows_its_result(
             "payment": {"paid": 120, "reference": "cl-1/pay#1"},
         }
         assert "&#34;paid&#34;:120" in call("GET", "/").decode()
+
+        def refused(method: str, path: str, data: bytes | None) -> tuple[int, Any]:
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                call(method, path, data)
+            return caught.value.code, json.loads(caught.value.read())["error"]["type"]
+
+        bad_input = {"flow": "expense", "input": {"employee": "ada"}}
+        assert refused("POST", "/runs", json.dumps(bad_input).encode()) == (422, "bad-input")
+        assert refused("POST", "/runs", b'{"flow": "nope"}') == (404, "unknown-flow")
+        assert refused("POST", "/runs", b"{not json") == (400, "bad-request")
+        assert refused("GET", "/runs/nope", None) == (404, "unknown-run")
+        answer = json.dumps({"key": question["key"], "answer": "approve"}).encode()
+        assert refused("POST", "/runs/cl-1/answers", answer) == (409, "refused")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=TIMEOUT_S)

@@ -70,7 +70,6 @@ async function serve(args: readonly string[]): Promise<void> {
   }
   const registry = new Registry();
   const file = resolve(required(flags, "handlers"));
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
   const module = require(file) as { register?: (registry: Registry) => void };
   if (typeof module.register !== "function") {
     throw new Usage(`${file} exports no register(registry) function`);

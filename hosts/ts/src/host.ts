@@ -32,7 +32,7 @@ import { randomUUID } from "node:crypto";
 
 import { realClock, type Clock } from "./clock";
 import { subflowSettled } from "./decider";
-import { DecideRefused, HostError, RunRefused, UnknownRun } from "./errors";
+import { DecideRefused, HostError, RegistryError, RunRefused, UnknownRun } from "./errors";
 import type {
   BudgetCaps,
   Decided,
@@ -194,7 +194,7 @@ export class Host {
   async start(flowId: string, input: JsonValue = null, options: StartRunOptions = {}): Promise<string> {
     const spec = this.registry.flowOf(flowId);
     if (spec === undefined) {
-      throw new HostError(`no flow ${JSON.stringify(flowId)} is registered`);
+      throw new RegistryError(`no flow ${JSON.stringify(flowId)} is registered`);
     }
     const runId = options.runId ?? `${flowId}-${randomUUID().slice(0, 8)}`;
     if (this.slots.has(runId) || this.store.has(runId)) {
@@ -240,7 +240,15 @@ export class Host {
         atMs: this.clock.now(),
         ...(principal !== undefined ? { principal } : {}),
       };
-      await this.refusing(slot, event);
+      try {
+        await this.refusing(slot, event);
+      } catch (error) {
+        // A question the run no longer asks (its step timed out or was cancelled) leaves the view.
+        if (error instanceof RunRefused && slot.open.get(key)?.effect.kind === "ask-human") {
+          slot.open.delete(key);
+        }
+        throw error;
+      }
     });
   }
 

@@ -12,14 +12,14 @@
  *
  * Run ids are percent-encoded in paths (a child's id holds `/` and `#`).
  * Errors are `{error: {type, message}}`: 400 a body that is not what the
- * route takes, 404 an unknown run or route, 409 a refusal by the run, 422 an
+ * route takes, 404 an unknown run, flow or route, 409 a refusal by the run, 422 an
  * input or spec the interpreter refuses, 500 anything else.
  */
 
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 
-import { DecideRefused, HostError, RunRefused, UnknownRun } from "./errors";
+import { DecideRefused, HostError, RegistryError, RunRefused, UnknownRun } from "./errors";
 import type { JsonValue } from "./flowEffect";
 import type { Host } from "./host";
 
@@ -84,6 +84,9 @@ function failure(error: unknown): [number, { error: { type: string; message: str
   }
   if (error instanceof UnknownRun) {
     return [404, { error: { type: "unknown-run", message } }];
+  }
+  if (error instanceof RegistryError) {
+    return [404, { error: { type: "unknown-flow", message } }];
   }
   if (error instanceof RunRefused) {
     return [409, { error: { type: "refused", message } }];
