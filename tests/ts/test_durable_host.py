@@ -351,10 +351,7 @@ def test_the_worked_example_starts_a_flow_answers_it_and_shows_its_result(
     name (node_modules/flowcore-ts-host), and driven over HTTP: a claim is
     started, its question answered on the page, its result shown."""
     assert NODE is not None
-    package = tmp_path / "node_modules" / "flowcore-ts-host"
-    package.mkdir(parents=True)
-    shutil.copy(TS / "package.json", package)
-    (package / "dist").symlink_to(compiled)
+    _installed(compiled, tmp_path)
     app = tmp_path / "app"
     example = TS / "examples" / "expense"
     shutil.copytree(example / "src", app / "src")
@@ -446,5 +443,69 @@ def test_the_worked_example_starts_a_flow_answers_it_and_shows_its_result(
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+def _installed(compiled: Path, where: Path) -> None:
+    """The package as `npm install` leaves it: node_modules/flowcore-ts-host."""
+    package = where / "node_modules" / "flowcore-ts-host"
+    package.mkdir(parents=True)
+    shutil.copy(TS / "package.json", package)
+    (package / "dist").symlink_to(compiled)
+
+
+def test_the_readme_service_survives_a_kill_as_it_says(
+    compiled: Path, tmp_path: Path, services: list[Service]
+) -> None:
+    """hosts/ts/README.md followed as written: its service.js started, a run
+    started, the process killed while the run waits, a new one started on the
+    same data/, the question answered, the run completed, its log replayed."""
+    readme = (TS / "README.md").read_text(encoding="utf-8")
+    service = readme.split("```js\n", 1)[1].split("```", 1)[0]
+    _installed(compiled, tmp_path)
+    (tmp_path / "service.js").write_text(service, encoding="utf-8")
+    flow = service.split("const FLOW = `", 1)[1].split("`;", 1)[0].replace("\\${", "${")
+    (tmp_path / "refund.yaml").write_text(flow, encoding="utf-8")
+    env = {
+        **os.environ,
+        "PORT": "0",
+        "PATH": f"{FLOWCORE.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+    def start() -> Service:
+        assert NODE is not None
+        running = Service.__new__(Service)
+        running.proc = subprocess.Popen(
+            [NODE, "service.js"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert running.proc.stdout is not None
+        line = running.proc.stdout.readline()
+        assert line.startswith("listening on "), line + running._stderr()
+        running.url = line.split()[-1]
+        services.append(running)
+        return running
+
+    first = start()
+    first.call("POST", "/runs", {"flow": "refund", "input": {"order": "o-1"}, "runId": "r-1"})
+    assert first.call("GET", "/runs/r-1")["questions"][0]["key"] == "r-1/ok#1"
+    first.kill()
+    second = start()
+    second.call("POST", "/runs/r-1/answers", {"key": "r-1/ok#1", "answer": "yes"})
+    done = second.call("GET", "/runs/r-1?wait=settled")
+    assert done["status"] == "completed"
+    assert done["output"] == {"refunded": "o-1", "key": "r-1/refund#1"}
+    second.stop()
+    replay = subprocess.run(
+        [str(FLOWCORE), "replay", "data/runs/r-1/log.ndjson", "--spec", "refund.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=tmp_path,
     )
     assert replay.returncode == 0, replay.stdout + replay.stderr
