@@ -171,7 +171,8 @@ def test_the_in_process_checks_pass(compiled: Path, tmp_path: Path) -> None:
     are typed (DecideRefused, RunRefused, UnknownRun, RegistryError,
     DecideProcessError); a timer fires on the real clock; a crash between a
     decision's log records and its snapshot (with a torn line) is taken again
-    to the same bytes; work lost again and again goes to dead-letter."""
+    to the same bytes; work lost again and again goes to dead-letter; a child
+    run reports to its parent, and one that cannot start fails its step."""
     done = _node(
         str(compiled / "test" / "checks.js"),
         "--flowcore",
@@ -181,7 +182,7 @@ def test_the_in_process_checks_pass(compiled: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert done.stdout.splitlines()[-1] == "checks: ok"
-    assert len([line for line in done.stdout.splitlines() if line.startswith("ok ")]) == 16
+    assert len([line for line in done.stdout.splitlines() if line.startswith("ok ")]) == 18
 
 
 class Service:

@@ -696,17 +696,31 @@ export class Host {
         }));
         return;
       }
-      await this.begin({
-        runId: key,
-        flowId: effect.flowId,
-        spec,
-        input: effect.input ?? null,
-        nowMs: this.clock.now(),
-        budget: detached ? null : effect.budgetRemaining,
-        depth: detached ? 0 : effect.depth,
-        metadata: null,
-        parent: { runId: slot.meta.runId, key, detached },
-      });
+      try {
+        await this.begin({
+          runId: key,
+          flowId: effect.flowId,
+          spec,
+          input: effect.input ?? null,
+          nowMs: this.clock.now(),
+          budget: detached ? null : effect.budgetRemaining,
+          depth: detached ? 0 : effect.depth,
+          metadata: null,
+          parent: { runId: slot.meta.runId, key, detached },
+        });
+      } catch (error) {
+        if (!(error instanceof DecideRefused)) {
+          throw error;
+        }
+        // The child cannot start (its spec, its input): the parent's step fails with why.
+        void this.report(slot, key, () => ({
+          kind: "effect-failed",
+          idempotencyKey: key,
+          error: { type: error.type, message: error.message },
+          atMs: this.clock.now(),
+        }));
+        return;
+      }
     } else if (existing.status !== "running" && !detached) {
       this.settle(existing); // settled while its parent was not listening: tell it again
     }

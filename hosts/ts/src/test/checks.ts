@@ -4,7 +4,7 @@
  * on; a command that cannot run is a `DecideProcessError`), refusals typed
  * (`DecideRefused` with the wire's type and problems, `RunRefused`,
  * `UnknownRun`, `RegistryError`), a timer on the real clock, a crash
- * between a decision's log records and its snapshot, and dead letters.
+ * between a decision's log records and its snapshot, dead letters, and child runs.
  *
  * Usage: node dist/test/checks.js --flowcore PATH --store DIR
  * Prints `ok <name>` per check and `checks: ok` at the end; exits 1 on a failure.
@@ -64,6 +64,47 @@ async function crashWindows(decider: SupervisedDecider, store: string): Promise<
   const done = await second.settled("w-1");
   check(done.status === "completed" && done.output === "yes", "the run goes on to complete");
   await second.close();
+}
+
+const PARENT_FLOW = `
+flow: parent
+tools: {echo: {class: readonly}}
+steps:
+  - {id: kid, run_subflow: {flow: kid, input: {n: 2}}}
+  - id: guarded
+    try:
+      - {id: badkid, run_subflow: {flow: kid, input: {n: "two"}}}
+    catch:
+      - errors: [bad-input]
+        steps: [{id: note, call_tool: {tool: echo, input: caught}}]
+output: "\${ {kid: steps.kid.output, caught: steps.note.output} }"
+`;
+const KID_FLOW = `
+flow: kid
+input_schema: {type: object, properties: {n: {type: integer}}, required: [n]}
+tools: {echo: {class: readonly}}
+steps:
+  - {id: e, call_tool: {tool: echo, input: "\${input.n}"}}
+output: "\${steps.e.output}"
+`;
+
+/** A child run starts from the registry, reports its settlement; one that cannot start fails its step. */
+async function children(decider: SupervisedDecider, store: string): Promise<void> {
+  const registry = new Registry()
+    .flow("parent", PARENT_FLOW)
+    .flow("kid", KID_FLOW)
+    .tool("echo", (input) => ({ echoed: input }), { class: "readonly" });
+  const host = new Host({ store, registry, decide: decider, clock: new ManualClock(0) });
+  await host.open();
+  await host.start("parent", null, { runId: "p-1" });
+  const done = await host.settled("p-1");
+  check(
+    done.status === "completed" &&
+      JSON.stringify(done.output) === '{"kid":{"echoed":2},"caught":{"echoed":"caught"}}',
+    "a child run reports its output to its parent; a child that cannot start fails its step with bad-input",
+  );
+  check(host.view("p-1/kid#1").status === "completed", "the child is a run of the store, under its key");
+  await host.close();
 }
 
 /** Work that takes its process down every time goes to the dead letters after maxRecoveries. */
@@ -175,6 +216,7 @@ async function main(): Promise<void> {
   );
   await crashWindows(decider, `${store}/windows`);
   await deadLetters(decider, `${store}/dead`);
+  await children(decider, `${store}/children`);
   const missing = new SupervisedDecider({ command: "/nonexistent/flowcore" });
   const noProcess = await rejects(missing.start("flow: x\nsteps: []\n", { runId: "x", nowMs: 0 }), DecideProcessError);
   check(noProcess.message.includes("cannot run /nonexistent/flowcore"), "a decide command that cannot run is a DecideProcessError");
