@@ -11,13 +11,16 @@
  * answered by scripted handlers that return the recorded output (or throw the
  * recorded error), answers, signals and cancels go through `answer`,
  * `signal` and `cancel`, and a child run (a small flow that settles on a
- * signal) is released with the recorded output. The log the host wrote must
- * then be the vector's log, record for record, and the run must end in the
+ * signal) is released with the recorded output. A recorded rejection is
+ * sent the same way and must be refused (`RunRefused`), writing nothing; work
+ * answered again (late, twice) is never reported twice by the host. The log
+ * the host wrote must then be the vector's log without its (optional)
+ * event.rejected records, record for record, and the run must end in the
  * recorded status.
  *
  * A vector is skipped, saying why, when the host cannot produce its events:
  * divergent, torn, cut or corrupt logs; unknown outcomes (a crash makes them:
- * the SIGKILL test covers that); rejected events, re-dispatch records,
+ * the SIGKILL test covers that); re-dispatch records,
  * updates, scheduled-call requests from outside, signals to other runs,
  * children that do not complete, runs started at a depth, forks, upgrades; and an event later
  * than a timer that was due (the host fires timers when due). Prints one line
@@ -31,6 +34,7 @@ import { isDeepStrictEqual } from "node:util";
 
 import { ManualClock } from "./clock";
 import type { BudgetCaps, ErrorInfo, FlowEvent, JsonValue, Usage } from "./flowEffect";
+import { RunRefused } from "./errors";
 import { Host } from "./host";
 import { Registry, WorkFailed, withUsage, type HandlerResult } from "./registry";
 import { SupervisedDecider } from "./supervisor";
@@ -116,8 +120,14 @@ function skipReason(expect: Expect, records: readonly Rec[]): string | null {
   }
   let lastTimerDue = -1;
   for (const record of records) {
-    if (record.type === "event.rejected" || record.type === "effect.redispatched") {
+    if (record.type === "effect.redispatched") {
       return `a ${record.type} record`;
+    }
+    if (record.type === "event.rejected") {
+      const kind = String((record.data["event"] as { kind?: string } | null)?.kind);
+      if (!PLAYED_EVENTS.has(kind) || kind === "timer-fired" || kind === "subflow-settled") {
+        return `a rejected ${kind} event`;
+      }
     }
     if (record.type === "effect.emitted") {
       const kind = record.data["kind"];
@@ -201,8 +211,62 @@ async function playVector(decider: SupervisedDecider, folder: string, records: r
       metadata: (first.data["metadata"] ?? null) as { [field: string]: string | number | boolean } | null,
     });
     await host.idle();
+    /** A recorded rejection: sent the way the host gets it, refused, and nothing written. */
+    const refuse = async (event: FlowEvent, index: number): Promise<void> => {
+      clock.set(event.atMs);
+      const before = host.store.readLog(runId).records.length;
+      let refusal: unknown = null;
+      try {
+        switch (event.kind) {
+          case "human-answered":
+            await host.answer(runId, event.idempotencyKey, event.answer, event.principal);
+            break;
+          case "signal-received":
+            await host.signal(runId, event.signal, event.payload ?? null, event.key);
+            break;
+          case "cancel-requested":
+            await host.cancel(runId, event.reason);
+            break;
+          case "effect-succeeded":
+          case "effect-failed": {
+            // Work answered once more (late, twice, never issued): the host reports
+            // only the work it runs, once; a handler still waiting is answered.
+            const answer = waiting.get(event.idempotencyKey);
+            waiting.delete(event.idempotencyKey);
+            answer?.(() => (event.kind === "effect-succeeded" ? (event.output ?? null) : null));
+            refusal = "dropped";
+            break;
+          }
+          default:
+            throw new Mismatch(`record ${index}: a rejected ${event.kind}`);
+        }
+      } catch (error) {
+        if (!(error instanceof RunRefused)) {
+          throw error;
+        }
+        refusal = error;
+      }
+      await host.idle();
+      if (refusal === null) {
+        throw new Mismatch(`record ${index}: the host took the ${event.kind} the log records as rejected`);
+      }
+      if (host.store.readLog(runId).records.length !== before) {
+        throw new Mismatch(`record ${index}: a refused ${event.kind} wrote to the log`);
+      }
+    };
+    // The host writes no event.rejected records (they are optional, log.md §3):
+    // the log it must write is the vector's without them, numbered again.
+    const expected = records
+      .filter((r) => r.type !== "event.rejected")
+      .map((r, index) => ({ ...r, index }));
     let events = 0;
+    let rejected = 0;
     for (const record of records) {
+      if (record.type === "event.rejected") {
+        rejected += 1;
+        await refuse(record.data["event"] as unknown as FlowEvent, record.index);
+        continue;
+      }
       if (record.type !== "event.reported") {
         continue;
       }
@@ -256,15 +320,15 @@ async function playVector(decider: SupervisedDecider, folder: string, records: r
       await host.idle();
       events += 1;
       const written = host.store.readLog(runId).records;
-      const upTo = written.findIndex((r) => r.index === record.index);
-      if (upTo < 0) {
-        throw new Mismatch(`record ${record.index}: the host wrote no record ${record.index} (its log ends at ${written.length})`);
+      const at = record.index - rejected;
+      if (!isDeepStrictEqual(written[at], expected[at])) {
+        throw new Mismatch(`record ${record.index}: the host wrote ${show(written[at])}, the vector has ${show(expected[at])}`);
       }
     }
     const written = host.store.readLog(runId).records;
-    for (let i = 0; i < Math.max(written.length, records.length); i++) {
-      if (!isDeepStrictEqual(written[i], records[i])) {
-        throw new Mismatch(`record ${i}: the host wrote ${show(written[i])}, the vector has ${show(records[i])}`);
+    for (let i = 0; i < Math.max(written.length, expected.length); i++) {
+      if (!isDeepStrictEqual(written[i], expected[i])) {
+        throw new Mismatch(`record ${i}: the host wrote ${show(written[i])}, the vector has ${show(expected[i])}`);
       }
     }
     const status = host.view(runId).status;
