@@ -159,7 +159,7 @@ def test_the_conformance_vectors_play_through_the_host(compiled: Path, tmp_path:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     lines = done.stdout.splitlines()
     played = [line.split()[1].rstrip(":") for line in lines if line.startswith("ok ")]
-    assert len(played) >= 60, lines
+    assert len(played) >= 65, lines
     for case in (
         "sequence-call-tool",
         "ask-human-timeout",
@@ -167,6 +167,7 @@ def test_the_conformance_vectors_play_through_the_host(compiled: Path, tmp_path:
         "repeat-every",
         "rejected-events",
         "compensation-on-cancel",
+        "unknown-uncertain",  # the host closed while the call runs, its recovery reports it
     ):
         assert case in played
     assert lines[-1].startswith(f"played {len(played)}, skipped ") and lines[-1].endswith(

@@ -11,7 +11,9 @@
  * answered by scripted handlers that return the recorded output (or throw the
  * recorded error), answers, signals and cancels go through `answer`,
  * `signal` and `cancel`, and a child run (a small flow that settles on a
- * signal) is released with the recorded output. A recorded rejection is
+ * signal) is released with the recorded output. An unknown outcome comes
+ * as it does in life: the host is closed while the work runs and a new one
+ * opened on the same store, whose recovery reports it. A recorded rejection is
  * sent the same way and must be refused (`RunRefused`), writing nothing; work
  * answered again (late, twice) is never reported twice by the host. The log
  * the host wrote must then be the vector's log without its (optional)
@@ -19,8 +21,9 @@
  * recorded status.
  *
  * A vector is skipped, saying why, when the host cannot produce its events:
- * divergent, torn, cut or corrupt logs; unknown outcomes (a crash makes them:
- * the SIGKILL test covers that); re-dispatch records,
+ * divergent, torn, cut or corrupt logs; unknown outcomes of work the host
+ * runs again after a crash (safe tools: it re-dispatches them) or always
+ * knows the end of (children); re-dispatch records,
  * updates, scheduled-call requests from outside, signals to other runs,
  * children that do not complete, runs started at a depth, forks, upgrades; and an event later
  * than a timer that was due (the host fires timers when due). Prints one line
@@ -59,6 +62,7 @@ interface Expect {
 
 const RELEASE = "conformance-release";
 const PLAYED_EVENTS = new Set([
+  "effect-outcome-unknown",
   "effect-succeeded",
   "effect-failed",
   "human-answered",
@@ -147,6 +151,18 @@ function skipReason(expect: Expect, records: readonly Rec[]): string | null {
       if (!PLAYED_EVENTS.has(kind)) {
         return `a ${kind} event`;
       }
+      if (kind === "effect-outcome-unknown") {
+        const key = record.data["idempotencyKey"];
+        const again = records.some(
+          (r) => r.index > record.index && r.type === "effect.emitted" && r.data["idempotencyKey"] === key,
+        );
+        const child = records.some(
+          (r) => r.type === "effect.emitted" && r.data["kind"] === "run-subflow" && r.data["idempotencyKey"] === key,
+        );
+        if (again || child) {
+          return "an unknown outcome of work the host runs again (or a child it always knows the end of)";
+        }
+      }
       if (kind === "subflow-settled" && record.data["status"] !== "completed") {
         return "a child that did not complete";
       }
@@ -203,7 +219,7 @@ async function playVector(decider: SupervisedDecider, folder: string, records: r
   names.flow.forEach((name) => name !== flowId && registry.flow(name, childSpec(name)));
 
   const store = mkdtempSync(join(storeRoot, "run-"));
-  const host = new Host({ store, registry, decide: decider, clock });
+  let host = new Host({ store, registry, decide: decider, clock });
   try {
     await host.start(flowId, first.data["input"] ?? null, {
       runId,
@@ -313,6 +329,17 @@ async function playVector(decider: SupervisedDecider, folder: string, records: r
           break;
         case "subflow-settled":
           await host.signal(key, RELEASE, event.output ?? null);
+          break;
+        case "effect-outcome-unknown":
+          // The way a host learns it: the process dies while the work runs, and the
+          // next one, on the same store, finds the attempt lost and never runs it again.
+          if (!waiting.has(key)) {
+            throw new Mismatch(`record ${record.index}: the host runs no handler for ${key}`);
+          }
+          waiting.delete(key);
+          await host.close();
+          host = new Host({ store, registry, decide: decider, clock });
+          await host.open();
           break;
         default:
           break; // timer-fired: moving the clock fired it
