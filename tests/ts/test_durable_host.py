@@ -352,6 +352,16 @@ def test_a_run_survives_sigkill_of_the_node_process(
         timeout=TIMEOUT_S,
     )
     assert replay.returncode == 0, replay.stdout + replay.stderr
+    # The command reads the store without a process running.
+    listed = _node(str(compiled / "cli.js"), "runs", "--store", str(store))
+    assert listed.returncode == 0 and listed.stdout == "c-1\tcrash\tcompleted\n", listed
+    shown = _node(str(compiled / "cli.js"), "show", "c-1", "--store", str(store))
+    assert shown.returncode == 0, shown.stderr
+    assert "effect.redispatched" in shown.stdout and str(log) in shown.stdout
+    for bad in (["serve", "--store", str(store)], ["show", "--store", str(store)], ["nope"]):
+        refused = _node(str(compiled / "cli.js"), *bad)
+        assert refused.returncode == 2 and "usage:" in refused.stderr, (bad, refused)
+        assert "    at " not in refused.stderr  # a message, never a stack trace
 
 
 def test_the_worked_example_starts_a_flow_answers_it_and_shows_its_result(
