@@ -779,9 +779,8 @@ export class Host {
     }
     const log = this.store.readLog(runId);
     const slot = this.newSlot(meta, snapshot.state, snapshot.status, snapshot.nextIndex);
-    const usage = (snapshot as { usage?: Usage }).usage;
-    if (usage !== undefined) {
-      slot.usage = usage;
+    if (snapshot.usage !== undefined) {
+      slot.usage = snapshot.usage;
     }
     if (log.records.length < snapshot.nextIndex) {
       throw new HostError(`${this.store.logPath(runId)}: the log ends before record ${snapshot.nextIndex} its snapshot follows`);

@@ -32,7 +32,7 @@ import {
 import { join } from "node:path";
 
 import { StoreError } from "./errors";
-import type { BudgetCaps, JsonValue, LogRecord, RunStatus } from "./flowEffect";
+import type { BudgetCaps, JsonValue, LogRecord, RunStatus, Usage } from "./flowEffect";
 
 /** What a run was started with. */
 export interface RunMeta {
@@ -54,6 +54,8 @@ export interface Snapshot {
   readonly status: RunStatus;
   /** The index the next log record takes. */
   readonly nextIndex: number;
+  /** Once the run has settled: what it used (what a parent's subflow-settled reports). */
+  readonly usage?: Usage;
 }
 
 /** One attempt at a piece of work: its key and the index of the effect.emitted it answers. */
