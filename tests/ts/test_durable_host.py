@@ -420,8 +420,9 @@ def test_the_worked_example_starts_a_flow_answers_it_and_shows_its_result(
 
         claim = {"flow": "expense", "input": {"employee": "ada", "amount": 120}, "runId": "cl-1"}
         assert json.loads(call("POST", "/runs", json.dumps(claim).encode())) == {"runId": "cl-1"}
-        view = json.loads(call("GET", "/runs/cl-1"))
-        [question] = view["questions"]
+        # The question comes once the limit lookup has been answered (a decision later).
+        _wait_for("the question", lambda: json.loads(call("GET", "/runs/cl-1"))["questions"])
+        [question] = json.loads(call("GET", "/runs/cl-1"))["questions"]
         assert question["question"] == "Pay ada 120 (their limit is 500)?"
         assert "Pay ada 120" in call("GET", "/").decode()
         form = f"run=cl-1&key={quote(question['key'], safe='')}&answer=approve".encode()
@@ -513,6 +514,7 @@ def test_the_readme_service_survives_a_kill_as_it_says(
 
     first = start()
     first.call("POST", "/runs", {"flow": "refund", "input": {"order": "o-1"}, "runId": "r-1"})
+    _wait_for("the question", lambda: first.call("GET", "/runs/r-1")["questions"])
     assert first.call("GET", "/runs/r-1")["questions"][0]["key"] == "r-1/ok#1"
     first.kill()
     second = start()
