@@ -434,6 +434,8 @@ def test_the_worked_example_starts_a_flow_answers_it_and_shows_its_result(
             "payment": {"paid": 120, "reference": "cl-1/pay#1"},
         }
         assert "&#34;paid&#34;:120" in call("GET", "/").decode()
+        logged = (tmp_path / "data" / "runs" / "cl-1" / "log.ndjson").read_bytes()
+        assert call("GET", "/runs/cl-1/log") == logged  # the log, as flowcore replay reads it
 
         def refused(method: str, path: str, data: bytes | None) -> tuple[int, Any]:
             with pytest.raises(urllib.error.HTTPError) as caught:
