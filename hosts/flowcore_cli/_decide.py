@@ -95,6 +95,7 @@ OPS: Final = ("start", "advance", "query", "check-update")
 Int64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Scalar: TypeAlias = str | int | float | bool | None
 RunStatus: TypeAlias = Literal["running", "completed", "failed", "cancelled", "budget-exhausted"]
+ExecClass: TypeAlias = Literal["readonly", "idempotent", "uncertain"]
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -189,6 +190,9 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     indexes to list runs by). ``records``: when the request gave ``logIndex``,
     the records the decision adds to the run's log from that index on, as
     ``flowcore.Recorder`` makes them (specs/log.md §11), for a host to append.
+    ``toolClasses``: in a ``start`` reply only, the execution class of every
+    tool the flow declares (its ``tools:``), by name: what a host consults to
+    decide whether lost work may run again (an undeclared tool is ``uncertain``).
     """
 
     id: Scalar
@@ -201,6 +205,7 @@ class Decided(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_de
     metadata: dict[str, Any] | None = None
     replies: tuple[flowcore.UpdateReply, ...] = ()  # the updates this decision ended
     records: tuple[flowcore.Record, ...] = ()  # the decision's log records (given logIndex)
+    tool_classes: dict[str, ExecClass] | None = None  # start replies: the flow's tools' classes
 
 
 class Queried(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -398,7 +403,7 @@ class Decider:
                     request.metadata,
                 )
             )
-        return _decided(request.id, decision, canonical, records)
+        return _decided(request.id, decision, canonical, records, flow)
 
     def _continue(self, request: StartRequest, flow: Flow, canonical: bytes) -> Decided:
         try:
@@ -432,7 +437,7 @@ class Decider:
                     continued=effect,
                 )
             )
-        return _decided(request.id, decision, canonical, records)
+        return _decided(request.id, decision, canonical, records, flow)
 
     def advance(self, request: AdvanceRequest) -> Decided:
         state, canonical = self._state_of(request.state)
@@ -607,6 +612,7 @@ def _decided(
     decision: flowcore.Decision,
     canonical: bytes,
     records: tuple[flowcore.Record, ...] = (),
+    flow: Flow | None = None,
 ) -> Decided:
     state = decision.state
     envelope = _Envelope(format=STATE_FORMAT, spec=canonical, state=flowcore.encode_state(state))
@@ -627,6 +633,9 @@ def _decided(
         metadata=state.metadata or None,
         replies=decision.replies,
         records=records,
+        tool_classes=None
+        if flow is None
+        else {name: decl.exec_class for name, decl in flow.tools.items()},
     )
 
 

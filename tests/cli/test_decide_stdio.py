@@ -241,6 +241,49 @@ def test_the_state_string_is_the_snapshot_and_the_spec_in_an_envelope(decide: De
     assert as_object["state"] == reply["state"]
 
 
+CLASSES = """
+flow: classes
+tools:
+  look: {class: readonly}
+  put: {class: idempotent}
+  send: {class: uncertain}
+  post: {}
+  ping:
+steps:
+  - {id: a, call_tool: {tool: send}}
+  - {id: b, continue_as_new: {input: 1}}
+"""
+
+
+def test_a_start_reply_gives_the_execution_class_of_every_declared_tool(decide: Decide) -> None:
+    """What a host in another language needs to know which lost calls may run
+    again: the flow's own classes (a tool declared without one is uncertain),
+    on every start reply (a continued incarnation's too), on no other."""
+    classes = {
+        "look": "readonly",
+        "put": "idempotent",
+        "send": "uncertain",
+        "post": "uncertain",
+        "ping": "uncertain",
+    }
+    started = decide.ask(start_request(CLASSES))
+    assert started["toolClasses"] == classes
+    (call,) = started["effects"]
+    event = {"kind": "effect-succeeded", "idempotencyKey": call["idempotencyKey"], "atMs": 1}
+    advanced = decide.ask(advance_request(started["state"], event))
+    assert "toolClasses" not in advanced
+    (continued,) = advanced["effects"]
+    assert continued["kind"] == "continue-as-new"
+    again = decide.ask(start_request(CLASSES, continued=continued, nowMs=2))
+    assert again["ok"] is True and again["toolClasses"] == classes
+    assert decide.ask(start_request(SEQUENCE, {"id": "u-7"}))["toolClasses"] == {
+        "lookup": "readonly",
+        "store": "idempotent",
+    }
+    none = decide.ask(start_request("flow: none\nsteps: [{id: a, sleep: {for_ms: 1}}]\n"))
+    assert none["toolClasses"] == {}
+
+
 def test_a_restarted_process_continues_from_a_state_string() -> None:
     first = Decide()
     started = first.ask(start_request(SEQUENCE, {"id": "u-7"}))

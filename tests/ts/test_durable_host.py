@@ -75,7 +75,7 @@ exports.register = (registry) => {
   registry.tool("fetch", (input, ctx) => {
     note(`fetch ${ctx.idempotencyKey} ${ctx.recovery}`);
     return held("fetch") ? new Promise(() => {}) : { order: input.order, items: 2 };
-  }, { class: "idempotent" });
+  });  // no class here: the flow's tools: declares fetch idempotent and charge uncertain
   registry.tool("charge", (input, ctx) => {
     note(`charge ${ctx.idempotencyKey} ${ctx.recovery}`);
     return held("charge") ? new Promise(() => {}) : { charged: input.amount };
@@ -181,7 +181,11 @@ def test_the_in_process_checks_pass(compiled: Path, tmp_path: Path) -> None:
     DecideProcessError); a timer fires on the real clock; a crash between a
     decision's log records and its snapshot (with a torn line) is taken again
     to the same bytes; work lost again and again goes to dead-letter; a child
-    run reports to its parent, and one that cannot start fails its step."""
+    run reports to its parent, and one that cannot start fails its step; a
+    call's execution class is its flow's (tools registered without one: after
+    a crash the flow's uncertain call is reported unknown and never run again,
+    its idempotent one runs again under its key), and a registration that
+    states a class is refused."""
     done = _node(
         str(compiled / "test" / "checks.js"),
         "--flowcore",
@@ -191,7 +195,7 @@ def test_the_in_process_checks_pass(compiled: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert done.stdout.splitlines()[-1] == "checks: ok"
-    assert len([line for line in done.stdout.splitlines() if line.startswith("ok ")]) == 18
+    assert len([line for line in done.stdout.splitlines() if line.startswith("ok ")]) == 22
 
 
 class Service:
@@ -284,8 +288,9 @@ def _calls(folder: Path) -> list[str]:
 def test_a_run_survives_sigkill_of_the_node_process(
     compiled: Path, tmp_path: Path, services: list[Service]
 ) -> None:
-    """Killed while an idempotent call runs, the host runs it again with the
-    same key (effect.redispatched in the log); killed while an uncertain call
+    """Killed while a call its flow declares idempotent runs (registered with
+    no class), the host runs it again with the same key (effect.redispatched
+    in the log); killed while a call its flow leaves uncertain
     runs, it never runs that call again and reports effect-outcome-unknown,
     which the flow catches with a question. Nothing acknowledged is lost, and
     ``flowcore replay`` replays the log the TypeScript host wrote."""

@@ -471,7 +471,15 @@ export interface Decided {
   readonly replies?: readonly UpdateReply[];
   /** Given `logIndex`: the records this decision adds to the run's log (specs/log.md §11). */
   readonly records?: readonly LogRecord[];
+  /**
+   * In a `start` reply only: the execution class of every tool the flow's `tools:`
+   * declares, by name (a tool it does not declare is `uncertain`).
+   */
+  readonly toolClasses?: { readonly [tool: string]: ExecutionClass };
 }
+
+/** A tool's execution class, as the flow's `tools:` declares it (specs/language.md, tools). */
+export type ExecutionClass = "readonly" | "idempotent" | "uncertain";
 
 /** One record of a run's log (specs/log.md §1), as decide makes it: append it as one line.
  * Generated from specs/schema/records.json (src/schema/records.ts). */

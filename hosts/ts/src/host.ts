@@ -17,9 +17,10 @@
  * Recovery (`open`): every run in the store is loaded from its snapshot; log
  * records past it (a decision whose snapshot was never written) are cut off
  * and the decision is taken again from its event. Work that was dispatched
- * and never answered was lost with the process: a tool registered `readonly`
- * or `idempotent` runs again under the same idempotency key (an
- * `effect.redispatched` record says so in the log), any other work is
+ * and never answered was lost with the process: a tool the run's flow
+ * declares `readonly` or `idempotent` (its `tools:`, as decide's `start`
+ * reply gives them, kept in run.json) runs again under the same idempotency
+ * key (an `effect.redispatched` record says so in the log), any other work is
  * reported `effect-outcome-unknown` and is never run twice. Work dispatched
  * more than `maxRecoveries` times fails its step with `dead-letter`. Timers
  * are armed again at their deadlines; children recover as runs of their own.
@@ -37,6 +38,7 @@ import type {
   BudgetCaps,
   Decided,
   ErrorInfo,
+  ExecutionClass,
   FlowEffect,
   FlowEvent,
   JsonValue,
@@ -128,6 +130,15 @@ const KEYED_EVENTS = new Set([
 
 function keyOf(effect: FlowEffect): string | null {
   return "idempotencyKey" in effect ? effect.idempotencyKey : null;
+}
+
+/** The class the run's flow declares for the tool a call-tool calls; null for other work. */
+function classOf(meta: RunMeta, effect: FlowEffect): ExecutionClass | null {
+  if (effect.kind !== "call-tool") {
+    return null;
+  }
+  const classes = meta.toolClasses ?? {}; // absent from a run.json written before it was kept
+  return Object.hasOwn(classes, effect.tool) ? (classes[effect.tool] ?? "uncertain") : "uncertain";
 }
 
 function targetOf(effect: FlowEffect): string {
@@ -396,8 +407,9 @@ export class Host {
       metadata: meta.metadata,
       logIndex: 0,
     });
-    this.store.create(meta);
-    const slot = this.newSlot(meta, decided.state, decided.status, 0);
+    const started: RunMeta = { ...meta, toolClasses: decided.toolClasses ?? {} };
+    this.store.create(started);
+    const slot = this.newSlot(started, decided.state, decided.status, 0);
     await this.locked(slot, () => this.commit(slot, decided));
   }
 
@@ -607,7 +619,13 @@ export class Host {
     const runId = slot.meta.runId;
     this.store.dispatched(runId, { key, emitted, at: this.clock.now() });
     slot.live.add(`${key}@${emitted}`);
-    const context: WorkContext = { runId, idempotencyKey: key, recovery };
+    const executionClass = classOf(slot.meta, effect);
+    const context: WorkContext = {
+      runId,
+      idempotencyKey: key,
+      recovery,
+      ...(executionClass !== null ? { executionClass } : {}),
+    };
     const work = (): Promise<HandlerResult> => {
       switch (effect.kind) {
         case "call-tool": {
@@ -825,8 +843,8 @@ export class Host {
             this.dispatch(slot, effect, emitted, 0);
             break;
           }
-          const tool = effect.kind === "call-tool" ? this.registry.toolOf(effect.tool) : undefined;
-          const safe = tool !== undefined && (tool.class === "readonly" || tool.class === "idempotent");
+          const declared = classOf(slot.meta, effect); // the flow's class, never the registration's
+          const safe = declared === "readonly" || declared === "idempotent";
           if (!safe) {
             // It may have run: never run it twice. The interpreter decides what follows.
             await this.decide(slot, { kind: "effect-outcome-unknown", idempotencyKey: key, atMs: this.clock.now() });

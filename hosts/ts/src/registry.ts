@@ -2,20 +2,19 @@
  * What a host can run: tools, agents and teams written in TypeScript, and the
  * flows it can start (by id, for `run_subflow` too).
  *
- * A tool declares its execution class, as the Python tools module does:
- * `readonly` and `idempotent` tools are run again with the same idempotency
- * key when a crash lost an attempt; anything else (the default, `uncertain`)
- * is never run twice, and a lost attempt is reported `effect-outcome-unknown`.
- * After `effect-outcome-unknown` the interpreter decides by the flow's own
- * `tools:` class: a tool the flow declares safe is issued again under its key
- * (a new `effect.emitted`), any other fails its step with `outcome-unknown`.
- * So a call is run twice only when its registration or its flow says it may be.
+ * A tool's execution class is the flow's, never the registration's: the
+ * flow's `tools:` declares it (`tools: {send: {class: uncertain}}`; a tool
+ * declared without a class, or not at all, is `uncertain`), as on every
+ * flowcore host. After a crash lost an attempt, a tool the run's flow declares
+ * `readonly` or `idempotent` is run again with the same idempotency key; any
+ * other work is never run twice, and is reported `effect-outcome-unknown`.
+ * A registration that states a class is refused (`RegistryError`).
  */
 
 import { RegistryError } from "./errors";
-import type { ErrorInfo, JsonValue, Usage } from "./flowEffect";
+import type { ErrorInfo, ExecutionClass, JsonValue, Usage } from "./flowEffect";
 
-export type ExecutionClass = "readonly" | "idempotent" | "uncertain";
+export type { ExecutionClass } from "./flowEffect";
 
 /** What a handler is given: the effect's key (use it to make the work idempotent). */
 export interface WorkContext {
@@ -23,6 +22,8 @@ export interface WorkContext {
   readonly idempotencyKey: string;
   /** Set when this attempt runs again after a crash lost an earlier one under the same key. */
   readonly recovery: number;
+  /** A tool's class, as the run's flow declares it; absent for agents and teams. */
+  readonly executionClass?: ExecutionClass;
 }
 
 /** A handler's result: a plain value, or `{output, usage}` through `withUsage`. */
@@ -91,7 +92,6 @@ export type TeamHandler = (request: { readonly prompt: string }, context: WorkCo
 
 export interface Tool {
   readonly handler: ToolHandler;
-  readonly class: ExecutionClass;
 }
 
 const NAME = /^[A-Za-z0-9_.:-]{1,200}$/;
@@ -111,10 +111,23 @@ export class Registry {
     }
   }
 
-  /** Register the tool `name`; `options.class` defaults to `uncertain` (never re-run). */
-  tool(name: string, handler: ToolHandler, options: { readonly class?: ExecutionClass } = {}): this {
+  /**
+   * Register the tool `name`. Its execution class is the flow's (`tools:`), so
+   * there is none to give here: a third argument (`{class: ...}` from
+   * JavaScript) is refused with a `RegistryError` naming the tool.
+   */
+  tool(name: string, handler: ToolHandler, ...rest: readonly never[]): this {
+    if (rest.length > 0) {
+      const given: unknown = rest[0];
+      const stated =
+        typeof given === "object" && given !== null && "class" in given ? ` (class ${JSON.stringify(given.class)})` : "";
+      throw new RegistryError(
+        `tool ${JSON.stringify(name)}: a registration takes no options${stated}; ` +
+          `its execution class is the flow's: declare it in the flow's tools: (${name}: {class: ...})`,
+      );
+    }
     Registry.checkName("tool", name, this.tools.has(name));
-    this.tools.set(name, { handler, class: options.class ?? "uncertain" });
+    this.tools.set(name, { handler });
     return this;
   }
 

@@ -1,11 +1,13 @@
 /**
  * Compile-time ties between the readonly wire types of flowEffect.ts and the
  * types generated from specs/schema (./schema): the same effect and event
- * kinds, and for each kind the same field names. Nothing here runs; a schema
+ * kinds, and for each kind the same field names; the same fields of a
+ * decision reply and the same execution classes. Nothing here runs; a schema
  * that gains, loses or renames a kind or a field makes `tsc` fail here.
  */
 
-import type { FlowEffect, FlowEvent, LogRecord } from "./flowEffect";
+import type { Decided, ExecutionClass, FlowEffect, FlowEvent, LogRecord } from "./flowEffect";
+import type { Decided as GeneratedDecided } from "./schema/decideReplies";
 import type { FlowcoreDecideRequest } from "./schema/decideRequests";
 import type { FlowcoreEffect } from "./schema/effects";
 import type { FlowcoreEvent } from "./schema/events";
@@ -32,3 +34,7 @@ export type EventFieldsAgree = Holds<AllTrue<FieldsAgree<FlowEvent, FlowcoreEven
 export type RequestOpsAgree = Holds<Same<Ops<DecideRequest>, Ops<FlowcoreDecideRequest>>>;
 export type RequestFieldsAgree = Holds<AllTrue<OpsAgree<DecideRequest, FlowcoreDecideRequest>>>;
 export type RecordsAreGenerated = Holds<Same<LogRecord, FlowcoreLogRecord>>;
+export type DecidedFieldsAgree = Holds<Same<keyof Decided, keyof GeneratedDecided>>;
+export type ToolClassesAgree = Holds<
+  Same<ExecutionClass, NonNullable<NonNullable<GeneratedDecided["toolClasses"]>[string]>>
+>;

@@ -32,7 +32,7 @@ import {
 import { join } from "node:path";
 
 import { StoreError } from "./errors";
-import type { BudgetCaps, JsonValue, LogRecord, RunStatus, Usage } from "./flowEffect";
+import type { BudgetCaps, ExecutionClass, JsonValue, LogRecord, RunStatus, Usage } from "./flowEffect";
 
 /** What a run was started with. */
 export interface RunMeta {
@@ -46,6 +46,11 @@ export interface RunMeta {
   readonly metadata: { readonly [field: string]: string | number | boolean } | null;
   /** A child run: its parent and the run-subflow key it answers. */
   readonly parent: { readonly runId: string; readonly key: string; readonly detached: boolean } | null;
+  /**
+   * The execution class of each tool the flow declares, from decide's `start`
+   * reply (`toolClasses`); a tool not in it is `uncertain`.
+   */
+  readonly toolClasses?: { readonly [tool: string]: ExecutionClass };
 }
 
 /** The run after its last decision. */

@@ -18,6 +18,9 @@ export type FlowcoreDecideReply = Decided | Queried | Checked | Failed;
  * indexes to list runs by). ``records``: when the request gave ``logIndex``,
  * the records the decision adds to the run's log from that index on, as
  * ``flowcore.Recorder`` makes them (specs/log.md §11), for a host to append.
+ * ``toolClasses``: in a ``start`` reply only, the execution class of every
+ * tool the flow declares (its ``tools:``), by name: what a host consults to
+ * decide whether lost work may run again (an undeclared tool is ``uncertain``).
  */
 export interface Decided {
   effects: (
@@ -31,6 +34,9 @@ export interface Decided {
   scheduled?: ScheduledAnswer | null;
   state: string;
   status: "budget-exhausted" | "cancelled" | "completed" | "failed" | "running";
+  toolClasses?: {
+    [k: string]: "idempotent" | "readonly" | "uncertain" | undefined;
+  } | null;
   usage?: Usage | null;
 }
 export interface RunAgent {

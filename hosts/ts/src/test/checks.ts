@@ -4,7 +4,8 @@
  * on; a command that cannot run is a `DecideProcessError`), refusals typed
  * (`DecideRefused` with the wire's type and problems, `RunRefused`,
  * `UnknownRun`, `RegistryError`), a timer on the real clock, a crash
- * between a decision's log records and its snapshot, dead letters, and child runs.
+ * between a decision's log records and its snapshot, dead letters, child runs,
+ * and execution classes taken from the flow.
  *
  * Usage: node dist/test/checks.js --flowcore PATH --store DIR
  * Prints `ok <name>` per check and `checks: ok` at the end; exits 1 on a failure.
@@ -93,7 +94,7 @@ async function children(decider: SupervisedDecider, store: string): Promise<void
   const registry = new Registry()
     .flow("parent", PARENT_FLOW)
     .flow("kid", KID_FLOW)
-    .tool("echo", (input) => ({ echoed: input }), { class: "readonly" });
+    .tool("echo", (input) => ({ echoed: input }));
   const host = new Host({ store, registry, decide: decider, clock: new ManualClock(0) });
   await host.open();
   await host.start("parent", null, { runId: "p-1" });
@@ -117,7 +118,6 @@ async function deadLetters(decider: SupervisedDecider, store: string): Promise<v
       calls.push(context.recovery);
       return new Promise(() => {}); // never ends: as if it took the process down
     },
-    { class: "idempotent" },
   );
   for (let n = 0; n < 5; n++) {
     const host = new Host({ store, registry, decide: decider, clock: new ManualClock(0), maxRecoveries: 3 });
@@ -139,6 +139,92 @@ async function deadLetters(decider: SupervisedDecider, store: string): Promise<v
   check(
     settled?.type === "run.settled" && JSON.stringify(settled.data).includes('"type":"dead-letter"'),
     "after maxRecoveries it fails its step with dead-letter",
+  );
+}
+
+const SEND_FLOW = `
+flow: send
+tools: {send: {class: uncertain}}
+steps:
+  - {id: tell, call_tool: {tool: send, input: hi}}
+`;
+const PUT_FLOW = `
+flow: put
+tools: {put: {class: idempotent}}
+steps:
+  - {id: save, call_tool: {tool: put, input: v}}
+output: "\${steps.save.output}"
+`;
+
+/**
+ * A call's execution class is its flow's, never its registration's: both
+ * tools are registered without one; the host dies while each call runs (closed
+ * while its handler holds) and a new one recovers on the same store. The
+ * uncertain call is reported unknown and never run again; the idempotent one
+ * runs again under its key. A registration that states a class is refused.
+ */
+async function flowClasses(decider: SupervisedDecider, store: string): Promise<void> {
+  const calls: string[] = [];
+  const registry = (hold: boolean): Registry =>
+    new Registry()
+      .flow("send", SEND_FLOW)
+      .flow("put", PUT_FLOW)
+      .tool("send", (_input, context) => {
+        calls.push(`send ${context.idempotencyKey} ${context.recovery} ${context.executionClass}`);
+        return hold ? new Promise(() => {}) : "sent";
+      })
+      .tool("put", (_input, context) => {
+        calls.push(`put ${context.idempotencyKey} ${context.recovery} ${context.executionClass}`);
+        return hold ? new Promise(() => {}) : "stored";
+      });
+  const first = new Host({ store, registry: registry(true), decide: decider, clock: new ManualClock(0) });
+  await first.open();
+  await first.start("send", null, { runId: "s-1" });
+  await first.start("put", null, { runId: "u-1" });
+  await first.idle();
+  await first.close(); // as if the process died while both calls ran
+  const second = new Host({ store, registry: registry(false), decide: decider, clock: new ManualClock(0) });
+  await second.open();
+  const sent = await second.settled("s-1");
+  const put = await second.settled("u-1");
+  check(
+    JSON.stringify(calls) ===
+      JSON.stringify(["send s-1/tell#1 0 uncertain", "put u-1/save#1 0 idempotent", "put u-1/save#1 1 idempotent"]),
+    "after a crash the flow's uncertain call is never run again, its idempotent one runs again under its key",
+  );
+  const reported = (runId: string): string[] =>
+    second.store
+      .readLog(runId)
+      .records.filter((r) => r.type === "event.reported" || r.type === "effect.redispatched")
+      .map((r) => {
+        const data = r.data as { readonly kind?: string; readonly idempotencyKey?: string };
+        return `${r.type} ${data.kind ?? ""} ${String(data.idempotencyKey)}`;
+      });
+  check(
+    sent.status === "failed" &&
+      sent.error?.type === "outcome-unknown" &&
+      JSON.stringify(reported("s-1")) === JSON.stringify(["event.reported effect-outcome-unknown s-1/tell#1"]),
+    "the uncertain call is reported effect-outcome-unknown and its step fails outcome-unknown",
+  );
+  check(
+    put.status === "completed" &&
+      put.output === "stored" &&
+      JSON.stringify(reported("u-1")) ===
+        JSON.stringify(["effect.redispatched  u-1/save#1", "event.reported effect-succeeded u-1/save#1"]),
+    "the idempotent call is redispatched (effect.redispatched), not reported unknown",
+  );
+  await second.close();
+  const stated = (() => {
+    try {
+      new Registry().tool("send", () => null, ...([{ class: "idempotent" }] as never[]));
+      return null;
+    } catch (error) {
+      return error instanceof RegistryError ? error.message : null;
+    }
+  })();
+  check(
+    stated !== null && stated.includes('"send"') && stated.includes('"idempotent"') && stated.includes("tools:"),
+    "a registration that states a class is a RegistryError naming the tool, the class, and where classes are declared",
   );
 }
 
@@ -175,7 +261,7 @@ async function main(): Promise<void> {
   const store = option("--store");
   const restarts: string[] = [];
   const decider = new SupervisedDecider({ command: flowcore, onRestart: (cause) => restarts.push(cause.message) });
-  const registry = new Registry().flow("checks", FLOW).tool("echo", (input) => ({ echoed: input }), { class: "readonly" });
+  const registry = new Registry().flow("checks", FLOW).tool("echo", (input) => ({ echoed: input }));
   const host = new Host({ store, registry, decide: decider, clock: realClock });
   await host.open();
 
@@ -217,6 +303,7 @@ async function main(): Promise<void> {
   await crashWindows(decider, `${store}/windows`);
   await deadLetters(decider, `${store}/dead`);
   await children(decider, `${store}/children`);
+  await flowClasses(decider, `${store}/classes`);
   const missing = new SupervisedDecider({ command: "/nonexistent/flowcore" });
   const noProcess = await rejects(missing.start("flow: x\nsteps: []\n", { runId: "x", nowMs: 0 }), DecideProcessError);
   check(noProcess.message.includes("cannot run /nonexistent/flowcore"), "a decide command that cannot run is a DecideProcessError");

@@ -17,16 +17,13 @@ import { Host, Registry, createHandler, type RunView } from "flowcore-ts-host";
 
 const registry = new Registry()
   .flow("expense", readFileSync(join(__dirname, "..", "expense.yaml"), "utf8"))
-  // readonly: safe to run again after a crash, with the same idempotency key.
-  .tool("policy.limit", (input) => ({ employee: (input as { employee: string }).employee, limit: 500 }), {
-    class: "readonly",
-  })
-  // idempotent: the payment provider dedupes by the key, so a retry never pays twice.
-  .tool(
-    "payments.pay",
-    (input, context) => ({ paid: (input as { amount: number }).amount, reference: context.idempotencyKey }),
-    { class: "idempotent" },
-  );
+  // expense.yaml declares it readonly: safe to run again after a crash, with the same idempotency key.
+  .tool("policy.limit", (input) => ({ employee: (input as { employee: string }).employee, limit: 500 }))
+  // expense.yaml declares it idempotent: the payment provider dedupes by the key, so a retry never pays twice.
+  .tool("payments.pay", (input, context) => ({
+    paid: (input as { amount: number }).amount,
+    reference: context.idempotencyKey,
+  }));
 
 const host = new Host({
   store: process.env["STORE"] ?? "data",
