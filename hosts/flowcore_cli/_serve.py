@@ -96,7 +96,7 @@ def serve(
     tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
-    db: Path,
+    db: Path | str,
     temporal: bool,
     address: str,
     namespace: str,
