@@ -649,9 +649,9 @@ def _print_verdict(
 @click.option(
     "--db",
     type=DATABASE,
-    help="A local-host database (a file, or a postgresql:// URL). When LOG is not a file, it is a run id there: its log "
-    "and stored spec are read from it (no export needed). When LOG is a log file, the "
-    "spec whose hash the log records is looked up in it.",
+    help="A local-host database (a file, or a postgresql:// URL). When LOG is not a file,"
+    " it is a run id there: its log and stored spec are read from it (no export needed)."
+    " When LOG is a log file, the spec whose hash the log records is looked up in it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 def replay(

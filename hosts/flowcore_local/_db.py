@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "APPLICATION_ID",
@@ -29,6 +30,7 @@ __all__ = [
     "NotAFlowcoreDatabase",
     "SqliteDatabase",
     "connect",
+    "db_label",
     "default_db_path",
     "is_pg_url",
     "open_db",
@@ -399,6 +401,17 @@ _PG_SCHEMES = ("postgresql://", "postgres://")
 def is_pg_url(db: object) -> bool:
     """Whether ``db`` (a ``--db`` value, ``$FLOWCORE_DB``) names a PostgreSQL database."""
     return isinstance(db, str) and db.lower().startswith(_PG_SCHEMES)
+
+
+def db_label(db: str | Path) -> str:
+    """``db`` as a message shows it: a PostgreSQL URL without its password."""
+    if not is_pg_url(db):
+        return str(db)
+    parts = urlsplit(str(db))
+    if parts.password is None:
+        return str(db)
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def db_location(db: str | Path | None) -> str | Path:

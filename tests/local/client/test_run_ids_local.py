@@ -259,12 +259,12 @@ steps:
 
 
 def test_a_recovery_that_raises_for_one_run_leaves_the_others_recovered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, local_db: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Work of a dead worker: the recovery of one run raising (its events cannot be
     applied) parks that run's effect, with why; the other run's work runs again."""
     registry = Registry(tools={"echo": lambda call: call.input, "charge": lambda call: "ok"})
-    db = tmp_path / "runs.db"
+    db = local_db
 
     async def begin() -> None:
         async with LocalHost(db, registry=registry) as host:

@@ -155,13 +155,14 @@ def test_a_detached_child_outlives_its_cancelled_parent_and_its_deletion(tmp_pat
 
 def test_the_cli_shows_where_a_detached_run_came_from_and_delete_leaves_it(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     (tmp_path / "kid.yaml").write_text(KID)
     parent = tmp_path / "parent.yaml"
     parent.write_text(DETACHED.replace("  - {id: hold, await_signal: {signal: never}}\n", ""))
     tools = tmp_path / "tools.py"
     tools.write_text('TOOLS = {"echo": lambda call: call.input}\n')
-    db = str(tmp_path / "cli.db")
+    db = str(local_db)
 
     def fc(*args: str) -> str:
         proc = subprocess.run(
