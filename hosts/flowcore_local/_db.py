@@ -12,6 +12,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +35,7 @@ __all__ = [
     "default_db_path",
     "is_pg_url",
     "open_db",
+    "schema_version",
 ]
 
 APPLICATION_ID = 0x466C4F57  # "FlOW"
@@ -525,6 +527,27 @@ class SqliteDatabase:
 
 
 SQLITE: Final = SqliteDatabase()
+
+
+def schema_version(db: str | Path) -> tuple[int, int]:
+    """Open ``db``, migrating it (creating it if need be), and close it: its schema
+    version before and after (0: no flowcore schema yet)."""
+    if is_pg_url(db):
+        from ._pg import PG_SCHEMA_VERSION, connect_pg
+
+        conn, database = connect_pg(str(db))
+        conn.close()
+        return database.migrated_from, PG_SCHEMA_VERSION
+    path = Path(db)
+    before = 0
+    if path.is_file() and path.stat().st_size:
+        try:
+            with closing(sqlite3.connect(path)) as probe:
+                before = int(probe.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError:
+            before = 0  # connect says what it is
+    connect(path).close()
+    return before, SCHEMA_VERSION
 
 
 def open_db(db: str | Path, durability: Durability = "power-loss") -> tuple[Connection, Database]:

@@ -353,6 +353,7 @@ class PgDatabase:
         self.database = database
         self.schema = schema
         self.write_key = lock_key(database, schema, "write")
+        self.migrated_from = PG_SCHEMA_VERSION  # the schema's version when it was opened
 
     def begin(self, conn: Connection) -> None:
         """Begin a write transaction holding the store's write lock until it ends.
@@ -432,7 +433,8 @@ def _safe_url(url: str) -> str:
 
 
 def migrate_pg(conn: PgConnection, db: PgDatabase) -> None:
-    """Create or bring up to date flowcore's schema, one process at a time."""
+    """Create or bring up to date flowcore's schema, one process at a time
+    (``db.migrated_from``: the version it had)."""
     key = lock_key(db.database, db.schema, "migrate")
     conn.execute("SELECT pg_advisory_lock(?)", (key,))
     try:
@@ -472,6 +474,7 @@ def _migrate(conn: PgConnection, db: PgDatabase) -> None:
         raise NotAFlowcoreDatabase(
             f"database schema {version} is newer than this flowcore ({PG_SCHEMA_VERSION})"
         )
+    db.migrated_from = version
     for number in range(version, PG_SCHEMA_VERSION):
         for statement in PG_MIGRATIONS[number]:
             conn.execute(statement)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +142,7 @@ def open_store(db: Path | str, worker: str) -> Store:
     return Store(conn, worker, db=database)
 
 
-def query(db: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def query(db: Path | str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """The rows of ``sql`` (``?`` placeholders, SQL both databases take), read from
     ``db`` on a connection of its own."""
     from flowcore_local._db import open_db

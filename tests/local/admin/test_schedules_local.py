@@ -425,6 +425,7 @@ def test_a_schedule_that_cannot_be_decided_stops_neither_the_worker_nor_the_othe
     assert "schedule broken cannot be decided (HostError" in caplog.text
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_schedule_has_an_owner_whose_runs_it_starts_and_old_ones_have_none(
     tmp_path: Path,
 ) -> None:

@@ -128,6 +128,7 @@ def test_runs_are_listed_by_their_metadata(tmp_path: Path, local_db: Path | str)
     }
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_the_index_holds_the_current_values_and_survives_a_reopen(tmp_path: Path) -> None:
     db = tmp_path / "meta.db"
     on_host(db, lambda host: start_all(host, settle=False))
@@ -161,6 +162,7 @@ def test_the_index_holds_the_current_values_and_survives_a_reopen(tmp_path: Path
     ]
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_metadata_rows_are_written_only_when_the_metadata_changed(tmp_path: Path) -> None:
     """The store is the hot path: an event that leaves the metadata as it was writes
     no metadata row; the one that changes it replaces the run's rows in its own
@@ -220,6 +222,7 @@ def test_bad_metadata_and_filters_are_typed_errors_and_write_nothing(
     ]
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_run_without_metadata_writes_no_metadata_rows(tmp_path: Path) -> None:
     db = tmp_path / "plain.db"
     spec = (

@@ -337,6 +337,7 @@ def test_work_whose_outcome_is_unknown_is_not_run_again(
     assert journal(tmp_path) == {}  # the ghost never ran it, and nobody ran it since
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_resume_is_one_transaction_and_the_database_holds_the_archive(tmp_path: Path) -> None:
     v1 = tools_file(tmp_path, "v1_tools", JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n')
     v2 = tools_file(tmp_path, "v2_tools", FIXED)

@@ -281,6 +281,7 @@ def test_the_command_prints_the_items_and_the_gap(
     assert "no run 'ghost'" in capfd.readouterr().err
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_database_of_the_schema_before_gets_the_progress_table_empty(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     conn = connect(db)

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from flowcore_handlers import Registry
-from flowcore_local import LocalHost, NotAFlowcoreDatabase
+from flowcore_local import LocalHost, NotAFlowcoreDatabase, db_label
 from flowcore_local._db import SCHEMA_VERSION, connect
 from flowcore_local._pg import PG_SCHEMA_VERSION, PgDatabase, connect_pg, lock_key
 from tests.pg_server import PgServer
@@ -271,6 +271,14 @@ def test_a_server_that_cannot_be_reached_is_a_clear_error(tmp_path: Path) -> Non
     assert "password" not in str(raised.value)
 
 
+def test_messages_show_a_url_without_its_password() -> None:
+    assert db_label("postgresql://app:s3cret@db.internal:5432/flows?sslmode=require") == (
+        "postgresql://app:***@db.internal:5432/flows?sslmode=require"
+    )
+    assert db_label("postgres://app@db/flows") == "postgres://app@db/flows"
+    assert db_label(Path("runs.db")) == "runs.db"
+
+
 def test_vacuum_rewrites_the_tables_and_durability_sets_synchronous_commit(pg_url: str) -> None:
     async def main() -> tuple[tuple[int, int], str, str]:
         async with LocalHost(pg_url, registry=REGISTRY) as host:
@@ -319,6 +327,34 @@ def test_the_command_line_takes_a_postgres_url(pg_url: str) -> None:
     done = CliRunner().invoke(cli, ["runs", "--db", pg_url, "--json"])
     assert done.exit_code == 0, done.output
     assert "from-api" in done.output
+
+
+def test_db_migrate_creates_or_updates_the_schema_and_says_which(local_db: Path | str) -> None:
+    """``flowcore db migrate``, on either store: a deployment migrates before its workers start."""
+    from flowcore_cli.main import cli
+
+    runner = CliRunner()
+    first = runner.invoke(cli, ["db", "migrate", "--db", str(local_db)])
+    again = runner.invoke(cli, ["db", "migrate", "--db", str(local_db)])
+    version = PG_SCHEMA_VERSION if isinstance(local_db, str) else SCHEMA_VERSION
+    assert (first.exit_code, again.exit_code) == (0, 0), first.output + again.output
+    assert first.output.endswith(f": flowcore schema {version} (migrated from 0)\n")
+    assert again.output.endswith(f": flowcore schema {version} (up to date)\n")
+
+
+def test_db_migrate_refuses_what_is_not_a_flowcore_database(
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flowcore_cli.main import run
+
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        raw.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE mine (x)").connection.commit()
+    for db in (pg_url, str(other)):
+        assert run(["db", "migrate", "--db", db]) == 2
+        said = capsys.readouterr().err.splitlines()
+        assert len(said) == 1 and "not a flowcore database" in said[0], said
 
 
 def test_the_server_fixture_is_unix_socket_only_and_durable(pg_server: PgServer) -> None:

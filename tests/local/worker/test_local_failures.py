@@ -169,6 +169,7 @@ steps:
     assert "HandlerError" in busy["traceback"]
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_work_only_one_run_works_on_it_and_its_children_and_leaves_the_others(
     tmp_path: Path,
 ) -> None:

@@ -71,6 +71,7 @@ def test_recovered_work_is_logged_as_redispatched_in_its_claim_and_the_log_repla
     )
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_each_recovery_is_counted_and_a_fresh_dispatch_is_not_a_redispatch(
     tmp_path: Path,
 ) -> None:
