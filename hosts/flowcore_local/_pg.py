@@ -475,6 +475,8 @@ def _migrate(conn: PgConnection, db: PgDatabase) -> None:
             f"database schema {version} is newer than this flowcore ({PG_SCHEMA_VERSION})"
         )
     db.migrated_from = version
+    if version == PG_SCHEMA_VERSION:
+        return  # nothing written: opening a current database commits nothing
     for number in range(version, PG_SCHEMA_VERSION):
         for statement in PG_MIGRATIONS[number]:
             conn.execute(statement)
