@@ -24,8 +24,7 @@ def db() -> None:
 def migrate(db: Path | str) -> None:
     """Create or bring up to date the schema of the database (--db: a SQLite file or a
     postgresql:// URL), as opening it does; print the schema it has now."""
-    from flowcore_local import NotAFlowcoreDatabase, db_label
-    from flowcore_local._db import schema_version
+    from flowcore_local import NotAFlowcoreDatabase, db_label, schema_version
 
     try:
         before, after = schema_version(db)

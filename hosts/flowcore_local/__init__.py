@@ -19,6 +19,7 @@ from ._db import (
     db_location,
     default_db_path,
     is_pg_url,
+    schema_version,
 )
 from ._host import LocalHost
 from ._prune import Deleted
@@ -62,4 +63,5 @@ __all__ = [
     "db_location",
     "default_db_path",
     "is_pg_url",
+    "schema_version",
 ]

@@ -133,8 +133,10 @@ def started(tmp_path: Path, db: Path | str, run_id: str = "r-1") -> tuple[Path |
     return db, tools
 
 
-def test_every_scheduled_command_end_to_end(tmp_path: Path, local_db: Path | str) -> None:
-    db, _ = started(tmp_path, local_db)
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
+def test_every_scheduled_command_end_to_end(tmp_path: Path) -> None:
+    db, _ = started(tmp_path, tmp_path / "cli.db")
     d = str(db)
     rows = listed(db)
     assert list(rows) == ["r-1/nudge#1"]
@@ -248,8 +250,10 @@ def test_every_scheduled_command_end_to_end(tmp_path: Path, local_db: Path | str
     assert "scheduled-cancel-requested" in replayed and "re-derived identically" in replayed
 
 
-def test_the_list_spans_runs(tmp_path: Path, local_db: Path | str) -> None:
-    db, tools = started(tmp_path, local_db, "a")
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
+def test_the_list_spans_runs(tmp_path: Path) -> None:
+    db, tools = started(tmp_path, tmp_path / "cli.db", "a")
     ok(
         "run",
         str(tmp_path / "flow.yaml"),
@@ -383,8 +387,10 @@ def test_bad_ids_and_values_are_refused_cleanly(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_events_follow_shows_every_change(tmp_path: Path, local_db: Path | str) -> None:
-    db, _ = started(tmp_path, local_db)
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
+def test_events_follow_shows_every_change(tmp_path: Path) -> None:
+    db, _ = started(tmp_path, tmp_path / "cli.db")
     d = str(db)
     follower = subprocess.Popen(
         [sys.executable, "-m", "flowcore_cli", "events", "r-1", "--follow", "--db", d],
