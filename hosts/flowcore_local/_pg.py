@@ -391,7 +391,8 @@ def connect_pg(url: str, durability: str = "power-loss") -> tuple[PgConnection, 
     """Connect to the database ``url`` names and migrate its flowcore schema.
 
     ``durability``: ``power-loss`` commits as the server is configured
-    (``synchronous_commit`` on by default: each commit flushed to its WAL);
+    (``synchronous_commit`` on by default: each commit flushed to its WAL; a
+    server configured with it off has it turned on for this connection);
     ``process-crash`` turns ``synchronous_commit`` off for this connection: a
     killed flowcore process loses nothing, a crash of the server or its machine
     may lose the last commits (never the database's consistency).
@@ -413,6 +414,8 @@ def connect_pg(url: str, durability: str = "power-loss") -> tuple[PgConnection, 
             )
         if durability == "process-crash":
             raw.execute("SET synchronous_commit = off")
+        elif _setting(raw, "synchronous_commit") == "off":  # the server's own: not enough
+            raw.execute("SET synchronous_commit = on")
         conn = PgConnection(raw)
         db = PgDatabase(str(database), str(schema))
         migrate_pg(conn, db)
@@ -420,6 +423,11 @@ def connect_pg(url: str, durability: str = "power-loss") -> tuple[PgConnection, 
         raw.close()
         raise
     return conn, db
+
+
+def _setting(raw: psycopg.Connection[tuple[Any, ...]], name: str) -> str:
+    row = raw.execute("SELECT current_setting(%s)", [name]).fetchone()
+    return "" if row is None else str(row[0])
 
 
 def _safe_url(url: str) -> str:

@@ -280,7 +280,7 @@ def test_messages_show_a_url_without_its_password() -> None:
 
 
 def test_vacuum_rewrites_the_tables_and_durability_sets_synchronous_commit(pg_url: str) -> None:
-    async def main() -> tuple[tuple[int, int], str, str]:
+    async def main() -> tuple[tuple[int, int], str, str, str]:
         async with LocalHost(pg_url, registry=REGISTRY) as host:
             for n in range(20):
                 await host.start(WAITS, n, f"r{n}")
@@ -288,11 +288,14 @@ def test_vacuum_rewrites_the_tables_and_durability_sets_synchronous_commit(pg_ur
             strict = host.store.conn.execute("SHOW synchronous_commit").fetchone()[0]
         async with LocalHost(pg_url, durability="process-crash") as host:
             relaxed = host.store.conn.execute("SHOW synchronous_commit").fetchone()[0]
-        return sizes, strict, relaxed
+        # A server (here, the connection's options) that does not flush commits.
+        async with LocalHost(pg_url + "%20-csynchronous_commit%3Doff") as host:
+            mended = host.store.conn.execute("SHOW synchronous_commit").fetchone()[0]
+        return sizes, strict, relaxed, mended
 
-    (before, after), strict, relaxed = asyncio.run(main())
+    (before, after), strict, relaxed, mended = asyncio.run(main())
     assert before > 0 and after > 0
-    assert (strict, relaxed) == ("on", "off")
+    assert (strict, relaxed, mended) == ("on", "off", "on")
 
 
 def test_the_sqlite_path_never_imports_psycopg(tmp_path: Path) -> None:
