@@ -319,6 +319,28 @@ def test_the_sqlite_path_never_imports_psycopg(tmp_path: Path) -> None:
     )
 
 
+def test_without_psycopg_a_postgres_url_says_which_extra_it_needs() -> None:
+    code = (
+        "import asyncio, sys\n"
+        "sys.modules['psycopg'] = None  # as if it were not installed\n"
+        "from flowcore_local import LocalHost, NotAFlowcoreDatabase\n"
+        "async def main():\n"
+        "    async with LocalHost('postgresql://app@db.internal/flows'):\n"
+        "        pass\n"
+        "try:\n"
+        "    asyncio.run(main())\n"
+        "except NotAFlowcoreDatabase as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "hosts")])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.stdout.startswith(
+        "a PostgreSQL database needs psycopg (pip install 'flowcore[postgres]')"
+    ), done.stdout + done.stderr
+
+
 def test_the_command_line_takes_a_postgres_url(pg_url: str) -> None:
     from flowcore_cli.main import cli
 
