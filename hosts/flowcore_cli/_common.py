@@ -23,6 +23,7 @@ import msgspec
 
 import flowcore
 from flowcore import Flow, Problem, SpecError
+from flowcore_local import is_pg_url
 
 from ._errors import (
     MAX_LINE_CHARS,
@@ -36,6 +37,7 @@ from ._errors import (
 )
 
 __all__ = [
+    "DATABASE",
     "duration",
     "iso",
     "duration_value",
@@ -326,3 +328,25 @@ def meta_values(spec: Path | Flow, texts: tuple[str, ...] | list[str]) -> dict[s
 def meta_text(values: dict[str, Any]) -> str:
     """Metadata as one line: ``customer=acme amount=140 urgent=true``."""
     return " ".join(f"{k}={msgspec.json.encode(v).decode()}" for k, v in values.items())
+
+
+class _Database(click.ParamType[Path | str]):
+    """``--db``: a ``postgresql://`` (or ``postgres://``) URL as it is, else the path of
+    the SQLite file (which must not be a directory)."""
+
+    name = "PATH|URL"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Path | str:
+        if isinstance(value, Path):
+            return value
+        if is_pg_url(value):
+            return str(value)
+        path = Path(str(value))
+        if path.is_dir():
+            self.fail(f"{str(value)!r} is a directory, not a database file", param, ctx)
+        return path
+
+
+DATABASE: Final = _Database()

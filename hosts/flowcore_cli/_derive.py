@@ -43,7 +43,7 @@ from flowcore_ops import (
     Principal,
 )
 
-from ._common import CliError, checked_name, json_value, problem_line, say
+from ._common import DATABASE, CliError, checked_name, json_value, problem_line, say
 from ._temporal_session import ADDRESS_ENV, NAMESPACE_ENV, QUEUE_ENV, finish, specs_option
 
 __all__ = [
@@ -116,7 +116,7 @@ class HostChoice:
     """Which host a command acts on (``host_choice``)."""
 
     temporal: bool
-    db: Path = Path("flowcore.db")
+    db: Path | str = Path("flowcore.db")  # a SQLite file, or a postgresql:// URL
     address: str = "localhost:7233"
     namespace: str = "default"
     task_queue: str = "flowcore"
@@ -161,11 +161,12 @@ def host_options(temporal: bool) -> list[click.Parameter]:
         found.append(
             click.Option(
                 ["--db"],
-                type=click.Path(dir_okay=False, path_type=Path),
+                type=DATABASE,
                 envvar=DB_ENV,
                 default="flowcore.db",
                 show_default=True,
-                help=f"The local host's SQLite database file (or ${DB_ENV}).",
+                help="The local host's SQLite database file, or a postgresql:// URL"
+                f" (or ${DB_ENV}).",
             )
         )
         found.append(
@@ -233,7 +234,7 @@ async def open_host(choice: HostChoice, **options: Any) -> AsyncIterator[Host]:
         return
     from flowcore_local import LocalHost
 
-    if choice.must_exist and not choice.db.exists():
+    if choice.must_exist and isinstance(choice.db, Path) and not choice.db.exists():
         raise _no_database(choice.db)
     async with LocalHost(choice.db, **options) as host:
         yield host

@@ -36,6 +36,7 @@ from flowcore_local import (
 )
 
 from ._common import (
+    DATABASE,
     checked_name,
     duration_value,
     meta_values,
@@ -89,16 +90,16 @@ trace_option = click.option(
 
 db_option = click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=DATABASE,
     envvar=DB_ENV,
     default="flowcore.db",
     show_default=True,
-    help=f"The SQLite database file (or ${DB_ENV}).",
+    help=f"The SQLite database file, or a postgresql:// URL (or ${DB_ENV}).",
 )
 
 
 def _run(
-    db: Path,
+    db: Path | str,
     body: Callable[[LocalHost], Awaitable[T]],
     tools: str | None = None,
     must_exist: bool = True,
@@ -189,7 +190,7 @@ def run(
     tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
-    db: Path,
+    db: Path | str,
 ) -> None:
     """Start a run of SPEC and process it to the end, showing progress.
 
@@ -337,7 +338,7 @@ def worker(
     tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
-    db: Path,
+    db: Path | str,
 ) -> None:
     """Resume and process every run in the database until stopped.
 

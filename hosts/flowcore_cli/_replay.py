@@ -47,7 +47,7 @@ from flowcore import (
     iter_records,
 )
 
-from ._common import CliError, iso, load_spec, read_bytes
+from ._common import DATABASE, CliError, iso, load_spec, read_bytes
 from ._progress import Printer
 
 __all__ = ["replay", "report_to_json", "trajectory_table", "usage_text"]
@@ -79,7 +79,7 @@ def _log_flow(data: bytes, path: str) -> tuple[str, str]:
 
 
 def _find_spec(
-    log_path: str, data: bytes, specs_dir: Path | None = None, db: Path | None = None
+    log_path: str, data: bytes, specs_dir: Path | None = None, db: Path | str | None = None
 ) -> Flow:
     """The spec to replay a log file against, when no ``--spec`` names it.
 
@@ -157,13 +157,13 @@ def _spec_in_folder(folder: Path, spec_hash: str) -> Flow | None:
     return None
 
 
-def _spec_in_database(db: Path, spec_hash: str) -> Flow | None:
+def _spec_in_database(db: Path | str, spec_hash: str) -> Flow | None:
     """The spec with ``spec_hash`` that the local-host database ``db`` stores."""
     import asyncio
 
     from flowcore_local import HostError, LocalHost, NotAFlowcoreDatabase
 
-    if not db.is_file():
+    if isinstance(db, Path) and not db.is_file():
         raise CliError(f"no database at {db}")
 
     async def read() -> Flow | None:
@@ -179,13 +179,13 @@ def _spec_in_database(db: Path, spec_hash: str) -> Flow | None:
 # --- output ------------------------------------------------------------------------------
 
 
-def _from_database(db: Path, run_id: str) -> tuple[bytes, Flow]:
+def _from_database(db: Path | str, run_id: str) -> tuple[bytes, Flow]:
     """Run ``run_id``'s log as bytes and its flow, as the local-host database ``db`` stores them."""
     import asyncio
 
     from flowcore_local import HostError, LocalHost, NotAFlowcoreDatabase
 
-    if not db.exists():
+    if isinstance(db, Path) and not db.exists():
         raise CliError(f"no database at {db}")
 
     async def read() -> tuple[bytes, Flow]:
@@ -242,7 +242,9 @@ def _last_decision(data: bytes, last_index: int) -> tuple[int, str] | None:
     return found
 
 
-def _until_command(log_path: str, spec_path: str | None, until: int, db: Path | None = None) -> str:
+def _until_command(
+    log_path: str, spec_path: str | None, until: int, db: Path | str | None = None
+) -> str:
     """The command that replays the same log only up to ``until`` (a cut)."""
     spec = "" if spec_path is None else f" --spec {shlex.quote(spec_path)}"
     where = "" if db is None else f" --db {shlex.quote(str(db))}"
@@ -458,7 +460,7 @@ def _print_report(
     data: bytes,
     spec_path: str | None,
     until: int | None,
-    db: Path | None = None,
+    db: Path | str | None = None,
 ) -> None:
     """What ``flowcore replay`` prints of ``report``, the replay of the log at ``log_path``."""
     out = _report_console()
@@ -579,7 +581,7 @@ def _print_unrecorded(out: Printer, report: ReplayReport, data: bytes, until: in
 
 
 def _print_verdict(
-    out: Printer, report: ReplayReport, log_path: str, spec_path: str | None, db: Path | None
+    out: Printer, report: ReplayReport, log_path: str, spec_path: str | None, db: Path | str | None
 ) -> None:
     """Whether the log replays; where it diverged, and how to replay up to there."""
     divergence = report.divergence
@@ -646,10 +648,10 @@ def _print_verdict(
 )
 @click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="A local-host database. When LOG is not a file, it is a run id there: its log "
-    "and stored spec are read from it (no export needed). When LOG is a log file, the "
-    "spec whose hash the log records is looked up in it.",
+    type=DATABASE,
+    help="A local-host database (a file, or a postgresql:// URL). When LOG is not a file,"
+    " it is a run id there: its log and stored spec are read from it (no export needed)."
+    " When LOG is a log file, the spec whose hash the log records is looked up in it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 def replay(
@@ -658,7 +660,7 @@ def replay(
     until: int | None,
     allow_unknown_types: bool,
     specs_dir: Path | None,
-    db: Path | None,
+    db: Path | str | None,
     as_json: bool,
 ) -> int:
     """Replay the run recorded in LOG (NDJSON or MessagePack) against its flow.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from flowcore_handlers import RegistryError
-from flowcore_local import Durability, HostError, NotAFlowcoreDatabase
+from flowcore_local import Durability, HostError, NotAFlowcoreDatabase, db_label
 
 from ._common import CliError, say
 from ._derive import HostChoice, host_choice, host_options, open_host
@@ -96,7 +96,7 @@ def serve(
     tool_limits: tuple[str, ...],
     durability: Durability,
     trace: bool,
-    db: Path,
+    db: Path | str,
     temporal: bool,
     address: str,
     namespace: str,
@@ -141,7 +141,7 @@ def serve(
                 f"listening on {bound_host}, not loopback: tokens cross the network in clear"
                 " over plain HTTP; put TLS in front (a reverse proxy)"
             )
-        what = f"Temporal namespace {namespace} at {address}" if choice.temporal else str(db)
+        what = f"Temporal namespace {namespace} at {address}" if choice.temporal else db_label(db)
         if found.generated is not None:
             click.echo(f"serving {what} at {where} — open {where}?token={found.generated}")
         else:

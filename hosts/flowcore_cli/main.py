@@ -185,6 +185,7 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
         "scheduled",
         "The scheduled calls of runs: list, cancel, run now, add.",
     ),
+    "db": ("_db_cmd", "db", "Look after the local host's database: migrate its schema."),
     "decide": (
         "_decide",
         "decide",

@@ -1,4 +1,5 @@
-"""flowcore's local host: asyncio + SQLite, crash-safe, the embedded default.
+"""flowcore's local host: asyncio + SQLite, crash-safe, the embedded default
+(or PostgreSQL: ``LocalHost("postgresql://...")``, the postgres extra).
 
 async with LocalHost("flowcore.db", tools="myapp.tools") as host:
     run_id = await host.start(Path("flow.yaml"), {"x": 1})
@@ -9,7 +10,17 @@ async with LocalHost("flowcore.db", tools="myapp.tools") as host:
 from flowcore_handlers import ToolLimit
 
 from ._authorize import Authorize, Unauthorized
-from ._db import DB_ENV, DURABILITY, Durability, NotAFlowcoreDatabase, default_db_path
+from ._db import (
+    DB_ENV,
+    DURABILITY,
+    Durability,
+    NotAFlowcoreDatabase,
+    db_label,
+    db_location,
+    default_db_path,
+    is_pg_url,
+    schema_version,
+)
 from ._host import LocalHost
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention, ScheduledRow
@@ -48,5 +59,9 @@ __all__ = [
     "ScheduledRow",
     "ToolLimit",
     "Unauthorized",
+    "db_label",
+    "db_location",
     "default_db_path",
+    "is_pg_url",
+    "schema_version",
 ]

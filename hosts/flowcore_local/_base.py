@@ -35,7 +35,7 @@ from flowcore_handlers._limits import LimitError, ToolLimit, check_tool_limits
 from flowcore_handlers._tracing import TracingError, tracer_for
 
 from ._authorize import Authorize
-from ._db import DURABILITY, Durability, connect, default_db_path
+from ._db import DURABILITY, Durability, db_location, open_db
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention
 from ._store import Applied, Claimed, HostError, RunRow, Store
@@ -129,7 +129,8 @@ class HostBase:
         # worker id's suffix, a run id or update id not given): a simulation
         # passes one drawn from its seed.
         self.ids: Callable[[int], str] = ids or secrets.token_hex
-        self.db_path = Path(db) if db is not None else default_db_path()
+        # The SQLite file, or a ``postgresql://`` URL as given (``_pg``).
+        self.db_path: Path | str = db_location(db)
         self.tools = tools_module_name(tools)
         if durability not in DURABILITY:
             raise HostError(
@@ -215,8 +216,8 @@ class HostBase:
 
     async def open(self) -> None:
         def opening() -> Store:
-            conn = connect(self.db_path, self.durability)
-            store = Store(conn, self.worker_id, self.lease_ms)
+            conn, database = open_db(self.db_path, self.durability)
+            store = Store(conn, self.worker_id, self.lease_ms, database)
             store.tool_limits = self.tool_limits
             return store
 

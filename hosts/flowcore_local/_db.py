@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "APPLICATION_ID",
+    "Connection",
+    "Database",
     "DB_ENV",
     "DURABILITY",
     "Durability",
@@ -23,8 +29,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "SHARED_TABLES",
     "NotAFlowcoreDatabase",
+    "SqliteDatabase",
     "connect",
+    "db_label",
     "default_db_path",
+    "is_pg_url",
+    "open_db",
+    "schema_version",
 ]
 
 APPLICATION_ID = 0x466C4F57  # "FlOW"
@@ -384,6 +395,173 @@ class NotAFlowcoreDatabase(Exception):
 
 def default_db_path() -> Path:
     return Path(os.environ.get(DB_ENV) or "flowcore.db")
+
+
+_PG_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_pg_url(db: object) -> bool:
+    """Whether ``db`` (a ``--db`` value, ``$FLOWCORE_DB``) names a PostgreSQL database."""
+    return isinstance(db, str) and db.lower().startswith(_PG_SCHEMES)
+
+
+def db_label(db: str | Path) -> str:
+    """``db`` as a message shows it: a PostgreSQL URL without its password."""
+    if not is_pg_url(db):
+        return str(db)
+    parts = urlsplit(str(db))
+    if parts.password is None:
+        return str(db)
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def db_location(db: str | Path | None) -> str | Path:
+    """The database a host opens: a PostgreSQL URL as it is, else the SQLite file's
+    path; None: ``$FLOWCORE_DB`` (either), else ``flowcore.db``."""
+    if db is None:
+        db = os.environ.get(DB_ENV) or "flowcore.db"
+    return db if is_pg_url(db) else Path(db)
+
+
+class Cursor(Protocol):
+    """What the store reads from a statement it executed."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """The store's connection: a ``sqlite3.Connection`` (autocommit: the store
+    says BEGIN and COMMIT itself), or ``_pg.PgConnection`` giving the same."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> Cursor: ...
+
+    @property
+    def total_changes(self) -> int: ...  # rows this connection wrote
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Database(Protocol):
+    """What the store does its own way on one database (``SqliteDatabase``,
+    ``_pg.PgDatabase``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def metadata_number(self) -> str: ...
+
+    @property
+    def begin_read(self) -> str: ...
+
+    def begin(self, conn: Connection) -> None: ...
+
+    def data_version(self, conn: Connection) -> int: ...
+
+    def indexed_by(self, index: str) -> str: ...
+
+    def metadata_value(self, kind: str, value: Any) -> Any: ...
+
+
+# How long a transaction waits for the write lock (the connection's busy_timeout).
+BUSY_S = 30.0
+
+
+class SqliteDatabase:
+    """What the store does its own way on SQLite (``_pg.PgDatabase`` is PostgreSQL's):
+    how a write transaction begins, what says another connection committed, how a
+    read snapshot opens, and the column metadata filters compare numbers with."""
+
+    name = "sqlite"
+    metadata_number = "value"  # untyped: it compares as a number with a number
+    begin_read = "BEGIN"
+
+    def begin(self, conn: Connection) -> None:
+        """``BEGIN IMMEDIATE``, waiting for the write lock in steps from 0.1 ms.
+
+        SQLite's own busy handler sleeps 1 ms, then 2, 5, 10, ... while the
+        lock is usually held for less than a millisecond (one group commit of
+        another worker): it would make two workers slower than one.
+        """
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            delay, waited = 0.0001, 0.0
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or waited > BUSY_S:
+                        raise
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 0.002)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_S * 1000:.0f}")
+
+    def data_version(self, conn: Connection) -> int:
+        """``PRAGMA data_version``: it changes exactly when another connection
+        commits to the file (our own commits leave it alone)."""
+        return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def indexed_by(self, index: str) -> str:
+        """A table's ``INDEXED BY`` clause: the index SQLite's planner is to use."""
+        return f" INDEXED BY {index}"
+
+    def metadata_value(self, kind: str, value: Any) -> Any:
+        """A ``run_metadata.value`` as the run holds it (a boolean is stored as 0 or 1)."""
+        return bool(value) if kind == "boolean" else value
+
+
+SQLITE: Final = SqliteDatabase()
+
+
+def schema_version(db: str | Path) -> tuple[int, int]:
+    """Open ``db``, migrating it (creating it if need be), and close it: its schema
+    version before and after (0: no flowcore schema yet)."""
+    if is_pg_url(db):
+        from ._pg import PG_SCHEMA_VERSION, connect_pg
+
+        conn, database = connect_pg(str(db))
+        conn.close()
+        return database.migrated_from, PG_SCHEMA_VERSION
+    path = Path(db)
+    before = 0
+    if path.is_file() and path.stat().st_size:
+        try:
+            with closing(sqlite3.connect(path)) as probe:
+                before = int(probe.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError:
+            before = 0  # connect says what it is
+    connect(path).close()
+    return before, SCHEMA_VERSION
+
+
+def open_db(db: str | Path, durability: Durability = "power-loss") -> tuple[Connection, Database]:
+    """Open and migrate the store's database: a ``postgresql://`` URL (psycopg,
+    imported only then) or a SQLite file. The connection and its database object."""
+    if is_pg_url(db):
+        try:
+            from ._pg import connect_pg
+        except ImportError as exc:
+            raise NotAFlowcoreDatabase(
+                f"a PostgreSQL database needs psycopg (pip install 'flowcore[postgres]'): {exc}"
+            ) from None
+        return connect_pg(str(db), durability)
+    return connect(db, durability), SQLITE
 
 
 Durability = Literal["power-loss", "process-crash"]

@@ -19,7 +19,6 @@ rows, and never runs ``VACUUM`` by itself (``vacuum`` is the operator's call).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import flowcore
 from flowcore_handlers import Deleted
 
-from ._db import FLOW_REFERENCES, RUN_TABLES
+from ._db import FLOW_REFERENCES, RUN_TABLES, Connection
 from ._flows import reachable_flows
 from ._store import HostError, LocalUnknownRun, Store
 
@@ -58,7 +57,18 @@ _TREE = (
     " SELECT r.run_id, r.parent_run, r.status, r.updated_ms, r.spec_hash"
     " FROM tree JOIN runs r ON r.run_id = tree.id ORDER BY r.depth, r.created_ms, r.run_id"
 )
-_IDS = "(SELECT value FROM json_each(?))"  # a JSON array parameter as a set of values
+_CHUNK = 500  # ids per statement: SQLite takes at most 32,766 parameters
+
+
+def _delete_in(conn: Connection, table: str, column: str, ids: list[str]) -> int:
+    """Delete the rows of ``table`` whose ``column`` is one of ``ids``; how many."""
+    deleted = 0
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        sql = f"DELETE FROM {table} WHERE {column} IN ({marks})"
+        deleted += max(conn.execute(sql, chunk).rowcount, 0)
+    return deleted
 
 
 @dataclass(frozen=True)
@@ -156,11 +166,11 @@ def _in_tx(store: Store, body: Callable[[], None], dry_run: bool) -> None:
 def _remove(store: Store, nodes: list[Node]) -> dict[str, int]:
     """Delete the rows of ``nodes`` (whole trees) in the open transaction; rows per table."""
     conn = store.conn
-    ids = json.dumps([n.run_id for n in nodes])
+    ids = [n.run_id for n in nodes]
     rows: dict[str, int] = {}
     for table, column in RUN_TABLES.items():
-        rows[table] = conn.execute(f"DELETE FROM {table} WHERE {column} IN {_IDS}", (ids,)).rowcount
-    rows["runs"] = conn.execute(f"DELETE FROM runs WHERE run_id IN {_IDS}", (ids,)).rowcount
+        rows[table] = _delete_in(conn, table, column, ids)
+    rows["runs"] = _delete_in(conn, "runs", "run_id", ids)
     rows["flows"] = _drop_specs(store, _used_specs(store, {n.spec_hash for n in nodes}))
     store.forget([n.run_id for n in nodes])
     return {table: n for table, n in rows.items() if n}
@@ -206,9 +216,7 @@ def _drop_specs(store: Store, candidates: set[str]) -> int:
             if spec_hash not in needed:
                 needed |= _reachable(store, spec_hash)
     gone = [h for h in unused if h not in needed]
-    return conn.execute(
-        f"DELETE FROM flows WHERE spec_hash IN {_IDS}", (json.dumps(gone),)
-    ).rowcount
+    return _delete_in(conn, "flows", "spec_hash", gone)
 
 
 def checked_statuses(statuses: Iterable[str] | None) -> tuple[str, ...]:
@@ -232,12 +240,15 @@ def prunable_roots(store: Store, settled_before_ms: int, statuses: tuple[str, ..
 
     A read, outside any transaction: ``prune_batch`` checks each again.
     """
+    if not statuses:
+        return []
+    marks = ",".join("?" * len(statuses))
     return [
         run_id
         for (run_id,) in store.conn.execute(
-            f"SELECT run_id FROM runs WHERE parent_run IS NULL AND status IN {_IDS}"
+            f"SELECT run_id FROM runs WHERE parent_run IS NULL AND status IN ({marks})"
             " AND updated_ms < ? ORDER BY updated_ms, run_id",
-            (json.dumps(statuses), settled_before_ms),
+            (*statuses, settled_before_ms),
         )
     ]
 
@@ -277,8 +288,16 @@ def prune_batch(
     return result
 
 
-def vacuum(store: Store, path: Path) -> tuple[int, int]:
-    """``VACUUM`` the database and checkpoint its WAL; its size (file and WAL) before and after."""
+def vacuum(store: Store, path: Path | str) -> tuple[int, int]:
+    """``VACUUM`` the database and checkpoint its WAL; its size (file and WAL) before and after.
+
+    On PostgreSQL: ``VACUUM FULL`` of flowcore's tables (each rewritten, holding
+    its lock meanwhile, as SQLite's ``VACUUM`` holds the file), and their size
+    with their indexes and TOAST before and after.
+    """
+    if store.db.name == "postgresql":
+        return _vacuum_pg(store)
+    path = Path(path)
 
     def size() -> int:
         return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
@@ -286,4 +305,26 @@ def vacuum(store: Store, path: Path) -> tuple[int, int]:
     before = size()
     store.conn.execute("VACUUM")
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return before, size()
+
+
+_PG_TABLES = (
+    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = current_schema() AND c.relkind = 'r' ORDER BY c.relname"
+)
+
+
+def _vacuum_pg(store: Store) -> tuple[int, int]:
+    conn = store.conn
+    tables = [name for (name,) in conn.execute(_PG_TABLES).fetchall()]
+
+    def size() -> int:
+        return sum(
+            int(conn.execute("SELECT pg_total_relation_size(?::regclass)", (t,)).fetchone()[0])
+            for t in tables
+        )
+
+    before = size()
+    for table in tables:
+        conn.execute(f'VACUUM FULL "{table}"')
     return before, size()

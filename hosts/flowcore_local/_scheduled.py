@@ -18,7 +18,6 @@ transaction.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +25,8 @@ import msgspec
 
 import flowcore
 from flowcore import State
+
+from ._db import Connection
 
 __all__ = [
     "FINISHED",
@@ -98,9 +99,13 @@ class _Recurrence(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omi
 _RECURRENCE = tuple(_Recurrence.__struct_fields__)
 
 UPSERT = (
-    "INSERT OR REPLACE INTO scheduled_calls (run_id, id, tool, input, status, created_ms,"
+    "INSERT INTO scheduled_calls (run_id, id, tool, input, status, created_ms,"
     " due_ms, attempts, finished_ms, error, outside, recurrence)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (run_id, id) DO UPDATE SET tool = excluded.tool, input = excluded.input,"
+    " status = excluded.status, created_ms = excluded.created_ms, due_ms = excluded.due_ms,"
+    " attempts = excluded.attempts, finished_ms = excluded.finished_ms, error = excluded.error,"
+    " outside = excluded.outside, recurrence = excluded.recurrence"
 )
 
 
@@ -140,14 +145,14 @@ def changed(state: State) -> list[tuple[Any, ...]]:
     return _rows(state, sids) if sids else []
 
 
-def project_all(conn: sqlite3.Connection, run_id: str, state: State) -> None:
+def project_all(conn: Connection, run_id: str, state: State) -> None:
     """Write every scheduled call of the run again (a rewound run)."""
     conn.execute("DELETE FROM scheduled_calls WHERE run_id = ?", (run_id,))
     conn.executemany(UPSERT, _rows(state, None))
 
 
 def list_scheduled(
-    conn: sqlite3.Connection,
+    conn: Connection,
     run_id: str | None = None,
     tool: str | None = None,
     status: str | None = None,
@@ -203,7 +208,7 @@ def list_scheduled(
     return out
 
 
-def trim(conn: sqlite3.Connection, now: int, retention: ScheduledRetention) -> int:
+def trim(conn: Connection, now: int, retention: ScheduledRetention) -> int:
     """Drop the finished calls retention no longer keeps listed; how many were dropped."""
     dropped = 0
     for statuses, keep in (
@@ -221,10 +226,10 @@ def trim(conn: sqlite3.Connection, now: int, retention: ScheduledRetention) -> i
     if retention.per_run is not None:
         marks = ",".join("?" * len(FINISHED))
         cur = conn.execute(
-            "DELETE FROM scheduled_calls WHERE rowid IN (SELECT rowid FROM ("
-            " SELECT rowid, ROW_NUMBER() OVER (PARTITION BY run_id"
+            "DELETE FROM scheduled_calls WHERE (run_id, id) IN (SELECT run_id, id FROM ("
+            " SELECT run_id, id, ROW_NUMBER() OVER (PARTITION BY run_id"
             " ORDER BY finished_ms DESC, id DESC) AS n"
-            f" FROM scheduled_calls WHERE status IN ({marks})) WHERE n > ?)",
+            f" FROM scheduled_calls WHERE status IN ({marks})) AS ranked WHERE n > ?)",
             (*FINISHED, retention.per_run),
         )
         dropped += cur.rowcount

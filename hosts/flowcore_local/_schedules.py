@@ -312,7 +312,7 @@ def _start(
         )
         return False
     store.conn.execute(
-        "INSERT OR IGNORE INTO schedule_runs (name, run_id) VALUES (?, ?)",
+        "INSERT INTO schedule_runs (name, run_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
         (row.name, start.run_id),
     )
     _record(store, row.name, now, "started", start.slot_ms, start.run_id, why)
@@ -410,7 +410,8 @@ def trigger_now(store: Store, name: str, now: int) -> tuple[str, list[Applied]]:
     if not created:
         raise HostError(f"cannot trigger schedule {name!r}: run {action.run_id!r} exists already")
     store.conn.execute(
-        "INSERT OR IGNORE INTO schedule_runs (name, run_id) VALUES (?, ?)", (name, action.run_id)
+        "INSERT INTO schedule_runs (name, run_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+        (name, action.run_id),
     )
     _record(store, name, now, "started", now, action.run_id, "triggered")
     _prune(store, name)

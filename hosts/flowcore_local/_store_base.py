@@ -10,8 +10,6 @@ interprets a run: that is ``_store_runs``.
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +33,8 @@ from flowcore import (
 from flowcore_handlers import HostFailure, RunSettled, ToolLimit, UnknownRun, UnknownSchedule
 from flowcore_handlers import NothingToCancel as _NothingToCancel
 from flowcore_handlers._limits import DEFAULT_PRIORITY
+
+from ._db import SQLITE, Connection, Database
 
 WORK = ("call-tool", "run-agent", "run-team")
 # The run ``?`` and every run below it (its child runs, theirs, ...).
@@ -121,8 +121,6 @@ class RunRow:
 # written once the log holds this many records after the last one: the events
 # in between are replayed from the log when the run is loaded (``Store.load``).
 CHECKPOINT_RECORDS = 64
-# How long a transaction waits for the write lock (the connection's busy_timeout).
-BUSY_S = 30.0
 
 
 @dataclass
@@ -186,11 +184,15 @@ class StoreBase:
 
     def __init__(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         worker_id: str,
         lease_ms: int = 10_000,
+        db: Database = SQLITE,
     ) -> None:
         self.conn = conn
+        # What differs between SQLite and PostgreSQL: the write lock, the
+        # sign of other connections' commits, the read snapshot (``_db``, ``_pg``).
+        self.db = db
         self.worker_id = worker_id
         self.lease_ms = lease_ms
         self._flows: dict[str, Flow] = {}
@@ -279,46 +281,26 @@ class StoreBase:
         """Doubt every cached state if another connection committed since we looked.
 
         ``PRAGMA data_version`` changes exactly when another connection commits
-        to the file (our own commits leave it alone). It says nothing about
-        *which* run was written: each cached run is checked against its
-        ``runs.version`` when it is next loaded.
+        to the file (our own commits leave it alone; on PostgreSQL the WAL
+        position, ``_pg``). It says nothing about *which* run was written: each
+        cached run is checked against its ``runs.version`` when it is next loaded.
         """
-        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        version = self.db.data_version(self.conn)
         if version != self._data_version:
             self._verified = set()
             self._data_version = version
 
     def changes(self) -> tuple[int, int]:
         """Where the database stands as this connection sees it: ``PRAGMA
-        data_version`` (it moves when another connection commits) and the rows
+        data_version`` (it moves when another connection commits; on PostgreSQL
+        the WAL position, which every commit moves) and the rows
         this connection has written. The same pair twice means nobody wrote
         between the two looks."""
-        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-        return version, self.conn.total_changes
+        return self.db.data_version(self.conn), self.conn.total_changes
 
     def _begin(self) -> None:
-        """``BEGIN IMMEDIATE``, waiting for the write lock in steps from 0.1 ms.
-
-        SQLite's own busy handler sleeps 1 ms, then 2, 5, 10, ... while the
-        lock is usually held for less than a millisecond (one group commit of
-        another worker): it would make two workers slower than one.
-        """
-        conn = self.conn
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            delay, waited = 0.0001, 0.0
-            while True:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as exc:
-                    if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or waited > BUSY_S:
-                        raise
-                time.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, 0.002)
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_S * 1000:.0f}")
+        """Begin a write transaction holding the database's write lock (``_db``, ``_pg``)."""
+        self.db.begin(self.conn)
 
     @contextmanager
     def tx(self) -> Iterator[None]:
@@ -364,7 +346,7 @@ class StoreBase:
             yield
             self._planning = False
             self._begin()
-            changed = conn.execute("PRAGMA data_version").fetchone()[0] != began
+            changed = self.db.data_version(conn) != began
             if changed or self._doubted:
                 self._validate()
             self._flush()
@@ -432,7 +414,8 @@ class StoreBase:
         if self._result_rows:
             items = self._result_rows.items()
             conn.executemany(
-                "INSERT OR REPLACE INTO results (run_id, name, record) VALUES (?, ?, ?)",
+                "INSERT INTO results (run_id, name, record) VALUES (?, ?, ?)"
+                " ON CONFLICT (run_id, name) DO UPDATE SET record = excluded.record",
                 [(run_id, name, rec) for (run_id, name), rec in items if rec is not None],
             )
             conn.executemany(
@@ -445,7 +428,8 @@ class StoreBase:
             )
         if self._resolved_rows:
             conn.executemany(
-                "INSERT OR REPLACE INTO resolved (run_id, key, how) VALUES (?, ?, ?)",
+                "INSERT INTO resolved (run_id, key, how) VALUES (?, ?, ?)"
+                " ON CONFLICT (run_id, key) DO UPDATE SET how = excluded.how",
                 [(*ident, how) for ident, how in self._resolved_rows.items()],
             )
         if self._run_rows:

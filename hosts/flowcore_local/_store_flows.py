@@ -24,8 +24,8 @@ class FlowStore(StoreBase):
             flow = flowcore.parse_flow(spec, source_name=source)
             self._parsed[spec] = flow
         self.conn.execute(
-            "INSERT OR IGNORE INTO flows (spec_hash, flow_id, version, source, spec, added_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO flows (spec_hash, flow_id, version, source, spec, added_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (flow.spec_hash, flow.id, flow.version, source, spec, now),
         )
         self._flows[flow.spec_hash] = flow

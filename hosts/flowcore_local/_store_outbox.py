@@ -29,6 +29,17 @@ from flowcore import (
 from ._store_base import WORK, Applied, Claimed, _dumps, _effect_dec, _json, _json_decode
 from ._store_runs import RunStore
 
+# An outbox row written again under its key replaces the old one whole: the
+# columns the insert leaves out take their defaults (SQLite's INSERT OR REPLACE,
+# said the way PostgreSQL says it too).
+_REPLACE_OUTBOX = (
+    " ON CONFLICT (run_id, key) DO UPDATE SET kind = excluded.kind, effect = excluded.effect,"
+    " status = excluded.status, due_ms = excluded.due_ms, exec_class = excluded.exec_class,"
+    " dispatches = excluded.dispatches, lease_owner = excluded.lease_owner,"
+    " lease_until = excluded.lease_until, note = excluded.note, seq = excluded.seq,"
+    " priority = excluded.priority, queued_ms = excluded.queued_ms, tool = excluded.tool"
+)
+
 E = TypeVar("E", bound=RunSubflow | SignalRun)
 
 
@@ -84,10 +95,10 @@ class OutboxStore(RunStore):
             # when it became ready) and a call's tool, for the tool limits.
             tool = effect.tool if isinstance(effect, CallTool) else None
             self._write(
-                "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, exec_class,"
+                "INSERT INTO outbox (run_id, key, kind, effect, status, exec_class,"
                 " dispatches, seq, priority, queued_ms, tool) VALUES (?, ?, ?, ?, 'ready', ?,"
                 " COALESCE((SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0), ?,"
-                " (SELECT priority FROM runs WHERE run_id = ?), ?, ?)",
+                " (SELECT priority FROM runs WHERE run_id = ?), ?, ?)" + _REPLACE_OUTBOX,
                 (
                     run_id,
                     key,
@@ -105,9 +116,10 @@ class OutboxStore(RunStore):
             return
         # Work re-issued under its key keeps counting the dispatches of its row.
         self._write(
-            "INSERT OR REPLACE INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
+            "INSERT INTO outbox (run_id, key, kind, effect, status, due_ms, exec_class,"
             " dispatches, lease_owner, lease_until, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ? + COALESCE("
-            "(SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0), ?, ?, ?)",
+            "(SELECT dispatches FROM outbox WHERE run_id = ? AND key = ?), 0), ?, ?, ?)"
+            + _REPLACE_OUTBOX,
             (
                 run_id,
                 key,
@@ -206,8 +218,10 @@ class OutboxStore(RunStore):
         self, run_id: str, key: str, kind: str, dispatches: int, note: str, now: int
     ) -> None:
         self.conn.execute(
-            "INSERT OR REPLACE INTO dead_letters (run_id, key, kind, dispatches, note, at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO dead_letters (run_id, key, kind, dispatches, note, at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET"
+            " kind = excluded.kind, dispatches = excluded.dispatches, note = excluded.note,"
+            " at_ms = excluded.at_ms",
             (run_id, key, kind, dispatches, note, now),
         )
 
@@ -231,8 +245,10 @@ class OutboxStore(RunStore):
     ) -> None:
         """Keep a handler failure of ``key`` with its traceback (the last one per key)."""
         self._write(
-            "INSERT OR REPLACE INTO failures (run_id, key, type, message, traceback, at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO failures (run_id, key, type, message, traceback, at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET"
+            " type = excluded.type, message = excluded.message, traceback = excluded.traceback,"
+            " at_ms = excluded.at_ms",
             (run_id, key, error.type, error.message, traceback, now),
         )
 
@@ -282,7 +298,7 @@ class OutboxStore(RunStore):
             rows = list(
                 self.conn.execute(
                     "SELECT o.run_id, o.key, o.effect, r.tools, o.dispatches, o.lease_owner"
-                    " FROM outbox o INDEXED BY outbox_queue JOIN runs r USING (run_id)"
+                    f" FROM outbox o{self.db.indexed_by('outbox_queue')} JOIN runs r USING (run_id)"
                     f" WHERE o.status = 'ready' AND o.kind IN (?, ?, ?){skip if full else ''}"
                     f"{scope} ORDER BY o.priority, o.queued_ms LIMIT ?",
                     (*WORK, *full, *args, want),

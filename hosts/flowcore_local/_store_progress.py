@@ -13,13 +13,14 @@ reader that asks from an index that was dropped is told the gap: a
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 
 import flowcore
+
+from ._db import Connection
 
 __all__ = [
     "DROPPED",
@@ -70,7 +71,7 @@ class Published:
     data: bytes  # its JSON
 
 
-def add_progress(conn: sqlite3.Connection, items: list[Published], cap: ProgressCap) -> None:
+def add_progress(conn: Connection, items: list[Published], cap: ProgressCap) -> None:
     """Write ``items`` (in a transaction the caller holds), each at its run's next
     index, then drop each run's oldest items past ``cap``. An item of a run that
     is gone (deleted meanwhile) is dropped. Each step reads or deletes by an
@@ -116,7 +117,7 @@ def add_progress(conn: sqlite3.Connection, items: list[Published], cap: Progress
 
 
 def progress_records(
-    conn: sqlite3.Connection, run_id: str, start: int = 0, limit: int = 1000
+    conn: Connection, run_id: str, start: int = 0, limit: int = 1000
 ) -> list[flowcore.Record]:
     """The run's progress from index ``start``, at most ``limit`` items, as envelopes
     (``ITEM``); when items from ``start`` on were dropped, a ``DROPPED`` envelope first."""

@@ -71,7 +71,7 @@ def _answered(event: Event, before: State, after: State) -> tuple[str, ...]:
 _NUMERIC = "kind IN ('integer', 'number')"
 
 
-def _metadata_condition(f: flowcore.MetadataFilter) -> tuple[str, list[Any]]:
+def _metadata_condition(f: flowcore.MetadataFilter, column: str = "value") -> tuple[str, list[Any]]:
     """SQL (on ``runs``) for one metadata filter, and its arguments.
 
     The rows of one field are found through ``run_metadata_by_value``; the
@@ -83,18 +83,18 @@ def _metadata_condition(f: flowcore.MetadataFilter) -> tuple[str, list[Any]]:
         parts = ["(kind = 'string' AND value " + op + " ?)"]
         args: list[Any] = [f.text]
         if number is not None:
-            parts.append(f"({_NUMERIC} AND value {op} ?)")
+            parts.append(f"({_NUMERIC} AND {column} {op} ?)")
             args.append(number)
         elif op == "!=":
             parts.append(f"({_NUMERIC})")  # no number equals the text
         if boolean is not None:
-            parts.append(f"(kind = 'boolean' AND value {op} ?)")
+            parts.append(f"(kind = 'boolean' AND {column} {op} ?)")
             args.append(int(boolean))
         elif op == "!=":
             parts.append("(kind = 'boolean')")
         cond = " OR ".join(parts)
     else:
-        cond = f"{_NUMERIC} AND value {f.op} ?"
+        cond = f"{_NUMERIC} AND {column} {f.op} ?"
         args = [number]
     sql = f"run_id IN (SELECT run_id FROM run_metadata WHERE name = ? AND ({cond}))"
     return sql, [f.field, *args]
@@ -150,7 +150,7 @@ class RunStore(FlowStore):
             conds.append("status = ?")
             args.append(status)
         for f in where or ():
-            sql, values = _metadata_condition(f)
+            sql, values = _metadata_condition(f, self.db.metadata_number)
             conds.append(sql)
             args.extend(values)
         if conds:
@@ -177,7 +177,7 @@ class RunStore(FlowStore):
         ``metadata``: filters every one of which must hold; ``id_prefix``: the runs
         whose id starts with it."""
         where, args = _run_conditions(
-            flow, status, parent, created_from, created_to, principal, metadata, id_prefix
+            flow, status, parent, created_from, created_to, principal, metadata, id_prefix, self
         )
         if before is not None:
             where.append("(created_ms < ? OR (created_ms = ? AND run_id < ?))")
@@ -202,7 +202,7 @@ class RunStore(FlowStore):
     ) -> dict[str, int]:
         """How many runs the filters (as ``page_runs``) find, by stored status."""
         where, args = _run_conditions(
-            flow, None, parent, created_from, created_to, principal, metadata, id_prefix
+            flow, None, parent, created_from, created_to, principal, metadata, id_prefix, self
         )
         found = " WHERE " + " AND ".join(where) if where else ""
         query = f"SELECT status, COUNT(*) FROM runs{found} GROUP BY status"
@@ -294,7 +294,7 @@ class RunStore(FlowStore):
                 " ORDER BY run_id, name",
                 chunk,
             ):
-                out.setdefault(run_id, {})[name] = bool(value) if kind == "boolean" else value
+                out.setdefault(run_id, {})[name] = self.db.metadata_value(kind, value)
         return out
 
     def deduplicated(self, dedup_key: str) -> str | None:
@@ -389,7 +389,7 @@ class RunStore(FlowStore):
         if self.conn.in_transaction:
             yield
             return
-        self.conn.execute("BEGIN")
+        self.conn.execute(self.db.begin_read)
         try:
             yield
         finally:
@@ -771,12 +771,13 @@ def _run_conditions(
     principal: str | None,
     metadata: list[flowcore.MetadataFilter] | None,
     id_prefix: str | None,
+    store: RunStore,  # its database says what a number compares with
 ) -> tuple[list[str], list[Any]]:
     """The WHERE conditions (and their arguments) of a listing or count of runs."""
     where: list[str] = []
     args: list[Any] = []
     for f in metadata or ():
-        sql, values = _metadata_condition(f)
+        sql, values = _metadata_condition(f, store.db.metadata_number)
         where.append(sql)
         args.extend(values)
     for column, value in (("flow_id", flow), ("status", status), ("parent_run", parent)):

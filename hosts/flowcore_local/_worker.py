@@ -258,8 +258,10 @@ class LocalWorker(Execution):
     def _register_worker(self) -> None:
         conn = self.store.conn
         conn.execute(
-            "INSERT OR REPLACE INTO workers (worker_id, pid, hostname, heartbeat_ms, only_run)"
-            " VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO workers (worker_id, pid, hostname, heartbeat_ms, only_run)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (worker_id) DO UPDATE SET pid = excluded.pid,"
+            " hostname = excluded.hostname, heartbeat_ms = excluded.heartbeat_ms,"
+            " only_run = excluded.only_run",
             (self.worker_id, os.getpid(), socket.gethostname(), self.now(), self.store.only),
         )
 

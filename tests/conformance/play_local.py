@@ -234,7 +234,13 @@ class _Worker:
 
 class _Player:
     def __init__(
-        self, plan: Plan, host: LocalHost, clock: Clock, script: Script, db: Path, flows: list[Path]
+        self,
+        plan: Plan,
+        host: LocalHost,
+        clock: Clock,
+        script: Script,
+        db: Path | str,
+        flows: list[Path],
     ) -> None:
         self.plan = plan
         self.host = host
@@ -426,7 +432,8 @@ class _Player:
 
 
 async def play(plan: Plan, workdir: Path, server: str | None = None) -> Outcome:
-    """Play ``plan`` on a local host whose database is a new file in ``workdir``."""
+    """Play ``plan`` on a local host whose database is a new file in ``workdir``, or
+    the PostgreSQL database ``server`` names (a URL of an empty schema)."""
     began = time.monotonic()
     clock = Clock(plan.origin)
     script = Script(plan)
@@ -437,7 +444,7 @@ async def play(plan: Plan, workdir: Path, server: str | None = None) -> Outcome:
         for flow_id, spec in plan.flows.items():
             (folder / f"{flow_id}.yaml").write_text(spec)
         flows.append(folder)
-    db = workdir / "local.db"
+    db: Path | str = workdir / "local.db" if server is None else server
     host = LocalHost(db, registry=script.registry(), poll_ms=POLL_MS)
     host.now = clock.now
     outcome = Outcome()

@@ -124,3 +124,5 @@ REFUSED: Final[dict[str, dict[str, str]]] = {
         ),
     },
 }
+# The local host refuses the same on either of its stores.
+REFUSED["local-postgres"] = REFUSED["local"]

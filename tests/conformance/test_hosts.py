@@ -25,6 +25,9 @@ Rejected events are not sent, except on the local host, where the rejected
 answers, signals, cancels and scheduled-call events go through its API and
 must be refused.
 
+The local host plays them on each of its stores: ``local`` on a SQLite file,
+``local-postgres`` on PostgreSQL (``play_local_pg``).
+
 Test ids read ``test_vector[<host>-<vector>]``; ``-k local`` plays one host.
 """
 
@@ -40,7 +43,7 @@ import pytest
 
 import flowcore
 
-from . import play_local, play_sim, play_temporal, refusals, vectors
+from . import play_local, play_local_pg, play_sim, play_temporal, refusals, vectors
 from .vectors import Outcome, Plan, Player
 
 PLANS = vectors.plans()
@@ -48,6 +51,7 @@ CASES = sorted(PLANS) or ["none"]
 PLAYERS: dict[str, Player] = {
     play_sim.NAME: play_sim,
     play_local.NAME: play_local,
+    play_local_pg.NAME: play_local_pg,
     play_temporal.NAME: play_temporal,
 }
 TEMPORALIO = "the Temporal host tests need temporalio (.[dev])"
@@ -100,6 +104,8 @@ def test_vector(host: str, case: str, request: pytest.FixtureRequest, tmp_path: 
     if host == play_temporal.NAME:
         pytest.importorskip("temporalio", reason=TEMPORALIO)
         outcome = request.getfixturevalue("temporal_outcomes")[case]
+    elif host == play_local_pg.NAME:  # a schema of the PostgreSQL server of the session
+        outcome = asyncio.run(player.play(plan, tmp_path, request.getfixturevalue("pg_url")))
     else:
         outcome = asyncio.run(player.play(plan, tmp_path))
     vectors.check_outcome(plan, outcome, clock=player.CLOCK)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowcore_local import LocalHost, RunRow
+
+if TYPE_CHECKING:
+    from flowcore_local._store import Store
 
 # A for_each of calls, then a wait for the signal ``go``, then one more call.
 LOOP = """
@@ -100,8 +103,9 @@ async def work_until(
     await watcher
 
 
-def dispatch_to_ghost(db: Path, worker: str = "ghost") -> list[str]:
-    """Claim the ready work of ``db`` for a worker that is then lost.
+def dispatch_to_ghost(db: Path | str, worker: str = "ghost") -> list[str]:
+    """Claim the ready work of ``db`` (a SQLite file or a PostgreSQL URL) for a
+    worker that is then lost.
 
     As a worker process that recorded the dispatch and was killed before its
     handlers finished: the rows are ``dispatched`` to ``worker``, whose
@@ -109,19 +113,42 @@ def dispatch_to_ghost(db: Path, worker: str = "ghost") -> list[str]:
     """
     import time
 
-    from flowcore_local._db import connect
+    from flowcore_local._db import open_db
     from flowcore_local._store import Store
 
-    conn = connect(db)
+    conn, database = open_db(db)
     try:
-        store = Store(conn, worker)
+        store = Store(conn, worker, db=database)
         with store.tx():
             claimed = store.claim_ready_work(int(time.time() * 1000), 100)
             conn.execute(
-                "INSERT OR REPLACE INTO workers (worker_id, pid, hostname, heartbeat_ms)"
-                " VALUES (?, 0, 'elsewhere', 0)",
+                "INSERT INTO workers (worker_id, pid, hostname, heartbeat_ms)"
+                " VALUES (?, 0, 'elsewhere', 0) ON CONFLICT (worker_id) DO UPDATE"
+                " SET pid = 0, hostname = 'elsewhere', heartbeat_ms = 0",
                 (worker,),
             )
     finally:
         conn.close()
     return [c.key for c in claimed]
+
+
+def open_store(db: Path | str, worker: str) -> Store:
+    """A store of its own on ``db`` (a SQLite file or a PostgreSQL URL): another
+    connection, as another process has."""
+    from flowcore_local._db import open_db
+    from flowcore_local._store import Store
+
+    conn, database = open_db(db)
+    return Store(conn, worker, db=database)
+
+
+def query(db: Path | str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` (``?`` placeholders, SQL both databases take), read from
+    ``db`` on a connection of its own."""
+    from flowcore_local._db import open_db
+
+    conn, _ = open_db(db)
+    try:
+        return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()

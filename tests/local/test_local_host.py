@@ -54,7 +54,7 @@ output: "${ {a: steps.a.output, b: steps.b.output, c: steps.c.output} }"
 """
 
 
-def run_host(db: Path, body: Any, **options: Any) -> Any:
+def run_host(db: Path | str, body: Any, **options: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, registry=REGISTRY, **options) as host:
             return await body(host)
@@ -62,13 +62,15 @@ def run_host(db: Path, body: Any, **options: Any) -> Any:
     return asyncio.run(main())
 
 
-def test_a_run_goes_from_start_to_settled_and_its_log_replays(tmp_path: Path) -> None:
+def test_a_run_goes_from_start_to_settled_and_its_log_replays(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def body(host: LocalHost) -> Any:
         rid = await host.start(FLOW, {"x": 5}, "r1")
         await host.work(until_settled=rid)
         return await host.run(rid), await host.export(rid), await host.show(rid)
 
-    row, log, info = run_host(tmp_path / "f.db", body)
+    row, log, info = run_host(local_db, body)
     assert row.status == "completed"
     assert row.output == {"a": {"echo": 5}, "b": "done: hi 5", "c": "slow"}
     assert info["budget"] == {
@@ -91,7 +93,9 @@ def test_a_run_goes_from_start_to_settled_and_its_log_replays(tmp_path: Path) ->
     assert report.status == "completed"
 
 
-def test_start_is_idempotent_by_run_id_and_conflicting_input_is_an_error(tmp_path: Path) -> None:
+def test_start_is_idempotent_by_run_id_and_conflicting_input_is_an_error(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def body(host: LocalHost) -> Any:
         first = await host.start(FLOW, {"x": 1}, "same")
         again = await host.start(FLOW, {"x": 1}, "same")
@@ -99,12 +103,12 @@ def test_start_is_idempotent_by_run_id_and_conflicting_input_is_an_error(tmp_pat
             await host.start(FLOW, {"x": 2}, "same")
         return first, again, len(await host.runs())
 
-    assert run_host(tmp_path / "f.db", body) == ("same", "same", 1)
+    assert run_host(local_db, body) == ("same", "same", 1)
 
 
-def test_timers_are_durable_across_a_restart(tmp_path: Path) -> None:
+def test_timers_are_durable_across_a_restart(tmp_path: Path, local_db: Path | str) -> None:
     spec = "flow: t\nsteps:\n  - {id: nap, sleep: {for_ms: 300}}\noutput: done\n"
-    db = tmp_path / "t.db"
+    db = local_db
 
     async def first(host: LocalHost) -> str:
         rid = await host.start(spec, {}, "sleepy")
@@ -125,7 +129,9 @@ def test_timers_are_durable_across_a_restart(tmp_path: Path) -> None:
     assert (row.status, row.output) == ("completed", "done")
 
 
-def test_signals_are_buffered_answers_checked_and_cancel_compensates(tmp_path: Path) -> None:
+def test_signals_are_buffered_answers_checked_and_cancel_compensates(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     spec = """
 flow: s
 tools: {echo: {class: readonly}, undo: {}}
@@ -157,13 +163,15 @@ output: "${steps.w.output}"
         await worker
         return row, [r.data for r in await host.records(rid)]
 
-    row, records = run_host(tmp_path / "s.db", body)
+    row, records = run_host(local_db, body)
     assert row.status == "cancelled"
     tools = [d.get("tool") for d in records if isinstance(d, dict) and d.get("kind") == "call-tool"]
     assert tools == ["echo", "undo"]
 
 
-def test_subflows_run_as_child_runs_sharing_the_budget(tmp_path: Path) -> None:
+def test_subflows_run_as_child_runs_sharing_the_budget(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     parent = """
 flow: parent
 budget: {steps: 10}
@@ -184,7 +192,7 @@ output: "${steps.kid.output}"
         kid = await host.run("p/kid#1")
         return await host.run(rid), kid, await host.show(rid)
 
-    row, kid, info = run_host(tmp_path / "p.db", body)
+    row, kid, info = run_host(local_db, body)
     assert row.output == {"echo": 3}
     assert (kid.parent_run, kid.depth, kid.status) == ("p", 1, "completed")
     assert info["children"] == ["p/kid#1"]
@@ -196,6 +204,7 @@ WAITING_CHILD = "flow: kid\nsteps:\n  - {id: w, await_signal: {signal: never}}\n
 
 def test_a_subflow_abandoned_by_a_timeout_is_cancelled_and_the_parent_goes_on(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     parent = """
 flow: impatient
@@ -216,14 +225,16 @@ output: "${steps.t.output}"
         await asyncio.wait_for(host.work(until_settled=rid), timeout=20)
         return await host.run(rid), await host.run("p/k#1"), await host.export(rid)
 
-    row, kid, log = run_host(tmp_path / "a.db", body)
+    row, kid, log = run_host(local_db, body)
     assert (row.status, row.output) == ("completed", {"echo": "gave up"})
     assert kid.status == "cancelled"
     records = flowcore.decode_log(log).records
     assert flowcore.replay(records, flowcore.parse_flow(parent)).status == "completed"
 
 
-def test_cancelling_a_parent_cancels_its_running_children(tmp_path: Path) -> None:
+def test_cancelling_a_parent_cancels_its_running_children(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     parent = "flow: p\nsteps:\n  - {id: k, run_subflow: {flow: kid}}\n"
     child = tmp_path / "kid.yaml"
     child.write_text(WAITING_CHILD)
@@ -238,7 +249,7 @@ def test_cancelling_a_parent_cancels_its_running_children(tmp_path: Path) -> Non
         await host.cancel(rid, "no longer needed")
         return await host.run(rid), await host.run("p/k#1")
 
-    row, kid = run_host(tmp_path / "c.db", body)
+    row, kid = run_host(local_db, body)
     assert row.status == "cancelled"
     assert kid.status == "cancelled"
 
@@ -263,6 +274,7 @@ output: "${steps.race.output}"
 """
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_the_outbox_holds_what_the_run_waits_for(tmp_path: Path) -> None:
     """Rows are opened and closed as ``flowcore.plan`` says; ``show`` reads ``waiting_for``."""
     Seen = tuple[set[str], set[str], dict[str, Any]]  # outbox keys, waits, show
@@ -295,7 +307,7 @@ def test_the_outbox_holds_what_the_run_waits_for(tmp_path: Path) -> None:
     assert three[0] == set() and three[2]["output"] == {"human": "b"}
 
 
-def test_unknown_subflow_fails_the_step_clearly(tmp_path: Path) -> None:
+def test_unknown_subflow_fails_the_step_clearly(tmp_path: Path, local_db: Path | str) -> None:
     spec = "flow: p\nsteps:\n  - {id: kid, run_subflow: {flow: nowhere}}\n"
 
     async def body(host: LocalHost) -> Any:
@@ -303,12 +315,14 @@ def test_unknown_subflow_fails_the_step_clearly(tmp_path: Path) -> None:
         await host.work(until_settled=rid)
         return await host.run(rid)
 
-    row = run_host(tmp_path / "u.db", body)
+    row = run_host(local_db, body)
     assert row.status == "failed"
     assert row.error["type"] == "unknown-flow"
 
 
-def test_handler_errors_become_effect_failed_with_their_type(tmp_path: Path) -> None:
+def test_handler_errors_become_effect_failed_with_their_type(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     spec = "flow: b\ntools: {broken: {}}\nsteps:\n  - {id: x, call_tool: {tool: broken}}\n"
 
     async def body(host: LocalHost) -> Any:
@@ -316,10 +330,11 @@ def test_handler_errors_become_effect_failed_with_their_type(tmp_path: Path) -> 
         await host.work(until_settled=rid)
         return await host.run(rid)
 
-    row = run_host(tmp_path / "b.db", body)
+    row = run_host(local_db, body)
     assert row.error == {"type": "busy", "message": "come back later", "retryable": True}
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_file_that_is_not_a_flowcore_database_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     conn = sqlite3.connect(other)
@@ -335,6 +350,7 @@ def test_a_file_that_is_not_a_flowcore_database_is_refused(tmp_path: Path) -> No
     assert sqlite3.connect(other).execute("SELECT count(*) FROM mine").fetchone() == (0,)
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_restart_restores_what_the_run_holds_not_its_history(tmp_path: Path) -> None:
     """After a restart the loop's results and report rows are not read back.
 
@@ -374,7 +390,9 @@ def test_a_restart_restores_what_the_run_holds_not_its_history(tmp_path: Path) -
     assert report.status == "completed"
 
 
-def test_a_failing_event_in_a_group_commit_leaves_the_others_applied(tmp_path: Path) -> None:
+def test_a_failing_event_in_a_group_commit_leaves_the_others_applied(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """One bad event rolls the optimistic batch back; the retry isolates it."""
     wait_spec = "flow: w\nsteps:\n  - {id: go, await_signal: {signal: go}}\noutput: done\n"
 
@@ -388,7 +406,7 @@ def test_a_failing_event_in_a_group_commit_leaves_the_others_applied(tmp_path: P
         results = host._commit(batch, 1)
         return results, await host.run(rid), await host.records(rid)
 
-    results, row, records = run_host(tmp_path / "g.db", body)
+    results, row, records = run_host(local_db, body)
     (good, _), (missing, _) = results
     assert good.rejected is None and good.settled is not None
     assert missing.rejected == "no run 'missing' in the database"
@@ -399,6 +417,7 @@ def test_a_failing_event_in_a_group_commit_leaves_the_others_applied(tmp_path: P
 
 def test_a_tools_file_that_fails_to_import_fails_the_step_with_the_reason(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     tools = tmp_path / "broken_tools.py"
     tools.write_text("raise RuntimeError('no network here')\nTOOLS = {}\n")
@@ -410,9 +429,9 @@ def test_a_tools_file_that_fails_to_import_fails_the_step_with_the_reason(
         return await host.run(rid)
 
     async def main() -> Any:
-        async with LocalHost(tmp_path / "t.db") as host:
+        async with LocalHost(local_db) as host:
             first = await body(host)
-        async with LocalHost(tmp_path / "t.db") as host:  # a second load fails alike
+        async with LocalHost(local_db) as host:  # a second load fails alike
             rid = await host.start(spec, {}, "t2", tools=str(tools))
             await asyncio.wait_for(host.work(until_settled=rid), timeout=20)
             return first, await host.run(rid)
@@ -423,7 +442,9 @@ def test_a_tools_file_that_fails_to_import_fails_the_step_with_the_reason(
         assert "no network here" in row.error["message"]
 
 
-def test_sync_handlers_run_up_to_the_host_concurrency_at_once(tmp_path: Path) -> None:
+def test_sync_handlers_run_up_to_the_host_concurrency_at_once(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """Twelve blocking sync handlers meet at a barrier: all must run at once."""
     import threading
 
@@ -446,7 +467,7 @@ output: "${steps.all.output}"
 
     async def main() -> Any:
         registry = Registry(tools={"meet": meet})
-        async with LocalHost(tmp_path / "fan.db", registry=registry, concurrency=16) as host:
+        async with LocalHost(local_db, registry=registry, concurrency=16) as host:
             rid = await host.start(spec, {"items": list(range(12))}, "fan")
             await asyncio.wait_for(host.work(until_settled=rid), timeout=30)
             return await host.run(rid)

@@ -29,7 +29,7 @@ from flowcore_handlers import HandlerError, Registry, publish
 from flowcore_local import Deleted, HostError, LocalHost, _prune
 from flowcore_local._db import RUN_TABLES, SHARED_TABLES, connect
 
-from ..local_helpers import dispatch_to_ghost, work_until
+from ..local_helpers import dispatch_to_ghost, query, work_until
 
 DAY = 86_400_000
 T0 = 1_900_000_000_000  # the fake clock's start (2030)
@@ -70,7 +70,7 @@ class Clock:
         return self.ms
 
 
-def on_host(db: Path, body: Callable[[LocalHost], Awaitable[Any]], **options: Any) -> Any:
+def on_host(db: Path | str, body: Callable[[LocalHost], Awaitable[Any]], **options: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, registry=REGISTRY, **options) as host:
             return await body(host)
@@ -93,32 +93,26 @@ def tables(db: Path) -> list[str]:
         )
 
 
-def rows_of(db: Path, run_ids: list[str]) -> dict[str, int]:
+def rows_of(db: Path | str, run_ids: list[str]) -> dict[str, int]:
     """Rows of ``run_ids`` in every table that holds rows of runs (``runs`` included)."""
     marks = ",".join("?" * len(run_ids))
-    with sqlite3.connect(db) as conn:
-        counts = {
-            table: conn.execute(
-                f"SELECT count(*) FROM {table} WHERE {column} IN ({marks})", run_ids
-            ).fetchone()[0]
-            for table, column in {**RUN_TABLES, "runs": "run_id"}.items()
-        }
-    return counts
+    return {
+        table: query(db, f"SELECT count(*) FROM {table} WHERE {column} IN ({marks})", run_ids)[0][0]
+        for table, column in {**RUN_TABLES, "runs": "run_id"}.items()
+    }
 
 
-def dump(db: Path, run_ids: list[str], specs: bool = True) -> dict[str, list[Any]]:
+def dump(db: Path | str, run_ids: list[str], specs: bool = True) -> dict[str, list[Any]]:
     """Every row of ``run_ids`` (and every spec), to compare before and after."""
     marks = ",".join("?" * len(run_ids))
-    with sqlite3.connect(db) as conn:
-        out = {
-            table: sorted(
-                conn.execute(f"SELECT * FROM {table} WHERE {column} IN ({marks})", run_ids),
-                key=repr,
-            )
-            for table, column in {**RUN_TABLES, "runs": "run_id"}.items()
-        }
-        if specs:
-            out["flows"] = sorted(conn.execute("SELECT * FROM flows"), key=repr)
+    out = {
+        table: sorted(
+            query(db, f"SELECT * FROM {table} WHERE {column} IN ({marks})", run_ids), key=repr
+        )
+        for table, column in {**RUN_TABLES, "runs": "run_id"}.items()
+    }
+    if specs:
+        out["flows"] = sorted(query(db, "SELECT * FROM flows"), key=repr)
     return out
 
 
@@ -163,6 +157,7 @@ steps:
 # --- what a delete removes ------------------------------------------------------------------
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_every_table_holds_rows_of_one_run_or_is_declared_shared(tmp_path: Path) -> None:
     """A table added to the schema must say whose rows it holds (``_db.RUN_TABLES``),
     or a delete would leave its rows behind."""
@@ -198,6 +193,7 @@ def _fill(conn: sqlite3.Connection, table: str, column: str, run_id: str) -> Non
     conn.execute(f"INSERT INTO {table} VALUES ({marks})", values)
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_row_in_any_run_table_goes_with_its_run_and_no_other(tmp_path: Path) -> None:
     """Whatever a per-run table holds (outbox rows of a settled run included)."""
     db = tmp_path / "every.db"
@@ -222,10 +218,11 @@ def test_a_row_in_any_run_table_goes_with_its_run_and_no_other(tmp_path: Path) -
 
 def test_delete_removes_a_settled_tree_from_every_table_and_leaves_another_run(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """A tree that failed in its child, was resumed with its child and completed;
     a cancelled run; a dead-lettered run; another run, waiting: only the last stays."""
-    db = tmp_path / "tree.db"
+    db = local_db
     kid = tmp_path / "kid.yaml"
     kid.write_text(CHILD)
     FLAKY["fail"] = True
@@ -264,8 +261,7 @@ def test_delete_removes_a_settled_tree_from_every_table_and_leaves_another_run(
     removed = {t: sum(d.rows.get(t, 0) for d in deleted) for t in before}
     assert removed == before  # the counts say what went
     # The specs of parent, kid, waits and dead went with their last runs; o's stays.
-    with sqlite3.connect(db) as conn:
-        assert [f for (f,) in conn.execute("SELECT flow_id FROM flows")] == ["other"]
+    assert query(db, "SELECT flow_id FROM flows") == [("other",)]
     assert sum(d.rows.get("flows", 0) for d in deleted) == 4
     assert dump(db, ["o"], specs=False) == other
     assert shown["waitingFor"] == ["go"]
@@ -284,9 +280,11 @@ async def _waits(host: LocalHost, run_id: str) -> bool:
     return bool((await host.show(run_id))["waitingFor"])
 
 
-def test_a_spec_stays_while_a_run_refers_to_it_or_may_start_it(tmp_path: Path) -> None:
+def test_a_spec_stays_while_a_run_refers_to_it_or_may_start_it(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """kid's spec is kept while a running parent may still start it as a subflow."""
-    db = tmp_path / "specs.db"
+    db = local_db
     kid = tmp_path / "kid.yaml"
     kid.write_text(CALM)
     wait = "  - {id: w, await_signal: {signal: go}}\n"
@@ -304,8 +302,7 @@ def test_a_spec_stays_while_a_run_refers_to_it_or_may_start_it(tmp_path: Path) -
         return sorted(r.run_id for r in await host.runs())
 
     assert on_host(db, body) == []
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM flows").fetchone()[0] == 0
+    assert query(db, "SELECT count(*) FROM flows") == [(0,)]
 
 
 # --- what a delete refuses ---------------------------------------------------------------
@@ -313,8 +310,10 @@ def test_a_spec_stays_while_a_run_refers_to_it_or_may_start_it(tmp_path: Path) -
 CHILD_WAITS = "flow: kid\nsteps:\n  - {id: w, await_signal: {signal: never}}\n"
 
 
-def test_a_running_run_is_refused_naming_the_running_runs_of_its_tree(tmp_path: Path) -> None:
-    db = tmp_path / "active.db"
+def test_a_running_run_is_refused_naming_the_running_runs_of_its_tree(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     kid = tmp_path / "kid.yaml"
     kid.write_text(CHILD_WAITS)
     parent = "flow: p\nsteps:\n  - {id: k, run_subflow: {flow: kid}}\n"
@@ -350,8 +349,10 @@ def test_a_running_run_is_refused_naming_the_running_runs_of_its_tree(tmp_path: 
     assert rows_of(db, ["p", "p/k#1"])["outbox"] > 0
 
 
-def test_a_settled_child_of_a_settled_parent_may_go_alone(tmp_path: Path) -> None:
-    db = tmp_path / "child.db"
+def test_a_settled_child_of_a_settled_parent_may_go_alone(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     kid = tmp_path / "kid.yaml"
     kid.write_text(CALM)
 
@@ -365,8 +366,7 @@ def test_a_settled_child_of_a_settled_parent_may_go_alone(tmp_path: Path) -> Non
     assert (shown["status"], shown["children"]) == ("completed", [])
     # ... and goes with p, the last run that could start it.
     assert parent.runs == ["p"] and parent.rows["flows"] == 2
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM flows").fetchone()[0] == 0
+    assert query(db, "SELECT count(*) FROM flows") == [(0,)]
 
 
 # --- --force: cancel, compensate, delete ---------------------------------------------------
@@ -382,8 +382,10 @@ steps:
 """
 
 
-def test_force_cancels_runs_the_compensations_then_deletes(tmp_path: Path) -> None:
-    db = tmp_path / "saga.db"
+def test_force_cancels_runs_the_compensations_then_deletes(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     CALLS.clear()
 
     async def body(host: LocalHost) -> Deleted:
@@ -398,8 +400,10 @@ def test_force_cancels_runs_the_compensations_then_deletes(tmp_path: Path) -> No
     assert rows_of(db, ["s"]) == dict.fromkeys({**RUN_TABLES, "runs": 0}, 0)
 
 
-def test_force_while_the_host_works_lets_its_worker_compensate(tmp_path: Path) -> None:
-    db = tmp_path / "saga2.db"
+def test_force_while_the_host_works_lets_its_worker_compensate(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     CALLS.clear()
 
     async def body(host: LocalHost) -> Deleted:
@@ -429,9 +433,11 @@ steps:
 """
 
 
-def test_force_gives_up_after_its_timeout_leaving_the_run_cancelling(tmp_path: Path) -> None:
+def test_force_gives_up_after_its_timeout_leaving_the_run_cancelling(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """A compensation that waits for a person: the tree cannot settle on its own."""
-    db = tmp_path / "ask.db"
+    db = local_db
 
     async def body(host: LocalHost) -> tuple[str, Any, Deleted]:
         await host.start(QUESTION_SAGA, {}, "q")
@@ -472,8 +478,9 @@ asyncio.run(main())
 """
 
 
+# SQLite only: the delete is stopped mid-transaction through SQLite's statement trace.
 def test_a_delete_killed_in_the_middle_leaves_the_run_whole(tmp_path: Path) -> None:
-    db = tmp_path / "killed.db"
+    db = tmp_path / "k.db"
     kid = tmp_path / "kid.yaml"
     kid.write_text(CALM)
     on_host(db, lambda host: _started_and_settled(host, kid))
@@ -499,6 +506,7 @@ async def _started_and_settled(host: LocalHost, kid: Path) -> None:
     await settle(host, await host.start(PARENT, {}, "p", flows=[kid]))
 
 
+# SQLite only: it injects SQLite's own errors into the store.
 def test_an_error_inside_the_delete_rolls_all_of_it_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -547,8 +555,10 @@ async def _history(host: LocalHost, clock: Clock) -> None:
     await settle(host, await host.start(ONE_CALL, {}, "c2"))
 
 
-def test_prune_deletes_root_runs_settled_before_the_cutoff_by_status(tmp_path: Path) -> None:
-    db = tmp_path / "prune.db"
+def test_prune_deletes_root_runs_settled_before_the_cutoff_by_status(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     clock = Clock()
 
     async def body(host: LocalHost) -> list[Any]:
@@ -580,10 +590,11 @@ def _sum(a: Deleted, b: Deleted) -> dict[str, int]:
 
 def test_prune_keeps_a_tree_until_every_run_of_it_has_settled_before_the_cutoff(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """A cancelled parent settles while its child still compensates: the tree stays
     until the child settles, and then until the child's settlement is old enough."""
-    db = tmp_path / "tree.db"
+    db = local_db
     clock = Clock()
     kid = tmp_path / "kid.yaml"
     kid.write_text(QUESTION_SAGA.replace("flow: ask", "flow: kid"))
@@ -639,8 +650,10 @@ def test_prune_refuses_what_is_not_a_settled_status_or_a_time(tmp_path: Path) ->
 # --- the worker's retention -----------------------------------------------------------------
 
 
-def test_a_worker_with_a_retention_prunes_as_its_clock_moves(tmp_path: Path) -> None:
-    db = tmp_path / "retain.db"
+def test_a_worker_with_a_retention_prunes_as_its_clock_moves(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     clock = Clock()
     pruned: list[list[str]] = []
 
@@ -671,8 +684,8 @@ def test_a_worker_with_a_retention_prunes_as_its_clock_moves(tmp_path: Path) -> 
     assert pruned == [["c1", "f1"], ["x1", "c2"]]
 
 
-def test_a_worker_limited_to_one_run_does_not_prune(tmp_path: Path) -> None:
-    db = tmp_path / "only.db"
+def test_a_worker_limited_to_one_run_does_not_prune(tmp_path: Path, local_db: Path | str) -> None:
+    db = local_db
     clock = Clock()
 
     async def body(host: LocalHost) -> list[str]:
@@ -798,8 +811,7 @@ def test_the_commands_delete_and_prune_and_say_what_went(tmp_path: Path) -> None
     assert (deleted["runId"], deleted["runs"], deleted["cancelled"]) == ("new", ["new"], [])
     assert deleted["rows"]["runs"] == 1 and deleted["rows"]["flows"] == 1
     assert tables(db) and rows_of(db, ["old-c", "old-f", "new", "saga"])["runs"] == 0
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM flows").fetchone()[0] == 0
+    assert query(db, "SELECT count(*) FROM flows") == [(0,)]
 
 
 def _wall() -> int:
@@ -808,6 +820,7 @@ def _wall() -> int:
     return int(time.time() * 1000)
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_worker_retention_prunes_and_says_so(tmp_path: Path) -> None:
     db = tmp_path / "worker.db"
     tools = tmp_path / "tools.py"
@@ -830,6 +843,7 @@ def test_worker_retention_prunes_and_says_so(tmp_path: Path) -> None:
     assert [r for (r,) in sqlite3.connect(db).execute("SELECT run_id FROM runs")] == ["new"]
 
 
+# SQLite only: it injects SQLite's own errors into the store.
 def test_a_prune_that_fails_does_not_stop_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -84,11 +84,11 @@ class Scene:
 
 
 @asynccontextmanager
-async def scene(tmp_path: Path, **definition: Any) -> AsyncIterator[Scene]:
+async def scene(tmp_path: Path, db: Path | str, **definition: Any) -> AsyncIterator[Scene]:
     clock = Clock()
     spec = tmp_path / "job.yaml"
     spec.write_text(FLOW)
-    async with LocalHost(tmp_path / "s.db", clock=clock, poll_ms=10) as host:
+    async with LocalHost(db, clock=clock, poll_ms=10) as host:
         if definition:
             await host.add_schedule(spec, "s", definition)
         stop = asyncio.Event()
@@ -100,9 +100,11 @@ async def scene(tmp_path: Path, **definition: Any) -> AsyncIterator[Scene]:
             await asyncio.wait_for(worker, 60)
 
 
-def test_skip_leaves_out_slots_while_the_previous_run_runs(tmp_path: Path) -> None:
+def test_skip_leaves_out_slots_while_the_previous_run_runs(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with scene(tmp_path, every="1m", input={"at": "${schedule.at}"}) as s:
+        async with scene(tmp_path, local_db, every="1m", input={"at": "${schedule.at}"}) as s:
             await s.jump(MIN)
             first = await s.started("00:01:00")
             assert (await s.host.run(first)).input == {"at": "2026-12-01T00:01:00Z"}
@@ -120,10 +122,12 @@ def test_skip_leaves_out_slots_while_the_previous_run_runs(tmp_path: Path) -> No
     asyncio.run(main())
 
 
-def test_buffer_one_starts_one_waiting_slot_when_the_run_ends(tmp_path: Path) -> None:
+def test_buffer_one_starts_one_waiting_slot_when_the_run_ends(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
         definition = {"every": "1m", "overlap": "buffer_one", "input": "${schedule.at}"}
-        async with scene(tmp_path, **definition) as s:
+        async with scene(tmp_path, local_db, **definition) as s:
             await s.jump(MIN)
             first = await s.started("00:01:00")
             await s.jump(MIN)
@@ -146,9 +150,11 @@ def test_buffer_one_starts_one_waiting_slot_when_the_run_ends(tmp_path: Path) ->
     asyncio.run(main())
 
 
-def test_allow_all_starts_every_slot(tmp_path: Path) -> None:
+def test_allow_all_starts_every_slot(tmp_path: Path, local_db: Path | str) -> None:
     async def main() -> None:
-        async with scene(tmp_path, every="1m", overlap="allow_all", catchup_window="5m") as s:
+        async with scene(
+            tmp_path, local_db, every="1m", overlap="allow_all", catchup_window="5m"
+        ) as s:
             await s.jump(3 * MIN)
             for slot in ("00:01:00", "00:02:00", "00:03:00"):
                 await s.started(slot)
@@ -159,7 +165,9 @@ def test_allow_all_starts_every_slot(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_settled_run_is_forgotten_by_its_schedule_when_it_settles(tmp_path: Path) -> None:
+def test_a_settled_run_is_forgotten_by_its_schedule_when_it_settles(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """``schedule_runs`` holds a schedule's runs only while they run (specs/local.md §12):
     the row goes in the transaction that settles the run, not at the next decision."""
 
@@ -167,7 +175,7 @@ def test_a_settled_run_is_forgotten_by_its_schedule_when_it_settles(tmp_path: Pa
         return list(host.store.conn.execute("SELECT name, run_id FROM schedule_runs"))
 
     async def main() -> None:
-        async with scene(tmp_path, every="1h", overlap="allow_all") as s:
+        async with scene(tmp_path, local_db, every="1h", overlap="allow_all") as s:
             await s.jump(HOUR)
             run_id = await s.started("01:00:00")
             assert rows(s.host) == [("s", run_id)]
@@ -179,9 +187,11 @@ def test_a_settled_run_is_forgotten_by_its_schedule_when_it_settles(tmp_path: Pa
     asyncio.run(main())
 
 
-def test_cancel_other_cancels_the_running_run_then_starts(tmp_path: Path) -> None:
+def test_cancel_other_cancels_the_running_run_then_starts(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with scene(tmp_path, every="1m", overlap="cancel_other") as s:
+        async with scene(tmp_path, local_db, every="1m", overlap="cancel_other") as s:
             await s.jump(MIN)
             first = await s.started("00:01:00")
             await s.jump(MIN)
@@ -199,14 +209,16 @@ def test_cancel_other_cancels_the_running_run_then_starts(tmp_path: Path) -> Non
     asyncio.run(main())
 
 
-def test_after_downtime_only_slots_inside_the_catch_up_window_start(tmp_path: Path) -> None:
+def test_after_downtime_only_slots_inside_the_catch_up_window_start(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
         definition = {"every": "1h", "catchup_window": "90m", "overlap": "allow_all"}
-        async with scene(tmp_path, **definition) as s:
+        async with scene(tmp_path, local_db, **definition) as s:
             await s.jump(HOUR)
             await s.started("01:00:00")
         # The host is down for a day and a half hour.
-        async with scene(tmp_path) as s:
+        async with scene(tmp_path, local_db) as s:
             s.clock.at = T0 + 25 * HOUR + 30 * MIN
             await s.jump(0)
             actions = await s.actions()
@@ -225,9 +237,13 @@ def test_after_downtime_only_slots_inside_the_catch_up_window_start(tmp_path: Pa
     asyncio.run(main())
 
 
-def test_a_paused_schedule_starts_nothing_and_resumes_from_then(tmp_path: Path) -> None:
+def test_a_paused_schedule_starts_nothing_and_resumes_from_then(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with scene(tmp_path, every="1m", overlap="allow_all", catchup_window="1h") as s:
+        async with scene(
+            tmp_path, local_db, every="1m", overlap="allow_all", catchup_window="1h"
+        ) as s:
             await s.host.pause_schedule("s", "maintenance")
             info = await s.host.schedule("s")
             assert info["paused"] and info["note"] == "maintenance" and info["nextSlotsMs"] == []
@@ -242,10 +258,10 @@ def test_a_paused_schedule_starts_nothing_and_resumes_from_then(tmp_path: Path) 
     asyncio.run(main())
 
 
-def test_a_limit_stops_the_cadence_but_not_a_trigger(tmp_path: Path) -> None:
+def test_a_limit_stops_the_cadence_but_not_a_trigger(tmp_path: Path, local_db: Path | str) -> None:
     async def main() -> None:
         definition = {"every": "1m", "overlap": "allow_all", "limit": 2, "input": "${schedule.at}"}
-        async with scene(tmp_path, **definition) as s:
+        async with scene(tmp_path, local_db, **definition) as s:
             await s.jump(MIN)
             await s.jump(MIN)
             await s.jump(MIN)
@@ -265,9 +281,11 @@ def test_a_limit_stops_the_cadence_but_not_a_trigger(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_backfill_starts_each_slot_once_under_the_overlap_policy(tmp_path: Path) -> None:
+def test_backfill_starts_each_slot_once_under_the_overlap_policy(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with scene(tmp_path, every="1h", overlap="allow_all") as s:
+        async with scene(tmp_path, local_db, every="1h", overlap="allow_all") as s:
             done = await s.host.backfill_schedule("s", T0 - 3 * HOUR, T0 - HOUR)
             assert [(a["action"], a["runId"]) for a in done] == [
                 ("started", "s@2026-11-30T21:00:00Z"),
@@ -297,9 +315,11 @@ schedules:
 )
 
 
-def test_a_newer_spec_replaces_the_definition_and_keeps_the_history(tmp_path: Path) -> None:
+def test_a_newer_spec_replaces_the_definition_and_keeps_the_history(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with scene(tmp_path) as s:
+        async with scene(tmp_path, local_db) as s:
             s.spec.write_text(SPEC)
             assert await s.host.add_schedules(s.spec) == ["s"]
             await s.jump(MIN)
@@ -322,9 +342,9 @@ def test_a_newer_spec_replaces_the_definition_and_keeps_the_history(tmp_path: Pa
     asyncio.run(main())
 
 
-def test_bad_requests_are_refused_with_the_reason(tmp_path: Path) -> None:
+def test_bad_requests_are_refused_with_the_reason(tmp_path: Path, local_db: Path | str) -> None:
     async def main() -> None:
-        async with scene(tmp_path, every="1m") as s:
+        async with scene(tmp_path, local_db, every="1m") as s:
             with pytest.raises(HostError, match="no schedule 'nope'"):
                 await s.host.schedule("nope")
             with pytest.raises(HostError, match="no schedule 'nope'"):
@@ -341,10 +361,12 @@ def test_bad_requests_are_refused_with_the_reason(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_an_input_the_flow_refuses_is_recorded_as_a_skip(tmp_path: Path) -> None:
+def test_an_input_the_flow_refuses_is_recorded_as_a_skip(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
         schema = FLOW + "input_schema: {type: object, required: [day]}\n"
-        async with scene(tmp_path) as s:
+        async with scene(tmp_path, local_db) as s:
             s.spec.write_text(schema)
             await s.host.add_schedule(s.spec, "s", {"every": "1m", "input": {"x": 1}})
             await s.jump(MIN)
@@ -356,12 +378,14 @@ def test_an_input_the_flow_refuses_is_recorded_as_a_skip(tmp_path: Path) -> None
     asyncio.run(main())
 
 
-def test_a_worker_limited_to_one_run_starts_no_scheduled_runs(tmp_path: Path) -> None:
+def test_a_worker_limited_to_one_run_starts_no_scheduled_runs(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
         clock = Clock()
         spec = tmp_path / "job.yaml"
         spec.write_text(FLOW)
-        async with LocalHost(tmp_path / "s.db", clock=clock, poll_ms=10) as host:
+        async with LocalHost(local_db, clock=clock, poll_ms=10) as host:
             await host.add_schedule(spec, "s", {"every": "1m"})
             run_id = await host.start(spec, None, "mine")
             clock.at += 5 * MIN
@@ -378,10 +402,10 @@ def test_a_worker_limited_to_one_run_starts_no_scheduled_runs(tmp_path: Path) ->
 
 
 def test_a_schedule_that_cannot_be_decided_stops_neither_the_worker_nor_the_others(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, local_db: Path | str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> None:
-        async with scene(tmp_path, every="1m", overlap="allow_all") as s:
+        async with scene(tmp_path, local_db, every="1m", overlap="allow_all") as s:
             await s.host.add_schedule(s.spec, "broken", {"every": "1m"})
             s.host.store.conn.execute(
                 "UPDATE schedules SET definition = '{\"every\": \"soon\"}' WHERE name = 'broken'"
@@ -401,6 +425,7 @@ def test_a_schedule_that_cannot_be_decided_stops_neither_the_worker_nor_the_othe
     assert "schedule broken cannot be decided (HostError" in caplog.text
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_schedule_has_an_owner_whose_runs_it_starts_and_old_ones_have_none(
     tmp_path: Path,
 ) -> None:

@@ -17,7 +17,7 @@ import pytest
 import flowcore
 from flowcore_local import HostError, LocalHost
 
-from ..local_helpers import JOURNALED, settle, tools_file
+from ..local_helpers import JOURNALED, query, settle, tools_file
 
 ECHO_ONLY = """
 def echo(call):
@@ -41,7 +41,7 @@ def budget(**limits: Any) -> flowcore.Budget:
     return flowcore.Budget(**limits)
 
 
-def run(db: Path, body: Any, **options: Any) -> Any:
+def run(db: Path | str, body: Any, **options: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, **options) as host:
             return await body(host)
@@ -49,12 +49,11 @@ def run(db: Path, body: Any, **options: Any) -> Any:
     return asyncio.run(main())
 
 
-def tables(db: Path) -> dict[str, int]:
-    with sqlite3.connect(db) as conn:
-        return {
-            table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("flows", "runs", "log", "outbox")
-        }
+def tables(db: Path | str) -> dict[str, int]:
+    return {
+        table: query(db, f"SELECT count(*) FROM {table}")[0][0]
+        for table in ("flows", "runs", "log", "outbox")
+    }
 
 
 # --- 1. handlers are checked before the first dispatch ----------------------------------
@@ -62,9 +61,10 @@ def tables(db: Path) -> dict[str, int]:
 
 def test_a_run_calling_a_tool_without_a_handler_is_refused_and_nothing_is_written(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     tools = tools_file(tmp_path, "echo_tools", ECHO_ONLY)
-    db = tmp_path / "h.db"
+    db = local_db
 
     async def body(host: LocalHost) -> Any:
         with pytest.raises(HostError) as refused:
@@ -82,7 +82,7 @@ def test_a_run_calling_a_tool_without_a_handler_is_refused_and_nothing_is_writte
     assert status == "completed"
 
 
-def test_the_subflows_a_run_can_start_are_checked_too(tmp_path: Path) -> None:
+def test_the_subflows_a_run_can_start_are_checked_too(tmp_path: Path, local_db: Path | str) -> None:
     tools = tools_file(tmp_path, "echo_tools", ECHO_ONLY)
     parent = """
 flow: parent
@@ -105,7 +105,7 @@ steps:
             await host.start(parent, {}, "p", flows=[child], tools=str(tools))
         return str(refused.value), await host.runs()
 
-    message, runs = run(tmp_path / "s.db", body)
+    message, runs = run(local_db, body)
     assert message == (
         f"cannot start run 'p': tools module '{tools.resolve()}' has no handler for agent"
         " 'helper' (flow child), agent 'writer' (flow child), team 'outside' (flow child)"
@@ -113,14 +113,16 @@ steps:
     assert runs == []
 
 
-def test_without_a_tools_module_a_run_that_calls_tools_is_refused(tmp_path: Path) -> None:
+def test_without_a_tools_module_a_run_that_calls_tools_is_refused(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def body(host: LocalHost) -> Any:
         with pytest.raises(HostError) as refused:
             await host.start(CALLS_TWO, {}, "r")
         nap = await host.start("flow: nap\nsteps:\n  - {id: s, sleep: {for_ms: 1}}\n", {}, "n")
         return str(refused.value), nap
 
-    message, nap = run(tmp_path / "n.db", body)
+    message, nap = run(local_db, body)
     assert message == (
         "cannot start run 'r': it calls tool 'echo', tool 'lookup', and no tools module was given"
     )
@@ -131,7 +133,7 @@ def test_without_a_tools_module_a_run_that_calls_tools_is_refused(tmp_path: Path
 
 
 def test_a_relative_tools_path_is_stored_absolute_and_a_dotted_name_as_it_is(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, local_db: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     here = tmp_path / "project"
     tools_file(here, "rel_tools", JOURNALED + '\nTOOLS = {{"echo": echo}}\n')
@@ -141,7 +143,7 @@ def test_a_relative_tools_path_is_stored_absolute_and_a_dotted_name_as_it_is(
         "flow: e\ntools: {echo: {}}\nsteps:\n  - {id: a, call_tool: {tool: echo, input: 3}}\n"
         "output: '${steps.a.output}'\n"
     )
-    db = tmp_path / "r.db"
+    db = local_db
     monkeypatch.chdir(here)
 
     async def starting(host: LocalHost) -> Any:
@@ -164,7 +166,9 @@ def test_a_relative_tools_path_is_stored_absolute_and_a_dotted_name_as_it_is(
 # --- 3. a rerun with the same run id ----------------------------------------------------
 
 
-def test_a_rerun_must_have_the_options_of_the_stored_run(tmp_path: Path) -> None:
+def test_a_rerun_must_have_the_options_of_the_stored_run(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     one = tools_file(tmp_path / "a", "tools_one", ECHO_ONLY)
     two = tools_file(tmp_path / "b", "tools_two", ECHO_ONLY)
     spec = "flow: e\ntools: {echo: {}}\nsteps:\n  - {id: a, call_tool: {tool: echo}}\n"
@@ -190,7 +194,7 @@ def test_a_rerun_must_have_the_options_of_the_stored_run(tmp_path: Path) -> None
             errors.append(str(refused.value))
         return same, errors, len(await host.records("r"))
 
-    same, errors, records = run(tmp_path / "re.db", body)
+    same, errors, records = run(local_db, body)
     assert same == ["r", "r"]
     assert errors == [
         "run 'r' already exists with a different input",
@@ -220,6 +224,7 @@ output: "${ {decide: steps.decide.answer, each: steps.each.output} }"
 
 def test_an_answer_may_name_its_question_relative_to_the_run_or_by_its_step(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     async def body(host: LocalHost) -> Any:
         first = await host.start(QUESTIONS, {}, "r-1")
@@ -235,7 +240,7 @@ def test_an_answer_may_name_its_question_relative_to_the_run_or_by_its_step(
         await host.answer(second, "r-2/each[0]/q#1", "a")  # the full key still works
         return errors, await host.run(second), await host.records(first)
 
-    errors, row, records = run(tmp_path / "a.db", body)
+    errors, row, records = run(local_db, body)
     assert errors[0] == (
         "step 'q' of run 'r-2' has 2 open questions (each[0]/q#1, each[1]/q#1):"
         " give the key of the one to answer"
@@ -253,6 +258,7 @@ def test_an_answer_may_name_its_question_relative_to_the_run_or_by_its_step(
 
 def test_a_signal_no_step_waits_for_is_refused_and_buffered_ones_are_shown(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     parent = """
 flow: sig
@@ -275,7 +281,7 @@ steps:
             await host.signal(nap, "go")
         return str(refused.value), str(none.value), await host.show(rid)
 
-    refused, none, info = run(tmp_path / "g.db", body)
+    refused, none, info = run(local_db, body)
     assert refused == (
         "run 's' never waits for signal 'og': its flow and subflows declare 'child-done', 'go'"
     )
@@ -289,6 +295,7 @@ steps:
 # --- 10. a budget that caps the run -----------------------------------------------------
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_start_budget_caps_the_run_is_stored_and_survives_a_restart(tmp_path: Path) -> None:
     tools = tools_file(tmp_path, "echo_tools", ECHO_ONLY)
     spec = """

@@ -22,7 +22,7 @@ from .test_local_recovery_resume import FIXED, PAY, replays
 BROKEN = JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n'
 
 
-def run(db: Path, body: Any, **options: Any) -> Any:
+def run(db: Path | str, body: Any, **options: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, **options) as host:
             return await body(host)
@@ -32,6 +32,7 @@ def run(db: Path, body: Any, **options: Any) -> Any:
 
 def test_a_failed_run_forked_from_its_failing_step_completes_without_redoing_earlier_steps(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     v1 = tools_file(tmp_path, "v1_tools", BROKEN)
     v2 = tools_file(tmp_path, "v2_tools", FIXED)
@@ -45,7 +46,7 @@ def test_a_failed_run_forked_from_its_failing_step_completes_without_redoing_ear
         done = await settle(host, rid)
         return failed, source, rid, again, done, await host.records(rid), await host.run("pay")
 
-    failed, source, rid, again, done, records, after = run(tmp_path / "f.db", body)
+    failed, source, rid, again, done, records, after = run(local_db, body)
     assert failed.status == "failed"
     point = records[0].data["forkedFrom"]["index"]
     assert rid == again == f"pay-fork-{point}"
@@ -57,18 +58,19 @@ def test_a_failed_run_forked_from_its_failing_step_completes_without_redoing_ear
     # a ran once (in the source); b failed in the source and ran in the fork; c only there.
     assert journal(tmp_path) == {"pay/a#1": 1, "pay/b#1": 1, f"{rid}/b#1": 1, f"{rid}/c#1": 1}
     assert replays(records, PAY) == "completed"
-    assert (after.status, await_records_unchanged(tmp_path, source)) == ("failed", True)
+    assert (after.status, await_records_unchanged(local_db, source)) == ("failed", True)
 
 
-def await_records_unchanged(tmp_path: Path, source: list[flowcore.Record]) -> bool:
+def await_records_unchanged(db: Path | str, source: list[flowcore.Record]) -> bool:
     async def body(host: LocalHost) -> list[flowcore.Record]:
         return await host.records("pay")
 
-    return bool(run(tmp_path / "f.db", body) == source)
+    return bool(run(db, body) == source)
 
 
 def test_a_fork_at_an_index_of_a_waiting_run_and_a_reset_that_cancels_the_source(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     spec = """
 flow: wait
@@ -97,7 +99,7 @@ output: "${steps.c.output}"
         done = await settle(host, rid)
         return end, rid, source, waits, done, await host.records(rid)
 
-    end, rid, source, waits, done, records = run(tmp_path / "w.db", body)
+    end, rid, source, waits, done, records = run(local_db, body)
     assert rid == "w2"
     assert records[0].data["forkedFrom"] == {"runId": "w", "index": end}
     assert source.status == "cancelled"  # a reset: the source is cancelled
@@ -107,7 +109,7 @@ output: "${steps.c.output}"
     assert replays(records, spec) == "completed"
 
 
-def test_bad_forks_are_refused_and_write_nothing(tmp_path: Path) -> None:
+def test_bad_forks_are_refused_and_write_nothing(tmp_path: Path, local_db: Path | str) -> None:
     v1 = tools_file(tmp_path, "v1_tools", BROKEN)
 
     async def body(host: LocalHost) -> Any:
@@ -124,7 +126,7 @@ def test_bad_forks_are_refused_and_write_nothing(tmp_path: Path) -> None:
             await host.fork("nope", at=2)
         return refused, [r.run_id for r in await host.runs()]
 
-    refused, runs = run(tmp_path / "b.db", body)
+    refused, runs = run(local_db, body)
     assert "index 1 (effect.emitted) is inside the decision of record 0" in refused[0]
     assert "index 0 is not after run.started" in refused[1]
     assert "index 10000 is past the end of the log" in refused[2]
@@ -135,6 +137,7 @@ def test_bad_forks_are_refused_and_write_nothing(tmp_path: Path) -> None:
 
 def test_a_child_completed_before_the_point_is_reused_and_one_running_starts_again(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     child = tmp_path / "kid.yaml"
     child.write_text(
@@ -177,7 +180,7 @@ output: "${ {one: steps.one.output, two: steps.two.output} }"
         done = await settle(host, rid)
         return rid, done, await host.children(rid), await host.run("p/two#1")
 
-    rid, done, children, source_child = run(tmp_path / "c.db", body)
+    rid, done, children, source_child = run(local_db, body)
     assert (done.status, done.output) == ("completed", {"one": {"echo": 1}, "two": {"echo": 2}})
     assert children == [f"{rid}/two#1"]  # one's result came from the log
     assert source_child.status == "running"  # the source's child is the source's
@@ -186,6 +189,7 @@ output: "${ {one: steps.one.output, two: steps.two.output} }"
 
 def test_a_dead_lettered_effect_is_retried_in_place_by_resume_or_anew_by_a_fork(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """The two ways back from a dead letter once its cause is fixed (local.md §10, §15)."""
     spec = """
@@ -197,7 +201,7 @@ steps:
 output: "${steps.b.output}"
 """
     tools = tools_file(tmp_path, "tools", FIXED)
-    db = tmp_path / "d.db"
+    db = local_db
 
     async def starting(host: LocalHost) -> None:
         await host.start(spec, {}, "in-place", tools=str(tools))

@@ -43,13 +43,13 @@ schedules:
 """
 
 
-def test_the_local_host_through_the_host_contract(tmp_path: Path) -> None:
+def test_the_local_host_through_the_host_contract(tmp_path: Path, local_db: Path | str) -> None:
     spec = tmp_path / "contract.yaml"
     spec.write_text(FLOW)
 
     async def main() -> None:
         registry = Registry(tools={"remind": lambda call: "sent"})
-        async with LocalHost(tmp_path / "contract.db", registry=registry) as local:
+        async with LocalHost(local_db, registry=registry) as local:
             host: Host = local
             for i, customer in enumerate(["acme", "zeta", "acme"]):
                 await host.start(spec, None, f"c-{i}", metadata={"customer": customer})
@@ -142,7 +142,9 @@ steps:
 """
 
 
-def test_one_status_vocabulary_principals_parents_and_summaries(tmp_path: Path) -> None:
+def test_one_status_vocabulary_principals_parents_and_summaries(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """The contract's status words on the local host (flowcore's own, with
     ``budget-exhausted``), runs by principal and parent, and one run's summary."""
     (tmp_path / "contract.yaml").write_text(FLOW)
@@ -150,7 +152,7 @@ def test_one_status_vocabulary_principals_parents_and_summaries(tmp_path: Path) 
 
     async def main() -> None:
         registry = Registry(tools={"echo": lambda call: "ok", "remind": lambda call: "sent"})
-        async with LocalHost(tmp_path / "v.db", registry=registry) as local:
+        async with LocalHost(local_db, registry=registry) as local:
             host: Host = local
             spent = await host.start(CHAIN, None, "spent", principal="ana")
             top = await host.start(
@@ -203,7 +205,7 @@ def test_one_status_vocabulary_principals_parents_and_summaries(tmp_path: Path) 
     asyncio.run(main())
 
 
-def test_the_typed_failures_of_the_local_host(tmp_path: Path) -> None:
+def test_the_typed_failures_of_the_local_host(tmp_path: Path, local_db: Path | str) -> None:
     """Unknown runs and schedules, settled runs and cancels that change nothing are
     each one typed ``HostFailure`` (and a ``HostError``) with the message as before."""
     spec = tmp_path / "contract.yaml"
@@ -211,7 +213,7 @@ def test_the_typed_failures_of_the_local_host(tmp_path: Path) -> None:
 
     async def main() -> None:
         registry = Registry(tools={"remind": lambda call: "sent"})
-        async with LocalHost(tmp_path / "t.db", registry=registry) as local:
+        async with LocalHost(local_db, registry=registry) as local:
             host: Host = local
             for call in (
                 host.summary("ghost"),

@@ -47,7 +47,7 @@ def registry() -> Registry:
     return Registry(tools={"quote": lambda call: {"total": call.input["amount"]}})
 
 
-def on_host(db: Path, body: Callable[[LocalHost], Awaitable[T]]) -> T:
+def on_host(db: Path | str, body: Callable[[LocalHost], Awaitable[T]]) -> T:
     async def main() -> T:
         async with LocalHost(db, registry=registry()) as host:
             return await body(host)
@@ -81,8 +81,8 @@ async def ids(host: LocalHost, where: Any, status: str | None = None) -> list[st
     return [r.run_id for r in await host.runs(status, where=where)]
 
 
-def test_runs_are_listed_by_their_metadata(tmp_path: Path) -> None:
-    db = tmp_path / "meta.db"
+def test_runs_are_listed_by_their_metadata(tmp_path: Path, local_db: Path | str) -> None:
+    db = local_db
 
     async def body(host: LocalHost) -> dict[str, list[str]]:
         await start_all(host, settle=False)
@@ -128,6 +128,7 @@ def test_runs_are_listed_by_their_metadata(tmp_path: Path) -> None:
     }
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_the_index_holds_the_current_values_and_survives_a_reopen(tmp_path: Path) -> None:
     db = tmp_path / "meta.db"
     on_host(db, lambda host: start_all(host, settle=False))
@@ -161,6 +162,7 @@ def test_the_index_holds_the_current_values_and_survives_a_reopen(tmp_path: Path
     ]
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_metadata_rows_are_written_only_when_the_metadata_changed(tmp_path: Path) -> None:
     """The store is the hot path: an event that leaves the metadata as it was writes
     no metadata row; the one that changes it replaces the run's rows in its own
@@ -180,13 +182,15 @@ steps:
         written: list[list[str]] = []
         await host.start(spec, None, "w", metadata={"stage": "one"})
         statements: list[str] = []
-        host.store.conn.set_trace_callback(statements.append)
+        conn = host.store.conn
+        assert isinstance(conn, sqlite3.Connection)  # SQLite's statement trace
+        conn.set_trace_callback(statements.append)
         for _ in range(3):
             statements.clear()
             await host.signal("w", "go")
             await until_waiting(host, "w")
             written.append([s.split()[0] for s in statements if "run_metadata" in s])
-        host.store.conn.set_trace_callback(None)
+        conn.set_trace_callback(None)
         return written
 
     assert on_host(db, body) == [[], ["DELETE", "INSERT"], []]
@@ -194,8 +198,10 @@ steps:
         assert conn.execute("SELECT name, value FROM run_metadata").fetchall() == [("stage", "two")]
 
 
-def test_bad_metadata_and_filters_are_typed_errors_and_write_nothing(tmp_path: Path) -> None:
-    db = tmp_path / "meta.db"
+def test_bad_metadata_and_filters_are_typed_errors_and_write_nothing(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
 
     async def body(host: LocalHost) -> list[str]:
         errors = []
@@ -216,6 +222,7 @@ def test_bad_metadata_and_filters_are_typed_errors_and_write_nothing(tmp_path: P
     ]
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_run_without_metadata_writes_no_metadata_rows(tmp_path: Path) -> None:
     db = tmp_path / "plain.db"
     spec = (
@@ -244,6 +251,8 @@ TOOLS = {"quote": quote}
 """
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_the_cli_starts_lists_and_shows_by_metadata(tmp_path: Path) -> None:
     spec = tmp_path / "orders.yaml"
     spec.write_text(ORDERS)
@@ -303,12 +312,12 @@ def test_the_cli_starts_lists_and_shows_by_metadata(tmp_path: Path) -> None:
     }
 
 
-def test_a_resume_rewinds_the_index_with_the_run(tmp_path: Path) -> None:
+def test_a_resume_rewinds_the_index_with_the_run(tmp_path: Path, local_db: Path | str) -> None:
     """The event that failed the run had changed its metadata; the rewound run holds,
     and the index lists it by, the metadata from before that event."""
     from flowcore_handlers import HandlerError
 
-    db = tmp_path / "resume.db"
+    db = local_db
     spec = """
 flow: flaky
 metadata: {stage: string}

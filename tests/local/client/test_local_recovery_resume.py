@@ -46,7 +46,7 @@ def slow(call):
 FAILING_TABLE = 'TOOLS = {{"echo": echo, "charge": down, "slow": slow}}\n'
 
 
-def run(db: Path, body: Any, **options: Any) -> Any:
+def run(db: Path | str, body: Any, **options: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, **options) as host:
             return await body(host)
@@ -58,7 +58,9 @@ def replays(records: list[flowcore.Record], spec: str) -> str:
     return flowcore.replay(records, flowcore.parse_flow(spec)).status
 
 
-def test_a_failed_run_resumes_from_its_failed_step_with_new_handlers(tmp_path: Path) -> None:
+def test_a_failed_run_resumes_from_its_failed_step_with_new_handlers(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     v1 = tools_file(tmp_path, "v1_tools", JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n')
     v2 = tools_file(tmp_path, "v2_tools", FIXED)
 
@@ -79,7 +81,7 @@ def test_a_failed_run_resumes_from_its_failed_step_with_new_handlers(tmp_path: P
             (await host.show(rid)),
         )
 
-    failed, before, resumed, done, records, archived, info = run(tmp_path / "r.db", body)
+    failed, before, resumed, done, records, archived, info = run(local_db, body)
     assert (failed.status, failed.error["type"]) == ("failed", "down")
     assert (resumed.status, resumed.error, resumed.tools) == ("running", None, str(v2.resolve()))
     assert (done.status, done.output) == ("completed", {"b": {"echo": 2}, "c": {"echo": 3}})
@@ -102,7 +104,9 @@ def test_a_failed_run_resumes_from_its_failed_step_with_new_handlers(tmp_path: P
     assert (resume["toolsBefore"], resume["toolsAfter"]) == (str(v1.resolve()), str(v2.resolve()))
 
 
-def test_a_run_failed_by_its_tools_module_resumes_once_the_module_loads(tmp_path: Path) -> None:
+def test_a_run_failed_by_its_tools_module_resumes_once_the_module_loads(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     broken = tools_file(tmp_path, "broken_tools", "raise ImportError('missing dependency')\n")
     fixed = tools_file(tmp_path, "fixed_tools", FIXED)
 
@@ -114,7 +118,7 @@ def test_a_run_failed_by_its_tools_module_resumes_once_the_module_loads(tmp_path
         await host.resume(rid, tools=str(fixed))
         return failed, str(still_broken.value), await settle(host, rid), await host.records(rid)
 
-    failed, refused, row, records = run(tmp_path / "m.db", body)
+    failed, refused, row, records = run(local_db, body)
     assert failed.error["type"] == "tools-module-error"
     assert refused == (
         f"cannot resume run 't': cannot import tools module '{broken.resolve()}':"
@@ -125,7 +129,9 @@ def test_a_run_failed_by_its_tools_module_resumes_once_the_module_loads(tmp_path
     assert replays(records, PAY) == "completed"
 
 
-def test_readonly_work_in_flight_when_the_run_failed_runs_again(tmp_path: Path) -> None:
+def test_readonly_work_in_flight_when_the_run_failed_runs_again(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     spec = """
 flow: both
 tools: {charge: {}, slow: {class: readonly}}
@@ -146,14 +152,16 @@ output: "${steps.all.output}"
         await host.resume(rid, tools=str(v2))
         return failed, await settle(host, rid), await host.records(rid)
 
-    failed, row, records = run(tmp_path / "p.db", body)
+    failed, row, records = run(local_db, body)
     assert failed.error["type"] == "down"
     assert (row.status, row.output) == ("completed", {"x": {"echo": None}, "y": {"echo": None}})
     assert journal(tmp_path) == {"b/x#1": 2, "b/y#1": 2}  # both ran again: y is readonly
     assert replays(records, spec) == "completed"
 
 
-def test_a_failed_child_run_is_resumed_with_its_parent(tmp_path: Path) -> None:
+def test_a_failed_child_run_is_resumed_with_its_parent(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     v1 = tools_file(tmp_path, "v1_tools", JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n')
     v2 = tools_file(tmp_path, "v2_tools", FIXED)
     child = tmp_path / "pay.yaml"
@@ -186,9 +194,7 @@ output: "${steps.k.output}"
             await host.archived("p/k#1"),
         )
 
-    failed, kid_failed, refused, row, kid, records, kid_records, kid_archived = run(
-        tmp_path / "c.db", body
-    )
+    failed, kid_failed, refused, row, kid, records, kid_records, kid_archived = run(local_db, body)
     assert (failed.status, kid_failed.status) == ("failed", "failed")
     assert refused == (
         "cannot resume run 'p/k#1': it is a child run of 'p'; resume the root run 'p',"
@@ -202,7 +208,9 @@ output: "${steps.k.output}"
     assert [r.type for _, r in kid_archived] == ["event.reported", "effect.emitted", "run.settled"]
 
 
-def test_what_cannot_be_rewound_faithfully_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+def test_what_cannot_be_rewound_faithfully_is_refused_and_left_as_it_was(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     v1 = tools_file(tmp_path, "v1_tools", JOURNALED + SLOW + FAILING_TABLE)
     v2 = tools_file(tmp_path, "v2_tools", FIXED)
     lacking = tools_file(tmp_path, "lacking_tools", JOURNALED + 'TOOLS = {{"echo": echo}}\n')
@@ -271,7 +279,7 @@ steps:
         statuses = {rid: (await host.run(rid)).status for rid in before}
         return out, before == after, statuses
 
-    errors, unchanged, statuses = run(tmp_path / "x.db", body)
+    errors, unchanged, statuses = run(local_db, body)
     assert unchanged and set(statuses.values()) == {"failed"}
     assert errors["done v2_tools.py"] == (
         "cannot resume run 'done': it is completed; only a failed run resumes"
@@ -303,11 +311,13 @@ steps:
     assert errors["nope v2_tools.py"] == "no run 'nope' in the database"
 
 
-def test_work_whose_outcome_is_unknown_is_not_run_again(tmp_path: Path) -> None:
+def test_work_whose_outcome_is_unknown_is_not_run_again(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """An uncertain call lost with its worker fails with outcome-unknown: it may have run."""
     v2 = tools_file(tmp_path, "v2_tools", FIXED)
     spec = "flow: u\ntools: {charge: {}}\nsteps:\n  - {id: b, call_tool: {tool: charge}}\n"
-    db = tmp_path / "u.db"
+    db = local_db
     run(db, lambda host: host.start(spec, {}, "u", tools=str(v2)))
     assert dispatch_to_ghost(db) == ["u/b#1"]
 
@@ -327,6 +337,7 @@ def test_work_whose_outcome_is_unknown_is_not_run_again(tmp_path: Path) -> None:
     assert journal(tmp_path) == {}  # the ghost never ran it, and nobody ran it since
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_resume_is_one_transaction_and_the_database_holds_the_archive(tmp_path: Path) -> None:
     v1 = tools_file(tmp_path, "v1_tools", JOURNALED + 'TOOLS = {{"echo": echo, "charge": down}}\n')
     v2 = tools_file(tmp_path, "v2_tools", FIXED)

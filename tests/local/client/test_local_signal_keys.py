@@ -49,8 +49,10 @@ def received(records: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def test_cli_keyed_signals_reach_only_the_runs_waiting_with_that_key(tmp_path: Path) -> None:
-    db = str(tmp_path / "orders.db")
+def test_cli_keyed_signals_reach_only_the_runs_waiting_with_that_key(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = str(local_db)
     spec = tmp_path / "order.yaml"
     spec.write_text(ORDER)
     for order in ("A", "B"):
@@ -73,9 +75,11 @@ def test_cli_keyed_signals_reach_only_the_runs_waiting_with_that_key(tmp_path: P
         assert info["output"] == {"amount": amount}
 
 
-def test_api_keyed_signal_goes_to_every_run_waiting_with_that_key(tmp_path: Path) -> None:
+def test_api_keyed_signal_goes_to_every_run_waiting_with_that_key(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with LocalHost(tmp_path / "k.db") as host:
+        async with LocalHost(local_db) as host:
             for run, order in (("x1", "same"), ("x2", "same"), ("y", "other")):
                 await host.start(ORDER, {"order": order}, run)
             assert await host.signal_key("payment", "order-same", "paid") == ["x1", "x2"]
@@ -92,9 +96,9 @@ def test_api_keyed_signal_goes_to_every_run_waiting_with_that_key(tmp_path: Path
     asyncio.run(main())
 
 
-def test_a_run_signals_another_run_once(tmp_path: Path) -> None:
+def test_a_run_signals_another_run_once(tmp_path: Path, local_db: Path | str) -> None:
     async def main() -> None:
-        async with LocalHost(tmp_path / "s.db") as host:
+        async with LocalHost(local_db) as host:
             await host.start(ORDER, {"order": 7}, "receiver")
             await host.start(SENDER, {"to": "receiver", "amount": 30, "order": 7}, "sender")
             row = await settle(host, "sender")
@@ -115,13 +119,13 @@ def test_a_run_signals_another_run_once(tmp_path: Path) -> None:
 
 
 def test_a_crash_while_delivering_delivers_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, local_db: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The worker dies after the signal was applied to the receiver and before
     the sender's answer was written: that transaction never commits, so the
     next worker delivers it once, and answers it. (The death is a BaseException:
     an ordinary exception in one run's delivery is contained by the worker.)"""
-    db = tmp_path / "crash.db"
+    db = local_db
     real_apply = Store.apply
 
     class Died(BaseException):
@@ -155,7 +159,7 @@ def test_a_crash_while_delivering_delivers_once(
 
 
 def test_an_error_while_delivering_fails_that_sender_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, local_db: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ordinary exception while delivering one run's signal-run does not stop the
     worker: the delivery is rolled back (the receiver got nothing), the sender's step
@@ -168,7 +172,7 @@ def test_an_error_while_delivering_fails_that_sender_alone(
         return real_apply(self, run_id, event, now)
 
     async def main() -> dict[str, Any]:
-        async with LocalHost(tmp_path / "runs.db") as host:
+        async with LocalHost(local_db) as host:
             await host.start(ORDER, {"order": 1}, "receiver")
             await host.start(ORDER, {"order": 2}, "other-receiver")
             await host.start(SENDER, {"to": "receiver", "amount": 5, "order": 1}, "sender")

@@ -28,9 +28,9 @@ output: "${input}"
 REGISTRY = Registry(tools={"remind": lambda call: None})
 
 
-def in_host(tmp_path: Path, body: Any) -> Any:
+def in_host(db: Path | str, body: Any) -> Any:
     async def main() -> Any:
-        async with LocalHost(tmp_path / "runs.db", registry=REGISTRY) as host:
+        async with LocalHost(db, registry=REGISTRY) as host:
             return await body(host)
 
     return asyncio.run(main())
@@ -42,7 +42,9 @@ def spec(tmp_path: Path) -> Path:
     return path
 
 
-def test_on_conflict_refuses_by_default_or_uses_the_existing_run(tmp_path: Path) -> None:
+def test_on_conflict_refuses_by_default_or_uses_the_existing_run(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     path = spec(tmp_path)
 
     async def body(host: LocalHost) -> None:
@@ -62,10 +64,10 @@ def test_on_conflict_refuses_by_default_or_uses_the_existing_run(tmp_path: Path)
             await host.start(path, 1, "s", on_conflict="ignore")
         assert [r.run_id for r in await host.runs()] == ["r"]
 
-    in_host(tmp_path, body)
+    in_host(local_db, body)
 
 
-def test_a_cancel_that_changes_nothing_writes_nothing(tmp_path: Path) -> None:
+def test_a_cancel_that_changes_nothing_writes_nothing(tmp_path: Path, local_db: Path | str) -> None:
     path = spec(tmp_path)
 
     async def body(host: LocalHost) -> None:
@@ -89,7 +91,7 @@ def test_a_cancel_that_changes_nothing_writes_nothing(tmp_path: Path) -> None:
         assert await host.cancel_scheduled("r", sid) is False
         assert await host.records("r") == logged
 
-    in_host(tmp_path, body)
+    in_host(local_db, body)
 
 
 def fc(*args: str) -> subprocess.CompletedProcess[str]:

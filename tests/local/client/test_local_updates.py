@@ -49,10 +49,10 @@ output: done
 """
 
 
-def host_of(tmp_path: Path) -> LocalHost:
+def host_of(tmp_path: Path, db: Path | str) -> LocalHost:
     body = JOURNALED + '\nTOOLS = {{"echo": echo, "down": down}}\n'
     tools = tools_file(tmp_path, "upd_tools", body)
-    return LocalHost(tmp_path / "u.db", tools=str(tools))
+    return LocalHost(db, tools=str(tools))
 
 
 async def count(host: LocalHost, run_id: str) -> int:
@@ -89,9 +89,9 @@ async def until_ended(host: LocalHost, run_id: str, update_id: str) -> UpdateOut
     return await host.update_result(run_id, update_id)
 
 
-def test_a_refused_update_logs_nothing_and_says_why(tmp_path: Path) -> None:
+def test_a_refused_update_logs_nothing_and_says_why(tmp_path: Path, local_db: Path | str) -> None:
     async def main() -> None:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.start(FLOW, {}, "r")
             before = await count(host, "r")
             for name, given, code in (
@@ -115,9 +115,10 @@ def test_a_refused_update_logs_nothing_and_says_why(tmp_path: Path) -> None:
 
 def test_no_wait_then_result_after_a_restart_and_a_repeated_id_runs_nothing(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     async def first() -> tuple[UpdateOutcome, UpdateOutcome]:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.start(FLOW, {}, "r")
             accepted = await host.update("r", "ask", {"by": "bob"}, "u1", wait=False)
             await answer_open(host, "r")
@@ -129,7 +130,7 @@ def test_no_wait_then_result_after_a_restart_and_a_repeated_id_runs_nothing(
     assert done.status == "completed" and done.output == reply
 
     async def again() -> tuple[UpdateOutcome, UpdateOutcome, int, int]:
-        async with host_of(tmp_path) as host:  # a new host on the same file: a restart
+        async with host_of(tmp_path, local_db) as host:  # a new host on the same file: a restart
             before = await count(host, "r")
             result = await host.update_result("r", "u1")
             repeated = await host.update("r", "ask", {"by": "someone else"}, "u1")
@@ -141,19 +142,21 @@ def test_no_wait_then_result_after_a_restart_and_a_repeated_id_runs_nothing(
     assert journal(tmp_path) == {"r/~update-1/e#1": 1}
 
     async def settled() -> UpdateOutcome:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.signal("r", "go")
             assert (await settle(host, "r")).status == "completed"
-        async with host_of(tmp_path) as host:  # read from the settled run's checkpoint
+        async with host_of(tmp_path, local_db) as host:  # read from the settled run's checkpoint
             return await host.update("r", "ask", {"by": "bob"}, "u1")
 
     assert asyncio.run(settled()) == done
     assert journal(tmp_path) == {"r/~update-1/e#1": 1}
 
 
-def test_a_waiting_caller_gets_the_reply_and_a_timeout_answers_running(tmp_path: Path) -> None:
+def test_a_waiting_caller_gets_the_reply_and_a_timeout_answers_running(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> tuple[UpdateOutcome, UpdateOutcome, UpdateOutcome]:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.start(FLOW, {}, "r")
             timed = await host.update("r", "ask", {"by": "bob"}, "u1", timeout_s=0.05)
             waiting = asyncio.create_task(host.update_result("r", "u1", wait=True))
@@ -176,9 +179,11 @@ def test_a_waiting_caller_gets_the_reply_and_a_timeout_answers_running(tmp_path:
     assert len(quick.update_id) == 32  # made by the host: a uuid4's hex
 
 
-def test_a_failed_handler_fails_the_update_not_the_run(tmp_path: Path) -> None:
+def test_a_failed_handler_fails_the_update_not_the_run(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> tuple[UpdateOutcome, str]:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.start(FLOW, {}, "r")
             await host.update("r", "boom", None, "b1", wait=False)
             outcome = await until_ended(host, "r", "b1")
@@ -190,9 +195,9 @@ def test_a_failed_handler_fails_the_update_not_the_run(tmp_path: Path) -> None:
     assert status == "running"
 
 
-def test_a_cancel_abandons_a_waiting_update(tmp_path: Path) -> None:
+def test_a_cancel_abandons_a_waiting_update(tmp_path: Path, local_db: Path | str) -> None:
     async def main() -> tuple[UpdateOutcome, Any]:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.start(FLOW, {}, "r")
             waiting = asyncio.create_task(host.update("r", "ask", {"by": "bob"}, "u1"))
             await question_opened(host, "r")
@@ -232,9 +237,10 @@ steps:
 
 def test_a_continue_as_new_abandons_a_waiting_update_and_opens_a_fresh_window(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     async def main() -> tuple[UpdateOutcome, UpdateOutcome]:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.start(AGAIN, {}, "c")
             waiting = asyncio.create_task(host.update("c", "ask", None, "u1"))
             await question_opened(host, "c")
@@ -252,9 +258,11 @@ def test_a_continue_as_new_abandons_a_waiting_update_and_opens_a_fresh_window(
     assert again.status == "running"
 
 
-def test_update_with_start_on_a_new_and_an_existing_run_and_refuse(tmp_path: Path) -> None:
+def test_update_with_start_on_a_new_and_an_existing_run_and_refuse(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             first = await host.update_with_start(FLOW, {}, "w", "quick", "a", "q1")
             assert first.status == "completed" and first.output == "a"
             assert (await host.run("w")).status == "running"
@@ -278,9 +286,11 @@ def test_update_with_start_on_a_new_and_an_existing_run_and_refuse(tmp_path: Pat
     asyncio.run(main())
 
 
-def test_signal_with_start_starts_or_signals_in_one_write(tmp_path: Path) -> None:
+def test_signal_with_start_starts_or_signals_in_one_write(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             assert await host.signal_with_start(FLOW, {}, "s", "go", {"n": 1}) == "s"
             assert (await settle(host, "s")).output == "done"
             with pytest.raises(HostError, match="never waits for signal 'nope'"):
@@ -296,9 +306,11 @@ def test_signal_with_start_starts_or_signals_in_one_write(tmp_path: Path) -> Non
     asyncio.run(main())
 
 
-def test_queries_read_running_and_settled_runs_and_write_nothing(tmp_path: Path) -> None:
+def test_queries_read_running_and_settled_runs_and_write_nothing(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> None:
-        async with host_of(tmp_path) as host:
+        async with host_of(tmp_path, local_db) as host:
             await host.start(FLOW, {}, "r")
             await host.update("r", "quick", 7, "q1")
             before = await count(host, "r")

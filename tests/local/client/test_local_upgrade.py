@@ -60,7 +60,9 @@ TOOLS = {{"gate": gate, "echo": echo}}
 )
 
 
-def setup(tmp_path: Path, gate_open: bool = True) -> tuple[Path, Path, Path, Path, Path]:
+def setup(
+    tmp_path: Path, db: Path | str, gate_open: bool = True
+) -> tuple[Path, Path | str, Path, Path, Path]:
     """The tools module, the database and the three specs' files."""
     tools = tools_file(tmp_path, "order_tools", TOOLS)
     if gate_open:
@@ -71,7 +73,7 @@ def setup(tmp_path: Path, gate_open: bool = True) -> tuple[Path, Path, Path, Pat
         path = tmp_path / name / "order.yaml"
         path.write_text(text)
         specs.append(path)
-    return tools, tmp_path / "o.db", specs[0], specs[1], specs[2]
+    return tools, db, specs[0], specs[1], specs[2]
 
 
 async def waiting_for_approval(host: LocalHost, run_id: str) -> bool:
@@ -86,8 +88,10 @@ async def poll(check: object, timeout: float = 60) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_upgrade_while_a_worker_runs_the_run_then_it_runs_the_new_step(tmp_path: Path) -> None:
-    tools, db, v1, v2, _ = setup(tmp_path, gate_open=False)
+def test_upgrade_while_a_worker_runs_the_run_then_it_runs_the_new_step(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    tools, db, v1, v2, _ = setup(tmp_path, local_db, gate_open=False)
     v1_flow, v2_flow = flowcore.parse_flow(V1), flowcore.parse_flow(V2)
 
     async def main() -> None:
@@ -134,8 +138,8 @@ async def _settled(host: LocalHost, run_id: str) -> bool:
     return (await host.run(run_id)).status != "running"
 
 
-def test_a_refused_upgrade_leaves_the_run_as_it_was(tmp_path: Path) -> None:
-    tools, db, v1, v2, v2_bad = setup(tmp_path)
+def test_a_refused_upgrade_leaves_the_run_as_it_was(tmp_path: Path, local_db: Path | str) -> None:
+    tools, db, v1, v2, v2_bad = setup(tmp_path, local_db)
 
     async def main() -> None:
         async with LocalHost(db, str(tools)) as host:
@@ -182,8 +186,10 @@ def test_a_refused_upgrade_leaves_the_run_as_it_was(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_the_upgrade_command(tmp_path: Path) -> None:
-    tools, db, v1, v2, v2_bad = setup(tmp_path)
+    tools, db, v1, v2, v2_bad = setup(tmp_path, tmp_path / "cli.db")
     d = ["--db", str(db)]
     ok("run", str(v1), "--tools", str(tools), "--run-id", "o-1", "--detach", *d)
     ok("run", str(v1), "--tools", str(tools), "--run-id", "o-2", "--detach", *d)
@@ -244,7 +250,7 @@ def test_the_upgrade_command(tmp_path: Path) -> None:
     assert "broken.yaml" in bad("upgrade", "o-1", "--to", str(broken), *d)
 
 
-def _wait_shown(db: Path, run_id: str, done: object, timeout: float = 120) -> None:
+def _wait_shown(db: Path | str, run_id: str, done: object, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while True:
         info = json.loads(ok("show", run_id, "--json", "--db", str(db)))

@@ -46,9 +46,9 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
     return kid, parent
 
 
-def in_host(tmp_path: Path, body: Any) -> Any:
+def in_host(db: Path | str, body: Any) -> Any:
     async def main() -> Any:
-        async with LocalHost(tmp_path / "runs.db", registry=REGISTRY) as host:
+        async with LocalHost(db, registry=REGISTRY) as host:
             return await body(host)
 
     return asyncio.run(main())
@@ -56,7 +56,7 @@ def in_host(tmp_path: Path, body: Any) -> Any:
 
 @pytest.mark.parametrize("run_id", ["X2/child#1", "a/b", "a#1", "/", "#"])
 def test_a_child_shaped_id_is_refused_before_anything_is_written(
-    tmp_path: Path, run_id: str
+    tmp_path: Path, local_db: Path | str, run_id: str
 ) -> None:
     kid, _ = files(tmp_path)
 
@@ -68,10 +68,10 @@ def test_a_child_shaped_id_is_refused_before_anything_is_written(
         assert "'/' and '#' are reserved" in str(caught.value)
         assert await host.runs() == []
 
-    in_host(tmp_path, body)
+    in_host(local_db, body)
 
 
-def test_a_fork_may_not_take_a_child_runs_id_either(tmp_path: Path) -> None:
+def test_a_fork_may_not_take_a_child_runs_id_either(tmp_path: Path, local_db: Path | str) -> None:
     kid, _ = files(tmp_path)
 
     async def body(host: LocalHost) -> None:
@@ -81,16 +81,16 @@ def test_a_fork_may_not_take_a_child_runs_id_either(tmp_path: Path) -> None:
             await host.fork("src", at=1, new_run_id="X2/child#1")
         assert [r.run_id for r in await host.runs()] == ["src"]
 
-    in_host(tmp_path, body)
+    in_host(local_db, body)
 
 
-def test_an_id_without_them_starts_as_before(tmp_path: Path) -> None:
+def test_an_id_without_them_starts_as_before(tmp_path: Path, local_db: Path | str) -> None:
     kid, _ = files(tmp_path)
 
     async def body(host: LocalHost) -> None:
         assert await host.start(kid, 1, "X2-child.1@a") == "X2-child.1@a"
 
-    in_host(tmp_path, body)
+    in_host(local_db, body)
 
 
 def plant(host: LocalHost, kid: Path, run_id: str, input: Any, budget: Any = None) -> None:
@@ -105,7 +105,7 @@ def plant(host: LocalHost, kid: Path, run_id: str, input: Any, budget: Any = Non
 
 @pytest.mark.parametrize("same_options", [False, True], ids=["other-options", "child-options"])
 def test_a_run_holding_a_childs_id_fails_that_parent_and_nothing_else(
-    tmp_path: Path, same_options: bool
+    tmp_path: Path, local_db: Path | str, same_options: bool
 ) -> None:
     """The scenario: bob's run is ``X2/child#1``; alice's parent ``X2`` then wants
     that child. With other options the worker used to die (``already exists with a
@@ -135,7 +135,7 @@ def test_a_run_holding_a_childs_id_fails_that_parent_and_nothing_else(
             "children": await host.children(alice),
         }
 
-    got = in_host(tmp_path, body)
+    got = in_host(local_db, body)
     assert got["other"].status == "completed"
     assert got["other"].output == {"echo": 3}
     alice = got["alice"]
@@ -147,7 +147,7 @@ def test_a_run_holding_a_childs_id_fails_that_parent_and_nothing_else(
 
 
 def test_an_error_starting_one_child_fails_that_run_and_the_worker_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, local_db: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Anything unforeseen while starting one run's child (here the store raises)
     fails that effect with ``host-error`` and why; the other runs go on."""
@@ -172,7 +172,7 @@ def test_an_error_starting_one_child_fails_that_run_and_the_worker_goes_on(
         await work_until(host, settled)
         return {"alice": await host.run(alice), "other": await host.run(other)}
 
-    got = in_host(tmp_path, body)
+    got = in_host(local_db, body)
     assert got["other"].status == "completed"
     assert got["alice"].status == "failed"
     assert got["alice"].error["type"] == "host-error"
@@ -180,7 +180,7 @@ def test_an_error_starting_one_child_fails_that_run_and_the_worker_goes_on(
 
 
 def test_an_effect_that_cannot_even_fail_is_parked_with_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, local_db: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When the failed effect cannot be applied either, the effect is parked in the
     dead letters with the reason (``show``), and the worker goes on with the others."""
@@ -218,7 +218,7 @@ def test_an_effect_that_cannot_even_fail_is_parked_with_why(
         monkeypatch.undo()
         return {"other": await host.run(other), "show": await host.show(alice)}
 
-    got = in_host(tmp_path, body)
+    got = in_host(local_db, body)
     assert got["other"].status == "completed"
     shown = got["show"]
     assert shown["status"] == "running"
@@ -229,7 +229,9 @@ def test_an_effect_that_cannot_even_fail_is_parked_with_why(
     assert shown["pending"] == []
 
 
-def test_a_string_naming_a_spec_file_is_read_as_that_file(tmp_path: Path) -> None:
+def test_a_string_naming_a_spec_file_is_read_as_that_file(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     kid, _ = files(tmp_path)
 
     async def body(host: LocalHost) -> None:
@@ -239,7 +241,7 @@ def test_a_string_naming_a_spec_file_is_read_as_that_file(tmp_path: Path) -> Non
             await host.start("reminders.yaml", 1)
         assert [r.run_id for r in await host.runs()] == ["by-name"]
 
-    in_host(tmp_path, body)
+    in_host(local_db, body)
 
 
 SAFE_CALL = """
@@ -259,12 +261,12 @@ steps:
 
 
 def test_a_recovery_that_raises_for_one_run_leaves_the_others_recovered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, local_db: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Work of a dead worker: the recovery of one run raising (its events cannot be
     applied) parks that run's effect, with why; the other run's work runs again."""
     registry = Registry(tools={"echo": lambda call: call.input, "charge": lambda call: "ok"})
-    db = tmp_path / "runs.db"
+    db = local_db
 
     async def begin() -> None:
         async with LocalHost(db, registry=registry) as host:

@@ -101,7 +101,7 @@ def bad(*args: str) -> str:
     return lines[0]
 
 
-def listed(db: Path, *args: str) -> dict[str, dict[str, Any]]:
+def listed(db: Path | str, *args: str) -> dict[str, dict[str, Any]]:
     rows = json.loads(ok("scheduled", "list", "--json", "--db", str(db), *args))
     return {row["id"]: row for row in rows}
 
@@ -113,11 +113,10 @@ def wait_for(what: Callable[[], bool], timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def started(tmp_path: Path, run_id: str = "r-1") -> tuple[Path, Path]:
+def started(tmp_path: Path, db: Path | str, run_id: str = "r-1") -> tuple[Path | str, Path]:
     spec = tmp_path / "flow.yaml"
     spec.write_text(SPEC)
     tools = tools_file(tmp_path, "remind_tools", TOOLS)
-    db = tmp_path / "s.db"
     ok(
         "run",
         str(spec),
@@ -134,8 +133,10 @@ def started(tmp_path: Path, run_id: str = "r-1") -> tuple[Path, Path]:
     return db, tools
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_every_scheduled_command_end_to_end(tmp_path: Path) -> None:
-    db, _ = started(tmp_path)
+    db, _ = started(tmp_path, tmp_path / "cli.db")
     d = str(db)
     rows = listed(db)
     assert list(rows) == ["r-1/nudge#1"]
@@ -249,8 +250,10 @@ def test_every_scheduled_command_end_to_end(tmp_path: Path) -> None:
     assert "scheduled-cancel-requested" in replayed and "re-derived identically" in replayed
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_the_list_spans_runs(tmp_path: Path) -> None:
-    db, tools = started(tmp_path, "a")
+    db, tools = started(tmp_path, tmp_path / "cli.db", "a")
     ok(
         "run",
         str(tmp_path / "flow.yaml"),
@@ -290,7 +293,7 @@ class Clock:
         return self.now
 
 
-def test_retention_on_the_hosts_clock(tmp_path: Path) -> None:
+def test_retention_on_the_hosts_clock(tmp_path: Path, local_db: Path | str) -> None:
     spec = tmp_path / "flow.yaml"
     spec.write_text(SPEC)
     tools = tools_file(tmp_path, "remind_tools", TOOLS)
@@ -299,7 +302,7 @@ def test_retention_on_the_hosts_clock(tmp_path: Path) -> None:
     async def main() -> None:
         retention = ScheduledRetention(per_run=3)
         async with LocalHost(
-            tmp_path / "r.db", str(tools), clock=clock, scheduled_retention=retention
+            local_db, str(tools), clock=clock, scheduled_retention=retention
         ) as host:
             await host.start(spec, {"who": "ana"}, run_id="r")
             ids = [await host.add_scheduled("r", "pager", {"n": n}, DAY) for n in range(2)]
@@ -348,14 +351,14 @@ def test_retention_on_the_hosts_clock(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_the_worker_applies_retention(tmp_path: Path) -> None:
+def test_the_worker_applies_retention(tmp_path: Path, local_db: Path | str) -> None:
     spec = tmp_path / "flow.yaml"
     spec.write_text(SPEC)
     tools = tools_file(tmp_path, "remind_tools", TOOLS)
     clock = Clock(5_000)
 
     async def main() -> None:
-        async with LocalHost(tmp_path / "w.db", str(tools), clock=clock) as host:
+        async with LocalHost(local_db, str(tools), clock=clock) as host:
             await host.start(spec, {"who": "ana"}, run_id="r")
             assert await host.cancel_scheduled("r", "nudge#1")
             assert [row.status for row in await host.scheduled()] == ["cancelled"]
@@ -370,7 +373,7 @@ def test_the_worker_applies_retention(tmp_path: Path) -> None:
 
 
 def test_bad_ids_and_values_are_refused_cleanly(tmp_path: Path) -> None:
-    db, _ = started(tmp_path)
+    db, _ = started(tmp_path, tmp_path / "s.db")
     d = str(db)
     assert "--input" in bad("scheduled", "add", "r-1", "pager", "--input", "{nope", "--db", d)
     assert "--keep-failed" in bad("worker", "--db", d, "--keep-failed", "a while")
@@ -384,8 +387,10 @@ def test_bad_ids_and_values_are_refused_cleanly(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_events_follow_shows_every_change(tmp_path: Path) -> None:
-    db, _ = started(tmp_path)
+    db, _ = started(tmp_path, tmp_path / "cli.db")
     d = str(db)
     follower = subprocess.Popen(
         [sys.executable, "-m", "flowcore_cli", "events", "r-1", "--follow", "--db", d],
@@ -438,7 +443,7 @@ def test_events_follow_shows_every_change(tmp_path: Path) -> None:
     [("idempotent", 3, "was issued 3 times without an answer"), ("uncertain", 1, "not safe")],
 )
 def test_an_interrupted_scheduled_call_is_tried_up_to_three_times(
-    tmp_path: Path, exec_class: str, starts: int, why: str
+    tmp_path: Path, local_db: Path | str, exec_class: str, starts: int, why: str
 ) -> None:
     env = dict(os.environ)
     env["FLOWCORE_TEST_JOURNAL"] = str(tmp_path / "journal.txt")
@@ -447,7 +452,7 @@ def test_an_interrupted_scheduled_call_is_tried_up_to_three_times(
         f"flow: deadly\ntools: {{crash: {{class: {exec_class}}}}}\n"
         "steps:\n  - {id: later, schedule: {tool: crash, delay_ms: 0, outlive_run: true}}\n"
     )
-    db = str(tmp_path / "crash.db")
+    db = str(local_db)
     ok(
         "run",
         str(spec),
@@ -470,7 +475,7 @@ def test_an_interrupted_scheduled_call_is_tried_up_to_three_times(
     assert kills == starts
     lines = (tmp_path / "journal.txt").read_text().splitlines()
     assert [line.split()[1] for line in lines] == ["k/later#1/call"] * starts
-    call = listed(Path(db))["k/later#1"]
+    call = listed(db)["k/later#1"]
     assert (call["status"], call["attempts"]) == ("uncertain", starts)
     assert call["error"]["type"] == "outcome-unknown" and why in call["error"]["message"]
     info = json.loads(ok("show", "k", "--json", "--db", db, env=env))
@@ -486,6 +491,7 @@ def test_an_interrupted_scheduled_call_is_tried_up_to_three_times(
 
 def test_a_scheduled_call_with_bad_arguments_fails_alone_and_the_run_goes_on(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """The seed's rule: arguments that fail the tool's input schema fail that
     call's run and nothing else."""
@@ -514,7 +520,7 @@ output: "${ {nudge: steps.nudge.output, tidy: steps.tidy.output} }"
     )
 
     async def main() -> Any:
-        async with LocalHost(tmp_path / "runs.db", registry=registry) as host:
+        async with LocalHost(local_db, registry=registry) as host:
             rid = await host.start(spec, {"who": 7}, "bad-1")
             await asyncio.wait_for(host.work(until_settled=rid), 30)
             return await host.run(rid), await host.scheduled(rid), await host.records(rid)

@@ -61,9 +61,11 @@ def _items(records: list[flowcore.Record]) -> list[tuple[int, str, Any]]:
     return [(r.index, r.type, r.data) for r in records]
 
 
-def test_sync_and_async_handlers_publish_in_order_under_their_step(tmp_path: Path) -> None:
+def test_sync_and_async_handlers_publish_in_order_under_their_step(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> tuple[Any, list[flowcore.Record], list[flowcore.Record]]:
-        async with LocalHost(tmp_path / "p.db", registry=REGISTRY) as host:
+        async with LocalHost(local_db, registry=REGISTRY) as host:
             rid = await host.start(TWO, None, "r")
             await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
             followed = [r async for r in host.progress(rid, follow=True)]
@@ -83,7 +85,9 @@ def test_sync_and_async_handlers_publish_in_order_under_their_step(tmp_path: Pat
     assert all(r.run_id == "r" for r in followed)
 
 
-def test_a_follower_sees_items_live_while_the_handler_still_runs(tmp_path: Path) -> None:
+def test_a_follower_sees_items_live_while_the_handler_still_runs(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     release = threading.Event()
 
     def slow(call: CallTool) -> Any:
@@ -97,7 +101,7 @@ def test_a_follower_sees_items_live_while_the_handler_still_runs(tmp_path: Path)
     )
 
     async def main() -> list[Any]:
-        async with LocalHost(tmp_path / "l.db", registry=Registry(tools={"slow": slow})) as host:
+        async with LocalHost(local_db, registry=Registry(tools={"slow": slow})) as host:
             rid = await host.start(spec, None, "r")
             worker = asyncio.create_task(host.work(until_settled=rid))
             seen: list[Any] = []
@@ -112,11 +116,13 @@ def test_a_follower_sees_items_live_while_the_handler_still_runs(tmp_path: Path)
     assert asyncio.run(main()) == ["first", "second"]
 
 
-def test_the_cap_drops_the_oldest_and_readers_are_told_the_gap(tmp_path: Path) -> None:
+def test_the_cap_drops_the_oldest_and_readers_are_told_the_gap(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     spec = _writes(9)
 
     async def main() -> tuple[list[flowcore.Record], list[flowcore.Record], list[flowcore.Record]]:
-        async with LocalHost(tmp_path / "c.db", registry=REGISTRY) as host:
+        async with LocalHost(local_db, registry=REGISTRY) as host:
             host.progress_cap = ProgressCap(items=4, bytes=1_000_000)
             rid = await host.start(spec, None, "r")
             await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
@@ -140,11 +146,13 @@ def test_the_cap_drops_the_oldest_and_readers_are_told_the_gap(tmp_path: Path) -
     assert past == []
 
 
-def test_the_byte_cap_keeps_the_newest_items_within_it(tmp_path: Path) -> None:
+def test_the_byte_cap_keeps_the_newest_items_within_it(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     spec = _writes(5)
 
     async def main() -> list[flowcore.Record]:
-        async with LocalHost(tmp_path / "b.db", registry=REGISTRY) as host:
+        async with LocalHost(local_db, registry=REGISTRY) as host:
             # "chunk 0" is 9 bytes as JSON; {"done":true,"of":5} is 20: 20 + 9 fit in 30.
             host.progress_cap = ProgressCap(items=100, bytes=30)
             rid = await host.start(spec, None, "r")
@@ -166,9 +174,11 @@ def test_a_cap_must_be_positive() -> None:
         ProgressCap(bytes=-1)
 
 
-def test_progress_is_deleted_with_the_run_and_the_log_does_not_hold_it(tmp_path: Path) -> None:
+def test_progress_is_deleted_with_the_run_and_the_log_does_not_hold_it(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def main() -> tuple[list[str], int]:
-        async with LocalHost(tmp_path / "d.db", registry=REGISTRY) as host:
+        async with LocalHost(local_db, registry=REGISTRY) as host:
             rid = await host.start(TWO, None, "r")
             await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
             types = [r.type for r in await host.records(rid)]
@@ -208,7 +218,9 @@ def test_the_log_is_the_same_with_or_without_publishing(tmp_path: Path) -> None:
     assert asyncio.run(log(quiet, "q.db")) == asyncio.run(log(loud, "l.db"))
 
 
-def test_bad_items_and_calls_outside_a_handler_raise_progress_error(tmp_path: Path) -> None:
+def test_bad_items_and_calls_outside_a_handler_raise_progress_error(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     with pytest.raises(ProgressError, match="outside a handler"):
         flowcore_handlers.publish("x")
     seen: list[str] = []
@@ -228,7 +240,7 @@ def test_bad_items_and_calls_outside_a_handler_raise_progress_error(tmp_path: Pa
     spec = "flow: b\ntools: {bad: {class: idempotent}}\nsteps: [{id: a, call_tool: {tool: bad}}]\n"
 
     async def main() -> list[flowcore.Record]:
-        async with LocalHost(tmp_path / "x.db", registry=Registry(tools={"bad": bad})) as host:
+        async with LocalHost(local_db, registry=Registry(tools={"bad": bad})) as host:
             rid = await host.start(spec, None, "r")
             await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
             return await host.progress_records(rid)
@@ -241,9 +253,9 @@ def test_bad_items_and_calls_outside_a_handler_raise_progress_error(tmp_path: Pa
 
 
 def test_the_command_prints_the_items_and_the_gap(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, local_db: Path | str, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    db = tmp_path / "cli.db"
+    db = local_db
 
     async def main() -> None:
         async with LocalHost(db, registry=REGISTRY) as host:
@@ -269,6 +281,7 @@ def test_the_command_prints_the_items_and_the_gap(
     assert "no run 'ghost'" in capfd.readouterr().err
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_a_database_of_the_schema_before_gets_the_progress_table_empty(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     conn = connect(db)
@@ -303,7 +316,7 @@ def test_a_handler_run_without_a_progress_sink_publishes_into_nothing() -> None:
     assert event.output == "checked"
 
 
-def test_a_handler_publishes_through_its_context(tmp_path: Path) -> None:
+def test_a_handler_publishes_through_its_context(tmp_path: Path, local_db: Path | str) -> None:
     """``context().publish`` adds to the same stream as ``flowcore_handlers.publish``."""
 
     def through_context(call: CallTool) -> Any:
@@ -314,7 +327,7 @@ def test_a_handler_publishes_through_its_context(tmp_path: Path) -> None:
 
     async def main() -> list[flowcore.Record]:
         registry = Registry(tools={"write": through_context})
-        async with LocalHost(tmp_path / "c.db", registry=registry) as host:
+        async with LocalHost(local_db, registry=registry) as host:
             rid = await host.start(_writes(1), None, "r")
             await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
             return [r async for r in host.progress(rid, follow=True)]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flowcore_cli.main import run as run_in_process
-from flowcore_local import DURABILITY, HostError, LocalHost, _base, _db
+from flowcore_local import DURABILITY, HostError, LocalHost, _db
 from flowcore_local._db import Durability
 
 SYNCHRONOUS = {"power-loss": 2, "process-crash": 1}  # SQLite's FULL and NORMAL
@@ -69,13 +69,14 @@ def test_the_worker_opens_its_database_in_the_mode_it_is_given(
     """The synchronous level in effect on the connection the command opens, not just its
     exit code: a command that ignored ``$FLOWCORE_DURABILITY`` would open at FULL."""
     levels: list[int] = []
+    real = _db.connect
 
     def connect(path: str | Path, durability: Durability = "power-loss") -> sqlite3.Connection:
-        conn = _db.connect(path, durability)
+        conn = real(path, durability)
         levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])
         return conn
 
-    monkeypatch.setattr(_base, "connect", connect)
+    monkeypatch.setattr(_db, "connect", connect)
     if env is None:
         monkeypatch.delenv("FLOWCORE_DURABILITY", raising=False)
     else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -25,22 +24,20 @@ import flowcore
 from flowcore import CallTool, SignalReceived
 from flowcore_handlers import HandlerThreads, Registry
 from flowcore_local import LocalHost
-from flowcore_local._db import connect
 from flowcore_local._store import CHECKPOINT_RECORDS, Conflict, Store
 
-from ..local_helpers import LOOP
+from ..local_helpers import LOOP, open_store, query
 
 
 def echo(call: CallTool) -> Any:
     return call.input
 
 
-def _saved(db: Path, run_id: str) -> tuple[int, int, int]:
-    with sqlite3.connect(db) as conn:
-        row = conn.execute(
-            "SELECT saved_index, next_index, version FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-    return row[0], row[1], row[2]
+def _saved(db: Path | str, run_id: str) -> tuple[int, int, int]:
+    ((saved, next_index, version),) = query(
+        db, "SELECT saved_index, next_index, version FROM runs WHERE run_id = ?", (run_id,)
+    )
+    return saved, next_index, version
 
 
 async def _work_until_waiting(host: LocalHost, run_id: str) -> None:
@@ -54,10 +51,11 @@ async def _work_until_waiting(host: LocalHost, run_id: str) -> None:
 
 def test_a_run_is_restored_from_its_checkpoint_and_the_events_logged_after_it(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """A second connection loads the run while the log holds events past its
     checkpoint; continued with the same event, both give the same effects."""
-    db = tmp_path / "j.db"
+    db = local_db
     signal = SignalReceived(signal="go", at_ms=10**12)
 
     async def main() -> Any:
@@ -66,7 +64,7 @@ def test_a_run_is_restored_from_its_checkpoint_and_the_events_logged_after_it(
             await _work_until_waiting(host, rid)
             saved = _saved(db, rid)
             mine = host.store.state(rid)
-            other = Store(connect(db), "other").load(rid).state
+            other = open_store(db, "other").load(rid).state
             return saved, mine, other
 
     (saved_index, next_index, _), mine, other = asyncio.run(main())
@@ -79,8 +77,8 @@ def test_a_run_is_restored_from_its_checkpoint_and_the_events_logged_after_it(
     assert [getattr(e, "idempotency_key", None) for e in ours.effects] == ["loop/last#1"]
 
 
-def test_closing_the_host_checkpoints_its_runs(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
+def test_closing_the_host_checkpoints_its_runs(tmp_path: Path, local_db: Path | str) -> None:
+    db = local_db
 
     async def main() -> tuple[int, int, int]:
         async with LocalHost(db, registry=Registry(tools={"echo": echo})) as host:
@@ -130,16 +128,17 @@ def _counting(store: Store) -> Iterator[list[BaseException]]:
 
 def test_a_planned_commit_overtaken_by_another_connection_is_applied_again(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """While signal ``a`` is planned, another connection applies ``b`` to the run:
     the plan is refused by the run's version and applied again on the new state."""
-    db = tmp_path / "p.db"
+    db = local_db
 
     async def main() -> Any:
         async with LocalHost(db) as host:
             rid = await host.start(WAIT_BOTH, {}, "both")
             store = host.store
-            other = Store(connect(db), "other")
+            other = open_store(db, "other")
             original = store.take_extra
             done: list[bool] = []
 
@@ -174,16 +173,17 @@ def test_a_planned_commit_overtaken_by_another_connection_is_applied_again(
 
 def test_a_plan_on_a_state_another_connection_changed_before_it_is_applied_again(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """Signal ``b`` is committed by another connection before the batch of ``a`` is
     planned: the cached state is used unverified, and the check under the lock
     refuses the plan even though nobody committed while it was made."""
-    db = tmp_path / "s.db"
+    db = local_db
 
     async def main() -> Any:
         async with LocalHost(db) as host:
             rid = await host.start(WAIT_BOTH, {}, "both")
-            other = Store(connect(db), "other")
+            other = open_store(db, "other")
             with other.tx():
                 other.apply(rid, SignalReceived(signal="b", at_ms=1), 1)
             loop = asyncio.get_running_loop()
@@ -201,8 +201,10 @@ def test_a_plan_on_a_state_another_connection_changed_before_it_is_applied_again
     assert signals == ["b", "a"]
 
 
-def test_without_another_writer_the_plan_is_written_as_planned(tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
+def test_without_another_writer_the_plan_is_written_as_planned(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
 
     async def main() -> Any:
         async with LocalHost(db) as host:
@@ -228,10 +230,12 @@ steps:
 """
 
 
-def test_two_workers_on_one_database_share_the_running_runs(tmp_path: Path) -> None:
+def test_two_workers_on_one_database_share_the_running_runs(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """Runs started before either works end up worked by both: the first takes
     them all, then lets runs go to its share once the second one is seen."""
-    db = tmp_path / "w.db"
+    db = local_db
     spec = SEQUENCE + "".join(
         f"  - {{id: s{i}, call_tool: {{tool: who, input: {i}}}}}\n" for i in range(40)
     )

@@ -44,14 +44,16 @@ def fast(call: CallTool) -> Any:
     return call.input
 
 
-async def _run(db: Path, spec: str, registry: Registry, **start: Any) -> Any:
+async def _run(db: Path | str, spec: str, registry: Registry, **start: Any) -> Any:
     async with LocalHost(db, registry=registry) as host:
         rid = await host.start(spec, None, "r", **start)
         await asyncio.wait_for(host.work(until_settled=rid), timeout=60)
         return await host.run(rid)
 
 
-def test_an_async_handler_of_a_losing_branch_is_cancelled(tmp_path: Path) -> None:
+def test_an_async_handler_of_a_losing_branch_is_cancelled(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     seen = Seen()
 
     async def slow(call: CallTool) -> Any:
@@ -68,12 +70,14 @@ def test_an_async_handler_of_a_losing_branch_is_cancelled(tmp_path: Path) -> Non
             await asyncio.sleep(0.01)
         return call.input if call.input is not None else "won"
 
-    row = asyncio.run(_run(tmp_path / "a.db", RACE, Registry(tools={"fast": quick, "slow": slow})))
+    row = asyncio.run(_run(local_db, RACE, Registry(tools={"fast": quick, "slow": slow})))
     assert (row.status, row.output) == ("completed", "cancelled")
     assert seen.events == ["cancelled, asked: True"]
 
 
-def test_a_sync_handler_sees_cancelled_and_its_result_is_not_used(tmp_path: Path) -> None:
+def test_a_sync_handler_sees_cancelled_and_its_result_is_not_used(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     seen = Seen()
 
     def slow(call: CallTool) -> Any:
@@ -88,7 +92,7 @@ def test_a_sync_handler_sees_cancelled_and_its_result_is_not_used(tmp_path: Path
         seen.started.wait(60)
         return call.input if call.input is not None else "won"
 
-    row = asyncio.run(_run(tmp_path / "s.db", RACE, Registry(tools={"fast": quick, "slow": slow})))
+    row = asyncio.run(_run(local_db, RACE, Registry(tools={"fast": quick, "slow": slow})))
     assert (row.status, row.output) == ("completed", "cancelled")
     for _ in range(600):  # the thread notices on its next look
         if seen.events:
@@ -97,7 +101,7 @@ def test_a_sync_handler_sees_cancelled_and_its_result_is_not_used(tmp_path: Path
     assert seen.events == ["stopped, asked: True"]
 
 
-def test_cancelling_a_run_cancels_its_running_work(tmp_path: Path) -> None:
+def test_cancelling_a_run_cancels_its_running_work(tmp_path: Path, local_db: Path | str) -> None:
     seen = Seen()
 
     async def slow(call: CallTool) -> Any:
@@ -112,7 +116,7 @@ def test_cancelling_a_run_cancels_its_running_work(tmp_path: Path) -> None:
     spec = "flow: c\ntools: {slow: {}}\nsteps:\n  - {id: s, call_tool: {tool: slow}}\n"
 
     async def main() -> Any:
-        async with LocalHost(tmp_path / "c.db", registry=Registry(tools={"slow": slow})) as host:
+        async with LocalHost(local_db, registry=Registry(tools={"slow": slow})) as host:
             rid = await host.start(spec, None, "c")
             worker = asyncio.create_task(host.work(until_settled=rid))
             while not seen.started.is_set():

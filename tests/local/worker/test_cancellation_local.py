@@ -7,7 +7,6 @@ the step ends only once the handler has stopped), or left to run to its end unto
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ import flowcore_handlers
 from flowcore import CallTool, Record
 from flowcore_handlers import Registry
 from flowcore_local import LocalHost
+
+from ..local_helpers import query
 
 
 def race(mode: str) -> str:
@@ -42,7 +43,7 @@ class World:
         self.started = asyncio.Event()
         self.release = asyncio.Event()  # lets an abandoned slow handler finish
         self.host: LocalHost | None = None
-        self.db: Path | None = None
+        self.db: Path | str | None = None
         self.outbox: list[str] = []  # the run's outbox rows while the cancelled one cleans up
 
     async def slow(self, call: CallTool) -> Any:
@@ -52,9 +53,9 @@ class World:
         except asyncio.CancelledError:
             self.seen.append("cancelled")
             assert self.db is not None
-            with sqlite3.connect(self.db) as db:  # what a worker's recovery would find now
-                rows = db.execute("SELECT key FROM outbox WHERE run_id = 'r' ORDER BY key")
-                self.outbox = [key for (key,) in rows]
+            # what a worker's recovery would find now
+            rows = query(self.db, "SELECT key FROM outbox WHERE run_id = 'r' ORDER BY key")
+            self.outbox = [key for (key,) in rows]
             for _ in range(5):  # some cleanup before it stops
                 await asyncio.sleep(0.02)
             self.seen.append("stopped")
@@ -86,7 +87,7 @@ def _of(record: Record, key: str) -> bool:
     return record.type == "event.reported" and data.get("idempotencyKey") == key
 
 
-async def _play(db: Path, mode: str) -> tuple[World, Any, list[Record]]:
+async def _play(db: Path | str, mode: str) -> tuple[World, Any, list[Record]]:
     world = World()
     async with LocalHost(db, registry=world.registry()) as host:
         world.host, world.db = host, db
@@ -107,8 +108,10 @@ def _order(records: list[Record]) -> list[str]:
     return out
 
 
-def test_try_cancel_cancels_the_handler_and_forgets_it(tmp_path: Path) -> None:
-    world, row, records = asyncio.run(_play(tmp_path / "t.db", "try_cancel"))
+def test_try_cancel_cancels_the_handler_and_forgets_it(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    world, row, records = asyncio.run(_play(local_db, "try_cancel"))
     assert (row.status, row.output) == (
         "completed",
         {"pick": {"quick": "won"}, "slow": "cancelled"},
@@ -120,8 +123,10 @@ def test_try_cancel_cancels_the_handler_and_forgets_it(tmp_path: Path) -> None:
     assert "cancellation" not in effect  # the default: the effect as it always was
 
 
-def test_wait_ends_the_step_only_once_the_handler_has_stopped(tmp_path: Path) -> None:
-    world, row, records = asyncio.run(_play(tmp_path / "w.db", "wait_cancellation_completed"))
+def test_wait_ends_the_step_only_once_the_handler_has_stopped(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    world, row, records = asyncio.run(_play(local_db, "wait_cancellation_completed"))
     assert (row.status, row.output) == (
         "completed",
         {"pick": {"quick": "won"}, "slow": "cancelled"},
@@ -138,8 +143,10 @@ def test_wait_ends_the_step_only_once_the_handler_has_stopped(tmp_path: Path) ->
     }
 
 
-def test_abandon_lets_the_handler_run_to_its_end_and_ignores_its_result(tmp_path: Path) -> None:
-    world, row, records = asyncio.run(_play(tmp_path / "a.db", "abandon"))
+def test_abandon_lets_the_handler_run_to_its_end_and_ignores_its_result(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    world, row, records = asyncio.run(_play(local_db, "abandon"))
     assert (row.status, row.output) == (
         "completed",
         {"pick": {"quick": "won"}, "slow": "cancelled"},

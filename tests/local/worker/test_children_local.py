@@ -48,12 +48,12 @@ output: "${{steps.first.output}}"
 REGISTRY = Registry(tools={"echo": lambda call: {"echo": call.input}})
 
 
-def run_host(tmp_path: Path, body: Any) -> Any:
+def run_host(tmp_path: Path, db: Path | str, body: Any) -> Any:
     kid = tmp_path / "kid.yaml"
     kid.write_text(KID)
 
     async def main() -> Any:
-        async with LocalHost(tmp_path / "runs.db", registry=REGISTRY) as host:
+        async with LocalHost(db, registry=REGISTRY) as host:
             return await body(host, [kid])
 
     return asyncio.run(main())
@@ -63,7 +63,9 @@ async def status(host: LocalHost, run_id: str) -> str:
     return (await host.run(run_id)).status
 
 
-def test_an_abandoned_child_runs_on_after_its_parent_settled(tmp_path: Path) -> None:
+def test_an_abandoned_child_runs_on_after_its_parent_settled(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def body(host: LocalHost, flows: list[Path]) -> Any:
         rid = await host.start(race("abandon"), None, "p", flows=flows)
         parent = await settle(host, rid)
@@ -72,7 +74,7 @@ def test_an_abandoned_child_runs_on_after_its_parent_settled(tmp_path: Path) -> 
         child = await settle(host, "p/child#1")
         return parent, child_then, child, await host.export(rid), await host.show(rid)
 
-    parent, child_then, child, log, info = run_host(tmp_path, body)
+    parent, child_then, child, log, info = run_host(tmp_path, local_db, body)
     assert (parent.status, parent.output) == ("completed", {"fast": {"echo": "fast"}})
     assert child_then.status == "running"  # not cancelled when the race was lost
     assert (child.status, child.output, child.parent_run) == ("completed", {"echo": "late"}, "p")
@@ -83,7 +85,9 @@ def test_an_abandoned_child_runs_on_after_its_parent_settled(tmp_path: Path) -> 
     assert flowcore.replay(records, flowcore.parse_flow(race("abandon"))).status == "completed"
 
 
-def test_a_waited_child_keeps_its_parent_from_settling_until_it_has(tmp_path: Path) -> None:
+def test_a_waited_child_keeps_its_parent_from_settling_until_it_has(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def body(host: LocalHost, flows: list[Path]) -> Any:
         rid = await host.start(race("wait"), None, "p", flows=flows)
 
@@ -97,7 +101,7 @@ def test_a_waited_child_keeps_its_parent_from_settling_until_it_has(tmp_path: Pa
         parent = await settle(host, rid)
         return waiting, parent, await host.run("p/child#1"), await host.export(rid)
 
-    (then, info), parent, child, log = run_host(tmp_path, body)
+    (then, info), parent, child, log = run_host(tmp_path, local_db, body)
     assert then == "running"
     assert [p["key"] for p in info["pending"]] == ["p/child#1"]
     assert (parent.status, parent.output) == ("completed", {"fast": {"echo": "fast"}})
@@ -120,7 +124,9 @@ output: "${steps.kick.output}"
 """
 
 
-def test_a_detached_child_outlives_its_cancelled_parent_and_its_deletion(tmp_path: Path) -> None:
+def test_a_detached_child_outlives_its_cancelled_parent_and_its_deletion(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     async def body(host: LocalHost, flows: list[Path]) -> Any:
         rid = await host.start(DETACHED, None, "p", flows=flows)
 
@@ -139,7 +145,9 @@ def test_a_detached_child_outlives_its_cancelled_parent_and_its_deletion(tmp_pat
         left = await host.run("p/kick#1")
         return parent, child_then, child, shown, deleted, left, await host.runs()
 
-    parent, child_then, child, (info, kid_info), deleted, left, runs = run_host(tmp_path, body)
+    parent, child_then, child, (info, kid_info), deleted, left, runs = run_host(
+        tmp_path, local_db, body
+    )
     assert parent.status == "cancelled"
     assert child_then.status == "running"  # the parent's cancel never reached it
     assert (child.status, child.output) == ("completed", {"echo": "on its own"})
@@ -153,6 +161,8 @@ def test_a_detached_child_outlives_its_cancelled_parent_and_its_deletion(tmp_pat
     assert [r.run_id for r in runs] == ["p/kick#1"]
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_the_cli_shows_where_a_detached_run_came_from_and_delete_leaves_it(
     tmp_path: Path,
 ) -> None:
@@ -188,6 +198,7 @@ WAIT_ONLY = "flow: parent\nsteps:\n  - {id: child, run_subflow: {flow: kid, pare
 
 def test_a_cancelled_parent_waits_for_its_child_and_a_second_cancel_stops_both(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     async def body(host: LocalHost, flows: list[Path]) -> Any:
         rid = await host.start(WAIT_ONLY, None, "p", flows=flows)
@@ -206,7 +217,7 @@ def test_a_cancelled_parent_waits_for_its_child_and_a_second_cancel_stops_both(
         child = await settle(host, "p/child#1")
         return after_first, parent, child
 
-    (parent_then, child_then), parent, child = run_host(tmp_path, body)
+    (parent_then, child_then), parent, child = run_host(tmp_path, local_db, body)
     assert (parent_then.status, child_then.status) == ("running", "running")
     assert parent.status == "cancelled" and parent.error["message"] == "second"
     assert (child.status, child.error["message"]) == (

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,8 @@ import flowcore
 from flowcore import CallTool
 from flowcore_handlers import Registry
 from flowcore_local import LocalHost
+
+from ..local_helpers import query
 
 CALLS: list[str] = []
 
@@ -64,7 +65,7 @@ output: "${[input.seen, [steps.take.output]][]}"
 """
 
 
-def run_host(db: Path, body: Any) -> Any:
+def run_host(db: Path | str, body: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, registry=REGISTRY) as host:
             return await body(host)
@@ -72,18 +73,15 @@ def run_host(db: Path, body: Any) -> Any:
     return asyncio.run(main())
 
 
-def log_rows(db: Path, run_id: str) -> list[tuple[int, str]]:
-    conn = sqlite3.connect(db)
-    try:
-        return list(
-            conn.execute("SELECT idx, type FROM log WHERE run_id = ? ORDER BY idx", (run_id,))
-        )
-    finally:
-        conn.close()
+def log_rows(db: Path | str, run_id: str) -> list[tuple[int, str]]:
+    rows = query(db, "SELECT idx, type FROM log WHERE run_id = ? ORDER BY idx", (run_id,))
+    return [(idx, type_) for idx, type_ in rows]
 
 
-def test_a_looping_run_keeps_a_bounded_log_and_replays(tmp_path: Path) -> None:
-    db = tmp_path / "loop.db"
+def test_a_looping_run_keeps_a_bounded_log_and_replays(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     CALLS.clear()
 
     async def body(host: LocalHost) -> Any:
@@ -110,8 +108,8 @@ def test_a_looping_run_keeps_a_bounded_log_and_replays(tmp_path: Path) -> None:
     assert report.status == "completed"
 
 
-def test_buffered_signals_carry_over_in_order(tmp_path: Path) -> None:
-    db = tmp_path / "signals.db"
+def test_buffered_signals_carry_over_in_order(tmp_path: Path, local_db: Path | str) -> None:
+    db = local_db
     notes = [f"n{i}" for i in range(8)]
 
     async def body(host: LocalHost) -> Any:
@@ -126,8 +124,10 @@ def test_buffered_signals_carry_over_in_order(tmp_path: Path) -> None:
     assert row.output == notes
 
 
-def test_signals_sent_while_the_run_continues_are_not_lost(tmp_path: Path) -> None:
-    db = tmp_path / "racing.db"
+def test_signals_sent_while_the_run_continues_are_not_lost(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     notes = [f"n{i}" for i in range(8)]
 
     async def body(host: LocalHost) -> Any:
@@ -147,8 +147,10 @@ def test_signals_sent_while_the_run_continues_are_not_lost(tmp_path: Path) -> No
     assert row.output == notes
 
 
-def test_a_restart_between_incarnations_resumes_the_current_one(tmp_path: Path) -> None:
-    db = tmp_path / "restart.db"
+def test_a_restart_between_incarnations_resumes_the_current_one(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
 
     async def first(host: LocalHost) -> Any:
         rid = await host.start(SIGNALS, {"seen": []}, "s-3")
@@ -200,8 +202,10 @@ output: "${run.incarnation}"
 """
 
 
-def test_a_scheduled_call_not_yet_due_fires_in_the_next_incarnation(tmp_path: Path) -> None:
-    db = tmp_path / "carry.db"
+def test_a_scheduled_call_not_yet_due_fires_in_the_next_incarnation(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     CALLS.clear()
 
     async def body(host: LocalHost) -> Any:
@@ -224,6 +228,8 @@ def test_a_scheduled_call_not_yet_due_fires_in_the_next_incarnation(tmp_path: Pa
     assert CALLS == ["c-1/later#1/call"]
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_the_cli_shows_the_incarnation_and_replays_what_the_log_keeps(tmp_path: Path) -> None:
     from ..test_local_cli import ok
 
@@ -260,10 +266,11 @@ def test_the_cli_shows_the_incarnation_and_replays_what_the_log_keeps(tmp_path: 
 
 def test_a_run_whose_early_incarnations_were_dropped_forks_from_its_current_one(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """The local host keeps the last two incarnations; a fork of a step in the
     current one starts from that incarnation's run.started (log.md §16)."""
-    db = tmp_path / "fork.db"
+    db = local_db
 
     async def body(host: LocalHost) -> Any:
         rid = await host.start(SIGNALS, {"seen": []}, "s-4")
@@ -282,13 +289,15 @@ def test_a_run_whose_early_incarnations_were_dropped_forks_from_its_current_one(
     assert shown["incarnation"] == 8 and shown["forkedFrom"]["runId"] == "s-4"
 
 
-def test_a_run_that_continues_at_once_for_ever_is_refused_at_the_bound(tmp_path: Path) -> None:
+def test_a_run_that_continues_at_once_for_ever_is_refused_at_the_bound(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     """Each incarnation continues at once (no recursion per incarnation in the
     store): the run fails continue-refused at limits.max_idle_incarnations."""
     spec = "flow: spin\nsteps:\n  - {id: again, continue_as_new: {}}\n"
 
     async def main() -> Any:
-        async with LocalHost(tmp_path / "spin.db") as host:
+        async with LocalHost(local_db) as host:
             rid = await host.start(spec, None, "spin-1")
             await asyncio.wait_for(host.work(until_settled=rid), 60)
             return await host.run(rid), await host.records(rid)

@@ -89,13 +89,17 @@ def test_context_outside_a_handler_is_a_typed_error() -> None:
         bare.schedule("t")
 
 
-def test_fields_are_the_runs_own_after_a_retry_and_on_the_loop(tmp_path: Path) -> None:
-    asyncio.run(_fields_are_the_runs_own_after_a_retry_and_on_the_loop(tmp_path))
+def test_fields_are_the_runs_own_after_a_retry_and_on_the_loop(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    asyncio.run(_fields_are_the_runs_own_after_a_retry_and_on_the_loop(tmp_path, local_db))
 
 
-async def _fields_are_the_runs_own_after_a_retry_and_on_the_loop(tmp_path: Path) -> None:
+async def _fields_are_the_runs_own_after_a_retry_and_on_the_loop(
+    tmp_path: Path, db: Path | str
+) -> None:
     tools = tools_file(tmp_path, "ctx_tools", FIELDS)
-    async with LocalHost(tmp_path / "ctx.db", str(tools)) as host:
+    async with LocalHost(db, str(tools)) as host:
         run_id = await host.start(FIELDS_SPEC, {}, "ctx-1", principal="ana")
         row = await settle(host, run_id)
         assert row.status == "completed", row.error
@@ -129,12 +133,16 @@ async def _fields_are_the_runs_own_after_a_retry_and_on_the_loop(tmp_path: Path)
     assert look["fields"]["deadline_ms"] is None and look["fields"]["attempt"] == 1
 
 
-def test_remind_me_schedules_a_reminder_that_signals_its_own_run(tmp_path: Path) -> None:
-    asyncio.run(_remind_me_schedules_a_reminder_that_signals_its_own_run(tmp_path))
+def test_remind_me_schedules_a_reminder_that_signals_its_own_run(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    asyncio.run(_remind_me_schedules_a_reminder_that_signals_its_own_run(tmp_path, local_db))
 
 
-async def _remind_me_schedules_a_reminder_that_signals_its_own_run(tmp_path: Path) -> None:
-    db = tmp_path / "remind.db"
+async def _remind_me_schedules_a_reminder_that_signals_its_own_run(
+    tmp_path: Path, db: Path | str
+) -> None:
+    db = db
     spec = EXAMPLES / "remind_me.yaml"
     async with LocalHost(db, str(EXAMPLES / "remind_me_tools.py")) as host:
         run_id = await host.start(spec, {"text": "stretch", "delay_ms": 50}, "remind-1")
@@ -205,13 +213,17 @@ output: "${steps.plan.output}"
 """
 
 
-def test_a_handler_run_again_with_its_key_schedules_nothing_twice(tmp_path: Path) -> None:
-    asyncio.run(_a_handler_run_again_with_its_key_schedules_nothing_twice(tmp_path))
+def test_a_handler_run_again_with_its_key_schedules_nothing_twice(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    asyncio.run(_a_handler_run_again_with_its_key_schedules_nothing_twice(tmp_path, local_db))
 
 
-async def _a_handler_run_again_with_its_key_schedules_nothing_twice(tmp_path: Path) -> None:
+async def _a_handler_run_again_with_its_key_schedules_nothing_twice(
+    tmp_path: Path, db: Path | str
+) -> None:
     tools = tools_file(tmp_path, "rerun_tools", RERUN)
-    async with LocalHost(tmp_path / "rerun.db", str(tools)) as host:
+    async with LocalHost(db, str(tools)) as host:
         run_id = await host.start(RERUN_SPEC, {}, "re-1")
         row = await settle(host, run_id)
         assert row.status == "completed", row.error

@@ -32,7 +32,7 @@ output: "${steps.pages.output}"
 """
 
 
-async def _run(db: Path, spec: str, registry: Registry) -> Any:
+async def _run(db: Path | str, spec: str, registry: Registry) -> Any:
     async with LocalHost(db, registry=registry) as host:
         rid = await host.start(spec, None, "r")
         await asyncio.wait_for(host.work(until_settled=rid), timeout=120)
@@ -41,6 +41,7 @@ async def _run(db: Path, spec: str, registry: Registry) -> Any:
 
 def test_a_quiet_sync_handler_is_stopped_and_its_retry_resumes_from_its_details(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     seen: list[Any] = []
 
@@ -56,12 +57,14 @@ def test_a_quiet_sync_handler_is_stopped_and_its_retry_resumes_from_its_details(
         seen.append(("resumed", flowcore_handlers.heartbeat_details(), call.heartbeat_details))
         return {"from": flowcore_handlers.heartbeat_details()}
 
-    row = asyncio.run(_run(tmp_path / "s.db", SCAN, Registry(tools={"scan": scan})))
+    row = asyncio.run(_run(local_db, SCAN, Registry(tools={"scan": scan})))
     assert (row.status, row.output) == ("completed", {"from": {"page": 2}})
     assert seen == [("stopped", True, "r/pages#1"), ("resumed", {"page": 2}, {"page": 2})]
 
 
-def test_an_async_handler_that_goes_quiet_is_cancelled(tmp_path: Path) -> None:
+def test_an_async_handler_that_goes_quiet_is_cancelled(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     seen: list[str] = []
 
     async def scan(call: CallTool) -> Any:
@@ -75,7 +78,7 @@ def test_an_async_handler_that_goes_quiet_is_cancelled(tmp_path: Path) -> None:
             raise
         return "never"
 
-    row = asyncio.run(_run(tmp_path / "a.db", SCAN, Registry(tools={"scan": scan})))
+    row = asyncio.run(_run(local_db, SCAN, Registry(tools={"scan": scan})))
     assert (row.status, row.output) == ("completed", "second")
     assert seen == ["cancelled, asked: True"]
 
@@ -90,7 +93,9 @@ steps:
 """
 
 
-def test_side_effecting_work_that_goes_quiet_ends_outcome_unknown(tmp_path: Path) -> None:
+def test_side_effecting_work_that_goes_quiet_ends_outcome_unknown(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     release = threading.Event()
     calls: list[str] = []
 
@@ -101,7 +106,7 @@ def test_side_effecting_work_that_goes_quiet_ends_outcome_unknown(tmp_path: Path
         release.set()
         return "late"
 
-    row = asyncio.run(_run(tmp_path / "u.db", AGENT, Registry(agents={"writer": writer})))
+    row = asyncio.run(_run(local_db, AGENT, Registry(agents={"writer": writer})))
     assert row.status == "failed"
     error = row.error
     assert error["type"] == "outcome-unknown"
@@ -111,7 +116,9 @@ def test_side_effecting_work_that_goes_quiet_ends_outcome_unknown(tmp_path: Path
     assert release.wait(60)
 
 
-def test_bad_details_raise_in_the_handler_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_bad_details_raise_in_the_handler_and_the_run_goes_on(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     def scan(call: CallTool) -> Any:
         problems = []
         for bad in ({"n": 2**70}, {"x": object()}, "x" * 70_000):
@@ -121,7 +128,7 @@ def test_bad_details_raise_in_the_handler_and_the_run_goes_on(tmp_path: Path) ->
                 problems.append(str(exc).split(":")[0].split(" are ")[0])
         return problems
 
-    row = asyncio.run(_run(tmp_path / "b.db", SCAN, Registry(tools={"scan": scan})))
+    row = asyncio.run(_run(local_db, SCAN, Registry(tools={"scan": scan})))
     assert row.status == "completed"
     assert row.output == [
         "heartbeat details cannot be stored",

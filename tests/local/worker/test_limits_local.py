@@ -89,8 +89,10 @@ def bad(*args: str, env: dict[str, str] | None = None) -> str:
     return lines[0]
 
 
-def test_a_tool_concurrency_limit_holds_over_two_worker_processes(tmp_path: Path) -> None:
-    db = str(tmp_path / "c.db")
+def test_a_tool_concurrency_limit_holds_over_two_worker_processes(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = str(local_db)
     count = tmp_path / "count.txt"
     tools = tools_file(tmp_path, "counting", COUNTING, count=str(count))
     spec = tmp_path / "fan.yaml"
@@ -122,10 +124,11 @@ def test_a_tool_concurrency_limit_holds_over_two_worker_processes(tmp_path: Path
 
 def test_a_tool_rate_limit_is_shared_by_two_workers_through_the_database(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     """At most 2 calls per 1000 ms of the host's clock, which moves only when the
     test moves it: each value of the clock sees at most 2 calls begin."""
-    db = tmp_path / "r.db"
+    db = local_db
     clock = [1_000_000]
     seen: list[int] = []
 
@@ -177,8 +180,10 @@ steps:
 """
 
 
-def test_waiting_work_is_claimed_by_priority_then_in_order(tmp_path: Path) -> None:
-    db = tmp_path / "p.db"
+def test_waiting_work_is_claimed_by_priority_then_in_order(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = local_db
     (tmp_path / "kid.yaml").write_text(KID)
     clock = [5_000]
     order: list[Any] = []
@@ -232,8 +237,9 @@ steps:
 
 def test_a_dedup_key_returns_the_running_run_and_starts_anew_after_it_settles(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
-    db = tmp_path / "d.db"
+    db = local_db
 
     async def main() -> None:
         async with LocalHost(db) as host:
@@ -272,8 +278,10 @@ def test_bad_tool_limits_are_refused_by_the_host() -> None:
         ToolLimit(rate=1, per_ms=0)
 
 
-def test_the_cli_dedup_key_prints_the_running_run_and_says_so(tmp_path: Path) -> None:
-    db = str(tmp_path / "cli.db")
+def test_the_cli_dedup_key_prints_the_running_run_and_says_so(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db = str(local_db)
     spec = tmp_path / "waits.yaml"
     spec.write_text(WAIT)
     first = fc("run", str(spec), "--db", db, "--dedup-key", "k", "--priority", "1", "--detach")
@@ -345,13 +353,14 @@ steps:
 
 def test_a_failed_run_is_not_resumed_while_another_run_holds_its_dedup_key(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     def boom(call: CallTool) -> Any:
         raise ValueError("down")
 
     async def main() -> None:
         registry = Registry(tools={"boom": boom})
-        async with LocalHost(tmp_path / "f.db", registry=registry) as host:
+        async with LocalHost(local_db, registry=registry) as host:
             first = await host.start(FAILS, None, "first", dedup_key="job")
             await host.work(until_settled=first)
             assert (await host.run(first)).status == "failed"

@@ -28,7 +28,7 @@ output: "${steps.a.output}"
 """
 
 
-def run(db: Path, body: Any, **options: Any) -> Any:
+def run(db: Path | str, body: Any, **options: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, **options) as host:
             return await body(host)
@@ -38,6 +38,7 @@ def run(db: Path, body: Any, **options: Any) -> Any:
 
 def test_a_tools_module_that_cannot_be_loaded_fails_the_run_naming_it_and_on_settled_hears(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     good = tools_file(tmp_path / "good", "good_tools", JOURNALED + 'TOOLS = {{"echo": echo}}\n')
     bad = tools_file(
@@ -62,7 +63,7 @@ def test_a_tools_module_that_cannot_be_loaded_fails_the_run_naming_it_and_on_set
         await asyncio.wait_for(worker, timeout=20)
         return await host.run(ok), await host.run(broken), await host.show(broken)
 
-    ok, broken, info = run(tmp_path / "t.db", body)
+    ok, broken, info = run(local_db, body)
     assert sorted((r.run_id, r.status) for r in settled) == [
         ("broken", "failed"),
         ("ok", "completed"),
@@ -79,7 +80,7 @@ def test_a_tools_module_that_cannot_be_loaded_fails_the_run_naming_it_and_on_set
 
 
 def test_on_settled_is_told_of_child_runs_and_its_exceptions_do_not_stop_the_worker(
-    tmp_path: Path, caplog: Any
+    tmp_path: Path, local_db: Path | str, caplog: Any
 ) -> None:
     tools = tools_file(tmp_path, "echo_tools", JOURNALED + 'TOOLS = {{"echo": echo}}\n')
     child = tmp_path / "kid.yaml"
@@ -95,7 +96,7 @@ def test_on_settled_is_told_of_child_runs_and_its_exceptions_do_not_stop_the_wor
         rid = await host.start(parent, {}, "p", tools=str(tools), flows=[child])
         return await settle(host, rid, on_settled=listener)
 
-    row = run(tmp_path / "o.db", body)
+    row = run(local_db, body)
     assert row.status == "completed"
     assert heard == ["p/k#1 completed", "p completed"]
     assert "on_settled raised for run p/k#1: RuntimeError: a buggy listener" in caplog.text
@@ -125,6 +126,7 @@ TOOLS = {{"fails": fails, "declared": declared}}
 
 def test_a_handlers_traceback_is_kept_beside_the_run_and_not_sent_on_the_wire(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     tools = tools_file(tmp_path, "deep_tools", DEEP)
     spec = """
@@ -144,7 +146,7 @@ steps:
         await settle(host, did)
         return await host.show(rid), await host.records(rid), await host.show(did)
 
-    info, records, declared_info = run(tmp_path / "f.db", body)
+    info, records, declared_info = run(local_db, body)
     small, huge = info["failures"]
     assert (small["key"], small["type"], small["message"]) == (
         "f/small#1",
@@ -167,6 +169,7 @@ steps:
     assert "HandlerError" in busy["traceback"]
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_work_only_one_run_works_on_it_and_its_children_and_leaves_the_others(
     tmp_path: Path,
 ) -> None:
@@ -236,7 +239,7 @@ output: "${ {told: steps.tell.output, error: steps.charge.error} }"
 """
 
 
-def test_a_handler_fails_with_details_the_catch_reads(tmp_path: Path) -> None:
+def test_a_handler_fails_with_details_the_catch_reads(tmp_path: Path, local_db: Path | str) -> None:
     """HandlerError(type, message, retryable, details): the retryable failure is
     retried, the second is caught, and ``${error.details...}`` reads its details."""
     from flowcore_handlers import HandlerError, Registry
@@ -263,7 +266,7 @@ def test_a_handler_fails_with_details_the_catch_reads(tmp_path: Path) -> None:
         await asyncio.wait_for(host.work(until_settled=rid), 20)
         return await host.run(rid), await host.records(rid)
 
-    row, records = run(tmp_path / "t.db", body, registry=registry)
+    row, records = run(local_db, body, registry=registry)
     assert row.status == "completed", row.error
     assert calls == ["pay-1/charge#1", "pay-1/charge#2"]
     attempts = row.output["error"].pop("attempts")
@@ -287,7 +290,9 @@ def test_a_handler_fails_with_details_the_catch_reads(tmp_path: Path) -> None:
     ]
 
 
-def test_details_that_are_not_json_data_fail_the_effect_saying_where(tmp_path: Path) -> None:
+def test_details_that_are_not_json_data_fail_the_effect_saying_where(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     from flowcore_handlers import MAX_ERROR_DETAILS_BYTES, DetailsError, HandlerError, Registry
 
     def charge(effect: flowcore.CallTool) -> Any:
@@ -301,7 +306,7 @@ def test_details_that_are_not_json_data_fail_the_effect_saying_where(tmp_path: P
         await asyncio.wait_for(host.work(until_settled=rid), 20)
         return await host.run(rid)
 
-    row = run(tmp_path / "t.db", body, registry=registry)
+    row = run(local_db, body, registry=registry)
     assert row.status == "failed"
     assert row.error["type"] == "DetailsError"
     assert row.error["message"] == (

@@ -24,7 +24,7 @@ from ...hostile_values import BAD, BAD_FLOW, CAUGHT_FLOW, EXECUTIONS, HEALTHY_FL
 from ..local_helpers import work_until
 
 
-def run_host(db: Path, body: Any) -> Any:
+def run_host(db: Path | str, body: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, registry=REGISTRY, lease_ms=2_000) as host:
             return await body(host)
@@ -44,7 +44,7 @@ async def settle_all(host: LocalHost, run_ids: list[str]) -> list[Any]:
 
 
 def test_bad_results_fail_their_own_effect_once_and_healthy_runs_complete(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, local_db: Path | str, caplog: pytest.LogCaptureFixture
 ) -> None:
     EXECUTIONS.clear()
     caplog.set_level(logging.WARNING)
@@ -58,7 +58,7 @@ def test_bad_results_fail_their_own_effect_once_and_healthy_runs_complete(
         logs = [await host.export(r) for r in [*bad_ids, caught, *healthy]]
         return rows, shows, logs
 
-    rows, shows, logs = run_host(tmp_path / "h.db", body)
+    rows, shows, logs = run_host(local_db, body)
     by_id = {row.run_id: row for row in rows}
     for case, (_, where) in BAD.items():
         row = by_id[f"bad-{case}"]
@@ -90,7 +90,10 @@ def test_bad_results_fail_their_own_effect_once_and_healthy_runs_complete(
 
 
 def test_an_unforeseen_error_applying_one_event_fails_that_effect_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    local_db: Path | str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Whatever raises while one event is applied, the other runs' events commit."""
     EXECUTIONS.clear()
@@ -108,7 +111,7 @@ def test_an_unforeseen_error_applying_one_event_fails_that_effect_alone(
         healthy = [await host.start(HEALTHY_FLOW, {"n": i}, f"ok-{i}") for i in range(12)]
         return await settle_all(host, [victim, *healthy])
 
-    rows = run_host(tmp_path / "u.db", body)
+    rows = run_host(local_db, body)
     victim, *healthy = rows
     assert victim.status == "failed"
     assert victim.error["type"] == "host-error"

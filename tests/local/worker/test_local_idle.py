@@ -55,12 +55,12 @@ def specs(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def test_idle_waits_for_work_and_near_timers_only(tmp_path: Path) -> None:
+def test_idle_waits_for_work_and_near_timers_only(tmp_path: Path, local_db: Path | str) -> None:
     files = specs(tmp_path)
     registry = Registry(tools={"echo": lambda call: call.input})
 
     async def main() -> dict[str, Any]:
-        async with LocalHost(tmp_path / "runs.db", registry=registry) as host:
+        async with LocalHost(local_db, registry=registry) as host:
             got: dict[str, Any] = {"empty": await host.idle(60_000)}
             await host.start(files["asks"], None, "asks")
             await host.start(files["waits"], None, "waits")
@@ -95,11 +95,13 @@ def fc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_worker_stops_when_only_people_and_signals_are_awaited(tmp_path: Path) -> None:
+def test_the_worker_stops_when_only_people_and_signals_are_awaited(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     files = specs(tmp_path)
     tools = tmp_path / "idle_tools.py"
     tools.write_text(TOOLS)
-    db = str(tmp_path / "cli.db")
+    db = str(local_db)
     for name in ("asks", "waits", "naps"):
         start = ["run", str(files[name]), "--run-id", name, "--tools", str(tools)]
         assert fc(*start, "--db", db, "--detach").returncode == 0

@@ -29,7 +29,7 @@ output: "${ {a: steps.a.output, b: steps.b.output} }"
 """
 
 
-def run(db: Path, body: Any, **options: Any) -> Any:
+def run(db: Path | str, body: Any, **options: Any) -> Any:
     async def main() -> Any:
         async with LocalHost(db, **options) as host:
             return await body(host)
@@ -39,11 +39,12 @@ def run(db: Path, body: Any, **options: Any) -> Any:
 
 def test_recovered_work_is_logged_as_redispatched_in_its_claim_and_the_log_replays(
     tmp_path: Path,
+    local_db: Path | str,
 ) -> None:
     tools = tools_file(
         tmp_path, "safe_tools", JOURNALED + 'TOOLS = {{"echo": echo, "put": echo}}\n'
     )
-    db = tmp_path / "r.db"
+    db = local_db
     run(db, lambda host: host.start(SPEC, {}, "s", tools=str(tools)))
     assert dispatch_to_ghost(db, "host-a:123:dead") == ["s/a#1"]
 
@@ -70,6 +71,7 @@ def test_recovered_work_is_logged_as_redispatched_in_its_claim_and_the_log_repla
     )
 
 
+# SQLite only: it reads or doctors the SQLite file itself.
 def test_each_recovery_is_counted_and_a_fresh_dispatch_is_not_a_redispatch(
     tmp_path: Path,
 ) -> None:

@@ -30,11 +30,11 @@ def spec(klass: str) -> str:
     )
 
 
-def run(tmp_path: Path, text: str, run_id: str) -> Any:
+def run(db: Path | str, text: str, run_id: str) -> Any:
     async def main() -> Any:
         registry = Registry(tools={"t": lost_once})
         # A long lease: the re-issue must not wait for recovery.
-        async with LocalHost(tmp_path / "o.db", registry=registry, lease_ms=3_600_000) as host:
+        async with LocalHost(db, registry=registry, lease_ms=3_600_000) as host:
             rid = await host.start(text, {}, run_id)
             await asyncio.wait_for(host.work(until_settled=rid), 60)
             return await host.run(rid)
@@ -50,16 +50,18 @@ def test_outcome_event_reports_outcome_unknown() -> None:
 
 
 @pytest.mark.parametrize("klass", ["readonly", "idempotent"])
-def test_a_safe_tool_is_issued_again_at_once_with_the_same_key(tmp_path: Path, klass: str) -> None:
+def test_a_safe_tool_is_issued_again_at_once_with_the_same_key(
+    tmp_path: Path, local_db: Path | str, klass: str
+) -> None:
     CALLS.clear()
-    row = run(tmp_path, spec(klass), f"ou-{klass}")
+    row = run(local_db, spec(klass), f"ou-{klass}")
     assert (row.status, row.output) == ("completed", {"done": 1})
     assert CALLS == [f"ou-{klass}/a#1", f"ou-{klass}/a#1"]
 
 
-def test_an_uncertain_tool_fails_with_outcome_unknown(tmp_path: Path) -> None:
+def test_an_uncertain_tool_fails_with_outcome_unknown(tmp_path: Path, local_db: Path | str) -> None:
     CALLS.clear()
-    row = run(tmp_path, spec("uncertain"), "ou-u")
+    row = run(local_db, spec("uncertain"), "ou-u")
     assert row.status == "failed"
     assert row.error["type"] == "outcome-unknown"
     assert CALLS == ["ou-u/a#1"]

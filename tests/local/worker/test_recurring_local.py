@@ -62,13 +62,15 @@ output: "${ {reminder: steps.ask.output, last: steps.third.output} }"
 """
 
 
-def test_a_recurring_reminder_wakes_its_run_three_times(tmp_path: Path) -> None:
-    asyncio.run(_a_recurring_reminder_wakes_its_run_three_times(tmp_path))
+def test_a_recurring_reminder_wakes_its_run_three_times(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    asyncio.run(_a_recurring_reminder_wakes_its_run_three_times(tmp_path, local_db))
 
 
-async def _a_recurring_reminder_wakes_its_run_three_times(tmp_path: Path) -> None:
+async def _a_recurring_reminder_wakes_its_run_three_times(tmp_path: Path, db: Path | str) -> None:
     tools = tools_file(tmp_path, "thrice_tools", REMINDERS)
-    async with LocalHost(tmp_path / "thrice.db", str(tools)) as host:
+    async with LocalHost(db, str(tools)) as host:
         run_id = await host.start(THRICE, {"text": "stretch"}, "thrice-1")
         row = await settle(host, run_id)
         assert row.status == "completed", row.error
@@ -123,13 +125,13 @@ async def _until(host: LocalHost, run_id: str, sid: str, status: str, fires: int
     await work_until(host, done)
 
 
-def test_recurring_add_and_replay_from_outside(tmp_path: Path) -> None:
-    asyncio.run(_recurring_add_and_replay_from_outside(tmp_path))
+def test_recurring_add_and_replay_from_outside(tmp_path: Path, local_db: Path | str) -> None:
+    asyncio.run(_recurring_add_and_replay_from_outside(tmp_path, local_db))
 
 
-async def _recurring_add_and_replay_from_outside(tmp_path: Path) -> None:
+async def _recurring_add_and_replay_from_outside(tmp_path: Path, db: Path | str) -> None:
     tools = tools_file(tmp_path, "quiet_tools", QUIET)
-    async with LocalHost(tmp_path / "managed.db", str(tools)) as host:
+    async with LocalHost(db, str(tools)) as host:
         run_id = await host.start(MANAGED, {}, "m-1")
         with pytest.raises(HostError, match=r"cron: .*not a valid cron"):
             await host.add_scheduled(run_id, "send_reminder", cron="61 * * * *")
@@ -185,8 +187,10 @@ def test_a_database_of_the_schema_before_gets_the_recurrence_column(tmp_path: Pa
     assert (row.id, row.every_ms, row.fires, row.replays) == ("r/~scheduled-1", None, 0, 0)
 
 
+# SQLite only, for the suite's time: many command processes, each opening the
+# database (up to 3x slower on PostgreSQL on two busy cores); others run on both.
 def test_recurring_add_and_replay_on_the_command_line(tmp_path: Path) -> None:
-    db, _ = started(tmp_path)
+    db, _ = started(tmp_path, tmp_path / "cli.db")
     d = str(db)
     added = json.loads(
         ok("scheduled", "add", "r-1", "pager", "--every", "1h", "--count", "2", "--json", "--db", d)
