@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import random
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import flowcore
 
+from ..local_helpers import query
 from .test_crash import (
     TOOLS,
     environment,
@@ -43,7 +43,7 @@ output: "${ {round: input.round, incarnation: run.incarnation} }"
 ROUNDS = 9  # incarnations: rounds 0 to 8
 
 
-def start(db: Path, spec: Path, env: dict[str, str]) -> None:
+def start(db: Path | str, spec: Path, env: dict[str, str]) -> None:
     subprocess.run(
         flowcore_cmd(
             "run",
@@ -66,15 +66,17 @@ def start(db: Path, spec: Path, env: dict[str, str]) -> None:
     )
 
 
-def test_sigkill_across_incarnations_loses_nothing(tmp_path: Path) -> None:
+def test_sigkill_across_incarnations_loses_nothing(tmp_path: Path, local_db: Path | str) -> None:
+    """On both stores (``local_db``): ten kills on SQLite, five on PostgreSQL (time)."""
     spec = tmp_path / "loop.yaml"
     spec.write_text(FLOW)
     env = environment(tmp_path, delay="0.01")
-    db = tmp_path / "loop.db"
+    db = local_db
     rng = random.Random(20261203)
     start(db, spec, env)
     kills, recoveries = 0, 12
-    while kills < 10:
+    kills_wanted = 10 if isinstance(db, Path) else 5
+    while kills < kills_wanted:
         before = sum(journal(tmp_path)[0].values())
         proc = worker(db, env, recoveries)
         if not started_handlers(tmp_path, proc, before + rng.randint(1, 3)):
@@ -100,13 +102,7 @@ def test_sigkill_across_incarnations_loses_nothing(tmp_path: Path) -> None:
         wanted |= {f"{base}/look#1", f"{base}/store#1"}
     assert set(ends) == wanted
     # Only the last two incarnations' records are left, and they replay.
-    conn = sqlite3.connect(db)
-    try:
-        (count, first) = conn.execute(
-            "SELECT COUNT(*), MIN(idx) FROM log WHERE run_id = 'loop'"
-        ).fetchone()
-    finally:
-        conn.close()
+    [(count, first)] = query(db, "SELECT COUNT(*), MIN(idx) FROM log WHERE run_id = 'loop'")
     assert first > 0 and count < 30
     records = flowcore.decode_log(exported(db, "loop", env)).records
     assert records[0].type == "run.started" and records[0].data["incarnation"] == ROUNDS - 1

@@ -3,6 +3,12 @@
 
 Also: two workers on one database run every effect once, and an effect that
 kills its worker every time ends in the dead letters instead of looping.
+
+Each test runs on both stores (``local_db``): a SQLite file, and a schema of
+the session's PostgreSQL server, which the worker processes get as ``--db``.
+On PostgreSQL the random-kill test kills fewer times (``PG_KILLS``), to keep
+the suite's time in check: every worker start there opens a new connection
+and checks the schema.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ HERE = Path(__file__).resolve().parents[1]  # tests/local, with the crash tools
 FLOW = HERE / "crash_flow.yaml"
 TOOLS = HERE / "crash_tools.py"
 KILLS = int(os.environ.get("FLOWCORE_CRASH_KILLS", "20"))
+PG_KILLS = int(os.environ.get("FLOWCORE_PG_CRASH_KILLS", "6"))
 INPUT = {"seed": "s", "items": ["i0", "i1", "i2", "i3", "i4", "i5"]}
 IN_FLIGHT = 3  # crash_flow.yaml runs at most three calls at once (fan, max_concurrency)
 
@@ -42,7 +49,7 @@ def environment(tmp: Path, delay: str = "0.02") -> dict[str, str]:
     return env
 
 
-def start(db: Path, run_id: str, env: dict[str, str]) -> None:
+def start(db: Path | str, run_id: str, env: dict[str, str]) -> None:
     subprocess.run(
         flowcore_cmd(
             "run",
@@ -66,7 +73,7 @@ def start(db: Path, run_id: str, env: dict[str, str]) -> None:
 
 
 def worker(
-    db: Path, env: dict[str, str], max_recoveries: int | None = None
+    db: Path | str, env: dict[str, str], max_recoveries: int | None = None
 ) -> subprocess.Popen[bytes]:
     more = [] if max_recoveries is None else ["--max-recoveries", str(max_recoveries)]
     return subprocess.Popen(
@@ -77,13 +84,13 @@ def worker(
     )
 
 
-def finish(db: Path, env: dict[str, str], max_recoveries: int | None = None) -> None:
+def finish(db: Path | str, env: dict[str, str], max_recoveries: int | None = None) -> None:
     proc = worker(db, env, max_recoveries)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr.decode()
 
 
-def show(db: Path, run_id: str, env: dict[str, str]) -> dict[str, Any]:
+def show(db: Path | str, run_id: str, env: dict[str, str]) -> dict[str, Any]:
     out = subprocess.run(
         flowcore_cmd("show", run_id, "--db", str(db), "--json", env=env),
         env=env,
@@ -95,7 +102,7 @@ def show(db: Path, run_id: str, env: dict[str, str]) -> dict[str, Any]:
     return result
 
 
-def exported(db: Path, run_id: str, env: dict[str, str]) -> bytes:
+def exported(db: Path | str, run_id: str, env: dict[str, str]) -> bytes:
     out = subprocess.run(
         flowcore_cmd("export", run_id, "--db", str(db), env=env),
         env=env,
@@ -158,12 +165,13 @@ def clean_output(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.mark.parametrize("durability", DURABILITY)
 def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_work(
-    tmp_path: Path, clean_output: Any, durability: str
+    tmp_path: Path, clean_output: Any, durability: str, local_db: Path | str
 ) -> None:
     """In both durability modes: each promises to survive a killed process."""
     env = environment(tmp_path)
     env["FLOWCORE_DURABILITY"] = durability
-    db = tmp_path / "crash.db"
+    db = local_db
+    kills_wanted = KILLS if isinstance(db, Path) else PG_KILLS
     rng = random.Random(20261130)
     start(db, "run", env)
     # Every kill here is the test's, not an effect's. Kills in a row can land
@@ -174,13 +182,13 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_work
     # What this test expects is that a safe effect runs again after every kill
     # that interrupts it, so the workers allow one recovery per kill and no
     # effect is ever dead-lettered.
-    recoveries = KILLS
+    recoveries = kills_wanted
     kills = 0
     # The moments are chosen by progress, not by the clock, so that the kills
     # land inside the run however fast or busy the machine is: each worker is
     # killed once it has started 1 to 3 handlers of its own (seeded), after a
     # seeded pause of up to 20 ms (inside a handler, a commit, or the loop).
-    while kills < KILLS:
+    while kills < kills_wanted:
         before = sum(journal(tmp_path)[0].values())
         proc = worker(db, env, recoveries)
         wanted = before + rng.randint(1, 3)
@@ -207,12 +215,14 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_work
     records = flowcore.decode_log(exported(db, "run", env)).records
     report = flowcore.replay(records, flowcore.parse_flow(FLOW.read_text()))
     assert report.status == "completed"
-    assert kills >= min(KILLS, 3), "the run finished too fast to be crashed"
+    assert kills >= min(kills_wanted, 3), "the run finished too fast to be crashed"
 
 
-def test_two_workers_on_one_database_run_every_effect_once(tmp_path: Path) -> None:
+def test_two_workers_on_one_database_run_every_effect_once(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     env = environment(tmp_path, delay="0.005")
-    db = tmp_path / "two.db"
+    db = local_db
     runs = [f"run{i}" for i in range(6)]
     for run_id in runs:
         start(db, run_id, env)
@@ -229,9 +239,11 @@ def test_two_workers_on_one_database_run_every_effect_once(tmp_path: Path) -> No
         assert show(db, run_id, env)["status"] == "completed"
 
 
-def test_an_effect_that_keeps_killing_its_worker_goes_to_the_dead_letters(tmp_path: Path) -> None:
+def test_an_effect_that_keeps_killing_its_worker_goes_to_the_dead_letters(
+    tmp_path: Path, local_db: Path | str
+) -> None:
     env = environment(tmp_path)
-    db = tmp_path / "dead.db"
+    db = local_db
     spec = tmp_path / "dead.yaml"
     spec.write_text(
         "flow: deadly\ntools: {crash: {class: idempotent}}\n"
