@@ -1,5 +1,7 @@
-"""Exactly once per slot: three worker processes on one SQLite file, killed with
+"""Exactly once per slot: three worker processes on one database, killed with
 SIGKILL at random moments (seeded) and restarted, while a fake clock jumps.
+On both stores (``local_db``): a SQLite file, and a schema of the session's
+PostgreSQL server.
 
 Every slot in the range must end with exactly one run, started once (one
 ``run.started`` record, one ``started`` action), and no slot skipped. The
@@ -14,7 +16,6 @@ import asyncio
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -23,6 +24,8 @@ from pathlib import Path
 
 from flowcore.schedules import run_id_for
 from flowcore_local import LocalHost
+
+from ..local_helpers import query
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "schedule_worker.py"
@@ -52,7 +55,7 @@ def set_clock(path: Path, at: int) -> None:
     os.replace(part, path)
 
 
-def spawn(db: Path, clock: Path) -> subprocess.Popen[bytes]:
+def spawn(db: Path | str, clock: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, str(WORKER), str(db), str(clock)],
         stdout=subprocess.DEVNULL,
@@ -60,8 +63,10 @@ def spawn(db: Path, clock: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def test_three_workers_killed_at_random_start_every_slot_exactly_once(tmp_path: Path) -> None:
-    db, clock, spec = tmp_path / "s.db", tmp_path / "clock", tmp_path / "tick.yaml"
+def test_three_workers_killed_at_random_start_every_slot_exactly_once(
+    tmp_path: Path, local_db: Path | str
+) -> None:
+    db, clock, spec = local_db, tmp_path / "clock", tmp_path / "tick.yaml"
     spec.write_text(FLOW)
     set_clock(clock, T0)
 
@@ -96,11 +101,10 @@ def test_three_workers_killed_at_random_start_every_slot_exactly_once(tmp_path: 
             workers[victim] = spawn(db, clock)
         kills += extra
         deadline = time.monotonic() + 300
-        conn = sqlite3.connect(db, timeout=60)
         while True:
-            (considered,) = conn.execute(
-                "SELECT considered_ms FROM schedules WHERE name = 'every_minute'"
-            ).fetchone()
+            [(considered,)] = query(
+                db, "SELECT considered_ms FROM schedules WHERE name = 'every_minute'"
+            )
             if considered >= end:
                 break
             for proc in workers:
@@ -112,19 +116,17 @@ def test_three_workers_killed_at_random_start_every_slot_exactly_once(tmp_path: 
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)
     expected = {run_id_for("every_minute", T0 + k * MIN) for k in range(1, SLOTS + 1)}
-    runs = {r[0] for r in conn.execute("SELECT run_id FROM runs")}
+    runs = {r[0] for r in query(db, "SELECT run_id FROM runs")}
     assert runs == expected
-    starts = Counter(
-        r[0] for r in conn.execute("SELECT run_id FROM log WHERE type = 'run.started'")
-    )
+    starts = Counter(r[0] for r in query(db, "SELECT run_id FROM log WHERE type = 'run.started'"))
     assert starts == Counter(expected), {k: n for k, n in starts.items() if n != 1}
     actions = Counter(
-        (r[0], r[1]) for r in conn.execute("SELECT action, run_id FROM schedule_actions")
+        (r[0], r[1]) for r in query(db, "SELECT action, run_id FROM schedule_actions")
     )
     assert actions == Counter(("started", run_id) for run_id in expected), {
         k: n for k, n in actions.items() if n != 1 or k[0] != "started"
     }
     # Inputs come from the slot, not from when a worker got to it.
-    for run_id, data in conn.execute("SELECT run_id, input FROM runs"):
+    for run_id, data in query(db, "SELECT run_id, input FROM runs"):
         assert data == '{"at":"' + run_id.split("@")[1] + '"}'
     assert kills >= KILLS
