@@ -52,6 +52,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
+from urllib.parse import quote, urlencode
 
 #: The repository holding this script: the tree ``--against`` compares with REV.
 REPO = Path(__file__).resolve().parent.parent
@@ -90,7 +91,7 @@ def flowcore_registry() -> Any:
 
 
 def bench_flowcore(
-    db: Path, steps: int, durability: Any = "power-loss", registry: Any = None
+    db: Path | str, steps: int, durability: Any = "power-loss", registry: Any = None
 ) -> float:
     from flowcore_local import LocalHost
 
@@ -171,22 +172,27 @@ TOOLS = {"noop": noop}
 
 
 def bench_workers(
-    db: Path,
+    db: Path | str,
     workers: int,
     runs: int = 100,
     steps: int = 100,
     handler: str = "sync",
     durability: str | None = None,
+    where: Path | None = None,
 ) -> list[float]:
     """Durable steps/s of ``workers`` ``flowcore worker`` processes on one database
     holding ``runs`` runs of ``steps`` steps, started before the clock starts:
     [from the processes' start to their end, from the first event the workers
     applied to the last (the log's own times: the processes' start and exit
-    left out)]. ``handler``: the no-op tool as a ``sync`` or an ``async`` function.
-    ``durability``: the workers' ``--durability`` (None: the default, fsync'd)."""
+    left out), the seconds from the start to the end, the CPU seconds (user +
+    system) the PostgreSQL server used meanwhile (0 for a SQLite file), then
+    each worker process's CPU seconds (user + system, from ``wait4``)].
+    ``handler``: the no-op tool as a ``sync`` or an ``async`` function.
+    ``durability``: the workers' ``--durability`` (None: the default, fsync'd).
+    ``db``: a SQLite file, or a PostgreSQL URL with the tools written to ``where``."""
     from flowcore_local import LocalHost
 
-    tools = db.with_name("bench_tools.py")
+    tools = (db.parent if isinstance(db, Path) else where or Path.cwd()) / "bench_tools.py"
     source = WORKER_TOOLS if handler == "sync" else WORKER_TOOLS.replace("def ", "async def ")
     tools.write_text(source)
     spec = json.dumps(sequential_spec(steps, "par"))
@@ -204,12 +210,23 @@ def bench_workers(
     command += ["--db", str(db), "--tools", str(tools)]
     if durability is not None:
         command += ["--durability", durability]
+    server_before = 0.0 if isinstance(db, Path) else server_cpu(db)
     t0 = time.perf_counter()
     procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL) for _ in range(workers)]
+    cpu: list[float] = []
     for proc in procs:
-        if proc.wait() != 0:
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
             raise SystemExit(f"a worker exited with {proc.returncode}")
+        cpu.append(usage.ru_utime + usage.ru_stime)
     elapsed = time.perf_counter() - t0
+    # The workers' server processes end as their connections close: a moment
+    # for the server to reap them (their time then counts as its own).
+    server = 0.0
+    if not isinstance(db, Path):
+        time.sleep(0.5)
+        server = server_cpu(db) - server_before
 
     async def check() -> None:
         async with LocalHost(db) as host:
@@ -217,12 +234,20 @@ def bench_workers(
             assert not left, f"{len(left)} runs still running"
 
     asyncio.run(check())
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        first, last, events = conn.execute(
-            "SELECT MIN(at), MAX(at), COUNT(*) FROM log WHERE type = 'event.reported'"
-        ).fetchone()
+    sql = "SELECT MIN(at), MAX(at), COUNT(*) FROM log WHERE type = 'event.reported'"
+    if isinstance(db, Path):
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            first, last, events = conn.execute(sql).fetchone()
+    else:
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            row = pg.execute(sql).fetchone()
+            assert row is not None
+            first, last, events = row
     assert events == runs * steps, events
-    return [runs * steps / elapsed, events / max((last - first) / 1000, 0.001)]
+    rates = [runs * steps / elapsed, events / max((last - first) / 1000, 0.001)]
+    return [*rates, elapsed, server, *cpu]
 
 
 def prepare_resume(db: Path, fires: int) -> None:
@@ -336,7 +361,9 @@ def bench_langgraph(db: Path, steps: int) -> float:
 # --- DBOS ----------------------------------------------------------------------------
 
 
-def bench_dbos(db: Path, steps: int) -> float:
+def bench_dbos(db: Path, steps: int, url: str | None = None) -> float:
+    """DBOS's 1,000-step workflow on its SQLite system database ``db``, or on the
+    PostgreSQL database ``url`` (a SQLAlchemy URL)."""
     import logging
 
     from dbos import DBOS
@@ -345,7 +372,7 @@ def bench_dbos(db: Path, steps: int) -> float:
     DBOS(
         config={
             "name": "bench",
-            "system_database_url": f"sqlite:///{db}",
+            "system_database_url": url or f"sqlite:///{db}",
             "log_level": "WARNING",
         }
     )
@@ -362,8 +389,10 @@ def bench_dbos(db: Path, steps: int) -> float:
         return total
 
     DBOS.launch()
-    with sqlite3.connect(db) as conn:
-        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    mode = "(PostgreSQL)"
+    if url is None:
+        with sqlite3.connect(db) as conn:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     t0 = time.perf_counter()
     assert flow(steps) == steps * (steps - 1) // 2
     elapsed = time.perf_counter() - t0
@@ -375,13 +404,15 @@ def bench_dbos(db: Path, steps: int) -> float:
 # --- the driver ------------------------------------------------------------------------
 
 
-def child(system: str, steps: int, tree: Path | None) -> None:
+def child(system: str, steps: int, tree: Path | None, pg: str | None = None) -> None:
     if tree is not None:
         check_imports(tree)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
         value: float | list[float]
-        if system == "floor":
+        if pg is not None:
+            value = pg_child(system, steps, pg, Path(tmp))
+        elif system == "floor":
             value = commit_floor(db, steps)
         elif system == "step-floor":
             value = commit_floor(db, steps, pages=STEP_PAGES)
@@ -524,11 +555,14 @@ def check_imports(root: Path) -> None:
             raise SystemExit(f"{name} is imported from {origin}, not from the tree at {root}")
 
 
-def measure(system: str, steps: int, tree: Tree | None = None) -> Any:
-    """``system``'s figure, from a child process; with ``tree``, that tree's code."""
+def measure(system: str, steps: int, tree: Tree | None = None, pg: str | None = None) -> Any:
+    """``system``'s figure, from a child process; with ``tree``, that tree's code;
+    with ``pg``, on the PostgreSQL server of that URL."""
     command = [sys.executable, __file__, "--child", system, "--steps", str(steps)]
     if tree is not None:
         command += ["--tree", str(tree.root)]
+    if pg is not None:
+        command += ["--pg", pg]
     out = subprocess.run(
         command,
         capture_output=True,
@@ -542,7 +576,9 @@ def measure(system: str, steps: int, tree: Tree | None = None) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def medians(system: str, steps: int, trees: Sequence[Tree | None], repeat: int) -> list[Any]:
+def medians(
+    system: str, steps: int, trees: Sequence[Tree | None], repeat: int, pg: str | None = None
+) -> list[Any]:
     """The median of ``repeat`` measurements of ``system`` for each of ``trees``,
     taken in turn (each tree once per round), so that the drift of a noisy
     machine falls on all of them alike. A measurement of several figures (a
@@ -550,7 +586,7 @@ def medians(system: str, steps: int, trees: Sequence[Tree | None], repeat: int) 
     runs: list[list[Any]] = [[] for _ in trees]
     for _ in range(repeat):
         for values, tree in zip(runs, trees, strict=True):
-            values.append(measure(system, steps, tree))
+            values.append(measure(system, steps, tree, pg))
     return [
         [statistics.median(figure) for figure in zip(*values, strict=True)]
         if isinstance(values[0], list)
@@ -586,10 +622,22 @@ def main() -> None:
         metavar="REV",
         help="also measure the throughput figures with the code of this git revision",
     )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: the PostgreSQL figures, on a throwaway server (tests/pg_server.py)",
+    )
     parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--pg", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.steps, args.tree)
+        child(args.child, args.steps, args.tree, args.pg)
+        return
+    if args.store == "postgres":
+        if args.against:
+            raise SystemExit("--against measures the SQLite store only")
+        report_postgres(args)
         return
     with contextlib.ExitStack() as stack:
         trees: list[Tree | None] = [None]
@@ -695,6 +743,177 @@ def sequential(steps: int, repeat: int) -> None:
             f"{factor}x faster than {SEQUENTIAL[system]} is"
             f" {ratio(system, 'floor') / factor:.2f}x the floor"
             f" (flowcore, async handler: {ratio('flowcore-async', 'floor'):.2f}x)"
+        )
+
+
+# --- PostgreSQL (--store postgres) -----------------------------------------------------
+
+
+def with_query(url: str, **params: str) -> str:
+    """``url`` with ``params`` added to its query string."""
+    return url + ("&" if "?" in url else "?") + urlencode(params, quote_via=quote)
+
+
+def pg_schema(server: str, name: str) -> str:
+    """A new, empty schema ``name`` on the server at ``server``, as the URL of a
+    host whose tables go into it."""
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    return with_query(server, options=f"-csearch_path={name}")
+
+
+def pg_floor(url: str, commits: int) -> float:
+    """Seconds for ``commits`` transactions of one single-row insert each, one
+    after the other, ``synchronous_commit`` on (each commit waits for the
+    server's WAL flush): the floor under a durable step on this server, as
+    ``commit_floor`` is on a SQLite file."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("CREATE TABLE floor (a BIGSERIAL PRIMARY KEY, b BYTEA)")
+        conn.commit()
+        t0 = time.perf_counter()
+        for _ in range(commits):
+            conn.execute("INSERT INTO floor (b) VALUES (%s)", (b"x" * 200,))
+            conn.commit()
+        return time.perf_counter() - t0
+
+
+def _cpu_fields(pid: str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command's name (state first)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def server_cpu(url: str) -> float:
+    """CPU seconds (user + system) the PostgreSQL server at ``url`` has used:
+    its postmaster's own and its reaped children's, and each live child's
+    (``/proc``; the server on this machine)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        postmaster = _cpu_fields(str(row[0]))[1]
+        ticks = 0
+        fields = _cpu_fields(postmaster)
+        ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or pid == postmaster:
+                continue
+            try:
+                fields = _cpu_fields(pid)
+            except OSError:
+                continue  # ended meanwhile
+            if fields[1] == postmaster:
+                ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pg_child(system: str, steps: int, server: str, tmp: Path) -> float | list[float]:
+    """``system``'s figure on the PostgreSQL server ``server`` (a URL), in a new
+    schema (DBOS: a new database) of its own."""
+    name = f"bench_{os.getpid()}"
+    if system == "dbos":
+        import psycopg
+
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        at = server.replace("/postgres?", f"/{name}?", 1)
+        return bench_dbos(
+            tmp / "unused.db", steps, at.replace("postgresql://", "postgresql+psycopg://", 1)
+        )
+    db = pg_schema(server, name)
+    if system == "pg-floor":
+        return pg_floor(db, steps)
+    if system == "flowcore":
+        return bench_flowcore(db, steps)
+    if system == "flowcore-async":
+        return bench_flowcore(db, steps, registry=flowcore_async_registry())
+    if system.startswith("workers-"):  # workers-N-sync, workers-N-async
+        _, workers, handler = system.split("-")
+        return bench_workers(db, int(workers), handler=handler, where=tmp)
+    raise SystemExit(f"unknown system {system} on PostgreSQL")
+
+
+PG_SEQUENTIAL = {
+    "pg-floor": "single-row commits, synchronous_commit on",
+    "flowcore": "flowcore",
+    "flowcore-async": "flowcore, async no-op handler",
+    "dbos": "DBOS on the same server",
+}
+
+
+def report_postgres(args: argparse.Namespace) -> None:
+    """The PostgreSQL figures: a throwaway server started as the tests start
+    theirs (``tests/pg_server.py``: Unix socket, ``fsync`` and
+    ``synchronous_commit`` on), stopped and removed at the end."""
+    sys.path.insert(0, str(REPO))
+    import pytest
+
+    from tests.pg_server import throwaway_server
+
+    try:
+        with throwaway_server() as server:
+            url = server.url()
+            print(f"PostgreSQL: a throwaway server on this machine ({os.cpu_count()} cores)")
+            if not args.only_throughput:
+                sequential_pg(args.steps, args.repeat, url)
+            workers_pg(args.repeat, url)
+    except pytest.skip.Exception as e:
+        raise SystemExit(f"--store postgres: {e.msg}") from None
+
+
+def sequential_pg(steps: int, repeat: int, url: str) -> None:
+    """Per-step cost of the sequential flow on PostgreSQL against the server's
+    own floor, and DBOS's on the same server; each ratio the median of the
+    rounds' ratios."""
+    times: dict[str, list[float]] = {system: [] for system in PG_SEQUENTIAL}
+    for _ in range(repeat):
+        for system, values in times.items():
+            values.append(measure(system, steps, pg=url) / steps * 1000)
+
+    def ratio(system: str, to: str) -> float:
+        return statistics.median(a / b for a, b in zip(times[system], times[to], strict=True))
+
+    print(f"sequential flow of {steps} steps, synchronous_commit on, {repeat} rounds, medians")
+    print(f"{'':<50}{'ms/step':>9}{'vs floor':>10}{'vs flowcore':>13}")
+    for system, label in PG_SEQUENTIAL.items():
+        print(
+            f"{label:<50}{statistics.median(times[system]):>9.3f}"
+            f"{ratio(system, 'pg-floor'):>9.2f}x{ratio(system, 'flowcore'):>12.2f}x"
+        )
+    print(
+        f"DBOS / flowcore per step: {ratio('dbos', 'flowcore'):.2f}x"
+        f" (async handler: {ratio('dbos', 'flowcore-async'):.2f}x)"
+    )
+
+
+def workers_pg(repeat: int, url: str) -> None:
+    """Throughput of 1, 2 and 4 ``flowcore worker`` processes on one PostgreSQL
+    database, with the CPU each process and the server used: their sum over
+    the wall time is how many of the machine's cores were busy."""
+    print(
+        "flowcore worker processes on one PostgreSQL database, 100 runs x 100 steps,"
+        f" sync no-op, {repeat} round(s), medians"
+    )
+    base: list[float] = []
+    for n in (1, 2, 4):
+        figures = medians(f"workers-{n}-sync", 0, [None], repeat, pg=url)[0]
+        wall, events, elapsed, server, *cpu = figures
+        if not base:
+            base = [wall, events]
+        busy = (sum(cpu) + server) / elapsed
+        print(
+            f"  {n} worker{'s' if n > 1 else ' '}: {wall:,.0f} steps/s start to exit"
+            f" ({wall / base[0]:.2f}x one), {events:,.0f} first event to last"
+            f" ({events / base[1]:.2f}x); {elapsed:.1f} s; CPU s: workers "
+            + " ".join(f"{c:.1f}" for c in cpu)
+            + f", server {server:.1f}; {busy:.2f} of {os.cpu_count()} cores busy"
         )
 
 

@@ -12,6 +12,7 @@ run (``CI_SUITES`` in tests/conftest.py names this file).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -146,6 +147,12 @@ def _start() -> Iterator[PgServer]:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+
+#: The same server outside pytest (benchmarks/bench_local_host.py ``--store
+#: postgres``): a context manager; where it cannot start, pytest's skip
+#: exception (``pytest.skip.Exception``) says why.
+throwaway_server = contextlib.contextmanager(_start)
 
 
 @pytest.fixture(scope="session")
