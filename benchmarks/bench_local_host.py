@@ -30,8 +30,17 @@ directory that its measurements import first (``PYTHONPATH``); the two trees
 are measured in turn, round after round, and each figure is the median of its
 rounds. ``--only-throughput`` skips the sequential and resume measurements.
 
+``--store postgres`` measures the PostgreSQL store instead, on a throwaway
+server started as the tests start theirs (``tests/pg_server.py``; the
+installed PostgreSQL binaries and psycopg): the sequential flow's per-step
+cost against the server's floor (single-row commits, ``synchronous_commit``
+on) and DBOS's on the same server; and 100 runs x 100 steps with 1, 2 and 4
+``flowcore worker`` processes, each beside the CPU (user + system) every
+worker process and the server used, and how many of the machine's cores
+that kept busy.
+
 Run: ``python benchmarks/bench_local_host.py [--steps N] [--repeat K]
-[--skip-resume] [--only-throughput] [--against REV]``
+[--skip-resume] [--only-throughput] [--against REV] [--store postgres]``
 """
 
 from __future__ import annotations
