@@ -4,8 +4,9 @@
 Also: two workers on one database run every effect once, and an effect that
 kills its worker every time ends in the dead letters instead of looping.
 
-Each test runs on both stores (``local_db``): a SQLite file, and a schema of
-the session's PostgreSQL server, which the worker processes get as ``--db``.
+The random kills and the dead letters run on both stores (``local_db``): a
+SQLite file, and a schema of the session's PostgreSQL server, which the
+worker processes get as ``--db``.
 On PostgreSQL the random-kill test kills fewer times (``PG_KILLS``), to keep
 the suite's time in check: every worker start there opens a new connection
 and checks the schema.
@@ -218,11 +219,11 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_work
     assert kills >= min(kills_wanted, 3), "the run finished too fast to be crashed"
 
 
-def test_two_workers_on_one_database_run_every_effect_once(
-    tmp_path: Path, local_db: Path | str
-) -> None:
+def test_two_workers_on_one_database_run_every_effect_once(tmp_path: Path) -> None:
+    """SQLite only, for the suite's time: on PostgreSQL, test_four_workers.py
+    checks the same with four workers."""
     env = environment(tmp_path, delay="0.005")
-    db = local_db
+    db = tmp_path / "two.db"
     runs = [f"run{i}" for i in range(6)]
     for run_id in runs:
         start(db, run_id, env)
