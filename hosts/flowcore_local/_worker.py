@@ -175,14 +175,7 @@ class LocalWorker(Execution):
                     changed = share != self.store.share
                     self.store.share = share
                     share_seen, last_share = now_seen, monotonic()
-                if not (
-                    changed
-                    or self._wake.is_set()
-                    or now_seen != seen
-                    or (due is not None and due <= self.now())
-                    or until_settled is not None
-                    or self.tool_limits  # a rate limit's room opens as time passes
-                ):
+                if not (changed or now_seen != seen or self._round_due(due, until_settled)):
                     await self._sleep(self._delay(due))
                     continue
                 seen = now_seen
@@ -223,6 +216,17 @@ class LocalWorker(Execution):
         round reads) and how much work this worker is running."""
         version, written = self.store.changes()
         return version, written - self._beaten, len(self._running)
+
+    def _round_due(self, due: int | None, until_settled: str | None) -> bool:
+        """Whether a round must run even though the database looks as the last one saw
+        it: woken, something due, a run to watch, or a tool limit (a rate limit's
+        room opens as time passes)."""
+        return (
+            (self._wake is not None and self._wake.is_set())
+            or (due is not None and due <= self.now())
+            or until_settled is not None
+            or bool(self.tool_limits)
+        )
 
     def _delay(self, due: int | None) -> float:
         """Seconds to the next poll: ``poll_ms``, or less when something falls due sooner."""
