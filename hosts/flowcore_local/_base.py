@@ -35,7 +35,7 @@ from flowcore_handlers._limits import LimitError, ToolLimit, check_tool_limits
 from flowcore_handlers._tracing import TracingError, tracer_for
 
 from ._authorize import Authorize
-from ._db import DURABILITY, Durability, db_location, open_db
+from ._db import DURABILITY, Durability, Listener, db_location, open_db
 from ._prune import Deleted
 from ._scheduled import ScheduledRetention
 from ._store import Applied, Claimed, HostError, RunRow, Store
@@ -177,6 +177,7 @@ class HostBase:
         self._sem: asyncio.Semaphore | None = None
         self._writer: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
+        self._listener: Listener | None = None  # a worker's ear for others' commits
         # The host's clock, in epoch milliseconds: every time it records, every
         # due time it compares, every age it prunes by (tests pass a fake one).
         self.now: Callable[[], int] = clock or wall_ms

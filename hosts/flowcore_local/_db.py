@@ -25,6 +25,7 @@ __all__ = [
     "DURABILITY",
     "Durability",
     "FLOW_REFERENCES",
+    "Listener",
     "RUN_TABLES",
     "SCHEMA_VERSION",
     "SHARED_TABLES",
@@ -454,6 +455,17 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
+class Listener(Protocol):
+    """A worker's ear for other connections' commits (``_pg.PgListener``): its
+    ``fileno`` turns readable when one arrives, ``heard`` consumes what came."""
+
+    def fileno(self) -> int: ...
+
+    def heard(self) -> int: ...  # notifications from other connections, consumed
+
+    def close(self) -> None: ...
+
+
 class Database(Protocol):
     """What the store does its own way on one database (``SqliteDatabase``,
     ``_pg.PgDatabase``)."""
@@ -470,6 +482,10 @@ class Database(Protocol):
     def begin(self, conn: Connection) -> None: ...
 
     def data_version(self, conn: Connection) -> int: ...
+
+    def notify(self, conn: Connection) -> None: ...
+
+    def listen(self) -> Listener | None: ...
 
     def indexed_by(self, index: str) -> str: ...
 
@@ -516,6 +532,13 @@ class SqliteDatabase:
         """``PRAGMA data_version``: it changes exactly when another connection
         commits to the file (our own commits leave it alone)."""
         return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def notify(self, conn: Connection) -> None:
+        """Nothing: an idle worker on SQLite finds others' commits by polling."""
+
+    def listen(self) -> Listener | None:
+        """None: SQLite has no notifications (its workers poll ``data_version``)."""
+        return None
 
     def indexed_by(self, index: str) -> str:
         """A table's ``INDEXED BY`` clause: the index SQLite's planner is to use."""

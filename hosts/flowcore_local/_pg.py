@@ -15,6 +15,12 @@ through ``pg_current_wal_insert_lsn()``, which moves on every commit of the
 server (and on other WAL traffic: then the cache checks a run's version once
 more than it needed to, never less).
 
+Every write transaction but a heartbeat ends with ``pg_notify`` on a channel
+named for the database and schema (``channel_name``): delivered at commit,
+one per transaction. A worker listens on its own connection
+(``PgListener``) and an idle worker's sleep ends when one arrives, so the
+poll interval is only a fallback.
+
 The schema is versioned in the table ``flowcore_schema`` and migrated when a
 connection opens, under a session advisory lock so that processes starting
 at once do not race. A schema holding other tables but not flowcore's is
@@ -30,7 +36,7 @@ from typing import Any
 
 import msgspec
 import psycopg
-from psycopg import adapt, postgres
+from psycopg import adapt, postgres, sql
 from psycopg.pq import TransactionStatus
 
 from ._db import Connection, NotAFlowcoreDatabase
@@ -40,6 +46,8 @@ __all__ = [
     "PG_SCHEMA_VERSION",
     "PgConnection",
     "PgDatabase",
+    "PgListener",
+    "channel_name",
     "connect_pg",
 ]
 
@@ -282,6 +290,41 @@ def lock_key(database: str, schema: str, purpose: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def channel_name(database: str, schema: str) -> str:
+    """The notification channel of one database and schema: a stable identifier
+    of 33 characters (PostgreSQL's limit is 63 bytes, and schema names may be longer)."""
+    digest = hashlib.blake2b(
+        f"flowcore\0notify\0{database}\0{schema}".encode(), digest_size=12
+    ).hexdigest()
+    return f"flowcore_{digest}"
+
+
+class PgListener:
+    """A connection of its own that LISTENs on the store's channel and does
+    nothing else: its socket turns readable only when a notification arrives."""
+
+    def __init__(self, raw: psycopg.Connection[tuple[Any, ...]], ignore_pid: int) -> None:
+        self.raw = raw
+        self.ignore_pid = ignore_pid  # the worker's own store connection: it knows its writes
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def heard(self) -> int:
+        """Consume what the socket holds, without blocking: the number of
+        notifications from connections other than ``ignore_pid``."""
+        pgconn = self.raw.pgconn
+        pgconn.consume_input()
+        count = 0
+        while (note := pgconn.notifies()) is not None:
+            if note.be_pid != self.ignore_pid:
+                count += 1
+        return count
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 class _BoolAsInt(adapt.Dumper):
     """Python booleans as the 0 and 1 the schema's integer columns hold (as on SQLite)."""
 
@@ -349,11 +392,20 @@ class PgDatabase:
     # A read transaction whose reads all see one state of the database.
     begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
-    def __init__(self, database: str, schema: str) -> None:
+    def __init__(
+        self,
+        database: str,
+        schema: str,
+        url: str = "",
+        conn: psycopg.Connection[tuple[Any, ...]] | None = None,
+    ) -> None:
         self.database = database
         self.schema = schema
         self.write_key = lock_key(database, schema, "write")
         self.migrated_from = PG_SCHEMA_VERSION  # the schema's version when it was opened
+        self.channel = channel_name(database, schema)
+        self.url = url  # where ``listen`` connects (the store's own connection's URL)
+        self.conn = conn
 
     def begin(self, conn: Connection) -> None:
         """Begin a write transaction holding the store's write lock until it ends.
@@ -374,6 +426,29 @@ class PgDatabase:
         commits move it too: only ever more checks, never fewer)."""
         row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
         return int(row[0])
+
+    def notify(self, conn: Connection) -> None:
+        """Queue a notification on the schema's channel, sent when the
+        transaction commits (and never when it rolls back); several in one
+        transaction are one."""
+        conn.execute("SELECT pg_notify(?, '')", (self.channel,))
+
+    def listen(self) -> PgListener:
+        """A new connection listening on the schema's channel (a worker's, for its sleep)."""
+        try:
+            raw = psycopg.connect(self.url, autocommit=True)
+        except psycopg.Error as exc:
+            raise NotAFlowcoreDatabase(
+                f"cannot connect to PostgreSQL at {_safe_url(self.url)}"
+                f" to listen for work: {str(exc).strip()}"
+            ) from None
+        try:
+            raw.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except BaseException:
+            raw.close()
+            raise
+        own = self.conn.info.backend_pid if self.conn is not None else 0
+        return PgListener(raw, own)
 
     def indexed_by(self, index: str) -> str:
         """Nothing: PostgreSQL's planner takes no index hints (SQLite's ``INDEXED BY``)."""
@@ -417,7 +492,7 @@ def connect_pg(url: str, durability: str = "power-loss") -> tuple[PgConnection, 
         elif _setting(raw, "synchronous_commit") == "off":  # the server's own: not enough
             raw.execute("SET synchronous_commit = on")
         conn = PgConnection(raw)
-        db = PgDatabase(str(database), str(schema))
+        db = PgDatabase(str(database), str(schema), url, raw)
         migrate_pg(conn, db)
     except BaseException:
         raw.close()

@@ -303,8 +303,11 @@ class StoreBase:
         self.db.begin(self.conn)
 
     @contextmanager
-    def tx(self) -> Iterator[None]:
-        """One write transaction. On failure, cached states it touched are dropped."""
+    def tx(self, notify: bool = True) -> Iterator[None]:
+        """One write transaction. On failure, cached states it touched are dropped.
+
+        ``notify``: tell the database's idle workers that it committed
+        (``Database.notify``; a heartbeat, which gives nobody work, does not)."""
         self._begin()
         # Holding the write lock, nobody else can commit until we do: one
         # look at data_version serves every load in this transaction.
@@ -313,6 +316,8 @@ class StoreBase:
         try:
             yield
             self._flush()
+            if notify:
+                self.db.notify(self.conn)
             self.conn.execute("COMMIT")
         except BaseException:
             self._discard()
@@ -350,6 +355,7 @@ class StoreBase:
             if changed or self._doubted:
                 self._validate()
             self._flush()
+            self.db.notify(conn)
             conn.execute("COMMIT")
         except BaseException:
             self._planning = False

@@ -149,6 +149,7 @@ class LocalWorker(Execution):
         self._on_records = on_records
         self._next_prune = None
         self.store.dispatching = True
+        self._listener = await self._db(self.store.db.listen)  # None on SQLite
         self._writer = asyncio.create_task(self._write_loop())
         self._heart = asyncio.create_task(self._heartbeat())
         # The loop's clock, monotonic (a simulation's loop gives its virtual one).
@@ -202,6 +203,9 @@ class LocalWorker(Execution):
                 await self._sleep(self._delay(due))
         finally:
             await self._drain()
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
             await self._db(self._unregister_worker)
             self.store.dispatching = False
             self.store.share = None
@@ -236,13 +240,28 @@ class LocalWorker(Execution):
         return delay
 
     async def _sleep(self, delay: float) -> None:
-        """Until ``delay`` seconds have passed or something of this host wakes the worker."""
+        """Until ``delay`` seconds have passed, something of this host wakes the
+        worker, or (on PostgreSQL) another connection commits work (``_listener``)."""
         assert self._wake is not None
+        listener, wake = self._listener, self._wake
+        if listener is not None:
+            if listener.heard():  # arrived while the worker was busy: no wait
+                wake.set()
+            loop = asyncio.get_running_loop()
+
+            def readable() -> None:
+                if listener.heard():
+                    wake.set()
+
+            loop.add_reader(listener.fileno(), readable)
         try:
             async with asyncio.timeout(delay):
-                await self._wake.wait()
+                await wake.wait()
         except TimeoutError:
             pass
+        finally:
+            if listener is not None:
+                loop.remove_reader(listener.fileno())
 
     async def _drain(self) -> None:
         """Let running handlers finish and their results commit."""
@@ -305,7 +324,7 @@ class LocalWorker(Execution):
     def _beat(self, keys: list[tuple[str, str]], now: int) -> None:
         store = self.store
         before = store.conn.total_changes
-        with store.tx():
+        with store.tx(notify=False):  # a heartbeat gives no idle worker anything to do
             store.conn.execute(
                 "UPDATE workers SET heartbeat_ms = ? WHERE worker_id = ?",
                 (now, self.worker_id),
