@@ -461,6 +461,9 @@ class Listener(Protocol):
 
     def fileno(self) -> int: ...
 
+    @property
+    def closed(self) -> bool: ...  # its connection lost: the worker polls instead
+
     def heard(self) -> int: ...  # notifications from other connections, consumed
 
     def close(self) -> None: ...

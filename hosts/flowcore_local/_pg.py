@@ -310,15 +310,29 @@ class PgListener:
     def fileno(self) -> int:
         return self.raw.fileno()
 
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed
+
     def heard(self) -> int:
         """Consume what the socket holds, without blocking: the number of
-        notifications from connections other than ``ignore_pid``."""
+        notifications from connections other than ``ignore_pid``.
+
+        A connection lost (the server restarted, the backend was terminated)
+        is closed and counts as one: the worker runs a round and polls from
+        then on; what went unheard, its rounds still see."""
+        if self.raw.closed:
+            return 0
         pgconn = self.raw.pgconn
-        pgconn.consume_input()
         count = 0
-        while (note := pgconn.notifies()) is not None:
-            if note.be_pid != self.ignore_pid:
-                count += 1
+        try:
+            pgconn.consume_input()
+            while (note := pgconn.notifies()) is not None:
+                if note.be_pid != self.ignore_pid:
+                    count += 1
+        except psycopg.Error:
+            self.raw.close()
+            return 1
         return count
 
     def close(self) -> None:

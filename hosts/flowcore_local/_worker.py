@@ -244,24 +244,29 @@ class LocalWorker(Execution):
         worker, or (on PostgreSQL) another connection commits work (``_listener``)."""
         assert self._wake is not None
         listener, wake = self._listener, self._wake
+        if listener is not None and listener.heard():  # arrived while the worker was busy
+            wake.set()
+        if listener is not None and listener.closed:  # lost: poll from now on
+            listener = self._listener = None
+        loop = asyncio.get_running_loop()
+        fd = -1 if listener is None else listener.fileno()
         if listener is not None:
-            if listener.heard():  # arrived while the worker was busy: no wait
-                wake.set()
-            loop = asyncio.get_running_loop()
 
             def readable() -> None:
                 if listener.heard():
                     wake.set()
+                if listener.closed:
+                    loop.remove_reader(fd)
 
-            loop.add_reader(listener.fileno(), readable)
+            loop.add_reader(fd, readable)
         try:
             async with asyncio.timeout(delay):
                 await wake.wait()
         except TimeoutError:
             pass
         finally:
-            if listener is not None:
-                loop.remove_reader(listener.fileno())
+            if fd >= 0:
+                loop.remove_reader(fd)
 
     async def _drain(self) -> None:
         """Let running handlers finish and their results commit."""

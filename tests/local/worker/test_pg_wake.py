@@ -179,3 +179,40 @@ def test_the_channel_name_is_a_stable_identifier_per_database_and_schema() -> No
     assert name != channel_name("other", "s" * 63)
     assert len(name.encode()) <= 63 and name.isidentifier() and name == name.lower()
     assert PgDatabase("postgres", "public").channel == channel_name("postgres", "public")
+
+
+def test_a_worker_whose_listening_connection_is_lost_polls_instead(
+    pg_url: str, tmp_path: Path
+) -> None:
+    spec = tmp_path / "echoes.yaml"
+    spec.write_text(ECHO)
+
+    async def main() -> tuple[bool, Any]:
+        worker = LocalHost(pg_url, registry=Registry(tools={"echo": echo}), poll_ms=20)
+        other = LocalHost(pg_url, registry=Registry(tools={}))
+        await worker.open()
+        await other.open()
+        idle = sleeping(worker)
+        stop = asyncio.Event()
+        working = asyncio.ensure_future(worker.work(stop))
+        try:
+            await asyncio.wait_for(idle.wait(), WAIT_S)
+            listener = worker._listener
+            assert listener is not None
+            pid = listener.raw.info.backend_pid  # type: ignore[attr-defined]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            while worker._listener is not None:
+                await asyncio.sleep(0.01)
+            await other.start(spec, 7, "e7")
+            while (row := await other.run("e7")).status == "running":
+                await asyncio.sleep(0.01)
+            return listener.closed, row
+        finally:
+            stop.set()
+            await working
+            await worker.close()
+            await other.close()
+
+    closed, row = asyncio.run(main())
+    assert closed and (row.status, row.output) == ("completed", 7)
