@@ -15,9 +15,9 @@ through ``pg_current_wal_insert_lsn()``, which moves on every commit of the
 server (and on other WAL traffic: then the cache checks a run's version once
 more than it needed to, never less).
 
-Every write transaction but a heartbeat ends with ``pg_notify`` on a channel
-named for the database and schema (``channel_name``): delivered at commit,
-one per transaction. A worker listens on its own connection
+Every write transaction that wrote a row, but a heartbeat, ends with
+``pg_notify`` on a channel named for the database and schema
+(``channel_name``): delivered at commit, one per transaction. A worker listens on its own connection
 (``PgListener``) and an idle worker's sleep ends when one arrives, so the
 poll interval is only a fallback.
 

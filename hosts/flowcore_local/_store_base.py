@@ -307,8 +307,13 @@ class StoreBase:
         """One write transaction. On failure, cached states it touched are dropped.
 
         ``notify``: tell the database's idle workers that it committed
-        (``Database.notify``; a heartbeat, which gives nobody work, does not)."""
+        (``Database.notify``) if it wrote anything. A heartbeat, which gives
+        nobody work, does not; nor does a transaction that wrote nothing (a
+        claim that found no room): notified, the idle workers would each run
+        a round, each such round notify the others again, and the workers wake
+        one another for ever."""
         self._begin()
+        before = self.conn.total_changes
         # Holding the write lock, nobody else can commit until we do: one
         # look at data_version serves every load in this transaction.
         self._drop_stale()
@@ -316,7 +321,7 @@ class StoreBase:
         try:
             yield
             self._flush()
-            if notify:
+            if notify and self.conn.total_changes != before:
                 self.db.notify(self.conn)
             self.conn.execute("COMMIT")
         except BaseException:

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from flowcore_handlers import Registry
+from flowcore_handlers._limits import ToolLimit
 from flowcore_local import LocalHost
 from flowcore_local._pg import PgDatabase, channel_name, connect_pg
 from tests.local.worker.test_idle_rounds import WAITS, counting
@@ -47,6 +48,22 @@ def sleeping(host: LocalHost) -> asyncio.Event:
 
     host._sleep = noted  # type: ignore[method-assign]
     return entered
+
+
+def dozing(host: LocalHost) -> asyncio.Event:
+    """Set while ``host``'s worker sleeps between rounds."""
+    asleep = asyncio.Event()
+    sleep = host._sleep
+
+    async def noted(delay: float) -> None:
+        asleep.set()
+        try:
+            await sleep(delay)
+        finally:
+            asleep.clear()
+
+    host._sleep = noted  # type: ignore[method-assign]
+    return asleep
 
 
 def test_an_idle_worker_wakes_on_a_run_another_connection_starts(
@@ -179,6 +196,91 @@ def test_the_channel_name_is_a_stable_identifier_per_database_and_schema() -> No
     assert name != channel_name("other", "s" * 63)
     assert len(name.encode()) <= 63 and name.isidentifier() and name == name.lower()
     assert PgDatabase("postgres", "public").channel == channel_name("postgres", "public")
+
+
+CHARGES = """
+flow: charges
+tools: {charge: {class: idempotent}}
+steps:
+  - id: each
+    for_each:
+      items: [1, 2]
+      steps:
+        - {id: pay, call_tool: {tool: charge, input: "${item}"}}
+output: "${steps.each.output}"
+"""
+
+
+def test_workers_waiting_for_a_tools_room_do_not_wake_one_another(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Two workers, a tool with room for one call: one call runs (held), the
+    other waits ``ready``. A round's claim finds no room and writes nothing,
+    so it notifies nobody: once both sleep, neither runs another round until
+    the held call ends. (A claim that notified though it wrote nothing woke
+    the other worker, whose claim woke the first, for ever: each worker ran
+    rounds back to back, starving its heartbeats until the others took its
+    work for lost and ran it again.)"""
+    spec = tmp_path / "charges.yaml"
+    spec.write_text(CHARGES)
+    release = asyncio.Event()
+    started: list[Any] = []
+
+    async def charge(call: Any) -> Any:
+        started.append(call.input)
+        await release.wait()
+        return call.input
+
+    async def main() -> tuple[int, list[Any], Any]:
+        limits = {"charge": ToolLimit(concurrency=1)}
+        hosts = [
+            LocalHost(
+                pg_url,
+                registry=Registry(tools={"charge": charge}),
+                poll_ms=60_000,
+                tool_limits=limits,
+            )
+            for _ in range(2)
+        ]
+        for host in hosts:
+            await host.open()
+        await hosts[0].start(spec, None, "c1")
+        stop = asyncio.Event()
+        asleep = [dozing(host) for host in hosts]
+        working = [asyncio.ensure_future(host.work(stop)) for host in hosts]
+        try:
+
+            async def both_asleep() -> None:
+                while not (started and all(a.is_set() for a in asleep)):
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(both_asleep(), WAIT_S)
+            rounds = [counting(host) for host in hosts]
+            await asyncio.sleep(0.5)  # both asleep: nothing commits, nobody wakes
+            idle_rounds = sum(len(r) for r in rounds)
+            release.set()
+
+            async def settled() -> Any:
+                while (row := await hosts[1].run("c1")).status == "running":
+                    await asyncio.sleep(0.01)
+                return row
+
+            row = await asyncio.wait_for(settled(), WAIT_S)
+        finally:
+            release.set()
+            stop.set()
+            for host in hosts:
+                host._wake.set()  # type: ignore[union-attr]
+            for task in working:
+                await task
+            for host in hosts:
+                await host.close()
+        return idle_rounds, sorted(started), row
+
+    idle_rounds, charged, row = asyncio.run(main())
+    assert idle_rounds == 0, idle_rounds
+    assert charged == [1, 2]  # each once: nothing was taken for lost
+    assert row.status == "completed" and row.output == [1, 2]
 
 
 def test_a_worker_whose_listening_connection_is_lost_polls_instead(
