@@ -482,7 +482,24 @@ class Database(Protocol):
     @property
     def begin_read(self) -> str: ...
 
-    def begin(self, conn: Connection) -> None: ...
+    # Whether write transactions may run side by side, each locking the rows
+    # it writes (``begin(shared=True)``), and the clauses that lock them.
+    @property
+    def row_locks(self) -> bool: ...
+
+    @property
+    def for_update(self) -> str: ...
+
+    @property
+    def skip_locked(self) -> str: ...
+
+    # What a shared transaction raises when another one wrote the same rows.
+    @property
+    def contention(self) -> tuple[type[Exception], ...]: ...
+
+    def begin(self, conn: Connection, shared: bool = False) -> None: ...
+
+    def lock_tools(self, conn: Connection, tools: list[str]) -> None: ...
 
     def data_version(self, conn: Connection) -> int: ...
 
@@ -507,9 +524,15 @@ class SqliteDatabase:
     name = "sqlite"
     metadata_number = "value"  # untyped: it compares as a number with a number
     begin_read = "BEGIN"
+    # One writer at a time: no transaction needs to lock rows.
+    row_locks = False
+    for_update = ""
+    skip_locked = ""
+    contention: tuple[type[Exception], ...] = ()
 
-    def begin(self, conn: Connection) -> None:
-        """``BEGIN IMMEDIATE``, waiting for the write lock in steps from 0.1 ms.
+    def begin(self, conn: Connection, shared: bool = False) -> None:
+        """``BEGIN IMMEDIATE``, waiting for the write lock in steps from 0.1 ms
+        (``shared`` or not: SQLite has one writer).
 
         SQLite's own busy handler sleeps 1 ms, then 2, 5, 10, ... while the
         lock is usually held for less than a millisecond (one group commit of
@@ -530,6 +553,9 @@ class SqliteDatabase:
                 delay = min(delay * 2, 0.002)
         finally:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_S * 1000:.0f}")
+
+    def lock_tools(self, conn: Connection, tools: list[str]) -> None:
+        """Nothing: the one writer counts a tool's room alone."""
 
     def data_version(self, conn: Connection) -> int:
         """``PRAGMA data_version``: it changes exactly when another connection

@@ -421,19 +421,41 @@ class PgDatabase:
         self.url = url  # where ``listen`` connects (the store's own connection's URL)
         self.conn = conn
 
-    def begin(self, conn: Connection) -> None:
+    # Transactions that lock the rows they write run side by side.
+    row_locks = True
+    for_update = " FOR UPDATE"
+    # A claim's rows: those another claim holds are passed over, not waited for.
+    skip_locked = " FOR UPDATE OF o SKIP LOCKED"
+    contention: tuple[type[Exception], ...] = (
+        psycopg.errors.UniqueViolation,
+        psycopg.errors.DeadlockDetected,
+        psycopg.errors.SerializationFailure,
+    )
+
+    def begin(self, conn: Connection, shared: bool = False) -> None:
         """Begin a write transaction holding the store's write lock until it ends.
 
-        One advisory lock for the whole schema: every writer waits for the one
-        before it to commit, as on SQLite. Claims with row locks (``FOR UPDATE
-        SKIP LOCKED``) would replace this, here only.
+        One advisory lock for the whole schema, in two modes. ``shared``: held
+        with any number of other shared transactions, each of which locks the
+        rows it writes (a worker's claims and its commits of its runs' events,
+        the hot path); exclusive: the only writer, as on SQLite (everything
+        else: schedules, recovery, operators' commands), which the store's
+        other methods rely on.
         """
         conn.execute("BEGIN")
+        lock = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
         try:
-            conn.execute("SELECT pg_advisory_xact_lock(?)", (self.write_key,))
+            conn.execute(f"SELECT {lock}(?)", (self.write_key,))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def lock_tools(self, conn: Connection, tools: list[str]) -> None:
+        """Lock each limited tool until the transaction ends, in one order: two
+        claims never count the same tool's room at once."""
+        for tool in sorted(tools):
+            key = lock_key(self.database, self.schema, f"tool\0{tool}")
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (key,))
 
     def data_version(self, conn: Connection) -> int:
         """A number that moves whenever any connection commits (and our own

@@ -10,6 +10,8 @@ interprets a run: that is ``_store_runs``.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from flowcore_handlers import HostFailure, RunSettled, ToolLimit, UnknownRun, Un
 from flowcore_handlers import NothingToCancel as _NothingToCancel
 from flowcore_handlers._limits import DEFAULT_PRIORITY
 
-from ._db import SQLITE, Connection, Database
+from ._db import RUN_TABLES, SQLITE, Connection, Database
 
 WORK = ("call-tool", "run-agent", "run-team")
 # The run ``?`` and every run below it (its child runs, theirs, ...).
@@ -87,6 +89,17 @@ def contract_status(status: str) -> str:
 def local_status(status: str) -> str:
     """The status the database stores for a ``RUN_STATUSES`` word."""
     return _LOCAL_STATUS.get(status, status)
+
+
+# The table a write statement of the store's writes (``_run_local``).
+_WRITTEN = re.compile(r"\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.I)
+
+
+@functools.cache
+def _table_written(sql: str) -> str:
+    """The table one of the store's own write statements writes ('' if not one)."""
+    match = _WRITTEN.match(sql)
+    return "" if match is None else match.group(1).lower()
 
 
 class Conflict(Exception):
@@ -298,13 +311,20 @@ class StoreBase:
         between the two looks."""
         return self.db.data_version(self.conn), self.conn.total_changes
 
-    def _begin(self) -> None:
-        """Begin a write transaction holding the database's write lock (``_db``, ``_pg``)."""
-        self.db.begin(self.conn)
+    def _begin(self, shared: bool = False) -> None:
+        """Begin a write transaction holding the database's write lock (``_db``, ``_pg``):
+        alone, or ``shared`` with the other transactions that lock the rows
+        they write (on SQLite the one writer either way)."""
+        self.db.begin(self.conn, shared)
 
     @contextmanager
-    def tx(self, notify: bool = True) -> Iterator[None]:
+    def tx(self, notify: bool = True, shared: bool = False) -> Iterator[None]:
         """One write transaction. On failure, cached states it touched are dropped.
+
+        ``shared``: the transaction locks every row it writes itself (a claim,
+        ``claim_ready_work``), so other such transactions may commit beside it
+        (on PostgreSQL; SQLite has one writer). Any other transaction is the
+        only writer while it runs, which the rest of the store relies on.
 
         ``notify``: tell the database's idle workers that it committed
         (``Database.notify``) if it wrote anything. A heartbeat, which gives
@@ -312,10 +332,11 @@ class StoreBase:
         claim that found no room): notified, the idle workers would each run
         a round, each such round notify the others again, and the workers wake
         one another for ever."""
-        self._begin()
+        self._begin(shared)
         before = self.conn.total_changes
-        # Holding the write lock, nobody else can commit until we do: one
-        # look at data_version serves every load in this transaction.
+        # Holding the write lock alone, nobody else can commit until we do:
+        # one look at data_version serves every load in this transaction (a
+        # shared one locks a run's row before it loads it, ``lock_run``).
         self._drop_stale()
         self._touched = set()
         try:
@@ -355,11 +376,19 @@ class StoreBase:
         try:
             yield
             self._planning = False
-            self._begin()
-            changed = self.db.data_version(conn) != began
-            if changed or self._doubted:
-                self._validate()
-            self._flush()
+            shared = self.db.row_locks and self._run_local()
+            self._begin(shared)
+            if shared:
+                try:
+                    self._validate(lock=True)
+                    self._flush()
+                except self.db.contention as exc:  # another transaction wrote the same rows
+                    raise Conflict(f"written beside another transaction: {exc}") from None
+            else:
+                changed = self.db.data_version(conn) != began
+                if changed or self._doubted:
+                    self._validate()
+                self._flush()
             self.db.notify(conn)
             conn.execute("COMMIT")
         except BaseException:
@@ -371,15 +400,31 @@ class StoreBase:
                 self._cache.pop(run_id, None)
             raise
 
-    def _validate(self) -> None:
-        """Raise ``Conflict`` unless every run the plan read has the version it read."""
-        read = list(self._read.items())
+    def _run_local(self) -> bool:
+        """Whether the plan writes only rows of the runs it read (``RUN_TABLES``):
+        then, its runs' rows locked, it may commit beside other such plans.
+        A plan that writes anything shared (a schedule's, a worker's) or a run
+        it did not read takes the write lock alone, as on SQLite."""
+        return self._touched <= self._read.keys() and all(
+            (table := _table_written(sql)) == "runs" or table in RUN_TABLES
+            for sql, _ in self._statements
+        )
+
+    def _validate(self, lock: bool = False) -> None:
+        """Raise ``Conflict`` unless every run the plan read has the version it read.
+
+        ``lock``: lock the runs' rows until the transaction ends (``FOR UPDATE``,
+        in one order, so that two plans never wait for each other in a cycle),
+        so that no other transaction changes them before the plan commits.
+        """
+        read = sorted(self._read.items()) if lock else list(self._read.items())
+        suffix = f" ORDER BY run_id{self.db.for_update}" if lock else ""
         for start in range(0, len(read), 500):
             chunk = read[start : start + 500]
             marks = ",".join("?" * len(chunk))
             now = dict(
                 self.conn.execute(
-                    f"SELECT run_id, version FROM runs WHERE run_id IN ({marks})",
+                    f"SELECT run_id, version FROM runs WHERE run_id IN ({marks}){suffix}",
                     [run_id for run_id, _ in chunk],
                 ).fetchall()
             )

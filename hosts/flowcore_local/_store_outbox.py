@@ -279,8 +279,13 @@ class OutboxStore(RunStore):
         the tool has room: fewer than ``concurrency`` of its calls dispatched
         and unfinished (over every worker of the database), and fewer than
         ``rate`` of them dispatched within the last ``per_ms`` (``tool_starts``).
-        Both are counted in this transaction, which holds the write lock, so
-        two workers never take the same room.
+        Both are counted in this transaction holding the limited tools' locks
+        (``Database.lock_tools``; on SQLite the write lock), so two workers
+        never take the same room.
+
+        The transaction may run beside others (``tx(shared=True)``): the rows
+        it takes are locked as they are read, and rows another claim holds are
+        passed over (``FOR UPDATE SKIP LOCKED`` on PostgreSQL).
 
         Work that recovery took back from a lost worker (``requeue`` left the
         lost worker in ``lease_owner``) runs again under the same key: the
@@ -288,6 +293,8 @@ class OutboxStore(RunStore):
         this same transaction.
         """
         scope, args = self._scope("o.run_id")
+        if self.tool_limits:
+            self.db.lock_tools(self.conn, list(self.tool_limits))
         room = self._tool_room(now) if self.tool_limits else {}
         out: list[Claimed] = []
         passed: set[tuple[str, str]] = set()  # rows left ready this time
@@ -300,7 +307,7 @@ class OutboxStore(RunStore):
                     "SELECT o.run_id, o.key, o.effect, r.tools, o.dispatches, o.lease_owner"
                     f" FROM outbox o{self.db.indexed_by('outbox_queue')} JOIN runs r USING (run_id)"
                     f" WHERE o.status = 'ready' AND o.kind IN (?, ?, ?){skip if full else ''}"
-                    f"{scope} ORDER BY o.priority, o.queued_ms LIMIT ?",
+                    f"{scope} ORDER BY o.priority, o.queued_ms LIMIT ?{self.db.skip_locked}",
                     (*WORK, *full, *args, want),
                 )
             )
@@ -313,7 +320,9 @@ class OutboxStore(RunStore):
                 tool = effect.tool if isinstance(effect, CallTool) else None
                 # A limited tool's calls go to whichever worker has room when
                 # they are claimed, whatever its share of the runs (``keeps``).
-                if room[tool] <= 0 if tool in room else not self.keeps(run_id):
+                if (room[tool] <= 0 if tool in room else not self.keeps(run_id)) or (
+                    lost is not None and not self._lock_run(run_id)
+                ):
                     passed.add((run_id, key))
                     progressed = True
                     continue
@@ -346,6 +355,18 @@ class OutboxStore(RunStore):
             if len(rows) < want or not progressed:
                 break
         return out
+
+    def _lock_run(self, run_id: str) -> bool:
+        """Lock ``run_id``'s row for this transaction unless another holds it
+        (then False: its work waits for the next round), and make its next load
+        check the cached state against the row."""
+        if not self.db.row_locks:
+            return True
+        row = self.conn.execute(
+            "SELECT 1 FROM runs WHERE run_id = ? FOR UPDATE SKIP LOCKED", (run_id,)
+        ).fetchone()
+        self._verified.discard(run_id)
+        return row is not None
 
     def _tool_room(self, now: int) -> dict[str, int]:
         """How many more calls of each limited tool may be dispatched now."""

@@ -641,7 +641,7 @@ class LocalWorker(Execution):
             store = self.store
             if not store.has_ready_work():
                 return []
-            with store.tx():
+            with store.tx(shared=True):  # beside other workers' claims and commits
                 return store.claim_ready_work(now, free)
 
         for claimed in await self._db(claiming):
