@@ -25,18 +25,9 @@ from flowcore_handlers import Registry
 from flowcore_handlers._limits import ToolLimit
 from flowcore_local import LocalHost
 from flowcore_local._store import Conflict, Store
+from tests.local.worker.test_pg_wake import CHARGES
 
-FLOW = """
-flow: pair
-tools: {charge: {class: idempotent}}
-steps:
-  - id: each
-    for_each:
-      items: [1, 2]
-      steps:
-        - {id: pay, call_tool: {tool: charge, input: "${item}"}}
-output: "${steps.each.output}"
-"""
+FLOW = CHARGES  # two calls of one tool, one run
 KEYS = ["each[0]/pay#1", "each[1]/pay#1"]
 NOW = 1_800_000_000_000
 WAITED_S = 0.3  # long enough for a transaction that does not wait to be done
