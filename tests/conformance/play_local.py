@@ -225,10 +225,19 @@ class _Worker:
             self.stop_event = asyncio.Event()
             self.task = asyncio.create_task(self.host.work(self.stop_event))
 
-    async def stop(self) -> None:
+    async def stop(self, script: Script) -> None:
+        """Stop working, ending the handlers that wait for a turn (``Script.abandon``):
+        those waiting now, and any the worker begins before it stops (a call
+        dispatched at its last commit whose handler had not started yet). The
+        worker's stop waits for its handlers, and such a handler would wait
+        for its turn for ever."""
+        script.abandon()
         if self.task is not None:
             self.stop_event.set()
             task, self.task = self.task, None
+            while not task.done():
+                await asyncio.wait([task], timeout=POLL_S)
+                script.abandon()
             await task
 
 
@@ -346,8 +355,9 @@ class _Player:
 
     async def crash(self, turn: Turn | None, key: str) -> None:
         """Let ``turn`` (None: the start) issue ``key`` to a worker that dies running it."""
-        self.script.abandon()  # handlers the log never answers (the run waits for none)
-        await self.worker.stop()  # so this process does not take the call itself
+        # Handlers the log never answers (the run waits for none) end, and
+        # this process stops working, so that it does not take the call itself.
+        await self.worker.stop(self.script)
         if turn is not None and turn.action != "timer":
             await self.produce(turn)  # applied by a host that is not working: the call is ready
         names = {kind: sorted(names) for kind, names in self.plan.names.items()}
@@ -455,8 +465,7 @@ async def play(plan: Plan, workdir: Path, server: str | None = None) -> Outcome:
         except (AssertionError, TimeoutError, HostError) as exc:
             outcome.error = f"{type(exc).__name__}: {exc}"
         finally:
-            script.abandon()
-            await player.worker.stop()
+            await player.worker.stop(script)
         try:
             outcome.records = await host.records(plan.run_id)
             outcome.metadata = await host.metadata(plan.run_id)  # the indexed rows
